@@ -1,0 +1,36 @@
+# termgate: the two commands.
+#   make run    runs termgate on its embedded default (dev mode)
+#   make test   runs every check and test, as CI does
+#
+# Both install what is missing when run as root on Debian, and build with the
+# patched toolchain while go.mod stays at go 1.26.
+
+export GOTOOLCHAIN := go1.27.3
+GO ?= go
+STATICCHECK := $(GO) run -modfile=.ci/tools/go.mod honnef.co/go/tools/cmd/staticcheck
+
+.PHONY: run test deps build check unit bench
+
+run: deps
+	$(GO) run ./cmd/termgate exec --pty -- /bin/bash -l
+
+test: deps check unit
+
+build:
+	$(GO) build -o bin/termgate ./cmd/termgate
+
+# deps installs the system packages termgate needs, or says what to install.
+deps:
+	@.ci/deps
+
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./...

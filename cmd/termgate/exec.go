@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/termgate/termgate/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// execOptions are the flags of termgate exec.
+type execOptions struct {
+	policy    sandbox.Policy
+	launcher  sandbox.Config
+	pty       bool
+	noPTY     bool
+	tmpSpace  bool // the workspace is a temporary directory to remove
+	procValue string
+}
+
+func execFlags(o *execOptions, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("termgate exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	p := &o.policy
+	fs.StringVar(&p.Workspace, "workspace", "", "host `DIR` bound at /workspace (default: a new temporary directory, removed afterwards)")
+	fs.Func("ro", "bind host `PATH` read-only (SRC or SRC:DEST; repeatable)", bindFlag(p, false))
+	fs.Func("rw", "bind host `PATH` read-write (SRC or SRC:DEST; repeatable)", bindFlag(p, true))
+	fs.Func("network", "network: none or host (default none)", func(s string) error {
+		return setNetwork(p, s)
+	})
+	fs.Func("env", "set `K=V` in the sandbox (repeatable)", envFlag(p))
+	fs.StringVar(&p.Cwd, "cwd", "", "working directory inside the sandbox (default /workspace)")
+	fs.StringVar(&o.procValue, "proc", "none", "procfs: none, private or self-exe=PATH")
+	fs.Func("cpu-seconds", "CPU time ceiling in `SECONDS` per process", uintFlag(&p.Limits.CPUSeconds))
+	fs.Func("memory", "memory ceiling in `BYTES` (suffixes K, M, G)", sizeFlag(&p.Limits.Memory))
+	fs.Func("pids", "ceiling on processes and threads (`N`)", intFlag(&p.Limits.Pids))
+	fs.Func("open-files", "open file ceiling per process (`N`)", uintFlag(&p.Limits.OpenFiles))
+	fs.Func("file-size", "largest file a process may write, in `BYTES`", usizeFlag(&p.Limits.FileSize))
+	fs.Func("address-space", "address space ceiling per process, in `BYTES`", usizeFlag(&p.Limits.AddressSpace))
+	fs.Func("tmp-size", "size of each of /tmp and /run in `BYTES` (default 64M)", sizeFlag(&p.TmpSize))
+	fs.DurationVar(&p.Timeout, "timeout", 0, "stop the command after this `DURATION` (e.g. 30s; 0: none)")
+	fs.BoolVar(&o.pty, "pty", false, "run on a pseudo-terminal (default when stdin is a terminal)")
+	fs.BoolVar(&o.noPTY, "no-pty", false, "use pipes even when stdin is a terminal")
+	fs.Func("sandbox-uid", "host uid the sandbox runs as when termgate is root (env TERMGATE_SANDBOX_UID)", idFlag(&o.launcher.UID))
+	fs.Func("sandbox-gid", "host gid the sandbox runs as when termgate is root (env TERMGATE_SANDBOX_GID)", idFlag(&o.launcher.GID))
+	return fs
+}
+
+// parseExec reads flags, then TERMGATE_* environment for what flags left unset.
+func parseExec(args []string, stderr io.Writer) (*execOptions, error) {
+	o := &execOptions{}
+	if err := envDefaults(&o.launcher); err != nil {
+		return nil, usageError{err}
+	}
+	fs := execFlags(o, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		return nil, usageError{err}
+	}
+	o.policy.Command = fs.Args()
+	if len(o.policy.Command) == 0 {
+		return nil, usageError{errors.New("exec: no command given: termgate exec [flags] -- CMD [ARGS...]")}
+	}
+	if o.pty && o.noPTY {
+		return nil, usageError{errors.New("exec: --pty and --no-pty exclude each other")}
+	}
+	if err := setProc(&o.policy, o.procValue); err != nil {
+		return nil, usageError{err}
+	}
+	return o, nil
+}
+
+func envDefaults(c *sandbox.Config) error {
+	for name, dst := range map[string]*uint32{"TERMGATE_SANDBOX_UID": &c.UID, "TERMGATE_SANDBOX_GID": &c.GID} {
+		if v := os.Getenv(name); v != "" {
+			if err := idFlag(dst)(v); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	c.Bwrap = os.Getenv("TERMGATE_BWRAP")
+	return nil
+}
+
+func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	o, err := parseExec(args, stderr)
+	if err != nil {
+		return err
+	}
+	in, _ := stdin.(*os.File)
+	tty := o.pty || (!o.noPTY && in != nil && isTerminal(in))
+	if err := o.prepare(tty, in); err != nil {
+		return err
+	}
+	if o.tmpSpace {
+		defer os.RemoveAll(o.policy.Workspace)
+	}
+	o.launcher.Logger = newLogger(stderr)
+	l, err := sandbox.NewLauncher(o.launcher)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	proc, err := l.Start(ctx, o.policy, sandbox.Stdio{Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return err
+	}
+	restore := attachInput(proc, stdin, in, tty)
+	exit := proc.Wait()
+	restore()
+	return reportExit(exit, stderr)
+}
+
+// prepare fills in what depends on the caller: workspace, terminal, and
+// the few variables a shell expects.
+func (o *execOptions) prepare(tty bool, in *os.File) error {
+	p := &o.policy
+	if p.Workspace == "" {
+		dir, err := os.MkdirTemp("", "termgate-exec-")
+		if err != nil {
+			return fmt.Errorf("exec: create workspace: %w", err)
+		}
+		p.Workspace, o.tmpSpace = dir, true
+	}
+	if p.Env == nil {
+		p.Env = map[string]string{}
+	}
+	setDefault(p.Env, "HOME", sandbox.DefaultWorkspaceMount)
+	setDefault(p.Env, "LANG", "C.UTF-8")
+	if tty {
+		size := sandbox.WindowSize{Rows: 24, Cols: 80}
+		if in != nil {
+			if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
+				size = sandbox.WindowSize{Rows: ws.Row, Cols: ws.Col}
+			}
+		}
+		p.TTY = &size
+		setDefault(p.Env, "TERM", termName())
+	}
+	return nil
+}
+
+func setDefault(env map[string]string, k, v string) {
+	if _, ok := env[k]; !ok {
+		env[k] = v
+	}
+}
+
+func termName() string {
+	t := os.Getenv("TERM")
+	if t == "" || strings.ContainsAny(t, "\x00/") || len(t) > 64 {
+		return "xterm-256color"
+	}
+	return t
+}
+
+// attachInput forwards the caller's stdin, and with a terminal puts it in
+// raw mode and follows its size. It returns a function that restores it.
+func attachInput(proc *sandbox.Process, stdin io.Reader, in *os.File, tty bool) func() {
+	if !tty {
+		go func() {
+			io.Copy(proc.Stdin(), stdin)
+			proc.Stdin().Close()
+		}()
+		return func() {}
+	}
+	restore := func() {}
+	if in != nil && isTerminal(in) {
+		if r, err := makeRaw(in); err == nil {
+			restore = r
+		}
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		go followSize(proc, in, winch)
+		prev := restore
+		restore = func() { signal.Stop(winch); prev() }
+	}
+	go io.Copy(proc.Stdin(), stdin)
+	return restore
+}
+
+func followSize(proc *sandbox.Process, in *os.File, winch <-chan os.Signal) {
+	for {
+		select {
+		case <-proc.Done():
+			return
+		case <-winch:
+			if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil {
+				proc.Resize(sandbox.WindowSize{Rows: ws.Row, Cols: ws.Col})
+			}
+		}
+	}
+}
+
+func reportExit(exit sandbox.Exit, stderr io.Writer) error {
+	if exit.SetupError != "" || exit.Limit != "" || exit.Stopped != "" {
+		fmt.Fprintf(stderr, "termgate: %s\n", exit)
+	}
+	code := exit.Status()
+	if exit.SetupError != "" && strings.Contains(exit.SetupError, "execvp") && strings.Contains(exit.SetupError, "No such file") {
+		code = 127
+	}
+	if code == 0 {
+		return nil
+	}
+	return exitError{code}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// makeRaw puts the terminal in raw mode as cfmakeraw does.
+func makeRaw(f *os.File) (func(), error) {
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, err
+	}
+	raw := *old
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+		return nil, err
+	}
+	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
+}
+
+func bindFlag(p *sandbox.Policy, writable bool) func(string) error {
+	return func(s string) error {
+		src, dest, ok := strings.Cut(s, ":")
+		if !ok {
+			dest = src
+		}
+		p.Binds = append(p.Binds, sandbox.Bind{Source: src, Dest: dest, Writable: writable})
+		return nil
+	}
+}
+
+func envFlag(p *sandbox.Policy) func(string) error {
+	return func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok {
+			return fmt.Errorf("want K=V, got %q", s)
+		}
+		if err := sandbox.ValidateEnvName(k); err != nil {
+			return err
+		}
+		if p.Env == nil {
+			p.Env = map[string]string{}
+		}
+		p.Env[k] = v
+		return nil
+	}
+}
+
+func setNetwork(p *sandbox.Policy, s string) error {
+	switch sandbox.Network(s) {
+	case sandbox.NetworkNone, sandbox.NetworkHost:
+		p.Network = sandbox.Network(s)
+		return nil
+	}
+	return fmt.Errorf("want none or host, got %q", s)
+}
+
+func setProc(p *sandbox.Policy, s string) error {
+	switch {
+	case s == "none" || s == "":
+		p.Proc = sandbox.ProcNone
+	case s == "private":
+		p.Proc = sandbox.ProcPrivate
+	case strings.HasPrefix(s, "self-exe="):
+		p.Proc, p.SelfExe = sandbox.ProcSelfExe, strings.TrimPrefix(s, "self-exe=")
+	default:
+		return fmt.Errorf("invalid value %q for flag -proc: want none, private or self-exe=PATH", s)
+	}
+	return nil
+}
+
+func uintFlag(dst *uint64) func(string) error {
+	return func(s string) error {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want a non-negative integer, got %q", s)
+		}
+		*dst = v
+		return nil
+	}
+}
+
+func intFlag(dst *int64) func(string) error {
+	return func(s string) error {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			return fmt.Errorf("want a non-negative integer, got %q", s)
+		}
+		*dst = v
+		return nil
+	}
+}
+
+func idFlag(dst *uint32) func(string) error {
+	return func(s string) error {
+		v, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || v == 0 {
+			return fmt.Errorf("want a non-zero numeric id, got %q", s)
+		}
+		*dst = uint32(v)
+		return nil
+	}
+}
+
+func sizeFlag(dst *int64) func(string) error {
+	return func(s string) error {
+		v, err := parseSize(s)
+		if err != nil {
+			return err
+		}
+		*dst = int64(v)
+		return nil
+	}
+}
+
+func usizeFlag(dst *uint64) func(string) error {
+	return func(s string) error {
+		v, err := parseSize(s)
+		if err != nil {
+			return err
+		}
+		*dst = v
+		return nil
+	}
+}

@@ -1,0 +1,89 @@
+// Command termgate runs commands in bubblewrap sandboxes and, in later
+// versions, serves them to browser terminals and tools over WebSocket.
+//
+// Usage:
+//
+//	termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
+//	termgate verify [--json]                 report what this host enforces
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// exitError carries a process exit status through run.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError marks bad command-line input: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	var ee exitError
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "termgate: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "termgate: %v\n", err)
+	return 1
+}
+
+var errHelp = errors.New("help requested")
+
+const usage = `termgate runs commands in bubblewrap sandboxes.
+
+Usage:
+  termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
+  termgate verify [--json]                 report what this host can enforce
+
+Run "termgate COMMAND --help" for a command's flags.
+`
+
+// run is main without the process: testable with any streams.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{errors.New("no command given")}
+	}
+	switch args[0] {
+	case "exec":
+		return runExec(ctx, args[1:], stdin, stdout, stderr)
+	case "verify":
+		return runVerify(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{fmt.Errorf("unknown command %q", args[0])}
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/termgate/termgate/sandbox"
+)
+
+func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("termgate verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var cfg sandbox.Config
+	if err := envDefaults(&cfg); err != nil {
+		return usageError{err}
+	}
+	fs.Func("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&cfg.UID))
+	fs.Func("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&cfg.GID))
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("verify: unexpected argument %q", fs.Arg(0))}
+	}
+	cfg.Logger = newLogger(io.Discard)
+	l, err := sandbox.NewLauncher(cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	report, perr := l.Probe(ctx)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+	} else {
+		printReport(stdout, report)
+	}
+	return perr
+}
+
+func printReport(w io.Writer, r sandbox.Report) {
+	verdict := "OK: this host can run termgate sandboxes"
+	if !r.OK {
+		verdict = "FAIL: this host cannot isolate commands"
+	}
+	fmt.Fprintf(w, "%s\n\nbwrap      %s (%s)\nidentity   %s\ncgroups    %s\nexit codes %s\nstart      %v\n",
+		verdict, r.Bwrap, r.Version, r.Identity, r.Cgroups.Version, exactness(r.ExactStatus), r.StartLatency.Round(1e5))
+	section(w, "checks", r.Checks)
+	section(w, "ceilings", r.Ceilings)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "problem: %s\n", p)
+	}
+	for _, p := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", p)
+	}
+}
+
+func exactness(exact bool) string {
+	if exact {
+		return "exact (kernel process events)"
+	}
+	return "inferred from bwrap (signal n shows as 128+n)"
+}
+
+func section(w io.Writer, title string, m map[string]bool) {
+	fmt.Fprintf(w, "\n%s:\n", title)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		mark := "no"
+		if m[k] {
+			mark = "yes"
+		}
+		fmt.Fprintf(w, "  %-18s %s\n", k, mark)
+	}
+}

@@ -1,0 +1,9 @@
+module github.com/termgate/termgate
+
+go 1.26.0
+
+require (
+	github.com/creack/pty v1.1.24
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.50.0
+)

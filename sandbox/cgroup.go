@@ -1,0 +1,694 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrUnenforceable reports a requested ceiling that this host's cgroups
+// cannot apply. It is an error, not a warning: an execution must not run
+// without a ceiling it asked for.
+var ErrUnenforceable = errors.New("sandbox: ceiling cannot be enforced on this host")
+
+// cgroupParent is the directory, in every hierarchy, holding one child per
+// execution. Concurrent executions share it, so it is never removed.
+const cgroupParent = "termgate"
+
+// cgroupNamePattern bounds execution names to one safe path element.
+var cgroupNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// Bounds for the waits in kill and remove: a stuck cgroup must turn into an
+// error, never a hang.
+const (
+	cgroupRemoveBudget = 2 * time.Second
+	cgroupRetryMax     = 200 * time.Millisecond
+	cgroupFreezePolls  = 100
+	cgroupSignalRounds = 50
+	cgroupPollInterval = 10 * time.Millisecond
+)
+
+// CgroupInfo says what the host can enforce through cgroups; verify prints it.
+type CgroupInfo struct {
+	Version string `json:"version"` // "v2", "hybrid", "v1" or "none"
+	Memory  bool   `json:"memory"`
+	Pids    bool   `json:"pids"`
+	CPU     bool   `json:"cpu"`  // cpu weight / shares
+	Kill    bool   `json:"kill"` // one-shot kill of the whole group (v2 cgroup.kill or v1 freezer)
+}
+
+// cgroupLimits are the ceilings of one execution; zero means "not asked for".
+type cgroupLimits struct {
+	MemoryBytes int64
+	Pids        int64
+	CPUWeight   int // 1..10000 as cgroup v2 cpu.weight; mapped to cpu.shares on v1
+}
+
+// validate rejects values the kernel would misread rather than clamping
+// them, so a typo never silently weakens a ceiling.
+func (l cgroupLimits) validate() error {
+	switch {
+	case l.MemoryBytes < 0:
+		return fmt.Errorf("cgroup: memory ceiling %d is negative", l.MemoryBytes)
+	case l.Pids < 0:
+		return fmt.Errorf("cgroup: pids ceiling %d is negative", l.Pids)
+	case l.CPUWeight < 0 || l.CPUWeight > 10000:
+		return fmt.Errorf("cgroup: cpu weight %d is outside 1..10000", l.CPUWeight)
+	}
+	return nil
+}
+
+// cgroupV1Markers maps each v1 controller we use to a file found at the root
+// of its hierarchy. pids and freezer have none there, so their mount name
+// and filesystem type are all we can check.
+var cgroupV1Markers = map[string]string{
+	"memory":  "memory.limit_in_bytes",
+	"pids":    "",
+	"cpu":     "cpu.shares",
+	"cpuacct": "cpuacct.usage",
+	"freezer": "",
+}
+
+// cgroupHost is what detectCgroups found. It is read-only afterwards, so
+// concurrent executions share one.
+type cgroupHost struct {
+	version     string
+	unified     string          // cgroup2 mount, "" when absent
+	unifiedCtl  map[string]bool // controllers the cgroup2 root can hand down
+	unifiedKill bool            // kernel has cgroup.kill (5.14+)
+	v1          map[string]string
+}
+
+// detectCgroups inspects the hierarchies under root (normally
+// /sys/fs/cgroup). It never fails: what is absent is reported as false, and
+// create refuses the ceilings that depend on it.
+func detectCgroups(root string) *cgroupHost {
+	h := &cgroupHost{v1: map[string]string{}}
+	h.detectUnified(root)
+	if h.unified != root {
+		h.detectV1(root)
+	}
+	h.version = h.classify(root)
+	return h
+}
+
+// detectUnified finds the cgroup2 tree: the root itself on pure v2 hosts,
+// root/unified on hybrid ones.
+func (h *cgroupHost) detectUnified(root string) {
+	for _, dir := range []string{root, filepath.Join(root, "unified")} {
+		if cgroupFSType(dir) != unix.CGROUP2_SUPER_MAGIC {
+			continue
+		}
+		h.unified = dir
+		h.unifiedCtl = cgroupControllers(dir)
+		h.unifiedKill = kernelAtLeast(5, 14)
+		return
+	}
+}
+
+// detectV1 records each v1 hierarchy by its resolved path, so co-mounted
+// controllers (cpu,cpuacct) share one directory.
+func (h *cgroupHost) detectV1(root string) {
+	for ctl, marker := range cgroupV1Markers {
+		dir, err := filepath.EvalSymlinks(filepath.Join(root, ctl))
+		if err != nil || cgroupFSType(dir) != unix.CGROUP_SUPER_MAGIC {
+			continue
+		}
+		if marker != "" && !cgroupFileExists(dir, marker) {
+			continue
+		}
+		h.v1[ctl] = dir
+	}
+}
+
+// classify names the layout the way operators know it.
+func (h *cgroupHost) classify(root string) string {
+	switch {
+	case h.unified == root:
+		return "v2"
+	case h.unified != "" && len(h.v1) > 0:
+		return "hybrid"
+	case h.unified != "":
+		return "v2"
+	case len(h.v1) > 0:
+		return "v1"
+	}
+	return "none"
+}
+
+// Info reports what create can enforce on this host.
+func (h *cgroupHost) Info() CgroupInfo {
+	return CgroupInfo{
+		Version: h.version,
+		Memory:  h.has("memory"),
+		Pids:    h.has("pids"),
+		CPU:     h.has("cpu"),
+		Kill:    h.unifiedKill || h.v1["freezer"] != "",
+	}
+}
+
+// has reports whether either tree carries controller ctl. A controller is
+// bound to one tree at a time, so at most one of the two is true.
+func (h *cgroupHost) has(ctl string) bool {
+	return h.unifiedCtl[ctl] || h.v1[ctl] != ""
+}
+
+// execCgroup is the set of directories, one per hierarchy in use, that hold
+// every process of one execution.
+type execCgroup struct {
+	name      string
+	dirs      []string // every directory created, in creation order
+	unified   string   // cgroup2 directory, "" when the host has none
+	canKill   bool     // unified has cgroup.kill
+	freezer   string   // v1 freezer directory, used only without cgroup.kill
+	memoryV1  string
+	pidsV1    string
+	cpuacctV1 string      // used only without a cgroup2 directory
+	removed   atomic.Bool // later calls must not touch a reused name
+}
+
+// create makes <hierarchy>/termgate/<name> in every hierarchy the limits
+// need and writes the limits. A requested ceiling the host cannot apply is
+// an error wrapping ErrUnenforceable; on any error nothing is left behind.
+func (h *cgroupHost) create(name string, lim cgroupLimits) (*execCgroup, error) {
+	if err := validateCgroupName(name); err != nil {
+		return nil, err
+	}
+	if err := lim.validate(); err != nil {
+		return nil, err
+	}
+	if err := h.checkEnforceable(lim); err != nil {
+		return nil, err
+	}
+	c := &execCgroup{name: name}
+	if err := h.populate(c, lim); err != nil {
+		return nil, errors.Join(err, c.rmdirAll())
+	}
+	return c, nil
+}
+
+// validateCgroupName keeps name a single path element: "." and ".." match
+// the pattern but would land outside termgate/.
+func validateCgroupName(name string) error {
+	if !cgroupNamePattern.MatchString(name) || name == "." || name == ".." {
+		return fmt.Errorf("cgroup: invalid name %q: want 1-64 of [A-Za-z0-9._-], not . or ..", name)
+	}
+	return nil
+}
+
+// checkEnforceable refuses up front, before any directory exists, and names
+// every missing ceiling at once.
+func (h *cgroupHost) checkEnforceable(lim cgroupLimits) error {
+	var missing []string
+	if lim.MemoryBytes > 0 && !h.has("memory") {
+		missing = append(missing, "memory")
+	}
+	if lim.Pids > 0 && !h.has("pids") {
+		missing = append(missing, "pids")
+	}
+	if lim.CPUWeight > 0 && !h.has("cpu") {
+		missing = append(missing, "cpu")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("cgroup: %s ceiling: %w", strings.Join(missing, ", "), ErrUnenforceable)
+	}
+	return nil
+}
+
+// populate creates the directories and writes the limits, recording each
+// directory in c as soon as it exists so create can undo a partial build.
+func (h *cgroupHost) populate(c *execCgroup, lim cgroupLimits) error {
+	if err := h.makeUnified(c, lim); err != nil {
+		return err
+	}
+	if err := h.makeTracking(c); err != nil {
+		return err
+	}
+	if lim.MemoryBytes > 0 {
+		if err := h.limitMemory(c, lim.MemoryBytes); err != nil {
+			return err
+		}
+	}
+	if lim.Pids > 0 {
+		if err := h.limitPids(c, lim.Pids); err != nil {
+			return err
+		}
+	}
+	if lim.CPUWeight > 0 {
+		return h.limitCPU(c, lim.CPUWeight)
+	}
+	return nil
+}
+
+// makeUnified creates the cgroup2 directory whenever the host has the tree,
+// even without limits: it gives cgroup.kill and cpu.stat for free.
+func (h *cgroupHost) makeUnified(c *execCgroup, lim cgroupLimits) error {
+	if h.unified == "" {
+		return nil
+	}
+	parent, err := cgroupEnsureParent(h.unified)
+	if err != nil {
+		return err
+	}
+	for _, ctl := range h.unifiedWanted(lim) {
+		if err := cgroupEnable(ctl, h.unified, parent); err != nil {
+			return err
+		}
+	}
+	if c.unified, err = c.mkdir(h.unified); err != nil {
+		return err
+	}
+	c.canKill = cgroupFileExists(c.unified, "cgroup.kill")
+	return nil
+}
+
+// unifiedWanted lists the cgroup2 controllers the limits need; each one is
+// enabled only when asked for, so an execution never pays for the others.
+func (h *cgroupHost) unifiedWanted(lim cgroupLimits) []string {
+	var ctls []string
+	if lim.MemoryBytes > 0 && h.unifiedCtl["memory"] {
+		ctls = append(ctls, "memory")
+	}
+	if lim.Pids > 0 && h.unifiedCtl["pids"] {
+		ctls = append(ctls, "pids")
+	}
+	if lim.CPUWeight > 0 && h.unifiedCtl["cpu"] {
+		ctls = append(ctls, "cpu")
+	}
+	return ctls
+}
+
+// makeTracking adds the v1 directories that stand in for cgroup2 features
+// the host lacks: freezer for a group kill, cpuacct for CPU usage.
+func (h *cgroupHost) makeTracking(c *execCgroup) error {
+	var err error
+	if hier := h.v1["freezer"]; hier != "" && !c.canKill {
+		if c.freezer, err = c.mkdir(hier); err != nil {
+			return err
+		}
+	}
+	if hier := h.v1["cpuacct"]; hier != "" && c.unified == "" {
+		c.cpuacctV1, err = c.mkdir(hier)
+	}
+	return err
+}
+
+// limitMemory sets the memory ceiling and keeps swap from extending it.
+func (h *cgroupHost) limitMemory(c *execCgroup, bytes int64) error {
+	v := strconv.FormatInt(bytes, 10)
+	if h.unifiedCtl["memory"] {
+		if err := cgroupWrite(c.unified, "memory.max", v); err != nil {
+			return err
+		}
+		return cgroupWriteIfExists(c.unified, "memory.swap.max", "0")
+	}
+	dir, err := c.mkdir(h.v1["memory"])
+	if err != nil {
+		return err
+	}
+	c.memoryV1 = dir
+	// memsw is memory+swap and must stay >= limit_in_bytes, so it goes second.
+	if err := cgroupWrite(dir, "memory.limit_in_bytes", v); err != nil {
+		return err
+	}
+	return cgroupWriteIfExists(dir, "memory.memsw.limit_in_bytes", v)
+}
+
+// limitPids sets the ceiling on processes and threads.
+func (h *cgroupHost) limitPids(c *execCgroup, n int64) error {
+	v := strconv.FormatInt(n, 10)
+	if h.unifiedCtl["pids"] {
+		return cgroupWrite(c.unified, "pids.max", v)
+	}
+	dir, err := c.mkdir(h.v1["pids"])
+	if err != nil {
+		return err
+	}
+	c.pidsV1 = dir
+	return cgroupWrite(dir, "pids.max", v)
+}
+
+// limitCPU sets the CPU weight, translated to cpu.shares on v1.
+func (h *cgroupHost) limitCPU(c *execCgroup, weight int) error {
+	if h.unifiedCtl["cpu"] {
+		return cgroupWrite(c.unified, "cpu.weight", strconv.Itoa(weight))
+	}
+	dir, err := c.mkdir(h.v1["cpu"])
+	if err != nil {
+		return err
+	}
+	return cgroupWrite(dir, "cpu.shares", strconv.FormatInt(cpuShares(weight), 10))
+}
+
+// cpuShares maps a cgroup v2 weight (default 100) to v1 shares (default
+// 1024), clamped to the range the kernel accepts.
+func cpuShares(weight int) int64 {
+	return min(max(int64(weight)*1024/100, 2), 262144)
+}
+
+// mkdir creates hier/termgate/<name>. A directory already made for a
+// co-mounted controller is reused; one left by anyone else is an error,
+// because sharing it would mix two executions.
+func (c *execCgroup) mkdir(hier string) (string, error) {
+	dir := filepath.Join(hier, cgroupParent, c.name)
+	if slices.Contains(c.dirs, dir) {
+		return dir, nil
+	}
+	if _, err := cgroupEnsureParent(hier); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("cgroup: create %s: %w", dir, err)
+	}
+	c.dirs = append(c.dirs, dir)
+	return dir, nil
+}
+
+// cgroupEnsureParent creates the shared termgate directory of hier; another
+// execution may create it at the same moment.
+func cgroupEnsureParent(hier string) (string, error) {
+	parent := filepath.Join(hier, cgroupParent)
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("cgroup: create %s: %w", parent, err)
+	}
+	return parent, nil
+}
+
+// cgroupEnable hands controller ctl down from the cgroup2 root through
+// termgate/ to the execution. Failing here means the ceiling cannot be
+// applied, so the error wraps ErrUnenforceable as well as the cause.
+func cgroupEnable(ctl string, dirs ...string) error {
+	for _, dir := range dirs {
+		if cgroupSubtreeHas(dir, ctl) {
+			continue // rewriting could fail (EBUSY) on a root holding processes
+		}
+		if err := cgroupWrite(dir, "cgroup.subtree_control", "+"+ctl); err != nil {
+			return fmt.Errorf("cgroup: enable %s controller: %w: %w", ctl, ErrUnenforceable, err)
+		}
+	}
+	return nil
+}
+
+// cgroupSubtreeHas reports whether dir already hands ctl to its children.
+func cgroupSubtreeHas(dir, ctl string) bool {
+	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	return slices.Contains(strings.Fields(string(data)), ctl)
+}
+
+// add moves pid into every directory of the group. The launcher calls it
+// while bwrap is still blocked, so every descendant is born inside.
+func (c *execCgroup) add(pid int) error {
+	for _, dir := range c.dirs {
+		if err := cgroupWrite(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cgroupEvents are counters of one execution, read to explain how it ended.
+type cgroupEvents struct {
+	OOMKills    int64
+	PidsMaxHits int64
+	CPUUsage    time.Duration
+}
+
+// events reads the counters now. A counter the host does not keep reads as
+// zero: events explain an exit, they never cause one.
+func (c *execCgroup) events() cgroupEvents {
+	var ev cgroupEvents
+	if c.memoryV1 != "" {
+		ev.OOMKills = cgroupKey(c.memoryV1, "memory.oom_control", "oom_kill")
+	} else if c.unified != "" {
+		ev.OOMKills = cgroupKey(c.unified, "memory.events", "oom_kill")
+	}
+	if c.pidsV1 != "" {
+		ev.PidsMaxHits = cgroupKey(c.pidsV1, "pids.events", "max")
+	} else if c.unified != "" {
+		ev.PidsMaxHits = cgroupKey(c.unified, "pids.events", "max")
+	}
+	// cgroup2 keeps cpu.stat even without the cpu controller, so it wins.
+	if c.unified != "" {
+		ev.CPUUsage = time.Duration(cgroupKey(c.unified, "cpu.stat", "usage_usec")) * time.Microsecond
+	} else if c.cpuacctV1 != "" {
+		ev.CPUUsage = time.Duration(cgroupInt(c.cpuacctV1, "cpuacct.usage"))
+	}
+	return ev
+}
+
+// pids lists the processes in the group: the union over every directory,
+// so a process that reached only some of them is still seen.
+func (c *execCgroup) pids() []int {
+	var all []int
+	for _, dir := range c.dirs {
+		all = append(all, cgroupReadPids(dir)...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
+// kill SIGKILLs every process in the group, by the most atomic means the
+// host has. It is idempotent, and a no-op once remove has succeeded.
+func (c *execCgroup) kill() error {
+	if c.removed.Load() {
+		return nil
+	}
+	if c.canKill {
+		return c.killUnified()
+	}
+	if c.freezer != "" {
+		frozen, err := c.killFrozen()
+		if err == nil && frozen {
+			return nil
+		}
+		if sweepErr := c.killEach(); sweepErr != nil {
+			return errors.Join(err, sweepErr)
+		}
+		return nil
+	}
+	return c.killEach()
+}
+
+// killUnified uses cgroup.kill, which the kernel applies to the group and
+// to anything forked meanwhile. A group already gone has nothing to kill.
+func (c *execCgroup) killUnified() error {
+	err := cgroupWrite(c.unified, "cgroup.kill", "1")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// killFrozen freezes the group so nothing can fork, signals every member
+// and thaws it so the signals are delivered. It reports false when the
+// freeze did not settle in time, and kill then sweeps with killEach.
+func (c *execCgroup) killFrozen() (bool, error) {
+	if err := cgroupWrite(c.freezer, "freezer.state", "FROZEN"); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return true, nil
+		}
+		return false, err
+	}
+	frozen := cgroupWaitFrozen(c.freezer)
+	cgroupSignalAll(cgroupReadPids(c.freezer))
+	if err := cgroupWrite(c.freezer, "freezer.state", "THAWED"); err != nil {
+		return false, err
+	}
+	return frozen, nil
+}
+
+// cgroupWaitFrozen polls until the v1 freezer settles, for a bounded time:
+// freezing is asynchronous and a task in uninterruptible sleep delays it.
+func cgroupWaitFrozen(dir string) bool {
+	for range cgroupFreezePolls {
+		data, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+		if err != nil || strings.TrimSpace(string(data)) == "FROZEN" {
+			return err == nil
+		}
+		time.Sleep(cgroupPollInterval)
+	}
+	return false
+}
+
+// killEach is the last resort: signal the listed processes until the group
+// is empty, a bounded number of times, since members may fork in between.
+// A pid can be reused between listing and signalling; the window is the
+// few microseconds after a member exits, which cgroup.kill and the freezer
+// avoid and this fallback cannot.
+func (c *execCgroup) killEach() error {
+	for range cgroupSignalRounds {
+		pids := c.pids()
+		if len(pids) == 0 {
+			return nil
+		}
+		cgroupSignalAll(pids)
+		time.Sleep(cgroupPollInterval)
+	}
+	if left := c.pids(); len(left) > 0 {
+		return fmt.Errorf("cgroup: kill %s: %d processes survive", c.name, len(left))
+	}
+	return nil
+}
+
+// cgroupSignalAll sends SIGKILL to each pid; one that already exited is fine.
+func cgroupSignalAll(pids []int) {
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+}
+
+// remove kills the group and deletes its directories, leaving the shared
+// termgate parents. It is idempotent.
+func (c *execCgroup) remove() error {
+	if c.removed.Load() {
+		return nil
+	}
+	killErr := c.kill()
+	if err := c.rmdirAll(); err != nil {
+		return errors.Join(killErr, err)
+	}
+	c.removed.Store(true)
+	return nil
+}
+
+// rmdirAll removes every directory, newest first, within one shared budget.
+func (c *execCgroup) rmdirAll() error {
+	deadline := time.Now().Add(cgroupRemoveBudget)
+	var errs []error
+	for _, dir := range slices.Backward(c.dirs) {
+		errs = append(errs, cgroupRmdir(dir, deadline))
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupRmdir retries while the kernel still counts killed tasks as members
+// (EBUSY), backing off until deadline. A missing directory is success.
+func cgroupRmdir(dir string, deadline time.Time) error {
+	delay := 5 * time.Millisecond
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("cgroup: remove %s: %w", dir, err)
+		}
+		time.Sleep(delay)
+		delay = min(delay*2, cgroupRetryMax)
+	}
+}
+
+// cgroupWrite writes one control file. It never creates the file: a missing
+// control file means a missing feature, not something to make up.
+func cgroupWrite(dir, file, value string) error {
+	path := filepath.Join(dir, file)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString(value)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in our message
+		}
+		return fmt.Errorf("cgroup: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// cgroupWriteIfExists writes a control file that only some kernels or
+// configurations provide (swap accounting).
+func cgroupWriteIfExists(dir, file, value string) error {
+	if !cgroupFileExists(dir, file) {
+		return nil
+	}
+	return cgroupWrite(dir, file, value)
+}
+
+// cgroupFileExists reports whether dir has the control file.
+func cgroupFileExists(dir, file string) bool {
+	_, err := os.Stat(filepath.Join(dir, file))
+	return err == nil
+}
+
+// cgroupKey reads the number after key in a "key value" per line file such
+// as memory.events; absent file or key reads as zero.
+func cgroupKey(dir, file, key string) int64 {
+	data, _ := os.ReadFile(filepath.Join(dir, file))
+	for line := range strings.Lines(string(data)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cgroupInt reads a file holding a single number; absent reads as zero.
+func cgroupInt(dir, file string) int64 {
+	data, _ := os.ReadFile(filepath.Join(dir, file))
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return n
+}
+
+// cgroupReadPids lists cgroup.procs; a directory already gone lists nothing.
+func cgroupReadPids(dir string) []int {
+	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// cgroupControllers reads the controllers a cgroup2 directory offers.
+func cgroupControllers(dir string) map[string]bool {
+	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	ctl := map[string]bool{}
+	for _, name := range strings.Fields(string(data)) {
+		ctl[name] = true
+	}
+	return ctl
+}
+
+// cgroupFSType returns the filesystem magic of dir, or 0 when it cannot be
+// read. The magic, unlike a directory name, cannot be faked by a plain dir.
+func cgroupFSType(dir string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Type)
+}
+
+// kernelAtLeast compares the running kernel's release with major.minor.
+// cgroup.kill exists only in non-root cgroups, so the version is how we
+// know about it before creating one.
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var gotMajor, gotMinor int
+	release := unix.ByteSliceToString(u.Release[:])
+	if _, err := fmt.Sscanf(release, "%d.%d", &gotMajor, &gotMinor); err != nil {
+		return false
+	}
+	return gotMajor > major || gotMajor == major && gotMinor >= minor
+}

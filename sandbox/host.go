@@ -1,0 +1,173 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrUnavailable is wrapped when the host cannot run a sandbox at all.
+var ErrUnavailable = errors.New("sandbox: unavailable on this host")
+
+// ErrIdentity is wrapped when the sandbox identity is unusable.
+var ErrIdentity = errors.New("sandbox: unusable sandbox identity")
+
+// Default host identity for the sandbox when termgate runs as root: an id
+// no account and no subordinate-id range uses by default, and not 65534
+// (nobody), which may have the reserved disk blocks.
+const (
+	DefaultUID = 2000000
+	DefaultGID = 2000000
+)
+
+// findBwrap resolves bwrap to an absolute path and reads its version.
+func findBwrap(name string) (path, version string, err error) {
+	if name == "" {
+		name = "bwrap"
+	}
+	path, err = exec.LookPath(name)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: bubblewrap (bwrap) not found: install it (Debian: apt-get install bubblewrap): %w", ErrUnavailable, err)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return "", "", fmt.Errorf("%w: resolve bwrap: %w", ErrUnavailable, err)
+	}
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("%w: run %s --version: %w", ErrUnavailable, path, err)
+	}
+	return path, strings.TrimSpace(string(out)), nil
+}
+
+// detectLayout reads the host paths the plan binds or recreates.
+func detectLayout() (hostLayout, error) {
+	h := hostLayout{links: map[string]string{}, etc: map[string]string{}, hostNet: map[string][]byte{}}
+	if fi, err := os.Stat("/usr"); err != nil || !fi.IsDir() {
+		return h, fmt.Errorf("%w: /usr is not a directory", ErrUnavailable)
+	}
+	for _, top := range systemTops {
+		if err := h.addTop(top); err != nil {
+			return h, err
+		}
+	}
+	for _, e := range etcEntries {
+		if err := h.addEtc(e); err != nil {
+			return h, err
+		}
+	}
+	for _, e := range hostNetEntries {
+		if data, err := os.ReadFile(e); err == nil {
+			h.hostNet[e] = data
+		}
+	}
+	return h, nil
+}
+
+func (h *hostLayout) addTop(top string) error {
+	fi, err := os.Lstat(top)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: inspect %s: %w", ErrUnavailable, top, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(top)
+		if err != nil {
+			return fmt.Errorf("%w: read link %s: %w", ErrUnavailable, top, err)
+		}
+		h.links[top] = target
+	case fi.IsDir():
+		h.dirs = append(h.dirs, top)
+	}
+	return nil
+}
+
+func (h *hostLayout) addEtc(e string) error {
+	fi, err := os.Lstat(e)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: inspect %s: %w", ErrUnavailable, e, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(e)
+		if err != nil {
+			return fmt.Errorf("%w: read link %s: %w", ErrUnavailable, e, err)
+		}
+		h.etc[e] = target
+	default:
+		h.etc[e] = ""
+	}
+	return nil
+}
+
+// openNoFollow opens an absolute host path without following any symlink
+// in any component, so a sandbox that swapped a directory for a link to /
+// cannot get the host mounted into the next sandbox. flags are added to
+// O_CLOEXEC.
+func openNoFollow(path string, flags int) (*os.File, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &how)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("open %s: a path component is a symbolic link", path)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// identity is the host uid and gid bwrap runs as.
+type identity struct {
+	uid, gid uint32
+	switchTo bool // termgate is root and must drop to uid/gid
+}
+
+func chooseIdentity(uid, gid uint32) (identity, error) {
+	if os.Geteuid() != 0 {
+		return identity{uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())}, nil
+	}
+	if uid == 0 {
+		uid = DefaultUID
+	}
+	if gid == 0 {
+		gid = DefaultGID
+	}
+	if uid == 65534 || gid == 65534 {
+		return identity{}, fmt.Errorf("%w: uid/gid 65534 (nobody) may use the reserved disk blocks; choose a dedicated id", ErrIdentity)
+	}
+	return identity{uid: uid, gid: gid, switchTo: true}, nil
+}
+
+// prepareWorkspace opens the workspace without following symlinks and, as
+// root, hands it to the sandbox identity so the sandbox can write it.
+func (id identity) prepareWorkspace(path string) (*os.File, error) {
+	f, err := openNoFollow(path, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	if !id.switchTo {
+		return f, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("workspace: stat %s: %w", path, err)
+	}
+	if st.Uid != id.uid || st.Gid != id.gid {
+		if err := unix.Fchown(int(f.Fd()), int(id.uid), int(id.gid)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("workspace: hand %s to the sandbox identity: %w", path, err)
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,214 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// DefaultKillGrace is how long a stopped process has between SIGTERM and SIGKILL.
+const DefaultKillGrace = 2 * time.Second
+
+// Config configures a Launcher. The zero value is usable.
+type Config struct {
+	// Bwrap is the bwrap program, looked up in PATH ("bwrap").
+	Bwrap string
+	// UID and GID are the host identity bwrap runs as when termgate runs as
+	// root (DefaultUID, DefaultGID). Ignored otherwise: bwrap then runs as
+	// termgate's own user.
+	UID, GID uint32
+	// CgroupRoot is where the cgroup hierarchies are mounted ("/sys/fs/cgroup").
+	CgroupRoot string
+	// KillGrace is the time between SIGTERM and SIGKILL (DefaultKillGrace).
+	KillGrace time.Duration
+	// Logger receives operational events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Launcher starts sandboxed processes. It is safe for concurrent use.
+type Launcher struct {
+	cfg      Config
+	log      *slog.Logger
+	bwrap    string
+	version  string
+	id       identity
+	layout   hostLayout
+	cgroups  *cgroupHost
+	events   *procWatcher // nil without process events: exits are then inexact
+	eventErr error
+	helpers  map[string]bool
+
+	closeOnce sync.Once
+}
+
+// NewLauncher checks the host and returns a launcher, or an error wrapping
+// ErrUnavailable or ErrIdentity. It runs nothing in a sandbox: Probe does.
+func NewLauncher(cfg Config) (*Launcher, error) {
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if cfg.KillGrace <= 0 {
+		cfg.KillGrace = DefaultKillGrace
+	}
+	l := &Launcher{cfg: cfg, log: cfg.Logger, helpers: map[string]bool{}}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if l.bwrap, l.version, err = findBwrap(cfg.Bwrap); err != nil {
+		return nil, err
+	}
+	if l.id, err = chooseIdentity(cfg.UID, cfg.GID); err != nil {
+		return nil, err
+	}
+	if l.layout, err = detectLayout(); err != nil {
+		return nil, err
+	}
+	for _, h := range []string{setsidPath, envPath, prlimitPath} {
+		_, err := os.Stat(h)
+		l.helpers[h] = err == nil
+	}
+	l.cgroups = detectCgroups(cfg.CgroupRoot)
+	l.startEvents()
+	return l, nil
+}
+
+// startEvents subscribes to process events when permitted. Without them
+// the launcher still isolates; only the exit status becomes inexact.
+func (l *Launcher) startEvents() {
+	w, err := newProcWatcher(l.log)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = w.selfTest(ctx)
+		cancel()
+		if err != nil {
+			w.Close()
+		}
+	}
+	if err != nil {
+		l.eventErr = err
+		l.log.Warn("process events unavailable: signal deaths are inferred from bwrap's exit code", "err", err)
+		return
+	}
+	l.events = w
+}
+
+// Close releases the launcher's resources. Running processes keep running.
+func (l *Launcher) Close() error {
+	l.closeOnce.Do(func() {
+		if l.events != nil {
+			l.events.Close()
+		}
+	})
+	return nil
+}
+
+// Stdio says where a process's output goes. Writers are called from the
+// process's own goroutines and must not block for long: a slow writer
+// stalls the process once the pipe or PTY buffer is full.
+type Stdio struct {
+	Stdout io.Writer // stdout, or the terminal output with a PTY; nil discards
+	Stderr io.Writer // stderr with pipes; nil discards
+}
+
+// Start validates p, sets up its sandbox and starts it. When ctx ends, the
+// process is stopped gracefully (SIGTERM, KillGrace, then SIGKILL); a
+// Policy.Timeout does the same. The returned Process must be waited for.
+func (l *Launcher) Start(ctx context.Context, p Policy, stdio Stdio) (*Process, error) {
+	p = p.Normalize()
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if err := l.checkSupported(p); err != nil {
+		return nil, err
+	}
+	if err := l.checkCwd(p); err != nil {
+		return nil, err
+	}
+	return l.start(ctx, p, stdio)
+}
+
+// checkSupported fails closed for anything this host cannot enforce.
+func (l *Launcher) checkSupported(p Policy) error {
+	if p.TTY != nil && !l.helpers[setsidPath] {
+		return fmt.Errorf("%w: a terminal needs %s (util-linux)", ErrUnavailable, setsidPath)
+	}
+	if p.Cwd != p.WorkspaceMount && !l.helpers[envPath] {
+		return fmt.Errorf("%w: a working directory needs %s (coreutils)", ErrUnavailable, envPath)
+	}
+	if len(rlimitArgs(p.Limits)) > 0 && !l.helpers[prlimitPath] {
+		return fmt.Errorf("%w: rlimits need %s (util-linux)", ErrUnenforceable, prlimitPath)
+	}
+	info := l.cgroups.Info()
+	switch {
+	case p.Limits.Memory > 0 && !info.Memory:
+		return fmt.Errorf("%w: memory (no memory cgroup controller available)", ErrUnenforceable)
+	case p.Limits.Pids > 0 && !info.Pids:
+		return fmt.Errorf("%w: pids (no pids cgroup controller available)", ErrUnenforceable)
+	case p.Limits.CPUWeight > 0 && !info.CPU:
+		return fmt.Errorf("%w: cpu weight (no cpu cgroup controller available)", ErrUnenforceable)
+	}
+	return nil
+}
+
+// checkCwd gives a clear error for a cwd inside the workspace that does not
+// exist. It is advice only: the sandboxed process enters the cwd itself,
+// so nothing here can lead outside.
+func (l *Launcher) checkCwd(p Policy) error {
+	rel, ok := relativeTo(p.WorkspaceMount, p.Cwd)
+	if !ok || rel == "." {
+		return nil
+	}
+	root, err := os.OpenRoot(p.Workspace)
+	if err != nil {
+		return fmt.Errorf("%w: workspace: %w", ErrInvalidPolicy, err)
+	}
+	defer root.Close()
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return fmt.Errorf("%w: cwd %s: %w", ErrInvalidPolicy, p.Cwd, errors.Unwrap(err))
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: cwd %s is not a directory", ErrInvalidPolicy, p.Cwd)
+	}
+	return nil
+}
+
+func relativeTo(base, p string) (string, bool) {
+	if p == base {
+		return ".", true
+	}
+	if len(p) > len(base) && p[:len(base)] == base && p[len(base)] == '/' {
+		return p[len(base)+1:], true
+	}
+	return "", false
+}
+
+// newCgroup makes the execution's cgroup. As root it always exists when
+// the host has any usable hierarchy, so the whole tree can be killed; it
+// is required when a cgroup ceiling was asked for.
+func (l *Launcher) newCgroup(p Policy) (*execCgroup, error) {
+	lim := cgroupLimits{MemoryBytes: p.Limits.Memory, Pids: p.Limits.Pids, CPUWeight: p.Limits.CPUWeight}
+	needed := lim != (cgroupLimits{})
+	if !needed && (os.Geteuid() != 0 || l.cgroups.Info().Version == "none") {
+		return nil, nil
+	}
+	cg, err := l.cgroups.create(randomName(), lim)
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	return cg, nil
+}
+
+func randomName() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "x" + hex.EncodeToString(b[:])
+}

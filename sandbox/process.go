@@ -1,0 +1,205 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotRunning is returned for signals and resizes after the process ended.
+var ErrNotRunning = errors.New("sandbox: process is not running")
+
+// Process is one running sandbox. Its methods are safe for concurrent use.
+type Process struct {
+	l       *Launcher
+	policy  Policy
+	cmd     *exec.Cmd
+	cg      *execCgroup
+	track   *procTrack
+	started time.Time
+
+	stdin  *os.File // pipe write end, or the PTY master
+	master *os.File // PTY master; nil with pipes
+	head   *headCapture
+
+	mu       sync.Mutex
+	stopped  Stop
+	killedUs bool
+	stopOnce sync.Once
+
+	copies sync.WaitGroup // output copiers; stop at end of file
+	exited chan struct{}  // closed when bwrap has been reaped
+	done   chan struct{}  // closed when exit is final
+	exit   Exit
+}
+
+// start runs bwrap blocked on its --args pipe, puts it into the cgroup,
+// applies rlimits, and only then hands it its arguments: nothing of the
+// sandbox runs before every ceiling is in place.
+func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, error) {
+	pl := buildPlan(p, l.layout, seccompProgram())
+	files, err := l.openFiles(pl, p)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(files)
+	argsR, argsW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: create args pipe: %w", err)
+	}
+	defer argsR.Close()
+	defer argsW.Close()
+
+	proc := &Process{l: l, policy: p, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
+	child, err := proc.setupIO(stdio)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(child[:])
+	proc.cmd = l.command(p, pl, child, append([]*os.File{argsR}, files...))
+	if proc.cg, err = l.newCgroup(p); err != nil {
+		proc.abandon(child)
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if err := proc.launch(argsW, encodeArgs(pl.opts)); err != nil {
+		proc.abandon(child)
+		return nil, err
+	}
+	go proc.supervise(ctx)
+	return proc, nil
+}
+
+// command builds the exec.Cmd for bwrap: exactly the policy's environment,
+// the options on fd 3, the command on argv (bwrap reads no command
+// through --args), and the sandbox identity when running as root.
+func (l *Launcher) command(p Policy, pl plan, stdio [3]*os.File, extra []*os.File) *exec.Cmd {
+	cmd := &exec.Cmd{
+		Path:       l.bwrap,
+		Args:       append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...),
+		Env:        p.sortedEnv(),
+		Dir:        "/",
+		Stdin:      stdio[0],
+		Stdout:     stdio[1],
+		Stderr:     stdio[2],
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:    true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if l.id.switchTo {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: l.id.uid, Gid: l.id.gid, Groups: []uint32{}}
+	}
+	return cmd
+}
+
+// openFiles materialises the plan's descriptors in order.
+func (l *Launcher) openFiles(pl plan, p Policy) ([]*os.File, error) {
+	files := make([]*os.File, 0, len(pl.files))
+	for _, f := range pl.files {
+		file, err := l.openFile(f, p)
+		if err != nil {
+			closeAll(files)
+			return nil, err
+		}
+		files = append(files, file)
+	}
+	return files, nil
+}
+
+func (l *Launcher) openFile(f planFile, p Policy) (*os.File, error) {
+	if f.kind == fileData {
+		return sealedData(f.data)
+	}
+	if f.path == p.Workspace && f.dir {
+		f, err := l.id.prepareWorkspace(f.path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+		}
+		return f, nil
+	}
+	file, err := openNoFollow(f.path, unix.O_PATH)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bind source: %w", ErrInvalidPolicy, err)
+	}
+	return file, nil
+}
+
+// sealedData puts data in a memfd that nobody can change afterwards.
+func sealedData(data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("termgate", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd")
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: write memfd: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: seal memfd: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: rewind memfd: %w", err)
+	}
+	return f, nil
+}
+
+// launch starts bwrap, applies what must precede its first fork, then
+// writes its arguments, which lets it go on.
+func (p *Process) launch(argsW *os.File, args []byte) error {
+	if err := p.cmd.Start(); err != nil {
+		p.cg.cleanup()
+		return fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
+	}
+	p.started = time.Now()
+	pid := p.cmd.Process.Pid
+	if p.l.events != nil {
+		p.track = p.l.events.track(pid)
+	}
+	err := p.confine(pid)
+	if err == nil {
+		_, err = argsW.Write(args)
+	}
+	if err != nil {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		p.cg.cleanup()
+		if p.track != nil {
+			p.l.events.untrack(p.track)
+		}
+		return fmt.Errorf("sandbox: confine bwrap: %w", err)
+	}
+	return nil
+}
+
+// confine puts the blocked bwrap into its cgroup, which every process it
+// starts inherits.
+func (p *Process) confine(pid int) error {
+	if p.cg == nil {
+		return nil
+	}
+	return p.cg.add(pid)
+}
+
+func closeAll[T interface{ Close() error }](xs []T) {
+	for _, x := range xs {
+		x.Close()
+	}
+}
+
+func (cg *execCgroup) cleanup() {
+	if cg != nil {
+		cg.remove()
+	}
+}

@@ -1,0 +1,287 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// The default seccomp filter is a deny list: the sandbox already confines
+// files, network and identity, so the filter only closes kernel interfaces
+// that break out of a terminal or a namespace, or that widen the kernel
+// attack surface for no use a shell session has. Everything else, ptrace
+// included (debuggers inside must keep working), is allowed.
+
+// seccompArch describes the native ABI of one GOARCH.
+type seccompArch struct {
+	audit uint32 // seccomp_data.arch of native system calls
+	x32   bool   // the kernel also accepts x32 calls under the native arch
+}
+
+// seccompArches lists the architectures the filter knows. Both are little
+// endian, which seccompArgLow relies on.
+var seccompArches = map[string]seccompArch{
+	"amd64": {audit: unix.AUDIT_ARCH_X86_64, x32: true},
+	"arm64": {audit: unix.AUDIT_ARCH_AARCH64},
+}
+
+// Offsets into struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
+const (
+	seccompDataNr   = 0
+	seccompDataArch = 4
+	seccompDataArgs = 16
+)
+
+// seccompArgLow is the offset of the low 32 bits of args[i] on a little
+// endian machine. The checked arguments (ioctl cmd, clone flags) are
+// truncated to 32 bits by the kernel, so the high word must not matter.
+func seccompArgLow(i int) uint32 { return seccompDataArgs + 8*uint32(i) }
+
+const (
+	// x32SyscallBit marks x32 system calls on x86_64 (__X32_SYSCALL_BIT).
+	x32SyscallBit = 0x40000000
+	// seccompSkippedNr is the number a tracer writes to skip a call.
+	seccompSkippedNr = 0xffffffff
+	// bpfMaxInsns is the kernel's limit on a classic BPF program.
+	bpfMaxInsns = 4096
+)
+
+// seccompDenied are refused with EPERM whatever their arguments.
+var seccompDenied = []uint32{
+	// Kernel keyrings are not namespaced: a session could read or plant
+	// keys shared with the host user.
+	unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY,
+	// Large kernel attack surface with no use in a terminal session.
+	unix.SYS_BPF, unix.SYS_PERF_EVENT_OPEN, unix.SYS_USERFAULTFD,
+	// The mount table is bwrap's to build; changing it inside undoes the
+	// policy (binds, read-only paths, masked procfs).
+	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT,
+	unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE, unix.SYS_OPEN_TREE_ATTR,
+	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
+	unix.SYS_MOUNT_SETATTR,
+	// Replacing or extending the running kernel.
+	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD,
+	unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
+	// Opens files by handle, bypassing the path-based confinement.
+	unix.SYS_OPEN_BY_HANDLE_AT,
+	// New namespaces would give the process a fresh, fully capable user
+	// namespace to attack the kernel from, or let it leave ours.
+	unix.SYS_UNSHARE, unix.SYS_SETNS,
+}
+
+// seccompTTYInject are the ioctl commands that push input into a terminal
+// that another process reads (TIOCSTI) or drive a virtual console's
+// selection buffer (TIOCLINUX).
+var seccompTTYInject = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
+
+// seccompCloneNamespaces are the clone flags that create namespaces.
+// CLONE_NEWTIME is missing on purpose: it is 0x80, which clone(2) reads as
+// part of the exit signal (CSIGNAL); only clone3 and unshare can create a
+// time namespace, and both are refused.
+const seccompCloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWUTS |
+	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID |
+	unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
+
+// Verdicts.
+const (
+	seccompAllow  = unix.SECCOMP_RET_ALLOW
+	seccompEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	seccompENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	seccompKill   = unix.SECCOMP_RET_KILL_PROCESS
+)
+
+// seccompProgram returns the default filter as raw sock_filter bytes
+// (native endian, 8 bytes per instruction), ready for bwrap --seccomp. It
+// returns nil on an architecture the filter does not know; bwrap refuses an
+// empty program, so a launch with it fails rather than running unfiltered.
+// The result is a fresh copy the caller may keep or modify.
+func seccompProgram() []byte { return slices.Clone(seccompDefault()) }
+
+// seccompDefault builds the filter once: it depends only on GOARCH.
+var seccompDefault = sync.OnceValue(func() []byte {
+	arch, ok := seccompArches[runtime.GOARCH]
+	if !ok {
+		return nil
+	}
+	insns, err := seccompFilter(arch).assemble()
+	if err != nil {
+		panic(fmt.Sprintf("sandbox: default seccomp filter: %v", err))
+	}
+	return encodeBPF(insns)
+})
+
+// seccompFilter writes the default filter. Every check jumps forward to
+// the shared blocks at the end, so all jumps stay short.
+func seccompFilter(arch seccompArch) *bpfBuilder {
+	b := newBPFBuilder()
+	// A foreign ABI (i386 int 0x80 on x86_64, AArch32 on arm64) numbers
+	// system calls differently, so nothing below would mean anything.
+	b.load(seccompDataArch)
+	b.jump(unix.BPF_JEQ, arch.audit, "", "kill")
+	b.load(seccompDataNr)
+	if arch.x32 {
+		seccompDenyX32(b)
+	}
+	b.jump(unix.BPF_JEQ, unix.SYS_IOCTL, "ioctl", "")
+	b.jump(unix.BPF_JEQ, unix.SYS_CLONE, "clone", "")
+	// clone3 keeps its flags in memory, out of the filter's reach; ENOSYS
+	// makes libc fall back to clone, whose flags we can check.
+	b.jump(unix.BPF_JEQ, unix.SYS_CLONE3, "enosys", "")
+	for _, nr := range seccompDenied {
+		b.jump(unix.BPF_JEQ, nr, "eperm", "")
+	}
+	b.label("allow")
+	b.ret(seccompAllow)
+	seccompIoctl(b)
+	seccompClone(b)
+	seccompVerdicts(b)
+	return b
+}
+
+// seccompDenyX32 refuses x32 calls: they reach the same kernel entry points
+// under other numbers, so a list of native numbers would not cover them.
+func seccompDenyX32(b *bpfBuilder) {
+	// A tracer skips a call by setting its number to -1; the kernel runs
+	// nothing for it, and an errno here would overwrite the return value
+	// the tracer chose.
+	b.jump(unix.BPF_JEQ, seccompSkippedNr, "allow", "")
+	b.jump(unix.BPF_JGE, x32SyscallBit, "enosys", "")
+}
+
+// seccompIoctl refuses terminal input injection. Only the low word of cmd
+// is loaded because the kernel truncates cmd to unsigned int: comparing 64
+// bits would let 0x100005412 through as TIOCSTI.
+func seccompIoctl(b *bpfBuilder) {
+	b.label("ioctl")
+	b.load(seccompArgLow(1))
+	for _, cmd := range seccompTTYInject {
+		b.jump(unix.BPF_JEQ, cmd, "eperm", "")
+	}
+	b.ret(seccompAllow)
+}
+
+// seccompClone refuses clone calls that create namespaces and lets threads
+// and forks through. The kernel reads only the low 32 bits of the flags.
+func seccompClone(b *bpfBuilder) {
+	b.label("clone")
+	b.load(seccompArgLow(0))
+	b.jump(unix.BPF_JSET, seccompCloneNamespaces, "eperm", "")
+	b.ret(seccompAllow)
+}
+
+// seccompVerdicts are the shared return blocks the checks jump to.
+func seccompVerdicts(b *bpfBuilder) {
+	b.label("eperm")
+	b.ret(seccompEPERM)
+	b.label("enosys")
+	b.ret(seccompENOSYS)
+	// Kill the whole process, not the thread: a half-killed multithreaded
+	// program is harder to reason about than a dead one.
+	b.label("kill")
+	b.ret(seccompKill)
+}
+
+// bpfBuilder assembles a classic BPF program whose jumps name labels, so
+// the program reads top to bottom and offsets are computed once, at the
+// end. Only forward jumps within the 8-bit jt/jf range are accepted: a
+// program that needs more is a program to restructure, not to patch.
+type bpfBuilder struct {
+	insns  []bpfInsn
+	labels map[string]int
+	err    error
+}
+
+// bpfInsn is an instruction with its jump targets still symbolic; an empty
+// target means the next instruction.
+type bpfInsn struct {
+	unix.SockFilter
+	jt, jf string
+}
+
+func newBPFBuilder() *bpfBuilder {
+	return &bpfBuilder{labels: map[string]int{}}
+}
+
+// load sets A to the 32-bit word at off in seccomp_data.
+func (b *bpfBuilder) load(off uint32) {
+	b.emit(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, off, "", "")
+}
+
+// jump compares A with k using op (BPF_JEQ, BPF_JGE, BPF_JSET).
+func (b *bpfBuilder) jump(op uint16, k uint32, jt, jf string) {
+	b.emit(unix.BPF_JMP|op|unix.BPF_K, k, jt, jf)
+}
+
+// ret ends the program with verdict k.
+func (b *bpfBuilder) ret(k uint32) { b.emit(unix.BPF_RET|unix.BPF_K, k, "", "") }
+
+func (b *bpfBuilder) emit(code uint16, k uint32, jt, jf string) {
+	insn := bpfInsn{SockFilter: unix.SockFilter{Code: code, K: k}, jt: jt, jf: jf}
+	b.insns = append(b.insns, insn)
+}
+
+// label names the next instruction.
+func (b *bpfBuilder) label(name string) {
+	if _, dup := b.labels[name]; dup && b.err == nil {
+		b.err = fmt.Errorf("bpf: label %q defined twice", name)
+	}
+	b.labels[name] = len(b.insns)
+}
+
+// assemble resolves the labels into relative jump offsets.
+func (b *bpfBuilder) assemble() ([]unix.SockFilter, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	if len(b.insns) == 0 || len(b.insns) > bpfMaxInsns {
+		return nil, fmt.Errorf("bpf: %d instructions, want 1 to %d", len(b.insns), bpfMaxInsns)
+	}
+	out := make([]unix.SockFilter, len(b.insns))
+	for i, insn := range b.insns {
+		jt, err := b.offset(i, insn.jt)
+		if err != nil {
+			return nil, err
+		}
+		jf, err := b.offset(i, insn.jf)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = insn.SockFilter
+		out[i].Jt, out[i].Jf = jt, jf
+	}
+	return out, nil
+}
+
+// offset is the distance from the instruction after pc to label.
+func (b *bpfBuilder) offset(pc int, label string) (uint8, error) {
+	if label == "" {
+		return 0, nil
+	}
+	target, ok := b.labels[label]
+	if !ok {
+		return 0, fmt.Errorf("bpf: undefined label %q", label)
+	}
+	d := target - pc - 1
+	if d < 0 || d > 255 || target >= len(b.insns) {
+		return 0, fmt.Errorf("bpf: jump from %d to %q (%d) out of range", pc, label, target)
+	}
+	return uint8(d), nil
+}
+
+// encodeBPF lays the program out as the kernel's struct sock_filter array:
+// u16 code, u8 jt, u8 jf, u32 k, in native byte order.
+func encodeBPF(insns []unix.SockFilter) []byte {
+	out := make([]byte, 0, 8*len(insns))
+	for _, in := range insns {
+		out = binary.NativeEndian.AppendUint16(out, in.Code)
+		out = append(out, in.Jt, in.Jf)
+		out = binary.NativeEndian.AppendUint32(out, in.K)
+	}
+	return out
+}

@@ -1,0 +1,356 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// setupIO creates the pipes or the PTY. It returns the child's ends, which
+// the caller closes once bwrap has started.
+func (p *Process) setupIO(stdio Stdio) ([3]*os.File, error) {
+	if p.policy.TTY != nil {
+		return p.setupPTY(stdio)
+	}
+	return p.setupPipes(stdio)
+}
+
+func (p *Process) setupPipes(stdio Stdio) ([3]*os.File, error) {
+	var child [3]*os.File
+	var parent [3]*os.File
+	for i := range 3 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(child[:i])
+			closeAll(parent[:i])
+			return child, fmt.Errorf("sandbox: create pipe: %w", err)
+		}
+		if i == 0 {
+			child[i], parent[i] = r, w
+		} else {
+			child[i], parent[i] = w, r
+		}
+	}
+	p.stdin = parent[0]
+	p.copy(parent[1], stdio.Stdout, true)
+	p.copy(parent[2], stdio.Stderr, true)
+	return child, nil
+}
+
+// setupPTY opens a terminal whose master is read through Go's poller:
+// creack/pty leaves it blocking, which pins a thread per idle terminal and
+// ignores deadlines.
+func (p *Process) setupPTY(stdio Stdio) ([3]*os.File, error) {
+	master, tty, err := pty.Open()
+	if err != nil {
+		return [3]*os.File{}, fmt.Errorf("sandbox: open pty: %w", err)
+	}
+	m, err := pollable(master)
+	if err != nil {
+		tty.Close()
+		return [3]*os.File{}, err
+	}
+	p.master, p.stdin = m, m
+	if err := p.Resize(*p.policy.TTY); err != nil {
+		tty.Close()
+		m.Close()
+		return [3]*os.File{}, err
+	}
+	p.copy(m, stdio.Stdout, true)
+	return [3]*os.File{tty, tty, tty}, nil
+}
+
+// pollable re-opens f's descriptor in non-blocking mode so that reads and
+// writes go through the runtime poller.
+func pollable(f *os.File) (*os.File, error) {
+	defer f.Close()
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pty: %w", err)
+	}
+	var fd int
+	var derr error
+	raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 3) })
+	if derr != nil {
+		return nil, fmt.Errorf("sandbox: dup pty: %w", derr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("sandbox: pty non-blocking: %w", err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// copy drains r into w until end of file, on a goroutine owned by the
+// process; Wait waits for it. A PTY master reports EIO once every slave
+// is closed: that is its end of file.
+func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
+	if w == nil {
+		w = io.Discard
+	}
+	if capture {
+		w = io.MultiWriter(p.head, w)
+	}
+	p.copies.Add(1)
+	go func() {
+		defer p.copies.Done()
+		defer r.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				w.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// headCapture keeps the first bytes of output, where bwrap prints its
+// setup error.
+type headCapture struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const headSize = 2048
+
+func (h *headCapture) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	if room := headSize - len(h.buf); room > 0 {
+		h.buf = append(h.buf, b[:min(room, len(b))]...)
+	}
+	h.mu.Unlock()
+	return len(b), nil
+}
+
+// bwrapMessage returns bwrap's own error line, if the output starts with one.
+func (h *headCapture) bwrapMessage() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, line := range bytes.Split(h.buf, []byte("\n")) {
+		line = bytes.TrimRight(line, "\r")
+		if bytes.HasPrefix(line, []byte("bwrap: ")) {
+			return string(line)
+		}
+	}
+	return ""
+}
+
+// abandon releases both ends of the stdio after a failed start and waits
+// for the copiers, which then see end of file.
+func (p *Process) abandon(child [3]*os.File) {
+	closeAll(child[:])
+	if p.stdin != nil && p.master == nil {
+		p.stdin.Close()
+	}
+	p.copies.Wait()
+	if p.master != nil {
+		p.master.Close()
+	}
+}
+
+// supervise owns cmd.Wait. It stops the process when ctx ends or the
+// timeout passes, and finalises the exit once bwrap is reaped and every
+// output stream has ended.
+func (p *Process) supervise(ctx context.Context) {
+	go p.watch(ctx)
+	state, _ := p.cmd.Process.Wait()
+	close(p.exited)
+	ws, _ := state.Sys().(syscall.WaitStatus)
+	facts := p.collect(unix.WaitStatus(ws))
+	if p.stdin != nil && p.master == nil {
+		p.stdin.Close()
+	}
+	p.copies.Wait()
+	if p.master != nil {
+		// The master doubles as stdin: close it only after the copier ended.
+		p.master.Close()
+	}
+	facts.setupMsg = p.head.bwrapMessage()
+	p.exit = classify(facts)
+	p.exit.Started = p.started
+	p.exit.Duration = time.Since(p.started)
+	close(p.done)
+}
+
+// collect gathers what happened, then makes sure nothing of the execution
+// survives: the cgroup is killed and removed.
+func (p *Process) collect(outer unix.WaitStatus) exitFacts {
+	f := exitFacts{outer: outer, cpuLimit: p.policy.Limits.CPUSeconds > 0}
+	if p.track != nil {
+		select {
+		case <-p.track.done():
+		case <-time.After(2 * time.Second):
+		}
+		if p.track.complete() {
+			f.exact = true
+			f.execed = p.track.execed()
+			f.workload, _ = p.track.workloadExit()
+			if f.execed {
+				if _, ok := p.track.workloadExit(); !ok {
+					f.exact = false
+				}
+			}
+		}
+		p.l.events.untrack(p.track)
+	}
+	if p.cg != nil {
+		ev := p.cg.events()
+		f.oomKills, f.pidsHits = ev.OOMKills, ev.PidsMaxHits
+		p.cg.remove()
+	}
+	p.mu.Lock()
+	f.killedUs, f.stoppedAs = p.killedUs, p.stopped
+	p.mu.Unlock()
+	return f
+}
+
+// watch stops the process when ctx ends or the policy's timeout passes.
+func (p *Process) watch(ctx context.Context) {
+	var timeout <-chan time.Time
+	if p.policy.Timeout > 0 {
+		t := time.NewTimer(p.policy.Timeout - time.Since(p.started))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		p.Stop(StopCancel)
+	case <-timeout:
+		p.Stop(StopTimeout)
+	}
+}
+
+// Wait blocks until the process tree is gone and all output was delivered.
+func (p *Process) Wait() Exit {
+	<-p.done
+	return p.exit
+}
+
+// Done is closed when Wait would return.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Stdin returns where input goes: the stdin pipe, or the PTY. With pipes,
+// closing it delivers end of file to the command.
+func (p *Process) Stdin() io.WriteCloser {
+	if p.master != nil {
+		return ptyInput{p.master}
+	}
+	return p.stdin
+}
+
+// ptyInput writes to the PTY; Close does nothing because the master also
+// carries the output.
+type ptyInput struct{ f *os.File }
+
+func (w ptyInput) Write(b []byte) (int, error) { return w.f.Write(b) }
+func (w ptyInput) Close() error                { return nil }
+
+// Pid returns bwrap's host pid, for logs.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Resize sets the terminal size; it fails with pipes.
+func (p *Process) Resize(ws WindowSize) error {
+	if p.master == nil {
+		return errors.New("sandbox: resize needs a terminal")
+	}
+	if ws.Rows == 0 || ws.Cols == 0 {
+		return errors.New("sandbox: terminal size must be at least 1x1")
+	}
+	raw, err := p.master.SyscallConn()
+	if err != nil {
+		return ErrNotRunning
+	}
+	var ierr error
+	err = raw.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+	})
+	if err != nil {
+		return ErrNotRunning
+	}
+	if ierr != nil {
+		return fmt.Errorf("sandbox: resize: %w", ierr)
+	}
+	return nil
+}
+
+// Signal delivers sig to the command's process group inside the sandbox,
+// never to bwrap, so the command's own handlers run.
+func (p *Process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.exited:
+		return ErrNotRunning
+	default:
+	}
+	pid, err := p.workload()
+	if err != nil {
+		return err
+	}
+	target := -pid
+	if pgid, err := unix.Getpgid(pid); err != nil || pgid != pid {
+		// The command has not made its own group yet: signal it alone.
+		target = pid
+	}
+	if err := unix.Kill(target, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("sandbox: signal: %w", err)
+	}
+	return nil
+}
+
+// Stop ends the process gracefully: SIGTERM to the command's group, then,
+// after the launcher's grace period, SIGKILL to everything. It returns at
+// once; Wait tells when the process is gone. Only the first call counts.
+func (p *Process) Stop(why Stop) {
+	p.stopOnce.Do(func() {
+		p.mu.Lock()
+		p.stopped = why
+		p.mu.Unlock()
+		p.Signal(unix.SIGTERM)
+		go p.killAfter(p.l.cfg.KillGrace)
+	})
+}
+
+func (p *Process) killAfter(grace time.Duration) {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		p.Kill()
+	}
+}
+
+// Kill ends the whole execution at once: the sandbox's pid 1 (whose death
+// takes every process of its namespace), everything in the cgroup, and bwrap.
+func (p *Process) Kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.mu.Lock()
+	p.killedUs = true
+	p.mu.Unlock()
+	if p.track != nil {
+		if pid, ok := p.track.initPid(); ok {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	p.cmd.Process.Kill()
+}
