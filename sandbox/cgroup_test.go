@@ -520,3 +520,54 @@ func cgroupPoll(f func() int64) int64 {
 	}
 	return f()
 }
+
+func TestCgroupKillV1Fallbacks(t *testing.T) {
+	t.Parallel()
+	cgroupRequireRoot(t)
+	real := detectCgroups(cgroupTestRoot)
+	if len(real.v1) == 0 {
+		// A pure v2 host never takes these paths, so even CI skips.
+		t.Skip("no v1 hierarchies: the freezer and signal fallbacks do not apply")
+	}
+	// Hiding cgroup2 turns a hybrid host into a v1 one; hiding the freezer
+	// too leaves only the signal loop.
+	tests := []struct {
+		name       string
+		hide       []string
+		wantFrozen bool
+	}{
+		{"freezer", nil, true},
+		{"signals", []string{"freezer"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := &cgroupHost{version: "v1", v1: maps.Clone(real.v1)}
+			for _, ctl := range tt.hide {
+				delete(h.v1, ctl)
+			}
+			if got := h.v1["freezer"] != ""; got != tt.wantFrozen {
+				t.Skip("host has no v1 freezer")
+			}
+			c := cgroupTestCreate(t, h, cgroupLimits{})
+			if len(c.dirs) == 0 {
+				t.Skip("no v1 freezer or cpuacct hierarchy to track processes")
+			}
+			cmd, stdin := cgroupStartHeld(t, c, "for i in 1 2 3; do sleep 60 & done; wait")
+			if _, err := io.WriteString(stdin, "go\n"); err != nil {
+				t.Fatalf("release sh: %v", err)
+			}
+			if n := cgroupPoll(func() int64 { return int64(len(c.pids())) / 4 }); n == 0 {
+				t.Fatalf("pids() = %v, want sh and 3 sleeps", c.pids())
+			}
+			if err := c.kill(); err != nil {
+				t.Fatalf("kill: %v", err)
+			}
+			_ = cgroupWait(t, cmd, 5*time.Second)
+			if err := c.remove(); err != nil {
+				t.Fatalf("remove: %v", err)
+			}
+			cgroupAssertGone(t, c)
+		})
+	}
+}

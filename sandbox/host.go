@@ -108,12 +108,12 @@ func (h *hostLayout) addEtc(e string) error {
 }
 
 // openNoFollow opens an absolute host path without following any symlink
-// in any component, so a sandbox that swapped a directory for a link to /
-// cannot get the host mounted into the next sandbox. flags are added to
-// O_CLOEXEC.
+// in any component, the last included, so a sandbox that swapped a
+// directory for a link to / cannot get the host mounted into the next
+// sandbox. Only directories and regular files are accepted.
 func openNoFollow(path string, flags int) (*os.File, error) {
 	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
+		Flags:   uint64(flags | unix.O_CLOEXEC),
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	}
 	fd, err := unix.Openat2(unix.AT_FDCWD, path, &how)
@@ -123,7 +123,53 @@ func openNoFollow(path string, flags int) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open %s: not a directory or regular file", path)
+	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// checkHostPath checks the directories above a bind source. The sandbox
+// identity must be able to search them, because bwrap resolves the source
+// as that identity (and would only say "Permission denied" about a
+// /proc/self/fd path). And none may belong to that identity: bwrap
+// resolves the path again by name, so a directory a sandbox can write
+// could be swapped for a link between termgate's check and the mount.
+func (id identity) checkHostPath(path string) error {
+	if !id.switchTo {
+		return nil
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			return fmt.Errorf("inspect %s: %w", dir, err)
+		}
+		if st.Uid == id.uid {
+			return fmt.Errorf("%s lies in %s, which the sandbox identity owns: bind sources must be paths no sandbox can write", path, dir)
+		}
+		if !id.canSearch(st) {
+			return fmt.Errorf("%s (mode %04o) is not searchable by the sandbox identity %d:%d: give its directories at least mode 0711", dir, st.Mode&0o7777, id.uid, id.gid)
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}
+
+func (id identity) canSearch(st unix.Stat_t) bool {
+	switch {
+	case st.Uid == id.uid:
+		return st.Mode&0o100 != 0
+	case st.Gid == id.gid:
+		return st.Mode&0o010 != 0
+	}
+	return st.Mode&0o001 != 0
 }
 
 // identity is the host uid and gid bwrap runs as.

@@ -119,6 +119,9 @@ func (l *Launcher) openFile(f planFile, p Policy) (*os.File, error) {
 	if f.kind == fileData {
 		return sealedData(f.data)
 	}
+	if err := l.id.checkHostPath(f.path); err != nil {
+		return nil, fmt.Errorf("%w: bind source: %w", ErrInvalidPolicy, err)
+	}
 	if f.path == p.Workspace && f.dir {
 		f, err := l.id.prepareWorkspace(f.path)
 		if err != nil {
@@ -158,6 +161,12 @@ func sealedData(data []byte) (*os.File, error) {
 // launch starts bwrap, applies what must precede its first fork, then
 // writes its arguments, which lets it go on.
 func (p *Process) launch(argsW *os.File, args []byte) error {
+	// Descriptors termgate inherited without close-on-exec (from a service
+	// manager, a shell) would otherwise pass through bwrap into the sandbox.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		p.cg.cleanup()
+		return fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
+	}
 	if err := p.cmd.Start(); err != nil {
 		p.cg.cleanup()
 		return fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)

@@ -22,13 +22,21 @@ import (
 type seccompArch struct {
 	audit uint32 // seccomp_data.arch of native system calls
 	x32   bool   // the kernel also accepts x32 calls under the native arch
+	// kexecFileLoad is spelled out because unix has no SYS_KEXEC_FILE_LOAD
+	// on some linux ports (386, mips*), where this file must still compile.
+	kexecFileLoad uint32
+}
+
+// denied is seccompDenied plus the calls whose numbers the table holds.
+func (a seccompArch) denied() []uint32 {
+	return append(slices.Clip(seccompDenied), a.kexecFileLoad)
 }
 
 // seccompArches lists the architectures the filter knows. Both are little
 // endian, which seccompArgLow relies on.
 var seccompArches = map[string]seccompArch{
-	"amd64": {audit: unix.AUDIT_ARCH_X86_64, x32: true},
-	"arm64": {audit: unix.AUDIT_ARCH_AARCH64},
+	"amd64": {audit: unix.AUDIT_ARCH_X86_64, x32: true, kexecFileLoad: 320},
+	"arm64": {audit: unix.AUDIT_ARCH_AARCH64, kexecFileLoad: 294},
 }
 
 // Offsets into struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
@@ -66,7 +74,8 @@ var seccompDenied = []uint32{
 	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
 	unix.SYS_MOUNT_SETATTR,
 	// Replacing or extending the running kernel.
-	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD,
+	// kexec_file_load is added per arch, see seccompArch.
+	unix.SYS_KEXEC_LOAD,
 	unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
 	// Opens files by handle, bypassing the path-based confinement.
 	unix.SYS_OPEN_BY_HANDLE_AT,
@@ -133,7 +142,7 @@ func seccompFilter(arch seccompArch) *bpfBuilder {
 	// clone3 keeps its flags in memory, out of the filter's reach; ENOSYS
 	// makes libc fall back to clone, whose flags we can check.
 	b.jump(unix.BPF_JEQ, unix.SYS_CLONE3, "enosys", "")
-	for _, nr := range seccompDenied {
+	for _, nr := range arch.denied() {
 		b.jump(unix.BPF_JEQ, nr, "eperm", "")
 	}
 	b.label("allow")
