@@ -540,4 +540,3 @@ func TestStdinReachesCommandAndCloses(t *testing.T) {
 		t.Errorf("stdin: %s, output %q", exit, out.String())
 	}
 }
-

@@ -1,0 +1,156 @@
+package sandbox
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+var testLayout = hostLayout{
+	links:   map[string]string{"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"},
+	etc:     map[string]string{"/etc/ld.so.cache": "", "/etc/localtime": "/usr/share/zoneinfo/Etc/UTC", "/etc/ssl/certs": ""},
+	hostNet: map[string][]byte{"/etc/resolv.conf": []byte("nameserver 127.0.0.53\n")},
+}
+
+func testPlan(t *testing.T, p Policy) plan {
+	t.Helper()
+	if p.Workspace == "" {
+		p.Workspace = "/srv/ws/tenant"
+	}
+	p = p.Normalize()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return buildPlan(p, testLayout, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+}
+
+// hasSeq reports whether seq appears contiguously in args.
+func hasSeq(args []string, seq ...string) bool {
+	for i := 0; i+len(seq) <= len(args); i++ {
+		if slices.Equal(args[i:i+len(seq)], seq) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPlanDefaults(t *testing.T) {
+	t.Parallel()
+	pl := testPlan(t, Policy{Command: []string{"ls", "-l"}})
+	for _, seq := range [][]string{
+		{"--unshare-user", "--disable-userns"}, {"--unshare-pid"}, {"--unshare-ipc"}, {"--unshare-cgroup"},
+		{"--unshare-uts", "--hostname", "sandbox"}, {"--unshare-net"}, {"--die-with-parent"},
+		{"--cap-drop", "ALL"}, {"--new-session"}, {"--ro-bind", "/usr", "/usr"}, {"--symlink", "usr/bin", "/bin"},
+		{"--symlink", "/usr/share/zoneinfo/Etc/UTC", "/etc/localtime"}, {"--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"},
+		{"--dev", "/dev"}, {"--size", "67108864", "--tmpfs", "/tmp"}, {"--size", "67108864", "--tmpfs", "/run"},
+		{"--bind-fd", "6", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
+	} {
+		if !hasSeq(pl.opts, seq...) {
+			t.Errorf("options lack %q:\n%q", seq, pl.opts)
+		}
+	}
+	for _, absent := range []string{"--proc", "/etc/resolv.conf", "--share-net"} {
+		if slices.Contains(pl.opts, absent) {
+			t.Errorf("options contain %q", absent)
+		}
+	}
+	if want := []string{"--", "ls", "-l"}; !slices.Equal(pl.argv, want) {
+		t.Errorf("argv = %q, want %q", pl.argv, want)
+	}
+}
+
+func TestPlanKeepsHostPathsOutOfArguments(t *testing.T) {
+	t.Parallel()
+	pl := testPlan(t, Policy{Command: []string{"true"}, Binds: []Bind{{Source: "/srv/data", Dest: "/data"}}})
+	all := strings.Join(append(pl.opts, pl.argv...), " ")
+	if strings.Contains(all, "/srv/") {
+		t.Errorf("host path in bwrap's arguments: %s", all)
+	}
+	if !slices.ContainsFunc(pl.files, func(f planFile) bool { return f.kind == fileBind && f.path == "/srv/data" }) {
+		t.Errorf("bind source not passed as a descriptor: %+v", pl.files)
+	}
+}
+
+func TestPlanMountsBindsByDepth(t *testing.T) {
+	t.Parallel()
+	pl := testPlan(t, Policy{Command: []string{"true"}, Binds: []Bind{
+		{Source: "/srv/a/deep", Dest: "/workspace/x/ro"},
+		{Source: "/srv/cache", Dest: "/cache", Writable: true},
+	}})
+	var dests []string
+	for i, o := range pl.opts {
+		if o == "--bind-fd" || o == "--ro-bind-fd" {
+			dests = append(dests, o+" "+pl.opts[i+2])
+		}
+	}
+	want := []string{"--bind-fd /workspace", "--bind-fd /cache", "--ro-bind-fd /workspace/x/ro"}
+	if !slices.Equal(dests, want) {
+		t.Errorf("bind order %q, want %q", dests, want)
+	}
+}
+
+func TestPlanModes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		policy   Policy
+		has      [][]string
+		lacks    []string
+		wantArgv []string
+	}{
+		{"pty uses setsid, not --new-session", Policy{Command: []string{"bash"}, TTY: &WindowSize{Rows: 24, Cols: 80}},
+			nil, []string{"--new-session"}, []string{"--", setsidPath, "--ctty", "bash"}},
+		{"cwd is entered inside", Policy{Command: []string{"make"}, Cwd: "/workspace/src"},
+			nil, nil, []string{"--", envPath, "-C", "/workspace/src", "--", "make"}},
+		{"rlimits are set inside, soft = hard", Policy{Command: []string{"x"}, Limits: Limits{CPUSeconds: 5, OpenFiles: 64}},
+			nil, nil, []string{"--", prlimitPath, "--cpu=5:5", "--nofile=64:64", "--", "x"}},
+		{"host network", Policy{Command: []string{"x"}, Network: NetworkHost},
+			[][]string{{"--ro-bind-data"}}, []string{"--unshare-net"}, nil},
+		{"private proc", Policy{Command: []string{"x"}, Proc: ProcPrivate},
+			[][]string{{"--proc", "/proc"}}, nil, nil},
+		{"self-exe", Policy{Command: []string{"x"}, Proc: ProcSelfExe, SelfExe: "/opt/app"},
+			[][]string{{"--symlink", "/opt/app", "/proc/self/exe"}}, []string{"--proc"}, nil},
+		{"read-only workspace", Policy{Command: []string{"x"}, WorkspaceReadOnly: true},
+			[][]string{{"--ro-bind-fd", "6", "/workspace"}}, []string{"--bind-fd"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pl := testPlan(t, c.policy)
+			for _, seq := range c.has {
+				if !hasSeq(pl.opts, seq...) {
+					t.Errorf("options lack %q: %q", seq, pl.opts)
+				}
+			}
+			for _, a := range c.lacks {
+				if slices.Contains(pl.opts, a) {
+					t.Errorf("options contain %q", a)
+				}
+			}
+			if c.wantArgv != nil && !slices.Equal(pl.argv, c.wantArgv) {
+				t.Errorf("argv = %q, want %q", pl.argv, c.wantArgv)
+			}
+		})
+	}
+}
+
+func TestPlanHostNetworkCopiesResolver(t *testing.T) {
+	t.Parallel()
+	pl := testPlan(t, Policy{Command: []string{"x"}, Network: NetworkHost})
+	found := false
+	for i, o := range pl.opts {
+		if o == "--ro-bind-data" && pl.opts[i+2] == "/etc/resolv.conf" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no resolv.conf with host network: %q", pl.opts)
+	}
+}
+
+func TestEncodeArgs(t *testing.T) {
+	t.Parallel()
+	if got := string(encodeArgs([]string{"--a", "b c", ""})); got != "--a\x00b c\x00\x00" {
+		t.Errorf("encodeArgs = %q", got)
+	}
+}

@@ -1,0 +1,112 @@
+package sandbox
+
+import (
+	"errors"
+	"path"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validPolicy() Policy {
+	return Policy{Command: []string{"/bin/sh", "-c", "true"}, Workspace: "/srv/ws"}
+}
+
+func TestValidateRejects(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		mutate func(*Policy)
+		want   string
+	}{
+		{"empty command", func(p *Policy) { p.Command = nil }, "command is empty"},
+		{"relative path command", func(p *Policy) { p.Command = []string{"bin/x"} }, "must be absolute"},
+		{"equals in program", func(p *Policy) { p.Command = []string{"A=b"} }, "cannot contain '='"},
+		{"NUL in argument", func(p *Policy) { p.Command = []string{"x", "a\x00b"} }, "NUL"},
+		{"too many arguments", func(p *Policy) { p.Command = make([]string, maxArgs+1); p.Command[0] = "x" }, "arguments"},
+		{"bad env name", func(p *Policy) { p.Env = map[string]string{"1X": "v"} }, "must match"},
+		{"env name with equals", func(p *Policy) { p.Env = map[string]string{"A=B": "v"} }, "must match"},
+		{"env NUL", func(p *Policy) { p.Env = map[string]string{"A": "\x00"} }, "NUL"},
+		{"huge env", func(p *Policy) { p.Env = map[string]string{"A": strings.Repeat("x", maxEnvBytes)} }, "environment takes"},
+		{"relative workspace", func(p *Policy) { p.Workspace = "ws" }, "must be absolute"},
+		{"unclean cwd", func(p *Policy) { p.Cwd = "/workspace/../etc" }, "must be clean"},
+		{"relative cwd", func(p *Policy) { p.Cwd = "src" }, "must be absolute"},
+		{"bind over /usr", func(p *Policy) { p.Binds = []Bind{{Source: "/srv/x", Dest: "/usr/lib"}} }, "reserved"},
+		{"bind over /proc", func(p *Policy) { p.Binds = []Bind{{Source: "/srv/x", Dest: "/proc"}} }, "reserved"},
+		{"bind twice", func(p *Policy) { p.Binds = []Bind{{Source: "/a", Dest: "/x"}, {Source: "/b", Dest: "/x"}} }, "used twice"},
+		{"bind over workspace", func(p *Policy) { p.Binds = []Bind{{Source: "/a", Dest: "/workspace"}} }, "used twice"},
+		{"workspace mount reserved", func(p *Policy) { p.WorkspaceMount = "/etc" }, "reserved"},
+		{"network", func(p *Policy) { p.Network = "bridge" }, "network"},
+		{"proc", func(p *Policy) { p.Proc = "host" }, "proc"},
+		{"self-exe without mode", func(p *Policy) { p.SelfExe = "/bin/x" }, "self-exe"},
+		{"self-exe relative", func(p *Policy) { p.Proc, p.SelfExe = ProcSelfExe, "x" }, "must be absolute"},
+		{"zero tty", func(p *Policy) { p.TTY = &WindowSize{} }, "1x1"},
+		{"negative timeout", func(p *Policy) { p.Timeout = -time.Second }, "negative"},
+		{"tiny tmp", func(p *Policy) { p.TmpSize = 10 }, "tmp size"},
+		{"tiny memory", func(p *Policy) { p.Limits.Memory = 1 }, "memory"},
+		{"tiny open files", func(p *Policy) { p.Limits.OpenFiles = 3 }, "open files"},
+		{"cpu weight", func(p *Policy) { p.Limits.CPUWeight = 10001 }, "cpu weight"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := validPolicy()
+			c.mutate(&p)
+			err := p.Normalize().Validate()
+			if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Validate() = %v, want ErrInvalidPolicy containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestNormalizeFillsDefaults(t *testing.T) {
+	t.Parallel()
+	p := validPolicy().Normalize()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Cwd != "/workspace" || p.Network != NetworkNone || p.Proc != ProcNone || p.TmpSize != DefaultTmpSize || p.Env["PATH"] != DefaultPath {
+		t.Errorf("defaults: %+v", p)
+	}
+}
+
+func FuzzValidateSandboxPath(f *testing.F) {
+	for _, s := range []string{"/workspace", "/a/../b", "//x", "/x/", "x", "", "/proc/self/fd/3", "/a\x00b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if ValidateSandboxPath("p", p) != nil {
+			return
+		}
+		// Accepted paths are absolute, clean and can never climb.
+		if !path.IsAbs(p) || path.Clean(p) != p || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") || strings.IndexByte(p, 0) >= 0 {
+			t.Fatalf("accepted %q", p)
+		}
+	})
+}
+
+func FuzzValidateEnv(f *testing.F) {
+	for _, s := range []string{"PATH", "_x1", "1x", "A=B", "", "a-b", "ÄB"} {
+		f.Add(s, "value")
+	}
+	f.Fuzz(func(t *testing.T, name, value string) {
+		p := validPolicy()
+		p.Env = map[string]string{name: value}
+		err := p.Normalize().Validate()
+		if err != nil {
+			return
+		}
+		if name == "" || name[0] >= '0' && name[0] <= '9' {
+			t.Fatalf("accepted name %q", name)
+		}
+		for _, r := range name {
+			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				t.Fatalf("accepted name %q", name)
+			}
+		}
+		if strings.IndexByte(value, 0) >= 0 {
+			t.Fatalf("accepted a NUL in the value of %q", name)
+		}
+	})
+}
