@@ -119,10 +119,14 @@ func (l *Launcher) openFile(f planFile, p Policy) (*os.File, error) {
 	if f.kind == fileData {
 		return sealedData(f.data)
 	}
-	if err := l.id.checkHostPath(f.path); err != nil {
-		return nil, fmt.Errorf("%w: bind source: %w", ErrInvalidPolicy, err)
-	}
+	what := "bind source"
 	if f.path == p.Workspace && f.dir {
+		what = "workspace"
+	}
+	if err := l.id.checkHostPath(f.path); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidPolicy, what, err)
+	}
+	if what == "workspace" {
 		f, err := l.id.prepareWorkspace(f.path)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   string
+		want uint64
+		err  bool
+	}{
+		{"512", 512, false}, {"64K", 64 << 10, false}, {"64M", 64 << 20, false}, {"1G", 1 << 30, false},
+		{"2T", 2 << 40, false}, {"64MiB", 64 << 20, false}, {"64MB", 64 << 20, false}, {"64m", 64 << 20, false},
+		{"", 0, true}, {"M", 0, true}, {"-1", 0, true}, {"1.5G", 0, true}, {"12X", 0, true}, {"99999999999T", 0, true},
+	}
+	for _, c := range cases {
+		got, err := parseSize(c.in)
+		if (err != nil) != c.err || got != c.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d, error %v", c.in, got, err, c.want, c.err)
+		}
+	}
+}
+
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"1", "64M", "1GiB", "", "kB", "18446744073709551615"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseSize(s)
+		if err == nil && v > 1<<63-1 {
+			t.Fatalf("parseSize(%q) = %d overflows int64", s, v)
+		}
+	})
+}
+
+// runCLI runs the command in-process and returns its exit status.
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(t.Context(), args, strings.NewReader(stdin), &out, &errb)
+	return exitCode(err, &errb), out.String(), errb.String()
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{}, {"bogus"}, {"exec"}, {"exec", "--memory", "lots", "--", "true"}, {"exec", "--network", "bridge", "--", "true"},
+		{"exec", "--proc", "host", "--", "true"}, {"exec", "--env", "1A=b", "--", "true"}, {"exec", "--pty", "--no-pty", "--", "true"},
+		{"verify", "extra"}, {"exec", "--sandbox-uid", "0", "--", "true"},
+	} {
+		code, _, stderr := runCLI(t, "", args...)
+		if code != 2 || stderr == "" {
+			t.Errorf("termgate %q: status %d, stderr %q; want 2 and a message", args, code, stderr)
+		}
+	}
+}
+
+func needBwrap(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("bwrap missing under CI")
+		}
+		t.Skip("bwrap not installed")
+	}
+}
+
+func TestExecStreamsAndExits(t *testing.T) {
+	t.Parallel()
+	needBwrap(t)
+	code, out, stderr := runCLI(t, "piped-in", "exec", "--", "sh", "-c", "cat; echo; echo err >&2; exit 3")
+	if code != 3 || out != "piped-in\n" || !strings.Contains(stderr, "err\n") {
+		t.Errorf("exec: status %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, _, _ = runCLI(t, "", "exec", "--", "sh", "-c", "kill -INT $$")
+	if code != 130 {
+		t.Errorf("signal death: status %d, want 130", code)
+	}
+	code, _, stderr = runCLI(t, "", "exec", "--", "no-such-program")
+	if code != 127 || !strings.Contains(stderr, "execvp") {
+		t.Errorf("missing program: status %d, stderr %q", code, stderr)
+	}
+}
+
+func TestExecRefusesUnusableWorkspace(t *testing.T) {
+	t.Parallel()
+	needBwrap(t)
+	code, _, stderr := runCLI(t, "", "exec", "--workspace", "/nonexistent/dir", "--", "true")
+	if code != 1 || !strings.Contains(stderr, "workspace") {
+		t.Errorf("status %d, stderr %q", code, stderr)
+	}
+}
+
+func TestVerifyJSON(t *testing.T) {
+	t.Parallel()
+	needBwrap(t)
+	code, out, stderr := runCLI(t, "", "verify", "--json")
+	var r struct {
+		OK     bool            `json:"ok"`
+		Checks map[string]bool `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("verify output is not JSON: %v: %q (stderr %q)", err, out, stderr)
+	}
+	if code != 0 || !r.OK || !r.Checks["seccomp"] {
+		t.Errorf("verify: status %d, report %s, stderr %q", code, out, stderr)
+	}
+}
+
+// TestImportDirection keeps the package graph one-way: cmd -> gateway ->
+// session -> (replay, sandbox), cmd -> web; replay and sandbox import
+// nothing of termgate's.
+func TestImportDirection(t *testing.T) {
+	t.Parallel()
+	allowed := map[string][]string{
+		"sandbox": {}, "replay": {}, "web": {},
+		"session": {"replay", "sandbox"},
+		"gateway": {"session", "replay", "sandbox"},
+	}
+	const mod = "github.com/termgate/termgate/"
+	for pkg, ok := range allowed {
+		cmd := exec.CommandContext(context.Background(), "go", "list", "-deps", "-f", "{{.ImportPath}}", "../../"+pkg)
+		out, err := cmd.Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				t.Fatalf("go list %s: %v: %s", pkg, err, ee.Stderr)
+			}
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			name, ours := strings.CutPrefix(dep, mod)
+			if !ours || name == pkg {
+				continue
+			}
+			if !contains(ok, name) {
+				t.Errorf("%s imports %s", pkg, name)
+			}
+		}
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

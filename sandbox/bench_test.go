@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// firstByte records when output first arrives.
+type firstByte struct {
+	once sync.Once
+	at   time.Time
+}
+
+func (f *firstByte) Write(b []byte) (int, error) {
+	f.once.Do(func() { f.at = time.Now() })
+	return len(b), nil
+}
+
+func benchWorkspace(b *testing.B) string {
+	d := b.TempDir()
+	os.Chmod(filepath.Dir(d), 0o711)
+	os.Chmod(d, 0o755)
+	return d
+}
+
+var benchPolicy = Policy{Command: []string{"/bin/echo", "x"}}
+
+// BenchmarkStart measures Start to first output byte and to exit of a
+// trivial command, beside plain bwrap run with the same arguments and
+// descriptors: the difference is termgate's own overhead (cgroup, process
+// events, descriptor setup, output copying).
+func BenchmarkStart(b *testing.B) {
+	l := needLauncher(b)
+	p := benchPolicy
+	p.Workspace = benchWorkspace(b)
+	b.Run("termgate", func(b *testing.B) {
+		var first time.Duration
+		for b.Loop() {
+			var fb firstByte
+			start := time.Now()
+			proc, err := l.Start(context.Background(), p, Stdio{Stdout: &fb})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if exit := proc.Wait(); !exit.Success() {
+				b.Fatal(exit)
+			}
+			first += fb.at.Sub(start)
+		}
+		b.ReportMetric(float64(first.Microseconds())/float64(b.N)/1000, "ms-first-byte/op")
+	})
+	b.Run("bwrap", func(b *testing.B) {
+		np := p.Normalize()
+		var first time.Duration
+		for b.Loop() {
+			start := time.Now()
+			at, err := plainBwrap(l, np)
+			if err != nil {
+				b.Fatal(err)
+			}
+			first += at.Sub(start)
+		}
+		b.ReportMetric(float64(first.Microseconds())/float64(b.N)/1000, "ms-first-byte/op")
+	})
+}
+
+// plainBwrap runs bwrap with the plan termgate would use, without a cgroup,
+// process events or supervision, and returns when output first arrived.
+func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
+	pl := buildPlan(p, l.layout, seccompProgram())
+	files, err := l.openFiles(pl, p)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer closeAll(files)
+	argsR, argsW, err := os.Pipe()
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer argsR.Close()
+	argsW.Write(encodeArgs(pl.opts))
+	argsW.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer outR.Close()
+	cmd := l.command(p, pl, [3]*os.File{nil, outW, outW}, append([]*os.File{argsR}, files...))
+	if err := cmd.Start(); err != nil {
+		outW.Close()
+		return time.Time{}, err
+	}
+	outW.Close()
+	var fb firstByte
+	io.Copy(&fb, outR)
+	return fb.at, cmd.Wait()
+}

@@ -1,0 +1,2 @@
+// Package web will embed the browser terminal.
+package web
