@@ -203,7 +203,7 @@ func (h *cgroupHost) create(name string, lim cgroupLimits) (*execCgroup, error) 
 // the pattern but would land outside termgate/.
 func validateCgroupName(name string) error {
 	if !cgroupNamePattern.MatchString(name) || name == "." || name == ".." {
-		return fmt.Errorf("cgroup: invalid name %q: want 1-64 of [A-Za-z0-9._-], not . or ..", name)
+		return fmt.Errorf("cgroup: invalid name %q: want 1-64 of [A-Za-z0-9._-] except the names \".\" and \"..\"", name)
 	}
 	return nil
 }
