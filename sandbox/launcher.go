@@ -122,6 +122,9 @@ type Stdio struct {
 // process is stopped gracefully (SIGTERM, KillGrace, then SIGKILL); a
 // Policy.Timeout does the same. The returned Process must be waited for.
 func (l *Launcher) Start(ctx context.Context, p Policy, stdio Stdio) (*Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox: not started: %w", context.Cause(ctx))
+	}
 	p = p.Normalize()
 	if err := p.Validate(); err != nil {
 		return nil, err

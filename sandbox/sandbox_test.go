@@ -483,11 +483,17 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 
 func TestDaemonDoesNotOutliveExecution(t *testing.T) {
 	t.Parallel()
-	marker := fmt.Sprintf("%d.%d", 800+time.Now().Nanosecond()%90, os.Getpid()+1)
-	r := runPolicy(t, Policy{Command: sh("(setsid sleep " + marker + " > /dev/null 2>&1 &); kill -STOP $$ & sleep 0.2; echo bye")})
-	_ = r
-	if pids := processesWithArg(marker); len(pids) > 0 {
-		t.Errorf("daemon outlived its execution: pids %v (%v)", pids, r)
+	daemon := fmt.Sprintf("%d.%d", 800+time.Now().Nanosecond()%90, os.Getpid())
+	stopped := fmt.Sprintf("%d.%d", 700+time.Now().Nanosecond()%90, os.Getpid())
+	// A double-forked daemon in its own session, and a stopped child.
+	r := runPolicy(t, Policy{Command: sh("(setsid sleep " + daemon + " > /dev/null 2>&1 &); sleep " + stopped + " & kill -STOP $!; echo bye")})
+	if r.stdout != "bye\n" || !r.exit.Success() {
+		t.Errorf("run: %v", r)
+	}
+	for _, marker := range []string{daemon, stopped} {
+		if pids := processesWithArg(marker); len(pids) > 0 {
+			t.Errorf("process %q outlived its execution: pids %v", marker, pids)
+		}
 	}
 }
 

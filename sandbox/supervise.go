@@ -166,9 +166,13 @@ func (p *Process) abandon(child [3]*os.File) {
 // output stream has ended.
 func (p *Process) supervise(ctx context.Context) {
 	go p.watch(ctx)
-	state, _ := p.cmd.Process.Wait()
+	var ws syscall.WaitStatus
+	if state, err := p.cmd.Process.Wait(); err == nil {
+		ws, _ = state.Sys().(syscall.WaitStatus)
+	} else {
+		p.l.log.Error("wait for bwrap", "pid", p.Pid(), "err", err)
+	}
 	close(p.exited)
-	ws, _ := state.Sys().(syscall.WaitStatus)
 	facts := p.collect(unix.WaitStatus(ws))
 	if p.stdin != nil && p.master == nil {
 		p.stdin.Close()
@@ -344,10 +348,8 @@ func (p *Process) Kill() {
 	p.mu.Lock()
 	p.killedUs = true
 	p.mu.Unlock()
-	if p.track != nil {
-		if pid, ok := p.track.initPid(); ok {
-			unix.Kill(pid, unix.SIGKILL)
-		}
+	if pid, ok := p.sandboxInit(); ok {
+		unix.Kill(pid, unix.SIGKILL)
 	}
 	if p.cg != nil {
 		p.cg.kill()

@@ -17,13 +17,21 @@ func (p *Process) workload() (int, error) {
 		}
 		return 0, fmt.Errorf("sandbox: command not started yet")
 	}
-	init, ok := firstChild(p.cmd.Process.Pid)
+	init, ok := p.sandboxInit()
 	if ok {
 		if pid, ok := firstChild(init); ok {
 			return pid, nil
 		}
 	}
 	return 0, fmt.Errorf("sandbox: command not started yet")
+}
+
+// sandboxInit returns the host pid of the sandbox's pid 1, bwrap's child.
+func (p *Process) sandboxInit() (int, bool) {
+	if p.track != nil {
+		return p.track.initPid()
+	}
+	return firstChild(p.cmd.Process.Pid)
 }
 
 // firstChild scans /proc for the lowest pid whose parent is ppid.
