@@ -1,3 +1,30 @@
-// Package replay will hold the bounded, sequence-numbered event ring that
-// lets a client resume an execution's output where it left off.
+// Package replay holds the bounded, sequence-numbered event log of one
+// execution, so that any number of readers can replay what happened and
+// then follow it live, and a reader that reconnects resumes exactly where
+// it left off.
+//
+// A Ring records Events: the process started, output on a stream, a
+// resize, stdin closed, a signal sent, and finally the exit. Append numbers
+// them 1, 2, 3, ... with no gaps and gives every output event the byte
+// Offset of its first byte within its stream, so a reader can check that
+// it has seen every byte exactly once. The exit event is always the last:
+// after it the ring is closed and Append fails with ErrClosed.
+//
+// The ring is bounded by bytes of output and by number of events (never by
+// lines: a program may print megabytes without a newline). Append evicts
+// the oldest events to stay within both bounds and never waits for
+// readers: a slow reader does not slow the process, it falls behind and is
+// told so by a Gap naming the sequences and output bytes it missed.
+//
+// Readers either call Read with the last sequence they have, or keep a
+// Cursor, which waits for new events (Wait), returns them in batches, and
+// reports gaps and the end (io.EOF after the exit event). Every blocking
+// call takes a context.
+//
+// The ring is a pure data structure: no I/O and no goroutines of its own.
+// All methods of Ring are safe for concurrent use; a Cursor belongs to one
+// reader. The Data of a returned event is shared with the ring and every
+// other reader and must not be modified, but it stays valid for as long as
+// the reader keeps it: the ring never reuses memory it handed out, it only
+// forgets it.
 package replay

@@ -42,9 +42,10 @@ type planFile struct {
 // plan is everything bwrap needs, computed without touching the host, so
 // tests can check it argument by argument.
 type plan struct {
-	opts  []string   // bwrap options, passed through --args on fd argsFD
-	argv  []string   // what follows "--": helpers, then the command
-	files []planFile // inherited as fd firstFileFD, firstFileFD+1, ...
+	opts    []string   // bwrap options, passed through --args on fd argsFD
+	argv    []string   // what follows "--": helpers, then the command
+	files   []planFile // inherited as fd firstFileFD, firstFileFD+1, ...
+	helpers int        // helpers in argv that exec before the command
 }
 
 // argsFD is where bwrap reads its options. firstFileFD is the first
@@ -208,12 +209,15 @@ func (pl *plan) command(p Policy) {
 	pl.argv = append(pl.argv, "--")
 	if p.TTY != nil {
 		pl.argv = append(pl.argv, setsidPath, "--ctty")
+		pl.helpers++
 	}
 	if p.Cwd != p.WorkspaceMount {
 		pl.argv = append(pl.argv, envPath, "-C", p.Cwd, "--")
+		pl.helpers++
 	}
 	if rl := rlimitArgs(p.Limits); len(rl) > 0 {
 		pl.argv = append(append(append(pl.argv, prlimitPath), rl...), "--")
+		pl.helpers++
 	}
 	pl.argv = append(pl.argv, p.Command...)
 }

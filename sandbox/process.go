@@ -24,6 +24,7 @@ type Process struct {
 	cmd     *exec.Cmd
 	cg      *execCgroup
 	track   *procTrack
+	helpers int // helper execs before the command (plan.helpers)
 	started time.Time
 
 	stdin  *os.File // pipe write end, or the PTY master
@@ -58,7 +59,7 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 	defer argsR.Close()
 	defer argsW.Close()
 
-	proc := &Process{l: l, policy: p, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
+	proc := &Process{l: l, policy: p, helpers: pl.helpers, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
 	child, err := proc.setupIO(stdio)
 	if err != nil {
 		return nil, err

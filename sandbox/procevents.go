@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,7 +43,13 @@ const (
 	// procReadBuffer holds one datagram; the connector sends one ~80-byte
 	// message per event, so this only guards against future growth.
 	procReadBuffer = 16 << 10
+
+	// procSelfTestTimeout is far above the milliseconds an exit event takes,
+	// even on a loaded host.
+	procSelfTestTimeout = 10 * time.Second
 )
+
+var errProcSelfTestTimeout = errors.New("timed out")
 
 // procRole is the place of a tracked pid in a sandbox's process tree.
 type procRole uint8
@@ -68,7 +75,6 @@ type procWatcher struct {
 	file    *os.File // non-blocking, in Go's poller so Close unblocks the reader
 	conn    syscall.RawConn
 	stopped chan struct{} // closed when the reader returns
-	seen    atomic.Bool   // an event arrived: notifications work
 
 	closeOnce sync.Once
 	closeErr  error
@@ -82,8 +88,11 @@ type procWatcher struct {
 
 // newProcWatcher subscribes to the kernel's process events and starts the
 // one goroutine that reads them, owned by the watcher until Close. It fails
-// without CAP_NET_ADMIN; in a network namespace other than the initial one it
-// may succeed yet see nothing, which selfTest detects.
+// in a network namespace other than the initial one (the connector lives
+// only there) and, on older kernels, without CAP_NET_ADMIN. Success does not
+// prove that events arrive: from another user or pid namespace the kernel
+// ignores the subscription, and events carry pids of the initial pid
+// namespace only. selfTest proves it.
 func newProcWatcher(log *slog.Logger) (*procWatcher, error) {
 	f, err := openProcConnector()
 	if err != nil {
@@ -169,9 +178,9 @@ func (w *procWatcher) Close() error {
 	return w.closeErr
 }
 
-// shutdown unsubscribes explicitly because kernels before 6.6 count
-// listeners per subscription, not per socket, and keep emitting events
-// for a listener that only closed its socket.
+// shutdown unsubscribes explicitly: older kernels count listeners only
+// through LISTEN and IGNORE messages, not socket closes, and keep building
+// events for every fork while that count stays above zero.
 func (w *procWatcher) shutdown() error {
 	w.closing.Store(true)
 	var unsubscribeErr error
@@ -233,9 +242,6 @@ func (w *procWatcher) run() {
 // handleDatagram applies every event of one datagram.
 func (w *procWatcher) handleDatagram(b []byte) {
 	for ev := range procEvents(b) {
-		if !w.seen.Load() {
-			w.seen.Store(true)
-		}
 		w.handle(ev)
 	}
 }
@@ -245,11 +251,14 @@ func (w *procWatcher) handleDatagram(b []byte) {
 func (w *procWatcher) overflowed(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	lost := 0
 	for t := range w.tracked {
-		t.finish(false)
+		if t.finish(false) {
+			lost++
+		}
 	}
-	w.log.Warn("process events: lost events, exit statuses of running sandboxes unknown",
-		"err", err, "tracks", len(w.tracked))
+	w.log.Warn("process events: events lost, raw exit statuses of running sandboxes unknown",
+		"err", err, "lost_tracks", lost)
 }
 
 // stopTracking closes every open track and makes later tracks start closed,
@@ -263,15 +272,15 @@ func (w *procWatcher) stopTracking() {
 	}
 }
 
-// ready reports whether at least one process event has arrived, which proves
-// that this socket is not subscribed-but-blind.
-func (w *procWatcher) ready() bool { return w.seen.Load() }
-
 // selfTest proves that exit events reach the watcher by following a short
 // child: cat, blocked on its stdin until it is tracked, so that its exit
-// cannot precede track. An error means the watcher is blind (for example in
-// a network namespace other than the initial one) or lost events.
+// cannot precede track. An error means the watcher is blind (for example
+// when termgate runs in a pid namespace of its own, so that no event names
+// the pid it tracks) or lost events. It waits at most procSelfTestTimeout
+// even if ctx has no deadline, since a blind watcher would never answer.
 func (w *procWatcher) selfTest(ctx context.Context) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, procSelfTestTimeout, errProcSelfTestTimeout)
+	defer cancel()
 	cmd := exec.Command("cat")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -306,7 +315,7 @@ func awaitProcSelfTest(ctx context.Context, t *procTrack) error {
 		return fmt.Errorf("no exit event: %w", context.Cause(ctx))
 	}
 	if !t.complete() {
-		return errors.New("events lost")
+		return errors.New("events lost or watcher closed")
 	}
 	if st := t.outerExit(); st != 0 {
 		return fmt.Errorf("exit event reports status %#x, want 0", uint32(st))
@@ -393,7 +402,7 @@ type procTrack struct {
 	mu          sync.Mutex
 	init        int
 	workload    int
-	execs       bool
+	execs       int // execs completed by the workload: helpers, then the command
 	workloadSt  unix.WaitStatus
 	workloadEnd bool
 	outerSt     unix.WaitStatus
@@ -420,7 +429,12 @@ func (t *procTrack) workloadPid() (int, bool) {
 
 // execed reports whether the workload completed an exec, which tells a bwrap
 // setup failure (no exec) from the command's own exit.
-func (t *procTrack) execed() bool {
+func (t *procTrack) execed() bool { return t.execCount() > 0 }
+
+// execCount returns how many execs the workload completed. The helpers
+// inside the sandbox (setsid, env, prlimit) exec in place, so the command
+// itself ran only when the count exceeds the number of helpers.
+func (t *procTrack) execCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.execs
@@ -478,7 +492,7 @@ func (t *procTrack) adopt(parent procRole, child int) (procRole, bool) {
 func (t *procTrack) markExec() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.execs = true
+	t.execs++
 }
 
 // exited records a member's exit and finishes the track after the last one.
@@ -497,20 +511,21 @@ func (t *procTrack) exited(role procRole, st unix.WaitStatus) {
 	}
 }
 
-// finish closes done; complete is false when the track ends for any reason
-// other than seeing the whole tree exit.
-func (t *procTrack) finish(complete bool) {
+// finish closes done and reports whether this call did; complete is false
+// when the track ends for any reason other than seeing the whole tree exit.
+func (t *procTrack) finish(complete bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.finishLocked(complete)
+	return t.finishLocked(complete)
 }
 
-func (t *procTrack) finishLocked(complete bool) {
+func (t *procTrack) finishLocked(complete bool) bool {
 	if t.closed {
-		return
+		return false
 	}
 	t.closed, t.lost = true, !complete
 	close(t.finished)
+	return true
 }
 
 // pids lists the members that may still be in the watcher's map.

@@ -136,6 +136,39 @@ func TestRunReportsCodeSignalAndSetupFailure(t *testing.T) {
 	}
 }
 
+// TestMissingCommandBehindHelpers: with a PTY, a cwd or rlimits, helpers
+// exec before the command; a command that cannot run is still a setup
+// failure, not the helper's exit code.
+func TestMissingCommandBehindHelpers(t *testing.T) {
+	t.Parallel()
+	ws := testDir(t)
+	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
+	cases := []struct {
+		name   string
+		policy Policy
+		want   string
+	}{
+		{"pty", Policy{TTY: &WindowSize{Rows: 24, Cols: 80}}, "setsid: "},
+		{"cwd", Policy{Cwd: "/workspace/sub"}, envPath + ": "},
+		{"rlimits", Policy{Limits: Limits{OpenFiles: 64}}, "prlimit: "},
+		{"all", Policy{TTY: &WindowSize{Rows: 24, Cols: 80}, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}}, "prlimit: "},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.policy.Command, c.policy.Workspace = []string{"no-such-command"}, ws
+			r := runPolicy(t, c.policy)
+			if !strings.HasPrefix(r.exit.SetupError, c.want) || !strings.Contains(r.exit.SetupError, "No such file") || !r.exit.Exact {
+				t.Errorf("want a setup failure from %q: %v", c.want, r)
+			}
+		})
+	}
+	r := runPolicy(t, Policy{Command: sh("exit 5"), Workspace: ws, TTY: &WindowSize{Rows: 24, Cols: 80}, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}})
+	if r.exit.Code != 5 || !r.exit.Exact {
+		t.Errorf("command behind all helpers: %v", r)
+	}
+}
+
 // TestOutputCompleteAfterFastExit is the reference's defect: results were
 // final before the pipes drained. Every run must deliver all its output.
 func TestOutputCompleteAfterFastExit(t *testing.T) {

@@ -135,14 +135,21 @@ func (h *headCapture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// bwrapMessage returns bwrap's own error line, if the output starts with one.
-func (h *headCapture) bwrapMessage() string {
+// setupPrefixes start the error lines of bwrap and of the helpers, which
+// name themselves by short or full path.
+var setupPrefixes = []string{"bwrap: ", "setsid: ", "env: ", "prlimit: ", setsidPath + ": ", envPath + ": ", prlimitPath + ": "}
+
+// setupMessage returns the error line of bwrap or of a helper inside the
+// sandbox, if the output holds one.
+func (h *headCapture) setupMessage() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, line := range bytes.Split(h.buf, []byte("\n")) {
 		line = bytes.TrimRight(line, "\r")
-		if bytes.HasPrefix(line, []byte("bwrap: ")) {
-			return string(line)
+		for _, prefix := range setupPrefixes {
+			if bytes.HasPrefix(line, []byte(prefix)) {
+				return string(line)
+			}
 		}
 	}
 	return ""
@@ -182,7 +189,7 @@ func (p *Process) supervise(ctx context.Context) {
 		// The master doubles as stdin: close it only after the copier ended.
 		p.master.Close()
 	}
-	facts.setupMsg = p.head.bwrapMessage()
+	facts.setupMsg = p.head.setupMessage()
 	p.exit = classify(facts)
 	p.exit.Started = p.started
 	p.exit.Duration = time.Since(p.started)
@@ -199,14 +206,10 @@ func (p *Process) collect(outer unix.WaitStatus) exitFacts {
 		case <-time.After(2 * time.Second):
 		}
 		if p.track.complete() {
-			f.exact = true
-			f.execed = p.track.execed()
-			f.workload, _ = p.track.workloadExit()
-			if f.execed {
-				if _, ok := p.track.workloadExit(); !ok {
-					f.exact = false
-				}
-			}
+			var ok bool
+			f.workload, ok = p.track.workloadExit()
+			f.execed = p.track.execCount() > p.helpers
+			f.exact = ok || !p.track.execed()
 		}
 		p.l.events.untrack(p.track)
 	}

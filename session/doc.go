@@ -1,3 +1,15 @@
-// Package session will supervise executions independently of the
+// Package session supervises sandboxed executions independently of the
 // connections that start and watch them.
+//
+// A Supervisor owns every execution. Clients start one under an ID they
+// choose (an idempotency key scoped by owner), attach any number of
+// subscriptions that replay the execution's event ring from a sequence
+// number and then follow it live, write input by offset so that retries
+// are applied once, resize, signal and cancel it, and read its bounded
+// final result until retention expires.
+//
+// Output is always drained into the ring, subscriber or not, so a process
+// never blocks on a full pipe and a slow subscriber only ever sees a gap.
+// Executions derive their context from the supervisor, never from a
+// request: they outlive the connections that started them.
 package session

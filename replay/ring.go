@@ -1,0 +1,294 @@
+package replay
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Default bounds of a ring, used for zero Config fields.
+const (
+	DefaultMaxBytes  = 1 << 20 // DefaultMaxBytes is the default bound on retained output bytes.
+	DefaultMaxEvents = 4096    // DefaultMaxEvents is the default bound on retained events.
+)
+
+// initialSlots is the first capacity of the event slice. It is small
+// because most rings of a busy server are idle: the slice doubles as
+// events arrive, up to MaxEvents.
+const initialSlots = 8
+
+var (
+	// ErrClosed is returned by Append after the exit event, including for a
+	// second exit.
+	ErrClosed = errors.New("replay: ring is closed")
+	// ErrInvalid is returned by Append for an event the ring cannot record:
+	// an unknown kind, a sequence set by the caller, output without a stream
+	// or without data, or fields that belong to another kind.
+	ErrInvalid = errors.New("replay: invalid event")
+)
+
+// Config bounds a ring. Zero or negative fields take the defaults.
+type Config struct {
+	MaxBytes  int `json:"max_bytes"`  // sum of len(Data) retained; default DefaultMaxBytes
+	MaxEvents int `json:"max_events"` // events retained; default DefaultMaxEvents
+}
+
+// Ring is the bounded event log of one execution. Create it with New. All
+// methods are safe for concurrent use; none waits for a reader.
+//
+// Each event's Data is copied into its own allocation. Shared slabs would
+// save an allocation per append, but a slab stays alive while any event
+// (or any reader) still points into it, so retained memory could far
+// exceed MaxBytes, and an idle ring would hold a whole slab. Per-event
+// copies keep memory equal to what is retained, and the benchmarks show
+// the allocation is not the bottleneck (see bench_test.go).
+type Ring struct {
+	maxBytes  int
+	maxEvents int
+
+	mu     sync.Mutex
+	slots  []Event // circular: slots[head] is the oldest retained event
+	head   int
+	n      int    // retained events
+	last   uint64 // sequence of the newest event, and so the number appended
+	offset [StreamStderr + 1]uint64
+	closed bool
+	// wake is closed by the next Append. Allocated only when a reader has to
+	// wait, so appends to a ring nobody follows cost nothing extra.
+	wake chan struct{}
+
+	outputBytes  uint64 // output bytes ever appended
+	evictedBytes uint64 // output bytes evicted
+}
+
+// New returns an empty ring bounded by cfg. It allocates nothing for
+// events until the first Append.
+func New(cfg Config) *Ring {
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.MaxEvents <= 0 {
+		cfg.MaxEvents = DefaultMaxEvents
+	}
+	return &Ring{maxBytes: cfg.MaxBytes, maxEvents: cfg.MaxEvents}
+}
+
+// Append records ev and returns its sequence number. The ring sets Seq,
+// the Offset of output, and Time when it is zero; it copies Data and Exit,
+// so the caller may reuse them. To stay within its bounds it evicts the
+// oldest events, but never the one just appended: an output larger than
+// MaxBytes is kept alone. Append never blocks on readers.
+func (r *Ring) Append(ev Event) (uint64, error) {
+	if err := ev.check(); err != nil {
+		return 0, err
+	}
+	ev.Data = bytes.Clone(ev.Data)
+	if ev.Exit != nil {
+		exit := *ev.Exit
+		ev.Exit = &exit
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendLocked(&ev)
+}
+
+// AppendOutput records output p of stream s. It is the hot path, and the
+// same as Append(Event{Kind: KindOutput, Stream: s, Data: p}).
+func (r *Ring) AppendOutput(s Stream, p []byte) (uint64, error) {
+	if !s.valid() || len(p) == 0 {
+		return 0, invalid(KindOutput, "needs a stream and data")
+	}
+	// Copy before locking: readers never wait for a memmove.
+	ev := Event{Kind: KindOutput, Stream: s, Data: bytes.Clone(p)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendLocked(&ev)
+}
+
+func (r *Ring) appendLocked(ev *Event) (uint64, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	r.last++
+	ev.Seq = r.last
+	if ev.Time.IsZero() {
+		// Stamped under the lock so that Time never goes backwards along Seq.
+		ev.Time = time.Now()
+	}
+	ev.Offset = 0
+	if ev.Kind == KindOutput {
+		ev.Offset = r.offset[ev.Stream]
+		r.offset[ev.Stream] += uint64(len(ev.Data))
+		r.outputBytes += uint64(len(ev.Data))
+	}
+	r.closed = ev.Kind == KindExit
+	r.push(ev)
+	for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) {
+		r.evictOldest()
+	}
+	if r.wake != nil {
+		close(r.wake)
+		r.wake = nil
+	}
+	return ev.Seq, nil
+}
+
+// push stores ev as the newest event, first evicting the oldest when the
+// ring holds MaxEvents, and growing the slot slice when it is full.
+func (r *Ring) push(ev *Event) {
+	if r.n == r.maxEvents {
+		r.evictOldest()
+	}
+	if r.n == len(r.slots) {
+		r.grow()
+	}
+	r.slots[r.index(r.n)] = *ev
+	r.n++
+}
+
+func (r *Ring) grow() {
+	slots := make([]Event, min(max(2*len(r.slots), initialSlots), r.maxEvents))
+	r.copyOut(slots, 0, r.n)
+	r.slots, r.head = slots, 0
+}
+
+func (r *Ring) evictOldest() {
+	old := &r.slots[r.head]
+	r.evictedBytes += uint64(len(old.Data))
+	*old = Event{} // let the collector have Data once readers drop it
+	r.head = r.index(1)
+	r.n--
+}
+
+// index maps the i-th retained event (0 is the oldest) to its slot.
+func (r *Ring) index(i int) int {
+	if j := r.head + i; j < len(r.slots) {
+		return j
+	}
+	return r.head + i - len(r.slots)
+}
+
+// copyOut copies the retained events i up to j (exclusive) into dst, in
+// at most two contiguous moves.
+func (r *Ring) copyOut(dst []Event, i, j int) {
+	a, b := r.head+i, r.head+j
+	if b <= len(r.slots) {
+		copy(dst, r.slots[a:b])
+		return
+	}
+	if a >= len(r.slots) {
+		copy(dst, r.slots[a-len(r.slots):b-len(r.slots)])
+		return
+	}
+	n := copy(dst, r.slots[a:])
+	copy(dst[n:], r.slots[:b-len(r.slots)])
+}
+
+func (r *Ring) retainedBytes() uint64 { return r.outputBytes - r.evictedBytes }
+
+// first returns the sequence of the oldest retained event; last+1 when
+// the ring is empty.
+func (r *Ring) first() uint64 { return r.last - uint64(r.n) + 1 }
+
+// Gap reports history a reader asked for that the ring no longer holds.
+// The reader continues at To; Bytes says how much output it lost, and the
+// Offsets of the output that follows say exactly where each stream
+// resumes.
+type Gap struct {
+	From  uint64 `json:"from"`  // first missing sequence (the reader's after+1)
+	To    uint64 `json:"to"`    // first sequence still available
+	Bytes uint64 `json:"bytes"` // output bytes in the missing events; see Read and Cursor
+}
+
+// Read returns the events with Seq > after, appended to dst[:0]: at most
+// max of them (no limit when max <= 0) and at most maxBytes of Data in
+// total (no limit when maxBytes <= 0), but always at least one when any is
+// available. When after+1 has been evicted it returns no events and a gap;
+// the caller continues with Read(dst, gap.To-1, ...). When nothing is newer
+// than after, including an after from the future, it returns no events and
+// no gap.
+//
+// The gap's Bytes is exact when after is 0. Otherwise the ring no longer
+// knows how much output preceded after, because remembering that for every
+// evicted event would make it unbounded, so Bytes counts all evicted
+// output: an upper bound. A Cursor keeps track and is always exact.
+func (r *Ring) Read(dst []Event, after uint64, max, maxBytes int) ([]Event, *Gap) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.readLocked(dst[:0], after, 0, max, maxBytes)
+}
+
+// readLocked is Read for a reader that knows seen, the output bytes up to
+// and including after (0 when it does not know), so the gap is exact.
+func (r *Ring) readLocked(dst []Event, after, seen uint64, max, maxBytes int) ([]Event, *Gap) {
+	if after >= r.last {
+		return dst, nil
+	}
+	if first := r.first(); after+1 < first {
+		return dst, &Gap{From: after + 1, To: first, Bytes: r.evictedBytes - min(seen, r.evictedBytes)}
+	}
+	i := int(after + 1 - r.first())
+	n := r.batchLen(i, max, maxBytes)
+	dst = slices.Grow(dst, n)
+	r.copyOut(dst[len(dst):len(dst)+n], i, i+n)
+	return dst[:len(dst)+n], nil
+}
+
+// batchLen counts the events from the i-th retained one that fit max and
+// maxBytes, at least one.
+func (r *Ring) batchLen(i, max, maxBytes int) int {
+	n := r.n - i
+	if max > 0 {
+		n = min(n, max)
+	}
+	if maxBytes <= 0 {
+		return n
+	}
+	total := 0
+	for k := range n {
+		total += len(r.slots[r.index(i+k)].Data)
+		if total > maxBytes && k > 0 {
+			return k
+		}
+	}
+	return n
+}
+
+// Bounds returns the first and last retained sequence numbers, or 0, 0
+// when nothing was appended.
+func (r *Ring) Bounds() (first, last uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == 0 {
+		return 0, 0
+	}
+	return r.first(), r.last
+}
+
+// Closed reports whether the exit event was appended.
+func (r *Ring) Closed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// Stats describes a ring's contents and history.
+type Stats struct {
+	Bytes        int    `json:"bytes"`         // output bytes retained
+	Events       int    `json:"events"`        // events retained
+	Appended     uint64 `json:"appended"`      // events ever appended
+	OutputBytes  uint64 `json:"output_bytes"`  // output bytes ever appended
+	EvictedBytes uint64 `json:"evicted_bytes"` // output bytes evicted
+}
+
+// Stats returns the ring's current Stats.
+func (r *Ring) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Stats{
+		Bytes: int(r.retainedBytes()), Events: r.n, Appended: r.last,
+		OutputBytes: r.outputBytes, EvictedBytes: r.evictedBytes,
+	}
+}

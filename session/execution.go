@@ -1,0 +1,351 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// execution is one supervised process. Its owner goroutine (run) is the
+// only one that waits for the process and finalises it.
+type execution struct {
+	s           *Supervisor
+	key         key
+	spec        Spec
+	fingerprint string
+	ring        *replay.Ring
+	stdout      *headTail
+	stderr      *headTail
+	in          *inputQueue
+	launched    chan struct{} // closed once the launch succeeded or failed
+	done        chan struct{} // closed once the result is final
+
+	mu        sync.Mutex
+	proc      Process
+	started   time.Time
+	stopping  Status // cancelled or timed_out, once termgate decided to stop it
+	res       *Result
+	retention *time.Timer
+}
+
+func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *execution {
+	return &execution{
+		s: s, key: k, spec: spec, fingerprint: fingerprint,
+		ring:     replay.New(spec.Ring),
+		stdout:   newHeadTail(spec.OutputBudget),
+		stderr:   newHeadTail(spec.OutputBudget),
+		in:       newInputQueue(s.cfg.InputBuffer),
+		launched: make(chan struct{}),
+		done:     make(chan struct{}),
+		started:  time.Now(),
+	}
+}
+
+// launch starts the sandbox. The started event comes first, so output the
+// process writes before Start returns already has its place after it.
+func (s *Supervisor) launch(e *execution) (Info, error) {
+	started := replay.Event{Kind: replay.KindStarted}
+	if tty := e.spec.Policy.TTY; tty != nil {
+		started.Rows, started.Cols = tty.Rows, tty.Cols
+	}
+	e.ring.Append(started)
+	out := replay.StreamStdout
+	if e.spec.Policy.TTY != nil {
+		out = replay.StreamPTY
+	}
+	proc, err := s.cfg.Launcher.Start(s.ctx, e.spec.Policy, sandbox.Stdio{
+		Stdout: outputWriter{e.ring, out, e.stdout},
+		Stderr: outputWriter{e.ring, replay.StreamStderr, e.stderr},
+	})
+	if err != nil {
+		return s.launchFailed(e, err)
+	}
+	e.mu.Lock()
+	e.proc = proc
+	e.mu.Unlock()
+	close(e.launched)
+	go e.run(proc)
+	s.log.Info("execution started", "execution", e.key.id, "tenant", e.key.owner)
+	return e.info(), nil
+}
+
+// launchFailed forgets an execution whose spec the sandbox refused (the
+// client's mistake, nothing ran), and keeps any other failure as a failed
+// execution so that a retried start reports the same outcome.
+func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
+	if errors.Is(err, sandbox.ErrInvalidPolicy) || errors.Is(err, sandbox.ErrUnenforceable) {
+		s.forget(e)
+		close(e.launched)
+		close(e.done)
+		return Info{}, err
+	}
+	s.log.Error("execution failed to start", "execution", e.key.id, "tenant", e.key.owner, "err", err)
+	close(e.launched)
+	e.finish(sandbox.Exit{Code: -1, SetupError: err.Error(), Started: e.started})
+	return e.info(), nil
+}
+
+// run is the owner goroutine: it enforces the timeout, feeds input, and
+// finalises once the process tree is gone and all output is in the ring.
+func (e *execution) run(proc Process) {
+	var timer *time.Timer
+	if t := e.spec.Timeout; t > 0 {
+		timer = time.AfterFunc(t-time.Since(e.started), func() { e.stop(StatusTimedOut) })
+	}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		e.in.run(proc.Stdin())
+	}()
+	exit := proc.Wait()
+	if timer != nil {
+		timer.Stop()
+	}
+	e.in.shutdown()
+	<-writerDone
+	e.finish(exit)
+}
+
+// stop asks the process to end: SIGTERM, then SIGKILL after the grace
+// period. The first reason given is the one reported.
+func (e *execution) stop(why Status) error {
+	e.mu.Lock()
+	proc := e.proc
+	if e.res != nil || proc == nil {
+		e.mu.Unlock()
+		return ErrNotRunning
+	}
+	if e.stopping == "" {
+		e.stopping = why
+	}
+	e.mu.Unlock()
+	e.ring.Append(replay.Event{Kind: replay.KindSignal, Signal: int(unix.SIGTERM)})
+	reason := sandbox.StopCancel
+	if why == StatusTimedOut {
+		reason = sandbox.StopTimeout
+	}
+	proc.Stop(reason)
+	return nil
+}
+
+// finish records the result, appends the exit event (always the last),
+// and starts the retention timer.
+func (e *execution) finish(exit sandbox.Exit) {
+	e.mu.Lock()
+	status, reason := e.classify(exit)
+	res := &Result{
+		Status: status, ExitCode: exit.Code, Reason: reason,
+		Started: e.started, Ended: time.Now(),
+		Stdout: e.stdout.result(), Stderr: e.stderr.result(),
+	}
+	res.Duration = res.Ended.Sub(res.Started)
+	if exit.Signal != 0 {
+		res.Signal = unix.SignalName(exit.Signal)
+	}
+	e.res = res
+	e.mu.Unlock()
+	ringReason := string(status)
+	if status == StatusLimit {
+		ringReason += ":" + string(exit.Limit)
+	}
+	e.ring.Append(replay.Event{Kind: replay.KindExit, Exit: &replay.ExitInfo{
+		Code: exit.Code, Signal: int(exit.Signal), Reason: ringReason, Duration: res.Duration,
+	}})
+	e.s.settled(e, status)
+	e.s.log.Info("execution ended", "execution", e.key.id, "tenant", e.key.owner,
+		"status", status, "exit_code", exit.Code, "signal", res.Signal)
+	e.startRetention()
+	close(e.done)
+}
+
+// classify maps a sandbox exit to a status and a reason for people.
+// Called with e.mu held.
+func (e *execution) classify(exit sandbox.Exit) (Status, string) {
+	switch {
+	case exit.SetupError != "":
+		return StatusFailed, "could not start: " + exit.SetupError
+	case e.stopping == StatusTimedOut:
+		return StatusTimedOut, fmt.Sprintf("timed out after %v; %s", e.spec.Timeout, exit)
+	case e.stopping == StatusCancelled:
+		return StatusCancelled, "cancelled; " + exit.String()
+	case exit.Limit != "":
+		return StatusLimit, string(exit.Limit) + " ceiling; " + exit.String()
+	}
+	return StatusExited, exit.String()
+}
+
+// startRetention removes the execution when its retention expires.
+func (e *execution) startRetention() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.retention = time.AfterFunc(e.spec.Retention, func() {
+		e.s.mu.Lock()
+		e.s.removeLocked(e)
+		e.s.mu.Unlock()
+	})
+}
+
+// stopRetention cancels the timer when the execution is removed early.
+func (e *execution) stopRetention() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.retention != nil {
+		e.retention.Stop()
+	}
+}
+
+func (e *execution) result() *Result {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.res
+}
+
+func (e *execution) info() Info {
+	first, last := e.ring.Bounds()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	in := Info{
+		ID: e.key.id, Owner: e.key.owner, Status: StatusRunning, PTY: e.spec.Policy.TTY != nil,
+		Started: e.started, FirstSeq: first, LastSeq: last, Result: e.res,
+	}
+	if e.res != nil {
+		in.Status = e.res.Status
+	}
+	return in
+}
+
+// running returns the process, or ErrNotRunning once it ended.
+func (e *execution) running() (Process, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.res != nil || e.proc == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotRunning, e.key.id)
+	}
+	return e.proc, nil
+}
+
+// outputWriter appends a stream's bytes to the ring and the final output.
+// It never blocks: the ring evicts instead of waiting for readers.
+type outputWriter struct {
+	ring    *replay.Ring
+	stream  replay.Stream
+	capture *headTail
+}
+
+func (w outputWriter) Write(p []byte) (int, error) {
+	w.ring.AppendOutput(w.stream, p)
+	w.capture.Write(p)
+	return len(p), nil
+}
+
+// Cancel stops a running execution; it ends as cancelled.
+func (s *Supervisor) Cancel(owner, id string) error {
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return err
+	}
+	return e.stop(StatusCancelled)
+}
+
+// Resize sets a PTY execution's terminal size, clamping rows and columns
+// to 1..1000.
+func (s *Supervisor) Resize(owner, id string, rows, cols int) error {
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return err
+	}
+	if e.spec.Policy.TTY == nil {
+		return ErrNotPTY
+	}
+	proc, err := e.running()
+	if err != nil {
+		return err
+	}
+	ws := sandbox.WindowSize{Rows: uint16(clamp(rows)), Cols: uint16(clamp(cols))}
+	if err := proc.Resize(ws); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotRunning, err)
+	}
+	e.ring.Append(replay.Event{Kind: replay.KindResize, Rows: ws.Rows, Cols: ws.Cols})
+	return nil
+}
+
+func clamp(v int) int { return min(max(v, 1), 1000) }
+
+// Signal sends a signal from the allowlist (INT, TERM, HUP, KILL, QUIT,
+// USR1, USR2, WINCH, CONT, STOP; with or without "SIG") to the
+// execution's process group.
+func (s *Supervisor) Signal(owner, id, name string) error {
+	sig, ok := signals[strings.TrimPrefix(strings.ToUpper(name), "SIG")]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrSignal, name)
+	}
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return err
+	}
+	proc, err := e.running()
+	if err != nil {
+		return err
+	}
+	if err := proc.Signal(sig); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotRunning, err)
+	}
+	e.ring.Append(replay.Event{Kind: replay.KindSignal, Signal: int(sig)})
+	return nil
+}
+
+// Input writes p, which the client believes starts at input offset
+// offset. Bytes already received are dropped, so a write retried after a
+// reconnect is applied once; an offset beyond what was received is
+// ErrInputOffset. It returns the input offset after the write.
+func (s *Supervisor) Input(owner, id string, offset uint64, p []byte) (uint64, error) {
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := e.running(); err != nil {
+		return 0, err
+	}
+	return e.in.write(offset, p)
+}
+
+// CloseStdin delivers end of file to a pipe execution's stdin once the
+// queued input has been written.
+func (s *Supervisor) CloseStdin(owner, id string) error {
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return err
+	}
+	if e.spec.Policy.TTY != nil {
+		return ErrNoPipes
+	}
+	if _, err := e.running(); err != nil {
+		return err
+	}
+	if e.in.closeStdin() {
+		e.ring.Append(replay.Event{Kind: replay.KindStdinClosed})
+	}
+	return nil
+}
+
+// Wait is the long poll: it returns as soon as the execution has events
+// after after, or has ended, or when timeout passes or ctx ends.
+func (s *Supervisor) Wait(ctx context.Context, owner, id string, after uint64, timeout time.Duration) (Info, error) {
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return Info{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := e.ring.Wait(ctx, after); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return Info{}, err
+	}
+	return e.info(), nil
+}

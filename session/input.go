@@ -1,0 +1,103 @@
+package session
+
+import (
+	"fmt"
+	"io"
+	"sync"
+)
+
+// inputQueue accepts input by offset and feeds it to the process on the
+// execution's writer goroutine, so a process that does not read its input
+// never blocks a client: a full queue answers ErrInputFull, and the client
+// retries from the same offset.
+type inputQueue struct {
+	mu       sync.Mutex
+	offset   uint64   // bytes accepted so far
+	pending  [][]byte // accepted, not yet written
+	size     int      // bytes in pending
+	max      int
+	closeReq bool // close stdin once pending is written
+	shut     bool // the process ended: accept nothing more
+	wake     chan struct{}
+}
+
+func newInputQueue(max int) *inputQueue {
+	return &inputQueue{max: max, wake: make(chan struct{}, 1)}
+}
+
+// write applies the part of p the queue has not seen yet.
+func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.shut:
+		return q.offset, ErrNotRunning
+	case offset > q.offset:
+		return q.offset, fmt.Errorf("%w: got offset %d, have received %d bytes", ErrInputOffset, offset, q.offset)
+	case q.closeReq && len(p) > 0:
+		return q.offset, fmt.Errorf("%w: stdin was closed", ErrNotRunning)
+	}
+	skip := q.offset - offset
+	if skip >= uint64(len(p)) {
+		return q.offset, nil // a retry of input already received
+	}
+	fresh := p[skip:]
+	if q.size+len(fresh) > q.max {
+		return q.offset, ErrInputFull
+	}
+	q.pending = append(q.pending, append([]byte(nil), fresh...))
+	q.size += len(fresh)
+	q.offset += uint64(len(fresh))
+	q.signal()
+	return q.offset, nil
+}
+
+// closeStdin asks for end of file after the pending input; it reports
+// whether this call was the first to ask.
+func (q *inputQueue) closeStdin() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	first := !q.closeReq && !q.shut
+	q.closeReq = true
+	q.signal()
+	return first
+}
+
+// shutdown stops the writer: the process has ended.
+func (q *inputQueue) shutdown() {
+	q.mu.Lock()
+	q.shut = true
+	q.pending, q.size = nil, 0
+	q.signal()
+	q.mu.Unlock()
+}
+
+func (q *inputQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run writes pending input to w until shutdown. A write blocks only this
+// goroutine; it fails once the process has ended and its stdin is closed.
+func (q *inputQueue) run(w io.WriteCloser) {
+	for range q.wake {
+		q.mu.Lock()
+		batch, shut, closeReq := q.pending, q.shut, q.closeReq
+		q.pending = nil
+		q.mu.Unlock()
+		for _, b := range batch {
+			w.Write(b)
+			q.mu.Lock()
+			q.size -= len(b)
+			q.mu.Unlock()
+		}
+		if shut {
+			return
+		}
+		if closeReq {
+			w.Close()
+		}
+	}
+}

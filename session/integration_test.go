@@ -1,0 +1,157 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+)
+
+var (
+	integrationOnce     sync.Once
+	integrationLauncher *sandbox.Launcher
+	integrationErr      error
+)
+
+const testGrace = 500 * time.Millisecond
+
+// realSupervisor returns a supervisor on the real sandbox; it skips where
+// bwrap is missing, except under CI.
+func realSupervisor(t *testing.T) *Supervisor {
+	t.Helper()
+	integrationOnce.Do(func() {
+		integrationLauncher, integrationErr = sandbox.NewLauncher(sandbox.Config{KillGrace: testGrace})
+	})
+	if integrationErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("sandbox unavailable under CI: %v", integrationErr)
+		}
+		t.Skipf("sandbox unavailable (install bubblewrap): %v", integrationErr)
+	}
+	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// workspace returns a directory the sandbox identity can reach.
+func workspace(t *testing.T) string {
+	d := t.TempDir()
+	os.Chmod(filepath.Dir(d), 0o711)
+	os.Chmod(d, 0o755)
+	return d
+}
+
+func TestSixtyConcurrentExecutionsDeliverEveryByte(t *testing.T) {
+	t.Parallel()
+	s := realSupervisor(t)
+	// 60 KB each: 10,000 lines of 5 digits and a newline, then exit i%7.
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sp := Spec{Policy: sandbox.Policy{
+				Command:   []string{"/bin/sh", "-c", fmt.Sprintf("seq 10000 19999; exit %d", i%7)},
+				Workspace: workspace(t),
+			}, Ring: replay.Config{MaxBytes: 1 << 20}}
+			info, err := s.Start(t.Context(), "tenant", fmt.Sprint("run-", i), sp)
+			if err != nil {
+				t.Errorf("start %d: %v", i, err)
+				return
+			}
+			sub, _, _ := s.Attach("tenant", info.ID, 0)
+			out, evs := drain(t, sub)
+			checkContinuity(t, evs)
+			res := s.mustGet(t, "tenant", info.ID).Result
+			if len(out) != 60000 || !bytes.HasPrefix(out, []byte("10000\n")) || !bytes.HasSuffix(out, []byte("19999\n")) {
+				t.Errorf("run %d: %d bytes", i, len(out))
+			}
+			if res.Status != StatusExited || res.ExitCode != i%7 || res.Stdout.Original != 60000 {
+				t.Errorf("run %d: %+v", i, res)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestCancelIgnoringTermEndsWithinGrace(t *testing.T) {
+	t.Parallel()
+	s := realSupervisor(t)
+	marker := fmt.Sprintf("%d.%d", 600+time.Now().Nanosecond()%90, os.Getpid())
+	info, err := s.Start(t.Context(), "tenant", "stubborn", Spec{Policy: sandbox.Policy{
+		Command:   []string{"/bin/sh", "-c", `trap "" TERM; echo ready; sleep ` + marker},
+		Workspace: workspace(t),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(t.Context(), "tenant", info.ID, 1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.Cancel("tenant", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	sub, _, _ := s.Attach("tenant", info.ID, 0)
+	drain(t, sub)
+	res := s.mustGet(t, "tenant", info.ID).Result
+	if res.Status != StatusCancelled || res.Signal != "SIGKILL" || time.Since(start) > testGrace+time.Second {
+		t.Errorf("cancel: %+v after %v", res, time.Since(start))
+	}
+	if pids := findProcesses(marker); len(pids) > 0 {
+		t.Errorf("processes left after cancel: %v", pids)
+	}
+}
+
+func TestRealTimeoutAndInput(t *testing.T) {
+	t.Parallel()
+	s := realSupervisor(t)
+	info, err := s.Start(t.Context(), "tenant", "cat", Spec{
+		Policy:  sandbox.Policy{Command: []string{"cat"}, Workspace: workspace(t)},
+		Timeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Input("tenant", info.ID, 0, []byte("hello "))
+	s.Input("tenant", info.ID, 0, []byte("hello ")) // a retry: applied once
+	s.Input("tenant", info.ID, 6, []byte("world\n"))
+	s.CloseStdin("tenant", info.ID)
+	sub, _, _ := s.Attach("tenant", info.ID, 0)
+	out, _ := drain(t, sub)
+	if string(out) != "hello world\n" || s.mustGet(t, "tenant", info.ID).Status != StatusExited {
+		t.Errorf("cat: %q, %+v", out, s.mustGet(t, "tenant", info.ID))
+	}
+	info, _ = s.Start(t.Context(), "tenant", "slow", Spec{
+		Policy:  sandbox.Policy{Command: []string{"sleep", "100"}, Workspace: workspace(t)},
+		Timeout: 300 * time.Millisecond,
+	})
+	sub, _, _ = s.Attach("tenant", info.ID, 0)
+	drain(t, sub)
+	if got := s.mustGet(t, "tenant", info.ID); got.Status != StatusTimedOut {
+		t.Errorf("timeout: %+v", got.Result)
+	}
+}
+
+func findProcesses(arg string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), arg) && !strings.Contains(string(b), "-c") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

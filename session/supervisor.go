@@ -1,0 +1,316 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+)
+
+// Defaults applied to a zero Config and to zero Spec fields.
+const (
+	DefaultTimeout            = 120 * time.Second
+	DefaultRetention          = 15 * time.Minute
+	DefaultOutputBudget       = 64 << 10
+	DefaultMaxRunning         = 256
+	DefaultMaxRunningPerOwner = 64
+	DefaultMaxRetained        = 1024
+	DefaultInputBuffer        = 64 << 10
+)
+
+// Config configures a Supervisor. Zero fields take the defaults.
+type Config struct {
+	Launcher            Launcher // required
+	MaxRunning          int      // running executions in total
+	MaxRunningPerOwner  int      // running executions of one owner
+	MaxRetained         int      // executions kept, running or settled
+	DefaultTimeout      time.Duration
+	DefaultRetention    time.Duration
+	DefaultOutputBudget int
+	InputBuffer         int // input bytes queued per execution before ErrInputFull
+	Logger              *slog.Logger
+}
+
+// Supervisor owns executions. It is safe for concurrent use.
+type Supervisor struct {
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // parent of every execution; cancelled by Close
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	execs   map[key]*execution
+	running int
+	byOwner map[string]int
+	started uint64
+	ended   map[Status]uint64
+	closed  bool
+	wg      sync.WaitGroup // one per execution until its retention ends
+}
+
+type key struct{ owner, id string }
+
+// New returns a supervisor. Close stops every execution.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Launcher == nil {
+		return nil, fmt.Errorf("session: config: a Launcher is required")
+	}
+	setDefault(&cfg.MaxRunning, DefaultMaxRunning)
+	setDefault(&cfg.MaxRunningPerOwner, DefaultMaxRunningPerOwner)
+	setDefault(&cfg.MaxRetained, DefaultMaxRetained)
+	setDefault(&cfg.DefaultOutputBudget, DefaultOutputBudget)
+	setDefault(&cfg.InputBuffer, DefaultInputBuffer)
+	setDefault(&cfg.DefaultTimeout, DefaultTimeout)
+	setDefault(&cfg.DefaultRetention, DefaultRetention)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Supervisor{
+		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
+		execs: map[key]*execution{}, byOwner: map[string]int{}, ended: map[Status]uint64{},
+	}, nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Start starts the execution id of owner, or returns the existing one when
+// owner already started id with an equal spec (ErrConflict when the spec
+// differs). An empty id is generated. A start the sandbox refuses as
+// invalid returns the error; one that fails otherwise is kept as a failed
+// execution, so a retry sees the same outcome.
+func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (Info, error) {
+	if id == "" {
+		id = newID()
+	}
+	if !idPattern.MatchString(id) {
+		return Info{}, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, idPattern)
+	}
+	spec, err := s.normalize(spec)
+	if err != nil {
+		return Info{}, err
+	}
+	fingerprint, err := json.Marshal(spec)
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	s.mu.Lock()
+	e, created, err := s.admit(key{owner, id}, spec, string(fingerprint))
+	s.mu.Unlock()
+	if err != nil {
+		return Info{}, err
+	}
+	if created {
+		return s.launch(e)
+	}
+	select {
+	case <-e.launched:
+		return e.info(), nil
+	case <-ctx.Done():
+		return Info{}, context.Cause(ctx)
+	}
+}
+
+// normalize fills spec defaults and validates what the supervisor owns.
+func (s *Supervisor) normalize(spec Spec) (Spec, error) {
+	if spec.Policy.Timeout != 0 {
+		return spec, fmt.Errorf("%w: set Spec.Timeout, not Policy.Timeout", ErrInvalidSpec)
+	}
+	if spec.Timeout == 0 {
+		spec.Timeout = s.cfg.DefaultTimeout
+	}
+	if spec.Retention <= 0 {
+		spec.Retention = s.cfg.DefaultRetention
+	}
+	if spec.OutputBudget <= 0 {
+		spec.OutputBudget = s.cfg.DefaultOutputBudget
+	}
+	if spec.OutputBudget < 16 {
+		return spec, fmt.Errorf("%w: output budget %d is below 16 bytes", ErrInvalidSpec, spec.OutputBudget)
+	}
+	spec.Policy = spec.Policy.Normalize()
+	if err := spec.Policy.Validate(); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
+// admit returns the existing execution for k, or registers a new one that
+// the caller must launch (created). Called with s.mu held.
+func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, created bool, err error) {
+	if s.closed {
+		return nil, false, ErrClosed
+	}
+	if e, ok := s.execs[k]; ok {
+		if e.fingerprint != fingerprint {
+			return nil, false, fmt.Errorf("%w: %s", ErrConflict, k.id)
+		}
+		return e, false, nil
+	}
+	if s.running >= s.cfg.MaxRunning {
+		return nil, false, fmt.Errorf("%w: %d executions running, the maximum", ErrCapacity, s.running)
+	}
+	if s.byOwner[k.owner] >= s.cfg.MaxRunningPerOwner {
+		return nil, false, fmt.Errorf("%w: %d executions of this owner running, the maximum", ErrCapacity, s.byOwner[k.owner])
+	}
+	if len(s.execs) >= s.cfg.MaxRetained && !s.evictOldestSettled() {
+		return nil, false, fmt.Errorf("%w: %d executions retained and all running", ErrCapacity, len(s.execs))
+	}
+	e = newExecution(s, k, spec, fingerprint)
+	s.execs[k] = e
+	s.running++
+	s.byOwner[k.owner]++
+	s.started++
+	s.wg.Add(1)
+	return e, true, nil
+}
+
+// evictOldestSettled removes the settled execution that ended first.
+// Called with s.mu held.
+func (s *Supervisor) evictOldestSettled() bool {
+	var oldest *execution
+	for _, e := range s.execs {
+		if r := e.result(); r != nil && (oldest == nil || r.Ended.Before(oldest.result().Ended)) {
+			oldest = e
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	s.removeLocked(oldest)
+	return true
+}
+
+// removeLocked forgets e. Called with s.mu held.
+func (s *Supervisor) removeLocked(e *execution) {
+	if s.execs[e.key] != e {
+		return
+	}
+	delete(s.execs, e.key)
+	e.stopRetention()
+	s.wg.Done()
+}
+
+// settled moves e from running to settled. Called by e's owner goroutine.
+func (s *Supervisor) settled(e *execution, status Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	if s.byOwner[e.key.owner]--; s.byOwner[e.key.owner] == 0 {
+		delete(s.byOwner, e.key.owner)
+	}
+	s.ended[status]++
+}
+
+// forget undoes admit for an execution that never ran.
+func (s *Supervisor) forget(e *execution) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removeLocked(e)
+	s.running--
+	s.started--
+	if s.byOwner[e.key.owner]--; s.byOwner[e.key.owner] == 0 {
+		delete(s.byOwner, e.key.owner)
+	}
+}
+
+// lookup returns owner's execution id. Another owner's ID is not found,
+// exactly like an unknown one.
+func (s *Supervisor) lookup(owner, id string) (*execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.execs[key{owner, id}]; ok {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+}
+
+// Get returns the state of an execution, with its result once ended.
+func (s *Supervisor) Get(owner, id string) (Info, error) {
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return Info{}, err
+	}
+	return e.info(), nil
+}
+
+// List returns owner's executions, oldest first.
+func (s *Supervisor) List(owner string) []Info {
+	s.mu.Lock()
+	var es []*execution
+	for k, e := range s.execs {
+		if k.owner == owner {
+			es = append(es, e)
+		}
+	}
+	s.mu.Unlock()
+	out := make([]Info, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out
+}
+
+// Stats counts the supervisor's executions.
+func (s *Supervisor) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	by := make(map[Status]uint64, len(s.ended))
+	for k, v := range s.ended {
+		by[k] = v
+	}
+	return Stats{Running: s.running, Retained: len(s.execs) - s.running, StartedTotal: s.started, ByStatus: by}
+}
+
+// Close stops every running execution (they end as cancelled), waits for
+// them to end or for ctx, and drops all results. Start then fails with
+// ErrClosed.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	es := make([]*execution, 0, len(s.execs))
+	for _, e := range s.execs {
+		es = append(es, e)
+	}
+	s.mu.Unlock()
+	for _, e := range es {
+		e.stop(StatusCancelled)
+	}
+	s.cancel(ErrClosed)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, e := range es {
+			<-e.done
+			s.mu.Lock()
+			s.removeLocked(e)
+			s.mu.Unlock()
+		}
+		s.wg.Wait()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+func newID() string {
+	var b [10]byte
+	rand.Read(b[:])
+	return "x-" + idEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,160 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"regexp"
+	"syscall"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+)
+
+// Errors returned by the Supervisor. Each has a stable code (Code).
+var (
+	ErrNotFound    = errors.New("session: execution not found")
+	ErrConflict    = errors.New("session: execution id already used with a different spec")
+	ErrCapacity    = errors.New("session: at capacity")
+	ErrInvalidID   = errors.New("session: invalid execution id")
+	ErrInvalidSpec = errors.New("session: invalid spec")
+	ErrNotRunning  = errors.New("session: execution is not running")
+	ErrInputOffset = errors.New("session: input offset is ahead of the input received")
+	ErrInputFull   = errors.New("session: input buffer full; retry from the same offset")
+	ErrNotPTY      = errors.New("session: execution has no terminal")
+	ErrNoPipes     = errors.New("session: execution has no stdin pipe")
+	ErrSignal      = errors.New("session: signal not allowed")
+	ErrClosed      = errors.New("session: supervisor is closed")
+)
+
+// Code returns the stable, client-visible code of a session error, or
+// "internal" for anything else.
+func Code(err error) string {
+	for _, c := range []struct {
+		err  error
+		code string
+	}{
+		{ErrNotFound, "not_found"}, {ErrConflict, "conflict"}, {ErrCapacity, "capacity"},
+		{ErrInvalidID, "invalid_id"}, {ErrInvalidSpec, "invalid_spec"}, {sandbox.ErrInvalidPolicy, "invalid_spec"},
+		{sandbox.ErrUnenforceable, "unenforceable"}, {ErrNotRunning, "not_running"},
+		{ErrInputOffset, "input_offset"}, {ErrInputFull, "input_full"}, {ErrNotPTY, "not_pty"},
+		{ErrNoPipes, "no_pipes"}, {ErrSignal, "signal_not_allowed"}, {ErrClosed, "closed"},
+	} {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return "internal"
+}
+
+// idPattern is what a client-chosen execution ID must look like.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// Status is an execution's lifecycle state. Running is the only one that
+// changes; the others are final.
+type Status string
+
+// Statuses.
+const (
+	StatusRunning   Status = "running"
+	StatusExited    Status = "exited"
+	StatusFailed    Status = "failed" // could not start
+	StatusCancelled Status = "cancelled"
+	StatusTimedOut  Status = "timed_out"
+	StatusLimit     Status = "limit" // a ceiling killed it
+)
+
+// Spec is everything that defines an execution. Two starts with the same
+// owner and ID are the same execution only when their specs are equal.
+type Spec struct {
+	Policy sandbox.Policy `json:"policy"`
+	// Timeout is wall-clock time from start (Config.DefaultTimeout when 0;
+	// negative means none).
+	Timeout time.Duration `json:"timeout"`
+	// Retention is how long the final result is kept (Config.DefaultRetention).
+	Retention time.Duration `json:"retention"`
+	// Ring bounds the execution's event history.
+	Ring replay.Config `json:"ring"`
+	// OutputBudget bounds the final output kept per stream, head plus tail
+	// (Config.DefaultOutputBudget).
+	OutputBudget int `json:"output_budget"`
+}
+
+// Output is the retained part of one stream, cut on UTF-8 boundaries.
+type Output struct {
+	Head      []byte `json:"head"`
+	Tail      []byte `json:"tail,omitempty"`
+	Original  int64  `json:"original_bytes"`
+	Retained  int64  `json:"retained_bytes"`
+	Omitted   int64  `json:"omitted_bytes"`
+	Truncated bool   `json:"truncated"`
+}
+
+// Result is an execution's final outcome.
+type Result struct {
+	Status   Status        `json:"status"`
+	ExitCode int           `json:"exit_code"` // -1 without a normal exit
+	Signal   string        `json:"signal,omitempty"`
+	Reason   string        `json:"reason"`
+	Started  time.Time     `json:"started"`
+	Ended    time.Time     `json:"ended"`
+	Duration time.Duration `json:"duration"`
+	Stdout   Output        `json:"stdout"` // the terminal's output for a PTY
+	Stderr   Output        `json:"stderr"`
+}
+
+// Info describes an execution at one moment.
+type Info struct {
+	ID       string    `json:"id"`
+	Owner    string    `json:"-"`
+	Status   Status    `json:"status"`
+	PTY      bool      `json:"pty"`
+	Started  time.Time `json:"started"`
+	FirstSeq uint64    `json:"first_seq"`
+	LastSeq  uint64    `json:"last_seq"`
+	Result   *Result   `json:"result,omitempty"`
+}
+
+// Stats counts executions.
+type Stats struct {
+	Running      int               `json:"running"`
+	Retained     int               `json:"retained"`
+	StartedTotal uint64            `json:"started_total"`
+	ByStatus     map[Status]uint64 `json:"by_status"`
+}
+
+// Launcher is the subset of *sandbox.Launcher the supervisor uses; tests
+// provide a fake.
+type Launcher interface {
+	Start(ctx context.Context, p sandbox.Policy, stdio sandbox.Stdio) (Process, error)
+}
+
+// Process is the subset of *sandbox.Process the supervisor uses.
+type Process interface {
+	Stdin() io.WriteCloser
+	Resize(sandbox.WindowSize) error
+	Signal(syscall.Signal) error
+	Stop(sandbox.Stop)
+	Wait() sandbox.Exit
+}
+
+// SandboxLauncher adapts a *sandbox.Launcher to Launcher.
+func SandboxLauncher(l *sandbox.Launcher) Launcher { return sandboxLauncher{l} }
+
+type sandboxLauncher struct{ l *sandbox.Launcher }
+
+func (s sandboxLauncher) Start(ctx context.Context, p sandbox.Policy, stdio sandbox.Stdio) (Process, error) {
+	proc, err := s.l.Start(ctx, p, stdio)
+	if err != nil {
+		return nil, err
+	}
+	return proc, nil
+}
+
+// signals is the allowlist of signals a client may send.
+var signals = map[string]syscall.Signal{
+	"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL,
+	"QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "WINCH": syscall.SIGWINCH,
+	"CONT": syscall.SIGCONT, "STOP": syscall.SIGSTOP,
+}
