@@ -15,8 +15,8 @@ import (
 // fakeLauncher runs a script instead of a sandbox, so the supervisor's
 // logic can be tested under testing/synctest with fake time.
 type fakeLauncher struct {
-	script func(p *fakeProc) // runs on its own goroutine; returns the exit
-	err    error             // returned by Start when set
+	script func(p *fakeProc) sandbox.Exit // runs on its own goroutine; returns the exit
+	err    error                          // returned by Start when set
 	mu     sync.Mutex
 	procs  []*fakeProc
 }

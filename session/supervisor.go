@@ -10,7 +10,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
 )
 
 // Defaults applied to a zero Config and to zero Spec fields.
