@@ -7,3 +7,5 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 )
+
+require github.com/golang-jwt/jwt/v5 v5.3.1 // indirect

@@ -1,0 +1,112 @@
+package replay
+
+import (
+	"errors"
+	"io"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// BenchmarkAppendRead32K appends 32 KiB outputs while one cursor reader
+// follows. Target: at least 2 GB/s.
+func BenchmarkAppendRead32K(b *testing.B) {
+	r := New(Config{})
+	p := make([]byte, 32<<10)
+	var wg sync.WaitGroup
+	var gaps, batches int
+	c := r.Cursor(0)
+	wg.Go(func() {
+		for {
+			_, gap, err := c.Next(b.Context())
+			if err != nil {
+				return
+			}
+			if gap != nil {
+				gaps++
+			}
+			batches++
+		}
+	})
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r.AppendOutput(StreamPTY, p)
+	}
+	r.Append(exitEvent(0))
+	wg.Wait()
+	b.ReportMetric(float64(gaps), "gaps")
+	b.ReportMetric(float64(batches)/float64(b.N), "batches/op")
+}
+
+// BenchmarkAppendOutputSmall is the interactive case: short PTY writes
+// with nobody reading.
+func BenchmarkAppendOutputSmall(b *testing.B) {
+	r := New(Config{})
+	p := []byte("$ ls -l\r\n")
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r.AppendOutput(StreamPTY, p)
+	}
+}
+
+// BenchmarkReadHistory1MiB replays a full default ring (1 MiB in 4 KiB
+// outputs) through a new Cursor. Target: at most 1 ms.
+func BenchmarkReadHistory1MiB(b *testing.B) {
+	r := New(Config{})
+	p := make([]byte, 4<<10)
+	for range DefaultMaxBytes / len(p) {
+		r.AppendOutput(StreamStdout, p)
+	}
+	r.Append(exitEvent(0))
+	b.ReportAllocs()
+	for b.Loop() {
+		c := r.Cursor(0)
+		n := 0
+		for {
+			evs, gap, err := c.Next(b.Context())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil || gap != nil {
+				b.Fatalf("gap %+v, err %v", gap, err)
+			}
+			n += len(evs)
+		}
+		if n != DefaultMaxBytes/len(p)+1 {
+			b.Fatalf("read %d events", n)
+		}
+	}
+}
+
+// BenchmarkIdleRings measures the memory of rings that hold what an idle
+// execution has: a started event and a couple of short outputs. Target:
+// 10,000 of them in at most 40 MiB.
+func BenchmarkIdleRings(b *testing.B) {
+	const rings = 10000
+	var perRing float64
+	for b.Loop() {
+		perRing = idleRingBytes(rings)
+	}
+	b.ReportMetric(perRing, "B/ring")
+	b.ReportMetric(perRing*rings/(1<<20), "MiB/10k-rings")
+}
+
+func idleRingBytes(n int) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rings := make([]*Ring, n)
+	for i := range rings {
+		r := New(Config{})
+		r.Append(Event{Kind: KindStarted, Rows: 24, Cols: 80})
+		r.AppendOutput(StreamPTY, []byte("user@host:~$ "))
+		r.AppendOutput(StreamPTY, []byte("\x1b[?2004h"))
+		rings[i] = r
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(rings)
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+}
