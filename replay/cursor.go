@@ -15,14 +15,16 @@ const (
 // Cursor is one reader's position in a ring: it returns the history after
 // a sequence, then follows live events, with no duplicate and no silent
 // loss. Any number of cursors may read one ring; a Cursor itself is not
-// safe for concurrent use.
+// safe for concurrent use. A cursor needs no closing: drop it.
 type Cursor struct {
 	ring  *Ring
 	after uint64
 	// seen is the output bytes appended up to and including after, so that
-	// a gap's Bytes is exact. It is 0 (and gaps over-count) only for a cursor
-	// created after a sequence already evicted, until its first gap.
+	// a gap's Bytes is exact. It is a lower bound (and gaps over-count) only
+	// for a cursor created at an evicted or future sequence, until its
+	// first gap.
 	seen uint64
+	held []*slab // slabs lent to the last batch, returned by the next Next
 }
 
 // Cursor returns a cursor positioned after sequence after: its first batch
@@ -33,7 +35,8 @@ func (r *Ring) Cursor(after uint64) *Cursor {
 
 // seenThrough returns the output bytes appended up to and including
 // sequence after, or a lower bound (0 or all output so far) when after
-// is evicted or in the future.
+// is evicted or in the future. It sums the shorter side of the retained
+// events, since a reconnecting reader is usually near the end.
 func (r *Ring) seenThrough(after uint64) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -43,11 +46,11 @@ func (r *Ring) seenThrough(after uint64) uint64 {
 	if after+1 < r.first() {
 		return 0
 	}
-	seen := r.evictedBytes
-	for i := range int(after + 1 - r.first()) {
-		seen += uint64(len(r.slots[r.index(i)].Data))
+	k := int(after + 1 - r.first()) // retained events up to after
+	if k <= r.n/2 {
+		return r.evictedBytes + r.dataBytes(0, k)
 	}
-	return seen
+	return r.outputBytes - r.dataBytes(k, r.n)
 }
 
 // Next waits as Wait does, then returns the next batch: up to 256 events
@@ -56,15 +59,15 @@ func (r *Ring) seenThrough(after uint64) uint64 {
 // gap.To. Next returns io.EOF once the exit event has been returned, and
 // context.Cause(ctx) when ctx is done.
 //
-// The returned slice belongs to the caller; the events' Data belongs to
-// the ring and must not be modified.
+// The returned slice belongs to the caller, but the events' Data is lent:
+// it must not be modified, and it stays valid only until the next call to
+// Next, after which the ring may reuse the memory. Copy it to keep it.
 func (c *Cursor) Next(ctx context.Context) ([]Event, *Gap, error) {
+	c.release()
 	if err := c.ring.Wait(ctx, c.after); err != nil {
 		return nil, nil, err
 	}
-	c.ring.mu.Lock()
-	evs, gap := c.ring.readLocked(nil, c.after, c.seen, cursorMaxEvents, cursorMaxBytes)
-	c.ring.mu.Unlock()
+	evs, gap := c.read()
 	switch {
 	case gap != nil:
 		c.after = gap.To - 1
@@ -80,6 +83,38 @@ func (c *Cursor) Next(ctx context.Context) ([]Event, *Gap, error) {
 		c.seen += uint64(len(evs[i].Data))
 	}
 	return evs, nil, nil
+}
+
+// read returns the next batch or gap and borrows the batch's slabs.
+func (c *Cursor) read() ([]Event, *Gap) {
+	r := c.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, n, gap := r.span(c.after, c.seen, cursorMaxEvents, cursorMaxBytes)
+	r.eachSlab(i, n, func(s *slab) {
+		s.leases++
+		c.held = append(c.held, s)
+	})
+	if n == 0 {
+		return nil, gap
+	}
+	return r.appendEvents(nil, i, n), gap
+}
+
+// release returns the slabs lent to the last batch.
+func (c *Cursor) release() {
+	if len(c.held) == 0 {
+		return
+	}
+	r := c.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range c.held {
+		s.leases--
+		r.recycle(s)
+	}
+	clear(c.held)
+	c.held = c.held[:0]
 }
 
 // After returns the last sequence delivered or skipped by a gap.

@@ -23,8 +23,12 @@
 //
 // The ring is a pure data structure: no I/O and no goroutines of its own.
 // All methods of Ring are safe for concurrent use; a Cursor belongs to one
-// reader. The Data of a returned event is shared with the ring and every
-// other reader and must not be modified, but it stays valid for as long as
-// the reader keeps it: the ring never reuses memory it handed out, it only
-// forgets it.
+// reader.
+//
+// Output is copied once, into slabs of memory that the ring reuses, so a
+// busy ring allocates nothing. The Data of a returned event is shared with
+// the ring and other readers and must never be modified. Data returned by
+// Cursor.Next is lent: it stays valid until that cursor's next call to
+// Next, and a reader that needs it longer copies it. Data returned by Read
+// stays valid for as long as the caller keeps it.
 package replay

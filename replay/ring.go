@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bytes"
 	"errors"
 	"slices"
 	"sync"
@@ -36,20 +35,15 @@ type Config struct {
 }
 
 // Ring is the bounded event log of one execution. Create it with New. All
-// methods are safe for concurrent use; none waits for a reader.
-//
-// Each event's Data is copied into its own allocation. Shared slabs would
-// save an allocation per append, but a slab stays alive while any event
-// (or any reader) still points into it, so retained memory could far
-// exceed MaxBytes, and an idle ring would hold a whole slab. Per-event
-// copies keep memory equal to what is retained, and the benchmarks show
-// the allocation is not the bottleneck (see bench_test.go).
+// methods are safe for concurrent use; none waits for a reader. Output is
+// kept in reused slabs (see slab.go).
 type Ring struct {
 	maxBytes  int
 	maxEvents int
+	slabMax   int
 
 	mu     sync.Mutex
-	slots  []Event // circular: slots[head] is the oldest retained event
+	slots  []slot // circular: slots[head] is the oldest retained event
 	head   int
 	n      int    // retained events
 	last   uint64 // sequence of the newest event, and so the number appended
@@ -61,6 +55,15 @@ type Ring struct {
 
 	outputBytes  uint64 // output bytes ever appended
 	evictedBytes uint64 // output bytes evicted
+
+	cur   *slab // where output is copied; nil until the first output
+	spare *slab // a free full-size slab, reused before allocating
+}
+
+// slot is a retained event and the slab its Data is in (nil if none).
+type slot struct {
+	ev   Event
+	slab *slab
 }
 
 // New returns an empty ring bounded by cfg. It allocates nothing for
@@ -72,7 +75,7 @@ func New(cfg Config) *Ring {
 	if cfg.MaxEvents <= 0 {
 		cfg.MaxEvents = DefaultMaxEvents
 	}
-	return &Ring{maxBytes: cfg.MaxBytes, maxEvents: cfg.MaxEvents}
+	return &Ring{maxBytes: cfg.MaxBytes, maxEvents: cfg.MaxEvents, slabMax: slabLimit(cfg.MaxBytes)}
 }
 
 // Append records ev and returns its sequence number. The ring sets Seq,
@@ -84,7 +87,6 @@ func (r *Ring) Append(ev Event) (uint64, error) {
 	if err := ev.check(); err != nil {
 		return 0, err
 	}
-	ev.Data = bytes.Clone(ev.Data)
 	if ev.Exit != nil {
 		exit := *ev.Exit
 		ev.Exit = &exit
@@ -100,13 +102,13 @@ func (r *Ring) AppendOutput(s Stream, p []byte) (uint64, error) {
 	if !s.valid() || len(p) == 0 {
 		return 0, invalid(KindOutput, "needs a stream and data")
 	}
-	// Copy before locking: readers never wait for a memmove.
-	ev := Event{Kind: KindOutput, Stream: s, Data: bytes.Clone(p)}
+	ev := Event{Kind: KindOutput, Stream: s, Data: p}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.appendLocked(&ev)
 }
 
+// appendLocked appends ev, whose Data is still the caller's.
 func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 	if r.closed {
 		return 0, ErrClosed
@@ -117,14 +119,13 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 		// Stamped under the lock so that Time never goes backwards along Seq.
 		ev.Time = time.Now()
 	}
-	ev.Offset = 0
+	sl := slot{ev: *ev}
+	sl.ev.Offset = 0
 	if ev.Kind == KindOutput {
-		ev.Offset = r.offset[ev.Stream]
-		r.offset[ev.Stream] += uint64(len(ev.Data))
-		r.outputBytes += uint64(len(ev.Data))
+		r.output(&sl)
 	}
 	r.closed = ev.Kind == KindExit
-	r.push(ev)
+	r.push(sl)
 	for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) {
 		r.evictOldest()
 	}
@@ -135,29 +136,46 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 	return ev.Seq, nil
 }
 
-// push stores ev as the newest event, first evicting the oldest when the
+// output copies the caller's Data into ring memory and gives the event its
+// stream offset. The copy is made under the lock, but into warm memory,
+// so it takes well under a microsecond.
+func (r *Ring) output(sl *slot) {
+	ev := &sl.ev
+	ev.Data, sl.slab = r.store(ev.Data)
+	ev.Offset = r.offset[ev.Stream]
+	r.offset[ev.Stream] += uint64(len(ev.Data))
+	r.outputBytes += uint64(len(ev.Data))
+}
+
+// push stores sl as the newest event, first evicting the oldest when the
 // ring holds MaxEvents, and growing the slot slice when it is full.
-func (r *Ring) push(ev *Event) {
+func (r *Ring) push(sl slot) {
 	if r.n == r.maxEvents {
 		r.evictOldest()
 	}
 	if r.n == len(r.slots) {
 		r.grow()
 	}
-	r.slots[r.index(r.n)] = *ev
+	r.slots[r.index(r.n)] = sl
 	r.n++
 }
 
 func (r *Ring) grow() {
-	slots := make([]Event, min(max(2*len(r.slots), initialSlots), r.maxEvents))
-	r.copyOut(slots, 0, r.n)
+	slots := make([]slot, min(max(2*len(r.slots), initialSlots), r.maxEvents))
+	for k := range r.n {
+		slots[k] = r.slots[r.index(k)]
+	}
 	r.slots, r.head = slots, 0
 }
 
 func (r *Ring) evictOldest() {
 	old := &r.slots[r.head]
-	r.evictedBytes += uint64(len(old.Data))
-	*old = Event{} // let the collector have Data once readers drop it
+	r.evictedBytes += uint64(len(old.ev.Data))
+	if s := old.slab; s != nil {
+		s.events--
+		r.recycle(s)
+	}
+	*old = slot{} // drop the pointers, for the collector
 	r.head = r.index(1)
 	r.n--
 }
@@ -170,20 +188,22 @@ func (r *Ring) index(i int) int {
 	return r.head + i - len(r.slots)
 }
 
-// copyOut copies the retained events i up to j (exclusive) into dst, in
-// at most two contiguous moves.
-func (r *Ring) copyOut(dst []Event, i, j int) {
-	a, b := r.head+i, r.head+j
-	if b <= len(r.slots) {
-		copy(dst, r.slots[a:b])
-		return
+// appendEvents appends the retained events i up to i+n (exclusive) to dst.
+func (r *Ring) appendEvents(dst []Event, i, n int) []Event {
+	dst = slices.Grow(dst, n)
+	for k := range n {
+		dst = append(dst, r.slots[r.index(i+k)].ev)
 	}
-	if a >= len(r.slots) {
-		copy(dst, r.slots[a-len(r.slots):b-len(r.slots)])
-		return
+	return dst
+}
+
+// dataBytes sums the Data of the retained events i up to j (exclusive).
+func (r *Ring) dataBytes(i, j int) uint64 {
+	var n uint64
+	for k := i; k < j; k++ {
+		n += uint64(len(r.slots[r.index(k)].ev.Data))
 	}
-	n := copy(dst, r.slots[a:])
-	copy(dst[n:], r.slots[:b-len(r.slots)])
+	return n
 }
 
 func (r *Ring) retainedBytes() uint64 { return r.outputBytes - r.evictedBytes }
@@ -210,6 +230,11 @@ type Gap struct {
 // than after, including an after from the future, it returns no events and
 // no gap.
 //
+// The Data of the events stays valid for as long as the caller keeps it
+// (the ring never reuses memory that Read handed out), which makes Read
+// costlier for the writer than a Cursor. Read copies the events while
+// holding the ring's lock: give it a max when the ring may hold many.
+//
 // The gap's Bytes is exact when after is 0. Otherwise the ring no longer
 // knows how much output preceded after, because remembering that for every
 // evicted event would make it unbounded, so Bytes counts all evicted
@@ -217,23 +242,23 @@ type Gap struct {
 func (r *Ring) Read(dst []Event, after uint64, max, maxBytes int) ([]Event, *Gap) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.readLocked(dst[:0], after, 0, max, maxBytes)
+	i, n, gap := r.span(after, 0, max, maxBytes)
+	r.eachSlab(i, n, func(s *slab) { s.pinned = true })
+	return r.appendEvents(dst[:0], i, n), gap
 }
 
-// readLocked is Read for a reader that knows seen, the output bytes up to
-// and including after (0 when it does not know), so the gap is exact.
-func (r *Ring) readLocked(dst []Event, after, seen uint64, max, maxBytes int) ([]Event, *Gap) {
+// span locates what a reader after after gets: n retained events from the
+// i-th, or a gap. seen is the output bytes up to and including after as
+// far as the reader knows (0 when it does not), for the gap's Bytes.
+func (r *Ring) span(after, seen uint64, max, maxBytes int) (i, n int, gap *Gap) {
 	if after >= r.last {
-		return dst, nil
+		return 0, 0, nil
 	}
 	if first := r.first(); after+1 < first {
-		return dst, &Gap{From: after + 1, To: first, Bytes: r.evictedBytes - min(seen, r.evictedBytes)}
+		return 0, 0, &Gap{From: after + 1, To: first, Bytes: r.evictedBytes - min(seen, r.evictedBytes)}
 	}
-	i := int(after + 1 - r.first())
-	n := r.batchLen(i, max, maxBytes)
-	dst = slices.Grow(dst, n)
-	r.copyOut(dst[len(dst):len(dst)+n], i, i+n)
-	return dst[:len(dst)+n], nil
+	i = int(after + 1 - r.first())
+	return i, r.batchLen(i, max, maxBytes), nil
 }
 
 // batchLen counts the events from the i-th retained one that fit max and
@@ -248,7 +273,7 @@ func (r *Ring) batchLen(i, max, maxBytes int) int {
 	}
 	total := 0
 	for k := range n {
-		total += len(r.slots[r.index(i+k)].Data)
+		total += len(r.slots[r.index(i+k)].ev.Data)
 		if total > maxBytes && k > 0 {
 			return k
 		}

@@ -472,6 +472,8 @@ func TestCursorGap(t *testing.T) {
 			[]Event{sized(3), sized(4), sized(5), sized(6)}, Gap{From: 3, To: 4, Bytes: 3}},
 		{"started at a retained event", []Event{sized(1), sized(2), sized(3), sized(4), sized(5)}, 3, 0,
 			[]Event{sized(6), sized(7), sized(8)}, Gap{From: 4, To: 6, Bytes: 9}},
+		{"started near the end", []Event{sized(1), sized(2), sized(3), sized(4), sized(5)}, 4, 0,
+			[]Event{sized(6), sized(7), sized(8)}, Gap{From: 5, To: 6, Bytes: 5}},
 		{"started at zero", []Event{sized(1), sized(2), sized(3), sized(4)}, 0, 0,
 			nil, Gap{From: 1, To: 2, Bytes: 1}},
 		{"non-output events in the gap", []Event{sized(1)}, 0, 1,

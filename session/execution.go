@@ -209,11 +209,12 @@ func (e *execution) result() *Result {
 
 func (e *execution) info() Info {
 	first, last := e.ring.Bounds()
+	offset := e.in.received()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	in := Info{
 		ID: e.key.id, Owner: e.key.owner, Status: StatusRunning, PTY: e.spec.Policy.TTY != nil,
-		Started: e.started, FirstSeq: first, LastSeq: last, Result: e.res,
+		Started: e.started, FirstSeq: first, LastSeq: last, InputOffset: offset, Result: e.res,
 	}
 	if e.res != nil {
 		in.Status = e.res.Status

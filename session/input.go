@@ -52,6 +52,13 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 	return q.offset, nil
 }
 
+// received returns the input offset: bytes accepted so far.
+func (q *inputQueue) received() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.offset
+}
+
 // closeStdin asks for end of file after the pending input; it reports
 // whether this call was the first to ask.
 func (q *inputQueue) closeStdin() bool {

@@ -113,7 +113,10 @@ type Info struct {
 	Started  time.Time `json:"started"`
 	FirstSeq uint64    `json:"first_seq"`
 	LastSeq  uint64    `json:"last_seq"`
-	Result   *Result   `json:"result,omitempty"`
+	// InputOffset is how many input bytes the execution has received: a
+	// client resends its input from here after a reconnect.
+	InputOffset uint64  `json:"input_offset"`
+	Result      *Result `json:"result,omitempty"`
 }
 
 // Stats counts executions.

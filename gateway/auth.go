@@ -1,0 +1,483 @@
+package gateway
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// AuthConfig configures token verification. Zero values mean defaults.
+type AuthConfig struct {
+	// HS256SecretFile holds an HS256 secret of at least 32 bytes; one
+	// trailing newline is trimmed. Optional. Its key id is the file's base
+	// name without extension, unless given as "kid=path".
+	HS256SecretFile string
+	// PublicKeyFiles are PEM "PUBLIC KEY" files: RSA of at least 2048 bits
+	// (RS256), ECDSA P-256 (ES256) or Ed25519 (EdDSA). The key id of each is
+	// the file's base name without extension, unless given as "kid=path".
+	PublicKeyFiles []string
+	// Issuer, when set, must equal the token's "iss".
+	Issuer string
+	// Audience, when set, must be in the token's "aud".
+	Audience string
+	// TenantClaim names the claim holding the tenant (default "tenant").
+	TenantClaim string
+	// Leeway is the clock skew allowed on exp, nbf and iat: at most 60s
+	// (default 30s).
+	Leeway time.Duration
+	// MaxLifetime bounds exp - iat (default 24h).
+	MaxLifetime time.Duration
+	// Now is the clock, for tests; nil means time.Now.
+	Now func() time.Time
+}
+
+// Claims is what a verified token grants.
+type Claims struct {
+	Subject string
+	Tenant  string
+	// Scopes come from the space-separated "scope" claim (RFC 8693 style).
+	// A token without scopes can do nothing.
+	Scopes    map[string]bool
+	ExpiresAt time.Time
+	IssuedAt  time.Time
+}
+
+// Has reports whether the token grants scope.
+func (c Claims) Has(scope string) bool { return c.Scopes[scope] }
+
+// Scope names.
+const (
+	ScopeCreate = "exec:create" // start an execution
+	ScopeAttach = "exec:attach" // attach to an execution and read its output
+	ScopeWrite  = "exec:write"  // send input, resize and signals
+)
+
+// ErrUnauthorized is wrapped by every verification failure. The text after
+// it is for logs only, never for clients: it says which check failed.
+var ErrUnauthorized = errors.New("gateway: unauthorized")
+
+// MaxTokenBytes is the longest token Verify parses; longer ones are refused
+// before any decoding.
+const MaxTokenBytes = 8 << 10
+
+const (
+	defaultTenantClaim = "tenant"
+	defaultLeeway      = 30 * time.Second
+	maxLeeway          = 60 * time.Second
+	defaultMaxLifetime = 24 * time.Hour
+	minSecretBytes     = 32
+)
+
+// tenantPattern keeps tenants safe to use as a directory name.
+var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// registeredClaims cannot be used as the tenant claim: Mint writes them.
+var registeredClaims = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "scope"}
+
+// Authenticator verifies bearer tokens against a fixed set of keys. It is
+// safe for concurrent use.
+type Authenticator struct {
+	cfg       AuthConfig
+	keys      map[string]authKey // by kid
+	only      *authKey           // the key for tokens without kid; nil unless exactly one key
+	secret    []byte             // HS256 secret for Mint; nil when none
+	secretKID string
+	parser    *jwt.Parser
+}
+
+// authKey is one configured key and the only algorithm it accepts, so that a
+// token cannot choose how its signature is checked (algorithm confusion).
+type authKey struct {
+	method jwt.SigningMethod
+	key    any // []byte, *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey; never PEM
+}
+
+// NewAuthenticator loads the configured keys. It fails when there is no key,
+// a secret is shorter than 32 bytes, a file is unreadable or holds something
+// other than a supported public key, two keys share a kid, or a duration is
+// out of range.
+func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a := &Authenticator{cfg: cfg, keys: make(map[string]authKey)}
+	if err := a.loadKeys(); err != nil {
+		return nil, err
+	}
+	a.parser = jwt.NewParser(a.parserOptions()...)
+	return a, nil
+}
+
+func (cfg AuthConfig) withDefaults() (AuthConfig, error) {
+	if cfg.TenantClaim == "" {
+		cfg.TenantClaim = defaultTenantClaim
+	}
+	if slices.Contains(registeredClaims, cfg.TenantClaim) {
+		return cfg, fmt.Errorf("gateway: auth config: tenant claim %q is a registered claim", cfg.TenantClaim)
+	}
+	switch {
+	case cfg.Leeway == 0:
+		cfg.Leeway = defaultLeeway
+	case cfg.Leeway < 0 || cfg.Leeway > maxLeeway:
+		return cfg, fmt.Errorf("gateway: auth config: leeway %v out of range (0, %v]", cfg.Leeway, maxLeeway)
+	}
+	switch {
+	case cfg.MaxLifetime == 0:
+		cfg.MaxLifetime = defaultMaxLifetime
+	case cfg.MaxLifetime < 0:
+		return cfg, fmt.Errorf("gateway: auth config: negative max lifetime %v", cfg.MaxLifetime)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg, nil
+}
+
+func (a *Authenticator) loadKeys() error {
+	if a.cfg.HS256SecretFile != "" {
+		kid, path := splitKeySpec(a.cfg.HS256SecretFile)
+		secret, err := readSecret(path)
+		if err != nil {
+			return err
+		}
+		a.secret, a.secretKID = secret, kid
+		if err := a.addKey(kid, path, authKey{jwt.SigningMethodHS256, secret}); err != nil {
+			return err
+		}
+	}
+	for _, spec := range a.cfg.PublicKeyFiles {
+		kid, path := splitKeySpec(spec)
+		k, err := readPublicKey(path)
+		if err != nil {
+			return err
+		}
+		if err := a.addKey(kid, path, k); err != nil {
+			return err
+		}
+	}
+	switch len(a.keys) {
+	case 0:
+		return errors.New("gateway: auth config: no verification key: set an HS256 secret file or public key files")
+	case 1:
+		for _, k := range a.keys {
+			a.only = &k
+		}
+	}
+	return nil
+}
+
+func (a *Authenticator) addKey(kid, path string, k authKey) error {
+	if kid == "" {
+		return fmt.Errorf("gateway: key %s: empty key id", path)
+	}
+	if _, dup := a.keys[kid]; dup {
+		return fmt.Errorf("gateway: key %s: duplicate key id %q", path, kid)
+	}
+	a.keys[kid] = k
+	return nil
+}
+
+func (a *Authenticator) parserOptions() []jwt.ParserOption {
+	var algs []string
+	for _, k := range a.keys {
+		algs = append(algs, k.method.Alg())
+	}
+	slices.Sort(algs)
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(slices.Compact(algs)),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(), // checks iat is not in the future; presence is checked in claims
+		jwt.WithLeeway(a.cfg.Leeway),
+		jwt.WithTimeFunc(a.cfg.Now),
+		jwt.WithStrictDecoding(), // one encoding per token: no non-zero padding bits
+	}
+	if a.cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(a.cfg.Issuer))
+	}
+	if a.cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(a.cfg.Audience))
+	}
+	return opts
+}
+
+// splitKeySpec splits "kid=path"; a plain path gets its base name without
+// extension as kid.
+func splitKeySpec(spec string) (kid, path string) {
+	if k, p, ok := strings.Cut(spec, "="); ok && !strings.ContainsAny(k, `/\`) {
+		return k, p
+	}
+	base := filepath.Base(spec)
+	return strings.TrimSuffix(base, filepath.Ext(base)), spec
+}
+
+func readSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
+	}
+	b = []byte(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+	if len(b) < minSecretBytes {
+		return nil, fmt.Errorf("gateway: HS256 secret %s: %d bytes, need at least %d", path, len(b), minSecretBytes)
+	}
+	return b, nil
+}
+
+func readPublicKey(path string) (authKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return authKey{}, fmt.Errorf("gateway: read public key: %w", err)
+	}
+	block, rest := pem.Decode(data)
+	if block == nil {
+		return authKey{}, fmt.Errorf("gateway: public key %s: no PEM block", path)
+	}
+	if next, _ := pem.Decode(rest); next != nil {
+		return authKey{}, fmt.Errorf("gateway: public key %s: more than one PEM block", path)
+	}
+	if block.Type != "PUBLIC KEY" {
+		hint := ""
+		if strings.Contains(block.Type, "PRIVATE") {
+			hint = "; give the public key only"
+		}
+		return authKey{}, fmt.Errorf("gateway: public key %s: PEM block %q, want \"PUBLIC KEY\"%s", path, block.Type, hint)
+	}
+	pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return authKey{}, fmt.Errorf("gateway: public key %s: %w", path, err)
+	}
+	k, err := newPublicAuthKey(pub)
+	if err != nil {
+		return authKey{}, fmt.Errorf("gateway: public key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+func newPublicAuthKey(pub any) (authKey, error) {
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		if n := k.N.BitLen(); n < 2048 {
+			return authKey{}, fmt.Errorf("RSA key of %d bits, need at least 2048", n)
+		}
+		return authKey{jwt.SigningMethodRS256, k}, nil
+	case *ecdsa.PublicKey:
+		if k.Curve != elliptic.P256() {
+			return authKey{}, fmt.Errorf("ECDSA curve %s, want P-256", k.Curve.Params().Name)
+		}
+		return authKey{jwt.SigningMethodES256, k}, nil
+	case ed25519.PublicKey:
+		return authKey{jwt.SigningMethodEdDSA, k}, nil
+	default:
+		return authKey{}, fmt.Errorf("unsupported key type %T", pub)
+	}
+}
+
+// Verify checks token's signature and claims and returns what it grants.
+// Every error wraps ErrUnauthorized.
+func (a *Authenticator) Verify(token string) (Claims, error) {
+	if len(token) > MaxTokenBytes {
+		return Claims{}, unauthorized("token longer than %d bytes", MaxTokenBytes)
+	}
+	t, err := a.parser.ParseWithClaims(token, jwt.MapClaims{}, a.keyFor)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	return a.claimsFrom(t.Claims.(jwt.MapClaims))
+}
+
+// keyFor is the jwt.Keyfunc: it picks the key by kid and refuses a token
+// whose algorithm is not the key's own.
+func (a *Authenticator) keyFor(t *jwt.Token) (any, error) {
+	if _, ok := t.Header["crit"]; ok {
+		return nil, errors.New("crit header: no extensions are understood")
+	}
+	k, err := a.selectKey(t.Header)
+	if err != nil {
+		return nil, err
+	}
+	if t.Method == nil || t.Method.Alg() != k.method.Alg() {
+		return nil, errors.New("algorithm does not match the key")
+	}
+	return k.key, nil
+}
+
+func (a *Authenticator) selectKey(header map[string]any) (authKey, error) {
+	raw, ok := header["kid"]
+	if !ok {
+		if a.only == nil {
+			return authKey{}, errors.New("no kid and several keys configured")
+		}
+		return *a.only, nil
+	}
+	kid, ok := raw.(string)
+	if !ok {
+		return authKey{}, errors.New("kid is not a string")
+	}
+	k, ok := a.keys[kid]
+	if !ok {
+		return authKey{}, errors.New("unknown kid")
+	}
+	return k, nil
+}
+
+// claimsFrom checks what the parser does not: iat present, lifetime, sub,
+// tenant and scope.
+func (a *Authenticator) claimsFrom(m jwt.MapClaims) (Claims, error) {
+	exp, err := m.GetExpirationTime()
+	if err != nil || exp == nil {
+		return Claims{}, unauthorized("exp claim invalid")
+	}
+	iat, err := m.GetIssuedAt()
+	if err != nil || iat == nil {
+		return Claims{}, unauthorized("iat claim is required")
+	}
+	if life := exp.Sub(iat.Time); life <= 0 || life > a.cfg.MaxLifetime {
+		return Claims{}, unauthorized("lifetime %v outside (0, %v]", life, a.cfg.MaxLifetime)
+	}
+	c := Claims{ExpiresAt: exp.Time, IssuedAt: iat.Time}
+	if c.Subject, _ = m["sub"].(string); c.Subject == "" {
+		return Claims{}, unauthorized("sub claim missing, empty or not a string")
+	}
+	if c.Tenant, _ = m[a.cfg.TenantClaim].(string); !tenantPattern.MatchString(c.Tenant) {
+		return Claims{}, unauthorized("tenant claim missing or invalid")
+	}
+	if raw, ok := m["scope"]; ok {
+		s, ok := raw.(string)
+		if !ok {
+			return Claims{}, unauthorized("scope claim is not a string")
+		}
+		c.Scopes = parseScopes(s)
+	}
+	return c, nil
+}
+
+func parseScopes(s string) map[string]bool {
+	scopes := make(map[string]bool)
+	for _, sc := range strings.Fields(s) {
+		scopes[sc] = true
+	}
+	return scopes
+}
+
+func unauthorized(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnauthorized, fmt.Sprintf(format, args...))
+}
+
+// Mint signs an HS256 token for c with the configured secret, for `termgate
+// token`, dev mode and tests. A zero IssuedAt means now; ExpiresAt is
+// required and the lifetime must fit MaxLifetime. The token carries the
+// secret's kid. It fails when no HS256 secret is configured.
+func (a *Authenticator) Mint(c Claims) (string, error) {
+	if a.secret == nil {
+		return "", errors.New("gateway: mint: no HS256 secret configured")
+	}
+	if c.IssuedAt.IsZero() {
+		c.IssuedAt = a.cfg.Now()
+	}
+	m, err := mintClaims(c, a.cfg.TenantClaim, a.cfg.MaxLifetime)
+	if err != nil {
+		return "", err
+	}
+	return signHS256(a.secret, a.secretKID, m, a.cfg.Issuer, a.cfg.Audience)
+}
+
+// MintHS256 is Mint with an explicit secret of at least 32 bytes and no kid.
+// An empty tenantClaim means "tenant"; empty issuer and audience are left out.
+func MintHS256(secret []byte, c Claims, issuer, audience, tenantClaim string) (string, error) {
+	if len(secret) < minSecretBytes {
+		return "", fmt.Errorf("gateway: mint: secret of %d bytes, need at least %d", len(secret), minSecretBytes)
+	}
+	if tenantClaim == "" {
+		tenantClaim = defaultTenantClaim
+	}
+	if slices.Contains(registeredClaims, tenantClaim) {
+		return "", fmt.Errorf("gateway: mint: tenant claim %q is a registered claim", tenantClaim)
+	}
+	if c.IssuedAt.IsZero() {
+		c.IssuedAt = time.Now()
+	}
+	m, err := mintClaims(c, tenantClaim, 0)
+	if err != nil {
+		return "", err
+	}
+	return signHS256(secret, "", m, issuer, audience)
+}
+
+func signHS256(secret []byte, kid string, m jwt.MapClaims, issuer, audience string) (string, error) {
+	if issuer != "" {
+		m["iss"] = issuer
+	}
+	if audience != "" {
+		m["aud"] = audience
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, m)
+	if kid != "" {
+		t.Header["kid"] = kid
+	}
+	s, err := t.SignedString(secret)
+	if err != nil {
+		return "", fmt.Errorf("gateway: mint: sign: %w", err)
+	}
+	return s, nil
+}
+
+// mintClaims refuses what Verify would refuse, so a minted token verifies.
+// A zero maxLifetime means no bound.
+func mintClaims(c Claims, tenantClaim string, maxLifetime time.Duration) (jwt.MapClaims, error) {
+	if c.Subject == "" {
+		return nil, errors.New("gateway: mint: empty subject")
+	}
+	if !tenantPattern.MatchString(c.Tenant) {
+		return nil, fmt.Errorf("gateway: mint: tenant %q does not match %s", c.Tenant, tenantPattern)
+	}
+	iat, exp := jwt.NewNumericDate(c.IssuedAt), jwt.NewNumericDate(c.ExpiresAt)
+	life := exp.Sub(iat.Time)
+	if life <= 0 {
+		return nil, errors.New("gateway: mint: ExpiresAt must be after IssuedAt")
+	}
+	if maxLifetime > 0 && life > maxLifetime {
+		return nil, fmt.Errorf("gateway: mint: lifetime %v exceeds %v", life, maxLifetime)
+	}
+	m := jwt.MapClaims{"sub": c.Subject, tenantClaim: c.Tenant, "iat": iat, "exp": exp}
+	var scopes []string
+	for sc, ok := range c.Scopes {
+		if !ok {
+			continue
+		}
+		if !validScopeToken(sc) {
+			return nil, fmt.Errorf("gateway: mint: invalid scope %q", sc)
+		}
+		scopes = append(scopes, sc)
+	}
+	if len(scopes) > 0 {
+		slices.Sort(scopes)
+		m["scope"] = strings.Join(scopes, " ")
+	}
+	return m, nil
+}
+
+// validScopeToken reports whether s is a scope-token (RFC 6749 section 3.3).
+func validScopeToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x21 || r > 0x7e || r == '"' || r == '\\' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session"
+)
+
+// controlQueue bounds the control messages waiting for the writer. A
+// client that floods requests without reading the answers is closed.
+const controlQueue = 256
+
+// conn is one WebSocket connection. Its goroutines: the read loop (serve),
+// the writer, the heartbeat, the expiry timer, and one pump per channel;
+// serve waits for all of them before it returns.
+type conn struct {
+	s      *Server
+	ws     *websocket.Conn
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	claims   Claims
+	channels map[uint32]*channel
+	next     uint32
+	expiry   *time.Timer
+	warning  *time.Timer
+
+	control chan Message
+	ready   chan *channel // channels holding a batch for the writer, FIFO: fair
+	starts  *bucket
+	inputs  *bucket
+	pumps   sync.WaitGroup
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed when a close handshake we started ended
+}
+
+func newConn(s *Server, ws *websocket.Conn, claims Claims, remote string) *conn {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &conn{
+		s: s, ws: ws, ctx: ctx, cancel: cancel, claims: claims,
+		log:      s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
+		channels: map[uint32]*channel{},
+		control:  make(chan Message, controlQueue),
+		ready:    make(chan *channel, s.cfg.MaxChannels),
+		starts:   newBucket(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
+		inputs:   newBucket(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
+		closed:   make(chan struct{}),
+	}
+}
+
+// serve runs the connection until the client leaves or it is closed.
+func (c *conn) serve() {
+	var helpers sync.WaitGroup
+	helpers.Add(2)
+	go func() { defer helpers.Done(); c.writer() }()
+	go func() { defer helpers.Done(); c.heartbeat() }()
+	c.armExpiry()
+	c.log.Info("connected")
+	err := c.readLoop()
+	c.cancel(err)
+	c.stopExpiry()
+	c.pumps.Wait()
+	helpers.Wait()
+	c.closeOnce.Do(func() { close(c.closed) }) // nobody started a close handshake
+	<-c.closed
+	c.ws.CloseNow()
+	c.log.Info("disconnected", "err", err)
+}
+
+// readLoop is the connection's only reader: one long-lived Read per
+// message, never a short read deadline used as a poll.
+func (c *conn) readLoop() error {
+	for {
+		typ, b, err := c.ws.Read(c.ctx)
+		if err != nil {
+			return err
+		}
+		if typ == websocket.MessageBinary {
+			c.input(b)
+			continue
+		}
+		req, err := DecodeRequest(b)
+		if err != nil {
+			c.close(CloseProtocolError, "malformed control message")
+			return err
+		}
+		c.handle(req)
+	}
+}
+
+// send queues a control message; a client that does not read its answers
+// while sending requests is closed rather than buffered without bound.
+func (c *conn) send(m Message) {
+	select {
+	case c.control <- m:
+	case <-c.ctx.Done():
+	default:
+		c.close(CloseLimit, "control messages not read")
+	}
+}
+
+// fail answers req with a stable error code and a message safe to show.
+func (c *conn) fail(req Request, channel uint32, code, msg string) {
+	c.send(Message{Type: MsgError, Req: req.Req, Channel: channel, Error: code, Message: msg})
+}
+
+// failErr maps a session error to its code; other errors stay in the log.
+func (c *conn) failErr(req Request, channel uint32, err error) {
+	code := session.Code(err)
+	msg := err.Error()
+	if code == "internal" {
+		c.log.Error("request failed", "type", req.Type, "err", err)
+		msg = "internal error"
+	}
+	c.fail(req, channel, code, msg)
+}
+
+// close starts the close handshake once with code; the read loop ends
+// when it completes (the library bounds it in time).
+func (c *conn) close(code websocket.StatusCode, reason string) {
+	c.closeOnce.Do(func() {
+		c.log.Info("closing", "code", int(code), "reason", reason)
+		go func() {
+			defer close(c.closed)
+			c.ws.Close(code, reason)
+		}()
+	})
+}
+
+// writer is the connection's only writer. Control messages go first;
+// channel batches are taken in the order they became ready, one batch per
+// channel at a time, so every channel gets its turn.
+func (c *conn) writer() {
+	for {
+		select {
+		case m := <-c.control:
+			if !c.writeJSON(m) {
+				return
+			}
+			continue
+		default:
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case m := <-c.control:
+			if !c.writeJSON(m) {
+				return
+			}
+		case ch := <-c.ready:
+			if !c.writeBatch(ch) {
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) write(typ websocket.MessageType, b []byte) bool {
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
+	defer cancel()
+	if err := c.ws.Write(ctx, typ, b); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			c.close(websocket.StatusTryAgainLater, "client too slow")
+		}
+		c.cancel(err)
+		return false
+	}
+	return true
+}
+
+func (c *conn) writeJSON(m Message) bool {
+	b, err := json.Marshal(m)
+	if err != nil {
+		c.log.Error("encode message", "err", err)
+		return true
+	}
+	return c.write(websocket.MessageText, b)
+}
+
+// writeBatch writes a channel's pending batch and hands the channel back
+// to its pump.
+func (c *conn) writeBatch(ch *channel) bool {
+	b := ch.take()
+	defer ch.release()
+	if ch.ctx.Err() != nil {
+		return true // detached while queued
+	}
+	if b.gap != nil {
+		return c.writeJSON(Message{Type: MsgGap, Channel: ch.id, From: b.gap.From, To: b.gap.To, Bytes: b.gap.Bytes})
+	}
+	var frame []byte
+	for _, ev := range b.events {
+		if ev.Kind == replay.KindOutput {
+			frame = appendOutputHeader(frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset)
+			frame = append(frame, ev.Data...)
+			if !c.write(websocket.MessageBinary, frame) {
+				return false
+			}
+			continue
+		}
+		if !c.writeJSON(eventMessage(ch.id, ev)) {
+			return false
+		}
+	}
+	return true
+}
+
+// eventMessage turns a ring event other than output into its message.
+func eventMessage(channel uint32, ev replay.Event) Message {
+	m := Message{Type: MsgEvent, Channel: channel, Seq: ev.Seq, Event: ev.Kind.String()}
+	switch ev.Kind {
+	case replay.KindStarted, replay.KindResize:
+		m.Rows, m.Cols = int(ev.Rows), int(ev.Cols)
+	case replay.KindSignal:
+		m.Signal = signalName(ev.Signal)
+	case replay.KindExit:
+		m.Type, m.Event = MsgExit, ""
+		code := ev.Exit.Code
+		m.Code, m.Reason = &code, ev.Exit.Reason
+		m.Signal = signalName(ev.Exit.Signal)
+	}
+	return m
+}
+
+// heartbeat pings every PingInterval; no pong within PongTimeout closes
+// the connection.
+func (c *conn) heartbeat() {
+	t := time.NewTicker(c.s.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PongTimeout)
+			err := c.ws.Ping(ctx)
+			cancel()
+			if err != nil && c.ctx.Err() == nil {
+				c.close(CloseHeartbeatTimeout, "no pong")
+				return
+			}
+		}
+	}
+}
+
+// armExpiry warns the client AuthWarning before its token expires and
+// closes with CloseAuthExpired at expiry, unless a reauth moved it.
+func (c *conn) armExpiry() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopExpiryLocked()
+	exp := c.claims.ExpiresAt
+	left := time.Until(exp)
+	c.warning = time.AfterFunc(left-c.s.cfg.AuthWarning, func() {
+		c.send(Message{Type: MsgAuthExpiring, ExpiresAt: exp.UTC().Format(time.RFC3339)})
+	})
+	c.expiry = time.AfterFunc(left, func() { c.close(CloseAuthExpired, "token expired") })
+}
+
+func (c *conn) stopExpiry() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopExpiryLocked()
+}
+
+func (c *conn) stopExpiryLocked() {
+	if c.warning != nil {
+		c.warning.Stop()
+		c.expiry.Stop()
+	}
+}
+
+func (c *conn) currentClaims() Claims {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.claims
+}

@@ -1,0 +1,360 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+func TestHandshakeRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	good := e.token(t, "acme", allScopes...)
+	expired, _ := e.auth.Mint(Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+		IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
+	other, _ := MintHS256([]byte("another-secret-another-secret-0123456789"), Claims{Subject: "u", Tenant: "acme",
+		Scopes: map[string]bool{ScopeAttach: true}, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, "", "", "tenant")
+	none := "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(good, ".")[1] + "."
+	noScope := e.token(t, "acme")
+	cases := []struct {
+		name   string
+		header http.Header
+		protos []string
+		status int
+	}{
+		{"no token", nil, []string{Subprotocol}, 401},
+		{"garbage", http.Header{"Authorization": {"Bearer x.y.z"}}, []string{Subprotocol}, 401},
+		{"expired", http.Header{"Authorization": {"Bearer " + expired}}, []string{Subprotocol}, 401},
+		{"other key", http.Header{"Authorization": {"Bearer " + other}}, []string{Subprotocol}, 401},
+		{"alg none", http.Header{"Authorization": {"Bearer " + none}}, []string{Subprotocol}, 401},
+		{"oversized", http.Header{"Authorization": {"Bearer " + strings.Repeat("a", 9000)}}, []string{Subprotocol}, 401},
+		{"no scope", http.Header{"Authorization": {"Bearer " + noScope}}, []string{Subprotocol}, 403},
+		{"no subprotocol", http.Header{"Authorization": {"Bearer " + good}}, nil, 400},
+		{"cross origin", http.Header{"Authorization": {"Bearer " + good}, "Origin": {"http://evil.example"}}, []string{Subprotocol}, 403},
+		{"query token is off", nil, []string{Subprotocol}, 401},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url := e.url()
+			if c.name == "query token is off" {
+				url += "?token=" + good
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: c.protos, HTTPHeader: c.header})
+			if err == nil {
+				ws.CloseNow()
+				t.Fatal("upgrade succeeded")
+			}
+			if status(resp) != c.status {
+				t.Fatalf("status %d, want %d", status(resp), c.status)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if c.status == 401 && string(body) != "unauthorized\n" {
+				t.Errorf("401 body leaks detail: %q", body)
+			}
+		})
+	}
+}
+
+func TestBrowserTokenInSubprotocolIsNotEchoed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", allScopes...)
+	c, resp, err := e.dialRaw("", &websocket.DialOptions{
+		Subprotocols: []string{Subprotocol, BearerPrefix + tok},
+		HTTPHeader:   http.Header{"Origin": {e.http.URL}},
+	})
+	if err != nil {
+		t.Fatalf("dial: %v (%d)", err, status(resp))
+	}
+	defer c.close()
+	if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != Subprotocol {
+		t.Fatalf("negotiated %q, want only %q", got, Subprotocol)
+	}
+	c.send(t, Request{Type: TypePing, Req: "p1"})
+	if m, _ := c.expect(t, MsgPong); m.Req != "p1" {
+		t.Fatalf("pong answers %q", m.Req)
+	}
+}
+
+func TestStartAttachStreamsAndExits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, Req: "s", ID: "job-1", Command: "/bin/sh", Args: []string{"-c", "echo out; echo err >&2; exit 3"}, Attach: true})
+	started, _ := c.expect(t, MsgStarted)
+	if started.ID != "job-1" || started.Req != "s" {
+		t.Fatalf("started %+v", started)
+	}
+	att, _ := c.expect(t, MsgAttached)
+	exit, out := c.expect(t, MsgExit)
+	if exit.Channel != att.Channel || exit.Code == nil || *exit.Code != 3 || exit.Reason != "exited" {
+		t.Fatalf("exit %+v", exit)
+	}
+	if got := string(out); !strings.Contains(got, "out\n") || !strings.Contains(got, "err\n") {
+		t.Fatalf("output %q", got)
+	}
+}
+
+func TestPTYInputResizeAndMultiplexing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "tty", Command: "/bin/sh", Args: []string{"-c", "read line; stty size; echo got=$line"}, PTY: &Size{Rows: 30, Cols: 90}, Attach: true})
+	c.expect(t, MsgStarted)
+	a1, _ := c.expect(t, MsgAttached)
+	c.send(t, Request{Type: TypeStart, ID: "pipe", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	c.expect(t, MsgStarted)
+	a2, _ := c.expect(t, MsgAttached)
+	if !a1.PTY || a2.PTY || a1.Channel == a2.Channel {
+		t.Fatalf("attached %+v and %+v", a1, a2)
+	}
+	c.send(t, Request{Type: TypeResize, Req: "r", Channel: a1.Channel, Rows: 40, Cols: 100})
+	c.expect(t, MsgOK)
+	c.sendInput(t, a2.Channel, 0, "to-cat\n")
+	c.send(t, Request{Type: TypeCloseStdin, Channel: a2.Channel})
+	c.sendInput(t, a1.Channel, 0, "hello\r")
+	c.sendInput(t, a1.Channel, 0, "hello\r") // a retry: applied once
+	outs := map[uint32]*bytes.Buffer{a1.Channel: {}, a2.Channel: {}}
+	exits := 0
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for exits < 2 {
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v; outputs %q %q", err, outs[a1.Channel], outs[a2.Channel])
+		}
+		if f.out != nil {
+			outs[f.out.Channel].Write(f.out.Data)
+		} else if f.msg.Type == MsgExit {
+			exits++
+		}
+	}
+	tty := strings.ReplaceAll(outs[a1.Channel].String(), "\r", "")
+	if !strings.Contains(tty, "40 100\n") || !strings.Contains(tty, "got=hello\n") || strings.Count(tty, "hello") != 2 {
+		t.Errorf("pty output %q", tty)
+	}
+	if outs[a2.Channel].String() != "to-cat\n" {
+		t.Errorf("pipe output %q", outs[a2.Channel])
+	}
+}
+
+func TestTenantsAreIsolated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	a := e.dial(t, e.token(t, "acme", allScopes...))
+	defer a.close()
+	a.send(t, Request{Type: TypeStart, ID: "secret-job", Command: "/bin/sh", Args: []string{"-c", "sleep 30"}})
+	a.expect(t, MsgStarted)
+
+	b := e.dial(t, e.token(t, "globex", allScopes...))
+	defer b.close()
+	for _, r := range []Request{
+		{Type: TypeAttach, Req: "1", ID: "secret-job"},
+		{Type: TypeCancel, Req: "2", ID: "secret-job"},
+		{Type: TypeAttach, Req: "3", ID: "never-existed"},
+	} {
+		b.send(t, r)
+		m, _ := b.expect(t, MsgError)
+		if m.Error != "not_found" || m.Req != r.Req || strings.Contains(m.Message, "acme") {
+			t.Errorf("%s by another tenant: %+v", r.Type, m)
+		}
+	}
+	a.send(t, Request{Type: TypeCancel, Req: "c", ID: "secret-job"})
+	a.expect(t, MsgOK)
+}
+
+func TestReadOnlyCannotType(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	owner := e.dial(t, e.token(t, "acme", allScopes...))
+	defer owner.close()
+	owner.send(t, Request{Type: TypeStart, ID: "shared", Command: "/bin/sh", Args: []string{"-c", "read x; echo typed=$x"}, Attach: true})
+	owner.expect(t, MsgStarted)
+	oa, _ := owner.expect(t, MsgAttached)
+
+	viewer := e.dial(t, e.token(t, "acme", ScopeAttach))
+	defer viewer.close()
+	viewer.send(t, Request{Type: TypeAttach, ID: "shared"})
+	va, _ := viewer.expect(t, MsgAttached)
+	if !va.ReadOnly {
+		t.Fatal("a token without exec:write attached read-write")
+	}
+	viewer.sendInput(t, va.Channel, 0, "intruder\n")
+	if m, _ := viewer.expect(t, MsgError); m.Error != "forbidden" {
+		t.Fatalf("viewer input: %+v", m)
+	}
+	viewer.send(t, Request{Type: TypeSignal, Req: "k", Channel: va.Channel, Signal: "KILL"})
+	if m, _ := viewer.expect(t, MsgError); m.Error != "forbidden" {
+		t.Fatalf("viewer signal: %+v", m)
+	}
+	owner.send(t, Request{Type: TypeAttach, ID: "shared", ReadOnly: true})
+	ro, _ := owner.expect(t, MsgAttached)
+	owner.sendInput(t, ro.Channel, 0, "via-ro\n")
+	if m, _ := owner.expect(t, MsgError); m.Error != "read_only" {
+		t.Fatalf("input on a read-only channel: %+v", m)
+	}
+	owner.sendInput(t, oa.Channel, 0, "owner\n")
+	_, out := viewer.expect(t, MsgExit)
+	if string(out) != "typed=owner\n" {
+		t.Fatalf("viewer saw %q", out)
+	}
+}
+
+func TestOversizedMessageCloses1009(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxMessageBytes = 4096 })
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c.ws.Write(ctx, websocket.MessageBinary, AppendInput(nil, 1, 0, bytes.Repeat([]byte("x"), 8192)))
+	_, err := c.read(ctx)
+	if closeCode(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("want close 1009, got %v", err)
+	}
+}
+
+func TestProtocolErrorsAnswerOrClose(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxChannels = 1 })
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "a", Command: "/usr/bin/python3"})
+	if m, _ := c.expect(t, MsgError); m.Error != "invalid_spec" {
+		t.Errorf("command outside the allowlist: %+v", m)
+	}
+	c.send(t, Request{Type: TypeStart, ID: "b", Command: "/bin/sh", Args: []string{"-c", "sleep 5"}, Attach: true})
+	c.expect(t, MsgAttached)
+	c.send(t, Request{Type: TypeAttach, ID: "b"})
+	if m, _ := c.expect(t, MsgError); m.Error != "too_many_channels" {
+		t.Errorf("channel limit: %+v", m)
+	}
+	c.send(t, Request{Type: TypeStart, ID: "b", Command: "/bin/sh", Args: []string{"-c", "other"}})
+	if m, _ := c.expect(t, MsgError); m.Error != "conflict" {
+		t.Errorf("same id, other spec: %+v", m)
+	}
+	c.send(t, Request{Type: TypeResize, Channel: 99, Rows: 1, Cols: 1})
+	if m, _ := c.expect(t, MsgError); m.Error != "not_attached" {
+		t.Errorf("unknown channel: %+v", m)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c.ws.Write(ctx, websocket.MessageText, []byte(`{"type":"start","bogus":1}`))
+	for {
+		if _, err := c.read(ctx); err != nil {
+			if closeCode(err) != CloseProtocolError {
+				t.Fatalf("want close %d, got %v", CloseProtocolError, err)
+			}
+			return
+		}
+	}
+}
+
+func TestConnectionsPerSubject(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxConnsPerSubject = 1 })
+	tok := e.token(t, "acme", allScopes...)
+	first := e.dial(t, tok)
+	defer first.close()
+	if c, resp, err := e.dialRaw(tok, nil); err == nil || status(resp) != http.StatusTooManyRequests {
+		if c != nil {
+			c.close()
+		}
+		t.Fatalf("second connection: %v, status %d", err, status(resp))
+	}
+}
+
+func TestStartRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.StartsPerMinute = 2 })
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	for i := range 3 {
+		c.send(t, Request{Type: TypeStart, Req: fmt.Sprint(i), Command: "/bin/sh", Args: []string{"-c", "true"}})
+	}
+	c.expect(t, MsgStarted)
+	c.expect(t, MsgStarted)
+	if m, _ := c.expect(t, MsgError); m.Error != "rate_limited" || m.Req != "2" {
+		t.Fatalf("third start: %+v", m)
+	}
+}
+
+func TestAuthExpiryWarnsThenCloses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.AuthWarning = time.Second })
+	short := func() string {
+		tok, err := e.auth.Mint(Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+			IssuedAt: time.Now(), ExpiresAt: time.Now().Add(2 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	c := e.dial(t, short())
+	defer c.close()
+	c.expect(t, MsgAuthExpiring)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		if _, err := c.read(ctx); err != nil {
+			if closeCode(err) != CloseAuthExpired {
+				t.Fatalf("want close %d, got %v", CloseAuthExpired, err)
+			}
+			break
+		}
+	}
+	// A reauth with a fresh token keeps the connection past the old expiry.
+	c2 := e.dial(t, short())
+	defer c2.close()
+	c2.send(t, Request{Type: TypeReauth, Req: "r", Token: e.token(t, "acme", ScopeAttach)})
+	c2.expect(t, MsgOK)
+	time.Sleep(3 * time.Second)
+	c2.send(t, Request{Type: TypePing, Req: "alive"})
+	c2.expect(t, MsgPong)
+	// Another tenant's token is a policy violation.
+	c2.send(t, Request{Type: TypeReauth, Token: e.token(t, "globex", ScopeAttach)})
+	for {
+		if _, err := c2.read(ctx); err != nil {
+			if closeCode(err) != websocket.StatusPolicyViolation {
+				t.Fatalf("want close 1008, got %v", err)
+			}
+			return
+		}
+	}
+}
+
+func TestShutdownClosesWith1001AndExecutionsSurvive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "survivor", Command: "/bin/sh", Args: []string{"-c", "sleep 2; echo done"}})
+	c.expect(t, MsgStarted)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	go e.srv.Shutdown(ctx)
+	for {
+		if _, err := c.read(ctx); err != nil {
+			if closeCode(err) != websocket.StatusGoingAway {
+				t.Fatalf("want 1001, got %v", err)
+			}
+			break
+		}
+	}
+	info, err := e.sup.Wait(ctx, "acme", "survivor", 1<<40, 8*time.Second)
+	if err != nil || info.Result == nil || string(info.Result.Stdout.Head) != "done\n" {
+		t.Fatalf("execution after the connection closed: %+v, %v", info, err)
+	}
+}

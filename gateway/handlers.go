@@ -1,0 +1,305 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+	"golang.org/x/sys/unix"
+)
+
+// handle answers one control message. Every message is authorised by the
+// connection's current claims, not only the handshake.
+func (c *conn) handle(req Request) {
+	switch req.Type {
+	case TypePing:
+		c.send(Message{Type: MsgPong, Req: req.Req})
+	case TypeReauth:
+		c.reauth(req)
+	case TypeStart:
+		c.start(req)
+	case TypeAttach:
+		c.attach(req, req.ID, req.After, req.ReadOnly)
+	case TypeDetach:
+		c.detachChannel(req)
+	default:
+		c.modify(req)
+	}
+}
+
+// need checks a scope; a missing scope is answered, not fatal.
+func (c *conn) need(req Request, scope string) bool {
+	if c.currentClaims().Has(scope) {
+		return true
+	}
+	c.fail(req, req.Channel, "forbidden", "the token lacks the "+scope+" scope")
+	return false
+}
+
+func (c *conn) start(req Request) {
+	if !c.need(req, ScopeCreate) {
+		return
+	}
+	if !c.starts.allow() {
+		c.fail(req, 0, "rate_limited", "too many starts; slow down")
+		return
+	}
+	claims := c.currentClaims()
+	spec, err := c.s.spec(claims.Tenant, req)
+	if err != nil {
+		c.failErr(req, 0, err)
+		return
+	}
+	info, err := c.s.cfg.Supervisor.Start(c.ctx, claims.Tenant, req.ID, spec)
+	if err != nil {
+		c.failErr(req, 0, err)
+		return
+	}
+	c.send(Message{Type: MsgStarted, Req: req.Req, ID: info.ID, Status: string(info.Status), PTY: info.PTY})
+	if req.Attach {
+		c.attach(req, info.ID, 0, false)
+	}
+}
+
+// attach subscribes a new channel to an execution. Without exec:write the
+// channel is read-only whatever the client asked.
+func (c *conn) attach(req Request, id string, after uint64, readOnly bool) {
+	claims := c.currentClaims()
+	if !c.need(req, ScopeAttach) {
+		return
+	}
+	readOnly = readOnly || !claims.Has(ScopeWrite)
+	c.mu.Lock()
+	full := len(c.channels) >= c.s.cfg.MaxChannels
+	c.mu.Unlock()
+	if full {
+		c.fail(req, 0, "too_many_channels", fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
+		return
+	}
+	sub, info, err := c.s.cfg.Supervisor.Attach(claims.Tenant, id, after)
+	if err != nil {
+		c.failErr(req, 0, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	ch := &channel{execID: info.ID, readOnly: readOnly, pty: info.PTY, sub: sub, ctx: ctx, detach: cancel, taken: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.next++
+	ch.id = c.next
+	c.channels[ch.id] = ch
+	c.pumps.Add(1)
+	c.mu.Unlock()
+	c.send(Message{
+		Type: MsgAttached, Req: req.Req, Channel: ch.id, ID: info.ID, Status: string(info.Status), PTY: info.PTY,
+		FirstSeq: info.FirstSeq, LastSeq: info.LastSeq, InputOffset: info.InputOffset, ReadOnly: readOnly,
+	})
+	go c.pump(ch)
+}
+
+func (c *conn) detachChannel(req Request) {
+	ch, ok := c.channel(req.Channel)
+	if !ok {
+		c.fail(req, req.Channel, "not_attached", "no such channel")
+		return
+	}
+	ch.detach()
+	c.dropChannel(ch.id)
+	c.send(Message{Type: MsgDetached, Req: req.Req, Channel: ch.id})
+}
+
+// writable returns the channel of a request that changes an execution.
+func (c *conn) writable(req Request, id uint32) (*channel, bool) {
+	if !c.need(req, ScopeWrite) {
+		return nil, false
+	}
+	ch, ok := c.channel(id)
+	if !ok {
+		c.fail(req, id, "not_attached", "no such channel")
+		return nil, false
+	}
+	if ch.readOnly {
+		c.fail(req, id, "read_only", "the channel is read-only")
+		return nil, false
+	}
+	return ch, true
+}
+
+// modify handles close-stdin, resize, signal and cancel.
+func (c *conn) modify(req Request) {
+	tenant := c.currentClaims().Tenant
+	sup := c.s.cfg.Supervisor
+	if req.Type == TypeCancel && req.Channel == 0 {
+		if c.need(req, ScopeWrite) {
+			c.answer(req, 0, sup.Cancel(tenant, req.ID))
+		}
+		return
+	}
+	ch, ok := c.writable(req, req.Channel)
+	if !ok {
+		return
+	}
+	var err error
+	switch req.Type {
+	case TypeCloseStdin:
+		err = sup.CloseStdin(tenant, ch.execID)
+	case TypeResize:
+		err = sup.Resize(tenant, ch.execID, req.Rows, req.Cols)
+	case TypeSignal:
+		err = sup.Signal(tenant, ch.execID, req.Signal)
+	case TypeCancel:
+		err = sup.Cancel(tenant, ch.execID)
+	}
+	c.answer(req, ch.id, err)
+}
+
+// answer acknowledges a request that has no other answer.
+func (c *conn) answer(req Request, channel uint32, err error) {
+	if err != nil {
+		c.failErr(req, channel, err)
+		return
+	}
+	if req.Req != "" {
+		c.send(Message{Type: MsgOK, Req: req.Req, Channel: channel})
+	}
+}
+
+// input applies a binary input frame. Offsets make retries harmless, so
+// a full input queue is an answer, never a wait.
+func (c *conn) input(b []byte) {
+	in, err := DecodeInput(b)
+	if err != nil {
+		c.close(CloseProtocolError, "malformed input frame")
+		return
+	}
+	req := Request{Type: "input", Channel: in.Channel}
+	ch, ok := c.writable(req, in.Channel)
+	if !ok {
+		return
+	}
+	if !c.inputs.allow() {
+		c.fail(req, ch.id, "rate_limited", "too many input messages; resend from the execution's input offset")
+		return
+	}
+	if _, err := c.s.cfg.Supervisor.Input(c.currentClaims().Tenant, ch.execID, in.Offset, in.Data); err != nil {
+		c.failErr(req, ch.id, err)
+	}
+}
+
+// reauth replaces the connection's token with a fresh one for the same
+// subject and tenant; anything else closes the connection.
+func (c *conn) reauth(req Request) {
+	claims, err := c.s.cfg.Auth.Verify(req.Token)
+	if err != nil {
+		c.log.Info("reauth refused", "err", err)
+		c.fail(req, 0, "unauthorized", "token refused")
+		return
+	}
+	old := c.currentClaims()
+	if claims.Subject != old.Subject || claims.Tenant != old.Tenant {
+		c.close(websocket.StatusPolicyViolation, "reauth for another subject or tenant")
+		return
+	}
+	c.mu.Lock()
+	c.claims = claims
+	c.mu.Unlock()
+	c.armExpiry()
+	c.send(Message{Type: MsgOK, Req: req.Req, ExpiresAt: claims.ExpiresAt.UTC().Format(time.RFC3339)})
+}
+
+// spec builds an execution's spec from the server's policy and what the
+// client may choose: command (from the allowlist), arguments, environment,
+// cwd, terminal, timeout and ceilings up to the server's maximum.
+func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
+	cmd := append([]string(nil), s.cfg.DefaultCommand...)
+	if req.Command != "" {
+		if !allowed(s.cfg.Commands, req.Command) {
+			return session.Spec{}, fmt.Errorf("%w: command %q is not allowed", session.ErrInvalidSpec, req.Command)
+		}
+		cmd = []string{req.Command}
+	}
+	ws, err := s.workspace(tenant)
+	if err != nil {
+		return session.Spec{}, err
+	}
+	sb := s.cfg.Sandbox
+	p := sandbox.Policy{
+		Command: append(cmd, req.Args...), Env: map[string]string{}, Workspace: ws, Cwd: req.Cwd,
+		Network: sb.Network, Proc: sb.Proc, TmpSize: sb.TmpSize,
+	}
+	for k, v := range req.Env {
+		p.Env[k] = v
+	}
+	setDefault(p.Env, "HOME", sandbox.DefaultWorkspaceMount)
+	setDefault(p.Env, "LANG", "C.UTF-8")
+	if req.PTY != nil {
+		p.TTY = &sandbox.WindowSize{Rows: uint16(clamp(req.PTY.Rows)), Cols: uint16(clamp(req.PTY.Cols))}
+		setDefault(p.Env, "TERM", "xterm-256color")
+	}
+	if p.Limits, err = limits(sb, req.Limits); err != nil {
+		return session.Spec{}, err
+	}
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	if timeout < 0 || timeout > sb.MaxTimeout {
+		return session.Spec{}, fmt.Errorf("%w: timeout must be between 0 and %v", session.ErrInvalidSpec, sb.MaxTimeout)
+	}
+	if timeout == 0 {
+		timeout = sb.DefaultTimeout
+	}
+	return session.Spec{Policy: p, Timeout: timeout, Ring: s.cfg.Ring}, nil
+}
+
+func setDefault(env map[string]string, k, v string) {
+	if _, ok := env[k]; !ok {
+		env[k] = v
+	}
+}
+
+func clamp(v int) int { return min(max(v, 1), 1000) }
+
+// limits applies the client's ceilings, each at most the server's.
+func limits(sb SandboxConfig, asked *Limits) (sandbox.Limits, error) {
+	out := sb.Limits
+	if asked == nil {
+		return out, nil
+	}
+	ceil := sb.MaxLimits
+	var err error
+	pickU := func(name string, v, def, ceiling uint64) uint64 {
+		switch {
+		case v == 0:
+			return def
+		case ceiling != 0 && v > ceiling || ceiling == 0 && def != 0 && v > def:
+			err = errors.Join(err, fmt.Errorf("%w: %s %d is above the server's ceiling", session.ErrInvalidSpec, name, v))
+		}
+		return v
+	}
+	pickI := func(name string, v, def, ceiling int64) int64 {
+		return int64(pickU(name, uint64(max64(v, 0)), uint64(def), uint64(ceiling)))
+	}
+	out.CPUSeconds = pickU("cpu_seconds", asked.CPUSeconds, out.CPUSeconds, ceil.CPUSeconds)
+	out.OpenFiles = pickU("open_files", asked.OpenFiles, out.OpenFiles, ceil.OpenFiles)
+	out.FileSize = pickU("file_size", asked.FileSize, out.FileSize, ceil.FileSize)
+	out.AddressSpace = pickU("address_space", asked.AddressSpace, out.AddressSpace, ceil.AddressSpace)
+	out.Memory = pickI("memory", asked.Memory, out.Memory, ceil.Memory)
+	out.Pids = pickI("pids", asked.Pids, out.Pids, ceil.Pids)
+	return out, err
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// signalName turns a signal number into its name ("SIGTERM"), or "".
+func signalName(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return unix.SignalName(unix.Signal(n))
+}

@@ -1,0 +1,237 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedLauncher != nil {
+		sharedLauncher.Close()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	launcherOnce   sync.Once
+	sharedLauncher *sandbox.Launcher
+	launcherErr    error
+)
+
+func needLauncher(t testing.TB) *sandbox.Launcher {
+	t.Helper()
+	launcherOnce.Do(func() {
+		sharedLauncher, launcherErr = sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond})
+	})
+	if launcherErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("sandbox unavailable under CI: %v", launcherErr)
+		}
+		t.Skipf("sandbox unavailable (install bubblewrap): %v", launcherErr)
+	}
+	return sharedLauncher
+}
+
+// testEnv is a real gateway on 127.0.0.1 over the real sandbox.
+type testEnv struct {
+	srv    *Server
+	http   *httptest.Server
+	auth   *Authenticator
+	secret []byte
+	sup    *session.Supervisor
+}
+
+// newEnv starts a gateway; tweak adjusts its config before it starts.
+func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
+	t.Helper()
+	l := needLauncher(t)
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o711)
+	os.Chmod(dir, 0o711)
+	secret := []byte("0123456789abcdef0123456789abcdef-test-secret")
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := NewAuthenticator(AuthConfig{HS256SecretFile: secretFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Supervisor: sup, Auth: auth, WorkspaceRoot: filepath.Join(dir, "ws")}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		sup.Close(ctx)
+		ts.Close()
+	})
+	return &testEnv{srv: srv, http: ts, auth: auth, secret: secret, sup: sup}
+}
+
+var allScopes = []string{ScopeCreate, ScopeAttach, ScopeWrite}
+
+// token mints a token for tenant with scopes, valid for an hour.
+func (e *testEnv) token(t testing.TB, tenant string, scopes ...string) string {
+	t.Helper()
+	sc := map[string]bool{}
+	for _, s := range scopes {
+		sc[s] = true
+	}
+	tok, err := e.auth.Mint(Claims{Subject: "user-" + tenant, Tenant: tenant, Scopes: sc, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func (e *testEnv) url() string { return "ws" + strings.TrimPrefix(e.http.URL, "http") + "/v1/connect" }
+
+// dial connects with the token in the Authorization header.
+func (e *testEnv) dial(t testing.TB, token string) *client {
+	t.Helper()
+	c, resp, err := e.dialRaw(token, nil)
+	if err != nil {
+		t.Fatalf("dial: %v (status %d)", err, status(resp))
+	}
+	return c
+}
+
+func (e *testEnv) dialRaw(token string, opts *websocket.DialOptions) (*client, *http.Response, error) {
+	if opts == nil {
+		opts = &websocket.DialOptions{Subprotocols: []string{Subprotocol}, HTTPHeader: http.Header{}}
+		if token != "" {
+			opts.HTTPHeader.Set("Authorization", "Bearer "+token)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, e.url(), opts)
+	if err != nil {
+		return nil, resp, err
+	}
+	ws.SetReadLimit(4 << 20)
+	return &client{ws: ws}, resp, nil
+}
+
+func status(r *http.Response) int {
+	if r == nil {
+		return 0
+	}
+	return r.StatusCode
+}
+
+// client is a minimal protocol client for tests.
+type client struct {
+	ws *websocket.Conn
+}
+
+func (c *client) send(t testing.TB, r Request) {
+	t.Helper()
+	b, _ := json.Marshal(r)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatalf("send %s: %v", r.Type, err)
+	}
+}
+
+func (c *client) sendInput(t testing.TB, channel uint32, offset uint64, data string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageBinary, AppendInput(nil, channel, offset, []byte(data))); err != nil {
+		t.Fatalf("send input: %v", err)
+	}
+}
+
+// frame is one message from the server: a control message or output.
+type frame struct {
+	msg *Message
+	out *Output
+}
+
+func (c *client) read(ctx context.Context) (frame, error) {
+	typ, b, err := c.ws.Read(ctx)
+	if err != nil {
+		return frame{}, err
+	}
+	if typ == websocket.MessageBinary {
+		o, err := DecodeOutput(b)
+		return frame{out: &o}, err
+	}
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return frame{}, err
+	}
+	return frame{msg: &m}, nil
+}
+
+// expect reads until a control message of type typ arrives (collecting
+// output on the way) and returns it.
+func (c *client) expect(t testing.TB, typ string) (Message, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []byte
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v (output so far %q)", typ, err, out)
+		}
+		if f.out != nil {
+			out = append(out, f.out.Data...)
+			continue
+		}
+		if f.msg.Type == typ {
+			return *f.msg, out
+		}
+		if f.msg.Type == MsgError && typ != MsgError {
+			t.Fatalf("waiting for %s: error %s: %s", typ, f.msg.Error, f.msg.Message)
+		}
+	}
+}
+
+func (c *client) close() { c.ws.Close(websocket.StatusNormalClosure, "") }
+
+// closeCode returns the close status of err, or -1.
+func closeCode(err error) websocket.StatusCode {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return -1
+}

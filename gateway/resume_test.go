@@ -1,0 +1,174 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/replay"
+)
+
+// cuttingProxy forwards 127.0.0.1 connections to target and cuts each one
+// after a random number of server-to-client bytes.
+type cuttingProxy struct {
+	ln     net.Listener
+	target string
+	rng    *rand.Rand
+	mu     sync.Mutex
+	cuts   int
+	wg     sync.WaitGroup
+}
+
+func newCuttingProxy(t *testing.T, target string) *cuttingProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttingProxy{ln: ln, target: target, rng: rand.New(rand.NewPCG(1, 2))}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *cuttingProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		budget := 16<<10 + p.rng.Int64N(256<<10)
+		p.mu.Unlock()
+		p.wg.Add(1)
+		go p.forward(c, budget)
+	}
+}
+
+func (p *cuttingProxy) forward(c net.Conn, budget int64) {
+	defer p.wg.Done()
+	defer c.Close()
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		io.Copy(up, c)
+		up.Close() // the client left: so does the server side
+	}()
+	n, _ := io.Copy(c, io.LimitReader(up, budget))
+	if n == budget {
+		p.mu.Lock()
+		p.cuts++
+		p.mu.Unlock()
+	}
+}
+
+// TestResumeAcrossCutConnections cuts the TCP connection at random points
+// while seq 1 200000 streams; the client reattaches after its last
+// sequence each time, and its transcript must equal the output exactly.
+func TestResumeAcrossCutConnections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.Ring = replay.Config{MaxBytes: 8 << 20, MaxEvents: 1 << 16} })
+	proxy := newCuttingProxy(t, strings.TrimPrefix(e.http.URL, "http://"))
+	tok := e.token(t, "acme", allScopes...)
+	url := "ws://" + proxy.ln.Addr().String() + "/v1/connect"
+
+	c := e.dial(t, tok)
+	c.send(t, Request{Type: TypeStart, ID: "seq", Command: "/bin/sh", Args: []string{"-c", "seq 1 200000"}})
+	c.expect(t, MsgStarted)
+	c.close()
+
+	var transcript strings.Builder
+	var last uint64
+	done := false
+	for attempt := 0; !done && attempt < 2000; attempt++ {
+		var err error
+		done, err = resumeOnce(t, url, tok, &last, &transcript)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !done {
+		t.Fatalf("no exit after 2000 connections; %d bytes so far", transcript.Len())
+	}
+	want := seqLines(200000)
+	if transcript.String() != want {
+		t.Fatalf("transcript differs: %d bytes, want %d", transcript.Len(), len(want))
+	}
+	proxy.mu.Lock()
+	defer proxy.mu.Unlock()
+	if proxy.cuts < 3 {
+		t.Fatalf("only %d connections were cut: the test did not exercise resume", proxy.cuts)
+	}
+	t.Logf("%d cuts", proxy.cuts)
+}
+
+// resumeOnce attaches after *last and reads until the exit (done) or
+// until the connection breaks. Any duplicate or missing event is an error.
+func resumeOnce(t *testing.T, url, tok string, last *uint64, out *strings.Builder) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{
+		Subprotocols: []string{Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+	})
+	if err != nil {
+		return false, nil // the proxy may cut the handshake itself
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(4 << 20)
+	c := &client{ws: ws}
+	b := fmt.Appendf(nil, `{"type":"attach","id":"seq","after":%d}`, *last)
+	if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
+		return false, nil
+	}
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return false, err
+			}
+			return false, nil
+		}
+		var seq uint64
+		switch {
+		case f.out != nil:
+			seq = f.out.Seq
+		case f.msg.Type == MsgGap:
+			return false, fmt.Errorf("unexpected gap %+v", *f.msg)
+		case f.msg.Type == MsgEvent || f.msg.Type == MsgExit:
+			seq = f.msg.Seq
+		default:
+			continue
+		}
+		if seq != *last+1 {
+			return false, fmt.Errorf("got seq %d after %d", seq, *last)
+		}
+		*last = seq
+		if f.out != nil {
+			out.Write(f.out.Data)
+		}
+		if f.msg != nil && f.msg.Type == MsgExit {
+			return true, nil
+		}
+	}
+}
+
+func seqLines(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	return b.String()
+}

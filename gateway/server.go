@@ -1,0 +1,339 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+)
+
+// Close codes beyond RFC 6455's, documented in PROTOCOL.md.
+const (
+	CloseAuthExpired      websocket.StatusCode = 4001
+	CloseProtocolError    websocket.StatusCode = 4002
+	CloseLimit            websocket.StatusCode = 4003
+	CloseHeartbeatTimeout websocket.StatusCode = 4004
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxMessageBytes    = 1 << 20
+	DefaultMaxChannels        = 32
+	DefaultMaxConnsPerSubject = 16
+	DefaultStartsPerMinute    = 60
+	DefaultInputPerSecond     = 1000
+	DefaultPingInterval       = 15 * time.Second
+	DefaultPongTimeout        = 45 * time.Second
+	DefaultAuthWarning        = 60 * time.Second
+	DefaultWriteTimeout       = 30 * time.Second
+	DefaultMaxTimeout         = 24 * time.Hour
+)
+
+// Config configures a Server. Zero fields take the defaults.
+type Config struct {
+	Supervisor *session.Supervisor // required
+	Auth       *Authenticator      // required
+	// WorkspaceRoot holds one workspace per tenant, created on demand.
+	WorkspaceRoot string // required
+	// Commands are the programs clients may start (absolute paths;
+	// default /bin/bash and /bin/sh); DefaultCommand runs when a start
+	// names none (default /bin/bash -l).
+	Commands       []string
+	DefaultCommand []string
+	// Origins are the browser origins allowed besides the server's own
+	// host, as host patterns ("example.com", "*.example.com").
+	Origins []string
+	// QueryToken accepts ?token= on /v1/connect. Off by default: URLs leak
+	// into logs and histories.
+	QueryToken bool
+	// Sandbox is the policy every execution starts from.
+	Sandbox SandboxConfig
+	// Ring bounds each execution's replayable history (replay defaults).
+	Ring replay.Config
+
+	MaxMessageBytes    int64
+	MaxChannels        int
+	MaxConnsPerSubject int
+	StartsPerMinute    int
+	InputPerSecond     int
+	PingInterval       time.Duration
+	PongTimeout        time.Duration
+	AuthWarning        time.Duration
+	WriteTimeout       time.Duration
+	Logger             *slog.Logger
+}
+
+// SandboxConfig is the server's side of every execution's policy.
+type SandboxConfig struct {
+	Network        sandbox.Network
+	Proc           sandbox.ProcMode
+	TmpSize        int64
+	Limits         sandbox.Limits // applied when the client asks for none
+	MaxLimits      sandbox.Limits // the most a client may ask for; zero: no ceiling above Limits
+	DefaultTimeout time.Duration  // session default when zero
+	MaxTimeout     time.Duration  // DefaultMaxTimeout
+}
+
+// Server is termgate's HTTP and WebSocket front end.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	subjects map[string]int
+	closing  bool
+	wg       sync.WaitGroup
+}
+
+// NewServer checks cfg and returns a server.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Supervisor == nil || cfg.Auth == nil {
+		return nil, errors.New("gateway: config: Supervisor and Auth are required")
+	}
+	if cfg.WorkspaceRoot == "" || !filepath.IsAbs(cfg.WorkspaceRoot) {
+		return nil, fmt.Errorf("gateway: config: workspace root %q must be an absolute path", cfg.WorkspaceRoot)
+	}
+	applyDefaults(&cfg)
+	for _, c := range append(append([]string{}, cfg.Commands...), cfg.DefaultCommand[0]) {
+		if !filepath.IsAbs(c) {
+			return nil, fmt.Errorf("gateway: config: command %q must be an absolute path", c)
+		}
+	}
+	if !allowed(cfg.Commands, cfg.DefaultCommand[0]) {
+		return nil, fmt.Errorf("gateway: config: default command %q is not among the allowed commands", cfg.DefaultCommand[0])
+	}
+	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("gateway: create workspace root: %w", err)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}}, nil
+}
+
+func applyDefaults(c *Config) {
+	if len(c.Commands) == 0 {
+		c.Commands = []string{"/bin/bash", "/bin/sh"}
+	}
+	if len(c.DefaultCommand) == 0 {
+		c.DefaultCommand = []string{"/bin/bash", "-l"}
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	def(&c.MaxChannels, DefaultMaxChannels)
+	def(&c.MaxConnsPerSubject, DefaultMaxConnsPerSubject)
+	def(&c.StartsPerMinute, DefaultStartsPerMinute)
+	def(&c.InputPerSecond, DefaultInputPerSecond)
+	defDur(&c.PingInterval, DefaultPingInterval)
+	defDur(&c.PongTimeout, DefaultPongTimeout)
+	defDur(&c.AuthWarning, DefaultAuthWarning)
+	defDur(&c.WriteTimeout, DefaultWriteTimeout)
+	defDur(&c.Sandbox.MaxTimeout, DefaultMaxTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func allowed(list []string, cmd string) bool {
+	for _, c := range list {
+		if c == cmd {
+			return true
+		}
+	}
+	return false
+}
+
+// Handler returns the server's routes: /v1/connect, /healthz, /readyz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/connect", s.connect)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", s.ready)
+	return mux
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+// connect authenticates before upgrading: a refused client learns only
+// the status, never why, and its token never reaches a log.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	offered := offeredProtocols(r)
+	if !allowed(offered, Subprotocol) {
+		http.Error(w, "the termgate.v1 subprotocol is required", http.StatusBadRequest)
+		return
+	}
+	claims, err := s.cfg.Auth.Verify(s.token(r, offered))
+	if err != nil {
+		s.log.Info("connection refused", "remote_addr", r.RemoteAddr, "err", err)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	if !claims.Has(ScopeAttach) && !claims.Has(ScopeCreate) {
+		http.Error(w, "forbidden", http.StatusForbidden)
+		return
+	}
+	subject := claims.Tenant + "\x00" + claims.Subject
+	if !s.admit(subject) {
+		http.Error(w, "too many connections for this subject", http.StatusTooManyRequests)
+		return
+	}
+	defer s.release(subject)
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:   []string{Subprotocol},
+		OriginPatterns: s.cfg.Origins,
+	})
+	if err != nil {
+		s.log.Info("upgrade refused", "remote_addr", r.RemoteAddr, "err", err)
+		return
+	}
+	ws.SetReadLimit(s.cfg.MaxMessageBytes)
+	c := newConn(s, ws, claims, r.RemoteAddr)
+	if !s.register(c) {
+		ws.Close(websocket.StatusGoingAway, "server shutting down")
+		return
+	}
+	defer s.unregister(c)
+	c.serve()
+}
+
+// offeredProtocols lists the subprotocols a client offered.
+func offeredProtocols(r *http.Request) []string {
+	var out []string
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// token finds the bearer token: the Authorization header, a
+// termgate.bearer.<token> subprotocol, or (when enabled) ?token=.
+func (s *Server) token(r *http.Request, offered []string) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+			return strings.TrimSpace(t)
+		}
+		return ""
+	}
+	for _, p := range offered {
+		if t, ok := strings.CutPrefix(p, BearerPrefix); ok {
+			return t
+		}
+	}
+	if s.cfg.QueryToken {
+		return r.URL.Query().Get("token")
+	}
+	return ""
+}
+
+func (s *Server) admit(subject string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.subjects[subject] >= s.cfg.MaxConnsPerSubject {
+		return false
+	}
+	s.subjects[subject]++
+	return true
+}
+
+func (s *Server) release(subject string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subjects[subject]--; s.subjects[subject] <= 0 {
+		delete(s.subjects, subject)
+	}
+}
+
+func (s *Server) register(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) unregister(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// Shutdown closes every connection with 1001 and waits for them, or for
+// ctx. Executions keep running: the supervisor owns them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close(websocket.StatusGoingAway, "server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// workspace returns the tenant's workspace, creating it on first use. The
+// tenant name was validated by the authenticator: one path element.
+func (s *Server) workspace(tenant string) (string, error) {
+	dir := filepath.Join(s.cfg.WorkspaceRoot, tenant)
+	if filepath.Dir(dir) != filepath.Clean(s.cfg.WorkspaceRoot) {
+		return "", fmt.Errorf("gateway: tenant %q is not a single path element", tenant)
+	}
+	root, err := os.OpenRoot(s.cfg.WorkspaceRoot)
+	if err != nil {
+		return "", fmt.Errorf("gateway: open workspace root: %w", err)
+	}
+	defer root.Close()
+	if err := root.Mkdir(tenant, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("gateway: create workspace: %w", err)
+	}
+	return dir, nil
+}
