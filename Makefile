@@ -1,5 +1,5 @@
 # termgate: the two commands.
-#   make run    runs termgate on its embedded default (dev mode)
+#   make run    runs the gateway on its embedded default (dev mode: prints a URL with a token)
 #   make test   runs every check and test, as CI does
 #
 # Both install what is missing when run as root on Debian, and build with the
@@ -12,7 +12,7 @@ STATICCHECK := $(GO) run -modfile=.ci/tools/go.mod honnef.co/go/tools/cmd/static
 .PHONY: run test deps build check unit bench
 
 run: deps
-	$(GO) run ./cmd/termgate exec --pty -- /bin/bash -l
+	$(GO) run ./cmd/termgate serve --dev
 
 test: deps check unit
 

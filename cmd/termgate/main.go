@@ -5,6 +5,7 @@
 //
 //	termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
 //	termgate verify [--json]                 report what this host enforces
+//	termgate serve [flags]                   run the WebSocket gateway
 package main
 
 import (
@@ -30,7 +31,7 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP, os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	os.Exit(exitCode(err, os.Stderr))
@@ -61,6 +62,7 @@ const usage = `termgate runs commands in bubblewrap sandboxes.
 Usage:
   termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
   termgate verify [--json]                 report what this host can enforce
+  termgate serve [flags]                   run the WebSocket gateway (--dev: local development)
 
 Run "termgate COMMAND --help" for a command's flags.
 `
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runExec(ctx, args[1:], stdin, stdout, stderr)
 	case "verify":
 		return runVerify(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

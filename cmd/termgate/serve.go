@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+)
+
+// serveOptions are the flags of termgate serve; each has a TERMGATE_*
+// environment equivalent (flag > environment > default).
+type serveOptions struct {
+	listen, tlsCert, tlsKey       string
+	secretFile, issuer, audience  string
+	tenantClaim, workspaceRoot    string
+	defaultCommand, logLevel      string
+	publicKeys, origins, commands []string
+	dev, queryToken               bool
+	sandbox                       sandbox.Config
+	policy                        gateway.SandboxConfig
+	session                       session.Config
+	server                        gateway.Config
+	network, proc                 string
+	devTenant                     string
+}
+
+// envFlags registers flags whose defaults come from the environment.
+type envFlags struct {
+	fs  *flag.FlagSet
+	err error
+}
+
+func envName(flagName string) string {
+	return "TERMGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (e *envFlags) str(p *string, name, def, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		def = v
+	}
+	e.fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
+}
+
+func (e *envFlags) list(p *[]string, name, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok && v != "" {
+		*p = strings.Split(v, ",")
+	}
+	fromEnv := true
+	e.fs.Func(name, usage+" (repeatable; env "+envName(name)+", comma-separated)", func(s string) error {
+		if fromEnv {
+			*p, fromEnv = nil, false // a flag replaces the environment's list
+		}
+		*p = append(*p, s)
+		return nil
+	})
+}
+
+func (e *envFlags) boolean(p *bool, name string, def bool, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.err = errors.Join(e.err, fmt.Errorf("%s: want true or false, got %q", envName(name), v))
+		}
+		def = b
+	}
+	e.fs.BoolVar(p, name, def, usage+" (env "+envName(name)+")")
+}
+
+func (e *envFlags) duration(p *time.Duration, name string, def time.Duration, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			e.err = errors.Join(e.err, fmt.Errorf("%s: %w", envName(name), err))
+		}
+		def = d
+	}
+	e.fs.DurationVar(p, name, def, usage+" (env "+envName(name)+")")
+}
+
+// parsed registers a flag parsed by parse, with an environment default.
+func (e *envFlags) parsed(name, usage string, parse func(string) error) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		if err := parse(v); err != nil {
+			e.err = errors.Join(e.err, fmt.Errorf("%s: %w", envName(name), err))
+		}
+	}
+	e.fs.Func(name, usage+" (env "+envName(name)+")", parse)
+}
+
+func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
+	fs := flag.NewFlagSet("termgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	e := &envFlags{fs: fs}
+	e.boolean(&o.dev, "dev", false, "development mode: generated secret, state-directory workspaces, prints a ready URL")
+	e.str(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
+	e.str(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key)")
+	e.str(&o.tlsKey, "tls-key", "", "TLS key file")
+	e.str(&o.secretFile, "jwt-secret-file", "", "file holding the HS256 secret (at least 32 bytes)")
+	e.list(&o.publicKeys, "jwt-public-key", "PEM public key file, [kid=]path: RS256, ES256 or EdDSA")
+	e.str(&o.issuer, "jwt-issuer", "", "required token issuer")
+	e.str(&o.audience, "jwt-audience", "", "required token audience")
+	e.str(&o.tenantClaim, "tenant-claim", "tenant", "token claim naming the tenant")
+	e.boolean(&o.queryToken, "query-token", false, "also accept ?token= (URLs leak into logs: avoid)")
+	e.list(&o.origins, "origin", "browser origin allowed besides the server's own host")
+	e.str(&o.workspaceRoot, "workspace-root", "", "directory holding one workspace per tenant")
+	e.list(&o.commands, "command", "program clients may start (default /bin/bash, /bin/sh)")
+	e.str(&o.defaultCommand, "default-command", "/bin/bash -l", "command run when a client names none (space-separated)")
+	e.str(&o.network, "network", "none", "sandbox network: none or host")
+	e.str(&o.proc, "proc", "none", "sandbox procfs: none or private")
+	e.parsed("tmp-size", "size of /tmp and /run in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
+	e.parsed("cpu-seconds", "CPU seconds per process: default and ceiling", uintFlag(&o.policy.Limits.CPUSeconds))
+	e.parsed("memory", "memory per execution in bytes: default and ceiling", sizeFlag(&o.policy.Limits.Memory))
+	e.parsed("pids", "processes per execution: default and ceiling", intFlag(&o.policy.Limits.Pids))
+	e.parsed("open-files", "open files per process: default and ceiling", uintFlag(&o.policy.Limits.OpenFiles))
+	e.parsed("file-size", "largest file written, in bytes: default and ceiling", usizeFlag(&o.policy.Limits.FileSize))
+	e.duration(&o.policy.DefaultTimeout, "timeout", session.DefaultTimeout, "default execution timeout")
+	e.duration(&o.policy.MaxTimeout, "max-timeout", gateway.DefaultMaxTimeout, "longest timeout a client may ask for")
+	e.duration(&o.session.DefaultRetention, "retention", session.DefaultRetention, "how long a finished execution's result is kept")
+	e.parsed("max-running", "running executions in total", intPtr(&o.session.MaxRunning, session.DefaultMaxRunning))
+	e.parsed("max-running-per-tenant", "running executions per tenant", intPtr(&o.session.MaxRunningPerOwner, session.DefaultMaxRunningPerOwner))
+	e.parsed("max-retained", "executions kept, running or finished", intPtr(&o.session.MaxRetained, session.DefaultMaxRetained))
+	e.parsed("max-message-bytes", "largest WebSocket message (larger closes with 1009)", sizeFlag(&o.server.MaxMessageBytes))
+	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
+	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
+	e.parsed("starts-per-minute", "starts per minute per connection", intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
+	e.parsed("input-per-second", "input messages per second per connection", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
+	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
+	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
+	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	return e
+}
+
+func intPtr(dst *int, def int) func(string) error {
+	*dst = def
+	return func(s string) error {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("want a positive integer, got %q", s)
+		}
+		*dst = v
+		return nil
+	}
+}
+
+func parseServe(args []string, stderr io.Writer) (*serveOptions, error) {
+	o := &serveOptions{devTenant: "dev"}
+	e := serveFlags(o, stderr)
+	if e.err != nil {
+		return nil, usageError{e.err}
+	}
+	if err := e.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		return nil, usageError{err}
+	}
+	if e.fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("serve: unexpected argument %q", e.fs.Arg(0))}
+	}
+	return o, o.check()
+}
+
+func (o *serveOptions) check() error {
+	switch {
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
+	case o.network != "none" && o.network != "host":
+		return usageError{fmt.Errorf("serve: --network: want none or host, got %q", o.network)}
+	case o.proc != "none" && o.proc != "private":
+		return usageError{fmt.Errorf("serve: --proc: want none or private, got %q", o.proc)}
+	case o.dev:
+		return nil
+	case o.secretFile == "" && len(o.publicKeys) == 0:
+		return usageError{errors.New("serve: give --jwt-secret-file or --jwt-public-key (or --dev)")}
+	case o.workspaceRoot == "":
+		return usageError{errors.New("serve: --workspace-root is required (or --dev)")}
+	}
+	return nil
+}
+
+func newLevelLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("serve: --log-level: %w", err)}
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// runServe runs the gateway until ctx ends (SIGTERM, SIGINT), then stops
+// accepting, closes connections with 1001, stops executions gracefully
+// and returns nil.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseServe(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLevelLogger(stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.dev {
+		if err := o.devDefaults(); err != nil {
+			return err
+		}
+	}
+	o.logConfig(log)
+	g, err := o.build(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer g.launcher.Close()
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		g.sup.Close(context.Background())
+		return fmt.Errorf("serve: %w", err)
+	}
+	if o.dev {
+		if err := o.printDevURL(stdout, g.auth, ln.Addr().String()); err != nil {
+			return err
+		}
+	}
+	return g.serve(ctx, ln, o, log)
+}
+
+// gatewayParts are the wired components of a running server.
+type gatewayParts struct {
+	launcher *sandbox.Launcher
+	sup      *session.Supervisor
+	auth     *gateway.Authenticator
+	srv      *gateway.Server
+}
+
+// build probes the sandbox (serve refuses to start when it cannot
+// isolate) and wires launcher, supervisor, authenticator and server.
+func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayParts, error) {
+	o.sandbox.Logger = log
+	l, err := sandbox.NewLauncher(o.sandbox)
+	if err != nil {
+		return nil, err
+	}
+	report, err := l.Probe(ctx)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("serve: refusing to start: %w", err)
+	}
+	log.Info("sandbox verified", "bwrap", report.Version, "identity", report.Identity, "cgroups", report.Cgroups.Version, "exact_exit_status", report.ExactStatus)
+	for _, w := range report.Warnings {
+		log.Warn("sandbox", "warning", w)
+	}
+	auth, err := gateway.NewAuthenticator(gateway.AuthConfig{
+		HS256SecretFile: o.secretFile, PublicKeyFiles: o.publicKeys, Issuer: o.issuer,
+		Audience: o.audience, TenantClaim: o.tenantClaim,
+	})
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	o.session.Launcher, o.session.Logger = session.SandboxLauncher(l), log
+	o.session.DefaultTimeout = o.policy.DefaultTimeout
+	sup, err := session.New(o.session)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	o.policy.Network, o.policy.Proc = sandbox.Network(o.network), sandbox.ProcMode(o.proc)
+	o.server.Supervisor, o.server.Auth, o.server.Logger = sup, auth, log
+	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
+	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
+	srv, err := gateway.NewServer(o.server)
+	if err != nil {
+		sup.Close(context.Background())
+		l.Close()
+		return nil, err
+	}
+	return &gatewayParts{launcher: l, sup: sup, auth: auth, srv: srv}, nil
+}
+
+func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptions, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", g.srv.Handler())
+	mux.Handle("/healthz", g.srv.Handler())
+	mux.Handle("/readyz", g.srv.Handler())
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "termgate: connect to /v1/connect with the termgate.v1 WebSocket protocol (see gateway/PROTOCOL.md).")
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() {
+		if o.tlsCert != "" {
+			errc <- hs.ServeTLS(ln, o.tlsCert, o.tlsKey)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	log.Info("listening", "addr", ln.Addr().String(), "tls", o.tlsCert != "")
+	select {
+	case err := <-errc:
+		g.sup.Close(context.Background())
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hs.Shutdown(stop)
+	g.srv.Shutdown(stop)
+	if err := g.sup.Close(stop); err != nil {
+		log.Warn("executions still running at exit", "err", err)
+	}
+	<-errc
+	log.Info("stopped")
+	return nil
+}
+
+// logConfig prints the effective configuration; it holds file paths, never secrets.
+func (o *serveOptions) logConfig(log *slog.Logger) {
+	log.Info("config", "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
+		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience,
+		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
+		"workspace_root", o.workspaceRoot, "commands", o.commands, "default_command", o.defaultCommand,
+		"network", o.network, "proc", o.proc, "limits", o.policy.Limits, "tmp_size", o.policy.TmpSize,
+		"timeout", o.policy.DefaultTimeout, "max_timeout", o.policy.MaxTimeout, "retention", o.session.DefaultRetention,
+		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
+		"max_retained", o.session.MaxRetained, "dev", o.dev)
+}
+
+// devTimeout is the default execution timeout in dev mode.
+const devTimeout = 12 * time.Hour
+
+// devDefaults fills in what --dev provides: a generated secret and a
+// workspace root in the state directory.
+func (o *serveOptions) devDefaults() error {
+	state, err := stateDir()
+	if err != nil {
+		return err
+	}
+	if o.workspaceRoot == "" {
+		o.workspaceRoot = filepath.Join(state, "workspaces")
+	}
+	if o.policy.DefaultTimeout == session.DefaultTimeout {
+		// A terminal someone works in should not end after two minutes.
+		o.policy.DefaultTimeout = devTimeout
+	}
+	if o.secretFile == "" && len(o.publicKeys) == 0 {
+		o.secretFile = filepath.Join(state, "dev-secret")
+		secret := make([]byte, 32)
+		rand.Read(secret)
+		hex := fmt.Sprintf("%x\n", secret)
+		if err := os.WriteFile(o.secretFile, []byte(hex), 0o600); err != nil {
+			return fmt.Errorf("serve: write dev secret: %w", err)
+		}
+	}
+	return nil
+}
+
+// stateDir is $XDG_STATE_HOME/termgate, ~/.local/state/termgate, or, for
+// root, /var/lib/termgate: a root home directory is closed to the sandbox
+// identity, which must reach the workspaces. Created searchable (0711).
+func stateDir() (string, error) {
+	dir := "/var/lib/termgate"
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		dir = filepath.Join(x, "termgate")
+	} else if os.Geteuid() != 0 {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("serve: find the state directory: %w", err)
+		}
+		dir = filepath.Join(home, ".local", "state", "termgate")
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("serve: create state directory: %w", err)
+	}
+	return dir, os.Chmod(dir, 0o711)
+}
+
+// printDevURL mints a day-long token for the dev tenant and prints the URL
+// that opens a terminal with it.
+func (o *serveOptions) printDevURL(w io.Writer, auth *gateway.Authenticator, addr string) error {
+	now := time.Now()
+	tok, err := auth.Mint(gateway.Claims{
+		Subject: "dev", Tenant: o.devTenant, IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour),
+		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true, gateway.ScopeWrite: true},
+	})
+	if err != nil {
+		return fmt.Errorf("serve: mint dev token: %w", err)
+	}
+	scheme := "http"
+	if o.tlsCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(w, "termgate dev mode: open\n\n  %s://%s/#token=%s\n\nToken (valid 24h): %s\nWorkspaces: %s\n", scheme, addr, tok, tok, o.workspaceRoot)
+	return nil
+}

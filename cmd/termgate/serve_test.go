@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway"
+)
+
+// syncWriter lets the test read what the server prints while it runs.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestServeDevEndToEnd runs `termgate serve --dev` on 127.0.0.1, connects
+// with the printed token, runs a command, then stops the server as
+// SIGTERM would: it must exit cleanly.
+func TestServeDevEndToEnd(t *testing.T) {
+	needBwrap(t)
+	state := t.TempDir()
+	os.Chmod(filepath.Dir(state), 0o711)
+	t.Setenv("XDG_STATE_HOME", state)
+	ctx, stop := context.WithCancel(t.Context())
+	var out, errs syncWriter
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &out, &errs) }()
+
+	url := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=(\S+)`)
+	var m []string
+	for deadline := time.Now().Add(20 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {
+		if m = url.FindStringSubmatch(out.String()); m == nil && time.Now().After(deadline) {
+			stop()
+			t.Fatalf("no URL printed; stdout %q, stderr %q", out.String(), errs.String())
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + m[1] + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, resp, err)
+		}
+		resp.Body.Close()
+	}
+	dctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(dctx, "ws://"+m[1]+"/v1/connect", &websocket.DialOptions{
+		Subprotocols: []string{gateway.Subprotocol, gateway.BearerPrefix + m[2]},
+		HTTPHeader:   http.Header{"Origin": {"http://" + m[1]}},
+	})
+	if err != nil {
+		stop()
+		t.Fatalf("dial: %v", err)
+	}
+	req, _ := json.Marshal(gateway.Request{Type: gateway.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo from-the-sandbox; id -u"}, Attach: true})
+	ws.Write(dctx, websocket.MessageText, req)
+	var got []byte
+	for {
+		typ, b, err := ws.Read(dctx)
+		if err != nil {
+			t.Fatalf("read: %v (output %q)", err, got)
+		}
+		if typ == websocket.MessageBinary {
+			o, _ := gateway.DecodeOutput(b)
+			got = append(got, o.Data...)
+			continue
+		}
+		var msg gateway.Message
+		json.Unmarshal(b, &msg)
+		if msg.Type == gateway.MsgExit {
+			break
+		}
+	}
+	if string(got) != "from-the-sandbox\n1000\n" {
+		t.Errorf("output %q", got)
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if _, _, err := ws.Read(dctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Errorf("connection closed with %v, want 1001", err)
+	}
+}
+
+func TestServeUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "--network", "bridge", "--dev"},
+		{"serve", "--jwt-secret-file", "/x"},
+		{"serve", "--workspace-root", "/x"},
+		{"serve", "--tls-cert", "c", "--dev"},
+		{"serve", "--max-channels", "0", "--dev"},
+		{"serve", "extra"},
+	} {
+		code, _, stderr := runCLI(t, "", args...)
+		if code != 2 || stderr == "" {
+			t.Errorf("termgate %q: status %d, stderr %q", args, code, stderr)
+		}
+	}
+}
