@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -357,4 +358,73 @@ func TestShutdownClosesWith1001AndExecutionsSurvive(t *testing.T) {
 	if err != nil || info.Result == nil || string(info.Result.Stdout.Head) != "done\n" {
 		t.Fatalf("execution after the connection closed: %+v, %v", info, err)
 	}
+}
+
+func TestHeartbeatClosesSilentClient(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.PingInterval, c.PongTimeout = 100*time.Millisecond, 300*time.Millisecond })
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.ws.CloseNow()
+	// Never reading means never answering pings.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.srv.connections() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a client that answers no ping is still connected")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A reading client answers pings and stays.
+	r := e.dial(t, e.token(t, "acme", allScopes...))
+	defer r.close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := r.read(ctx); err == nil || ctx.Err() == nil {
+		t.Fatalf("reading client: %v", err)
+	}
+	if e.srv.connections() != 1 {
+		t.Fatal("a client that answers pings was closed")
+	}
+}
+
+// TestClientThatNeverReadsDoesNotGrowMemory: 64 MiB of output to a client
+// that reads nothing; the server's heap must stay far below that, and the
+// client later sees a gap.
+func TestClientThatNeverReadsDoesNotGrowMemory(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "flood", Command: "/bin/sh", Args: []string{"-c", "head -c 64M /dev/zero"}, Attach: true})
+	before := heapInUse()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	info, err := e.sup.Wait(ctx, "acme", "flood", 1<<40, 60*time.Second)
+	if err != nil || info.Result == nil {
+		t.Fatalf("flood did not finish: %+v %v", info, err)
+	}
+	if grew := int64(heapInUse()) - int64(before); grew > 16<<20 {
+		t.Errorf("heap grew by %d MiB while a client read nothing", grew>>20)
+	}
+	sawGap := false
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if f.msg != nil && f.msg.Type == MsgGap {
+			sawGap = true
+		}
+		if f.msg != nil && f.msg.Type == MsgExit {
+			break
+		}
+	}
+	if !sawGap {
+		t.Error("the lagging client saw no gap")
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
 }

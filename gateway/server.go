@@ -294,6 +294,13 @@ func (s *Server) unregister(c *conn) {
 	s.wg.Done()
 }
 
+// connections counts the open WebSocket connections.
+func (s *Server) connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // Shutdown closes every connection with 1001 and waits for them, or for
 // ctx. Executions keep running: the supervisor owns them.
 func (s *Server) Shutdown(ctx context.Context) error {

@@ -46,7 +46,9 @@ func TestServeDevEndToEnd(t *testing.T) {
 	ctx, stop := context.WithCancel(t.Context())
 	var out, errs syncWriter
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &out, &errs) }()
+	go func() {
+		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &out, &errs)
+	}()
 
 	url := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=(\S+)`)
 	var m []string
