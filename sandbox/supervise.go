@@ -104,17 +104,60 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	go func() {
 		defer p.copies.Done()
 		defer r.Close()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				w.Write(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
+		copyOutput(r, w)
 	}()
+}
+
+// copyOutput drains r into w until end of file or error. Its buffer
+// starts small, so an idle execution costs little, and doubles up to
+// maxReadBuf while reads fill it.
+func copyOutput(r *os.File, w io.Writer) {
+	raw, rawErr := r.SyscallConn()
+	buf := make([]byte, minReadBuf)
+	for {
+		n, err := r.Read(buf)
+		if rawErr == nil && err == nil && n >= burstMin {
+			n = readBurst(raw, buf, n)
+		}
+		if n > 0 {
+			w.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+		if n == len(buf) && len(buf) < maxReadBuf {
+			buf = make([]byte, 2*len(buf))
+		}
+	}
+}
+
+// Output read buffer bounds.
+const (
+	minReadBuf = 4 << 10
+	maxReadBuf = 32 << 10
+)
+
+// burstMin is the read size from which the copier looks for more data
+// already waiting: a keystroke's echo goes out at once, a flood of output
+// goes out in large events instead of the terminal's 4 KiB reads.
+const burstMin = 1024
+
+// readBurst appends to buf[:n] whatever can be read without waiting. A
+// failed or empty read is left for the next blocking read to report.
+func readBurst(raw syscall.RawConn, buf []byte, n int) int {
+	for n < len(buf) {
+		var m int
+		var err error
+		raw.Read(func(fd uintptr) bool {
+			m, err = unix.Read(int(fd), buf[n:])
+			return true // never wait
+		})
+		if err != nil || m <= 0 {
+			return n
+		}
+		n += m
+	}
+	return n
 }
 
 // headCapture keeps the first bytes of output, where bwrap prints its
@@ -172,7 +215,9 @@ func (p *Process) abandon(child [3]*os.File) {
 // timeout passes, and finalises the exit once bwrap is reaped and every
 // output stream has ended.
 func (p *Process) supervise(ctx context.Context) {
-	go p.watch(ctx)
+	stopWatching := p.watch(ctx)
+	defer stopWatching()
+	p.awaitExit()
 	var ws syscall.WaitStatus
 	if state, err := p.cmd.Process.Wait(); err == nil {
 		ws, _ = state.Sys().(syscall.WaitStatus)
@@ -225,20 +270,36 @@ func (p *Process) collect(outer unix.WaitStatus) exitFacts {
 }
 
 // watch stops the process when ctx ends or the policy's timeout passes.
-func (p *Process) watch(ctx context.Context) {
-	var timeout <-chan time.Time
-	if p.policy.Timeout > 0 {
-		t := time.NewTimer(p.policy.Timeout - time.Since(p.started))
-		defer t.Stop()
-		timeout = t.C
+// It uses callbacks, not a goroutine: an idle execution costs no stack.
+// The returned function cancels both.
+func (p *Process) watch(ctx context.Context) func() {
+	stopCtx := context.AfterFunc(ctx, func() { p.Stop(StopCancel) })
+	if p.policy.Timeout <= 0 {
+		return func() { stopCtx() }
 	}
-	select {
-	case <-p.exited:
-	case <-ctx.Done():
-		p.Stop(StopCancel)
-	case <-timeout:
-		p.Stop(StopTimeout)
+	t := time.AfterFunc(p.policy.Timeout-time.Since(p.started), func() { p.Stop(StopTimeout) })
+	return func() { stopCtx(); t.Stop() }
+}
+
+// awaitExit parks until bwrap has exited, through the runtime poller on a
+// pidfd, so that an idle execution holds no OS thread in wait4. Where
+// pidfds are unavailable, the Wait that follows blocks as usual.
+func (p *Process) awaitExit() {
+	fd, err := unix.PidfdOpen(p.cmd.Process.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
 	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || info.Signo != 0 // Linux zeroes info when nothing exited
+	})
 }
 
 // Wait blocks until the process tree is gone and all output was delivered.

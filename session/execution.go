@@ -99,17 +99,13 @@ func (e *execution) run(proc Process) {
 	if t := e.spec.Timeout; t > 0 {
 		timer = time.AfterFunc(t-time.Since(e.started), func() { e.stop(StatusTimedOut) })
 	}
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		e.in.run(proc.Stdin())
-	}()
+	e.in.attach(proc.Stdin())
 	exit := proc.Wait()
 	if timer != nil {
 		timer.Stop()
 	}
 	e.in.shutdown()
-	<-writerDone
+	e.in.wait()
 	e.finish(exit)
 }
 

@@ -19,10 +19,48 @@ type inputQueue struct {
 	closeReq bool // close stdin once pending is written
 	shut     bool // the process ended: accept nothing more
 	wake     chan struct{}
+
+	// The writer goroutine starts with the first input, so an execution
+	// nobody types into costs no goroutine.
+	dst     io.WriteCloser
+	started bool
+	done    chan struct{} // closed when the writer returned
 }
 
 func newInputQueue(max int) *inputQueue {
-	return &inputQueue{max: max, wake: make(chan struct{}, 1)}
+	return &inputQueue{max: max, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// attach sets where input goes, once the process runs.
+func (q *inputQueue) attach(w io.WriteCloser) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dst = w
+	if len(q.pending) > 0 || q.closeReq {
+		q.startLocked()
+	}
+}
+
+// startLocked starts the writer once. Called with q.mu held.
+func (q *inputQueue) startLocked() {
+	if q.started || q.dst == nil || q.shut {
+		return
+	}
+	q.started = true
+	go func() {
+		defer close(q.done)
+		q.run(q.dst)
+	}()
+}
+
+// wait returns once the writer, if it ever started, has returned.
+func (q *inputQueue) wait() {
+	q.mu.Lock()
+	started := q.started
+	q.mu.Unlock()
+	if started {
+		<-q.done
+	}
 }
 
 // write applies the part of p the queue has not seen yet.
@@ -48,6 +86,7 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 	q.pending = append(q.pending, append([]byte(nil), fresh...))
 	q.size += len(fresh)
 	q.offset += uint64(len(fresh))
+	q.startLocked()
 	q.signal()
 	return q.offset, nil
 }
@@ -66,6 +105,7 @@ func (q *inputQueue) closeStdin() bool {
 	defer q.mu.Unlock()
 	first := !q.closeReq && !q.shut
 	q.closeReq = true
+	q.startLocked()
 	q.signal()
 	return first
 }

@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"github.com/coder/websocket"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session"
+)
+
+// benchOutput is what the throughput benchmarks print: 64 MiB of text.
+const benchOutput = `yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz | head -c 64M`
+
+// BenchmarkPTYThroughput measures PTY output delivered to one WebSocket
+// client, beside the same command read from a PTY directly in one process.
+func BenchmarkPTYThroughput(b *testing.B) {
+	b.Run("gateway", func(b *testing.B) {
+		e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.Ring = replay.Config{MaxBytes: 16 << 20} })
+		c := e.dial(b, e.token(b, "bench", allScopes...))
+		defer c.close()
+		b.SetBytes(64 << 20)
+		i := 0
+		for b.Loop() {
+			i++
+			c.send(b, Request{Type: TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput}, PTY: &Size{Rows: 24, Cols: 80}, Attach: true})
+			n := drainOutput(b, c)
+			if n < 64<<20 {
+				b.Fatalf("got %d bytes", n)
+			}
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		b.SetBytes(64 << 20)
+		for b.Loop() {
+			cmd := exec.Command("/bin/sh", "-c", benchOutput)
+			f, err := pty.Start(cmd)
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf := make([]byte, 32<<10)
+			n := 0
+			for {
+				m, err := f.Read(buf)
+				n += m
+				if err != nil {
+					break
+				}
+			}
+			f.Close()
+			cmd.Wait()
+			if n < 64<<20 {
+				b.Fatalf("got %d bytes", n)
+			}
+		}
+	})
+}
+
+// drainOutput reads one channel to its exit and counts output bytes. It
+// reads into one reused buffer, so the client costs the shared CPUs as
+// little as a real client in another process would.
+func drainOutput(b *testing.B, c *client) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	buf := make([]byte, 1<<20)
+	n := 0
+	for {
+		typ, r, err := c.ws.Reader(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := io.ReadFull(r, buf)
+		if err != io.ErrUnexpectedEOF && err != io.EOF {
+			b.Fatalf("read frame: %v", err)
+		}
+		if typ == websocket.MessageBinary {
+			n += m - outputHeaderLen
+			continue
+		}
+		var msg Message
+		json.Unmarshal(buf[:m], &msg)
+		switch msg.Type {
+		case MsgExit:
+			return n
+		case MsgGap, MsgError:
+			b.Fatalf("%+v", msg)
+		}
+	}
+}
+
+// BenchmarkEcho measures a keystroke's round trip: input frame in, the
+// PTY's echo out, through the sandbox. Reports p50 and p99.
+func BenchmarkEcho(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.InputPerSecond = 1 << 20 })
+	c := e.dial(b, e.token(b, "bench", allScopes...))
+	defer c.close()
+	c.send(b, Request{Type: TypeStart, ID: "echo", Command: "/bin/sh", Args: []string{"-c", "stty raw -echo; cat"}, PTY: &Size{Rows: 24, Cols: 80}, Attach: true, TimeoutMS: 3600_000})
+	att, _ := c.expect(b, MsgAttached)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	waitEcho := func(want byte) {
+		for {
+			f, err := c.read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if f.out != nil && len(f.out.Data) > 0 && f.out.Data[len(f.out.Data)-1] == want {
+				return
+			}
+		}
+	}
+	// The first keystroke waits for stty to have run.
+	var offset uint64
+	c.sendInput(b, att.Channel, offset, "x")
+	offset++
+	waitEcho('x')
+	var rtts []time.Duration
+	for b.Loop() {
+		k := byte('a' + len(rtts)%26)
+		start := time.Now()
+		c.sendInput(b, att.Channel, offset, string(k))
+		offset++
+		waitEcho(k)
+		rtts = append(rtts, time.Since(start))
+	}
+	slices.Sort(rtts)
+	b.ReportMetric(float64(rtts[len(rtts)/2].Microseconds()), "µs-p50")
+	b.ReportMetric(float64(rtts[len(rtts)*99/100].Microseconds()), "µs-p99")
+	c.send(b, Request{Type: TypeCancel, ID: "echo"})
+}
+
+// BenchmarkResume1MiB measures a reconnecting client catching up on 1 MiB
+// of output it missed: from attach to the exit message.
+func BenchmarkResume1MiB(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.Ring = replay.Config{MaxBytes: 4 << 20} })
+	c := e.dial(b, e.token(b, "bench", allScopes...))
+	defer c.close()
+	c.send(b, Request{Type: TypeStart, ID: "mib", Command: "/bin/sh", Args: []string{"-c", "head -c 1M /dev/zero | tr '\\0' x"}})
+	c.expect(b, MsgStarted)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if info, err := e.sup.Wait(ctx, "bench", "mib", 1<<40, time.Minute); err != nil || info.Result == nil {
+		b.Fatalf("%+v %v", info, err)
+	}
+	b.SetBytes(1 << 20)
+	for b.Loop() {
+		c.send(b, Request{Type: TypeAttach, ID: "mib"})
+		if n := drainOutput(b, c); n != 1<<20 {
+			b.Fatalf("resumed %d bytes", n)
+		}
+	}
+}
+
+// BenchmarkIdlePTYExecutions starts 1,000 idle PTY shells and reports
+// termgate's memory per execution (heap and goroutine stacks) and the
+// threads it holds.
+func BenchmarkIdlePTYExecutions(b *testing.B) {
+	const n = 1000
+	e := newEnv(b, func(c *Config) {
+		c.StartsPerMinute, c.MaxConnsPerSubject = 1<<20, 64
+		sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(needLauncher(b)),
+			MaxRunning: 2 * n, MaxRunningPerOwner: 2 * n, MaxRetained: 2 * n})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { sup.Close(context.Background()) })
+		c.Supervisor = sup
+	})
+	for b.Loop() {
+		before := memUse()
+		threadsBefore := threads()
+		var wg sync.WaitGroup
+		start := time.Now()
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := e.dial(b, e.token(b, "bench", allScopes...))
+				defer c.close()
+				for i := w; i < n; i += 8 {
+					c.send(b, Request{Type: TypeStart, ID: fmt.Sprint("idle-", i), PTY: &Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
+					c.expect(b, MsgStarted)
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		time.Sleep(2 * time.Second) // let every shell reach its prompt
+		after := memUse()
+		b.ReportMetric(float64(after-before)/n/1024, "KiB/execution")
+		b.ReportMetric(float64(threads()-threadsBefore)/n, "threads/execution")
+		b.ReportMetric(elapsed.Seconds(), "s-to-start-1000")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		e.srv.cfg.Supervisor.Close(ctx)
+		cancel()
+	}
+}
+
+// memUse is the Go heap in use plus goroutine stacks.
+func memUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
+
+func threads() int {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// BenchmarkFanOut100 sends one execution's output to 100 viewers on 100
+// connections; reports the bytes delivered to all viewers per second.
+func BenchmarkFanOut100(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.MaxConnsPerSubject = 200; c.Ring = replay.Config{MaxBytes: 64 << 20} })
+	tok := e.token(b, "bench", allScopes...)
+	owner := e.dial(b, tok)
+	defer owner.close()
+	i := 0
+	for b.Loop() {
+		i++
+		id := fmt.Sprint("fan-", i)
+		owner.send(b, Request{Type: TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", "read x; head -c 4M /dev/zero | tr '\\0' y"}})
+		owner.expect(b, MsgStarted)
+		viewers := make([]*client, 100)
+		for v := range viewers {
+			viewers[v] = e.dial(b, tok)
+			viewers[v].send(b, Request{Type: TypeAttach, ID: id, ReadOnly: true})
+			viewers[v].expect(b, MsgAttached)
+		}
+		owner.send(b, Request{Type: TypeAttach, ID: id})
+		att, _ := owner.expect(b, MsgAttached)
+		owner.sendInput(b, att.Channel, 0, "go\n")
+		var wg sync.WaitGroup
+		for _, v := range viewers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer v.close()
+				if n := drainOutputQuiet(v); n != 4<<20 {
+					b.Errorf("viewer got %d bytes", n)
+				}
+			}()
+		}
+		drainOutput(b, owner)
+		wg.Wait()
+	}
+	b.SetBytes(100 * 4 << 20)
+}
+
+func drainOutputQuiet(c *client) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n := 0
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			return n
+		}
+		if f.out != nil {
+			n += len(f.out.Data)
+		} else if f.msg.Type == MsgExit {
+			return n
+		}
+	}
+}
