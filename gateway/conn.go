@@ -36,6 +36,7 @@ type conn struct {
 
 	control chan Message
 	ready   chan *channel // channels holding a batch for the writer, FIFO: fair
+	frame   []byte        // the writer's output frame buffer, reused
 	starts  *bucket
 	inputs  *bucket
 	pumps   sync.WaitGroup
@@ -198,12 +199,11 @@ func (c *conn) writeBatch(ch *channel) bool {
 	if b.gap != nil {
 		return c.writeJSON(Message{Type: MsgGap, Channel: ch.id, From: b.gap.From, To: b.gap.To, Bytes: b.gap.Bytes})
 	}
-	var frame []byte
 	for _, ev := range b.events {
 		if ev.Kind == replay.KindOutput {
-			frame = appendOutputHeader(frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset)
-			frame = append(frame, ev.Data...)
-			if !c.write(websocket.MessageBinary, frame) {
+			c.frame = appendOutputHeader(c.frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset)
+			c.frame = append(c.frame, ev.Data...)
+			if !c.write(websocket.MessageBinary, c.frame) {
 				return false
 			}
 			continue

@@ -156,6 +156,9 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 			return n
 		}
 		n += m
+		if m < burstMin {
+			return n // drained: wait in the poller rather than spin on small reads
+		}
 	}
 	return n
 }
