@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -216,10 +218,11 @@ func (c *conn) reauth(req Request) {
 func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
 	cmd := append([]string(nil), s.cfg.DefaultCommand...)
 	if req.Command != "" {
-		if !allowed(s.cfg.Commands, req.Command) {
+		c, ok := s.resolveCommand(req.Command)
+		if !ok {
 			return session.Spec{}, fmt.Errorf("%w: command %q is not allowed", session.ErrInvalidSpec, req.Command)
 		}
-		cmd = []string{req.Command}
+		cmd = []string{c}
 	}
 	ws, err := s.workspace(tenant)
 	if err != nil {
@@ -250,6 +253,21 @@ func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
 		timeout = sb.DefaultTimeout
 	}
 	return session.Spec{Policy: p, Timeout: timeout, Ring: s.cfg.Ring}, nil
+}
+
+// resolveCommand maps a requested command to an allowed program: an
+// absolute path must be on the list; a bare name matches the first listed
+// program of that name ("bash" is /bin/bash).
+func (s *Server) resolveCommand(name string) (string, bool) {
+	if strings.Contains(name, "/") {
+		return name, allowed(s.cfg.Commands, name)
+	}
+	for _, c := range s.cfg.Commands {
+		if path.Base(c) == name {
+			return c, true
+		}
+	}
+	return "", false
 }
 
 func setDefault(env map[string]string, k, v string) {

@@ -63,6 +63,10 @@ Usage:
   termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
   termgate verify [--json]                 report what this host can enforce
   termgate serve [flags]                   run the WebSocket gateway (--dev: local development)
+  termgate token --secret-file F --tenant T mint a development token
+  termgate run [flags] -- CMD [ARGS...]     run a command through a gateway
+  termgate attach --id ID                   attach to an execution (detach: Ctrl-] d)
+  termgate cancel --id ID                   cancel an execution
 
 Run "termgate COMMAND --help" for a command's flags.
 `
@@ -80,6 +84,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runVerify(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
+	case "token":
+		return runToken(args[1:], stdout, stderr)
+	case "run":
+		return runRun(ctx, args[1:], stdin, stdout, stderr)
+	case "attach":
+		return runAttach(ctx, args[1:], stdin, stdout, stderr)
+	case "cancel":
+		return runCancel(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

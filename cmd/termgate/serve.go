@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 )
@@ -133,6 +134,8 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.parsed("max-running", "running executions in total", intPtr(&o.session.MaxRunning, session.DefaultMaxRunning))
 	e.parsed("max-running-per-tenant", "running executions per tenant", intPtr(&o.session.MaxRunningPerOwner, session.DefaultMaxRunningPerOwner))
 	e.parsed("max-retained", "executions kept, running or finished", intPtr(&o.session.MaxRetained, session.DefaultMaxRetained))
+	e.parsed("ring-bytes", "replayable output kept per execution, in bytes (default 1M)", ringBytes(&o.server.Ring.MaxBytes))
+	e.parsed("ring-events", "replayable events kept per execution (default 4096)", intPtr(&o.server.Ring.MaxEvents, replay.DefaultMaxEvents))
 	e.parsed("max-message-bytes", "largest WebSocket message (larger closes with 1009)", sizeFlag(&o.server.MaxMessageBytes))
 	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
 	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
@@ -142,6 +145,17 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return e
+}
+
+func ringBytes(dst *int) func(string) error {
+	return func(s string) error {
+		v, err := parseSize(s)
+		if err != nil || v < 4096 || v > 1<<30 {
+			return fmt.Errorf("want a size between 4K and 1G, got %q", s)
+		}
+		*dst = int(v)
+		return nil
+	}
 }
 
 func intPtr(dst *int, def int) func(string) error {

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gatewayUnderTest is a real `termgate serve` on 127.0.0.1.
+type gatewayUnderTest struct {
+	url, secretFile string
+}
+
+// startGateway runs serve in-process until the test ends.
+func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
+	t.Helper()
+	needBwrap(t)
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o711)
+	os.Chmod(dir, 0o711)
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("a-test-secret-of-more-than-32-bytes-0123456789"), 0o600)
+	ctx, stop := context.WithCancel(context.Background())
+	var errs syncWriter
+	done := make(chan error, 1)
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", secret,
+		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m"}, extra...)
+	go func() { done <- run(ctx, args, strings.NewReader(""), io.Discard, &errs) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(errs.String()); m != nil {
+			return gatewayUnderTest{url: "http://" + m[1], secretFile: secret}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve ended: %v: %s", err, errs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start: %s", errs.String())
+		}
+	}
+}
+
+func (g gatewayUnderTest) token(t *testing.T, tenant, scope string) string {
+	t.Helper()
+	code, out, stderr := runCLI(t, "", "token", "--secret-file", g.secretFile, "--tenant", tenant, "--scope", scope)
+	if code != 0 {
+		t.Fatalf("token: %d %s", code, stderr)
+	}
+	return strings.TrimSpace(out)
+}
+
+const allScopes = "exec:create exec:attach exec:write"
+
+func TestRunStreamsBothOutputsAndExitStatus(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes)
+	code, out, stderr := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3")
+	if code != 3 || out != "out\n" || stderr != "err\n" {
+		t.Fatalf("status %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, _, _ = runCLI(t, "", "run", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "kill -TERM $$")
+	if code != 143 {
+		t.Fatalf("signal death: status %d", code)
+	}
+}
+
+func TestRunForwardsStdinAndEOF(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes)
+	code, out, stderr := runCLI(t, "line one\nline two\n", "run", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "wc -l; cat")
+	if code != 0 || strings.TrimSpace(out) != "2" {
+		t.Fatalf("status %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+func TestRunRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	for _, args := range [][]string{
+		{"run", "--url", g.url, "--token", "x", "--", "/bin/sh"},
+		{"run", "--url", "ftp://nowhere", "--token", "x", "--", "/bin/sh"},
+	} {
+		code, _, stderr := runCLI(t, "", args...)
+		if code == 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%q: status %d, stderr %q (want one line)", args, code, stderr)
+		}
+	}
+	if code, _, _ := runCLI(t, "", "run", "--url", g.url); code != 2 {
+		t.Errorf("run without a command: status %d", code)
+	}
+}
+
+// TestRunSurvivesDroppedConnections runs seq 1 300000 through a proxy that
+// cuts the connection repeatedly: the local output must equal seq's.
+func TestRunSurvivesDroppedConnections(t *testing.T) {
+	t.Parallel()
+	// The ring holds all of seq's 2 MB, so no reconnect can outlast it.
+	g := startGateway(t, "--command", "/bin/bash", "--command", "/bin/sh", "--command", "/usr/bin/seq", "--ring-bytes", "8M")
+	tok := g.token(t, "acme", allScopes)
+	proxy := newDroppingProxy(t, strings.TrimPrefix(g.url, "http://"))
+	code, out, stderr := runCLI(t, "", "run", "--url", "http://"+proxy.addr(), "--token", tok, "--", "seq", "1", "300000")
+	if code != 0 {
+		t.Fatalf("status %d, stderr %q", code, stderr)
+	}
+	var want bytes.Buffer
+	for i := 1; i <= 300000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	if out != want.String() {
+		t.Fatalf("output differs: %d bytes, want %d (stderr %q)", len(out), want.Len(), stderr)
+	}
+	if proxy.cuts() < 2 {
+		t.Fatalf("only %d cuts: resume was not exercised", proxy.cuts())
+	}
+}
+
+func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes)
+	started := make(chan struct{})
+	var first struct {
+		code int
+		out  string
+	}
+	go func() {
+		defer close(started)
+		first.code, first.out, _ = runCLI(t, "", "run", "--id", "shared", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "echo hello; sleep 2; echo bye")
+	}()
+	time.Sleep(500 * time.Millisecond)
+	viewer := g.token(t, "acme", "exec:attach")
+	code, out, stderr := runCLI(t, "", "attach", "--id", "shared", "--read-only", "--url", g.url, "--token", viewer)
+	if code != 0 || out != "hello\nbye\n" {
+		t.Fatalf("second CLI: status %d, output %q, stderr %q", code, out, stderr)
+	}
+	<-started
+	if first.code != 0 || first.out != "hello\nbye\n" {
+		t.Fatalf("first CLI: %+v", first)
+	}
+	// A read-only token cannot type: its input never reaches the command.
+	runCLI(t, "", "run", "--id", "typed", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "sleep 1; read -t 1 x && echo typed=$x; echo end")
+	code, out, _ = runCLI(t, "intruder\n", "attach", "--id", "typed", "--url", g.url, "--token", viewer)
+	if strings.Contains(out, "typed=") {
+		t.Fatalf("read-only attach typed: status %d, output %q", code, out)
+	}
+}
+
+// droppingProxy forwards to target and cuts connections after a random
+// number of bytes from the server.
+type droppingProxy struct {
+	ln  net.Listener
+	mu  sync.Mutex
+	n   int
+	rng *rand.Rand
+	wg  sync.WaitGroup
+}
+
+func newDroppingProxy(t *testing.T, target string) *droppingProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &droppingProxy{ln: ln, rng: rand.New(rand.NewPCG(7, 8))}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			budget := 64<<10 + p.rng.Int64N(512<<10)
+			p.mu.Unlock()
+			p.wg.Add(1)
+			go p.forward(c, target, budget)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *droppingProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *droppingProxy) cuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+func (p *droppingProxy) forward(c net.Conn, target string, budget int64) {
+	defer p.wg.Done()
+	defer c.Close()
+	up, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		io.Copy(up, c)
+		up.Close()
+	}()
+	if n, _ := io.Copy(c, io.LimitReader(up, budget)); n == budget {
+		p.mu.Lock()
+		p.n++
+		p.mu.Unlock()
+	}
+}

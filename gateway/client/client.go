@@ -1,0 +1,404 @@
+// Package client is a Go client of termgate's WebSocket protocol v1
+// (gateway/PROTOCOL.md) that survives network failures: it reconnects with
+// exponential backoff and jitter, reattaches every execution after the
+// last sequence it delivered, and resends input the server has not
+// received. The caller sees one continuous stream per execution, or an
+// explicit gap when the server no longer holds what was missed.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway"
+)
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("client: closed")
+
+// Error is an error answer from the server.
+type Error struct {
+	Code    string // a stable code, see PROTOCOL.md
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Config configures a Client.
+type Config struct {
+	// URL is the gateway's base URL, http(s)://host:port; the WebSocket
+	// URL is derived from it.
+	URL string
+	// Token returns a token for each connection and for reauth before
+	// expiry. It is called again after every disconnect.
+	Token func(ctx context.Context) (string, error)
+	// MinBackoff and MaxBackoff bound the reconnect delay (100ms, 10s).
+	MinBackoff, MaxBackoff time.Duration
+	// HTTPClient dials the WebSocket (http.DefaultClient).
+	HTTPClient *http.Client
+	// Logger receives reconnects; nil discards.
+	Logger *slog.Logger
+}
+
+// Client is one logical connection to a gateway, re-established as needed.
+type Client struct {
+	cfg    Config
+	url    string
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	ws       *websocket.Conn
+	connUp   chan struct{} // closed when a connection is up; replaced on loss
+	execs    map[*Execution]struct{}
+	channels map[uint32]*Execution
+	pending  map[string]*pending
+	nextReq  uint64
+	fatal    error
+}
+
+// Dial connects to the gateway and keeps the connection up until Close.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	u, err := wsURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Token == nil {
+		return nil, errors.New("client: Config.Token is required")
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		cfg: cfg, url: u, log: cfg.Logger, ctx: cctx, cancel: cancel, done: make(chan struct{}),
+		connUp: make(chan struct{}), execs: map[*Execution]struct{}{}, channels: map[uint32]*Execution{},
+		pending: map[string]*pending{},
+	}
+	ws, err := c.dial(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go c.run(ws)
+	return c, nil
+}
+
+// wsURL turns http(s)://host into ws(s)://host/v1/connect.
+func wsURL(base string) (string, error) {
+	base = strings.TrimRight(base, "/")
+	switch {
+	case strings.HasPrefix(base, "http://"):
+		return "ws://" + strings.TrimPrefix(base, "http://") + "/v1/connect", nil
+	case strings.HasPrefix(base, "https://"):
+		return "wss://" + strings.TrimPrefix(base, "https://") + "/v1/connect", nil
+	}
+	return "", fmt.Errorf("client: URL %q must start with http:// or https://", base)
+}
+
+func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
+	tok, err := c.cfg.Token(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: token: %w", err)
+	}
+	ws, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
+		HTTPClient:   c.cfg.HTTPClient,
+		Subprotocols: []string{gateway.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + tok}},
+	})
+	if err != nil {
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			return nil, &Error{Code: "unauthorized", Message: fmt.Sprintf("the gateway refused the token (HTTP %d)", resp.StatusCode)}
+		}
+		return nil, fmt.Errorf("client: connect: %w", err)
+	}
+	ws.SetReadLimit(64 << 20)
+	return ws, nil
+}
+
+// run owns the connection: it reads until the connection breaks, then
+// reconnects with backoff and reattaches, until Close.
+func (c *Client) run(ws *websocket.Conn) {
+	defer close(c.done)
+	for attempt := 0; ; {
+		c.up(ws)
+		err := c.readLoop(ws)
+		ws.CloseNow()
+		c.down(err)
+		if c.ctx.Err() != nil {
+			return
+		}
+		for {
+			if !c.sleep(c.backoff(attempt)) {
+				return
+			}
+			attempt++
+			var derr error
+			if ws, derr = c.dial(c.ctx); derr == nil {
+				attempt = 0
+				break
+			}
+			var te *Error
+			if errors.As(derr, &te) {
+				c.fail(derr)
+				return
+			}
+			c.log.Info("reconnect failed", "err", derr, "attempt", attempt)
+		}
+	}
+}
+
+// backoff is exponential with full jitter.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.cfg.MinBackoff << min(attempt, 16)
+	if d > c.cfg.MaxBackoff || d <= 0 {
+		d = c.cfg.MaxBackoff
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// up installs a fresh connection and reattaches every live execution
+// after the last sequence it delivered.
+func (c *Client) up(ws *websocket.Conn) {
+	c.mu.Lock()
+	c.ws = ws
+	c.channels = map[uint32]*Execution{}
+	execs := make([]*Execution, 0, len(c.execs))
+	for e := range c.execs {
+		execs = append(execs, e)
+	}
+	close(c.connUp)
+	c.mu.Unlock()
+	for _, e := range execs {
+		go e.reattach()
+	}
+}
+
+// down forgets the connection and fails requests in flight.
+func (c *Client) down(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ws = nil
+	c.connUp = make(chan struct{})
+	for req, p := range c.pending {
+		close(p.answer)
+		delete(c.pending, req)
+	}
+	if c.ctx.Err() == nil {
+		c.log.Info("disconnected; reconnecting", "err", err)
+	}
+}
+
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	c.fatal = err
+	execs := c.snapshot()
+	c.mu.Unlock()
+	for _, e := range execs {
+		e.finish(err)
+	}
+}
+
+// snapshot lists the followed executions. Called with c.mu held.
+func (c *Client) snapshot() []*Execution {
+	out := make([]*Execution, 0, len(c.execs))
+	for e := range c.execs {
+		out = append(out, e)
+	}
+	return out
+}
+
+// readLoop dispatches server messages until the connection breaks.
+func (c *Client) readLoop(ws *websocket.Conn) error {
+	for {
+		typ, b, err := ws.Read(c.ctx)
+		if err != nil {
+			return err
+		}
+		if typ == websocket.MessageBinary {
+			out, err := gateway.DecodeOutput(b)
+			if err == nil {
+				c.route(out.Channel, Event{Seq: out.Seq, Kind: "output", Stream: out.Stream, Offset: out.Offset, Data: out.Data})
+			}
+			continue
+		}
+		var m gateway.Message
+		if json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		c.dispatch(m)
+	}
+}
+
+// pending is a request waiting for its answer. onAnswer, when set, runs
+// in the read loop before any later message is read: an attach registers
+// its channel there, so no event of the channel can arrive unrouted.
+type pending struct {
+	answer   chan gateway.Message
+	onAnswer func(gateway.Message)
+}
+
+func (c *Client) dispatch(m gateway.Message) {
+	if m.Req != "" {
+		c.mu.Lock()
+		p, ok := c.pending[m.Req]
+		delete(c.pending, m.Req)
+		c.mu.Unlock()
+		if ok {
+			if p.onAnswer != nil {
+				p.onAnswer(m)
+			}
+			p.answer <- m
+			return
+		}
+	}
+	switch m.Type {
+	case gateway.MsgEvent:
+		c.route(m.Channel, Event{Seq: m.Seq, Kind: m.Event, Rows: m.Rows, Cols: m.Cols, Signal: m.Signal})
+	case gateway.MsgExit:
+		code := -1
+		if m.Code != nil {
+			code = *m.Code
+		}
+		c.route(m.Channel, Event{Seq: m.Seq, Kind: "exit", Exit: &Exit{Code: code, Signal: m.Signal, Reason: m.Reason}})
+	case gateway.MsgGap:
+		c.route(m.Channel, Event{Kind: "gap", Gap: &Gap{From: m.From, To: m.To, Bytes: m.Bytes}})
+	case gateway.MsgAuthExpiring:
+		go c.reauth()
+	case gateway.MsgError:
+		c.route(m.Channel, Event{Kind: "error", Err: &Error{Code: m.Error, Message: m.Message}})
+	}
+}
+
+func (c *Client) route(channel uint32, ev Event) {
+	c.mu.Lock()
+	e := c.channels[channel]
+	c.mu.Unlock()
+	if e != nil {
+		e.deliver(ev)
+	}
+}
+
+// reauth sends a fresh token before the current one expires.
+func (c *Client) reauth() {
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	tok, err := c.cfg.Token(ctx)
+	if err != nil {
+		c.log.Warn("reauth: no token", "err", err)
+		return
+	}
+	if _, err := c.request(ctx, gateway.Request{Type: gateway.TypeReauth, Token: tok}); err != nil {
+		c.log.Warn("reauth refused", "err", err)
+	}
+}
+
+// request sends r on the current connection, waiting for one if the
+// client is reconnecting, and returns the answer. An error answer is an
+// *Error. onAnswer, if set, sees the answer first, in the read loop.
+func (c *Client) request(ctx context.Context, r gateway.Request, onAnswer ...func(gateway.Message)) (gateway.Message, error) {
+	var hook func(gateway.Message)
+	if len(onAnswer) > 0 {
+		hook = onAnswer[0]
+	}
+	for {
+		ws, up, answer, err := c.prepare(&r, hook)
+		if err != nil {
+			return gateway.Message{}, err
+		}
+		if ws == nil {
+			select {
+			case <-up:
+				continue
+			case <-ctx.Done():
+				return gateway.Message{}, context.Cause(ctx)
+			}
+		}
+		b, _ := json.Marshal(r)
+		if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
+			if ctx.Err() != nil {
+				return gateway.Message{}, context.Cause(ctx)
+			}
+			continue // the connection broke: retry on the next one
+		}
+		select {
+		case m, ok := <-answer:
+			if !ok {
+				continue // lost with the connection
+			}
+			if m.Type == gateway.MsgError {
+				return m, &Error{Code: m.Error, Message: m.Message}
+			}
+			return m, nil
+		case <-ctx.Done():
+			return gateway.Message{}, context.Cause(ctx)
+		}
+	}
+}
+
+// prepare registers r's answer channel on the current connection, or
+// returns the channel that closes when one is up.
+func (c *Client) prepare(r *gateway.Request, hook func(gateway.Message)) (*websocket.Conn, chan struct{}, chan gateway.Message, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fatal != nil {
+		return nil, nil, nil, c.fatal
+	}
+	if c.ctx.Err() != nil {
+		return nil, nil, nil, ErrClosed
+	}
+	if c.ws == nil {
+		return nil, c.connUp, nil, nil
+	}
+	c.nextReq++
+	r.Req = strconv.FormatUint(c.nextReq, 10)
+	answer := make(chan gateway.Message, 1)
+	c.pending[r.Req] = &pending{answer: answer, onAnswer: hook}
+	return c.ws, nil, answer, nil
+}
+
+// Close ends the connection; executions keep running on the server.
+func (c *Client) Close() error {
+	c.cancel()
+	c.mu.Lock()
+	ws := c.ws
+	execs := c.snapshot()
+	c.mu.Unlock()
+	if ws != nil {
+		ws.Close(websocket.StatusNormalClosure, "")
+	}
+	<-c.done
+	for _, e := range execs {
+		e.finish(ErrClosed)
+	}
+	return nil
+}
