@@ -68,12 +68,14 @@ func (c *conn) serve() {
 	c.armExpiry()
 	c.log.Info("connected")
 	err := c.readLoop()
+	// Let a close handshake we started finish before cancelling: a write
+	// cancelled mid-flight would drop the connection without its code.
+	c.closeOnce.Do(func() { close(c.closed) }) // nobody started one
+	<-c.closed
 	c.cancel(err)
 	c.stopExpiry()
 	c.pumps.Wait()
 	helpers.Wait()
-	c.closeOnce.Do(func() { close(c.closed) }) // nobody started a close handshake
-	<-c.closed
 	c.ws.CloseNow()
 	c.log.Info("disconnected", "err", err)
 }

@@ -147,7 +147,11 @@ func (c *conn) modify(req Request) {
 	var err error
 	switch req.Type {
 	case TypeCloseStdin:
-		err = sup.CloseStdin(tenant, ch.execID)
+		if req.InputOffset != nil {
+			err = sup.CloseStdinAfter(tenant, ch.execID, *req.InputOffset)
+		} else {
+			err = sup.CloseStdin(tenant, ch.execID)
+		}
 	case TypeResize:
 		err = sup.Resize(tenant, ch.execID, req.Rows, req.Cols)
 	case TypeSignal:

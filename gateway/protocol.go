@@ -52,6 +52,10 @@ type Request struct {
 	Limits    *Limits           `json:"limits,omitempty"`
 	Attach    bool              `json:"attach,omitempty"` // also attach a channel to the new execution
 
+	// close-stdin: when set, close only once the execution has received
+	// exactly this many input bytes (ErrInputOffset otherwise).
+	InputOffset *uint64 `json:"input_offset,omitempty"`
+
 	// attach
 	After    uint64 `json:"after,omitempty"`
 	ReadOnly bool   `json:"read_only,omitempty"`

@@ -105,6 +105,7 @@ func buildPlan(p Policy, host hostLayout, seccomp []byte) plan {
 	pl.binds(p)
 	pl.add("--remount-ro", "/", "--chdir", p.WorkspaceMount)
 	pl.add("--seccomp", pl.addFile(planFile{kind: fileData, data: seccomp}))
+	pl.environment(p)
 	pl.command(p)
 	return pl
 }
@@ -173,6 +174,16 @@ func passwdFile(home string) []byte {
 
 func groupFile() []byte {
 	return fmt.Appendf(nil, "root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", sandboxGID)
+}
+
+// environment gives the command exactly the policy's variables. bwrap
+// itself runs with none, so nothing reaches the host's dynamic loader.
+func (pl *plan) environment(p Policy) {
+	pl.add("--clearenv")
+	for _, kv := range p.sortedEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		pl.add("--setenv", k, v)
+	}
 }
 
 func (pl *plan) proc(p Policy) {

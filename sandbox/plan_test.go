@@ -44,6 +44,7 @@ func TestPlanDefaults(t *testing.T) {
 		{"--symlink", "/usr/share/zoneinfo/Etc/UTC", "/etc/localtime"}, {"--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"},
 		{"--dev", "/dev"}, {"--size", "67108864", "--tmpfs", "/tmp"}, {"--size", "67108864", "--tmpfs", "/run"},
 		{"--bind-fd", "6", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
+		{"--clearenv", "--setenv", "PATH", DefaultPath},
 	} {
 		if !hasSeq(pl.opts, seq...) {
 			t.Errorf("options lack %q:\n%q", seq, pl.opts)

@@ -78,14 +78,17 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 	return proc, nil
 }
 
-// command builds the exec.Cmd for bwrap: exactly the policy's environment,
-// the options on fd 3, the command on argv (bwrap reads no command
-// through --args), and the sandbox identity when running as root.
+// command builds the exec.Cmd for bwrap: an empty environment (the
+// policy's variables reach only the sandboxed command, through --setenv:
+// given to bwrap itself, LD_PRELOAD and friends would run client code on
+// the host before any isolation), the options on fd 3, the command on
+// argv (bwrap reads no command through --args), and the sandbox identity
+// when running as root.
 func (l *Launcher) command(p Policy, pl plan, stdio [3]*os.File, extra []*os.File) *exec.Cmd {
 	cmd := &exec.Cmd{
 		Path:       l.bwrap,
 		Args:       append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...),
-		Env:        p.sortedEnv(),
+		Env:        []string{}, // not nil: nil would pass termgate's own
 		Dir:        "/",
 		Stdin:      stdio[0],
 		Stdout:     stdio[1],

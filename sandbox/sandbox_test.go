@@ -255,20 +255,49 @@ func TestIdentityAndConfinement(t *testing.T) {
 func TestEnvironmentIsRebuilt(t *testing.T) {
 	t.Parallel()
 	ws := testDir(t)
-	// The gateway's own environment holds secrets; none may show inside.
-	r := runPolicy(t, Policy{
-		Command: sh("tr '\\0' '\\n' < /proc/1/environ; echo ---; tr '\\0' ' ' < /proc/1/cmdline; echo; env"),
-		Env:     map[string]string{"ONLY": "this"}, Workspace: ws, Proc: ProcPrivate,
-	})
-	environ, rest, _ := strings.Cut(r.stdout, "---\n")
-	if environ != "ONLY=this\nPATH="+DefaultPath+"\n" {
-		t.Errorf("/proc/1/environ = %q", environ)
+	// The gateway's own environment holds secrets; none may show inside,
+	// and bwrap itself, on the host, gets no variable at all: a client's
+	// LD_PRELOAD must reach only the sandboxed command.
+	l := needLauncher(t)
+	var out, errs syncBuffer
+	proc, err := l.Start(t.Context(), Policy{
+		Command: sh("tr '\\0' '\\n' < /proc/1/environ; echo ---; tr '\\0' ' ' < /proc/1/cmdline; echo; echo ---; env | sort; read x"),
+		Env:     map[string]string{"ONLY": "this", "LD_PRELOAD": ws + "/evil.so"}, Workspace: ws, Proc: ProcPrivate,
+	}, Stdio{Stdout: &out, Stderr: &errs})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if strings.Contains(rest, ws) || strings.Contains(rest, os.Getenv("HOME")+"/") || strings.Contains(rest, "/tmp/") {
-		t.Errorf("host paths visible inside: %q", rest)
+	waitFor(t, &out, "ONLY=")
+	hostEnv, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", proc.Pid()))
+	if err != nil || len(hostEnv) != 0 {
+		t.Errorf("bwrap runs on the host with environment %q (%v)", hostEnv, err)
 	}
-	if strings.Contains(r.stdout, "GOROOT") || strings.Contains(r.stdout, "TERMGATE") {
-		t.Errorf("host environment leaked: %q", r.stdout)
+	proc.Stdin().Close()
+	proc.Wait()
+	parts := strings.Split(out.String(), "---\n")
+	if len(parts) != 3 {
+		t.Fatalf("output %q", out.String())
+	}
+	if parts[0] != "" {
+		t.Errorf("/proc/1/environ = %q", parts[0])
+	}
+	if strings.Contains(parts[1], ws) || strings.Contains(parts[1], "/tmp/") {
+		t.Errorf("host paths in /proc/1/cmdline: %q", parts[1])
+	}
+	want := map[string]string{"LD_PRELOAD": ws + "/evil.so", "ONLY": "this", "PATH": DefaultPath}
+	for _, line := range strings.Split(strings.TrimSpace(parts[2]), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		switch k {
+		case "PWD", "SHLVL", "_", "OLDPWD": // set by the shell itself
+		default:
+			if want[k] != v {
+				t.Errorf("unexpected variable in the sandbox: %q", line)
+			}
+			delete(want, k)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("variables missing in the sandbox: %v", want)
 	}
 }
 

@@ -316,6 +316,18 @@ func (s *Supervisor) Input(owner, id string, offset uint64, p []byte) (uint64, e
 // CloseStdin delivers end of file to a pipe execution's stdin once the
 // queued input has been written.
 func (s *Supervisor) CloseStdin(owner, id string) error {
+	return s.closeStdin(owner, id, nil)
+}
+
+// CloseStdinAfter is CloseStdin for a client that knows how much input it
+// sent: it closes only when the execution has received exactly offset
+// bytes, and otherwise fails with ErrInputOffset, so input lost on the way
+// is resent before end of file, never after.
+func (s *Supervisor) CloseStdinAfter(owner, id string, offset uint64) error {
+	return s.closeStdin(owner, id, &offset)
+}
+
+func (s *Supervisor) closeStdin(owner, id string, offset *uint64) error {
 	e, err := s.lookup(owner, id)
 	if err != nil {
 		return err
@@ -326,7 +338,11 @@ func (s *Supervisor) CloseStdin(owner, id string) error {
 	if _, err := e.running(); err != nil {
 		return err
 	}
-	if e.in.closeStdin() {
+	first, err := e.in.closeStdin(offset)
+	if err != nil {
+		return err
+	}
+	if first {
 		e.ring.Append(replay.Event{Kind: replay.KindStdinClosed})
 	}
 	return nil

@@ -72,12 +72,13 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 		return q.offset, ErrNotRunning
 	case offset > q.offset:
 		return q.offset, fmt.Errorf("%w: got offset %d, have received %d bytes", ErrInputOffset, offset, q.offset)
-	case q.closeReq && len(p) > 0:
-		return q.offset, fmt.Errorf("%w: stdin was closed", ErrNotRunning)
 	}
 	skip := q.offset - offset
 	if skip >= uint64(len(p)) {
 		return q.offset, nil // a retry of input already received
+	}
+	if q.closeReq {
+		return q.offset, fmt.Errorf("%w: stdin was closed", ErrNotRunning)
 	}
 	fresh := p[skip:]
 	if q.size+len(fresh) > q.max {
@@ -100,14 +101,17 @@ func (q *inputQueue) received() uint64 {
 
 // closeStdin asks for end of file after the pending input; it reports
 // whether this call was the first to ask.
-func (q *inputQueue) closeStdin() bool {
+func (q *inputQueue) closeStdin(at *uint64) (bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if at != nil && *at != q.offset && !q.closeReq {
+		return false, fmt.Errorf("%w: close after %d bytes, have received %d", ErrInputOffset, *at, q.offset)
+	}
 	first := !q.closeReq && !q.shut
 	q.closeReq = true
 	q.startLocked()
 	q.signal()
-	return first
+	return first, nil
 }
 
 // shutdown stops the writer: the process has ended.

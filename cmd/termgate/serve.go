@@ -305,7 +305,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 
 func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptions, log *slog.Logger) error {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", g.srv.Handler())
+	mux.Handle("/v1/", g.srv.Handler()) // the WebSocket endpoint and the HTTP API
 	mux.Handle("/healthz", g.srv.Handler())
 	mux.Handle("/readyz", g.srv.Handler())
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {

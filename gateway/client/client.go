@@ -213,6 +213,9 @@ func (c *Client) down(err error) {
 		close(p.answer)
 		delete(c.pending, req)
 	}
+	for e := range c.execs {
+		e.unready()
+	}
 	if c.ctx.Err() == nil {
 		c.log.Info("disconnected; reconnecting", "err", err)
 	}

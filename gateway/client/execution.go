@@ -67,6 +67,8 @@ type Execution struct {
 	events   chan Event // bounded: a caller that stops reading stops the connection's reads
 
 	mu      sync.Mutex
+	ready   chan struct{}   // closed once attached on the current connection and input resent
+	ws      *websocket.Conn // the connection channel belongs to
 	channel uint32
 	last    uint64 // last sequence delivered
 	base    uint64 // input offset of input[0]
@@ -97,7 +99,8 @@ func (c *Client) Start(ctx context.Context, r gateway.Request) (*Execution, erro
 
 // Attach follows an execution from after sequence after.
 func (c *Client) Attach(ctx context.Context, id string, after uint64, readOnly bool) (*Execution, error) {
-	e := &Execution{c: c, id: id, readOnly: readOnly, last: after, events: make(chan Event, 256), closed: make(chan struct{})}
+	e := &Execution{c: c, id: id, readOnly: readOnly, last: after, events: make(chan Event, 256),
+		closed: make(chan struct{}), ready: make(chan struct{})}
 	if _, err := c.request(ctx, e.attachRequest(), e.attached); err != nil {
 		return nil, err
 	}
@@ -125,18 +128,52 @@ func (e *Execution) attached(m gateway.Message) {
 	ws := e.c.ws
 	e.c.mu.Unlock()
 	e.mu.Lock()
-	e.channel, e.pty, e.readOnly = m.Channel, m.PTY, m.ReadOnly
+	e.channel, e.pty, e.readOnly, e.ws = m.Channel, m.PTY, m.ReadOnly, ws
 	resend, from, lost := e.unsentLocked(m.InputOffset)
 	e.mu.Unlock()
 	if lost {
 		e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost", Message: "input older than the resend buffer was not received"}})
 	}
 	if len(resend) > 0 && ws != nil {
-		// Synchronous, so input resent after a reconnect stays ahead of
-		// anything the caller sends next (close-stdin, say).
+		// Before the execution counts as ready: resent input stays ahead
+		// of anything the caller sends next (close-stdin, say).
 		ctx, cancel := context.WithTimeout(e.c.ctx, 10*time.Second)
 		ws.Write(ctx, websocket.MessageBinary, gateway.AppendInput(nil, m.Channel, from, resend))
 		cancel()
+	}
+	e.mu.Lock()
+	select {
+	case <-e.ready:
+	default:
+		close(e.ready)
+	}
+	e.mu.Unlock()
+}
+
+// unready marks the execution detached from a lost connection: input is
+// only buffered, and control requests wait, until it is attached again.
+func (e *Execution) unready() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.ready:
+		e.ready = make(chan struct{})
+	default:
+	}
+}
+
+// whenReady waits until the execution is attached on a live connection.
+func (e *Execution) whenReady(ctx context.Context) error {
+	e.mu.Lock()
+	ready := e.ready
+	e.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-e.closed:
+		return io.ErrClosedPipe
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
@@ -258,12 +295,17 @@ func (e *Execution) Write(p []byte) (int, error) {
 	if over := len(e.input) - maxInputBuffer; over > 0 {
 		e.input, e.base = e.input[over:], e.base+uint64(over)
 	}
-	channel := e.channel
+	channel, ws := e.channel, e.ws
+	var ready bool
+	select {
+	case <-e.ready:
+		ready = true
+	default:
+	}
 	e.mu.Unlock()
-	e.c.mu.Lock()
-	ws := e.c.ws
-	e.c.mu.Unlock()
-	if ws != nil {
+	if ready && ws != nil {
+		// On the connection the channel belongs to; if that one is gone,
+		// the bytes stay buffered and are resent from the server's offset.
 		ws.Write(e.c.ctx, websocket.MessageBinary, gateway.AppendInput(nil, channel, offset, p))
 	}
 	return len(p), nil
@@ -271,23 +313,48 @@ func (e *Execution) Write(p []byte) (int, error) {
 
 // control sends a request about this execution's channel.
 func (e *Execution) control(ctx context.Context, r gateway.Request) error {
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < 50; attempt++ {
+		if err := e.whenReady(ctx); err != nil {
+			return err
+		}
 		e.mu.Lock()
 		r.Channel = e.channel
 		e.mu.Unlock()
 		_, err := e.c.request(ctx, r)
 		var se *Error
 		if errors.As(err, &se) && se.Code == "not_attached" {
-			continue // the channel changed with a reconnect
+			// The request went out on a newer connection than the channel:
+			// the reattach that follows every reconnect gives a new one.
+			if !e.c.sleep(20 * time.Millisecond) {
+				return ErrClosed
+			}
+			continue
 		}
 		return err
 	}
 	return &Error{Code: "not_attached", Message: "the execution could not be reattached"}
 }
 
-// CloseStdin delivers end of file after the input written so far.
+// CloseStdin delivers end of file after the input written so far. The
+// server closes only once it has all of it; until then the client resyncs
+// (reattach, resend) and asks again.
 func (e *Execution) CloseStdin(ctx context.Context) error {
-	return e.control(ctx, gateway.Request{Type: gateway.TypeCloseStdin})
+	for attempt := 0; attempt < 20; attempt++ {
+		e.mu.Lock()
+		sent := e.sent
+		e.mu.Unlock()
+		err := e.control(ctx, gateway.Request{Type: gateway.TypeCloseStdin, InputOffset: &sent})
+		var se *Error
+		switch {
+		case errors.Is(err, io.ErrClosedPipe) || errors.As(err, &se) && se.Code == "not_running":
+			return nil // it ended: an earlier attempt's answer was lost, or it needed no more input
+		case se == nil || se.Code != "input_offset":
+			return err
+		}
+		e.unready()
+		e.reattach()
+	}
+	return &Error{Code: "input_offset", Message: "the server did not receive all input"}
 }
 
 // Resize sets the terminal size.

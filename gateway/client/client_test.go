@@ -1,0 +1,263 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+	"go.uber.org/goleak"
+)
+
+var (
+	launcherOnce sync.Once
+	launcher     *sandbox.Launcher
+	launcherErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if launcher != nil {
+		launcher.Close()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newGateway runs a real gateway on 127.0.0.1 and returns its URL and a
+// token for tenant acme.
+func newGateway(t *testing.T) (string, string) {
+	t.Helper()
+	launcherOnce.Do(func() { launcher, launcherErr = sandbox.NewLauncher(sandbox.Config{}) })
+	if launcherErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("sandbox unavailable under CI: %v", launcherErr)
+		}
+		t.Skipf("sandbox unavailable: %v", launcherErr)
+	}
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o711)
+	os.Chmod(dir, 0o711)
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("client-test-secret-0123456789-0123456789"), 0o600)
+	auth, err := gateway.NewAuthenticator(gateway.AuthConfig{HS256SecretFile: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, _ := session.New(session.Config{Launcher: session.SandboxLauncher(launcher)})
+	srv, err := gateway.NewServer(gateway.Config{Supervisor: sup, Auth: auth, WorkspaceRoot: filepath.Join(dir, "ws"),
+		Commands: []string{"/bin/sh", "/usr/bin/seq", "/bin/cat"}, DefaultCommand: []string{"/bin/sh"},
+		Ring: replay.Config{MaxBytes: 8 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		sup.Close(ctx)
+		ts.Close()
+	})
+	tok, err := auth.Mint(gateway.Claims{Subject: "u", Tenant: "acme", IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
+		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true, gateway.ScopeWrite: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts.URL, tok
+}
+
+func dial(t *testing.T, url, tok string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Config{URL: url, Token: func(context.Context) (string, error) { return tok, nil },
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// collect reads an execution to its exit and returns stdout, checking that
+// sequence numbers only grow and no gap appears.
+func collect(t *testing.T, e *client.Execution) (string, client.Exit) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	var last uint64
+	for {
+		ev, err := e.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			t.Fatal("stream ended without an exit event")
+		}
+		if err != nil {
+			t.Fatalf("next: %v (after %d bytes)", err, out.Len())
+		}
+		if ev.Seq != 0 {
+			if ev.Seq <= last {
+				t.Fatalf("seq %d after %d", ev.Seq, last)
+			}
+			last = ev.Seq
+		}
+		switch ev.Kind {
+		case "output":
+			out.Write(ev.Data)
+		case "gap":
+			t.Fatalf("gap %+v", *ev.Gap)
+		case "exit":
+			return out.String(), *ev.Exit
+		}
+	}
+}
+
+func TestClientResumesAcrossDroppedConnections(t *testing.T) {
+	t.Parallel()
+	url, tok := newGateway(t)
+	proxy := newProxy(t, strings.TrimPrefix(url, "http://"), 32<<10)
+	c := dial(t, "http://"+proxy.ln.Addr().String(), tok)
+	e, err := c.Start(t.Context(), gateway.Request{Command: "seq", Args: []string{"1", "150000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, exit := collect(t, e)
+	var want strings.Builder
+	for i := 1; i <= 150000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	if out != want.String() || exit.Code != 0 {
+		t.Fatalf("got %d bytes (want %d), exit %+v", len(out), want.Len(), exit)
+	}
+	if proxy.count() < 3 {
+		t.Fatalf("only %d cuts", proxy.count())
+	}
+}
+
+func TestClientResendsInputByOffset(t *testing.T) {
+	t.Parallel()
+	url, tok := newGateway(t)
+	proxy := newProxy(t, strings.TrimPrefix(url, "http://"), 300)
+	c := dial(t, "http://"+proxy.ln.Addr().String(), tok)
+	e, err := c.Start(t.Context(), gateway.Request{Command: "/bin/cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := range 300 {
+		line := fmt.Sprintf("line %03d\n", i)
+		want.WriteString(line)
+		e.Write([]byte(line))
+		if i%50 == 0 {
+			time.Sleep(20 * time.Millisecond) // let the proxy cut in between
+		}
+	}
+	if err := e.CloseStdin(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	out, exit := collect(t, e)
+	if out != want.String() || exit.Code != 0 {
+		t.Fatalf("cat echoed %d bytes, want %d; exit %+v\n%s", len(out), want.Len(), exit, out)
+	}
+	if proxy.count() < 1 {
+		t.Fatal("no connection was cut: resending was not exercised")
+	}
+}
+
+func TestClientReportsServerErrors(t *testing.T) {
+	t.Parallel()
+	url, tok := newGateway(t)
+	c := dial(t, url, tok)
+	_, err := c.Start(t.Context(), gateway.Request{Command: "/usr/bin/python3"})
+	var se *client.Error
+	if !errors.As(err, &se) || se.Code != "invalid_spec" {
+		t.Fatalf("disallowed command: %v", err)
+	}
+	if _, err := c.Attach(t.Context(), "nope", 0, false); !errors.As(err, &se) || se.Code != "not_found" {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if _, err := client.Dial(t.Context(), client.Config{URL: url, Token: func(context.Context) (string, error) { return "bad", nil }}); !errors.As(err, &se) || se.Code != "unauthorized" {
+		t.Fatalf("bad token: %v", err)
+	}
+}
+
+// proxy forwards 127.0.0.1 connections and cuts each after a random
+// number of server bytes around budget.
+type proxy struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	cuts int
+	rng  *rand.Rand
+	wg   sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string, budget int64) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, rng: rand.New(rand.NewPCG(3, 4))}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			n := budget + p.rng.Int64N(4*budget)
+			p.mu.Unlock()
+			p.wg.Add(1)
+			go p.forward(conn, target, n)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *proxy) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
+func (p *proxy) forward(conn net.Conn, target string, budget int64) {
+	defer p.wg.Done()
+	defer conn.Close()
+	up, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		io.Copy(up, conn)
+		up.Close()
+	}()
+	if n, _ := io.Copy(conn, io.LimitReader(up, budget)); n == budget {
+		p.mu.Lock()
+		p.cuts++
+		p.mu.Unlock()
+	}
+}

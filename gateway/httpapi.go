@@ -1,0 +1,487 @@
+package gateway
+
+// The HTTP API offers the WebSocket protocol's start, state, events,
+// input and cancel as plain requests, for callers that cannot hold a
+// connection open (coding agents, scripts). PROTOCOL.md, "HTTP API", is
+// its contract. It authenticates, scopes by tenant and names errors
+// exactly as the WebSocket endpoint does.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session"
+)
+
+// Bounds of the events long poll.
+const (
+	apiMaxWait         = 60 * time.Second
+	apiMaxPollDataSize = 1 << 20 // output bytes in one events response (at least one event)
+)
+
+// apiStatus is the HTTP status of each stable error code; a code not
+// listed is a 500.
+var apiStatus = map[string]int{
+	"bad_request": http.StatusBadRequest, "invalid_id": http.StatusBadRequest,
+	"invalid_spec": http.StatusBadRequest, "input_offset": http.StatusBadRequest,
+	"not_pty": http.StatusBadRequest, "no_pipes": http.StatusBadRequest,
+	"signal_not_allowed": http.StatusBadRequest, "unenforceable": http.StatusUnprocessableEntity,
+	"unauthorized": http.StatusUnauthorized, "forbidden": http.StatusForbidden,
+	"not_found": http.StatusNotFound, "conflict": http.StatusConflict, "not_running": http.StatusConflict,
+	"too_large": http.StatusRequestEntityTooLarge, "capacity": http.StatusTooManyRequests,
+	"input_full": http.StatusTooManyRequests, "rate_limited": http.StatusTooManyRequests,
+	"closed": http.StatusServiceUnavailable,
+}
+
+// apiError is an error the API answers as it is: a stable code and a
+// message safe to show.
+type apiError struct {
+	code, msg string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.msg }
+
+// errUnauthorized is the whole answer to any refused token: which check
+// failed goes to the log only.
+var errUnauthorized = &apiError{"unauthorized", "a valid bearer token is required"}
+
+func badRequest(msg string) error { return &apiError{"bad_request", msg} }
+
+// httpAPI serves the HTTP API. Its rate limits are per token subject: a
+// plain HTTP caller has no connection to hang them on.
+type httpAPI struct {
+	s      *Server
+	starts *subjectLimits
+	inputs *subjectLimits
+}
+
+// apiHandler serves one authorised request; an error it returns becomes
+// the JSON error answer.
+type apiHandler func(w http.ResponseWriter, r *http.Request, c Claims) error
+
+// apiRoutes registers the HTTP API on mux. Server.Handler calls it.
+func (s *Server) apiRoutes(mux *http.ServeMux) {
+	a := &httpAPI{
+		s:      s,
+		starts: newSubjectLimits(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
+		inputs: newSubjectLimits(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
+	}
+	mux.HandleFunc("POST /v1/executions", a.route(ScopeCreate, a.start))
+	mux.HandleFunc("GET /v1/executions", a.route(ScopeAttach, a.list))
+	mux.HandleFunc("GET /v1/executions/{id}", a.route(ScopeAttach, a.get))
+	mux.HandleFunc("GET /v1/executions/{id}/events", a.route(ScopeAttach, a.events))
+	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(ScopeWrite, a.input))
+	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(ScopeWrite, a.cancel))
+}
+
+// route authenticates and checks scope before h runs, and answers h's
+// error.
+func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := a.authorize(r, scope)
+		if err == nil {
+			err = h(w, r, c)
+		}
+		if err != nil {
+			a.fail(w, r, c, err)
+		}
+	}
+}
+
+// authorize verifies the Authorization: Bearer token, the only place the
+// API takes one from: no subprotocol, no query parameter.
+func (a *httpAPI) authorize(r *http.Request, scope string) (Claims, error) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return Claims{}, errUnauthorized
+	}
+	c, err := a.s.cfg.Auth.Verify(strings.TrimSpace(token))
+	if err != nil {
+		a.s.log.Info("api request refused", "remote_addr", r.RemoteAddr, "err", err)
+		return Claims{}, errUnauthorized
+	}
+	if !c.Has(scope) {
+		return c, &apiError{"forbidden", "the token lacks the " + scope + " scope"}
+	}
+	return c, nil
+}
+
+// fail answers err with its status, stable code and safe message.
+// Anything without a code is logged and answered "internal error".
+func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c Claims, err error) {
+	var ae *apiError
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &tooLarge):
+		ae = &apiError{"too_large", "the request body exceeds " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes"}
+	case r.Context().Err() != nil:
+		return // the client left; nobody reads an answer
+	case session.Code(err) != "internal":
+		ae = &apiError{session.Code(err), err.Error()}
+	default:
+		a.s.log.Error("api request failed", "route", r.Pattern, "tenant", c.Tenant, "execution", r.PathValue("id"), "err", err)
+		ae = &apiError{"internal", "internal error"}
+	}
+	status, ok := apiStatus[ae.code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="termgate"`)
+	}
+	a.respond(w, status, apiErrorBody{Error: ae.code, Message: ae.msg})
+}
+
+type apiErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// respond writes v as the JSON answer. Answers describe live state, so
+// nothing may cache them.
+func (a *httpAPI) respond(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		a.s.log.Debug("api answer not delivered", "err", err)
+	}
+}
+
+// decodeBody reads one JSON object of at most limit bytes into dst;
+// unknown fields are refused so that typos do not pass silently.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, err = dec.Token(); err == io.EOF {
+			return nil
+		} else if err == nil {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return err
+	}
+	if errors.Is(err, io.EOF) {
+		return badRequest("the request body must be a JSON object")
+	}
+	return badRequest("malformed request body: " + err.Error())
+}
+
+// apiStart is the body of POST /v1/executions: the start request's
+// fields that make sense without a connection.
+type apiStart struct {
+	ID        string            `json:"id"`
+	Command   string            `json:"command"`
+	Args      []string          `json:"args"`
+	Env       map[string]string `json:"env"`
+	Cwd       string            `json:"cwd"`
+	PTY       *Size             `json:"pty"`
+	TimeoutMS int64             `json:"timeout_ms"`
+	Limits    *Limits           `json:"limits"`
+}
+
+func (b apiStart) request() Request {
+	return Request{
+		Type: TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
+		PTY: b.PTY, TimeoutMS: b.TimeoutMS, Limits: b.Limits,
+	}
+}
+
+// start answers 201 when the execution did not exist before the request
+// and 200 when an equal start already made it (a retry). Two concurrent
+// first starts of one id may both see 201; both describe the same
+// execution.
+func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c Claims) error {
+	if !a.starts.allow(c) {
+		return &apiError{"rate_limited", "too many starts; slow down"}
+	}
+	var body apiStart
+	if err := decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+		return err
+	}
+	req := body.request()
+	spec, err := a.s.spec(c.Tenant, req)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if a.exists(c.Tenant, req.ID) {
+		status = http.StatusOK
+	}
+	info, err := a.s.cfg.Supervisor.Start(r.Context(), c.Tenant, req.ID, spec)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/executions/"+url.PathEscape(info.ID))
+	a.respond(w, status, info)
+	return nil
+}
+
+func (a *httpAPI) exists(tenant, id string) bool {
+	if id == "" {
+		return false
+	}
+	_, err := a.s.cfg.Supervisor.Get(tenant, id)
+	return err == nil
+}
+
+func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c Claims) error {
+	a.respond(w, http.StatusOK, struct {
+		Executions []session.Info `json:"executions"`
+	}{a.s.cfg.Supervisor.List(c.Tenant)})
+	return nil
+}
+
+func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c Claims) error {
+	info, err := a.s.cfg.Supervisor.Get(c.Tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	a.respond(w, http.StatusOK, info)
+	return nil
+}
+
+// cancel answers 202: the execution gets SIGTERM now and ends shortly,
+// as cancelled.
+func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c Claims) error {
+	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
+	if err := sup.Cancel(c.Tenant, id); err != nil {
+		return err
+	}
+	info, err := sup.Get(c.Tenant, id)
+	if err != nil {
+		return err
+	}
+	a.respond(w, http.StatusAccepted, info)
+	return nil
+}
+
+// apiInput is the body of POST /v1/executions/{id}/input.
+type apiInput struct {
+	Offset     uint64 `json:"offset"`
+	Data       []byte `json:"data"`
+	CloseStdin bool   `json:"close_stdin"`
+}
+
+// input applies the bytes the execution has not received yet, so a
+// retried request is harmless; empty data only reports the input offset.
+func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c Claims) error {
+	if !a.inputs.allow(c) {
+		return &apiError{"rate_limited", "too many input requests; resend from the execution's input offset"}
+	}
+	var body apiInput
+	if err := decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+		return err
+	}
+	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
+	offset, err := sup.Input(c.Tenant, id, body.Offset, body.Data)
+	if err != nil {
+		return err
+	}
+	if body.CloseStdin {
+		if err := sup.CloseStdin(c.Tenant, id); err != nil {
+			return err
+		}
+	}
+	a.respond(w, http.StatusOK, struct {
+		InputOffset uint64 `json:"input_offset"`
+	}{offset})
+	return nil
+}
+
+// apiEvents is one events answer.
+type apiEvents struct {
+	Events []apiEvent  `json:"events"`
+	Gap    *replay.Gap `json:"gap"`
+	// NextAfter is the after of the next call: the last sequence this
+	// answer holds or skipped with its gap.
+	NextAfter uint64         `json:"next_after"`
+	Status    session.Status `json:"status"`
+	// Ended is true once the answer reached the exit event: nothing follows.
+	Ended bool `json:"ended"`
+}
+
+// apiEvent is a ring event as JSON. Data is base64, as encoding/json
+// writes []byte; encoding it at once also copies it out of the ring.
+type apiEvent struct {
+	Seq    uint64    `json:"seq"`
+	Kind   string    `json:"kind"`
+	Time   time.Time `json:"time"`
+	Stream string    `json:"stream,omitempty"`
+	Offset *uint64   `json:"offset,omitempty"` // output only, where 0 is a value
+	Data   string    `json:"data,omitempty"`
+	Rows   int       `json:"rows,omitempty"`
+	Cols   int       `json:"cols,omitempty"`
+	Signal string    `json:"signal,omitempty"`
+	Exit   *apiExit  `json:"exit,omitempty"`
+}
+
+type apiExit struct {
+	Code       int    `json:"code"`
+	Signal     string `json:"signal,omitempty"`
+	Reason     string `json:"reason"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+func newAPIEvent(ev replay.Event) apiEvent {
+	out := apiEvent{Seq: ev.Seq, Kind: ev.Kind.String(), Time: ev.Time, Rows: int(ev.Rows), Cols: int(ev.Cols), Signal: signalName(ev.Signal)}
+	if ev.Kind == replay.KindOutput {
+		offset := ev.Offset
+		out.Stream, out.Offset, out.Data = ev.Stream.String(), &offset, base64.StdEncoding.EncodeToString(ev.Data)
+	}
+	if x := ev.Exit; x != nil {
+		out.Exit = &apiExit{Code: x.Code, Signal: signalName(x.Signal), Reason: x.Reason, DurationMS: x.Duration.Milliseconds()}
+	}
+	return out
+}
+
+// events is the long poll: it answers at once when there are events
+// after ?after= or the execution has ended, and otherwise when one
+// arrives or ?wait= passes.
+func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c Claims) error {
+	after, wait, err := pollQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
+	info, err := sup.Wait(r.Context(), c.Tenant, id, after, wait)
+	if err != nil {
+		return err
+	}
+	page := apiEvents{Events: []apiEvent{}, NextAfter: after}
+	if info.LastSeq > after {
+		sub, _, err := sup.Attach(c.Tenant, id, after)
+		if err != nil {
+			return err
+		}
+		if err := page.fill(r.Context(), sub, info.LastSeq); err != nil {
+			return err
+		}
+		if now, err := sup.Get(c.Tenant, id); err == nil {
+			info = now
+		}
+	}
+	page.Status = info.Status
+	page.Ended = info.Result != nil && page.NextAfter >= info.LastSeq
+	a.respond(w, http.StatusOK, page)
+	return nil
+}
+
+// pollQuery parses ?after= (default 0) and ?wait= (a Go duration, default
+// 0, at most apiMaxWait).
+func pollQuery(q url.Values) (after uint64, wait time.Duration, err error) {
+	if s := q.Get("after"); s != "" {
+		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return 0, 0, badRequest("after must be a sequence number")
+		}
+	}
+	if s := q.Get("wait"); s != "" {
+		wait, err = time.ParseDuration(s)
+		if err != nil || wait < 0 || wait > apiMaxWait {
+			return 0, 0, badRequest("wait must be a duration between 0s and " + apiMaxWait.String() + ", such as 25s")
+		}
+	}
+	return after, wait, nil
+}
+
+// fill reads the events after p.NextAfter up to sequence last, which all
+// exist, so Next never waits; at most apiMaxPollDataSize of output. It
+// moves NextAfter only past what p holds: anything left out, a second gap
+// included, comes with the next call.
+func (p *apiEvents) fill(ctx context.Context, sub *session.Subscription, last uint64) error {
+	size := 0
+	for p.NextAfter < last {
+		evs, gap, err := sub.Next(ctx)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return err
+		case gap != nil:
+			if len(p.Events) > 0 || p.Gap != nil {
+				return nil
+			}
+			p.Gap, p.NextAfter = gap, gap.To-1
+			continue
+		}
+		for _, ev := range evs {
+			if size += len(ev.Data); size > apiMaxPollDataSize && len(p.Events) > 0 {
+				return nil
+			}
+			p.Events = append(p.Events, newAPIEvent(ev))
+			p.NextAfter = ev.Seq
+		}
+	}
+	return nil
+}
+
+// subjectLimits keeps a token bucket per token subject. A bucket unused
+// for as long as it takes to refill is full, the same as a new one, so
+// such buckets are dropped whenever the map has doubled: memory follows
+// the subjects active lately, not every subject ever seen.
+type subjectLimits struct {
+	rate   float64
+	burst  int
+	refill time.Duration
+
+	mu    sync.Mutex
+	m     map[string]*subjectBucket
+	sweep int // the size at which idle buckets are dropped next
+}
+
+type subjectBucket struct {
+	*bucket
+	used time.Time
+}
+
+const minSubjectSweep = 1024
+
+func newSubjectLimits(rate float64, burst int) *subjectLimits {
+	refill := time.Duration(float64(burst) / rate * float64(time.Second))
+	return &subjectLimits{rate: rate, burst: burst, refill: refill, m: map[string]*subjectBucket{}, sweep: minSubjectSweep}
+}
+
+// allow takes a token from c's subject's bucket if one is left.
+func (l *subjectLimits) allow(c Claims) bool {
+	key := c.Tenant + "\x00" + c.Subject
+	now := time.Now()
+	l.mu.Lock()
+	b, ok := l.m[key]
+	if !ok {
+		if len(l.m) >= l.sweep {
+			l.dropIdle(now)
+		}
+		b = &subjectBucket{bucket: newBucket(l.rate, l.burst)}
+		l.m[key] = b
+	}
+	b.used = now
+	l.mu.Unlock()
+	return b.allow()
+}
+
+// dropIdle removes the buckets that have refilled. Called with l.mu held.
+func (l *subjectLimits) dropIdle(now time.Time) {
+	for k, b := range l.m {
+		if now.Sub(b.used) >= l.refill {
+			delete(l.m, k)
+		}
+	}
+	l.sweep = max(minSubjectSweep, 2*len(l.m))
+}

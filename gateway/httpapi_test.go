@@ -1,0 +1,571 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session"
+)
+
+// apiEnv serves the HTTP API from its own mux on 127.0.0.1, so these
+// tests do not depend on which routes Server.Handler registers.
+type apiEnv struct {
+	*testEnv
+	api *httptest.Server
+}
+
+func newAPIEnv(t *testing.T, tweak func(*Config)) *apiEnv {
+	t.Helper()
+	e := newEnv(t, tweak)
+	mux := http.NewServeMux()
+	e.srv.apiRoutes(mux)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return &apiEnv{testEnv: e, api: ts}
+}
+
+// call sends a request with token (none when empty) and body (none when
+// nil; a string is sent as is, anything else as JSON) and returns the
+// answer's status, headers and body.
+func (e *apiEnv) call(t *testing.T, method, path, token string, body any) (int, http.Header, []byte) {
+	t.Helper()
+	status, h, b, err := e.do(t.Context(), method, path, token, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return status, h, b
+}
+
+// do is call for any goroutine: it reports errors instead of failing.
+func (e *apiEnv) do(ctx context.Context, method, path, token string, body any) (int, http.Header, []byte, error) {
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		r = bytes.NewReader(j)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, e.api.URL+path, r)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := e.api.Client().Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b, err
+}
+
+// must is call that fails the test unless the status is want, and
+// decodes the answer into out (when not nil).
+func (e *apiEnv) must(t *testing.T, want int, method, path, token string, body, out any) http.Header {
+	t.Helper()
+	status, h, b := e.call(t, method, path, token, body)
+	if status != want {
+		t.Fatalf("%s %s: status %d, want %d: %s", method, path, status, want, b)
+	}
+	if ct := h.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("%s %s: content type %q", method, path, ct)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, b, err)
+		}
+	}
+	return h
+}
+
+// fails checks an error answer: status and stable code.
+func (e *apiEnv) fails(t *testing.T, status int, code, method, path, token string, body any) apiErrorBody {
+	t.Helper()
+	var got apiErrorBody
+	e.must(t, status, method, path, token, body, &got)
+	if got.Error != code || got.Message == "" {
+		t.Fatalf("%s %s: answer %+v, want code %q", method, path, got, code)
+	}
+	return got
+}
+
+func (e *apiEnv) poll(t *testing.T, token, id string, after uint64, wait string) apiEvents {
+	t.Helper()
+	var page apiEvents
+	e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=%s", id, after, wait), token, nil, &page)
+	return page
+}
+
+// transcript is everything an execution printed, read by long polls
+// until the exit event.
+type transcript struct {
+	out, err string
+	kinds    []string
+	exit     *apiExit
+	status   session.Status
+}
+
+func (e *apiEnv) readAll(t *testing.T, token, id string) transcript {
+	t.Helper()
+	var tr transcript
+	after := uint64(0)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		page := e.poll(t, token, id, after, "20s")
+		if page.Gap != nil {
+			t.Fatalf("unexpected gap %+v", page.Gap)
+		}
+		for _, ev := range page.Events {
+			if ev.Seq != after+1 {
+				t.Fatalf("event seq %d after %d", ev.Seq, after)
+			}
+			after = ev.Seq
+			tr.kinds = append(tr.kinds, ev.Kind)
+			data, err := base64.StdEncoding.DecodeString(ev.Data)
+			if err != nil {
+				t.Fatalf("event %d data: %v", ev.Seq, err)
+			}
+			switch ev.Stream {
+			case "stdout", "pty":
+				tr.out += string(data)
+			case "stderr":
+				tr.err += string(data)
+			}
+			if ev.Exit != nil {
+				tr.exit = ev.Exit
+			}
+		}
+		if page.NextAfter != after {
+			t.Fatalf("next_after %d, last event %d", page.NextAfter, after)
+		}
+		if page.Ended {
+			tr.status = page.Status
+			return tr
+		}
+	}
+	t.Fatalf("%s did not end", id)
+	return tr
+}
+
+func shStart(id, script string) apiStart {
+	return apiStart{ID: id, Command: "/bin/sh", Args: []string{"-c", script}}
+}
+
+func TestHTTPStartGetListAndIdempotency(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.token(t, "acme", allScopes...)
+	start := shStart("job-1", "echo out; echo err >&2; exit 3")
+
+	var info session.Info
+	h := e.must(t, 201, "POST", "/v1/executions", tok, start, &info)
+	if info.ID != "job-1" || h.Get("Location") != "/v1/executions/job-1" {
+		t.Fatalf("started %+v, location %q", info, h.Get("Location"))
+	}
+	var again session.Info
+	e.must(t, 200, "POST", "/v1/executions", tok, start, &again)
+	if again.ID != "job-1" || !again.Started.Equal(info.Started) {
+		t.Fatalf("retry started another execution: %+v", again)
+	}
+	e.fails(t, 409, "conflict", "POST", "/v1/executions", tok, shStart("job-1", "echo other"))
+
+	var generated session.Info
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("", "true"), &generated)
+	if !strings.HasPrefix(generated.ID, "x-") {
+		t.Fatalf("generated id %q", generated.ID)
+	}
+
+	tr := e.readAll(t, tok, "job-1")
+	if tr.out != "out\n" || tr.err != "err\n" || tr.exit == nil || tr.exit.Code != 3 || tr.exit.Reason != "exited" || tr.status != session.StatusExited {
+		t.Fatalf("transcript %+v", tr)
+	}
+	if tr.kinds[0] != "started" || tr.kinds[len(tr.kinds)-1] != "exit" {
+		t.Fatalf("event kinds %v", tr.kinds)
+	}
+	var got session.Info
+	e.must(t, 200, "GET", "/v1/executions/job-1", tok, nil, &got)
+	if got.Status != session.StatusExited || got.Result == nil || got.Result.ExitCode != 3 || string(got.Result.Stdout.Head) != "out\n" {
+		t.Fatalf("get %+v", got)
+	}
+	var list struct{ Executions []session.Info }
+	e.must(t, 200, "GET", "/v1/executions", tok, nil, &list)
+	if len(list.Executions) != 2 || list.Executions[0].ID != "job-1" || list.Executions[1].ID != generated.ID {
+		t.Fatalf("list %+v", list)
+	}
+}
+
+// pollAsync starts a long poll and returns its answer and how long it
+// took on the channel.
+func (e *apiEnv) pollAsync(t *testing.T, token, id string, after uint64, wait string) <-chan polled {
+	ch := make(chan polled, 1)
+	path := fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=%s", id, after, wait)
+	go func() {
+		t0 := time.Now()
+		var p polled
+		p.status, _, p.body, p.err = e.do(t.Context(), "GET", path, token, nil)
+		if p.err == nil && p.status == 200 {
+			p.err = json.Unmarshal(p.body, &p.page)
+		}
+		p.elapsed = time.Since(t0)
+		ch <- p
+	}()
+	return ch
+}
+
+type polled struct {
+	page    apiEvents
+	status  int
+	body    []byte
+	err     error
+	elapsed time.Duration
+}
+
+func TestHTTPEventsLongPoll(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.token(t, "acme", allScopes...)
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("lp", "read x; echo got=$x; read y; exit 4"), nil)
+
+	first := e.poll(t, tok, "lp", 0, "0")
+	if len(first.Events) != 1 || first.Events[0].Kind != "started" || first.NextAfter != 1 || first.Ended || first.Status != session.StatusRunning {
+		t.Fatalf("first poll %+v", first)
+	}
+
+	t0 := time.Now()
+	idle := e.poll(t, tok, "lp", 1, "300ms")
+	if len(idle.Events) != 0 || idle.Gap != nil || idle.NextAfter != 1 || idle.Ended || time.Since(t0) < 300*time.Millisecond {
+		t.Fatalf("idle poll after %v: %+v", time.Since(t0), idle)
+	}
+
+	// A long poll parked on a running execution returns on new output.
+	ch := e.pollAsync(t, tok, "lp", 1, "30s")
+	time.Sleep(100 * time.Millisecond) // let it park; it must return promptly either way
+	e.must(t, 200, "POST", "/v1/executions/lp/input", tok, apiInput{Data: []byte("a\n")}, nil)
+	p := <-ch
+	if p.err != nil || p.status != 200 || p.elapsed > 10*time.Second || len(p.page.Events) == 0 || p.page.Events[0].Kind != "output" {
+		t.Fatalf("poll for output: %d %v after %v: %s", p.status, p.err, p.elapsed, p.body)
+	}
+	out, after := string(decodeData(t, p.page.Events)), p.page.NextAfter
+	for i := 0; out != "got=a\n"; i++ {
+		if i == 10 || len(out) > len("got=a\n") {
+			t.Fatalf("output %q", out)
+		}
+		page := e.poll(t, tok, "lp", after, "10s")
+		out, after = out+string(decodeData(t, page.Events)), page.NextAfter
+	}
+
+	// And on exit.
+	ch = e.pollAsync(t, tok, "lp", after, "30s")
+	time.Sleep(100 * time.Millisecond)
+	e.must(t, 200, "POST", "/v1/executions/lp/input", tok, apiInput{Offset: 2, Data: []byte("b\n")}, nil)
+	p = <-ch
+	if p.err != nil || p.status != 200 || p.elapsed > 10*time.Second || len(p.page.Events) == 0 {
+		t.Fatalf("poll for exit: %d %v after %v: %s", p.status, p.err, p.elapsed, p.body)
+	}
+	last := p.page.Events[len(p.page.Events)-1]
+	if !p.page.Ended || p.page.Status != session.StatusExited || last.Exit == nil || last.Exit.Code != 4 || p.page.NextAfter != last.Seq {
+		t.Fatalf("poll for exit: %+v", p.page)
+	}
+
+	// After the end, a poll returns at once whatever it may wait.
+	t0 = time.Now()
+	if done := e.poll(t, tok, "lp", last.Seq, "30s"); !done.Ended || len(done.Events) != 0 || time.Since(t0) > 10*time.Second {
+		t.Fatalf("poll past the end after %v: %+v", time.Since(t0), done)
+	}
+}
+
+func decodeData(t *testing.T, evs []apiEvent) []byte {
+	t.Helper()
+	var out []byte
+	for _, ev := range evs {
+		b, err := base64.StdEncoding.DecodeString(ev.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+	}
+	return out
+}
+
+func TestHTTPInputAppliedOnceByOffset(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.token(t, "acme", allScopes...)
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("cat", "cat"), nil)
+
+	steps := []struct {
+		body apiInput
+		want uint64
+	}{
+		{apiInput{Offset: 0, Data: []byte("hello\n")}, 6},
+		{apiInput{Offset: 0, Data: []byte("hello\n")}, 6},    // a retry: dropped
+		{apiInput{Offset: 3, Data: []byte("lo\nabc\n")}, 10}, // an overlap: only "abc\n" applies
+		{apiInput{Offset: 10}, 10},                           // no data: only the offset
+	}
+	for _, s := range steps {
+		var got struct {
+			InputOffset uint64 `json:"input_offset"`
+		}
+		e.must(t, 200, "POST", "/v1/executions/cat/input", tok, s.body, &got)
+		if got.InputOffset != s.want {
+			t.Fatalf("input %+v: offset %d, want %d", s.body, got.InputOffset, s.want)
+		}
+	}
+	e.fails(t, 400, "input_offset", "POST", "/v1/executions/cat/input", tok, apiInput{Offset: 99, Data: []byte("x")})
+	e.must(t, 200, "POST", "/v1/executions/cat/input", tok, apiInput{CloseStdin: true}, nil)
+
+	tr := e.readAll(t, tok, "cat")
+	if tr.out != "hello\nabc\n" || tr.exit == nil || tr.exit.Code != 0 {
+		t.Fatalf("transcript %+v", tr)
+	}
+	e.fails(t, 409, "not_running", "POST", "/v1/executions/cat/input", tok, apiInput{Offset: 10, Data: []byte("late")})
+}
+
+func TestHTTPCancel(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.token(t, "acme", allScopes...)
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("sleeper", "sleep 30"), nil)
+	var info session.Info
+	e.must(t, 202, "POST", "/v1/executions/sleeper/cancel", tok, nil, &info)
+	if info.ID != "sleeper" {
+		t.Fatalf("cancel answered %+v", info)
+	}
+	tr := e.readAll(t, tok, "sleeper")
+	if tr.status != session.StatusCancelled || tr.exit == nil || tr.exit.Reason != "cancelled" {
+		t.Fatalf("transcript %+v", tr)
+	}
+	e.fails(t, 409, "not_running", "POST", "/v1/executions/sleeper/cancel", tok, nil)
+}
+
+func TestHTTPTenantsAreIsolated(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	acme := e.token(t, "acme", allScopes...)
+	e.must(t, 201, "POST", "/v1/executions", acme, shStart("secret-job", "sleep 30"), nil)
+	defer e.must(t, 202, "POST", "/v1/executions/secret-job/cancel", acme, nil, nil)
+
+	globex := e.token(t, "globex", allScopes...)
+	requests := []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/v1/executions/%s", nil},
+		{"GET", "/v1/executions/%s/events?wait=1s", nil},
+		{"POST", "/v1/executions/%s/input", apiInput{Data: []byte("x")}},
+		{"POST", "/v1/executions/%s/cancel", nil},
+	}
+	for _, r := range requests {
+		status, _, theirs := e.call(t, r.method, fmt.Sprintf(r.path, "secret-job"), globex, r.body)
+		unknownStatus, _, unknown := e.call(t, r.method, fmt.Sprintf(r.path, "never-existed"), globex, r.body)
+		if status != 404 || unknownStatus != 404 || strings.Contains(string(theirs), "acme") ||
+			strings.ReplaceAll(string(theirs), "secret-job", "ID") != strings.ReplaceAll(string(unknown), "never-existed", "ID") {
+			t.Errorf("%s %s: another tenant's id answered %d %s, an unknown one %d %s", r.method, r.path, status, theirs, unknownStatus, unknown)
+		}
+	}
+	var list struct{ Executions []session.Info }
+	e.must(t, 200, "GET", "/v1/executions", globex, nil, &list)
+	if list.Executions == nil || len(list.Executions) != 0 {
+		t.Fatalf("globex lists %+v", list)
+	}
+}
+
+func TestHTTPRefusals(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.MaxMessageBytes = 1024; c.QueryToken = true })
+	all := e.token(t, "acme", allScopes...)
+	e.must(t, 201, "POST", "/v1/executions", all, shStart("job", "sleep 30"), nil)
+	t.Cleanup(func() { // after the parallel subtests, when t.Context is done
+		if status, _, b, err := e.do(context.Background(), "POST", "/v1/executions/job/cancel", all, nil); status != 202 {
+			t.Errorf("cancel: %d %s %v", status, b, err)
+		}
+	})
+	attachOnly := e.token(t, "acme", ScopeAttach)
+	createOnly := e.token(t, "acme", ScopeCreate)
+	noScope := e.token(t, "acme")
+	big := strings.Repeat("x", 2048)
+
+	cases := []struct {
+		name, method, path, token string
+		body                      any
+		status                    int
+		code                      string
+	}{
+		{"create needs exec:create", "POST", "/v1/executions", attachOnly, shStart("", "true"), 403, "forbidden"},
+		{"list needs exec:attach", "GET", "/v1/executions", createOnly, nil, 403, "forbidden"},
+		{"get needs exec:attach", "GET", "/v1/executions/job", noScope, nil, 403, "forbidden"},
+		{"events need exec:attach", "GET", "/v1/executions/job/events", createOnly, nil, 403, "forbidden"},
+		{"input needs exec:write", "POST", "/v1/executions/job/input", attachOnly, apiInput{Data: []byte("x")}, 403, "forbidden"},
+		{"cancel needs exec:write", "POST", "/v1/executions/job/cancel", attachOnly, nil, 403, "forbidden"},
+		{"unknown field", "POST", "/v1/executions", all, `{"command":"/bin/sh","attach":true}`, 400, "bad_request"},
+		{"unknown input field", "POST", "/v1/executions/job/input", all, `{"ofset":0}`, 400, "bad_request"},
+		{"malformed json", "POST", "/v1/executions", all, `{"command":`, 400, "bad_request"},
+		{"trailing data", "POST", "/v1/executions", all, `{} {}`, 400, "bad_request"},
+		{"empty body", "POST", "/v1/executions", all, "", 400, "bad_request"},
+		{"bad base64", "POST", "/v1/executions/job/input", all, `{"data":"***"}`, 400, "bad_request"},
+		{"oversized start", "POST", "/v1/executions", all, apiStart{Env: map[string]string{"X": big}}, 413, "too_large"},
+		{"oversized input", "POST", "/v1/executions/job/input", all, apiInput{Data: []byte(big)}, 413, "too_large"},
+		{"command not allowed", "POST", "/v1/executions", all, apiStart{Command: "/usr/bin/python3"}, 400, "invalid_spec"},
+		{"invalid id", "POST", "/v1/executions", all, shStart("-bad id", "true"), 400, "invalid_id"},
+		{"wait too long", "GET", "/v1/executions/job/events?wait=61s", all, nil, 400, "bad_request"},
+		{"negative wait", "GET", "/v1/executions/job/events?wait=-1s", all, nil, 400, "bad_request"},
+		{"wait without unit", "GET", "/v1/executions/job/events?wait=25", all, nil, 400, "bad_request"},
+		{"wait garbage", "GET", "/v1/executions/job/events?wait=soon", all, nil, 400, "bad_request"},
+		{"negative after", "GET", "/v1/executions/job/events?after=-1", all, nil, 400, "bad_request"},
+		{"unknown id", "GET", "/v1/executions/nope", all, nil, 404, "not_found"},
+		{"input offset ahead", "POST", "/v1/executions/job/input", all, `{"close_stdin":true,"offset":5}`, 400, "input_offset"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e.fails(t, c.status, c.code, c.method, c.path, c.token, c.body)
+		})
+	}
+	t.Run("methods", func(t *testing.T) {
+		t.Parallel()
+		for _, r := range [][2]string{{"DELETE", "/v1/executions/job"}, {"PUT", "/v1/executions"}, {"GET", "/v1/executions/job/cancel"}} {
+			if status, _, _ := e.call(t, r[0], r[1], all, nil); status != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s: status %d", r[0], r[1], status)
+			}
+		}
+	})
+}
+
+func TestHTTPUnauthorizedSaysNothingMore(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.QueryToken = true })
+	good := e.token(t, "acme", allScopes...)
+	expired, _ := e.auth.Mint(Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+		IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
+	const want = `{"error":"unauthorized","message":"a valid bearer token is required"}` + "\n"
+	cases := []struct {
+		name, path string
+		header     http.Header
+	}{
+		{"no token", "/v1/executions", nil},
+		{"garbage", "/v1/executions", http.Header{"Authorization": {"Bearer x.y.z"}}},
+		{"expired", "/v1/executions", http.Header{"Authorization": {"Bearer " + expired}}},
+		{"basic scheme", "/v1/executions", http.Header{"Authorization": {"Basic " + good}}},
+		{"bare token", "/v1/executions", http.Header{"Authorization": {good}}},
+		{"oversized", "/v1/executions", http.Header{"Authorization": {"Bearer " + strings.Repeat("a", 9000)}}},
+		{"query token", "/v1/executions?token=" + good, nil},
+		{"subprotocol token", "/v1/executions", http.Header{"Sec-WebSocket-Protocol": {Subprotocol + ", " + BearerPrefix + good}}},
+		{"events", "/v1/executions/x/events?wait=30s", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.api.URL+c.path, nil)
+			for k, v := range c.header {
+				req.Header[k] = v
+			}
+			resp, err := e.api.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 401 || string(b) != want || resp.Header.Get("WWW-Authenticate") == "" {
+				t.Fatalf("status %d, body %q", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+func TestHTTPStartRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.StartsPerMinute = 2 })
+	tok := e.token(t, "acme", allScopes...)
+	bad := apiStart{Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
+	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", tok, bad)
+	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", tok, bad)
+	e.fails(t, 429, "rate_limited", "POST", "/v1/executions", tok, bad)
+	// Another subject has its own bucket.
+	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", e.token(t, "globex", allScopes...), bad)
+}
+
+func TestAPISubjectLimitsDropIdleBuckets(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		l := newSubjectLimits(1, 1) // refills in 1s
+		a := Claims{Tenant: "acme", Subject: "a"}
+		if !l.allow(a) || l.allow(a) {
+			t.Fatal("a bucket of one token allowed twice or never")
+		}
+		for i := range minSubjectSweep - 1 { // with a: the map is at its sweep size
+			l.allow(Claims{Tenant: "acme", Subject: fmt.Sprint("s", i)})
+		}
+		time.Sleep(2 * time.Second)
+		l.allow(Claims{Tenant: "acme", Subject: "late"})
+		if n := len(l.m); n != 1 {
+			t.Fatalf("%d buckets kept after all went idle, want 1", n)
+		}
+		if !l.allow(a) {
+			t.Fatal("a refilled subject is refused")
+		}
+	})
+}
+
+func TestHTTPEventsPagesAndGaps(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.Ring = replay.Config{MaxBytes: 2 << 20, MaxEvents: 1 << 16} })
+	tok := e.token(t, "acme", allScopes...)
+	const total = 3_000_000
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("big", fmt.Sprintf("yes 0123456789abcdef | head -c %d", total)), nil)
+	var info session.Info
+	for i := 0; info.Result == nil; i++ {
+		if i == 100 {
+			t.Fatal("big did not end")
+		}
+		e.must(t, 200, "GET", "/v1/executions/big/events?after=1000000&wait=1s", tok, nil, nil)
+		e.must(t, 200, "GET", "/v1/executions/big", tok, nil, &info)
+	}
+	if info.Result.Stdout.Original != total {
+		t.Fatalf("the execution printed %d bytes", info.Result.Stdout.Original)
+	}
+
+	// The ring kept the last 2 MiB: the first page says what it lost, and
+	// the rest comes in pages of at most 1 MiB of output.
+	var got, lost uint64
+	after, pages := uint64(0), 0
+	for ended := false; !ended; pages++ {
+		page := e.poll(t, tok, "big", after, "0")
+		if page.Gap != nil {
+			if pages != 0 || page.Gap.From != 1 || page.Gap.To <= 1 {
+				t.Fatalf("page %d: gap %+v", pages, page.Gap)
+			}
+			lost = page.Gap.Bytes
+		}
+		data := decodeData(t, page.Events)
+		if len(data) > apiMaxPollDataSize || page.NextAfter <= after {
+			t.Fatalf("page %d: %d bytes, next_after %d after %d", pages, len(data), page.NextAfter, after)
+		}
+		got += uint64(len(data))
+		after, ended = page.NextAfter, page.Ended
+	}
+	if lost == 0 || got+lost != total || pages < 2 {
+		t.Fatalf("%d bytes read + %d lost in %d pages, want %d", got, lost, pages, total)
+	}
+}
