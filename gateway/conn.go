@@ -41,21 +41,23 @@ type conn struct {
 	inputs  *bucket
 	pumps   sync.WaitGroup
 
-	closeOnce sync.Once
-	closed    chan struct{} // closed when a close handshake we started ended
+	closeOnce    sync.Once
+	closeStarted chan struct{} // closed when close was called
+	closed       chan struct{} // closed when a close handshake we started ended
 }
 
 func newConn(s *Server, ws *websocket.Conn, claims Claims, remote string) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &conn{
 		s: s, ws: ws, ctx: ctx, cancel: cancel, claims: claims,
-		log:      s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
-		channels: map[uint32]*channel{},
-		control:  make(chan Message, controlQueue),
-		ready:    make(chan *channel, s.cfg.MaxChannels),
-		starts:   newBucket(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
-		inputs:   newBucket(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
-		closed:   make(chan struct{}),
+		log:          s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
+		channels:     map[uint32]*channel{},
+		control:      make(chan Message, controlQueue),
+		ready:        make(chan *channel, s.cfg.MaxChannels),
+		starts:       newBucket(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
+		inputs:       newBucket(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
+		closed:       make(chan struct{}),
+		closeStarted: make(chan struct{}),
 	}
 }
 
@@ -87,6 +89,9 @@ func (c *conn) readLoop() error {
 		typ, b, err := c.ws.Read(c.ctx)
 		if err != nil {
 			return err
+		}
+		if c.closing() {
+			continue // a close handshake is under way: drain, act on nothing
 		}
 		if typ == websocket.MessageBinary {
 			c.input(b)
@@ -128,10 +133,21 @@ func (c *conn) failErr(req Request, channel uint32, err error) {
 	c.fail(req, channel, code, msg)
 }
 
+// closing reports whether a close handshake was started.
+func (c *conn) closing() bool {
+	select {
+	case <-c.closeStarted:
+		return true
+	default:
+		return false
+	}
+}
+
 // close starts the close handshake once with code; the read loop ends
 // when it completes (the library bounds it in time).
 func (c *conn) close(code websocket.StatusCode, reason string) {
 	c.closeOnce.Do(func() {
+		close(c.closeStarted)
 		c.log.Info("closing", "code", int(code), "reason", reason)
 		go func() {
 			defer close(c.closed)
@@ -203,7 +219,7 @@ func (c *conn) writeBatch(ch *channel) bool {
 	}
 	for _, ev := range b.events {
 		if ev.Kind == replay.KindOutput {
-			c.frame = appendOutputHeader(c.frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset)
+			c.frame = appendOutputHeader(c.frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset, len(ev.Data))
 			c.frame = append(c.frame, ev.Data...)
 			if !c.write(websocket.MessageBinary, c.frame) {
 				return false

@@ -57,13 +57,16 @@ func FuzzDecodeInput(f *testing.F) {
 
 func TestOutputFrameRoundTrip(t *testing.T) {
 	t.Parallel()
-	b := appendOutputHeader(nil, 7, 42, 3, 1<<40)
+	b := appendOutputHeader(nil, 7, 42, 3, 1<<40, 4)
 	b = append(b, "data"...)
 	o, err := DecodeOutput(b)
 	if err != nil || o.Channel != 7 || o.Seq != 42 || o.Stream != 3 || o.Offset != 1<<40 || string(o.Data) != "data" {
 		t.Fatalf("%+v, %v", o, err)
 	}
-	if len(b) != outputHeaderLen+4 {
+	if len(b) != outputHeaderLen+4 || outputHeaderLen != 26 {
 		t.Fatalf("header is %d bytes", len(b)-4)
+	}
+	if _, err := DecodeOutput(b[:len(b)-1]); err == nil {
+		t.Fatal("a truncated output frame decoded")
 	}
 }

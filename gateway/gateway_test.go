@@ -362,7 +362,7 @@ func TestShutdownClosesWith1001AndExecutionsSurvive(t *testing.T) {
 
 func TestHeartbeatClosesSilentClient(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.PingInterval, c.PongTimeout = 100*time.Millisecond, 300*time.Millisecond })
+	e := newEnv(t, func(c *Config) { c.PingInterval, c.PongTimeout = 100*time.Millisecond, 2*time.Second })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.ws.CloseNow()
 	// Never reading means never answering pings.
@@ -380,7 +380,7 @@ func TestHeartbeatClosesSilentClient(t *testing.T) {
 		_, err := r.read(context.Background()) // a read answers pings as they come
 		readErr <- err
 	}()
-	time.Sleep(time.Second) // more than three pong timeouts
+	time.Sleep(3 * time.Second) // more than a pong timeout
 	if e.srv.connections() != 1 {
 		t.Fatal("a client that answers pings was closed")
 	}

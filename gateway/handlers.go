@@ -35,7 +35,12 @@ func (c *conn) handle(req Request) {
 
 // need checks a scope; a missing scope is answered, not fatal.
 func (c *conn) need(req Request, scope string) bool {
-	if c.currentClaims().Has(scope) {
+	claims := c.currentClaims()
+	if !time.Now().Before(claims.ExpiresAt) {
+		c.fail(req, req.Channel, "unauthorized", "the token expired; reauth or reconnect")
+		return false
+	}
+	if claims.Has(scope) {
 		return true
 	}
 	c.fail(req, req.Channel, "forbidden", "the token lacks the "+scope+" scope")

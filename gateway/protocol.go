@@ -24,8 +24,8 @@ const (
 
 // Header sizes of the binary frames.
 const (
-	outputHeaderLen = 1 + 4 + 8 + 1 + 8 // kind, channel, seq, stream, offset
-	inputHeaderLen  = 1 + 4 + 8         // kind, channel, offset
+	outputHeaderLen = 1 + 4 + 8 + 1 + 8 + 4 // kind, channel, seq, stream, offset, length
+	inputHeaderLen  = 1 + 4 + 8             // kind, channel, offset
 )
 
 // ErrProtocol is wrapped by every decoding error.
@@ -112,10 +112,26 @@ func DecodeRequest(b []byte) (Request, error) {
 	if dec.More() {
 		return r, fmt.Errorf("%w: trailing data after the message", ErrProtocol)
 	}
-	if len(r.Req) > 64 {
-		return r, fmt.Errorf("%w: req is longer than 64 bytes", ErrProtocol)
+	if err := r.checkLengths(); err != nil {
+		return r, err
 	}
 	return r, r.check()
+}
+
+// checkLengths bounds the fields an answer may repeat, so that errors
+// echoing them cannot make the server buffer large messages.
+func (r Request) checkLengths() error {
+	for _, f := range []struct {
+		name  string
+		value string
+		max   int
+	}{{"req", r.Req, 64}, {"id", r.ID, 128}, {"signal", r.Signal, 16}, {"command", r.Command, 4096},
+		{"cwd", r.Cwd, 4096}, {"token", r.Token, MaxTokenBytes}} {
+		if len(f.value) > f.max {
+			return fmt.Errorf("%w: %s is longer than %d bytes", ErrProtocol, f.name, f.max)
+		}
+	}
+	return nil
 }
 
 func (r Request) check() error {
@@ -183,23 +199,31 @@ type Output struct {
 	Data    []byte // aliases the frame
 }
 
-// appendOutputHeader encodes the header of an output frame.
-func appendOutputHeader(dst []byte, channel uint32, seq uint64, stream uint8, offset uint64) []byte {
+// appendOutputHeader encodes the header of an output frame carrying n
+// bytes. The length lets a client tell a message cut short by a dying
+// connection, which some WebSocket libraries hand over as if complete,
+// from a whole one: it must resume rather than keep a truncated event.
+func appendOutputHeader(dst []byte, channel uint32, seq uint64, stream uint8, offset uint64, n int) []byte {
 	dst = append(dst, FrameOutput)
 	dst = binary.BigEndian.AppendUint32(dst, channel)
 	dst = binary.BigEndian.AppendUint64(dst, seq)
 	dst = append(dst, stream)
-	return binary.BigEndian.AppendUint64(dst, offset)
+	dst = binary.BigEndian.AppendUint64(dst, offset)
+	return binary.BigEndian.AppendUint32(dst, uint32(n))
 }
 
-// DecodeOutput parses a binary frame from the server (for clients and tests).
+// DecodeOutput parses a binary frame from the server (for clients and
+// tests). A frame shorter than its length field is an error.
 func DecodeOutput(b []byte) (Output, error) {
 	if len(b) < outputHeaderLen || b[0] != FrameOutput {
 		return Output{}, fmt.Errorf("%w: not an output frame", ErrProtocol)
 	}
+	if n := binary.BigEndian.Uint32(b[22:26]); int64(n) != int64(len(b)-outputHeaderLen) {
+		return Output{}, fmt.Errorf("%w: output frame holds %d bytes, its header says %d", ErrProtocol, len(b)-outputHeaderLen, n)
+	}
 	return Output{
 		Channel: binary.BigEndian.Uint32(b[1:5]), Seq: binary.BigEndian.Uint64(b[5:13]),
-		Stream: b[13], Offset: binary.BigEndian.Uint64(b[14:22]), Data: b[22:],
+		Stream: b[13], Offset: binary.BigEndian.Uint64(b[14:22]), Data: b[outputHeaderLen:],
 	}, nil
 }
 

@@ -204,6 +204,9 @@ func (p Policy) validateEnv() error {
 
 // ValidateEnvName reports whether name may be passed into a sandbox.
 func ValidateEnvName(name string) error {
+	if len(name) > 256 {
+		return errors.New("environment variable name is longer than 256 bytes")
+	}
 	if !envName.MatchString(name) {
 		return fmt.Errorf("environment variable name %q must match %s", name, envName)
 	}

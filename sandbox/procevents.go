@@ -405,6 +405,7 @@ type procTrack struct {
 	execs       int // execs completed by the workload: helpers, then the command
 	workloadSt  unix.WaitStatus
 	workloadEnd bool
+	initEnd     bool
 	outerSt     unix.WaitStatus
 	alive       int  // members forked and not yet seen exiting
 	closed      bool // finished is closed
@@ -416,7 +417,7 @@ type procTrack struct {
 func (t *procTrack) initPid() (int, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.init, t.init != 0
+	return t.init, t.init != 0 && !t.initEnd
 }
 
 // workloadPid returns the first process that init forked: the one that
@@ -424,7 +425,7 @@ func (t *procTrack) initPid() (int, bool) {
 func (t *procTrack) workloadPid() (int, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.workload, t.workload != 0
+	return t.workload, t.workload != 0 && !t.workloadEnd
 }
 
 // execed reports whether the workload completed an exec, which tells a bwrap
@@ -499,9 +500,13 @@ func (t *procTrack) markExec() {
 func (t *procTrack) exited(role procRole, st unix.WaitStatus) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// An exited pid may be reused by anyone: initPid and workloadPid stop
+	// answering, so that no signal meant for the sandbox reaches a stranger.
 	switch role {
 	case procRoleWorkload:
 		t.workloadSt, t.workloadEnd = st, true
+	case procRoleInit:
+		t.initEnd = true
 	case procRoleOuter:
 		t.outerSt = st
 	}

@@ -264,7 +264,9 @@ func (p *Process) collect(outer unix.WaitStatus) exitFacts {
 	if p.cg != nil {
 		ev := p.cg.events()
 		f.oomKills, f.pidsHits = ev.OOMKills, ev.PidsMaxHits
-		p.cg.remove()
+		if err := p.cg.remove(); err != nil {
+			p.l.log.Error("remove the execution's cgroup", "pid", p.Pid(), "err", err)
+		}
 	}
 	p.mu.Lock()
 	f.killedUs, f.stoppedAs = p.killedUs, p.stopped

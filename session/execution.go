@@ -25,6 +25,7 @@ type execution struct {
 	stderr      *headTail
 	in          *inputQueue
 	launched    chan struct{} // closed once the launch succeeded or failed
+	launchErr   error         // set before launched closes when the sandbox refused the spec
 	done        chan struct{} // closed once the result is final
 
 	mu        sync.Mutex
@@ -82,6 +83,7 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 	if errors.Is(err, sandbox.ErrInvalidPolicy) || errors.Is(err, sandbox.ErrUnenforceable) {
 		s.forget(e)
+		e.launchErr = err
 		close(e.launched)
 		close(e.done)
 		return Info{}, err
@@ -118,10 +120,14 @@ func (e *execution) stop(why Status) error {
 		e.mu.Unlock()
 		return ErrNotRunning
 	}
-	if e.stopping == "" {
+	first := e.stopping == ""
+	if first {
 		e.stopping = why
 	}
 	e.mu.Unlock()
+	if !first {
+		return nil // already stopping: one signal event, one escalation
+	}
 	e.ring.Append(replay.Event{Kind: replay.KindSignal, Signal: int(unix.SIGTERM)})
 	reason := sandbox.StopCancel
 	if why == StatusTimedOut {
@@ -169,7 +175,7 @@ func (e *execution) classify(exit sandbox.Exit) (Status, string) {
 		return StatusFailed, "could not start: " + exit.SetupError
 	case e.stopping == StatusTimedOut:
 		return StatusTimedOut, fmt.Sprintf("timed out after %v; %s", e.spec.Timeout, exit)
-	case e.stopping == StatusCancelled:
+	case e.stopping == StatusCancelled || exit.Stopped == sandbox.StopCancel:
 		return StatusCancelled, "cancelled; " + exit.String()
 	case exit.Limit != "":
 		return StatusLimit, string(exit.Limit) + " ceiling; " + exit.String()

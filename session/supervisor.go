@@ -114,6 +114,9 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 	}
 	select {
 	case <-e.launched:
+		if err := e.launchErr; err != nil {
+			return Info{}, err // the concurrent first start was refused
+		}
 		return e.info(), nil
 	case <-ctx.Done():
 		return Info{}, context.Cause(ctx)
@@ -162,7 +165,7 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 	if s.byOwner[k.owner] >= s.cfg.MaxRunningPerOwner {
 		return nil, false, fmt.Errorf("%w: %d executions of this owner running, the maximum", ErrCapacity, s.byOwner[k.owner])
 	}
-	if len(s.execs) >= s.cfg.MaxRetained && !s.evictOldestSettled() {
+	if len(s.execs) >= s.cfg.MaxRetained && !s.evictOldestSettled(k.owner) {
 		return nil, false, fmt.Errorf("%w: %d executions retained and all running", ErrCapacity, len(s.execs))
 	}
 	e = newExecution(s, k, spec, fingerprint)
@@ -174,12 +177,26 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 	return e, true, nil
 }
 
-// evictOldestSettled removes the settled execution that ended first.
-// Called with s.mu held.
-func (s *Supervisor) evictOldestSettled() bool {
+// evictOldestSettled makes room for owner: it removes owner's own oldest
+// settled execution, or else the oldest settled one of an owner that holds
+// more executions than owner does, so one tenant's churn cannot erase
+// another's results. Called with s.mu held.
+func (s *Supervisor) evictOldestSettled(owner string) bool {
+	held := map[string]int{}
+	for k := range s.execs {
+		held[k.owner]++
+	}
 	var oldest *execution
-	for _, e := range s.execs {
-		if r := e.result(); r != nil && (oldest == nil || r.Ended.Before(oldest.result().Ended)) {
+	for k, e := range s.execs {
+		if k.owner != owner && held[k.owner] <= held[owner] {
+			continue
+		}
+		r := e.result()
+		if r == nil {
+			continue
+		}
+		if oldest == nil || (k.owner == owner) != (oldest.key.owner == owner) && k.owner == owner ||
+			(k.owner == owner) == (oldest.key.owner == owner) && r.Ended.Before(oldest.result().Ended) {
 			oldest = e
 		}
 	}

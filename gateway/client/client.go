@@ -249,9 +249,11 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 		}
 		if typ == websocket.MessageBinary {
 			out, err := gateway.DecodeOutput(b)
-			if err == nil {
-				c.route(out.Channel, Event{Seq: out.Seq, Kind: "output", Stream: out.Stream, Offset: out.Offset, Data: out.Data})
+			if err != nil {
+				// A message cut short by a dying connection: resume instead.
+				return err
 			}
+			c.route(out.Channel, Event{Seq: out.Seq, Kind: "output", Stream: out.Stream, Offset: out.Offset, Data: out.Data})
 			continue
 		}
 		var m gateway.Message
@@ -306,6 +308,7 @@ func (c *Client) route(channel uint32, ev Event) {
 	c.mu.Lock()
 	e := c.channels[channel]
 	c.mu.Unlock()
+
 	if e != nil {
 		e.deliver(ev)
 	}

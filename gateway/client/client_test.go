@@ -124,6 +124,9 @@ func collect(t *testing.T, e *client.Execution) (string, client.Exit) {
 		}
 		switch ev.Kind {
 		case "output":
+			if ev.Offset != uint64(out.Len()) {
+				t.Fatalf("output event seq %d at offset %d, after %d bytes: output lost or repeated", ev.Seq, ev.Offset, out.Len())
+			}
 			out.Write(ev.Data)
 		case "gap":
 			t.Fatalf("gap %+v", *ev.Gap)
@@ -178,7 +181,12 @@ func TestClientResendsInputByOffset(t *testing.T) {
 	}
 	out, exit := collect(t, e)
 	if out != want.String() || exit.Code != 0 {
-		t.Fatalf("cat echoed %d bytes, want %d; exit %+v\n%s", len(out), want.Len(), exit, out)
+		i := 0
+		for i < len(out) && i < want.Len() && out[i] == want.String()[i] {
+			i++
+		}
+		t.Fatalf("cat echoed %d bytes, want %d; exit %+v; first difference at %d: got %q, want %q", len(out), want.Len(), exit, i,
+			out[i:min(len(out), i+40)], want.String()[i:min(want.Len(), i+40)])
 	}
 	if proxy.count() < 1 {
 		t.Fatal("no connection was cut: resending was not exercised")
@@ -203,7 +211,8 @@ func TestClientReportsServerErrors(t *testing.T) {
 }
 
 // proxy forwards 127.0.0.1 connections and cuts each after a random
-// number of server bytes around budget.
+// number of server bytes around budget, up to maxCuts times: a message
+// larger than every budget would otherwise never get through.
 type proxy struct {
 	ln   net.Listener
 	mu   sync.Mutex
@@ -228,6 +237,9 @@ func newProxy(t *testing.T, target string, budget int64) *proxy {
 			}
 			p.mu.Lock()
 			n := budget + p.rng.Int64N(4*budget)
+			if p.cuts >= maxCuts {
+				n = 1 << 40
+			}
 			p.mu.Unlock()
 			p.wg.Add(1)
 			go p.forward(conn, target, n)
@@ -236,6 +248,8 @@ func newProxy(t *testing.T, target string, budget int64) *proxy {
 	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
 	return p
 }
+
+const maxCuts = 25
 
 func (p *proxy) count() int {
 	p.mu.Lock()
