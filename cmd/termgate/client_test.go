@@ -228,3 +228,31 @@ func (p *droppingProxy) forward(c net.Conn, target string, budget int64) {
 		p.mu.Unlock()
 	}
 }
+
+func TestLsAndLogs(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes)
+	if code, _, stderr := runCLI(t, "", "run", "--id", "listed", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "echo one; echo two >&2"); code != 0 {
+		t.Fatalf("run: %d %s", code, stderr)
+	}
+	code, out, stderr := runCLI(t, "", "ls", "--url", g.url, "--token", tok)
+	if code != 0 || !strings.Contains(out, "listed") || !strings.Contains(out, "exited") {
+		t.Fatalf("ls: %d %q %q", code, out, stderr)
+	}
+	code, out, stderr = runCLI(t, "", "logs", "--id", "listed", "--url", g.url, "--token", tok)
+	if code != 0 || out != "one\n" || stderr != "two\n" {
+		t.Fatalf("logs: %d %q %q", code, out, stderr)
+	}
+	// --follow waits for output and returns when the execution ends.
+	go runCLI(t, "", "run", "--id", "later", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "sleep 1; echo late")
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	code, out, _ = runCLI(t, "", "logs", "--follow", "--id", "later", "--url", g.url, "--token", tok)
+	if code != 0 || out != "late\n" || time.Since(start) > 10*time.Second {
+		t.Fatalf("logs --follow: %d %q after %v", code, out, time.Since(start))
+	}
+	if code, _, stderr := runCLI(t, "", "logs", "--id", "nope", "--url", g.url, "--token", tok); code != 1 || !strings.Contains(stderr, "not_found") {
+		t.Fatalf("logs of an unknown id: %d %q", code, stderr)
+	}
+}

@@ -67,6 +67,8 @@ Usage:
   termgate run [flags] -- CMD [ARGS...]     run a command through a gateway
   termgate attach --id ID                   attach to an execution (detach: Ctrl-] d)
   termgate cancel --id ID                   cancel an execution
+  termgate ls                               list the tenant's executions
+  termgate logs --id ID [--after N] [--follow]  print an execution's output
 
 Run "termgate COMMAND --help" for a command's flags.
 `
@@ -92,6 +94,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runAttach(ctx, args[1:], stdin, stdout, stderr)
 	case "cancel":
 		return runCancel(ctx, args[1:], stdout, stderr)
+	case "ls":
+		return runLs(ctx, args[1:], stdout, stderr)
+	case "logs":
+		return runLogs(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
