@@ -123,8 +123,9 @@ func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{
 		"sandbox": {}, "replay": {}, "web": {},
-		"session": {"replay", "sandbox"},
-		"gateway": {"session", "replay", "sandbox"},
+		"session":        {"replay", "sandbox"},
+		"gateway":        {"session", "replay", "sandbox"},
+		"gateway/client": {"gateway", "session", "replay", "sandbox"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {
