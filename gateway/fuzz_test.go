@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -68,5 +69,20 @@ func TestOutputFrameRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeOutput(b[:len(b)-1]); err == nil {
 		t.Fatal("a truncated output frame decoded")
+	}
+}
+
+func TestDecodeRequestBoundsEchoedFields(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 5000)
+	for _, msg := range []string{
+		`{"type":"attach","id":"` + long[:129] + `"}`,
+		`{"type":"signal","channel":1,"signal":"` + long[:17] + `"}`,
+		`{"type":"start","command":"` + long + `"}`,
+		`{"type":"ping","req":"` + long[:65] + `"}`,
+	} {
+		if _, err := DecodeRequest([]byte(msg)); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "longer than") {
+			t.Errorf("%.60s...: %v", msg, err)
+		}
 	}
 }

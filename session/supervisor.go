@@ -191,12 +191,7 @@ func (s *Supervisor) evictOldestSettled(owner string) bool {
 		if k.owner != owner && held[k.owner] <= held[owner] {
 			continue
 		}
-		r := e.result()
-		if r == nil {
-			continue
-		}
-		if oldest == nil || (k.owner == owner) != (oldest.key.owner == owner) && k.owner == owner ||
-			(k.owner == owner) == (oldest.key.owner == owner) && r.Ended.Before(oldest.result().Ended) {
+		if e.result() != nil && (oldest == nil || evictFirst(owner, e, oldest)) {
 			oldest = e
 		}
 	}
@@ -205,6 +200,16 @@ func (s *Supervisor) evictOldestSettled(owner string) bool {
 	}
 	s.removeLocked(oldest)
 	return true
+}
+
+// evictFirst reports whether a should be evicted before b, both settled:
+// owner's own executions first, then the one that ended first.
+func evictFirst(owner string, a, b *execution) bool {
+	aOwn, bOwn := a.key.owner == owner, b.key.owner == owner
+	if aOwn != bOwn {
+		return aOwn
+	}
+	return a.result().Ended.Before(b.result().Ended)
 }
 
 // removeLocked forgets e. Called with s.mu held.

@@ -570,3 +570,25 @@ func TestCloseStopsEverything(t *testing.T) {
 		}
 	})
 }
+
+// TestEvictionSparesOtherTenants: a tenant that churns through executions
+// evicts its own results, not another tenant's.
+func TestEvictionSparesOtherTenants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFake(t, &fakeLauncher{script: sleepFor(time.Second, 0)}, Config{MaxRetained: 4})
+		s.Start(t.Context(), "quiet", "keep", spec("x"))
+		time.Sleep(2 * time.Second) // quiet's result is now the oldest
+		for i := range 10 {
+			if _, err := s.Start(t.Context(), "busy", fmt.Sprint("b", i), spec("x")); err != nil {
+				t.Fatalf("busy start %d: %v", i, err)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		if info, err := s.Get("quiet", "keep"); err != nil || info.Status != StatusExited {
+			t.Fatalf("another tenant's churn evicted this result: %v", err)
+		}
+		if len(s.List("busy")) != 3 {
+			t.Fatalf("busy keeps %d executions, want 3", len(s.List("busy")))
+		}
+	})
+}
