@@ -9,12 +9,12 @@ export GOTOOLCHAIN := go1.27.3
 GO ?= go
 STATICCHECK := $(GO) run -modfile=.ci/tools/go.mod honnef.co/go/tools/cmd/staticcheck
 
-.PHONY: run test deps build check unit bench
+.PHONY: run test deps test-deps web build check unit bench
 
-run: deps
+run: deps web
 	$(GO) run ./cmd/termgate serve --dev
 
-test: deps check unit
+test: test-deps web check unit
 
 build:
 	$(GO) build -o bin/termgate ./cmd/termgate
@@ -22,6 +22,14 @@ build:
 # deps installs the system packages termgate needs, or says what to install.
 deps:
 	@.ci/deps
+
+test-deps:
+	@.ci/deps test
+
+# web builds the browser terminal into web/dist, which the binary embeds,
+# from the exact versions in web/package-lock.json.
+web:
+	cd web && npm ci --no-audit --no-fund --loglevel=error && npm run build && npm test
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

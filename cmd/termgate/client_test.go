@@ -170,19 +170,28 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 // droppingProxy forwards to target and cuts connections after a random
 // number of bytes from the server.
 type droppingProxy struct {
-	ln  net.Listener
-	mu  sync.Mutex
-	n   int
-	rng *rand.Rand
-	wg  sync.WaitGroup
+	ln    net.Listener
+	mu    sync.Mutex
+	n     int
+	rng   *rand.Rand
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
 }
 
+// newDroppingProxy cuts WebSocket connections after 64 KiB to 576 KiB
+// from the server; see newDroppingProxySized.
 func newDroppingProxy(t *testing.T, target string) *droppingProxy {
+	return newDroppingProxySized(t, target, 64<<10)
+}
+
+// newDroppingProxySized cuts WebSocket connections after minBudget to
+// 9*minBudget bytes from the server.
+func newDroppingProxySized(t *testing.T, target string, minBudget int64) *droppingProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &droppingProxy{ln: ln, rng: rand.New(rand.NewPCG(7, 8))}
+	p := &droppingProxy{ln: ln, rng: rand.New(rand.NewPCG(7, 8)), conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -192,13 +201,22 @@ func newDroppingProxy(t *testing.T, target string) *droppingProxy {
 				return
 			}
 			p.mu.Lock()
-			budget := 64<<10 + p.rng.Int64N(512<<10)
+			budget := minBudget + p.rng.Int64N(8*minBudget)
+			p.conns[c] = struct{}{}
 			p.mu.Unlock()
 			p.wg.Add(1)
 			go p.forward(c, target, budget)
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for c := range p.conns {
+			c.Close() // a browser may still hold its connection
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
 	return p
 }
 
@@ -218,6 +236,15 @@ func (p *droppingProxy) forward(c net.Conn, target string, budget int64) {
 		return
 	}
 	defer up.Close()
+	// Only WebSocket connections are cut: a page's scripts must load whole.
+	head := make([]byte, 64)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, _ := io.ReadAtLeast(c, head, 20)
+	c.SetReadDeadline(time.Time{})
+	if !bytes.Contains(head[:n], []byte("/v1/connect")) {
+		budget = 1 << 40
+	}
+	up.Write(head[:n])
 	go func() {
 		io.Copy(up, c)
 		up.Close()

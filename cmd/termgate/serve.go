@@ -20,6 +20,7 @@ import (
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/web"
 )
 
 // serveOptions are the flags of termgate serve; each has a TERMGATE_*
@@ -308,11 +309,13 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 	mux.Handle("/v1/", g.srv.Handler()) // the WebSocket endpoint and the HTTP API
 	mux.Handle("/healthz", g.srv.Handler())
 	mux.Handle("/readyz", g.srv.Handler())
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "termgate: connect to /v1/connect with the termgate.v1 WebSocket protocol (see gateway/PROTOCOL.md).")
-	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	mux.Handle("/", web.Handler()) // the browser terminal
+	// Requests derive from base, which shutdown cancels: long polls end
+	// at once instead of holding the shutdown for up to a minute.
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return base }}
 	errc := make(chan error, 1)
 	go func() {
 		if o.tlsCert != "" {
@@ -331,6 +334,7 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 	log.Info("shutting down")
 	stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	cancelBase()
 	hs.Shutdown(stop)
 	g.srv.Shutdown(stop)
 	if err := g.sup.Close(stop); err != nil {

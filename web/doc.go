@@ -1,2 +1,0 @@
-// Package web will embed the browser terminal.
-package web

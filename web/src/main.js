@@ -1,0 +1,371 @@
+// main.js: the termgate browser terminal. Tabs of xterm.js terminals, each
+// bound to one execution followed by the shared TermgateClient.
+import '@xterm/xterm/css/xterm.css';
+import './style.css';
+import { Terminal } from '@xterm/xterm';
+import { FitAddon } from '@xterm/addon-fit';
+import { WebLinksAddon } from '@xterm/addon-web-links';
+import { TermgateClient } from './termgate-client.js';
+
+const TOKEN_KEY = 'termgate.token';
+const TABS_KEY = 'termgate.tabs';
+const TRANSCRIPT_MAX = 4 << 20;
+const RESIZE_DEBOUNCE_MS = 150;
+
+const $ = (id) => document.getElementById(id);
+
+/**
+ * readFragment takes the parameters from location.hash, keeps the token in
+ * sessionStorage only and removes the fragment from the address bar, so the
+ * token never lands in history, bookmarks or a Referer.
+ * @returns {{id: string | null, readOnly: boolean}}
+ */
+function readFragment() {
+  const params = new URLSearchParams(location.hash.replace(/^#/, ''));
+  const token = params.get('token');
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  if (location.hash) history.replaceState(history.state, '', location.pathname + location.search);
+  return { id: params.get('id'), readOnly: params.get('readonly') === '1' };
+}
+
+/** Transcript keeps a bounded copy of a tab's output for the test hooks. */
+class Transcript {
+  constructor(max) {
+    this.max = max;
+    /** @type {Uint8Array[]} */
+    this.chunks = [];
+    this.size = 0;
+  }
+
+  /** @param {Uint8Array} bytes */
+  add(bytes) {
+    this.chunks.push(bytes);
+    this.size += bytes.length;
+    while (this.size > this.max && this.chunks.length > 1) this.size -= this.chunks.shift().length;
+    if (this.size > this.max) {
+      const only = this.chunks[0];
+      this.chunks[0] = only.subarray(only.length - this.max);
+      this.size = this.max;
+    }
+  }
+
+  text() {
+    const all = new Uint8Array(this.size);
+    let at = 0;
+    for (const c of this.chunks) {
+      all.set(c, at);
+      at += c.length;
+    }
+    return new TextDecoder().decode(all); // one decode of the whole stream
+  }
+}
+
+/** openLink opens a clicked link in a new tab that cannot reach this page. */
+function openLink(event, uri) {
+  if (!event || event.type !== 'click' && event.type !== 'mouseup') return;
+  let url;
+  try {
+    url = new URL(uri);
+  } catch {
+    return;
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return;
+  window.open(url.href, '_blank', 'noopener,noreferrer');
+}
+
+function debounce(fn, ms) {
+  let t;
+  return (...args) => {
+    clearTimeout(t);
+    t = setTimeout(() => fn(...args), ms);
+  };
+}
+
+/** Tab is one terminal bound to one execution. */
+class Tab {
+  /**
+   * @param {App} app
+   * @param {{id?: string, readOnly?: boolean}} how attach to id, or start one
+   */
+  constructor(app, how) {
+    this.app = app;
+    this.transcript = new Transcript(TRANSCRIPT_MAX);
+    this.readOnly = !!how.readOnly;
+    this.exit = null;
+    /** Whether xterm's answers to replayed queries are being dropped. */
+    this.muted = false;
+    this.term = new Terminal({
+      cursorBlink: true,
+      scrollback: 5000,
+      fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
+      fontSize: 14,
+      disableStdin: this.readOnly,
+      theme: { background: '#1e1e1e' },
+    });
+    this.fit = new FitAddon();
+    this.term.loadAddon(this.fit);
+    this.term.loadAddon(new WebLinksAddon(openLink));
+    // A program must not write the viewer's clipboard (OSC 52).
+    this.term.parser.registerOscHandler(52, () => true);
+    this.term.attachCustomKeyEventHandler((e) => this.onKey(e));
+    this.el = document.createElement('div');
+    this.el.className = 'term';
+    this.el.hidden = true;
+    $('terminals').append(this.el);
+    this.term.open(this.el);
+    this.button = this.makeButton();
+    // Fit before starting, so the PTY starts at the window's size.
+    this.el.hidden = false;
+    this.fitNow();
+    this.el.hidden = true;
+    this.ex = how.id
+      ? app.client.attach(how.id, { readOnly: this.readOnly })
+      : app.client.start({ pty: { rows: this.term.rows, cols: this.term.cols } });
+    this.bind();
+  }
+
+  makeButton() {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'tab';
+    b.setAttribute('role', 'tab');
+    const label = document.createElement('span');
+    label.className = 'label';
+    label.textContent = 'terminal';
+    const close = document.createElement('span');
+    close.className = 'close';
+    close.textContent = '\u00d7';
+    close.title = 'Close (stops the command)';
+    b.append(label, close);
+    b.addEventListener('click', (e) => {
+      if (e.target === close) this.app.closeTab(this);
+      else this.app.activate(this);
+    });
+    $('tabs').append(b);
+    return b;
+  }
+
+  bind() {
+    const ex = this.ex;
+    ex.on('attached', (m) => {
+      this.readOnly = ex.readOnly;
+      this.term.options.disableStdin = this.readOnly;
+      this.button.querySelector('.label').textContent = m.id + (this.readOnly ? ' (read-only)' : '');
+      this.app.saveTabs();
+      this.app.render();
+    });
+    ex.on('replay', (on) => {
+      if (on) this.muted = true;
+      // Unmute only once xterm has parsed everything replayed: it parses
+      // writes later, and answers queries while it does.
+      else this.term.write('', () => { if (!ex.replaying) this.muted = false; });
+    });
+    ex.on('output', (bytes) => {
+      this.transcript.add(bytes);
+      this.term.write(bytes); // xterm decodes UTF-8 statefully across writes
+    });
+    ex.on('gap', (g) => this.notice('gap-notice', `${g.bytes} bytes of output were lost`));
+    ex.on('exit', (x) => {
+      this.exit = x;
+      this.button.classList.add('exited');
+      this.term.write(`\r\n\x1b[2m[termgate: ${exitText(x)}]\x1b[0m\r\n`);
+      this.app.saveTabs();
+      this.app.render();
+    });
+    ex.on('error', (e) => {
+      this.notice('error-notice', e.message || e.error);
+      if (e.fatal) {
+        this.exit = this.exit ?? { code: -1, signal: '', reason: e.error, seq: 0, error: true };
+        this.button.classList.add('exited');
+        this.app.saveTabs();
+        this.app.render();
+      }
+    });
+    this.term.onData((d) => this.input(d));
+    this.term.onBinary((d) => this.input(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)));
+    this.term.onResize(debounce(({ rows, cols }) => this.ex.resize(rows, cols), RESIZE_DEBOUNCE_MS));
+  }
+
+  /**
+   * input sends what the user typed. During replay, xterm answers the
+   * replayed terminal queries (DA, DSR, OSC colours) through onData: those
+   * answers must not be typed into the shell, so they are dropped.
+   * @param {string | Uint8Array} data
+   */
+  input(data) {
+    if (this.readOnly || this.muted || this.ex.closed) return;
+    this.ex.write(data);
+  }
+
+  /** onKey maps Ctrl+Shift+C to copy and leaves Ctrl+Shift+V to the browser's paste. */
+  onKey(e) {
+    if (e.type !== 'keydown' || !e.ctrlKey || !e.shiftKey) return true;
+    if (e.code === 'KeyC') {
+      const sel = this.term.getSelection();
+      if (sel) navigator.clipboard?.writeText(sel).catch(() => {});
+      e.preventDefault();
+      return false;
+    }
+    return e.code !== 'KeyV';
+  }
+
+  notice(cls, text) {
+    if (cls === 'gap-notice') this.term.write(`\r\n\x1b[33m[termgate: ${text}]\x1b[0m\r\n`);
+    const n = document.createElement('div');
+    n.className = cls;
+    n.textContent = (this.ex.id ? this.ex.id + ': ' : '') + text;
+    $('notices').append(n);
+    while ($('notices').children.length > 5) $('notices').firstElementChild.remove();
+  }
+
+  fitNow() {
+    if (this.el.hidden) return;
+    try {
+      this.fit.fit();
+    } catch {
+      // not laid out yet
+    }
+  }
+
+  show(on) {
+    this.el.hidden = !on;
+    this.button.setAttribute('aria-selected', String(on));
+    if (on) {
+      this.fitNow();
+      this.term.focus();
+    }
+  }
+
+  dispose() {
+    this.ex.detach();
+    this.term.dispose();
+    this.el.remove();
+    this.button.remove();
+  }
+}
+
+/**
+ * exitText says how an execution ended: "exited with code N" or "killed by
+ * SIGNAME", plus the reason when it is not a plain exit.
+ */
+function exitText(x) {
+  let s = x.signal ? `killed by ${x.signal}` : `exited with code ${x.code}`;
+  if (x.reason && x.reason !== 'exited') s += ` (${x.reason.replace(/_/g, ' ')})`;
+  return s;
+}
+
+/** App holds the client, the tabs and the status line. */
+class App {
+  constructor(fragment) {
+    /** @type {Tab[]} */
+    this.tabs = [];
+    /** @type {Tab | null} */
+    this.active = null;
+    this.conn = { state: 'connecting' };
+    this.reconnectAt = 0;
+    this.client = new TermgateClient({ getToken: () => sessionStorage.getItem(TOKEN_KEY) ?? '' });
+    this.client.on('status', (s) => {
+      this.conn = s;
+      this.reconnectAt = s.state === 'reconnecting' ? performance.now() + (s.delay ?? 0) : 0;
+      this.render();
+    });
+    this.client.on('error', (e) => this.notice(e.message || e.error));
+    setInterval(() => this.reconnectAt && this.render(), 250);
+    $('new-tab').addEventListener('click', () => this.activate(this.addTab({})));
+    window.addEventListener('resize', debounce(() => this.active?.fitNow(), RESIZE_DEBOUNCE_MS));
+    this.openInitial(fragment);
+  }
+
+  openInitial(fragment) {
+    if (fragment.id) {
+      this.activate(this.addTab({ id: fragment.id, readOnly: fragment.readOnly }));
+      return;
+    }
+    // After a reload, follow the executions this browser tab had open
+    // instead of leaving their shells behind and starting new ones.
+    let saved = [];
+    try {
+      saved = JSON.parse(sessionStorage.getItem(TABS_KEY) ?? '[]');
+    } catch {
+      saved = [];
+    }
+    for (const t of saved) if (t && typeof t.id === 'string') this.addTab({ id: t.id, readOnly: !!t.readOnly });
+    if (this.tabs.length === 0) this.addTab({});
+    this.activate(this.tabs[this.tabs.length - 1]);
+  }
+
+  addTab(how) {
+    const tab = new Tab(this, how);
+    this.tabs.push(tab);
+    return tab;
+  }
+
+  activate(tab) {
+    this.active = tab;
+    for (const t of this.tabs) t.show(t === tab);
+    this.render();
+  }
+
+  closeTab(tab) {
+    if (!tab.exit && !tab.readOnly) tab.ex.cancel();
+    tab.dispose();
+    this.tabs = this.tabs.filter((t) => t !== tab);
+    this.saveTabs();
+    if (this.active === tab) {
+      if (this.tabs.length === 0) this.addTab({});
+      this.activate(this.tabs[this.tabs.length - 1]);
+    }
+  }
+
+  saveTabs() {
+    const open = this.tabs.filter((t) => !t.exit && t.ex.id).map((t) => ({ id: t.ex.id, readOnly: t.readOnly }));
+    sessionStorage.setItem(TABS_KEY, JSON.stringify(open));
+  }
+
+  notice(text) {
+    const n = document.createElement('div');
+    n.className = 'error-notice';
+    n.textContent = text;
+    $('notices').append(n);
+    while ($('notices').children.length > 5) $('notices').firstElementChild.remove();
+  }
+
+  /** state is the status line's data-state for the active tab. */
+  state() {
+    const tab = this.active;
+    if (tab?.exit) return 'exited';
+    if (this.conn.state === 'live' && tab?.readOnly) return 'read-only';
+    return this.conn.state === 'closed' ? 'reconnecting' : this.conn.state;
+  }
+
+  render() {
+    const el = $('status');
+    const state = this.state();
+    const tab = this.active;
+    let text = state;
+    el.removeAttribute('data-exit-code');
+    if (state === 'exited') {
+      text = tab.exit.error ? `ended: ${tab.exit.reason}` : exitText(tab.exit);
+      el.setAttribute('data-exit-code', String(tab.exit.code));
+    } else if (state === 'reconnecting') {
+      const secs = Math.max(0, Math.ceil((this.reconnectAt - performance.now()) / 1000));
+      text = `reconnecting in ${secs} s`;
+    } else if (state === 'read-only') {
+      text = 'live (read-only)';
+    }
+    el.dataset.state = state;
+    if (el.textContent !== text) el.textContent = text;
+  }
+}
+
+const app = new App(readFragment());
+
+// Test hooks: they read state and grant nothing.
+Object.defineProperty(window, '__termgate', {
+  value: Object.freeze({
+    transcript: () => app.active?.transcript.text() ?? '',
+    status: () => $('status').dataset.state,
+    connections: () => app.client.connections,
+    execution: () => app.active?.ex.id ?? null,
+  }),
+});

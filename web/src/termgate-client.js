@@ -1,0 +1,692 @@
+// termgate-client.js: the browser side of termgate's wire protocol v1
+// (gateway/PROTOCOL.md). It holds one WebSocket, multiplexes executions over
+// it, and hides disconnects: it reconnects with backoff, reattaches each
+// execution after the last event it delivered and resends the input the
+// gateway lacks. See web/CLIENT.md. No DOM: it needs only WebSocket.
+
+/** Subprotocol of wire protocol v1. */
+export const SUBPROTOCOL = 'termgate.v1';
+/** Prefix of the subprotocol entry that carries the token. */
+export const BEARER_PREFIX = 'termgate.bearer.';
+
+const FRAME_OUTPUT = 0x01;
+const FRAME_INPUT = 0x02;
+const OUTPUT_HEADER = 26;
+const INPUT_HEADER = 13;
+
+/** Names of output streams by their number in an output frame. */
+export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
+
+/**
+ * @typedef {object} ClientOptions
+ * @property {string} [url] WebSocket URL of /v1/connect; default: this page's origin.
+ * @property {() => (string | Promise<string>)} getToken returns a fresh token; asked
+ *   before every connection and when the gateway says the token is expiring.
+ * @property {number} [minDelay] first reconnect delay bound in ms (250).
+ * @property {number} [maxDelay] largest reconnect delay bound in ms (10000).
+ * @property {number} [pingInterval] ms between the client's own pings (20000); a
+ *   missing pong after another interval drops the socket.
+ * @property {number} [maxUnackedInput] bytes of sent input kept for resending (4 MiB).
+ * @property {typeof WebSocket} [WebSocket] constructor to use (tests, node).
+ */
+
+/**
+ * @typedef {'connecting' | 'live' | 'reconnecting' | 'closed'} ConnectionState
+ * @typedef {{state: ConnectionState, delay?: number, attempt?: number}} StatusChange
+ */
+
+/**
+ * @typedef {object} StartOptions
+ * @property {string} [id] idempotency key; default: a random "web-..." ID, so
+ *   a start retried after a disconnect never makes a second execution.
+ * @property {string} [command] an allowed program; the gateway's default when absent.
+ * @property {string[]} [args]
+ * @property {Record<string, string>} [env]
+ * @property {string} [cwd]
+ * @property {{rows: number, cols: number}} [pty] a terminal of this size; pipes when absent.
+ * @property {number} [timeout_ms]
+ * @property {Record<string, number>} [limits]
+ */
+
+/** A minimal event emitter: on() returns a function that unsubscribes. */
+class Emitter {
+  constructor() {
+    /** @type {Map<string, Set<Function>>} */
+    this._handlers = new Map();
+  }
+
+  /**
+   * on subscribes fn to the event name.
+   * @param {string} name
+   * @param {Function} fn
+   * @returns {() => void} unsubscribe
+   */
+  on(name, fn) {
+    if (!this._handlers.has(name)) this._handlers.set(name, new Set());
+    this._handlers.get(name).add(fn);
+    return () => this._handlers.get(name)?.delete(fn);
+  }
+
+  /** @param {string} name @param {...any} args */
+  _emit(name, ...args) {
+    for (const fn of [...(this._handlers.get(name) ?? [])]) {
+      try {
+        fn(...args);
+      } catch (err) {
+        // A listener's bug must not break the protocol state machine.
+        console.error(`termgate: ${name} listener failed`, err);
+      }
+    }
+  }
+}
+
+/**
+ * decodeOutput parses an output frame. It returns null for a frame that is
+ * not output, and throws when the bytes are fewer or more than the length
+ * field says (a message cut short by a failing connection).
+ * @param {ArrayBuffer} buf
+ * @returns {{channel: number, seq: number, stream: number, offset: number, data: Uint8Array} | null}
+ */
+export function decodeOutput(buf) {
+  if (buf.byteLength < 1) return null;
+  const v = new DataView(buf);
+  if (v.getUint8(0) !== FRAME_OUTPUT) return null;
+  if (buf.byteLength < OUTPUT_HEADER) throw new Error(`termgate: output frame of ${buf.byteLength} bytes has no full header`);
+  const length = v.getUint32(22);
+  if (length !== buf.byteLength - OUTPUT_HEADER) {
+    throw new Error(`termgate: output frame holds ${buf.byteLength - OUTPUT_HEADER} bytes, its header says ${length}`);
+  }
+  return {
+    channel: v.getUint32(1),
+    seq: Number(v.getBigUint64(5)),
+    stream: v.getUint8(13),
+    offset: Number(v.getBigUint64(14)),
+    data: new Uint8Array(buf, OUTPUT_HEADER, length),
+  };
+}
+
+/**
+ * encodeInput builds an input frame.
+ * @param {number} channel
+ * @param {number} offset input bytes sent before these
+ * @param {Uint8Array} data
+ * @returns {Uint8Array}
+ */
+export function encodeInput(channel, offset, data) {
+  const out = new Uint8Array(INPUT_HEADER + data.length);
+  const v = new DataView(out.buffer);
+  v.setUint8(0, FRAME_INPUT);
+  v.setUint32(1, channel);
+  v.setBigUint64(5, BigInt(offset));
+  out.set(data, INPUT_HEADER);
+  return out;
+}
+
+/**
+ * backoffDelay is the delay before reconnect attempt n (0-based): a uniform
+ * random time up to min(max, min*2^n) ("full jitter"), so a gateway restart
+ * does not bring every browser back in the same millisecond.
+ * @param {number} attempt
+ * @param {number} [min]
+ * @param {number} [max]
+ * @param {() => number} [random]
+ */
+export function backoffDelay(attempt, min = 250, max = 10000, random = Math.random) {
+  const bound = Math.min(max, min * 2 ** Math.min(attempt, 30));
+  return Math.floor(random() * bound);
+}
+
+function randomID() {
+  const b = new Uint8Array(12);
+  crypto.getRandomValues(b);
+  return 'web-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * Execution is one execution as this client sees it: started or attached,
+ * followed across reconnects until its exit, a fatal error or detach().
+ *
+ * Events (subscribe with on):
+ *  - 'output' (bytes: Uint8Array, stream: 'pty'|'stdout'|'stderr', seq: number)
+ *  - 'event' (msg): started, resize, stdin-closed, signal events
+ *  - 'gap' ({from, to, bytes}): output the gateway no longer held
+ *  - 'exit' ({code, signal, reason, seq})
+ *  - 'attached' (msg): on every (re)attach; replay runs until msg.last_seq
+ *  - 'replay' (replaying: boolean): history replay began or caught up
+ *  - 'error' ({error, message, fatal}): fatal ends the execution here
+ *  - 'closed' (): no more events will come
+ */
+export class Execution extends Emitter {
+  /**
+   * @param {TermgateClient} client
+   * @param {{start?: object, id?: string, readOnly?: boolean}} how
+   */
+  constructor(client, how) {
+    super();
+    this._client = client;
+    /** @type {object | null} the start message, resent verbatim until started */
+    this._start = how.start ?? null;
+    /** The execution's canonical ID (known once started). */
+    this.id = how.start ? how.start.id : how.id;
+    /** Whether this client asked to attach read-only. */
+    this.wantReadOnly = !!how.readOnly;
+    /** Whether the gateway attached the channel read-only. */
+    this.readOnly = this.wantReadOnly;
+    /** Whether the execution has a PTY (known once attached). */
+    this.pty = !!how.start?.pty;
+    /** The gateway's status of the execution at the last attach. */
+    this.status = '';
+    /** Last sequence number delivered to listeners. */
+    this.lastSeq = 0;
+    /** @type {number | null} channel on the current connection */
+    this.channel = null;
+    /** Whether events up to the attach's last_seq are still being replayed. */
+    this.replaying = false;
+    this._replayUntil = 0;
+    /** @type {{code: number, signal: string, reason: string, seq: number} | null} */
+    this.exit = null;
+    this.closed = false;
+    // Input: _inputBase is the offset of _input[0]; _inputEnd the total written.
+    /** @type {Uint8Array[]} */
+    this._input = [];
+    this._inputBase = 0;
+    this._inputEnd = 0;
+    this._stdinClosed = false;
+    /** @type {{rows: number, cols: number} | null} */
+    this._size = how.start?.pty ? { ...how.start.pty } : null;
+    this._sizeSent = !!how.start?.pty;
+  }
+
+  /**
+   * write sends input (a string is UTF-8 encoded). It is kept until the
+   * gateway confirms it on a reattach, and resent by offset after a
+   * disconnect, so it is applied exactly once. Ignored when read-only.
+   * @param {string | Uint8Array} data
+   */
+  write(data) {
+    if (this.closed || this.readOnly || this._stdinClosed) return;
+    const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
+    if (bytes.length === 0) return;
+    const offset = this._inputEnd;
+    this._input.push(bytes);
+    this._inputEnd += bytes.length;
+    this._trimInput();
+    if (this.channel !== null) this._client._sendBinary(encodeInput(this.channel, offset, bytes));
+  }
+
+  /** closeStdin ends the execution's input after everything written (pipes only). */
+  closeStdin() {
+    if (this.closed || this.readOnly || this._stdinClosed) return;
+    this._stdinClosed = true;
+    if (this.channel !== null) this._sendCloseStdin();
+  }
+
+  /**
+   * resize asks for a new terminal size; sent now, or on the next attach.
+   * @param {number} rows
+   * @param {number} cols
+   */
+  resize(rows, cols) {
+    if (this._size && this._size.rows === rows && this._size.cols === cols) return;
+    this._size = { rows, cols };
+    this._sizeSent = false;
+    this._flushSize();
+  }
+
+  /** @param {string} name INT TERM HUP KILL QUIT USR1 USR2 WINCH CONT STOP */
+  signal(name) {
+    if (this.channel !== null && !this.readOnly) this._client._send({ type: 'signal', channel: this.channel, signal: name });
+  }
+
+  /** cancel stops the execution: SIGTERM, then SIGKILL after the grace period. */
+  cancel() {
+    if (this.id && !this.readOnly) this._client._send({ type: 'cancel', id: this.id });
+  }
+
+  /** detach stops following the execution; it keeps running on the gateway. */
+  detach() {
+    if (this.closed) return;
+    if (this.channel !== null) this._client._send({ type: 'detach', channel: this.channel });
+    this._close();
+  }
+
+  // --- driven by the client ---
+
+  /** @returns {object} the message that (re)attaches this execution */
+  _attachMessage() {
+    if (this._start && !this._startedKnown) return { ...this._start };
+    const m = { type: 'attach', id: this.id, after: this.lastSeq };
+    if (this.wantReadOnly) m.read_only = true;
+    return m;
+  }
+
+  _onStarted(msg) {
+    this._startedKnown = true;
+    this.id = msg.id;
+    this.pty = !!msg.pty;
+  }
+
+  _onAttached(msg) {
+    this.channel = msg.channel;
+    this.id = msg.id;
+    this.status = msg.status;
+    this.pty = !!msg.pty;
+    this.readOnly = !!msg.read_only;
+    this._startedKnown = true;
+    this._replayUntil = msg.last_seq ?? 0;
+    this._setReplaying(this._replayUntil > this.lastSeq);
+    this._emit('attached', msg);
+    if (!this.readOnly) {
+      this._resendInput(msg.input_offset ?? 0);
+      if (this._stdinClosed) this._sendCloseStdin();
+      this._sizeSent = false;
+      this._flushSize();
+    }
+  }
+
+  _setReplaying(on) {
+    if (this.replaying === on) return;
+    this.replaying = on;
+    this._emit('replay', on);
+  }
+
+  /** _advance records seq as delivered; false when it was delivered already. */
+  _advance(seq) {
+    if (seq <= this.lastSeq) return false;
+    this.lastSeq = seq;
+    return true;
+  }
+
+  _afterEvent() {
+    if (this.replaying && this.lastSeq >= this._replayUntil) this._setReplaying(false);
+  }
+
+  _onOutput(frame) {
+    if (!this._advance(frame.seq)) return;
+    this._emit('output', frame.data, STREAMS[frame.stream] ?? String(frame.stream), frame.seq);
+    this._afterEvent();
+  }
+
+  _onEvent(msg) {
+    if (!this._advance(msg.seq)) return;
+    this._emit('event', msg);
+    this._afterEvent();
+  }
+
+  _onGap(msg) {
+    // The events before msg.to are gone: resume after them next time.
+    if (msg.to - 1 > this.lastSeq) this.lastSeq = msg.to - 1;
+    this._emit('gap', { from: msg.from, to: msg.to, bytes: msg.bytes ?? 0 });
+    this._afterEvent();
+  }
+
+  _onExit(msg) {
+    if (!this._advance(msg.seq)) return;
+    this.exit = { code: msg.code ?? -1, signal: msg.signal ?? '', reason: msg.reason ?? 'exited', seq: msg.seq };
+    this.status = 'ended';
+    this._setReplaying(false);
+    this._emit('exit', this.exit);
+    this._close();
+  }
+
+  _onError(msg, fatal) {
+    this._emit('error', { error: msg.error, message: msg.message ?? '', fatal });
+    if (fatal) this._close();
+  }
+
+  _onDisconnect() {
+    this.channel = null;
+    this._setReplaying(false);
+  }
+
+  _close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.channel = null;
+    this._input = [];
+    this._client._forget(this);
+    this._emit('closed');
+  }
+
+  /** _resendInput drops what the gateway has (offset) and resends the rest. */
+  _resendInput(offset) {
+    if (offset >= this._inputEnd) {
+      // The gateway has all we sent (or more, from another writer): number
+      // our next bytes after what it has.
+      this._input = [];
+      this._inputBase = this._inputEnd = offset;
+      return;
+    }
+    if (offset < this._inputBase) {
+      // Bytes between offset and what we kept were trimmed: they are lost.
+      // Send what we kept right after what the gateway has.
+      const lost = this._inputBase - offset;
+      this._emit('error', { error: 'input_lost', message: `${lost} bytes of input were lost`, fatal: false });
+      this._inputBase = offset;
+      this._inputEnd -= lost;
+    }
+    let pos = this._inputBase;
+    const kept = [];
+    for (const chunk of this._input) {
+      const end = pos + chunk.length;
+      if (end > offset) {
+        const part = pos >= offset ? chunk : chunk.subarray(offset - pos);
+        kept.push(part);
+      }
+      pos = end;
+    }
+    this._input = kept;
+    this._inputBase = Math.min(offset, this._inputEnd);
+    let at = this._inputBase;
+    for (const chunk of kept) {
+      this._client._sendBinary(encodeInput(this.channel, at, chunk));
+      at += chunk.length;
+    }
+  }
+
+  /** _trimInput bounds the unconfirmed input kept for resending. */
+  _trimInput() {
+    const max = this._client._opts.maxUnackedInput;
+    while (this._inputEnd - this._inputBase > max && this._input.length > 1) {
+      this._inputBase += this._input.shift().length;
+    }
+  }
+
+  _sendCloseStdin() {
+    this._client._send({ type: 'close-stdin', channel: this.channel, input_offset: this._inputEnd });
+  }
+
+  _flushSize() {
+    if (this._sizeSent || !this._size || this.channel === null || this.readOnly || !this.pty) return;
+    this._sizeSent = true;
+    this._client._send({ type: 'resize', channel: this.channel, rows: this._size.rows, cols: this._size.cols });
+  }
+}
+
+/** Error codes after which an execution cannot be followed any more. */
+const FATAL = new Set(['not_found', 'forbidden', 'conflict', 'invalid_id', 'invalid_spec', 'unenforceable',
+  'capacity', 'too_many_channels', 'failed', 'unauthorized']);
+
+/**
+ * TermgateClient holds one WebSocket to a gateway and the executions
+ * followed over it. It connects at once and reconnects on any failure until
+ * close(). Events: 'status' (StatusChange), 'error' (an error not tied to an
+ * execution).
+ */
+export class TermgateClient extends Emitter {
+  /** @param {ClientOptions} opts */
+  constructor(opts) {
+    super();
+    this._opts = {
+      minDelay: 250, maxDelay: 10000, pingInterval: 20000, maxUnackedInput: 4 << 20,
+      url: defaultURL(), WebSocket: globalThis.WebSocket, ...opts,
+    };
+    if (typeof this._opts.getToken !== 'function') throw new TypeError('termgate: getToken is required');
+    /** @type {WebSocket | null} */
+    this._ws = null;
+    this._live = false;
+    this._attempt = 0;
+    this._reqSeq = 0;
+    /** @type {Map<string, Execution>} req -> execution awaiting an answer */
+    this._pending = new Map();
+    /** @type {Map<number, Execution>} */
+    this._channels = new Map();
+    /** @type {Set<Execution>} */
+    this._executions = new Set();
+    /** How many WebSocket connections this client has opened. */
+    this.connections = 0;
+    /** @type {StatusChange} */
+    this.status = { state: 'connecting' };
+    this._closed = false;
+    this._timer = null;
+    this._pingTimer = null;
+    this._awaitingPong = false;
+    this._connect();
+  }
+
+  /**
+   * start starts an execution and attaches to it.
+   * @param {StartOptions} [spec]
+   * @returns {Execution}
+   */
+  start(spec = {}) {
+    const msg = { type: 'start', id: spec.id ?? randomID(), attach: true };
+    for (const k of ['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits']) {
+      if (spec[k] !== undefined) msg[k] = spec[k];
+    }
+    return this._follow(new Execution(this, { start: msg }));
+  }
+
+  /**
+   * attach follows an existing execution from its first retained event.
+   * @param {string} id
+   * @param {{readOnly?: boolean, after?: number}} [opts]
+   * @returns {Execution}
+   */
+  attach(id, opts = {}) {
+    const ex = new Execution(this, { id, readOnly: opts.readOnly });
+    ex.lastSeq = opts.after ?? 0;
+    return this._follow(ex);
+  }
+
+  /** close detaches everything and stops reconnecting. */
+  close() {
+    if (this._closed) return;
+    for (const ex of [...this._executions]) ex.detach();
+    this._closed = true;
+    clearTimeout(this._timer);
+    this._stopPing();
+    this._ws?.close(1000);
+    this._ws = null;
+    this._setStatus({ state: 'closed' });
+  }
+
+  _follow(ex) {
+    this._executions.add(ex);
+    if (this._live) this._sendAttach(ex);
+    return ex;
+  }
+
+  _forget(ex) {
+    this._executions.delete(ex);
+    if (ex.channel !== null) this._channels.delete(ex.channel);
+    for (const [req, e] of this._pending) if (e === ex) this._pending.delete(req);
+  }
+
+  _sendAttach(ex) {
+    const msg = ex._attachMessage();
+    msg.req = String(++this._reqSeq);
+    this._pending.set(msg.req, ex);
+    this._send(msg);
+  }
+
+  _setStatus(s) {
+    this.status = s;
+    this._emit('status', s);
+  }
+
+  async _connect() {
+    if (this._closed) return;
+    this._setStatus({ state: 'connecting', attempt: this._attempt });
+    let token;
+    try {
+      token = await this._opts.getToken();
+    } catch (err) {
+      this._emit('error', { error: 'token', message: String(err) });
+      this._scheduleReconnect();
+      return;
+    }
+    if (this._closed) return;
+    const protocols = [SUBPROTOCOL];
+    if (token) protocols.push(BEARER_PREFIX + token);
+    let ws;
+    try {
+      ws = new this._opts.WebSocket(this._opts.url, protocols);
+    } catch (err) {
+      this._emit('error', { error: 'connect', message: String(err) });
+      this._scheduleReconnect();
+      return;
+    }
+    this.connections++;
+    ws.binaryType = 'arraybuffer';
+    this._ws = ws;
+    ws.onopen = () => this._ws === ws && this._onOpen();
+    ws.onmessage = (e) => this._ws === ws && this._onMessage(e.data);
+    ws.onclose = (e) => this._ws === ws && this._drop(`closed ${e.code}`);
+    ws.onerror = () => this._ws === ws && this._drop('socket error');
+  }
+
+  _onOpen() {
+    this._live = true;
+    this._attempt = 0;
+    this._setStatus({ state: 'live' });
+    this._startPing();
+    for (const ex of this._executions) this._sendAttach(ex);
+  }
+
+  /** _drop abandons the current socket and schedules a reconnect. */
+  _drop(why) {
+    const ws = this._ws;
+    this._ws = null;
+    this._live = false;
+    this._stopPing();
+    if (ws && ws.readyState <= 1) {
+      try { ws.close(1000); } catch { /* already failing */ }
+    }
+    this._pending.clear();
+    this._channels.clear();
+    for (const ex of this._executions) ex._onDisconnect();
+    if (!this._closed) this._scheduleReconnect(why);
+  }
+
+  _scheduleReconnect(why) {
+    const delay = backoffDelay(this._attempt++, this._opts.minDelay, this._opts.maxDelay);
+    this._setStatus({ state: 'reconnecting', delay, attempt: this._attempt, reason: why });
+    clearTimeout(this._timer);
+    this._timer = setTimeout(() => this._connect(), delay);
+  }
+
+  _startPing() {
+    this._stopPing();
+    this._awaitingPong = false;
+    this._pingTimer = setInterval(() => {
+      if (this._awaitingPong) {
+        this._drop('no pong');
+        return;
+      }
+      this._awaitingPong = true;
+      this._send({ type: 'ping' });
+    }, this._opts.pingInterval);
+  }
+
+  _stopPing() {
+    clearInterval(this._pingTimer);
+    this._pingTimer = null;
+  }
+
+  _send(msg) {
+    if (this._live && this._ws) this._ws.send(JSON.stringify(msg));
+  }
+
+  _sendBinary(bytes) {
+    if (this._live && this._ws) this._ws.send(bytes);
+  }
+
+  _onMessage(data) {
+    this._awaitingPong = false; // any traffic shows the socket is alive
+    if (typeof data === 'string') {
+      let msg;
+      try {
+        msg = JSON.parse(data);
+      } catch {
+        this._drop('malformed control message');
+        return;
+      }
+      this._onControl(msg);
+      return;
+    }
+    let frame;
+    try {
+      frame = decodeOutput(data);
+    } catch {
+      this._drop('truncated output frame'); // resume after the last complete event
+      return;
+    }
+    if (frame) this._channels.get(frame.channel)?._onOutput(frame);
+  }
+
+  _onControl(msg) {
+    const byReq = msg.req !== undefined ? this._pending.get(msg.req) : undefined;
+    const byChannel = msg.channel ? this._channels.get(msg.channel) : undefined;
+    switch (msg.type) {
+      case 'started':
+        byReq?._onStarted(msg);
+        break;
+      case 'attached':
+        if (msg.req !== undefined) this._pending.delete(msg.req);
+        if (!byReq || byReq.closed) {
+          if (msg.channel) this._send({ type: 'detach', channel: msg.channel });
+          break;
+        }
+        this._channels.set(msg.channel, byReq);
+        byReq._onAttached(msg);
+        break;
+      case 'event':
+        byChannel?._onEvent(msg);
+        break;
+      case 'gap':
+        byChannel?._onGap(msg);
+        break;
+      case 'exit':
+        if (byChannel) {
+          this._channels.delete(msg.channel);
+          byChannel._onExit(msg);
+        }
+        break;
+      case 'error':
+        this._onErrorMessage(msg, byReq ?? byChannel);
+        break;
+      case 'auth-expiring':
+        this._reauth();
+        break;
+      case 'pong':
+      case 'ok':
+      case 'detached':
+        break;
+      default:
+        break; // unknown types are ignored, as the protocol asks
+    }
+  }
+
+  _onErrorMessage(msg, ex) {
+    if (msg.req !== undefined && this._pending.get(msg.req) === ex) this._pending.delete(msg.req);
+    if (!ex) {
+      this._emit('error', { error: msg.error, message: msg.message ?? '' });
+      return;
+    }
+    if (msg.error === 'input_full') {
+      // Resend later from what the gateway has; duplicates are dropped there.
+      setTimeout(() => ex.channel !== null && ex._resendInput(ex._inputBase), 200);
+      return;
+    }
+    ex._onError(msg, FATAL.has(msg.error) && ex.channel === null);
+  }
+
+  async _reauth() {
+    const ws = this._ws;
+    let token;
+    try {
+      token = await this._opts.getToken();
+    } catch (err) {
+      this._emit('error', { error: 'token', message: String(err) });
+      return;
+    }
+    if (this._ws === ws && token) this._send({ type: 'reauth', token });
+  }
+}
+
+function defaultURL() {
+  const loc = globalThis.location;
+  if (!loc) return '';
+  return (loc.protocol === 'https:' ? 'wss://' : 'ws://') + loc.host + '/v1/connect';
+}

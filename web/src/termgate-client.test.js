@@ -1,0 +1,127 @@
+// Unit tests of the client module with a fake WebSocket: `npm test`.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { TermgateClient, decodeOutput, encodeInput, backoffDelay } from './termgate-client.js';
+
+function outputFrame(channel, seq, stream, offset, bytes, length = bytes.length) {
+  const b = new Uint8Array(26 + bytes.length);
+  const v = new DataView(b.buffer);
+  v.setUint8(0, 1);
+  v.setUint32(1, channel);
+  v.setBigUint64(5, BigInt(seq));
+  v.setUint8(13, stream);
+  v.setBigUint64(14, BigInt(offset));
+  v.setUint32(22, length);
+  b.set(bytes, 26);
+  return b.buffer;
+}
+
+/** FakeSocket records what the client sends; tests play the server. */
+class FakeSocket {
+  static all = [];
+  constructor(url, protocols) {
+    this.url = url;
+    this.protocols = protocols;
+    this.readyState = 0;
+    this.sent = [];
+    FakeSocket.all.push(this);
+  }
+  send(m) { this.sent.push(typeof m === 'string' ? JSON.parse(m) : m); }
+  close() { this.readyState = 3; }
+  open() { this.readyState = 1; this.onopen?.(); }
+  text(m) { this.onmessage?.({ data: JSON.stringify(m) }); }
+  binary(b) { this.onmessage?.({ data: b }); }
+  drop(code = 1006) { this.readyState = 3; this.onclose?.({ code }); }
+  controls() { return this.sent.filter((m) => !(m instanceof Uint8Array)); }
+  inputs() { return this.sent.filter((m) => m instanceof Uint8Array).map((m) => ({ offset: Number(new DataView(m.buffer).getBigUint64(5)), text: new TextDecoder().decode(m.subarray(13)) })); }
+}
+
+const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
+
+async function connected(client) {
+  await tick();
+  const ws = FakeSocket.all.at(-1);
+  ws.open();
+  return ws;
+}
+
+test('frames', () => {
+  const f = decodeOutput(outputFrame(7, 9, 1, 100, new Uint8Array([0xe2, 0x82])));
+  assert.deepEqual({ ...f, data: [...f.data] }, { channel: 7, seq: 9, stream: 1, offset: 100, data: [0xe2, 0x82] });
+  assert.throws(() => decodeOutput(outputFrame(7, 9, 1, 0, new Uint8Array(3), 5)));
+  assert.throws(() => decodeOutput(new Uint8Array([1, 0, 0]).buffer));
+  const in1 = encodeInput(3, 258, new Uint8Array([65]));
+  assert.deepEqual([...in1], [2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 1, 2, 65]);
+});
+
+test('backoff: full jitter up to 250 ms doubling to 10 s', () => {
+  assert.equal(backoffDelay(0, 250, 10000, () => 0.999), 249);
+  assert.equal(backoffDelay(2, 250, 10000, () => 0.999), 999);
+  assert.equal(backoffDelay(20, 250, 10000, () => 0.999), 9990);
+  assert.equal(backoffDelay(5, 250, 10000, () => 0), 0);
+});
+
+test('reconnect reattaches after the last seq and resends input by offset', async () => {
+  FakeSocket.all = [];
+  let tokens = 0;
+  const client = new TermgateClient({ url: 'ws://x/v1/connect', getToken: () => `t${++tokens}`, WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws1 = await connected(client);
+  assert.deepEqual(ws1.protocols, ['termgate.v1', 'termgate.bearer.t1']);
+  const ex = client.start({ pty: { rows: 24, cols: 80 } });
+  const start = ws1.controls().find((m) => m.type === 'start');
+  assert.match(start.id, /^web-[0-9a-f]{24}$/);
+  const out = [];
+  ex.on('output', (b, stream, seq) => out.push([new TextDecoder().decode(b), stream, seq]));
+  ws1.text({ type: 'started', req: start.req, id: start.id, status: 'running', pty: true });
+  ws1.text({ type: 'attached', req: start.req, channel: 1, id: start.id, status: 'running', pty: true, first_seq: 1, last_seq: 1 });
+  ws1.text({ type: 'event', channel: 1, seq: 1, event: 'started', rows: 24, cols: 80 });
+  ws1.binary(outputFrame(1, 2, 1, 0, new TextEncoder().encode('hello')));
+  ex.write('ab');
+  assert.deepEqual(ws1.inputs(), [{ offset: 0, text: 'ab' }]);
+  // A truncated frame drops the socket; its bytes are not delivered.
+  ws1.binary(outputFrame(1, 3, 1, 5, new TextEncoder().encode('lo'), 10));
+  assert.equal(client.status.state, 'reconnecting');
+  ex.write('cd'); // typed while offline
+  const ws2 = await connected(client);
+  assert.deepEqual(ws2.protocols, ['termgate.v1', 'termgate.bearer.t2']);
+  const attach = ws2.controls().find((m) => m.type === 'attach');
+  assert.deepEqual({ ...attach, req: undefined }, { type: 'attach', id: start.id, after: 2, req: undefined });
+  ws2.text({ type: 'attached', req: attach.req, channel: 4, id: start.id, status: 'running', pty: true, first_seq: 1, last_seq: 3, input_offset: 1 });
+  assert.equal(ex.replaying, true);
+  assert.deepEqual(ws2.inputs(), [{ offset: 1, text: 'b' }, { offset: 2, text: 'cd' }]);
+  ws2.binary(outputFrame(4, 3, 1, 5, new TextEncoder().encode('world')));
+  assert.equal(ex.replaying, false);
+  ws2.binary(outputFrame(4, 3, 1, 5, new TextEncoder().encode('world'))); // a duplicate is ignored
+  assert.deepEqual(out, [['hello', 'pty', 2], ['world', 'pty', 3]]);
+  ex.closeStdin();
+  assert.deepEqual(ws2.controls().at(-1), { type: 'close-stdin', channel: 4, input_offset: 4 });
+  ws2.text({ type: 'auth-expiring', expires_at: 'soon' });
+  await tick();
+  assert.deepEqual(ws2.controls().at(-1), { type: 'reauth', token: 't3' });
+  let exit;
+  ex.on('exit', (x) => { exit = x; });
+  ws2.text({ type: 'gap', channel: 4, from: 4, to: 9, bytes: 77 });
+  ws2.text({ type: 'exit', channel: 4, seq: 9, code: 3, reason: 'exited' });
+  assert.deepEqual(exit, { code: 3, signal: '', reason: 'exited', seq: 9 });
+  assert.equal(ex.closed, true);
+  client.close();
+  assert.equal(client.connections, 2);
+});
+
+test('a failed start is fatal and not retried', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client);
+  const ex = client.attach('gone', { readOnly: true });
+  const attach = ws.controls().find((m) => m.type === 'attach');
+  assert.equal(attach.read_only, true);
+  let err;
+  ex.on('error', (e) => { err = e; });
+  ws.text({ type: 'error', req: attach.req, error: 'not_found', message: 'no such execution' });
+  assert.equal(err.fatal, true);
+  assert.equal(ex.closed, true);
+  ws.drop();
+  const ws2 = await connected(client);
+  assert.equal(ws2.controls().filter((m) => m.type === 'attach').length, 0);
+  client.close();
+});

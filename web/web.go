@@ -1,0 +1,107 @@
+// Package web serves termgate's browser terminal: an xterm.js page and the
+// JavaScript client of the wire protocol (gateway/PROTOCOL.md), bundled by
+// esbuild from web/src into web/dist and embedded in the binary.
+//
+// The bundle is built with npm (`cd web && npm ci && npm run build`, which
+// `make run` does) and is not committed. A binary built without it still
+// compiles and serves dist/placeholder.html, which says how to build the
+// terminal; Built reports which of the two is embedded.
+//
+// Every answer carries a strict Content-Security-Policy: the page loads
+// nothing but its own script and style and connects only to its own origin.
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"io/fs"
+	"net/http"
+	"time"
+)
+
+//go:embed dist
+var dist embed.FS
+
+// contentSecurityPolicy allows the page's own script, style and WebSocket
+// only. 'unsafe-inline' styles are needed by xterm.js, which positions its
+// rows and cursor with style attributes; scripts stay strictly 'self'.
+const contentSecurityPolicy = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
+	"style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+// asset is one embedded file ready to serve.
+type asset struct {
+	body        []byte
+	contentType string
+	etag        string
+	cache       string
+}
+
+// assets maps request paths to files, built once from the embedded tree.
+var assets = loadAssets(dist)
+
+// Built reports whether the real browser terminal is embedded, rather than
+// the placeholder page of a binary built without web/dist.
+func Built() bool {
+	return isBuilt(dist)
+}
+
+func isBuilt(fsys fs.FS) bool {
+	_, err := fs.Stat(fsys, "dist/index.html")
+	return err == nil
+}
+
+// loadAssets reads the page, its script and its style. The page is
+// dist/index.html when the bundle was built, else dist/placeholder.html.
+func loadAssets(fsys fs.FS) map[string]asset {
+	m := make(map[string]asset)
+	add := func(path, name, contentType, cache string) bool {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return false
+		}
+		sum := sha256.Sum256(b)
+		m[path] = asset{body: b, contentType: contentType, etag: `"` + hex.EncodeToString(sum[:12]) + `"`, cache: cache}
+		return true
+	}
+	// The page is never cached, so a new binary's page (and through its
+	// revalidated script) takes effect on the next load.
+	if !add("/", "dist/index.html", "text/html; charset=utf-8", "no-store") {
+		add("/", "dist/placeholder.html", "text/html; charset=utf-8", "no-store")
+		return m
+	}
+	add("/app.js", "dist/app.js", "text/javascript; charset=utf-8", "no-cache")
+	add("/app.css", "dist/app.css", "text/css; charset=utf-8", "no-cache")
+	return m
+}
+
+// Handler returns the handler of the browser terminal: "/" (the page),
+// "/app.js" and "/app.css"; any other path is 404 and any method but GET
+// and HEAD is 405. Mount it at "/" next to the gateway's "/v1/" routes.
+func Handler() http.Handler {
+	return handler(assets)
+}
+
+func handler(files map[string]asset) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		a, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.Set("Content-Type", a.contentType)
+		h.Set("Cache-Control", a.cache)
+		h.Set("ETag", a.etag)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(a.body))
+	})
+}

@@ -1,0 +1,148 @@
+package web
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+var builtFS = fstest.MapFS{
+	"dist/placeholder.html": {Data: []byte("<p>not built</p>")},
+	"dist/index.html":       {Data: []byte("<!doctype html><title>termgate</title>")},
+	"dist/app.js":           {Data: []byte("console.log(1)")},
+	"dist/app.css":          {Data: []byte("body{}")},
+}
+
+var placeholderFS = fstest.MapFS{
+	"dist/placeholder.html": {Data: []byte("<p>not built</p>")},
+}
+
+func serve(t *testing.T, h http.Handler, method, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+	return w
+}
+
+func TestHandlerServesBuiltPage(t *testing.T) {
+	t.Parallel()
+	h := handler(loadAssets(builtFS))
+	tests := []struct {
+		path, contentType, cache, body string
+	}{
+		{"/", "text/html; charset=utf-8", "no-store", "<title>termgate</title>"},
+		{"/app.js", "text/javascript; charset=utf-8", "no-cache", "console.log(1)"},
+		{"/app.css", "text/css; charset=utf-8", "no-cache", "body{}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			t.Parallel()
+			w := serve(t, h, http.MethodGet, tt.path)
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d, want 200", w.Code)
+			}
+			checkSecurityHeaders(t, w.Header())
+			if got := w.Header().Get("Content-Type"); got != tt.contentType {
+				t.Errorf("Content-Type %q, want %q", got, tt.contentType)
+			}
+			if got := w.Header().Get("Cache-Control"); got != tt.cache {
+				t.Errorf("Cache-Control %q, want %q", got, tt.cache)
+			}
+			if !strings.Contains(w.Body.String(), tt.body) {
+				t.Errorf("body %q, want it to contain %q", w.Body.String(), tt.body)
+			}
+		})
+	}
+}
+
+func checkSecurityHeaders(t *testing.T, h http.Header) {
+	t.Helper()
+	want := map[string]string{
+		"Content-Security-Policy": "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+		"X-Content-Type-Options":  "nosniff",
+		"Referrer-Policy":         "no-referrer",
+	}
+	for k, v := range want {
+		if got := h.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+func TestHandlerPlaceholder(t *testing.T) {
+	t.Parallel()
+	if isBuilt(placeholderFS) || !isBuilt(builtFS) {
+		t.Fatal("isBuilt does not tell the placeholder from the bundle")
+	}
+	h := handler(loadAssets(placeholderFS))
+	w := serve(t, h, http.MethodGet, "/")
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "not built") {
+		t.Fatalf("GET / = %d %q, want 200 and the placeholder", w.Code, w.Body.String())
+	}
+	checkSecurityHeaders(t, w.Header())
+	if got := w.Header().Get("Cache-Control"); got != "no-store" {
+		t.Errorf("Cache-Control %q, want no-store", got)
+	}
+	for _, p := range []string{"/app.js", "/app.css"} {
+		if w := serve(t, h, http.MethodGet, p); w.Code != http.StatusNotFound {
+			t.Errorf("GET %s without a bundle = %d, want 404", p, w.Code)
+		}
+	}
+}
+
+func TestHandlerRefuses(t *testing.T) {
+	t.Parallel()
+	h := handler(loadAssets(builtFS))
+	tests := []struct {
+		method, path string
+		code         int
+	}{
+		{http.MethodGet, "/index.html", http.StatusNotFound},
+		{http.MethodGet, "/placeholder.html", http.StatusNotFound},
+		{http.MethodGet, "/dist/app.js", http.StatusNotFound},
+		{http.MethodGet, "/../web.go", http.StatusNotFound},
+		{http.MethodGet, "/favicon.ico", http.StatusNotFound},
+		{http.MethodPost, "/", http.StatusMethodNotAllowed},
+		{http.MethodPut, "/app.js", http.StatusMethodNotAllowed},
+		{http.MethodDelete, "/app.css", http.StatusMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+tt.path, func(t *testing.T) {
+			t.Parallel()
+			w := serve(t, h, tt.method, tt.path)
+			if w.Code != tt.code {
+				t.Fatalf("status %d, want %d", w.Code, tt.code)
+			}
+			checkSecurityHeaders(t, w.Header())
+			if tt.code == http.StatusMethodNotAllowed && w.Header().Get("Allow") != "GET, HEAD" {
+				t.Errorf("Allow %q, want GET, HEAD", w.Header().Get("Allow"))
+			}
+		})
+	}
+}
+
+func TestHandlerHead(t *testing.T) {
+	t.Parallel()
+	w := serve(t, handler(loadAssets(builtFS)), http.MethodHead, "/app.js")
+	if w.Code != http.StatusOK || w.Body.Len() != 0 {
+		t.Fatalf("HEAD = %d with %d body bytes, want 200 and none", w.Code, w.Body.Len())
+	}
+	if w.Header().Get("Content-Length") != "14" {
+		t.Errorf("Content-Length %q, want 14", w.Header().Get("Content-Length"))
+	}
+}
+
+// TestEmbedded checks the real embedded tree: the page is always there,
+// the bundle or the placeholder.
+func TestEmbedded(t *testing.T) {
+	t.Parallel()
+	w := serve(t, Handler(), http.MethodGet, "/")
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET / = %d, want 200", w.Code)
+	}
+	if got := serve(t, Handler(), http.MethodGet, "/app.js").Code; Built() != (got == http.StatusOK) {
+		t.Errorf("Built() = %v but GET /app.js = %d", Built(), got)
+	}
+}
