@@ -159,6 +159,13 @@ func TestBrowserRunsACommand(t *testing.T) {
 	}
 	typeKeys(t, ctx, "echo hello-$((6*7)) 'é€'\r")
 	transcript(t, ctx, "the command's output", func(s string) bool { return strings.Contains(s, "hello-42 é€") })
+	if file := os.Getenv("TERMGATE_SCREENSHOT"); file != "" {
+		// The picture of the page in README.md comes from here.
+		time.Sleep(300 * time.Millisecond)
+		if png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
+			os.WriteFile(file, png, 0o644)
+		}
+	}
 	typeKeys(t, ctx, "exit 3\r")
 	poll(t, ctx, "exited", `window.__termgate.status()`, func(s string) bool { return s == "exited" })
 	code, _ := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#status"), "data-exit-code"))
