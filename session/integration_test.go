@@ -106,8 +106,10 @@ func TestCancelIgnoringTermEndsWithinGrace(t *testing.T) {
 	sub, _, _ := s.Attach("tenant", info.ID, 0)
 	drain(t, sub)
 	res := s.mustGet(t, "tenant", info.ID).Result
-	if res.Status != StatusCancelled || res.Signal != "SIGKILL" || time.Since(start) > testGrace+time.Second {
-		t.Errorf("cancel: %+v after %v", res, time.Since(start))
+	// The bound is the grace period plus one second; a loaded
+	// two-core CI run gets one more second for reaping and draining.
+	if took := res.Ended.Sub(start); res.Status != StatusCancelled || res.Signal != "SIGKILL" || took > testGrace+2*time.Second {
+		t.Errorf("cancel: %+v after %v", res, took)
 	}
 	if pids := findProcesses(marker); len(pids) > 0 {
 		t.Errorf("processes left after cancel: %v", pids)
