@@ -431,3 +431,20 @@ func heapInUse() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
 }
+
+func TestInputRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.InputPerSecond = 2 })
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	att, _ := c.expect(t, MsgAttached)
+	for i := range 3 {
+		c.sendInput(t, att.Channel, uint64(i), "x")
+	}
+	if m, _ := c.expect(t, MsgError); m.Error != "rate_limited" || m.Channel != att.Channel {
+		t.Fatalf("third input in a second: %+v", m)
+	}
+	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
+	c.expect(t, MsgOK)
+}

@@ -305,7 +305,7 @@ func limits(sb SandboxConfig, asked *Limits) (sandbox.Limits, error) {
 		return v
 	}
 	pickI := func(name string, v, def, ceiling int64) int64 {
-		return int64(pickU(name, uint64(max64(v, 0)), uint64(def), uint64(ceiling)))
+		return int64(pickU(name, uint64(max(v, 0)), uint64(def), uint64(ceiling)))
 	}
 	out.CPUSeconds = pickU("cpu_seconds", asked.CPUSeconds, out.CPUSeconds, ceil.CPUSeconds)
 	out.OpenFiles = pickU("open_files", asked.OpenFiles, out.OpenFiles, ceil.OpenFiles)
@@ -314,13 +314,6 @@ func limits(sb SandboxConfig, asked *Limits) (sandbox.Limits, error) {
 	out.Memory = pickI("memory", asked.Memory, out.Memory, ceil.Memory)
 	out.Pids = pickI("pids", asked.Pids, out.Pids, ceil.Pids)
 	return out, err
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // signalName turns a signal number into its name ("SIGTERM"), or "".

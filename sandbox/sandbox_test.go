@@ -359,6 +359,26 @@ func TestBindSourceSymlinkRefused(t *testing.T) {
 	}
 }
 
+// TestBindSourceInSandboxWritableDirRefused: a source below a directory
+// the sandbox identity owns (a workspace, say) could be swapped for a link
+// between termgate's check and bwrap's mount, so it is refused.
+func TestBindSourceInSandboxWritableDirRefused(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	l := needLauncher(t)
+	ws := testDir(t)
+	owned := filepath.Join(ws, "owned")
+	os.MkdirAll(filepath.Join(owned, "src"), 0o755)
+	if err := os.Chown(owned, DefaultUID, DefaultGID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: testDir(t),
+		Binds: []Bind{{Source: filepath.Join(owned, "src"), Dest: "/data"}}}, Stdio{})
+	if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "no sandbox can write") {
+		t.Fatalf("bind below a sandbox-owned directory: want ErrInvalidPolicy, got %v", err)
+	}
+}
+
 func TestNestedReadOnlyBindStaysReadOnly(t *testing.T) {
 	t.Parallel()
 	ro := testDir(t)
