@@ -14,6 +14,18 @@ const RESIZE_DEBOUNCE_MS = 150;
 
 const $ = (id) => document.getElementById(id);
 
+// The queries xterm.js answers through onData (its InputHandler and
+// CoreBrowserTerminal): device attributes, status and cursor reports, mode
+// and setting requests, window reports, colour queries.
+const ANSWERED_CSI = [
+  { final: 'c' }, { prefix: '>', final: 'c' },
+  { final: 'n' }, { prefix: '?', final: 'n' },
+  { intermediates: '$', final: 'p' }, { prefix: '?', intermediates: '$', final: 'p' },
+  { final: 't' },
+];
+const ANSWERED_DCS = [{ intermediates: '$', final: 'q' }];
+const ANSWERED_OSC = [4, 10, 11, 12];
+
 /**
  * readFragment takes the parameters from location.hash, keeps the token in
  * sessionStorage only and removes the fragment from the address bar, so the
@@ -92,8 +104,10 @@ class Tab {
     this.transcript = new Transcript(TRANSCRIPT_MAX);
     this.readOnly = !!how.readOnly;
     this.exit = null;
-    /** Whether xterm's answers to replayed queries are being dropped. */
+    /** Whether history is being replayed (xterm's answers are dropped). */
     this.muted = false;
+    /** Whether xterm is parsing a query it answers through onData. */
+    this.answering = false;
     this.term = new Terminal({
       cursorBlink: true,
       scrollback: 5000,
@@ -107,6 +121,7 @@ class Tab {
     this.term.loadAddon(new WebLinksAddon(openLink));
     // A program must not write the viewer's clipboard (OSC 52).
     this.term.parser.registerOscHandler(52, () => true);
+    this.watchQueries();
     this.term.attachCustomKeyEventHandler((e) => this.onKey(e));
     this.el = document.createElement('div');
     this.el.className = 'term';
@@ -187,13 +202,35 @@ class Tab {
   }
 
   /**
+   * watchQueries marks the moments xterm answers a terminal query. It
+   * answers synchronously while it parses the query, in a task of its own
+   * that no keystroke shares, so the mark lasts until that task ends (the
+   * next microtask checkpoint). The hooks return false: xterm still answers.
+   */
+  watchQueries() {
+    const mark = () => {
+      if (!this.answering) {
+        this.answering = true;
+        queueMicrotask(() => { this.answering = false; });
+      }
+      return false;
+    };
+    const p = this.term.parser;
+    for (const id of ANSWERED_CSI) p.registerCsiHandler(id, mark);
+    for (const id of ANSWERED_DCS) p.registerDcsHandler(id, mark);
+    for (const n of ANSWERED_OSC) p.registerOscHandler(n, mark);
+  }
+
+  /**
    * input sends what the user typed. During replay, xterm answers the
-   * replayed terminal queries (DA, DSR, OSC colours) through onData: those
-   * answers must not be typed into the shell, so they are dropped.
+   * replayed terminal queries (DA, DSR, DECRQM, DECRQSS, OSC colours)
+   * through onData too: those answers must not be typed into the shell, so
+   * they are dropped, and only they: keys typed meanwhile are sent.
    * @param {string | Uint8Array} data
    */
   input(data) {
-    if (this.readOnly || this.muted || this.ex.closed) return;
+    if (this.readOnly || this.ex.closed) return;
+    if (this.muted && this.answering) return;
     this.ex.write(data);
   }
 
@@ -367,5 +404,6 @@ Object.defineProperty(window, '__termgate', {
     status: () => $('status').dataset.state,
     connections: () => app.client.connections,
     execution: () => app.active?.ex.id ?? null,
+    replaying: () => !!app.active?.muted,
   }),
 });
