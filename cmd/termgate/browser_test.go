@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/client"
@@ -273,6 +274,92 @@ func TestBrowserDropsOnlyReplayedAnswers(t *testing.T) {
 	}
 	if !replaying {
 		t.Log("the replay ended before the keys were typed: only the dropped answers were checked")
+	}
+}
+
+// TestBrowserClipboardAndLinks: output cannot write the viewer's clipboard
+// (OSC 52) nor open a link by itself; a click on a link opens it in a tab
+// without access to the page; the viewer can still copy a selection
+// (Ctrl+Shift+C). window.open and the clipboard are recorded, not used.
+func TestBrowserClipboardAndLinks(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	const record = `window.__opened = []; window.__copied = [];
+window.open = (...a) => { window.__opened.push(a.map(String)); return null; };
+if (navigator.clipboard) navigator.clipboard.writeText = (s) => { window.__copied.push(String(s)); return Promise.resolve(); };`
+	_, err := chromedp.Run(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: record})
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	typeKeys(t, ctx, `printf '\033]52;c;%s\007' "$(printf pwned | base64)"; echo "see https://termgate.invalid/$((6*7))/docs"; echo copy-me-$((6*7))`+"\r")
+	transcript(t, ctx, "the output", func(s string) bool { return strings.Contains(s, "copy-me-42") })
+	time.Sleep(300 * time.Millisecond)
+	recorded := func() (opened [][]string, copied []string) {
+		opened, _ = chromedp.Run(ctx, chromedp.Evaluate[[][]string](`window.__opened`))
+		copied, _ = chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.__copied`))
+		return opened, copied
+	}
+	if opened, copied := recorded(); len(opened) != 0 || len(copied) != 0 {
+		t.Fatalf("output alone opened %q and wrote the clipboard %q", opened, copied)
+	}
+
+	at := func(text string) (x, y float64) {
+		t.Helper()
+		xy := poll(t, ctx, "where "+text+" is shown", fmt.Sprintf(`(() => {
+  for (const row of document.querySelectorAll('.xterm-rows > div')) {
+    const w = document.createTreeWalker(row, NodeFilter.SHOW_TEXT);
+    for (let n; (n = w.nextNode()); ) {
+      const i = n.data.indexOf(%q);
+      if (i < 0) continue;
+      const r = document.createRange();
+      r.setStart(n, i);
+      r.setEnd(n, i + 3);
+      const b = r.getBoundingClientRect();
+      return [b.x + b.width / 2, b.y + b.height / 2];
+    }
+  }
+  return [];
+})()`, text), func(xy []float64) bool { return len(xy) == 2 })
+		return xy[0], xy[1]
+	}
+	x, y := at("termgate.invalid/42")
+	if _, err := chromedp.Run(ctx, chromedp.MouseEvent(chromedp.MouseMoved, x, y)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // links are found on hover
+	if _, err := chromedp.Run(ctx, chromedp.MouseClickXY(x, y)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the link opened", `window.__opened.length`, func(n int) bool { return n > 0 })
+	if opened, _ := recorded(); len(opened) != 1 || fmt.Sprint(opened[0]) != "[https://termgate.invalid/42/docs _blank noopener,noreferrer]" {
+		t.Errorf("a click opened %q", opened)
+	}
+
+	x, y = at("copy-me-42")
+	if _, err := chromedp.Run(ctx, chromedp.MouseClickXY(x, y, chromedp.ClickCount(3))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = chromedp.Run(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeRawKeyDown, input.DispatchKeyEventTypeKeyUp} {
+			p := input.DispatchKeyEventParams{Type: typ, Key: "C", Code: "KeyC", WindowsVirtualKeyCode: 67,
+				Modifiers: 2 | 8} // Ctrl, Shift
+			if _, err := cdp.Call(ctx, tg, input.DispatchKeyEvent, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the copy", `window.__copied.length`, func(n int) bool { return n > 0 })
+	if _, copied := recorded(); len(copied) != 1 || strings.TrimSpace(copied[0]) != "copy-me-42" {
+		t.Errorf("Ctrl+Shift+C copied %q", copied)
 	}
 }
 
