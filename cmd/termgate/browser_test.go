@@ -161,6 +161,11 @@ func TestBrowserRunsACommand(t *testing.T) {
 	}
 	typeKeys(t, ctx, "echo hello-$((6*7)) 'é€'\r")
 	transcript(t, ctx, "the command's output", func(s string) bool { return strings.Contains(s, "hello-42 é€") })
+	// A character split across output frames is shown whole: the terminal
+	// decodes the stream, not each frame.
+	typeKeys(t, ctx, `printf 'split-\342'; sleep 0.3; printf '\202\254-%s\n' ok`+"\r")
+	poll(t, ctx, "the split character shown", `document.querySelector('.xterm-rows').textContent`,
+		func(s string) bool { return strings.Contains(s, "split-€-ok") })
 	if file := os.Getenv("TERMGATE_SCREENSHOT"); file != "" {
 		// The picture of the page in README.md comes from here.
 		time.Sleep(300 * time.Millisecond)
