@@ -32,7 +32,7 @@ export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
 
 /**
  * @typedef {'connecting' | 'live' | 'reconnecting' | 'closed'} ConnectionState
- * @typedef {{state: ConnectionState, delay?: number, attempt?: number}} StatusChange
+ * @typedef {{state: ConnectionState, delay?: number, attempt?: number, reason?: string}} StatusChange
  */
 
 /**
@@ -46,6 +46,44 @@ export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
  * @property {{rows: number, cols: number}} [pty] a terminal of this size; pipes when absent.
  * @property {number} [timeout_ms]
  * @property {Record<string, number>} [limits]
+ */
+
+/**
+ * @typedef {object} Message a control message of PROTOCOL.md; which fields
+ *   are present depends on its type.
+ * @property {string} type
+ * @property {string} [req]
+ * @property {number} [channel]
+ * @property {string} [id]
+ * @property {number} [seq]
+ * @property {string} [status]
+ * @property {boolean} [pty]
+ * @property {boolean} [read_only]
+ * @property {number} [last_seq]
+ * @property {number} [input_offset]
+ * @property {number} [from]
+ * @property {number} [to]
+ * @property {number} [bytes]
+ * @property {number} [code]
+ * @property {string} [signal]
+ * @property {string} [reason]
+ * @property {string} [error]
+ * @property {string} [message]
+ */
+
+/**
+ * @typedef {object} StartMessage the start request an Execution resends
+ *   until the gateway answers it.
+ * @property {'start'} type
+ * @property {string} id
+ * @property {boolean} attach
+ * @property {string} [req]
+ * @property {{rows: number, cols: number}} [pty]
+ */
+
+/**
+ * @typedef {{channel: number, seq: number, stream: number, offset: number, data: Uint8Array}} OutputFrame
+ * @typedef {{code: number, signal: string, reason: string, seq: number}} ExitInfo
  */
 
 /** A minimal event emitter: on() returns a function that unsubscribes. */
@@ -62,9 +100,10 @@ class Emitter {
    * @returns {() => void} unsubscribe
    */
   on(name, fn) {
-    if (!this._handlers.has(name)) this._handlers.set(name, new Set());
-    this._handlers.get(name).add(fn);
-    return () => this._handlers.get(name)?.delete(fn);
+    let set = this._handlers.get(name);
+    if (!set) this._handlers.set(name, (set = new Set()));
+    set.add(fn);
+    return () => { set.delete(fn); };
   }
 
   /** @param {string} name @param {...any} args */
@@ -85,7 +124,7 @@ class Emitter {
  * not output, and throws when the bytes are fewer or more than the length
  * field says (a message cut short by a failing connection).
  * @param {ArrayBuffer} buf
- * @returns {{channel: number, seq: number, stream: number, offset: number, data: Uint8Array} | null}
+ * @returns {OutputFrame | null}
  */
 export function decodeOutput(buf) {
   if (buf.byteLength < 1) return null;
@@ -110,7 +149,7 @@ export function decodeOutput(buf) {
  * @param {number} channel
  * @param {number} offset input bytes sent before these
  * @param {Uint8Array} data
- * @returns {Uint8Array}
+ * @returns {Uint8Array<ArrayBuffer>}
  */
 export function encodeInput(channel, offset, data) {
   const out = new Uint8Array(INPUT_HEADER + data.length);
@@ -159,15 +198,16 @@ function randomID() {
 export class Execution extends Emitter {
   /**
    * @param {TermgateClient} client
-   * @param {{start?: object, id?: string, readOnly?: boolean}} how
+   * @param {{start?: StartMessage, id?: string, readOnly?: boolean}} how
    */
   constructor(client, how) {
     super();
     this._client = client;
-    /** @type {object | null} the start message, resent verbatim until started */
+    /** @type {StartMessage | null} the start message, resent verbatim until started */
     this._start = how.start ?? null;
+    this._startedKnown = false;
     /** The execution's canonical ID (known once started). */
-    this.id = how.start ? how.start.id : how.id;
+    this.id = how.start ? how.start.id : (how.id ?? '');
     /** Whether this client asked to attach read-only. */
     this.wantReadOnly = !!how.readOnly;
     /** Whether the gateway attached the channel read-only. */
@@ -183,7 +223,7 @@ export class Execution extends Emitter {
     /** Whether events up to the attach's last_seq are still being replayed. */
     this.replaying = false;
     this._replayUntil = 0;
-    /** @type {{code: number, signal: string, reason: string, seq: number} | null} */
+    /** @type {ExitInfo | null} */
     this.exit = null;
     this.closed = false;
     // Input: _inputBase is the offset of _input[0]; _inputEnd the total written.
@@ -252,24 +292,27 @@ export class Execution extends Emitter {
 
   // --- driven by the client ---
 
-  /** @returns {object} the message that (re)attaches this execution */
+  /** @returns {Record<string, unknown>} the message that (re)attaches this execution */
   _attachMessage() {
     if (this._start && !this._startedKnown) return { ...this._start };
+    /** @type {Record<string, unknown>} */
     const m = { type: 'attach', id: this.id, after: this.lastSeq };
     if (this.wantReadOnly) m.read_only = true;
     return m;
   }
 
+  /** @param {Message} msg */
   _onStarted(msg) {
     this._startedKnown = true;
-    this.id = msg.id;
+    this.id = msg.id ?? this.id;
     this.pty = !!msg.pty;
   }
 
+  /** @param {Message} msg */
   _onAttached(msg) {
-    this.channel = msg.channel;
-    this.id = msg.id;
-    this.status = msg.status;
+    this.channel = msg.channel ?? null;
+    this.id = msg.id ?? this.id;
+    this.status = msg.status ?? '';
     this.pty = !!msg.pty;
     this.readOnly = !!msg.read_only;
     this._startedKnown = true;
@@ -284,13 +327,17 @@ export class Execution extends Emitter {
     }
   }
 
+  /** @param {boolean} on */
   _setReplaying(on) {
     if (this.replaying === on) return;
     this.replaying = on;
     this._emit('replay', on);
   }
 
-  /** _advance records seq as delivered; false when it was delivered already. */
+  /**
+   * _advance records seq as delivered; false when it was delivered already.
+   * @param {number} seq
+   */
   _advance(seq) {
     if (seq <= this.lastSeq) return false;
     this.lastSeq = seq;
@@ -301,34 +348,46 @@ export class Execution extends Emitter {
     if (this.replaying && this.lastSeq >= this._replayUntil) this._setReplaying(false);
   }
 
+  /** @param {OutputFrame} frame */
   _onOutput(frame) {
     if (!this._advance(frame.seq)) return;
-    this._emit('output', frame.data, STREAMS[frame.stream] ?? String(frame.stream), frame.seq);
+    const stream = /** @type {Record<number, string>} */ (STREAMS)[frame.stream] ?? String(frame.stream);
+    this._emit('output', frame.data, stream, frame.seq);
     this._afterEvent();
   }
 
+  /** @param {Message} msg */
   _onEvent(msg) {
-    if (!this._advance(msg.seq)) return;
+    if (!this._advance(msg.seq ?? 0)) return;
     this._emit('event', msg);
     this._afterEvent();
   }
 
+  /** @param {Message} msg */
   _onGap(msg) {
+    const from = msg.from ?? 0;
+    const to = msg.to ?? 0;
     // The events before msg.to are gone: resume after them next time.
-    if (msg.to - 1 > this.lastSeq) this.lastSeq = msg.to - 1;
-    this._emit('gap', { from: msg.from, to: msg.to, bytes: msg.bytes ?? 0 });
+    if (to - 1 > this.lastSeq) this.lastSeq = to - 1;
+    this._emit('gap', { from, to, bytes: msg.bytes ?? 0 });
     this._afterEvent();
   }
 
+  /** @param {Message} msg */
   _onExit(msg) {
-    if (!this._advance(msg.seq)) return;
-    this.exit = { code: msg.code ?? -1, signal: msg.signal ?? '', reason: msg.reason ?? 'exited', seq: msg.seq };
+    const seq = msg.seq ?? 0;
+    if (!this._advance(seq)) return;
+    this.exit = { code: msg.code ?? -1, signal: msg.signal ?? '', reason: msg.reason ?? 'exited', seq };
     this.status = 'ended';
     this._setReplaying(false);
     this._emit('exit', this.exit);
     this._close();
   }
 
+  /**
+   * @param {Message} msg
+   * @param {boolean} fatal
+   */
   _onError(msg, fatal) {
     this._emit('error', { error: msg.error, message: msg.message ?? '', fatal });
     if (fatal) this._close();
@@ -348,8 +407,13 @@ export class Execution extends Emitter {
     this._emit('closed');
   }
 
-  /** _resendInput drops what the gateway has (offset) and resends the rest. */
+  /**
+   * _resendInput drops what the gateway has (offset) and resends the rest.
+   * @param {number} offset
+   */
   _resendInput(offset) {
+    const channel = this.channel;
+    if (channel === null) return;
     if (offset >= this._inputEnd) {
       // The gateway has all we sent (or more, from another writer): number
       // our next bytes after what it has.
@@ -379,7 +443,7 @@ export class Execution extends Emitter {
     this._inputBase = Math.min(offset, this._inputEnd);
     let at = this._inputBase;
     for (const chunk of kept) {
-      this._client._sendBinary(encodeInput(this.channel, at, chunk));
+      this._client._sendBinary(encodeInput(channel, at, chunk));
       at += chunk.length;
     }
   }
@@ -388,7 +452,8 @@ export class Execution extends Emitter {
   _trimInput() {
     const max = this._client._opts.maxUnackedInput;
     while (this._inputEnd - this._inputBase > max && this._input.length > 1) {
-      this._inputBase += this._input.shift().length;
+      this._inputBase += this._input[0].length;
+      this._input.shift();
     }
   }
 
@@ -402,6 +467,9 @@ export class Execution extends Emitter {
     this._client._send({ type: 'resize', channel: this.channel, rows: this._size.rows, cols: this._size.cols });
   }
 }
+
+/** The StartOptions a start message carries besides its id. */
+const START_FIELDS = new Set(['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits']);
 
 /** Error codes after which an execution cannot be followed any more. */
 const FATAL = new Set(['not_found', 'forbidden', 'conflict', 'invalid_id', 'invalid_spec', 'unenforceable',
@@ -438,8 +506,10 @@ export class TermgateClient extends Emitter {
     /** @type {StatusChange} */
     this.status = { state: 'connecting' };
     this._closed = false;
-    this._timer = null;
-    this._pingTimer = null;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this._timer = undefined;
+    /** @type {ReturnType<typeof setInterval> | undefined} */
+    this._pingTimer = undefined;
     this._awaitingPong = false;
     this._connect();
   }
@@ -450,9 +520,11 @@ export class TermgateClient extends Emitter {
    * @returns {Execution}
    */
   start(spec = {}) {
-    const msg = { type: 'start', id: spec.id ?? randomID(), attach: true };
-    for (const k of ['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits']) {
-      if (spec[k] !== undefined) msg[k] = spec[k];
+    const { id, ...rest } = spec;
+    /** @type {StartMessage} */
+    const msg = { type: 'start', id: id ?? randomID(), attach: true };
+    for (const [k, v] of Object.entries(rest)) {
+      if (START_FIELDS.has(k) && v !== undefined) Object.assign(msg, { [k]: v });
     }
     return this._follow(new Execution(this, { start: msg }));
   }
@@ -481,25 +553,30 @@ export class TermgateClient extends Emitter {
     this._setStatus({ state: 'closed' });
   }
 
+  /** @param {Execution} ex */
   _follow(ex) {
     this._executions.add(ex);
     if (this._live) this._sendAttach(ex);
     return ex;
   }
 
+  /** @param {Execution} ex */
   _forget(ex) {
     this._executions.delete(ex);
     if (ex.channel !== null) this._channels.delete(ex.channel);
     for (const [req, e] of this._pending) if (e === ex) this._pending.delete(req);
   }
 
+  /** @param {Execution} ex */
   _sendAttach(ex) {
     const msg = ex._attachMessage();
-    msg.req = String(++this._reqSeq);
-    this._pending.set(msg.req, ex);
+    const req = String(++this._reqSeq);
+    msg.req = req;
+    this._pending.set(req, ex);
     this._send(msg);
   }
 
+  /** @param {StatusChange} s */
   _setStatus(s) {
     this.status = s;
     this._emit('status', s);
@@ -544,7 +621,10 @@ export class TermgateClient extends Emitter {
     for (const ex of this._executions) this._sendAttach(ex);
   }
 
-  /** _drop abandons the current socket and schedules a reconnect. */
+  /**
+   * _drop abandons the current socket and schedules a reconnect.
+   * @param {string} why
+   */
   _drop(why) {
     const ws = this._ws;
     this._ws = null;
@@ -559,6 +639,7 @@ export class TermgateClient extends Emitter {
     if (!this._closed) this._scheduleReconnect(why);
   }
 
+  /** @param {string} [why] */
   _scheduleReconnect(why) {
     const delay = backoffDelay(this._attempt++, this._opts.minDelay, this._opts.maxDelay);
     this._setStatus({ state: 'reconnecting', delay, attempt: this._attempt, reason: why });
@@ -581,17 +662,20 @@ export class TermgateClient extends Emitter {
 
   _stopPing() {
     clearInterval(this._pingTimer);
-    this._pingTimer = null;
+    this._pingTimer = undefined;
   }
 
+  /** @param {Record<string, unknown>} msg */
   _send(msg) {
     if (this._live && this._ws) this._ws.send(JSON.stringify(msg));
   }
 
+  /** @param {Uint8Array<ArrayBuffer>} bytes */
   _sendBinary(bytes) {
     if (this._live && this._ws) this._ws.send(bytes);
   }
 
+  /** @param {string | ArrayBuffer} data */
   _onMessage(data) {
     this._awaitingPong = false; // any traffic shows the socket is alive
     if (typeof data === 'string') {
@@ -615,6 +699,7 @@ export class TermgateClient extends Emitter {
     if (frame) this._channels.get(frame.channel)?._onOutput(frame);
   }
 
+  /** @param {Message} msg */
   _onControl(msg) {
     const byReq = msg.req !== undefined ? this._pending.get(msg.req) : undefined;
     const byChannel = msg.channel ? this._channels.get(msg.channel) : undefined;
@@ -624,7 +709,7 @@ export class TermgateClient extends Emitter {
         break;
       case 'attached':
         if (msg.req !== undefined) this._pending.delete(msg.req);
-        if (!byReq || byReq.closed) {
+        if (!byReq || byReq.closed || !msg.channel) {
           if (msg.channel) this._send({ type: 'detach', channel: msg.channel });
           break;
         }
@@ -638,7 +723,7 @@ export class TermgateClient extends Emitter {
         byChannel?._onGap(msg);
         break;
       case 'exit':
-        if (byChannel) {
+        if (byChannel && msg.channel) {
           this._channels.delete(msg.channel);
           byChannel._onExit(msg);
         }
@@ -658,6 +743,10 @@ export class TermgateClient extends Emitter {
     }
   }
 
+  /**
+   * @param {Message} msg
+   * @param {Execution | undefined} ex
+   */
   _onErrorMessage(msg, ex) {
     if (msg.req !== undefined && this._pending.get(msg.req) === ex) this._pending.delete(msg.req);
     if (!ex) {
@@ -669,7 +758,7 @@ export class TermgateClient extends Emitter {
       setTimeout(() => ex.channel !== null && ex._resendInput(ex._inputBase), 200);
       return;
     }
-    ex._onError(msg, FATAL.has(msg.error) && ex.channel === null);
+    ex._onError(msg, FATAL.has(msg.error ?? '') && ex.channel === null);
   }
 
   async _reauth() {
