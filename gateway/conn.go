@@ -124,13 +124,18 @@ func (c *conn) fail(req Request, channel uint32, code, msg string) {
 
 // failErr maps a session error to its code; other errors stay in the log.
 func (c *conn) failErr(req Request, channel uint32, err error) {
-	code := session.Code(err)
-	msg := err.Error()
+	code, msg := c.errorText(req, err)
+	c.fail(req, channel, code, msg)
+}
+
+// errorText is the code and the message safe to show for err.
+func (c *conn) errorText(req Request, err error) (code, msg string) {
+	code = session.Code(err)
 	if code == "internal" {
 		c.log.Error("request failed", "type", req.Type, "err", err)
-		msg = "internal error"
+		return code, "internal error"
 	}
-	c.fail(req, channel, code, msg)
+	return code, err.Error()
 }
 
 // closing reports whether a close handshake was started.

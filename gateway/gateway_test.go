@@ -448,3 +448,22 @@ func TestInputRateLimited(t *testing.T) {
 	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
 	c.expect(t, MsgOK)
 }
+
+// TestInputErrorsCarryTheReceivedOffset: a refused input frame is answered
+// with the input offset the execution has, for the client to resend from.
+func TestInputErrorsCarryTheReceivedOffset(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	att, _ := c.expect(t, MsgAttached)
+	c.sendInput(t, att.Channel, 0, "abc")
+	c.sendInput(t, att.Channel, 7, "x") // bytes 3 to 6 were lost on the way
+	m, _ := c.expect(t, MsgError)
+	if m.Error != "input_offset" || m.Channel != att.Channel || m.InputOffset != 3 {
+		t.Fatalf("input ahead of what was received: %+v", m)
+	}
+	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
+	c.expect(t, MsgOK)
+}

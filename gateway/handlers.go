@@ -152,10 +152,15 @@ func (c *conn) modify(req Request) {
 	var err error
 	switch req.Type {
 	case TypeCloseStdin:
-		if req.InputOffset != nil {
-			err = sup.CloseStdinAfter(tenant, ch.execID, *req.InputOffset)
-		} else {
+		if req.InputOffset == nil {
 			err = sup.CloseStdin(tenant, ch.execID)
+			break
+		}
+		var received uint64
+		if received, err = sup.CloseStdinAfter(tenant, ch.execID, *req.InputOffset); err != nil {
+			code, msg := c.errorText(req, err)
+			c.send(Message{Type: MsgError, Req: req.Req, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
+			return
 		}
 	case TypeResize:
 		err = sup.Resize(tenant, ch.execID, req.Rows, req.Cols)
@@ -195,8 +200,12 @@ func (c *conn) input(b []byte) {
 		c.fail(req, ch.id, "rate_limited", "too many input messages; resend from the execution's input offset")
 		return
 	}
-	if _, err := c.s.cfg.Supervisor.Input(c.currentClaims().Tenant, ch.execID, in.Offset, in.Data); err != nil {
-		c.failErr(req, ch.id, err)
+	received, err := c.s.cfg.Supervisor.Input(c.currentClaims().Tenant, ch.execID, in.Offset, in.Data)
+	if err != nil {
+		// The answer says what the execution has, so the client resends
+		// from there without a round trip.
+		code, msg := c.errorText(req, err)
+		c.send(Message{Type: MsgError, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
 	}
 }
 

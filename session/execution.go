@@ -322,36 +322,38 @@ func (s *Supervisor) Input(owner, id string, offset uint64, p []byte) (uint64, e
 // CloseStdin delivers end of file to a pipe execution's stdin once the
 // queued input has been written.
 func (s *Supervisor) CloseStdin(owner, id string) error {
-	return s.closeStdin(owner, id, nil)
+	_, err := s.closeStdin(owner, id, nil)
+	return err
 }
 
 // CloseStdinAfter is CloseStdin for a client that knows how much input it
 // sent: it closes only when the execution has received exactly offset
 // bytes, and otherwise fails with ErrInputOffset, so input lost on the way
-// is resent before end of file, never after.
-func (s *Supervisor) CloseStdinAfter(owner, id string, offset uint64) error {
+// is resent before end of file, never after. It returns the input offset
+// received, where such a client resends from.
+func (s *Supervisor) CloseStdinAfter(owner, id string, offset uint64) (uint64, error) {
 	return s.closeStdin(owner, id, &offset)
 }
 
-func (s *Supervisor) closeStdin(owner, id string, offset *uint64) error {
+func (s *Supervisor) closeStdin(owner, id string, offset *uint64) (uint64, error) {
 	e, err := s.lookup(owner, id)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if e.spec.Policy.TTY != nil {
-		return ErrNoPipes
+		return 0, ErrNoPipes
 	}
 	if _, err := e.running(); err != nil {
-		return err
+		return 0, err
 	}
-	first, err := e.in.closeStdin(offset)
+	received, first, err := e.in.closeStdin(offset)
 	if err != nil {
-		return err
+		return received, err
 	}
 	if first {
 		e.ring.Append(replay.Event{Kind: replay.KindStdinClosed})
 	}
-	return nil
+	return received, nil
 }
 
 // Wait is the long poll: it returns as soon as the execution has events

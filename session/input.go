@@ -99,19 +99,19 @@ func (q *inputQueue) received() uint64 {
 	return q.offset
 }
 
-// closeStdin asks for end of file after the pending input; it reports
-// whether this call was the first to ask.
-func (q *inputQueue) closeStdin(at *uint64) (bool, error) {
+// closeStdin asks for end of file after the pending input; it returns
+// the input offset received and whether this call was the first to ask.
+func (q *inputQueue) closeStdin(at *uint64) (uint64, bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if at != nil && *at != q.offset && !q.closeReq {
-		return false, fmt.Errorf("%w: close after %d bytes, have received %d", ErrInputOffset, *at, q.offset)
+		return q.offset, false, fmt.Errorf("%w: close after %d bytes, have received %d", ErrInputOffset, *at, q.offset)
 	}
 	first := !q.closeReq && !q.shut
 	q.closeReq = true
 	q.startLocked()
 	q.signal()
-	return first, nil
+	return q.offset, first, nil
 }
 
 // shutdown stops the writer: the process has ended.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -366,6 +367,26 @@ if (navigator.clipboard) navigator.clipboard.writeText = (s) => { window.__copie
 	if _, copied := recorded(); len(copied) != 1 || strings.TrimSpace(copied[0]) != "copy-me-42" {
 		t.Errorf("Ctrl+Shift+C copied %q", copied)
 	}
+}
+
+// TestBrowserLargeInputArrivesWhole: 200,000 characters typed at once, far
+// more than the gateway queues per execution, reach the program whole and
+// in order (the page sends frames and resends what the full queue refused).
+func TestBrowserLargeInputArrivesWhole(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	typeKeys(t, ctx, "stty -icanon -echo; head -c 200000 | md5sum; stty sane\r")
+	var b strings.Builder
+	for i := 0; b.Len() < 200000; i++ {
+		fmt.Fprintf(&b, "%d,", i)
+	}
+	text := b.String()[:200000]
+	time.Sleep(300 * time.Millisecond) // for stty to run first
+	typeKeys(t, ctx, text)
+	want := fmt.Sprintf("%x", md5.Sum([]byte(text)))
+	transcript(t, ctx, "md5sum of the input", func(s string) bool { return strings.Contains(s, want) })
 }
 
 func TestBrowserShowsGap(t *testing.T) {

@@ -30,6 +30,8 @@ var ErrClosed = errors.New("client: closed")
 type Error struct {
 	Code    string // a stable code, see PROTOCOL.md
 	Message string
+
+	received uint64 // input offset the server reported with input_offset
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -300,7 +302,8 @@ func (c *Client) dispatch(m gateway.Message) {
 	case gateway.MsgAuthExpiring:
 		go c.reauth()
 	case gateway.MsgError:
-		c.route(m.Channel, Event{Kind: "error", Err: &Error{Code: m.Error, Message: m.Message}})
+		// Offset: the input offset received, with a refusal of input.
+		c.route(m.Channel, Event{Kind: "error", Offset: m.InputOffset, Err: &Error{Code: m.Error, Message: m.Message}})
 	}
 }
 
@@ -362,7 +365,7 @@ func (c *Client) request(ctx context.Context, r gateway.Request, onAnswer ...fun
 				continue // lost with the connection
 			}
 			if m.Type == gateway.MsgError {
-				return m, &Error{Code: m.Error, Message: m.Message}
+				return m, &Error{Code: m.Error, Message: m.Message, received: m.InputOffset}
 			}
 			return m, nil
 		case <-ctx.Done():

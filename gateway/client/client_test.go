@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 	"io"
@@ -190,6 +191,32 @@ func TestClientResendsInputByOffset(t *testing.T) {
 	}
 	if proxy.count() < 1 {
 		t.Fatal("no connection was cut: resending was not exercised")
+	}
+}
+
+// TestClientWritesLargeInput: one Write far larger than the gateway's
+// input queue and near its message limit arrives whole and in order: the
+// client sends it in frames and resends what the full queue refused.
+func TestClientWritesLargeInput(t *testing.T) {
+	t.Parallel()
+	url, tok := newGateway(t)
+	c := dial(t, url, tok)
+	e, err := c.Start(t.Context(), gateway.Request{Command: "/bin/sh", Args: []string{"-c", "sleep 0.5; md5sum"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make([]byte, 1<<20)
+	for i := range in {
+		in[i] = byte(i*7 + i/251)
+	}
+	e.Write(in)
+	e.Write([]byte("tail"))
+	if err := e.CloseStdin(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	out, exit := collect(t, e)
+	if want := fmt.Sprintf("%x  -\n", md5.Sum(append(in, "tail"...))); out != want || exit.Code != 0 {
+		t.Fatalf("md5sum printed %q, want %q; exit %+v", out, want, exit)
 	}
 }
 

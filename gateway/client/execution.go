@@ -11,8 +11,16 @@ import (
 	"github.com/termgate/termgate/gateway"
 )
 
-// maxInputBuffer bounds the input kept for resending after a reconnect.
-const maxInputBuffer = 1 << 20
+const (
+	// maxInputBuffer bounds the input kept for resending after a reconnect.
+	maxInputBuffer = 1 << 20
+	// maxInputFrame bounds the bytes of one input frame: well under the
+	// gateway's input queue (64 KiB) and message limit.
+	maxInputFrame = 16 << 10
+	// inputRetryDelay is the pause before input the gateway refused
+	// (queue full, rate limited) is sent again.
+	inputRetryDelay = 200 * time.Millisecond
+)
 
 // Event is one event of an execution, in order: output, the other ring
 // events (started, resize, stdin-closed, signal), a gap, an error the
@@ -21,7 +29,7 @@ type Event struct {
 	Seq    uint64
 	Kind   string // output, started, resize, stdin-closed, signal, exit, gap, error
 	Stream uint8  // output: 1 pty, 2 stdout, 3 stderr
-	Offset uint64
+	Offset uint64 // output: of Data in its stream; error refusing input: input received
 	Data   []byte
 	Rows   int
 	Cols   int
@@ -70,10 +78,12 @@ type Execution struct {
 	ready   chan struct{}   // closed once attached on the current connection and input resent
 	ws      *websocket.Conn // the connection channel belongs to
 	channel uint32
-	last    uint64 // last sequence delivered
-	base    uint64 // input offset of input[0]
-	input   []byte // sent input the server may not have yet
-	sent    uint64 // input offset after everything written
+	last    uint64      // last sequence delivered
+	base    uint64      // input offset of input[0]
+	input   []byte      // sent input the server may not have yet
+	sent    uint64      // input offset after everything written
+	retry   *time.Timer // pending resend of refused input
+	retryAt uint64      // largest input offset the server reported while refusing
 	ended   bool
 	err     error
 	closed  chan struct{}
@@ -134,12 +144,10 @@ func (e *Execution) attached(m gateway.Message) {
 	if lost {
 		e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost", Message: "input older than the resend buffer was not received"}})
 	}
-	if len(resend) > 0 && ws != nil {
+	if ws != nil {
 		// Before the execution counts as ready: resent input stays ahead
 		// of anything the caller sends next (close-stdin, say).
-		ctx, cancel := context.WithTimeout(e.c.ctx, 10*time.Second)
-		ws.Write(ctx, websocket.MessageBinary, gateway.AppendInput(nil, m.Channel, from, resend))
-		cancel()
+		e.sendInput(ws, m.Channel, from, resend)
 	}
 	e.mu.Lock()
 	select {
@@ -223,7 +231,7 @@ func (e *Execution) deliver(ev Event) {
 	}
 	e.mu.Unlock()
 	if ev.Err != nil && (ev.Err.Code == "input_full" || ev.Err.Code == "input_offset" || ev.Err.Code == "rate_limited") {
-		go e.reattach() // learn the server's input offset and resend from there
+		e.retryInput(ev.Offset)
 		return
 	}
 	select {
@@ -241,6 +249,9 @@ func (e *Execution) finish(err error) {
 	e.endOnce.Do(func() {
 		e.mu.Lock()
 		e.ended, e.err = true, err
+		if e.retry != nil {
+			e.retry.Stop()
+		}
 		e.mu.Unlock()
 		e.c.mu.Lock()
 		delete(e.c.execs, e)
@@ -296,19 +307,61 @@ func (e *Execution) Write(p []byte) (int, error) {
 		e.input, e.base = e.input[over:], e.base+uint64(over)
 	}
 	channel, ws := e.channel, e.ws
-	var ready bool
-	select {
-	case <-e.ready:
-		ready = true
-	default:
-	}
+	ready := e.readyLocked()
 	e.mu.Unlock()
 	if ready && ws != nil {
 		// On the connection the channel belongs to; if that one is gone,
 		// the bytes stay buffered and are resent from the server's offset.
-		ws.Write(e.c.ctx, websocket.MessageBinary, gateway.AppendInput(nil, channel, offset, p))
+		e.sendInput(ws, channel, offset, p)
 	}
 	return len(p), nil
+}
+
+// sendInput writes p, which starts at input offset, in frames of at most
+// maxInputFrame bytes.
+func (e *Execution) sendInput(ws *websocket.Conn, channel uint32, offset uint64, p []byte) {
+	ctx, cancel := context.WithTimeout(e.c.ctx, 10*time.Second)
+	defer cancel()
+	for len(p) > 0 {
+		n := min(len(p), maxInputFrame)
+		if ws.Write(ctx, websocket.MessageBinary, gateway.AppendInput(nil, channel, offset, p[:n])) != nil {
+			return // the connection failed: the reattach resends
+		}
+		p, offset = p[n:], offset+uint64(n)
+	}
+}
+
+func (e *Execution) readyLocked() bool {
+	select {
+	case <-e.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// retryInput resends refused input after inputRetryDelay, once however
+// many frames were refused meanwhile: from received, the largest offset
+// the server reported, or else from the oldest input kept.
+func (e *Execution) retryInput(received uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.retryAt = max(e.retryAt, received)
+	if e.retry == nil && !e.ended {
+		e.retry = time.AfterFunc(inputRetryDelay, e.resendRefused)
+	}
+}
+
+func (e *Execution) resendRefused() {
+	e.mu.Lock()
+	e.retry = nil
+	resend, from, _ := e.unsentLocked(e.retryAt)
+	e.retryAt = 0
+	channel, ws, ready := e.channel, e.ws, e.readyLocked() && !e.ended
+	e.mu.Unlock()
+	if ready && ws != nil {
+		e.sendInput(ws, channel, from, resend)
+	}
 }
 
 // control sends a request about this execution's channel.
@@ -336,10 +389,12 @@ func (e *Execution) control(ctx context.Context, r gateway.Request) error {
 }
 
 // CloseStdin delivers end of file after the input written so far. The
-// server closes only once it has all of it; until then the client resyncs
-// (reattach, resend) and asks again.
+// server closes only once it has all of it; until then the client resends
+// from what the server has and asks again, as long as the server keeps
+// receiving more.
 func (e *Execution) CloseStdin(ctx context.Context) error {
-	for attempt := 0; attempt < 20; attempt++ {
+	var received uint64
+	for stalled := 0; stalled < 20; {
 		e.mu.Lock()
 		sent := e.sent
 		e.mu.Unlock()
@@ -351,8 +406,14 @@ func (e *Execution) CloseStdin(ctx context.Context) error {
 		case se == nil || se.Code != "input_offset":
 			return err
 		}
-		e.unready()
-		e.reattach()
+		if se.received <= received {
+			stalled++
+		}
+		received = max(received, se.received)
+		e.retryInput(se.received)
+		if !e.c.sleep(2 * inputRetryDelay) {
+			return ErrClosed
+		}
 	}
 	return &Error{Code: "input_offset", Message: "the server did not receive all input"}
 }

@@ -10,6 +10,9 @@ export const SUBPROTOCOL = 'termgate.v1';
 export const BEARER_PREFIX = 'termgate.bearer.';
 
 const FRAME_OUTPUT = 0x01;
+const INPUT_RETRY_MS = 200;
+/** Largest input frame: well under the gateway's input queue (64 KiB). */
+const INPUT_FRAME_MAX = 16 << 10;
 const FRAME_INPUT = 0x02;
 const OUTPUT_HEADER = 26;
 const INPUT_HEADER = 13;
@@ -232,6 +235,10 @@ export class Execution extends Emitter {
     this._inputBase = 0;
     this._inputEnd = 0;
     this._stdinClosed = false;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this._retryTimer = undefined;
+    /** Largest input offset the gateway reported while refusing input. */
+    this._retryFrom = -1;
     /** @type {{rows: number, cols: number} | null} */
     this._size = how.start?.pty ? { ...how.start.pty } : null;
     this._sizeSent = !!how.start?.pty;
@@ -246,12 +253,15 @@ export class Execution extends Emitter {
   write(data) {
     if (this.closed || this.readOnly || this._stdinClosed) return;
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
-    if (bytes.length === 0) return;
-    const offset = this._inputEnd;
-    this._input.push(bytes);
-    this._inputEnd += bytes.length;
+    for (let at = 0; at < bytes.length; at += INPUT_FRAME_MAX) {
+      // Kept and sent in frames, so a large paste fits the gateway's queue.
+      const chunk = bytes.subarray(at, at + INPUT_FRAME_MAX);
+      const offset = this._inputEnd;
+      this._input.push(chunk);
+      this._inputEnd += chunk.length;
+      if (this.channel !== null) this._client._sendBinary(encodeInput(this.channel, offset, chunk));
+    }
     this._trimInput();
-    if (this.channel !== null) this._client._sendBinary(encodeInput(this.channel, offset, bytes));
   }
 
   /** closeStdin ends the execution's input after everything written (pipes only). */
@@ -396,11 +406,16 @@ export class Execution extends Emitter {
   _onDisconnect() {
     this.channel = null;
     this._setReplaying(false);
+    // The reattach resends the input from what the gateway has.
+    clearTimeout(this._retryTimer);
+    this._retryTimer = undefined;
+    this._retryFrom = -1;
   }
 
   _close() {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this._retryTimer);
     this.channel = null;
     this._input = [];
     this._client._forget(this);
@@ -448,6 +463,26 @@ export class Execution extends Emitter {
     }
   }
 
+  /**
+   * _retryInput resends refused input a moment later, once however many
+   * frames were refused meanwhile: from the offset the gateway reported,
+   * else from the last one it confirmed. Overlaps are dropped there.
+   * @param {number} [offset]
+   */
+  _retryInput(offset) {
+    if (offset !== undefined) this._retryFrom = Math.max(this._retryFrom, offset);
+    if (this._retryTimer !== undefined) return;
+    this._retryTimer = setTimeout(() => {
+      this._retryTimer = undefined;
+      const from = this._retryFrom >= 0 ? this._retryFrom : this._inputBase;
+      this._retryFrom = -1;
+      if (this.closed || this.channel === null) return;
+      this._resendInput(from);
+      // A close-stdin refused for missing input is asked again after it.
+      if (this._stdinClosed) this._sendCloseStdin();
+    }, INPUT_RETRY_MS);
+  }
+
   /** _trimInput bounds the unconfirmed input kept for resending. */
   _trimInput() {
     const max = this._client._opts.maxUnackedInput;
@@ -470,6 +505,9 @@ export class Execution extends Emitter {
 
 /** The StartOptions a start message carries besides its id. */
 const START_FIELDS = new Set(['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits']);
+
+/** Error codes refusing input that is then resent a moment later. */
+const INPUT_RETRY = new Set(['input_full', 'input_offset', 'rate_limited']);
 
 /** Error codes after which an execution cannot be followed any more. */
 const FATAL = new Set(['not_found', 'forbidden', 'conflict', 'invalid_id', 'invalid_spec', 'unenforceable',
@@ -753,9 +791,8 @@ export class TermgateClient extends Emitter {
       this._emit('error', { error: msg.error, message: msg.message ?? '' });
       return;
     }
-    if (msg.error === 'input_full') {
-      // Resend later from what the gateway has; duplicates are dropped there.
-      setTimeout(() => ex.channel !== null && ex._resendInput(ex._inputBase), 200);
+    if (INPUT_RETRY.has(msg.error ?? '')) {
+      ex._retryInput(msg.input_offset);
       return;
     }
     ex._onError(msg, FATAL.has(msg.error ?? '') && ex.channel === null);

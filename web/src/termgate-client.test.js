@@ -125,3 +125,44 @@ test('a failed start is fatal and not retried', async () => {
   assert.equal(ws2.controls().filter((m) => m.type === 'attach').length, 0);
   client.close();
 });
+
+test('refused input is resent once, from the offset the gateway has', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client);
+  const ex = client.attach('job');
+  const attach = ws.controls().find((m) => m.type === 'attach');
+  let errors = 0;
+  ex.on('error', () => { errors++; });
+  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  ex.write('abc');
+  ex.write('def');
+  ex.write('g');
+  // The second frame found the input queue full; the third was then ahead.
+  ws.text({ type: 'error', channel: 2, error: 'input_full', input_offset: 3 });
+  ws.text({ type: 'error', channel: 2, error: 'input_offset', input_offset: 3 });
+  ws.text({ type: 'error', channel: 2, error: 'rate_limited' });
+  assert.equal(ws.inputs().length, 3);
+  await tick(300);
+  assert.deepEqual(ws.inputs().slice(3), [{ offset: 3, text: 'def' }, { offset: 6, text: 'g' }]);
+  assert.equal(errors, 0, 'handled refusals are not errors for the page');
+  ex.closeStdin();
+  assert.deepEqual(ws.controls().at(-1), { type: 'close-stdin', channel: 2, input_offset: 7 });
+  ws.text({ type: 'error', channel: 2, error: 'input_offset', input_offset: 6 });
+  await tick(300);
+  assert.deepEqual(ws.inputs().slice(5), [{ offset: 6, text: 'g' }]);
+  assert.deepEqual(ws.controls().at(-1), { type: 'close-stdin', channel: 2, input_offset: 7 });
+  client.close();
+});
+
+test('a large write goes out in frames of at most 16 KiB', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client);
+  const ex = client.attach('job');
+  const attach = ws.controls().find((m) => m.type === 'attach');
+  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  ex.write('x'.repeat(40000));
+  assert.deepEqual(ws.inputs().map((i) => [i.offset, i.text.length]), [[0, 16384], [16384, 16384], [32768, 7232]]);
+  client.close();
+});
