@@ -44,8 +44,9 @@ func TestPTY(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := proc.Stdin()
-		in.Write([]byte("echo flags=$-; sleep 100\n"))
-		waitFor(t, &out, "flags=")
+		// Wait for what bash prints, not for the terminal's echo of the line.
+		in.Write([]byte("echo flags=$-; echo ran-$((6*7)); sleep 100\n"))
+		waitFor(t, &out, "ran-42")
 		time.Sleep(100 * time.Millisecond) // let sleep become the foreground job
 		in.Write([]byte{3})
 		in.Write([]byte("echo after-interrupt; exit 4\n"))
