@@ -442,7 +442,7 @@ func TestInputRateLimited(t *testing.T) {
 	for i := range 3 {
 		c.sendInput(t, att.Channel, uint64(i), "x")
 	}
-	if m, _ := c.expect(t, MsgError); m.Error != "rate_limited" || m.Channel != att.Channel {
+	if m, _ := c.expect(t, MsgError); m.Error != "rate_limited" || m.Channel != att.Channel || m.InputOffset != 2 {
 		t.Fatalf("third input in a second: %+v", m)
 	}
 	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})

@@ -196,11 +196,14 @@ func (c *conn) input(b []byte) {
 	if !ok {
 		return
 	}
+	sup, tenant := c.s.cfg.Supervisor, c.currentClaims().Tenant
 	if !c.inputs.allow() {
-		c.fail(req, ch.id, "rate_limited", "too many input messages; resend from the execution's input offset")
+		received, _ := sup.Input(tenant, ch.execID, 0, nil) // empty input only reads the offset
+		c.send(Message{Type: MsgError, Channel: ch.id, Error: "rate_limited", InputOffset: received,
+			Message: "too many input messages; resend from the execution's input offset"})
 		return
 	}
-	received, err := c.s.cfg.Supervisor.Input(c.currentClaims().Tenant, ch.execID, in.Offset, in.Data)
+	received, err := sup.Input(tenant, ch.execID, in.Offset, in.Data)
 	if err != nil {
 		// The answer says what the execution has, so the client resends
 		// from there without a round trip.

@@ -3,23 +3,13 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
-)
-
-const (
-	// maxInputBuffer bounds the input kept for resending after a reconnect.
-	maxInputBuffer = 1 << 20
-	// maxInputFrame bounds the bytes of one input frame: well under the
-	// gateway's input queue (64 KiB) and message limit.
-	maxInputFrame = 16 << 10
-	// inputRetryDelay is the pause before input the gateway refused
-	// (queue full, rate limited) is sent again.
-	inputRetryDelay = 200 * time.Millisecond
 )
 
 // Event is one event of an execution, in order: output, the other ring
@@ -74,16 +64,14 @@ type Execution struct {
 	readOnly bool
 	events   chan Event // bounded: a caller that stops reading stops the connection's reads
 
+	sendMu sync.Mutex // held while input frames are written: they leave in offset order
+
 	mu      sync.Mutex
 	ready   chan struct{}   // closed once attached on the current connection and input resent
 	ws      *websocket.Conn // the connection channel belongs to
 	channel uint32
-	last    uint64      // last sequence delivered
-	base    uint64      // input offset of input[0]
-	input   []byte      // sent input the server may not have yet
-	sent    uint64      // input offset after everything written
-	retry   *time.Timer // pending resend of refused input
-	retryAt uint64      // largest input offset the server reported while refusing
+	last    uint64 // last sequence delivered
+	in      input  // guarded by mu
 	ended   bool
 	err     error
 	closed  chan struct{}
@@ -139,16 +127,16 @@ func (e *Execution) attached(m gateway.Message) {
 	e.c.mu.Unlock()
 	e.mu.Lock()
 	e.channel, e.pty, e.readOnly, e.ws = m.Channel, m.PTY, m.ReadOnly, ws
-	resend, from, lost := e.unsentLocked(m.InputOffset)
+	e.in.stopPacing()
+	lost := e.in.rewind(m.InputOffset)
 	e.mu.Unlock()
-	if lost {
-		e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost", Message: "input older than the resend buffer was not received"}})
+	if lost > 0 {
+		e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost",
+			Message: fmt.Sprintf("%d bytes of input older than the resend buffer were not received", lost)}})
 	}
-	if ws != nil {
-		// Before the execution counts as ready: resent input stays ahead
-		// of anything the caller sends next (close-stdin, say).
-		e.sendInput(ws, m.Channel, from, resend)
-	}
+	// Before the execution counts as ready: resent input stays ahead of
+	// anything the caller sends next.
+	e.flush()
 	e.mu.Lock()
 	select {
 	case <-e.ready:
@@ -163,6 +151,7 @@ func (e *Execution) attached(m gateway.Message) {
 func (e *Execution) unready() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.in.stopPacing() // the reattach resends from what the server has
 	select {
 	case <-e.ready:
 		e.ready = make(chan struct{})
@@ -183,15 +172,6 @@ func (e *Execution) whenReady(ctx context.Context) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-// unsentLocked trims input the server has received and returns the rest.
-func (e *Execution) unsentLocked(received uint64) ([]byte, uint64, bool) {
-	if received > e.base {
-		drop := min(received-e.base, uint64(len(e.input)))
-		e.input, e.base = e.input[drop:], e.base+drop
-	}
-	return append([]byte(nil), e.input...), e.base, received < e.base
 }
 
 // reattach follows the execution on a new connection after e.last.
@@ -231,7 +211,7 @@ func (e *Execution) deliver(ev Event) {
 	}
 	e.mu.Unlock()
 	if ev.Err != nil && (ev.Err.Code == "input_full" || ev.Err.Code == "input_offset" || ev.Err.Code == "rate_limited") {
-		e.retryInput(ev.Offset)
+		e.refused(ev.Offset)
 		return
 	}
 	select {
@@ -249,9 +229,7 @@ func (e *Execution) finish(err error) {
 	e.endOnce.Do(func() {
 		e.mu.Lock()
 		e.ended, e.err = true, err
-		if e.retry != nil {
-			e.retry.Stop()
-		}
+		e.in.stopPacing()
 		e.mu.Unlock()
 		e.c.mu.Lock()
 		delete(e.c.execs, e)
@@ -288,82 +266,6 @@ func (e *Execution) Next(ctx context.Context) (Event, error) {
 	}
 }
 
-// Write sends input. It is kept until the server has it: after a
-// reconnect, whatever the server lacks is resent by offset, so nothing is
-// typed twice or lost.
-func (e *Execution) Write(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	e.mu.Lock()
-	if e.ended {
-		e.mu.Unlock()
-		return 0, io.ErrClosedPipe
-	}
-	offset := e.sent
-	e.sent += uint64(len(p))
-	e.input = append(e.input, p...)
-	if over := len(e.input) - maxInputBuffer; over > 0 {
-		e.input, e.base = e.input[over:], e.base+uint64(over)
-	}
-	channel, ws := e.channel, e.ws
-	ready := e.readyLocked()
-	e.mu.Unlock()
-	if ready && ws != nil {
-		// On the connection the channel belongs to; if that one is gone,
-		// the bytes stay buffered and are resent from the server's offset.
-		e.sendInput(ws, channel, offset, p)
-	}
-	return len(p), nil
-}
-
-// sendInput writes p, which starts at input offset, in frames of at most
-// maxInputFrame bytes.
-func (e *Execution) sendInput(ws *websocket.Conn, channel uint32, offset uint64, p []byte) {
-	ctx, cancel := context.WithTimeout(e.c.ctx, 10*time.Second)
-	defer cancel()
-	for len(p) > 0 {
-		n := min(len(p), maxInputFrame)
-		if ws.Write(ctx, websocket.MessageBinary, gateway.AppendInput(nil, channel, offset, p[:n])) != nil {
-			return // the connection failed: the reattach resends
-		}
-		p, offset = p[n:], offset+uint64(n)
-	}
-}
-
-func (e *Execution) readyLocked() bool {
-	select {
-	case <-e.ready:
-		return true
-	default:
-		return false
-	}
-}
-
-// retryInput resends refused input after inputRetryDelay, once however
-// many frames were refused meanwhile: from received, the largest offset
-// the server reported, or else from the oldest input kept.
-func (e *Execution) retryInput(received uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.retryAt = max(e.retryAt, received)
-	if e.retry == nil && !e.ended {
-		e.retry = time.AfterFunc(inputRetryDelay, e.resendRefused)
-	}
-}
-
-func (e *Execution) resendRefused() {
-	e.mu.Lock()
-	e.retry = nil
-	resend, from, _ := e.unsentLocked(e.retryAt)
-	e.retryAt = 0
-	channel, ws, ready := e.channel, e.ws, e.readyLocked() && !e.ended
-	e.mu.Unlock()
-	if ready && ws != nil {
-		e.sendInput(ws, channel, from, resend)
-	}
-}
-
 // control sends a request about this execution's channel.
 func (e *Execution) control(ctx context.Context, r gateway.Request) error {
 	for attempt := 0; attempt < 50; attempt++ {
@@ -386,36 +288,6 @@ func (e *Execution) control(ctx context.Context, r gateway.Request) error {
 		return err
 	}
 	return &Error{Code: "not_attached", Message: "the execution could not be reattached"}
-}
-
-// CloseStdin delivers end of file after the input written so far. The
-// server closes only once it has all of it; until then the client resends
-// from what the server has and asks again, as long as the server keeps
-// receiving more.
-func (e *Execution) CloseStdin(ctx context.Context) error {
-	var received uint64
-	for stalled := 0; stalled < 20; {
-		e.mu.Lock()
-		sent := e.sent
-		e.mu.Unlock()
-		err := e.control(ctx, gateway.Request{Type: gateway.TypeCloseStdin, InputOffset: &sent})
-		var se *Error
-		switch {
-		case errors.Is(err, io.ErrClosedPipe) || errors.As(err, &se) && se.Code == "not_running":
-			return nil // it ended: an earlier attempt's answer was lost, or it needed no more input
-		case se == nil || se.Code != "input_offset":
-			return err
-		}
-		if se.received <= received {
-			stalled++
-		}
-		received = max(received, se.received)
-		e.retryInput(se.received)
-		if !e.c.sleep(2 * inputRetryDelay) {
-			return ErrClosed
-		}
-	}
-	return &Error{Code: "input_offset", Message: "the server did not receive all input"}
 }
 
 // Resize sets the terminal size.

@@ -14,14 +14,15 @@ const RESIZE_DEBOUNCE_MS = 150;
 
 const $ = (id) => document.getElementById(id);
 
-// The queries xterm.js answers through onData (its InputHandler and
-// CoreBrowserTerminal): device attributes, status and cursor reports, mode
-// and setting requests, window reports, colour queries.
+// The sequences xterm.js answers at once through onData (its InputHandler
+// and CoreBrowserTerminal): device attributes, status and cursor reports,
+// mode and setting requests, window reports, colour queries, and DECSET
+// (enabling focus events, 1004, reports the focus right away).
 const ANSWERED_CSI = [
   { final: 'c' }, { prefix: '>', final: 'c' },
   { final: 'n' }, { prefix: '?', final: 'n' },
   { intermediates: '$', final: 'p' }, { prefix: '?', intermediates: '$', final: 'p' },
-  { final: 't' },
+  { final: 't' }, { prefix: '?', final: 'h' },
 ];
 const ANSWERED_DCS = [{ intermediates: '$', final: 'q' }];
 const ANSWERED_OSC = [4, 10, 11, 12];

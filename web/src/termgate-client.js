@@ -10,12 +10,17 @@ export const SUBPROTOCOL = 'termgate.v1';
 export const BEARER_PREFIX = 'termgate.bearer.';
 
 const FRAME_OUTPUT = 0x01;
-const INPUT_RETRY_MS = 200;
-/** Largest input frame: well under the gateway's input queue (64 KiB). */
-const INPUT_FRAME_MAX = 16 << 10;
 const FRAME_INPUT = 0x02;
 const OUTPUT_HEADER = 26;
 const INPUT_HEADER = 13;
+
+// Input pacing (PROTOCOL.md): frames of at most 16 KiB, at most a window
+// of 64 KiB (the gateway's input queue) at a time, then a pause; a pause
+// doubles while refusals show no progress.
+const INPUT_FRAME_MAX = 16 << 10;
+const INPUT_WINDOW = 64 << 10;
+const INPUT_PAUSE_MS = 200;
+const INPUT_PAUSE_MAX_MS = 3200;
 
 /** Names of output streams by their number in an output frame. */
 export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
@@ -229,16 +234,25 @@ export class Execution extends Emitter {
     /** @type {ExitInfo | null} */
     this.exit = null;
     this.closed = false;
-    // Input: _inputBase is the offset of _input[0]; _inputEnd the total written.
+    // Input: _input holds what was written and not yet known to be
+    // received, in chunks of at most INPUT_FRAME_MAX bytes. _inputBase is
+    // the offset of _input[0], _inputEnd the offset after the last byte
+    // written, _sendAt the offset of the next byte to send.
     /** @type {Uint8Array[]} */
     this._input = [];
     this._inputBase = 0;
     this._inputEnd = 0;
+    this._sendAt = 0;
     this._stdinClosed = false;
-    /** @type {ReturnType<typeof setTimeout> | undefined} */
-    this._retryTimer = undefined;
-    /** Largest input offset the gateway reported while refusing input. */
-    this._retryFrom = -1;
+    /** Whether close-stdin waits for the input before it to be sent. */
+    this._closePending = false;
+    /** @type {ReturnType<typeof setTimeout> | undefined} the next paced send */
+    this._flushTimer = undefined;
+    this._pause = INPUT_PAUSE_MS;
+    /** Largest offset reported by refusals since the last send, or -1. */
+    this._refusedAt = -1;
+    /** Offset the previous round of refusals reported: progress shows here. */
+    this._lastRefusal = -1;
     /** @type {{rows: number, cols: number} | null} */
     this._size = how.start?.pty ? { ...how.start.pty } : null;
     this._sizeSent = !!how.start?.pty;
@@ -246,29 +260,25 @@ export class Execution extends Emitter {
 
   /**
    * write sends input (a string is UTF-8 encoded). It is kept until the
-   * gateway confirms it on a reattach, and resent by offset after a
-   * disconnect, so it is applied exactly once. Ignored when read-only.
+   * gateway confirms it, and resent by offset after a disconnect or a
+   * refusal, so it is applied exactly once. A large write goes out paced
+   * to the gateway's input queue. Ignored when read-only.
    * @param {string | Uint8Array} data
    */
   write(data) {
     if (this.closed || this.readOnly || this._stdinClosed) return;
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
-    for (let at = 0; at < bytes.length; at += INPUT_FRAME_MAX) {
-      // Kept and sent in frames, so a large paste fits the gateway's queue.
-      const chunk = bytes.subarray(at, at + INPUT_FRAME_MAX);
-      const offset = this._inputEnd;
-      this._input.push(chunk);
-      this._inputEnd += chunk.length;
-      if (this.channel !== null) this._client._sendBinary(encodeInput(this.channel, offset, chunk));
-    }
-    this._trimInput();
+    if (bytes.length === 0) return;
+    this._keep(bytes);
+    if (this._flushTimer === undefined) this._flush();
   }
 
   /** closeStdin ends the execution's input after everything written (pipes only). */
   closeStdin() {
     if (this.closed || this.readOnly || this._stdinClosed) return;
     this._stdinClosed = true;
-    if (this.channel !== null) this._sendCloseStdin();
+    this._closePending = true;
+    if (this._flushTimer === undefined) this._flush();
   }
 
   /**
@@ -330,8 +340,9 @@ export class Execution extends Emitter {
     this._setReplaying(this._replayUntil > this.lastSeq);
     this._emit('attached', msg);
     if (!this.readOnly) {
-      this._resendInput(msg.input_offset ?? 0);
-      if (this._stdinClosed) this._sendCloseStdin();
+      this._rewind(msg.input_offset ?? 0);
+      this._closePending = this._stdinClosed;
+      this._flush();
       this._sizeSent = false;
       this._flushSize();
     }
@@ -406,85 +417,43 @@ export class Execution extends Emitter {
   _onDisconnect() {
     this.channel = null;
     this._setReplaying(false);
-    // The reattach resends the input from what the gateway has.
-    clearTimeout(this._retryTimer);
-    this._retryTimer = undefined;
-    this._retryFrom = -1;
+    this._stopPacing(); // the reattach resends from what the gateway has
   }
 
   _close() {
     if (this.closed) return;
     this.closed = true;
-    clearTimeout(this._retryTimer);
+    this._stopPacing();
     this.channel = null;
     this._input = [];
     this._client._forget(this);
     this._emit('closed');
   }
 
-  /**
-   * _resendInput drops what the gateway has (offset) and resends the rest.
-   * @param {number} offset
-   */
-  _resendInput(offset) {
-    const channel = this.channel;
-    if (channel === null) return;
-    if (offset >= this._inputEnd) {
-      // The gateway has all we sent (or more, from another writer): number
-      // our next bytes after what it has.
-      this._input = [];
-      this._inputBase = this._inputEnd = offset;
-      return;
-    }
-    if (offset < this._inputBase) {
-      // Bytes between offset and what we kept were trimmed: they are lost.
-      // Send what we kept right after what the gateway has.
-      const lost = this._inputBase - offset;
-      this._emit('error', { error: 'input_lost', message: `${lost} bytes of input were lost`, fatal: false });
-      this._inputBase = offset;
-      this._inputEnd -= lost;
-    }
-    let pos = this._inputBase;
-    const kept = [];
-    for (const chunk of this._input) {
-      const end = pos + chunk.length;
-      if (end > offset) {
-        const part = pos >= offset ? chunk : chunk.subarray(offset - pos);
-        kept.push(part);
-      }
-      pos = end;
-    }
-    this._input = kept;
-    this._inputBase = Math.min(offset, this._inputEnd);
-    let at = this._inputBase;
-    for (const chunk of kept) {
-      this._client._sendBinary(encodeInput(channel, at, chunk));
-      at += chunk.length;
-    }
+  _stopPacing() {
+    clearTimeout(this._flushTimer);
+    this._flushTimer = undefined;
+    this._refusedAt = this._lastRefusal = -1;
+    this._pause = INPUT_PAUSE_MS;
   }
 
   /**
-   * _retryInput resends refused input a moment later, once however many
-   * frames were refused meanwhile: from the offset the gateway reported,
-   * else from the last one it confirmed. Overlaps are dropped there.
-   * @param {number} [offset]
+   * _keep appends written bytes to the kept input, filling the last chunk
+   * up to INPUT_FRAME_MAX, and bounds what is kept.
+   * @param {Uint8Array} bytes
    */
-  _retryInput(offset) {
-    if (offset !== undefined) this._retryFrom = Math.max(this._retryFrom, offset);
-    if (this._retryTimer !== undefined) return;
-    this._retryTimer = setTimeout(() => {
-      this._retryTimer = undefined;
-      const from = this._retryFrom >= 0 ? this._retryFrom : this._inputBase;
-      this._retryFrom = -1;
-      if (this.closed || this.channel === null) return;
-      this._resendInput(from);
-      // A close-stdin refused for missing input is asked again after it.
-      if (this._stdinClosed) this._sendCloseStdin();
-    }, INPUT_RETRY_MS);
-  }
-
-  /** _trimInput bounds the unconfirmed input kept for resending. */
-  _trimInput() {
+  _keep(bytes) {
+    let at = 0;
+    const last = this._input.at(-1);
+    if (last && last.length < INPUT_FRAME_MAX) {
+      at = Math.min(bytes.length, INPUT_FRAME_MAX - last.length);
+      const merged = new Uint8Array(last.length + at);
+      merged.set(last);
+      merged.set(bytes.subarray(0, at), last.length);
+      this._input[this._input.length - 1] = merged;
+    }
+    for (; at < bytes.length; at += INPUT_FRAME_MAX) this._input.push(bytes.slice(at, at + INPUT_FRAME_MAX));
+    this._inputEnd += bytes.length;
     const max = this._client._opts.maxUnackedInput;
     while (this._inputEnd - this._inputBase > max && this._input.length > 1) {
       this._inputBase += this._input[0].length;
@@ -492,8 +461,102 @@ export class Execution extends Emitter {
     }
   }
 
-  _sendCloseStdin() {
-    this._client._send({ type: 'close-stdin', channel: this.channel, input_offset: this._inputEnd });
+  /**
+   * _bytes copies the kept input between offsets from and to, walking from
+   * the newest chunk: sends are near the end.
+   * @param {number} from
+   * @param {number} to
+   */
+  _bytes(from, to) {
+    const out = new Uint8Array(to - from);
+    let end = this._inputEnd;
+    for (let i = this._input.length - 1; i >= 0 && end > from; i--) {
+      const chunk = this._input[i];
+      const pos = end - chunk.length;
+      if (pos < to) {
+        const a = Math.max(from, pos);
+        out.set(chunk.subarray(a - pos, Math.min(to, end) - pos), a - from);
+      }
+      end = pos;
+    }
+    return out;
+  }
+
+  /**
+   * _flush sends unsent input, at most INPUT_WINDOW bytes in frames of at
+   * most INPUT_FRAME_MAX; the rest follows after a pause. Once all is
+   * sent, a pending close-stdin goes out.
+   */
+  _flush() {
+    this._flushTimer = undefined;
+    const channel = this.channel;
+    if (channel === null || this.closed || this.readOnly) return;
+    // Bytes dropped unsent by the bound are lost; the gateway's refusal
+    // of what follows tells, and _rewind renumbers.
+    const from = Math.max(this._sendAt, this._inputBase);
+    const to = Math.min(this._inputEnd, from + INPUT_WINDOW);
+    const data = this._bytes(from, to);
+    for (let at = 0; at < data.length; at += INPUT_FRAME_MAX) {
+      this._client._sendBinary(encodeInput(channel, from + at, data.subarray(at, at + INPUT_FRAME_MAX)));
+    }
+    this._sendAt = to;
+    if (to < this._inputEnd) {
+      this._flushTimer = setTimeout(() => this._flush(), this._pause);
+    } else if (this._closePending) {
+      this._closePending = false;
+      this._client._send({ type: 'close-stdin', channel, input_offset: this._inputEnd });
+    }
+  }
+
+  /**
+   * _rewind restarts sending from offset, the input the gateway has.
+   * @param {number} offset
+   */
+  _rewind(offset) {
+    if (offset >= this._inputEnd) {
+      // The gateway has all we wrote (or more, from another writer):
+      // number our next bytes after what it has.
+      this._input = [];
+      this._inputBase = this._inputEnd = this._sendAt = offset;
+      return;
+    }
+    if (offset < this._inputBase) {
+      // Bytes between offset and what we kept were dropped by the bound:
+      // they are lost. What we kept follows what the gateway has.
+      const lost = this._inputBase - offset;
+      this._emit('error', { error: 'input_lost', message: `${lost} bytes of input were lost`, fatal: false });
+      this._inputBase -= lost;
+      this._inputEnd -= lost;
+    }
+    while (this._input.length > 0 && this._inputBase + this._input[0].length <= offset) {
+      this._inputBase += this._input[0].length;
+      this._input.shift();
+    }
+    this._sendAt = offset;
+  }
+
+  /**
+   * _onRefused handles input the gateway refused (queue full, ahead of
+   * what it has, rate limited): after a pause, send again from the largest
+   * offset the refusals reported. The first refusal after a send sets the
+   * pause: back to the shortest after progress, doubled without.
+   * @param {string} code
+   * @param {number} offset
+   */
+  _onRefused(code, offset) {
+    if (this.channel === null || this.closed) return;
+    if (code === 'input_offset' && this._stdinClosed) this._closePending = true; // perhaps close-stdin's
+    if (this._refusedAt < 0) {
+      this._pause = offset > this._lastRefusal ? INPUT_PAUSE_MS : Math.min(2 * this._pause, INPUT_PAUSE_MAX_MS);
+      this._lastRefusal = offset;
+    }
+    this._refusedAt = Math.max(this._refusedAt, offset);
+    clearTimeout(this._flushTimer);
+    this._flushTimer = setTimeout(() => {
+      this._rewind(this._refusedAt);
+      this._refusedAt = -1;
+      this._flush();
+    }, this._pause);
   }
 
   _flushSize() {
@@ -506,8 +569,8 @@ export class Execution extends Emitter {
 /** The StartOptions a start message carries besides its id. */
 const START_FIELDS = new Set(['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits']);
 
-/** Error codes refusing input that is then resent a moment later. */
-const INPUT_RETRY = new Set(['input_full', 'input_offset', 'rate_limited']);
+/** Error codes refusing input, which is then resent after a pause. */
+const INPUT_REFUSED = new Set(['input_full', 'input_offset', 'rate_limited']);
 
 /** Error codes after which an execution cannot be followed any more. */
 const FATAL = new Set(['not_found', 'forbidden', 'conflict', 'invalid_id', 'invalid_spec', 'unenforceable',
@@ -791,8 +854,8 @@ export class TermgateClient extends Emitter {
       this._emit('error', { error: msg.error, message: msg.message ?? '' });
       return;
     }
-    if (INPUT_RETRY.has(msg.error ?? '')) {
-      ex._retryInput(msg.input_offset);
+    if (INPUT_REFUSED.has(msg.error ?? '')) {
+      ex._onRefused(msg.error ?? '', msg.input_offset ?? 0);
       return;
     }
     ex._onError(msg, FATAL.has(msg.error ?? '') && ex.channel === null);

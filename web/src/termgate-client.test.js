@@ -88,7 +88,7 @@ test('reconnect reattaches after the last seq and resends input by offset', asyn
   assert.deepEqual({ ...attach, req: undefined }, { type: 'attach', id: start.id, after: 2, req: undefined });
   ws2.text({ type: 'attached', req: attach.req, channel: 4, id: start.id, status: 'running', pty: true, first_seq: 1, last_seq: 3, input_offset: 1 });
   assert.equal(ex.replaying, true);
-  assert.deepEqual(ws2.inputs(), [{ offset: 1, text: 'b' }, { offset: 2, text: 'cd' }]);
+  assert.deepEqual(ws2.inputs(), [{ offset: 1, text: 'bcd' }]);
   ws2.binary(outputFrame(4, 3, 1, 5, new TextEncoder().encode('world')));
   assert.equal(ex.replaying, false);
   ws2.binary(outputFrame(4, 3, 1, 5, new TextEncoder().encode('world'))); // a duplicate is ignored
@@ -126,7 +126,7 @@ test('a failed start is fatal and not retried', async () => {
   client.close();
 });
 
-test('refused input is resent once, from the offset the gateway has', async () => {
+test('refused input is resent after a pause, from the offset the gateway has', async () => {
   FakeSocket.all = [];
   const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
   const ws = await connected(client);
@@ -141,17 +141,56 @@ test('refused input is resent once, from the offset the gateway has', async () =
   // The second frame found the input queue full; the third was then ahead.
   ws.text({ type: 'error', channel: 2, error: 'input_full', input_offset: 3 });
   ws.text({ type: 'error', channel: 2, error: 'input_offset', input_offset: 3 });
-  ws.text({ type: 'error', channel: 2, error: 'rate_limited' });
+  ex.write('h'); // waits for the resend, after which it follows
   assert.equal(ws.inputs().length, 3);
   await tick(300);
-  assert.deepEqual(ws.inputs().slice(3), [{ offset: 3, text: 'def' }, { offset: 6, text: 'g' }]);
+  assert.deepEqual(ws.inputs().slice(3), [{ offset: 3, text: 'defgh' }]);
   assert.equal(errors, 0, 'handled refusals are not errors for the page');
   ex.closeStdin();
-  assert.deepEqual(ws.controls().at(-1), { type: 'close-stdin', channel: 2, input_offset: 7 });
-  ws.text({ type: 'error', channel: 2, error: 'input_offset', input_offset: 6 });
+  assert.deepEqual(ws.controls().at(-1), { type: 'close-stdin', channel: 2, input_offset: 8 });
+  // The close was refused: input from offset 7 did not arrive.
+  ws.text({ type: 'error', channel: 2, error: 'input_offset', input_offset: 7 });
   await tick(300);
-  assert.deepEqual(ws.inputs().slice(5), [{ offset: 6, text: 'g' }]);
-  assert.deepEqual(ws.controls().at(-1), { type: 'close-stdin', channel: 2, input_offset: 7 });
+  assert.deepEqual(ws.inputs().slice(4), [{ offset: 7, text: 'h' }]);
+  assert.deepEqual(ws.controls().at(-1), { type: 'close-stdin', channel: 2, input_offset: 8 });
+  client.close();
+});
+
+test('many small writes refused by the rate limit go back in one frame', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client);
+  const ex = client.attach('job');
+  const attach = ws.controls().find((m) => m.type === 'attach');
+  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  for (let i = 0; i < 5000; i++) ex.write('k');
+  ws.text({ type: 'error', channel: 2, error: 'rate_limited', input_offset: 4000 });
+  await tick(300);
+  assert.deepEqual(ws.inputs().slice(5000), [{ offset: 4000, text: 'k'.repeat(1000) }]);
+  client.close();
+});
+
+test('a large write is paced: a 64 KiB window, then a pause; no progress doubles the pause', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client);
+  const ex = client.attach('job');
+  const attach = ws.controls().find((m) => m.type === 'attach');
+  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  ex.write('x'.repeat(200000));
+  const sent = () => ws.inputs().map((i) => [i.offset, i.text.length]);
+  assert.deepEqual(sent(), [[0, 16384], [16384, 16384], [32768, 16384], [49152, 16384]]);
+  await tick(250);
+  assert.equal(sent().length, 8);
+  // A program that reads nothing: the queue is full at 64 KiB.
+  ws.text({ type: 'error', channel: 2, error: 'input_full', input_offset: 65536 });
+  await tick(250);
+  assert.deepEqual(sent()[8], [65536, 16384], 'resent from the reported offset');
+  ws.text({ type: 'error', channel: 2, error: 'input_full', input_offset: 65536 });
+  await tick(250);
+  assert.equal(sent().length, 12, 'no progress: the pause doubled to 400 ms');
+  await tick(250);
+  assert.deepEqual(sent()[12], [65536, 16384]);
   client.close();
 });
 
