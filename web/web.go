@@ -13,11 +13,15 @@ package web
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"io/fs"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -33,13 +37,15 @@ const contentSecurityPolicy = "default-src 'self'; connect-src 'self'; img-src '
 // asset is one embedded file ready to serve.
 type asset struct {
 	body        []byte
+	gz          []byte // body gzip-compressed, when that is smaller
 	contentType string
 	etag        string
 	cache       string
 }
 
-// assets maps request paths to files, built once from the embedded tree.
-var assets = loadAssets(dist)
+// assets maps request paths to files, built from the embedded tree on
+// first use (compressing takes a few milliseconds no CLI command needs).
+var assets = sync.OnceValue(func() map[string]asset { return loadAssets(dist) })
 
 // Built reports whether the real browser terminal is embedded, rather than
 // the placeholder page of a binary built without web/dist.
@@ -62,7 +68,8 @@ func loadAssets(fsys fs.FS) map[string]asset {
 			return false
 		}
 		sum := sha256.Sum256(b)
-		m[path] = asset{body: b, contentType: contentType, etag: `"` + hex.EncodeToString(sum[:12]) + `"`, cache: cache}
+		m[path] = asset{body: b, gz: compress(b), contentType: contentType,
+			etag: hex.EncodeToString(sum[:12]), cache: cache}
 		return true
 	}
 	// The page is never cached, so a new binary's page (and through its
@@ -80,7 +87,7 @@ func loadAssets(fsys fs.FS) map[string]asset {
 // "/app.js" and "/app.css"; any other path is 404 and any method but GET
 // and HEAD is 405. Mount it at "/" next to the gateway's "/v1/" routes.
 func Handler() http.Handler {
-	return handler(assets)
+	return handler(assets())
 }
 
 func handler(files map[string]asset) http.Handler {
@@ -101,7 +108,56 @@ func handler(files map[string]asset) http.Handler {
 		}
 		h.Set("Content-Type", a.contentType)
 		h.Set("Cache-Control", a.cache)
-		h.Set("ETag", a.etag)
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(a.body))
+		body, etag := a.body, a.etag
+		if a.gz != nil {
+			h.Set("Vary", "Accept-Encoding")
+			if acceptsGzip(r.Header.Values("Accept-Encoding")) {
+				// A strong ETag names one encoding of the file.
+				body, etag = a.gz, etag+"-gzip"
+				h.Set("Content-Encoding", "gzip")
+			}
+		}
+		h.Set("ETag", `"`+etag+`"`)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 	})
+}
+
+// compress returns b gzip-compressed, or nil when that saves too little:
+// the bundle's 357 KB script goes over the wire as 95 KB.
+func compress(b []byte) []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zw.Write(b)
+	zw.Close()
+	if buf.Len() > len(b)*9/10 {
+		return nil
+	}
+	return buf.Bytes()
+}
+
+// acceptsGzip reports whether Accept-Encoding values accept gzip: named
+// with a nonzero quality, or not named and "*" accepted.
+func acceptsGzip(values []string) bool {
+	gz, star := -1.0, -1.0
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			coding, params, _ := strings.Cut(part, ";")
+			q := 1.0
+			if k, val, ok := strings.Cut(params, "="); ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+					q = f
+				}
+			}
+			switch strings.ToLower(strings.TrimSpace(coding)) {
+			case "gzip", "x-gzip":
+				gz = q
+			case "*":
+				star = q
+			}
+		}
+	}
+	if gz >= 0 {
+		return gz > 0
+	}
+	return star > 0
 }

@@ -1,6 +1,9 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -144,5 +147,71 @@ func TestEmbedded(t *testing.T) {
 	}
 	if got := serve(t, Handler(), http.MethodGet, "/app.js").Code; Built() != (got == http.StatusOK) {
 		t.Errorf("Built() = %v but GET /app.js = %d", Built(), got)
+	}
+}
+
+func TestHandlerGzip(t *testing.T) {
+	t.Parallel()
+	script := strings.Repeat("console.log('termgate');\n", 200)
+	fsys := fstest.MapFS{
+		"dist/index.html": {Data: []byte("<!doctype html><title>termgate</title>")},
+		"dist/app.js":     {Data: []byte(script)},
+		"dist/app.css":    {Data: []byte("body{}")},
+	}
+	h := handler(loadAssets(fsys))
+	get := func(accept string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/app.js", nil)
+		if accept != "" {
+			r.Header.Set("Accept-Encoding", accept)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	tests := []struct {
+		accept string
+		gzip   bool
+	}{
+		{"", false},
+		{"gzip, deflate, br", true},
+		{"br;q=1.0, GZIP;q=0.5", true},
+		{"gzip;q=0", false},
+		{"gzip;q=0.0, *", false},
+		{"*", true},
+		{"identity", false},
+	}
+	etags := map[bool]string{}
+	for _, tt := range tests {
+		w := get(tt.accept)
+		if w.Code != http.StatusOK || w.Header().Get("Vary") != "Accept-Encoding" {
+			t.Fatalf("Accept-Encoding %q: status %d, Vary %q", tt.accept, w.Code, w.Header().Get("Vary"))
+		}
+		body := w.Body.Bytes()
+		if gz := w.Header().Get("Content-Encoding") == "gzip"; gz != tt.gzip {
+			t.Errorf("Accept-Encoding %q: gzip %v, want %v", tt.accept, gz, tt.gzip)
+		} else if gz {
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if string(body) != script {
+			t.Errorf("Accept-Encoding %q: body differs from the script", tt.accept)
+		}
+		etags[tt.gzip] = w.Header().Get("ETag")
+	}
+	if etags[true] == etags[false] {
+		t.Errorf("one ETag %s for both encodings", etags[true])
+	}
+	// A small file is not worth compressing.
+	r := httptest.NewRequest(http.MethodGet, "/app.css", nil)
+	r.Header.Set("Accept-Encoding", "gzip")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Header().Get("Content-Encoding") != "" || w.Body.String() != "body{}" {
+		t.Errorf("app.css: encoding %q, body %q", w.Header().Get("Content-Encoding"), w.Body.String())
 	}
 }
