@@ -160,6 +160,7 @@ func TestBrowserRunsACommand(t *testing.T) {
 	if strings.Contains(hash, "token") {
 		t.Errorf("the token stayed in the address bar: %s", hash)
 	}
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
 	typeKeys(t, ctx, "echo hello-$((6*7)) 'é€'\r")
 	transcript(t, ctx, "the command's output", func(s string) bool { return strings.Contains(s, "hello-42 é€") })
 	// A character split across output frames is shown whole: the terminal
