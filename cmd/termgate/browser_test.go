@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,6 +235,26 @@ func TestBrowserResumesAfterServerDrops(t *testing.T) {
 	if conns < 2 {
 		t.Fatalf("the page opened %d connections", conns)
 	}
+}
+
+// TestBrowserShowsReconnecting: while the gateway cannot be reached the
+// status line counts down to the next attempt; when it is back the page
+// is live again on the same shell.
+func TestBrowserShowsReconnecting(t *testing.T) {
+	g := startGateway(t)
+	proxy := newDroppingProxySized(t, strings.TrimPrefix(g.url, "http://"), 1<<30)
+	ctx := needBrowser(t)
+	openPage(t, ctx, "http://"+proxy.addr()+"/#token="+g.token(t, "acme", allScopes))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	typeKeys(t, ctx, "x=$((6*7))\r")
+	proxy.refuse(true)
+	countdown := regexp.MustCompile(`^reconnecting in \d+ s$`)
+	poll(t, ctx, "the countdown", `document.getElementById("status").textContent`, countdown.MatchString)
+	proxy.refuse(false)
+	poll(t, ctx, "live again", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	typeKeys(t, ctx, "echo back-$x\r") // the same shell: x is still set
+	transcript(t, ctx, "the shell's answer", func(s string) bool { return strings.Contains(s, "back-42") })
 }
 
 // TestBrowserDropsOnlyReplayedAnswers: the page replays history that ends

@@ -170,12 +170,26 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 // droppingProxy forwards to target and cuts connections after a random
 // number of bytes from the server.
 type droppingProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	n     int
-	rng   *rand.Rand
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	ln       net.Listener
+	mu       sync.Mutex
+	n        int
+	rng      *rand.Rand
+	conns    map[net.Conn]struct{}
+	refusing bool // WebSocket connections are closed at once
+	wg       sync.WaitGroup
+}
+
+// refuse cuts every connection and closes new WebSocket connections at
+// once while on: the gateway looks gone.
+func (p *droppingProxy) refuse(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = on
+	for c := range p.conns {
+		if on {
+			c.Close()
+		}
+	}
 }
 
 // newDroppingProxy cuts WebSocket connections after 64 KiB to 576 KiB
@@ -243,6 +257,13 @@ func (p *droppingProxy) forward(c net.Conn, target string, budget int64) {
 	c.SetReadDeadline(time.Time{})
 	if !bytes.Contains(head[:n], []byte("/v1/connect")) {
 		budget = 1 << 40
+	} else {
+		p.mu.Lock()
+		refusing := p.refusing
+		p.mu.Unlock()
+		if refusing {
+			return
+		}
 	}
 	up.Write(head[:n])
 	go func() {
