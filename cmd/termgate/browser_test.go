@@ -155,6 +155,7 @@ func openPage(t *testing.T, ctx context.Context, url string) {
 func TestBrowserRunsACommand(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
+	began := time.Now()
 	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
 	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
 	hash, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href`))
@@ -162,6 +163,7 @@ func TestBrowserRunsACommand(t *testing.T) {
 		t.Errorf("the token stayed in the address bar: %s", hash)
 	}
 	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	t.Logf("from opening the page to the shell's prompt: %v", time.Since(began).Round(time.Millisecond))
 	typeKeys(t, ctx, "echo hello-$((6*7)) 'é€'\r")
 	transcript(t, ctx, "the command's output", func(s string) bool { return strings.Contains(s, "hello-42 é€") })
 	// A character split across output frames is shown whole: the terminal
@@ -414,9 +416,11 @@ func TestBrowserLargeInputArrivesWhole(t *testing.T) {
 		fmt.Fprintf(&b, "%d,", i)
 	}
 	text := b.String()[:200000]
+	began := time.Now()
 	typeKeys(t, ctx, text)
 	want := fmt.Sprintf("%x", md5.Sum([]byte(text)))
 	transcript(t, ctx, "md5sum of the input", func(s string) bool { return strings.Contains(s, want) })
+	t.Logf("200,000 characters typed at once reached the program in %v", time.Since(began).Round(time.Millisecond))
 }
 
 func TestBrowserShowsGap(t *testing.T) {

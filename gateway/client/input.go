@@ -11,13 +11,14 @@ import (
 )
 
 // Input pacing, as PROTOCOL.md describes it: frames of at most 16 KiB, at
-// most a window of 64 KiB (the gateway's input queue) at a time, then a
-// pause; refused input is sent again after a pause that doubles while
+// most a window of 64 KiB (the gateway's input queue) at a time, the next
+// 50 ms later; refused input is sent again after 200 ms, doubling while
 // refusals show no progress.
 const (
 	maxInputBuffer = 1 << 20 // written input kept until the server has it
 	maxInputFrame  = 16 << 10
 	inputWindow    = 64 << 10
+	inputNext      = 50 * time.Millisecond
 	inputPause     = 200 * time.Millisecond
 	maxInputPause  = 3200 * time.Millisecond
 	frameTimeout   = 10 * time.Second
@@ -31,11 +32,11 @@ type input struct {
 	base      uint64
 	end       uint64
 	next      uint64
-	pacer     *time.Timer // the next paced send, while one is due
-	pause     time.Duration
-	refused   bool   // a refusal came since the last send
-	refusedAt uint64 // the largest offset those refusals reported
-	lastRound uint64 // the offset the previous round of refusals reported
+	pacer     *time.Timer   // the next paced send, while one is due
+	pause     time.Duration // before the next send: inputNext when 0
+	refused   bool          // a refusal came since the last send
+	refusedAt uint64        // the largest offset those refusals reported
+	lastRound uint64        // the offset the previous round of refusals reported
 }
 
 // keep appends p and drops the oldest bytes beyond maxInputBuffer.
@@ -119,7 +120,7 @@ func (e *Execution) flush() {
 	}
 	from, p, more := e.in.window()
 	if more && e.in.pacer == nil {
-		e.in.pacer = time.AfterFunc(max(e.in.pause, inputPause), e.paced)
+		e.in.pacer = time.AfterFunc(max(e.in.pause, inputNext), e.paced)
 	}
 	ws, channel := e.ws, e.channel
 	e.mu.Unlock()
@@ -144,6 +145,8 @@ func (e *Execution) paced() {
 	if e.in.refused {
 		lost = e.in.rewind(e.in.refusedAt)
 		e.in.refused = false
+	} else {
+		e.in.pause = 0 // no refusal came meanwhile
 	}
 	e.mu.Unlock()
 	if lost > 0 {
@@ -164,7 +167,7 @@ func (e *Execution) refused(received uint64) {
 	}
 	in := &e.in
 	if !in.refused {
-		if received > in.lastRound || in.pause == 0 {
+		if received > in.lastRound || in.pause < inputPause {
 			in.pause = inputPause
 		} else {
 			in.pause = min(2*in.pause, maxInputPause)
@@ -203,7 +206,7 @@ func (e *Execution) CloseStdin(ctx context.Context) error {
 		}
 		e.refused(se.received)
 		e.mu.Lock()
-		wait := 2 * e.in.pause
+		wait := 2 * max(e.in.pause, inputPause)
 		e.mu.Unlock()
 		if err := e.c.sleepCtx(ctx, wait); err != nil {
 			return err

@@ -15,10 +15,11 @@ const OUTPUT_HEADER = 26;
 const INPUT_HEADER = 13;
 
 // Input pacing (PROTOCOL.md): frames of at most 16 KiB, at most a window
-// of 64 KiB (the gateway's input queue) at a time, then a pause; a pause
-// doubles while refusals show no progress.
+// of 64 KiB (the gateway's input queue) at a time, the next 50 ms later;
+// after a refusal 200 ms, doubling while refusals show no progress.
 const INPUT_FRAME_MAX = 16 << 10;
 const INPUT_WINDOW = 64 << 10;
+const INPUT_NEXT_MS = 50;
 const INPUT_PAUSE_MS = 200;
 const INPUT_PAUSE_MAX_MS = 3200;
 
@@ -248,7 +249,7 @@ export class Execution extends Emitter {
     this._closePending = false;
     /** @type {ReturnType<typeof setTimeout> | undefined} the next paced send */
     this._flushTimer = undefined;
-    this._pause = INPUT_PAUSE_MS;
+    this._pause = INPUT_NEXT_MS;
     /** Largest offset reported by refusals since the last send, or -1. */
     this._refusedAt = -1;
     /** Offset the previous round of refusals reported: progress shows here. */
@@ -434,7 +435,7 @@ export class Execution extends Emitter {
     clearTimeout(this._flushTimer);
     this._flushTimer = undefined;
     this._refusedAt = this._lastRefusal = -1;
-    this._pause = INPUT_PAUSE_MS;
+    this._pause = INPUT_NEXT_MS;
   }
 
   /**
@@ -501,7 +502,10 @@ export class Execution extends Emitter {
     }
     this._sendAt = to;
     if (to < this._inputEnd) {
-      this._flushTimer = setTimeout(() => this._flush(), this._pause);
+      this._flushTimer = setTimeout(() => {
+        this._pause = INPUT_NEXT_MS; // no refusal came meanwhile
+        this._flush();
+      }, this._pause);
     } else if (this._closePending) {
       this._closePending = false;
       this._client._send({ type: 'close-stdin', channel, input_offset: this._inputEnd });

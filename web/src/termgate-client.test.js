@@ -170,27 +170,31 @@ test('many small writes refused by the rate limit go back in one frame', async (
   client.close();
 });
 
-test('a large write is paced: a 64 KiB window, then a pause; no progress doubles the pause', async () => {
+test('a large write is paced: 64 KiB windows; a refusal pauses, longer without progress', async () => {
   FakeSocket.all = [];
   const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
   const ws = await connected(client);
   const ex = client.attach('job');
   const attach = ws.controls().find((m) => m.type === 'attach');
   ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
-  ex.write('x'.repeat(200000));
+  ex.write('x'.repeat(1 << 20));
   const sent = () => ws.inputs().map((i) => [i.offset, i.text.length]);
   assert.deepEqual(sent(), [[0, 16384], [16384, 16384], [32768, 16384], [49152, 16384]]);
-  await tick(250);
-  assert.equal(sent().length, 8);
-  // A program that reads nothing: the queue is full at 64 KiB.
+  await tick(80);
+  assert.equal(sent().length, 8, 'the next window 50 ms later');
+  // A program that reads nothing: its queue is full at 64 KiB.
   ws.text({ type: 'error', channel: 2, error: 'input_full', input_offset: 65536 });
-  await tick(250);
-  assert.deepEqual(sent()[8], [65536, 16384], 'resent from the reported offset');
+  let n = sent().length;
+  await tick(120);
+  assert.equal(sent().length, n, 'paused for 200 ms');
+  await tick(150);
+  assert.deepEqual(sent()[n], [65536, 16384], 'resent from the reported offset');
   ws.text({ type: 'error', channel: 2, error: 'input_full', input_offset: 65536 });
-  await tick(250);
-  assert.equal(sent().length, 12, 'no progress: the pause doubled to 400 ms');
-  await tick(250);
-  assert.deepEqual(sent()[12], [65536, 16384]);
+  n = sent().length;
+  await tick(300);
+  assert.equal(sent().length, n, 'no progress: the pause doubled to 400 ms');
+  await tick(200);
+  assert.deepEqual(sent()[n], [65536, 16384]);
   client.close();
 });
 
