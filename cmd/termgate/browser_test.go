@@ -259,6 +259,38 @@ func TestBrowserShowsReconnecting(t *testing.T) {
 	transcript(t, ctx, "the shell's answer", func(s string) bool { return strings.Contains(s, "back-42") })
 }
 
+// TestBrowserTokenExpiry: when the page's token expires the gateway closes
+// the connection, and the page says so instead of retrying a token that
+// cannot work; the shell keeps running.
+func TestBrowserTokenExpiry(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	code, out, stderr := runCLI(t, "", "token", "--secret-file", g.secretFile, "--tenant", "acme", "--scope", allScopes, "--ttl", "4s")
+	if code != 0 {
+		t.Fatalf("token: %d %s", code, stderr)
+	}
+	openPage(t, ctx, g.url+"/#token="+strings.TrimSpace(out))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	id := poll(t, ctx, "the execution", `window.__termgate.execution() ?? ""`, func(s string) bool { return s != "" })
+	poll(t, ctx, "expired", `window.__termgate.status()`, func(s string) bool { return s == "expired" })
+	conns, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.connections()`))
+	time.Sleep(time.Second)
+	if later, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.connections()`)); later != conns {
+		t.Errorf("the page went on connecting with an expired token: %d connections, then %d", conns, later)
+	}
+	// The shell outlives the page's token: a fresh token attaches to it.
+	owner, err := client.Dial(t.Context(), client.Config{URL: g.url, Token: func(context.Context) (string, error) {
+		return g.token(t, "acme", allScopes), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	if _, err := owner.Attach(t.Context(), id, 0, true); err != nil {
+		t.Fatalf("attach %s after the page's token expired: %v", id, err)
+	}
+}
+
 // TestBrowserDropsOnlyReplayedAnswers: the page replays history that ends
 // in terminal queries (DA, DSR, cursor position, DECRQM, a colour) to a
 // shell waiting in read. xterm.js answers them while replaying; those

@@ -41,6 +41,22 @@ function readFragment() {
   return { id: params.get('id'), readOnly: params.get('readonly') === '1' };
 }
 
+/**
+ * tokenExpired reports whether a token's exp claim has passed. The claim
+ * is read, not verified: the gateway verifies; the page only stops trying
+ * a token that can no longer work.
+ * @param {string} token
+ */
+function tokenExpired(token) {
+  try {
+    const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const { exp } = JSON.parse(atob(part));
+    return typeof exp === 'number' && exp * 1000 <= Date.now();
+  } catch {
+    return false;
+  }
+}
+
 /** Transcript keeps a bounded copy of a tab's output for the test hooks. */
 class Transcript {
   constructor(max) {
@@ -301,7 +317,12 @@ class App {
     this.active = null;
     this.conn = { state: 'connecting' };
     this.reconnectAt = 0;
-    this.client = new TermgateClient({ getToken: () => sessionStorage.getItem(TOKEN_KEY) ?? '' });
+    this.client = new TermgateClient({
+      getToken: () => {
+        const token = sessionStorage.getItem(TOKEN_KEY) ?? '';
+        return token && tokenExpired(token) ? null : token; // null: stop reconnecting
+      },
+    });
     this.client.on('status', (s) => {
       this.conn = s;
       this.reconnectAt = s.state === 'reconnecting' ? performance.now() + (s.delay ?? 0) : 0;
@@ -373,7 +394,7 @@ class App {
     const tab = this.active;
     if (tab?.exit) return 'exited';
     if (this.conn.state === 'live' && tab?.readOnly) return 'read-only';
-    return this.conn.state === 'closed' ? 'reconnecting' : this.conn.state;
+    return this.conn.state === 'closed' ? 'expired' : this.conn.state;
   }
 
   render() {
@@ -390,6 +411,8 @@ class App {
       text = `reconnecting in ${secs} s`;
     } else if (state === 'read-only') {
       text = 'live (read-only)';
+    } else if (state === 'expired') {
+      text = 'token expired: open a new link (the commands keep running)';
     }
     el.dataset.state = state;
     if (el.textContent !== text) el.textContent = text;

@@ -29,8 +29,10 @@ export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
 /**
  * @typedef {object} ClientOptions
  * @property {string} [url] WebSocket URL of /v1/connect; default: this page's origin.
- * @property {() => (string | Promise<string>)} getToken returns a fresh token; asked
- *   before every connection and when the gateway says the token is expiring.
+ * @property {() => (string | null | Promise<string | null>)} getToken returns a fresh
+ *   token; asked before every connection and when the gateway says the token is
+ *   expiring. null means none can be had: the client stops reconnecting (status
+ *   closed, reason 'no token'); the executions keep running on the gateway.
  * @property {number} [minDelay] first reconnect delay bound in ms (250).
  * @property {number} [maxDelay] largest reconnect delay bound in ms (10000).
  * @property {number} [pingInterval] ms between the client's own pings (20000); a
@@ -699,6 +701,11 @@ export class TermgateClient extends Emitter {
       return;
     }
     if (this._closed) return;
+    if (token === null) {
+      this._closed = true;
+      this._setStatus({ state: 'closed', reason: 'no token' });
+      return;
+    }
     const protocols = [SUBPROTOCOL];
     if (token) protocols.push(BEARER_PREFIX + token);
     let ws;

@@ -209,3 +209,18 @@ test('a large write goes out in frames of at most 16 KiB', async () => {
   assert.deepEqual(ws.inputs().map((i) => [i.offset, i.text.length]), [[0, 16384], [16384, 16384], [32768, 7232]]);
   client.close();
 });
+
+test('no token to be had: the client stops without detaching', async () => {
+  FakeSocket.all = [];
+  let token = 't';
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => token, WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client);
+  const ex = client.attach('job');
+  token = null;
+  ws.drop(4001);
+  await tick(30);
+  assert.equal(FakeSocket.all.length, 1, 'no new connection');
+  assert.deepEqual(client.status, { state: 'closed', reason: 'no token' });
+  assert.equal(ws.controls().some((m) => m.type === 'detach'), false);
+  assert.equal(ex.closed, false);
+});
