@@ -291,6 +291,26 @@ func TestBrowserTokenExpiry(t *testing.T) {
 	}
 }
 
+// TestBrowserTokenRefused: a token the gateway does not accept (signed with
+// another secret) ends in a clear status, not endless reconnecting.
+func TestBrowserTokenRefused(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	other := filepath.Join(t.TempDir(), "other-secret")
+	os.WriteFile(other, []byte("another-secret-of-more-than-32-bytes-0123456789"), 0o600)
+	code, out, stderr := runCLI(t, "", "token", "--secret-file", other, "--tenant", "acme")
+	if code != 0 {
+		t.Fatalf("token: %d %s", code, stderr)
+	}
+	openPage(t, ctx, g.url+"/#token="+strings.TrimSpace(out))
+	poll(t, ctx, "refused", `window.__termgate.status()`, func(s string) bool { return s == "refused" })
+	conns, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.connections()`))
+	time.Sleep(time.Second)
+	if later, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.connections()`)); later != conns {
+		t.Errorf("the page went on connecting with a refused token: %d connections, then %d", conns, later)
+	}
+}
+
 // TestBrowserDropsOnlyReplayedAnswers: the page replays history that ends
 // in terminal queries (DA, DSR, cursor position, DECRQM, a colour) to a
 // shell waiting in read. xterm.js answers them while replaying; those

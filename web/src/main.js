@@ -317,13 +317,18 @@ class App {
     this.active = null;
     this.conn = { state: 'connecting' };
     this.reconnectAt = 0;
+    /** Whether the gateway refused the token (see checkToken). */
+    this.refused = false;
+    this.checking = false;
     this.client = new TermgateClient({
       getToken: () => {
         const token = sessionStorage.getItem(TOKEN_KEY) ?? '';
-        return token && tokenExpired(token) ? null : token; // null: stop reconnecting
+        // null stops the reconnecting: this token cannot work any more.
+        return this.refused || (token && tokenExpired(token)) ? null : token;
       },
     });
     this.client.on('status', (s) => {
+      if (s.state === 'reconnecting' && this.conn.state === 'connecting') this.checkToken();
       this.conn = s;
       this.reconnectAt = s.state === 'reconnecting' ? performance.now() + (s.delay ?? 0) : 0;
       this.render();
@@ -333,6 +338,28 @@ class App {
     $('new-tab').addEventListener('click', () => this.activate(this.addTab({})));
     window.addEventListener('resize', debounce(() => this.active?.fitNow(), RESIZE_DEBOUNCE_MS));
     this.openInitial(fragment);
+  }
+
+  /**
+   * checkToken asks the HTTP API whether the gateway accepts the token,
+   * after a WebSocket failed before it opened: a page cannot see why a
+   * handshake failed. A refused token stops the reconnecting.
+   */
+  async checkToken() {
+    if (this.checking || this.refused) return;
+    this.checking = true;
+    try {
+      const token = sessionStorage.getItem(TOKEN_KEY) ?? '';
+      const r = await fetch('/v1/executions', { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+      if (r.status === 401) {
+        this.refused = true;
+        this.render();
+      }
+    } catch {
+      // The gateway is unreachable: the client keeps trying.
+    } finally {
+      this.checking = false;
+    }
   }
 
   openInitial(fragment) {
@@ -394,7 +421,8 @@ class App {
     const tab = this.active;
     if (tab?.exit) return 'exited';
     if (this.conn.state === 'live' && tab?.readOnly) return 'read-only';
-    return this.conn.state === 'closed' ? 'expired' : this.conn.state;
+    if (this.conn.state === 'closed') return this.refused ? 'refused' : 'expired';
+    return this.conn.state;
   }
 
   render() {
@@ -413,6 +441,8 @@ class App {
       text = 'live (read-only)';
     } else if (state === 'expired') {
       text = 'token expired: open a new link (the commands keep running)';
+    } else if (state === 'refused') {
+      text = 'token refused by the gateway: open a new link';
     }
     el.dataset.state = state;
     if (el.textContent !== text) el.textContent = text;
