@@ -23,6 +23,9 @@ type channel struct {
 	sub      *session.Subscription
 	ctx      context.Context    // ends with the connection or on detach
 	detach   context.CancelFunc // stops the pump
+	// inputRefused: an input refusal was sent and no input accepted
+	// since; further refusals stay silent (read loop only).
+	inputRefused bool
 
 	mu      sync.Mutex
 	pending batch

@@ -303,17 +303,27 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 		}
 		return tok
 	}
-	c := e.dial(t, short())
+	tok := short()
+	c := e.dial(t, tok)
 	defer c.close()
 	c.expect(t, MsgAuthExpiring)
+	// A client with no fresher token answers with the same one: that is
+	// accepted, and not warned about again (which would loop).
+	c.send(t, Request{Type: TypeReauth, Req: "same", Token: tok})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	for {
-		if _, err := c.read(ctx); err != nil {
+	for warnings := 0; ; {
+		f, err := c.read(ctx)
+		if err != nil {
 			if closeCode(err) != CloseAuthExpired {
 				t.Fatalf("want close %d, got %v", CloseAuthExpired, err)
 			}
 			break
+		}
+		if f.msg != nil && f.msg.Type == MsgAuthExpiring {
+			if warnings++; warnings > 0 {
+				t.Fatalf("warned again after a reauth that did not move the expiry")
+			}
 		}
 	}
 	// A reauth with a fresh token keeps the connection past the old expiry.
@@ -444,6 +454,41 @@ func TestInputRateLimited(t *testing.T) {
 	}
 	if m, _ := c.expect(t, MsgError); m.Error != "rate_limited" || m.Channel != att.Channel || m.InputOffset != 2 {
 		t.Fatalf("third input in a second: %+v", m)
+	}
+	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
+	c.expect(t, MsgOK)
+}
+
+// TestInputRefusalsAreNotRepeated: after one refusal, the frames a client
+// sent meanwhile are refused silently until input is accepted again.
+func TestInputRefusalsAreNotRepeated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.InputPerSecond = 2 })
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	att, _ := c.expect(t, MsgAttached)
+	for i := range 6 {
+		c.sendInput(t, att.Channel, uint64(i), "x")
+	}
+	c.send(t, Request{Type: TypePing, Req: "p"})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var refusals []Message
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.msg != nil && f.msg.Type == MsgError {
+			refusals = append(refusals, *f.msg)
+		}
+		if f.msg != nil && f.msg.Type == MsgPong {
+			break
+		}
+	}
+	if len(refusals) != 1 || refusals[0].Error != "rate_limited" || refusals[0].InputOffset != 2 {
+		t.Fatalf("refusals of 4 frames: %+v", refusals)
 	}
 	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
 	c.expect(t, MsgOK)

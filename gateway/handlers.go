@@ -184,7 +184,10 @@ func (c *conn) answer(req Request, channel uint32, err error) {
 }
 
 // input applies a binary input frame. Offsets make retries harmless, so
-// a full input queue is an answer, never a wait.
+// a full input queue is an answer, never a wait. A refusal says what the
+// execution has received, and only the first after accepted input is
+// sent: the frames a client sent meanwhile are refused silently, so a
+// burst of them cannot flood the connection with errors.
 func (c *conn) input(b []byte) {
 	in, err := DecodeInput(b)
 	if err != nil {
@@ -199,17 +202,24 @@ func (c *conn) input(b []byte) {
 	sup, tenant := c.s.cfg.Supervisor, c.currentClaims().Tenant
 	if !c.inputs.allow() {
 		received, _ := sup.Input(tenant, ch.execID, 0, nil) // empty input only reads the offset
-		c.send(Message{Type: MsgError, Channel: ch.id, Error: "rate_limited", InputOffset: received,
-			Message: "too many input messages; resend from the execution's input offset"})
+		c.refuseInput(ch, received, "rate_limited", "too many input messages; resend from the execution's input offset")
 		return
 	}
 	received, err := sup.Input(tenant, ch.execID, in.Offset, in.Data)
 	if err != nil {
-		// The answer says what the execution has, so the client resends
-		// from there without a round trip.
 		code, msg := c.errorText(req, err)
-		c.send(Message{Type: MsgError, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
+		c.refuseInput(ch, received, code, msg)
+		return
 	}
+	ch.inputRefused = false
+}
+
+func (c *conn) refuseInput(ch *channel, received uint64, code, msg string) {
+	if ch.inputRefused {
+		return
+	}
+	ch.inputRefused = true
+	c.send(Message{Type: MsgError, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
 }
 
 // reauth replaces the connection's token with a fresh one for the same
@@ -229,7 +239,9 @@ func (c *conn) reauth(req Request) {
 	c.mu.Lock()
 	c.claims = claims
 	c.mu.Unlock()
-	c.armExpiry()
+	if claims.ExpiresAt.After(old.ExpiresAt) {
+		c.armExpiry()
+	} // else the warning stands: warning again at once would invite the same reauth
 	c.send(Message{Type: MsgOK, Req: req.Req, ExpiresAt: claims.ExpiresAt.UTC().Format(time.RFC3339)})
 }
 
