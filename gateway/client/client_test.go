@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http/httptest"
@@ -220,6 +221,40 @@ func TestClientWritesLargeInput(t *testing.T) {
 	}
 }
 
+// TestClientBatchesSmallWrites: thousands of small writes in a burst (sent
+// together, at most one frame per 20 ms) all arrive, in order, on one
+// connection.
+func TestClientBatchesSmallWrites(t *testing.T) {
+	t.Parallel()
+	url, tok := newGateway(t)
+	var logs syncBuffer
+	c, err := client.Dial(t.Context(), client.Config{URL: url, Token: func(context.Context) (string, error) { return tok, nil },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e, err := c.Start(t.Context(), gateway.Request{Command: "/bin/cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := range 5000 {
+		line := fmt.Sprintf("line %04d\n", i)
+		want.WriteString(line)
+		e.Write([]byte(line))
+	}
+	if err := e.CloseStdin(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := collect(t, e); out != want.String() {
+		t.Fatalf("cat echoed %d bytes, want %d", len(out), want.Len())
+	}
+	if strings.Contains(logs.String(), "disconnected") {
+		t.Fatalf("the connection was dropped: %s", logs.String())
+	}
+}
+
 func TestClientReportsServerErrors(t *testing.T) {
 	t.Parallel()
 	url, tok := newGateway(t)
@@ -301,4 +336,22 @@ func (p *proxy) forward(conn net.Conn, target string, budget int64) {
 		p.cuts++
 		p.mu.Unlock()
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -131,8 +130,7 @@ func (e *Execution) attached(m gateway.Message) {
 	lost := e.in.rewind(m.InputOffset)
 	e.mu.Unlock()
 	if lost > 0 {
-		e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost",
-			Message: fmt.Sprintf("%d bytes of input older than the resend buffer were not received", lost)}})
+		e.inputLost(lost)
 	}
 	// Before the execution counts as ready: resent input stays ahead of
 	// anything the caller sends next.
@@ -144,6 +142,7 @@ func (e *Execution) attached(m gateway.Message) {
 		close(e.ready)
 	}
 	e.mu.Unlock()
+	e.kick() // input written meanwhile, which saw no pacer and no readiness
 }
 
 // unready marks the execution detached from a lost connection: input is

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -11,14 +12,16 @@ import (
 )
 
 // Input pacing, as PROTOCOL.md describes it: frames of at most 16 KiB, at
-// most a window of 64 KiB (the gateway's input queue) at a time, the next
-// 50 ms later; refused input is sent again after 200 ms, doubling while
-// refusals show no progress.
+// most a window of 64 KiB (the gateway's input queue) per send, sends at
+// least 20 ms apart (writes meanwhile go out together); after a refusal,
+// one window per pause, until a pause passes without a refusal or all
+// was sent. The pause is 200 ms after a refusal that shows progress and
+// doubles, to 3.2 s, after one that does not.
 const (
-	maxInputBuffer = 1 << 20 // written input kept until the server has it
+	maxInputBuffer = 1 << 20 // unsent input beyond this makes Write wait
 	maxInputFrame  = 16 << 10
 	inputWindow    = 64 << 10
-	inputNext      = 50 * time.Millisecond
+	inputGap       = 20 * time.Millisecond
 	inputPause     = 200 * time.Millisecond
 	maxInputPause  = 3200 * time.Millisecond
 	frameTimeout   = 10 * time.Second
@@ -26,32 +29,43 @@ const (
 
 // input is an execution's written input, kept from the first byte the
 // server may lack (base) to the last written (end); next is the offset of
-// the next byte to send.
+// the next byte to send. Guarded by the execution's mu.
 type input struct {
-	buf       []byte
-	base      uint64
-	end       uint64
-	next      uint64
-	pacer     *time.Timer   // the next paced send, while one is due
-	pause     time.Duration // before the next send: inputNext when 0
-	refused   bool          // a refusal came since the last send
-	refusedAt uint64        // the largest offset those refusals reported
-	lastRound uint64        // the offset the previous round of refusals reported
+	buf   []byte
+	base  uint64
+	next  uint64
+	end   uint64
+	acked uint64 // the largest offset the server reported having
+
+	gen        uint64        // pacer generation: an older pacer's firing does nothing
+	armed      bool          // a pacer is due
+	pause      time.Duration // between windows while recovering
+	recovering bool          // from a refusal until everything was sent again
+	refused    bool          // refusals came since the last rewind
+	refusedAt  uint64        // the largest offset they reported
+	lastRound  uint64        // the offset the previous round of refusals reported
+
+	wake chan struct{} // closed and replaced when next, armed or refused change
 }
 
-// keep appends p and drops the oldest bytes beyond maxInputBuffer.
+// keep appends p. Bytes already sent are dropped beyond maxInputBuffer;
+// unsent ones never are (Write waits instead).
 func (in *input) keep(p []byte) {
 	in.buf = append(in.buf, p...)
 	in.end += uint64(len(p))
 	if over := len(in.buf) - maxInputBuffer; over > 0 {
-		in.buf, in.base = in.buf[over:], in.base+uint64(over)
+		drop := min(uint64(over), in.next-in.base)
+		in.buf, in.base = in.buf[drop:], in.base+drop
 	}
 }
 
-// rewind restarts sending from received, the input the server has. It
-// returns how many bytes the server lacks that are no longer kept: what
-// is kept then follows what the server has.
+// rewind restarts sending from received, what the server reported having
+// (never below what it reported before). It returns how many bytes the
+// server lacks that are no longer kept: what is kept then follows what
+// the server has.
 func (in *input) rewind(received uint64) (lost uint64) {
+	received = max(received, in.acked)
+	in.acked = received
 	switch {
 	case received >= in.end:
 		// The server has everything (or more, from another writer): number
@@ -64,42 +78,76 @@ func (in *input) rewind(received uint64) (lost uint64) {
 		in.buf, in.base = in.buf[received-in.base:], received
 	}
 	in.next = in.base
+	in.changed()
 	return lost
 }
 
-// window returns the next bytes to send, at most inputWindow from next,
-// and whether more remain after them.
-func (in *input) window() (from uint64, p []byte, more bool) {
-	from = max(in.next, in.base)
+// window takes the next bytes to send: at most inputWindow from next.
+func (in *input) window() (from uint64, p []byte) {
+	from = in.next
 	to := min(in.end, from+inputWindow)
 	p = append([]byte(nil), in.buf[from-in.base:to-in.base]...)
 	in.next = to
-	return from, p, to < in.end
+	in.changed()
+	return from, p
 }
 
-func (in *input) stopPacing() {
-	if in.pacer != nil {
-		in.pacer.Stop()
-		in.pacer = nil
+func (in *input) changed() {
+	if in.wake != nil {
+		close(in.wake)
+		in.wake = nil
 	}
-	in.pause, in.refused, in.lastRound = 0, false, 0
+}
+
+// waitChan returns a channel closed at the next change.
+func (in *input) waitChan() <-chan struct{} {
+	if in.wake == nil {
+		in.wake = make(chan struct{})
+	}
+	return in.wake
+}
+
+// stopPacing forgets any due pacer and the refusals: on a new connection
+// or at the end.
+func (in *input) stopPacing() {
+	in.gen++
+	in.armed, in.refused, in.recovering, in.pause, in.lastRound = false, false, false, 0, 0
+	in.changed()
+}
+
+// armLocked schedules e.paced after d, replacing any due pacer.
+func (e *Execution) armLocked(d time.Duration) {
+	e.in.gen++
+	e.in.armed = true
+	gen := e.in.gen
+	time.AfterFunc(d, func() { e.paced(gen) })
+	e.in.changed()
 }
 
 // Write sends input. It is kept until the server has it: after a
 // reconnect or a refusal, whatever the server lacks is resent by offset,
-// so nothing is typed twice or lost. A large write is paced to the
-// server's input queue.
+// so nothing is typed twice or lost. Input goes out paced to the server's
+// input queue; Write waits while more than 1 MiB is unsent.
 func (e *Execution) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	e.mu.Lock()
+	for !e.ended && e.in.end-e.in.next > maxInputBuffer {
+		wake := e.in.waitChan()
+		e.mu.Unlock()
+		select {
+		case <-wake:
+		case <-e.closed:
+		}
+		e.mu.Lock()
+	}
 	if e.ended {
 		e.mu.Unlock()
 		return 0, io.ErrClosedPipe
 	}
 	e.in.keep(p)
-	send := e.in.pacer == nil && e.readyLocked()
+	send := !e.in.armed && e.readyLocked()
 	e.mu.Unlock()
 	if send {
 		e.flush()
@@ -108,20 +156,23 @@ func (e *Execution) Write(p []byte) (int, error) {
 }
 
 // flush sends the next window of input on the connection the channel
-// belongs to, and arms the pacer when more remains. If that connection
-// is gone, the bytes stay kept and the reattach resends them.
+// belongs to and arms the pacer for the next send. If that connection is
+// gone, the bytes stay kept and the reattach resends them.
 func (e *Execution) flush() {
 	e.sendMu.Lock() // frames leave in offset order
 	defer e.sendMu.Unlock()
 	e.mu.Lock()
-	if e.ended || e.ws == nil {
+	if e.ended || e.ws == nil || e.in.next >= e.in.end {
 		e.mu.Unlock()
 		return
 	}
-	from, p, more := e.in.window()
-	if more && e.in.pacer == nil {
-		e.in.pacer = time.AfterFunc(max(e.in.pause, inputNext), e.paced)
+	from, p := e.in.window()
+	gap := inputGap
+	if e.in.recovering {
+		gap = e.in.pause
 	}
+	e.in.recovering = e.in.recovering && e.in.next < e.in.end
+	e.armLocked(gap)
 	ws, channel := e.ws, e.channel
 	e.mu.Unlock()
 	for len(p) > 0 {
@@ -136,29 +187,35 @@ func (e *Execution) flush() {
 	}
 }
 
-// paced runs when the pacer fires: after refusals it rewinds to what the
-// server reported, then sends the next window.
-func (e *Execution) paced() {
+// paced runs when pacer gen fires: after refusals it rewinds to what the
+// server reported, then sends what is unsent.
+func (e *Execution) paced(gen uint64) {
 	e.mu.Lock()
-	e.in.pacer = nil
+	if gen != e.in.gen {
+		e.mu.Unlock()
+		return
+	}
+	e.in.armed = false
 	var lost uint64
 	if e.in.refused {
 		lost = e.in.rewind(e.in.refusedAt)
 		e.in.refused = false
 	} else {
-		e.in.pause = 0 // no refusal came meanwhile
+		e.in.recovering = false // a pause passed without a refusal
 	}
+	e.in.changed()
 	e.mu.Unlock()
 	if lost > 0 {
-		e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost", Message: "input older than the resend buffer was not received"}})
+		e.inputLost(lost)
 	}
 	e.flush()
 }
 
 // refused handles input the server refused (queue full, ahead of what it
 // received, rate limited): after a pause, input is sent again from the
-// largest offset the refusals reported. The first refusal after a send
-// sets the pause: the shortest after progress, doubled without.
+// largest offset reported, one window per pause until all was sent. The
+// first refusal after a rewind sets the pause: 200 ms after progress,
+// doubled without.
 func (e *Execution) refused(received uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -167,27 +224,44 @@ func (e *Execution) refused(received uint64) {
 	}
 	in := &e.in
 	if !in.refused {
-		if received > in.lastRound || in.pause < inputPause {
+		switch {
+		case in.pause < inputPause || received > in.lastRound:
 			in.pause = inputPause
-		} else {
+		default:
 			in.pause = min(2*in.pause, maxInputPause)
 		}
-		in.lastRound, in.refused, in.refusedAt = received, true, received
+		in.lastRound, in.refused, in.refusedAt, in.recovering = received, true, received, true
 	}
 	in.refusedAt = max(in.refusedAt, received)
-	if in.pacer != nil {
-		in.pacer.Stop()
-	}
-	in.pacer = time.AfterFunc(in.pause, e.paced)
+	e.armLocked(in.pause)
 }
 
-// CloseStdin delivers end of file after the input written so far. The
-// server closes only once it has all of it; until then the client resends
-// from what the server has and asks again, while the server keeps
-// receiving more, until ctx ends.
+func (e *Execution) inputLost(n uint64) {
+	e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost",
+		Message: fmt.Sprintf("%d bytes of input were not received and are no longer kept", n)}})
+}
+
+// kick sends input written while the execution was not ready, if no
+// pacer will.
+func (e *Execution) kick() {
+	e.mu.Lock()
+	pending := !e.in.armed && e.in.next < e.in.end
+	e.mu.Unlock()
+	if pending {
+		e.flush()
+	}
+}
+
+// CloseStdin delivers end of file after the input written so far. It
+// asks once everything was sent; the server closes only once it has all
+// of it. Until then the client resends from what the server has and asks
+// again, while the server keeps receiving more, until ctx ends.
 func (e *Execution) CloseStdin(ctx context.Context) error {
 	var received uint64
 	for stalled := 0; stalled < 20; {
+		if err := e.waitSent(ctx); err != nil {
+			return err
+		}
 		e.mu.Lock()
 		end := e.in.end
 		e.mu.Unlock()
@@ -204,15 +278,41 @@ func (e *Execution) CloseStdin(ctx context.Context) error {
 		} else {
 			stalled++
 		}
+		// Everything was sent and some did not arrive: resend from there.
 		e.refused(se.received)
-		e.mu.Lock()
-		wait := 2 * max(e.in.pause, inputPause)
-		e.mu.Unlock()
-		if err := e.c.sleepCtx(ctx, wait); err != nil {
-			return err
-		}
 	}
 	return &Error{Code: "input_offset", Message: "the server stopped receiving input; stdin stays open"}
+}
+
+// waitSent waits until the execution is attached, everything written was
+// sent and no resend is due.
+func (e *Execution) waitSent(ctx context.Context) error {
+	for {
+		e.mu.Lock()
+		if e.ended {
+			e.mu.Unlock()
+			return nil // control answers for an ended execution
+		}
+		if e.readyLocked() && !e.in.armed && !e.in.refused && e.in.next == e.in.end {
+			e.mu.Unlock()
+			return nil
+		}
+		wake := e.in.waitChan()
+		var attached <-chan struct{} // nil (never ready) once attached
+		if !e.readyLocked() {
+			attached = e.ready
+		}
+		e.mu.Unlock()
+		select {
+		case <-wake:
+		case <-attached:
+		case <-e.closed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-e.c.ctx.Done():
+			return ErrClosed
+		}
+	}
 }
 
 func (e *Execution) readyLocked() bool {
