@@ -53,6 +53,9 @@ type Claims struct {
 	Scopes    map[string]bool
 	ExpiresAt time.Time
 	IssuedAt  time.Time
+	// ValidUntil is when Verify stops accepting the token: ExpiresAt plus
+	// the leeway. A connection lasts until then.
+	ValidUntil time.Time
 }
 
 // Has reports whether the token grants scope.
@@ -347,7 +350,7 @@ func (a *Authenticator) claimsFrom(m jwt.MapClaims) (Claims, error) {
 	if life := exp.Sub(iat.Time); life <= 0 || life > a.cfg.MaxLifetime {
 		return Claims{}, unauthorized("lifetime %v outside (0, %v]", life, a.cfg.MaxLifetime)
 	}
-	c := Claims{ExpiresAt: exp.Time, IssuedAt: iat.Time}
+	c := Claims{ExpiresAt: exp.Time, IssuedAt: iat.Time, ValidUntil: exp.Add(a.cfg.Leeway)}
 	if c.Subject, _ = m["sub"].(string); c.Subject == "" {
 		return Claims{}, unauthorized("sub claim missing, empty or not a string")
 	}

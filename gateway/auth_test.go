@@ -553,6 +553,11 @@ func assertClaims(t *testing.T, got, want Claims) {
 		!maps.Equal(got.Scopes, want.Scopes) {
 		t.Errorf("claims %+v, want %+v", got, want)
 	}
+	// Verified claims say until when the token is accepted: the default
+	// leeway of 30s after exp.
+	if !got.ValidUntil.Equal(want.ExpiresAt.Add(30 * time.Second)) {
+		t.Errorf("valid until %v, want exp %v + 30s", got.ValidUntil, want.ExpiresAt)
+	}
 }
 
 func TestMintRefuses(t *testing.T) {

@@ -276,14 +276,18 @@ func (c *conn) heartbeat() {
 	}
 }
 
-// armExpiry warns the client AuthWarning before its token expires and
-// closes with CloseAuthExpired at expiry, unless a reauth moved it.
+// armExpiry warns the client AuthWarning before its token stops being
+// valid and closes with CloseAuthExpired then (at exp plus the leeway,
+// when a new connection would be refused too), unless a reauth moved it.
 func (c *conn) armExpiry() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopExpiryLocked()
-	exp := c.claims.ExpiresAt
-	left := time.Until(exp)
+	exp, until := c.claims.ExpiresAt, c.claims.ValidUntil
+	if until.Before(exp) {
+		until = exp
+	}
+	left := time.Until(until)
 	c.warning = time.AfterFunc(left-c.s.cfg.AuthWarning, func() {
 		c.send(Message{Type: MsgAuthExpiring, ExpiresAt: exp.UTC().Format(time.RFC3339)})
 	})

@@ -75,7 +75,8 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	auth, err := NewAuthenticator(AuthConfig{HS256SecretFile: secretFile})
+	// A short leeway: connections end soon after their token's exp.
+	auth, err := NewAuthenticator(AuthConfig{HS256SecretFile: secretFile, Leeway: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -263,7 +263,7 @@ func TestBrowserShowsReconnecting(t *testing.T) {
 // the connection, and the page says so instead of retrying a token that
 // cannot work; the shell keeps running.
 func TestBrowserTokenExpiry(t *testing.T) {
-	g := startGateway(t)
+	g := startGateway(t, "--jwt-leeway", "1s")
 	ctx := needBrowser(t)
 	code, out, stderr := runCLI(t, "", "token", "--secret-file", g.secretFile, "--tenant", "acme", "--scope", allScopes, "--ttl", "4s")
 	if code != 0 {

@@ -38,6 +38,7 @@ type serveOptions struct {
 	server                        gateway.Config
 	network, proc                 string
 	devTenant                     string
+	leeway                        time.Duration
 }
 
 // envFlags registers flags whose defaults come from the environment.
@@ -115,6 +116,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.list(&o.publicKeys, "jwt-public-key", "PEM public key file, [kid=]path: RS256, ES256 or EdDSA")
 	e.str(&o.issuer, "jwt-issuer", "", "required token issuer")
 	e.str(&o.audience, "jwt-audience", "", "required token audience")
+	e.duration(&o.leeway, "jwt-leeway", 30*time.Second, "clock skew allowed on exp, nbf and iat (at most 1m); connections end at exp plus it")
 	e.str(&o.tenantClaim, "tenant-claim", "tenant", "token claim naming the tenant")
 	e.boolean(&o.queryToken, "query-token", false, "also accept ?token= (URLs leak into logs: avoid)")
 	e.list(&o.origins, "origin", "browser origin allowed besides the server's own host")
@@ -278,7 +280,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 	}
 	auth, err := gateway.NewAuthenticator(gateway.AuthConfig{
 		HS256SecretFile: o.secretFile, PublicKeyFiles: o.publicKeys, Issuer: o.issuer,
-		Audience: o.audience, TenantClaim: o.tenantClaim,
+		Audience: o.audience, TenantClaim: o.tenantClaim, Leeway: o.leeway,
 	})
 	if err != nil {
 		l.Close()
@@ -348,7 +350,7 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 // logConfig prints the effective configuration; it holds file paths, never secrets.
 func (o *serveOptions) logConfig(log *slog.Logger) {
 	log.Info("config", "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
-		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience,
+		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", o.leeway,
 		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", o.commands, "default_command", o.defaultCommand,
 		"network", o.network, "proc", o.proc, "limits", o.policy.Limits, "tmp_size", o.policy.TmpSize,

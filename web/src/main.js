@@ -43,8 +43,8 @@ function readFragment() {
 
 /**
  * tokenExpired reports whether a token's exp claim has passed. The claim
- * is read, not verified: the gateway verifies; the page only stops trying
- * a token that can no longer work.
+ * is read, not verified, and only to say why the gateway refused the
+ * token: the gateway decides, with its own clock.
  * @param {string} token
  */
 function tokenExpired(token) {
@@ -321,11 +321,8 @@ class App {
     this.refused = false;
     this.checking = false;
     this.client = new TermgateClient({
-      getToken: () => {
-        const token = sessionStorage.getItem(TOKEN_KEY) ?? '';
-        // null stops the reconnecting: this token cannot work any more.
-        return this.refused || (token && tokenExpired(token)) ? null : token;
-      },
+      // null stops the reconnecting: the gateway refused this token.
+      getToken: () => (this.refused ? null : sessionStorage.getItem(TOKEN_KEY) ?? ''),
     });
     this.client.on('status', (s) => {
       if (s.state === 'reconnecting' && this.conn.state === 'connecting') this.checkToken();
@@ -421,8 +418,8 @@ class App {
     const tab = this.active;
     if (tab?.exit) return 'exited';
     if (this.conn.state === 'live' && tab?.readOnly) return 'read-only';
-    if (this.conn.state === 'closed') return this.refused ? 'refused' : 'expired';
-    return this.conn.state;
+    if (this.refused) return tokenExpired(sessionStorage.getItem(TOKEN_KEY) ?? '') ? 'expired' : 'refused';
+    return this.conn.state === 'closed' ? 'refused' : this.conn.state;
   }
 
   render() {

@@ -15,11 +15,14 @@ const OUTPUT_HEADER = 26;
 const INPUT_HEADER = 13;
 
 // Input pacing (PROTOCOL.md): frames of at most 16 KiB, at most a window
-// of 64 KiB (the gateway's input queue) at a time, the next 50 ms later;
-// after a refusal 200 ms, doubling while refusals show no progress.
+// of 64 KiB (the gateway's input queue) per send, sends at least 20 ms
+// apart (writes meanwhile go out together); after a refusal, one window
+// per pause until a pause passes without a refusal or all was sent. The
+// pause is 200 ms after a refusal showing progress and doubles, to 3.2 s,
+// after one that does not.
 const INPUT_FRAME_MAX = 16 << 10;
 const INPUT_WINDOW = 64 << 10;
-const INPUT_NEXT_MS = 50;
+const INPUT_GAP_MS = 20;
 const INPUT_PAUSE_MS = 200;
 const INPUT_PAUSE_MAX_MS = 3200;
 
@@ -246,13 +249,20 @@ export class Execution extends Emitter {
     this._inputBase = 0;
     this._inputEnd = 0;
     this._sendAt = 0;
+    /** The largest input offset the gateway reported having. */
+    this._acked = 0;
+    /** @type {Uint8Array | null} the buffer behind the last chunk, filled up to _tailLen */
+    this._tail = null;
+    this._tailLen = 0;
     this._stdinClosed = false;
     /** Whether close-stdin waits for the input before it to be sent. */
     this._closePending = false;
     /** @type {ReturnType<typeof setTimeout> | undefined} the next paced send */
     this._flushTimer = undefined;
-    this._pause = INPUT_NEXT_MS;
-    /** Largest offset reported by refusals since the last send, or -1. */
+    /** Between windows while recovering from a refusal. */
+    this._pause = 0;
+    this._recovering = false;
+    /** Largest offset reported by refusals since the last rewind, or -1. */
     this._refusedAt = -1;
     /** Offset the previous round of refusals reported: progress shows here. */
     this._lastRefusal = -1;
@@ -264,16 +274,25 @@ export class Execution extends Emitter {
   /**
    * write sends input (a string is UTF-8 encoded). It is kept until the
    * gateway confirms it, and resent by offset after a disconnect or a
-   * refusal, so it is applied exactly once. A large write goes out paced
-   * to the gateway's input queue. Ignored when read-only.
+   * refusal, so it is applied exactly once. Input goes out paced to the
+   * gateway's input queue. A write that would make the unsent input
+   * exceed maxUnackedInput is dropped whole, with an 'error' event
+   * (input_overflow). Ignored when read-only.
    * @param {string | Uint8Array} data
+   * @returns {boolean} whether the input was taken
    */
   write(data) {
-    if (this.closed || this.readOnly || this._stdinClosed) return;
+    if (this.closed || this.readOnly || this._stdinClosed) return false;
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
-    if (bytes.length === 0) return;
+    if (bytes.length === 0) return true;
+    if (this._inputEnd - this._sendAt + bytes.length > this._client._opts.maxUnackedInput) {
+      const message = `${bytes.length} bytes of input were dropped: the input not sent yet is at its bound`;
+      this._emit('error', { error: 'input_overflow', message, fatal: false });
+      return false;
+    }
     this._keep(bytes);
     if (this._flushTimer === undefined) this._flush();
+    return true;
   }
 
   /** closeStdin ends the execution's input after everything written (pipes only). */
@@ -437,28 +456,55 @@ export class Execution extends Emitter {
     clearTimeout(this._flushTimer);
     this._flushTimer = undefined;
     this._refusedAt = this._lastRefusal = -1;
-    this._pause = INPUT_NEXT_MS;
+    this._pause = 0;
+    this._recovering = false;
   }
 
   /**
-   * _keep appends written bytes to the kept input, filling the last chunk
-   * up to INPUT_FRAME_MAX, and bounds what is kept.
+   * _arm schedules the next paced send after ms, replacing a due one.
+   * @param {number} ms
+   */
+  _arm(ms) {
+    clearTimeout(this._flushTimer);
+    this._flushTimer = setTimeout(() => this._paced(), ms);
+  }
+
+  /** _paced: after refusals, rewind to what the gateway has; then send. */
+  _paced() {
+    this._flushTimer = undefined;
+    if (this._refusedAt >= 0) {
+      this._rewind(this._refusedAt);
+      this._refusedAt = -1;
+    } else {
+      this._recovering = false; // a pause passed without a refusal
+    }
+    this._flush();
+  }
+
+  /**
+   * _keep appends written bytes to the kept input, filling a tail buffer
+   * of INPUT_FRAME_MAX bytes before starting another, and drops the oldest
+   * sent bytes beyond maxUnackedInput.
    * @param {Uint8Array} bytes
    */
   _keep(bytes) {
-    let at = 0;
-    const last = this._input.at(-1);
-    if (last && last.length < INPUT_FRAME_MAX) {
-      at = Math.min(bytes.length, INPUT_FRAME_MAX - last.length);
-      const merged = new Uint8Array(last.length + at);
-      merged.set(last);
-      merged.set(bytes.subarray(0, at), last.length);
-      this._input[this._input.length - 1] = merged;
+    for (let at = 0; at < bytes.length;) {
+      const last = this._input.at(-1);
+      if (!this._tail || !last || last.buffer !== this._tail.buffer || this._tailLen === INPUT_FRAME_MAX) {
+        this._tail = new Uint8Array(INPUT_FRAME_MAX);
+        this._tailLen = 0;
+        this._input.push(this._tail.subarray(0, 0));
+      }
+      const n = Math.min(bytes.length - at, INPUT_FRAME_MAX - this._tailLen);
+      this._tail.set(bytes.subarray(at, at + n), this._tailLen);
+      this._tailLen += n;
+      this._input[this._input.length - 1] = this._tail.subarray(0, this._tailLen);
+      at += n;
     }
-    for (; at < bytes.length; at += INPUT_FRAME_MAX) this._input.push(bytes.slice(at, at + INPUT_FRAME_MAX));
     this._inputEnd += bytes.length;
     const max = this._client._opts.maxUnackedInput;
-    while (this._inputEnd - this._inputBase > max && this._input.length > 1) {
+    while (this._inputEnd - this._inputBase > max && this._input.length > 1 &&
+      this._inputBase + this._input[0].length <= this._sendAt) {
       this._inputBase += this._input[0].length;
       this._input.shift();
     }
@@ -487,27 +533,24 @@ export class Execution extends Emitter {
 
   /**
    * _flush sends unsent input, at most INPUT_WINDOW bytes in frames of at
-   * most INPUT_FRAME_MAX; the rest follows after a pause. Once all is
-   * sent, a pending close-stdin goes out.
+   * most INPUT_FRAME_MAX, and arms the next paced send. With nothing left
+   * to send, a pending close-stdin goes out.
    */
   _flush() {
     this._flushTimer = undefined;
     const channel = this.channel;
     if (channel === null || this.closed || this.readOnly) return;
-    // Bytes dropped unsent by the bound are lost; the gateway's refusal
-    // of what follows tells, and _rewind renumbers.
-    const from = Math.max(this._sendAt, this._inputBase);
-    const to = Math.min(this._inputEnd, from + INPUT_WINDOW);
-    const data = this._bytes(from, to);
-    for (let at = 0; at < data.length; at += INPUT_FRAME_MAX) {
-      this._client._sendBinary(encodeInput(channel, from + at, data.subarray(at, at + INPUT_FRAME_MAX)));
-    }
-    this._sendAt = to;
-    if (to < this._inputEnd) {
-      this._flushTimer = setTimeout(() => {
-        this._pause = INPUT_NEXT_MS; // no refusal came meanwhile
-        this._flush();
-      }, this._pause);
+    if (this._sendAt < this._inputEnd) {
+      const from = this._sendAt;
+      const to = Math.min(this._inputEnd, from + INPUT_WINDOW);
+      const data = this._bytes(from, to);
+      for (let at = 0; at < data.length; at += INPUT_FRAME_MAX) {
+        this._client._sendBinary(encodeInput(channel, from + at, data.subarray(at, at + INPUT_FRAME_MAX)));
+      }
+      this._sendAt = to;
+      const gap = this._recovering ? this._pause : INPUT_GAP_MS;
+      if (to === this._inputEnd) this._recovering = false;
+      this._arm(gap);
     } else if (this._closePending) {
       this._closePending = false;
       this._client._send({ type: 'close-stdin', channel, input_offset: this._inputEnd });
@@ -519,6 +562,8 @@ export class Execution extends Emitter {
    * @param {number} offset
    */
   _rewind(offset) {
+    offset = Math.max(offset, this._acked); // a stale report never moves back
+    this._acked = offset;
     if (offset >= this._inputEnd) {
       // The gateway has all we wrote (or more, from another writer):
       // number our next bytes after what it has.
@@ -544,8 +589,8 @@ export class Execution extends Emitter {
   /**
    * _onRefused handles input the gateway refused (queue full, ahead of
    * what it has, rate limited): after a pause, send again from the largest
-   * offset the refusals reported. The first refusal after a send sets the
-   * pause: back to the shortest after progress, doubled without.
+   * offset reported, one window per pause. The first refusal after a
+   * rewind sets the pause: 200 ms after progress, doubled without.
    * @param {string} code
    * @param {number} offset
    */
@@ -553,16 +598,13 @@ export class Execution extends Emitter {
     if (this.channel === null || this.closed) return;
     if (code === 'input_offset' && this._stdinClosed) this._closePending = true; // perhaps close-stdin's
     if (this._refusedAt < 0) {
-      this._pause = offset > this._lastRefusal ? INPUT_PAUSE_MS : Math.min(2 * this._pause, INPUT_PAUSE_MAX_MS);
+      const progress = offset > this._lastRefusal;
+      this._pause = this._pause < INPUT_PAUSE_MS || progress ? INPUT_PAUSE_MS : Math.min(2 * this._pause, INPUT_PAUSE_MAX_MS);
       this._lastRefusal = offset;
+      this._recovering = true;
     }
     this._refusedAt = Math.max(this._refusedAt, offset);
-    clearTimeout(this._flushTimer);
-    this._flushTimer = setTimeout(() => {
-      this._rewind(this._refusedAt);
-      this._refusedAt = -1;
-      this._flush();
-    }, this._pause);
+    this._arm(this._pause);
   }
 
   _flushSize() {
