@@ -18,6 +18,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"io/fs"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -118,6 +119,10 @@ func handler(files map[string]asset) http.Handler {
 			}
 		}
 		h.Set("ETag", `"`+etag+`"`)
+		if h.Get("Content-Encoding") != "" {
+			// ServeContent leaves the length out for an encoded body.
+			h.Set("Content-Length", strconv.Itoa(len(body)))
+		}
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 	})
 }
@@ -143,8 +148,13 @@ func acceptsGzip(values []string) bool {
 		for _, part := range strings.Split(v, ",") {
 			coding, params, _ := strings.Cut(part, ";")
 			q := 1.0
-			if k, val, ok := strings.Cut(params, "="); ok && strings.EqualFold(strings.TrimSpace(k), "q") {
-				if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			for _, param := range strings.Split(params, ";") {
+				k, val, _ := strings.Cut(param, "=")
+				if strings.EqualFold(strings.TrimSpace(k), "q") {
+					f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+					if err != nil || math.IsNaN(f) { // malformed: not acceptable
+						f = 0
+					}
 					q = f
 				}
 			}

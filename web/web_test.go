@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -179,6 +180,8 @@ func TestHandlerGzip(t *testing.T) {
 		{"gzip;q=0.0, *", false},
 		{"*", true},
 		{"identity", false},
+		{"gzip;x=1;q=0", false},
+		{"gzip;q=NaN, *", false},
 	}
 	etags := map[bool]string{}
 	for _, tt := range tests {
@@ -187,6 +190,9 @@ func TestHandlerGzip(t *testing.T) {
 			t.Fatalf("Accept-Encoding %q: status %d, Vary %q", tt.accept, w.Code, w.Header().Get("Vary"))
 		}
 		body := w.Body.Bytes()
+		if n := w.Header().Get("Content-Length"); n != strconv.Itoa(len(body)) {
+			t.Errorf("Accept-Encoding %q: Content-Length %q for %d bytes", tt.accept, n, len(body))
+		}
 		if gz := w.Header().Get("Content-Encoding") == "gzip"; gz != tt.gzip {
 			t.Errorf("Accept-Encoding %q: gzip %v, want %v", tt.accept, gz, tt.gzip)
 		} else if gz {

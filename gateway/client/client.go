@@ -177,20 +177,6 @@ func (c *Client) backoff(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// sleepCtx waits for d, or until ctx or the client ends.
-func (c *Client) sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-c.ctx.Done():
-		return ErrClosed
-	}
-}
-
 func (c *Client) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
