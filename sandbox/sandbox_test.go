@@ -43,7 +43,8 @@ var (
 func needLauncher(t testing.TB) *Launcher {
 	t.Helper()
 	launcherOnce.Do(func() {
-		testLauncher, launcherErr = NewLauncher(Config{KillGrace: 500 * time.Millisecond})
+		// A grace long enough for a TERM handler to run on a loaded machine.
+		testLauncher, launcherErr = NewLauncher(Config{KillGrace: 2 * time.Second})
 	})
 	if launcherErr != nil {
 		if os.Getenv("CI") == "true" {
