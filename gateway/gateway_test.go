@@ -442,34 +442,17 @@ func heapInUse() uint64 {
 	return m.HeapInuse
 }
 
-func TestInputRateLimited(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.InputPerSecond = 2 })
-	c := e.dial(t, e.token(t, "acme", allScopes...))
-	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
-	att, _ := c.expect(t, MsgAttached)
-	for i := range 3 {
-		c.sendInput(t, att.Channel, uint64(i), "x")
-	}
-	if m, _ := c.expect(t, MsgError); m.Error != "rate_limited" || m.Channel != att.Channel || m.InputOffset != 2 {
-		t.Fatalf("third input in a second: %+v", m)
-	}
-	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
-	c.expect(t, MsgOK)
-}
-
-// TestInputRefusalsAreNotRepeated: after one refusal, the frames a client
-// sent meanwhile are refused silently until input is accepted again.
+// TestInputRefusalsAreNotRepeated: input beyond the rate is refused with
+// the offset received; the frames a client sent meanwhile are refused
+// silently until input is accepted again.
 func TestInputRefusalsAreNotRepeated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.InputPerSecond = 2 })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
-	att, _ := c.expect(t, MsgAttached)
+	ch := startCat(t, c)
 	for i := range 6 {
-		c.sendInput(t, att.Channel, uint64(i), "x")
+		c.sendInput(t, ch, uint64(i), "x")
 	}
 	c.send(t, Request{Type: TypePing, Req: "p"})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -487,7 +470,7 @@ func TestInputRefusalsAreNotRepeated(t *testing.T) {
 			break
 		}
 	}
-	if len(refusals) != 1 || refusals[0].Error != "rate_limited" || refusals[0].InputOffset != 2 {
+	if len(refusals) != 1 || refusals[0].Error != "rate_limited" || refusals[0].Channel != ch || refusals[0].InputOffset != 2 {
 		t.Fatalf("refusals of 4 frames: %+v", refusals)
 	}
 	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
@@ -501,14 +484,22 @@ func TestInputErrorsCarryTheReceivedOffset(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
-	att, _ := c.expect(t, MsgAttached)
-	c.sendInput(t, att.Channel, 0, "abc")
-	c.sendInput(t, att.Channel, 7, "x") // bytes 3 to 6 were lost on the way
+	ch := startCat(t, c)
+	c.sendInput(t, ch, 0, "abc")
+	c.sendInput(t, ch, 7, "x") // bytes 3 to 6 were lost on the way
 	m, _ := c.expect(t, MsgError)
-	if m.Error != "input_offset" || m.Channel != att.Channel || m.InputOffset != 3 {
+	if m.Error != "input_offset" || m.Channel != ch || m.InputOffset != 3 {
 		t.Fatalf("input ahead of what was received: %+v", m)
 	}
 	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
 	c.expect(t, MsgOK)
+}
+
+// startCat starts "cat" attached on c and returns its channel; the test
+// cancels it.
+func startCat(t *testing.T, c *client) uint32 {
+	t.Helper()
+	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	att, _ := c.expect(t, MsgAttached)
+	return att.Channel
 }

@@ -2,7 +2,9 @@ package client
 
 import (
 	"bytes"
+	"io"
 	"testing"
+	"time"
 )
 
 // numbered returns n bytes whose value says their offset modulo 251.
@@ -67,5 +69,42 @@ func TestInputBoundDropsOnlySentBytes(t *testing.T) {
 	}
 	if _, p := in.window(); !bytes.Equal(p, numbered(14, inputWindow)) {
 		t.Fatalf("window after the loss starts with %v", p[:4])
+	}
+}
+
+// TestWriteWaitsWhileTooMuchIsUnsent: Write never drops unsent input; past
+// maxInputBuffer unsent bytes it waits until a send takes some, or until
+// the execution ends.
+func TestWriteWaitsWhileTooMuchIsUnsent(t *testing.T) {
+	e := &Execution{c: &Client{}, closed: make(chan struct{}), ready: make(chan struct{})} // never attached
+	if n, err := e.Write(numbered(0, maxInputBuffer+1)); n != maxInputBuffer+1 || err != nil {
+		t.Fatalf("first write: %d, %v", n, err)
+	}
+	returned := make(chan error, 2)
+	write := func() {
+		_, err := e.Write([]byte("x"))
+		returned <- err
+	}
+	go write()
+	select {
+	case err := <-returned:
+		t.Fatalf("a write past the bound returned (%v) with %d bytes unsent", err, maxInputBuffer+1)
+	case <-time.After(200 * time.Millisecond):
+	}
+	e.mu.Lock()
+	e.in.window() // a send takes 64 KiB
+	e.mu.Unlock()
+	if err := <-returned; err != nil {
+		t.Fatalf("write after a send: %v", err)
+	}
+	// Only sent bytes were dropped to keep the bound.
+	if e.in.end != maxInputBuffer+2 || e.in.base != 2 || len(e.in.buf) != maxInputBuffer {
+		t.Fatalf("kept input: base %d, end %d, %d bytes", e.in.base, e.in.end, len(e.in.buf))
+	}
+	e.Write(make([]byte, inputWindow)) // over the bound again
+	go write()                         // waits, until the execution ends
+	e.finish(ErrClosed)
+	if err := <-returned; err != io.ErrClosedPipe {
+		t.Fatalf("write when the execution ended: %v", err)
 	}
 }

@@ -45,6 +45,17 @@ async function connected(client) {
   return ws;
 }
 
+/** attachedJob: a client whose execution "job" is attached on channel 2. */
+async function attachedJob() {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client);
+  const ex = client.attach('job');
+  const attach = ws.controls().find((m) => m.type === 'attach');
+  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  return { client, ws, ex };
+}
+
 test('frames', () => {
   const f = decodeOutput(outputFrame(7, 9, 1, 100, new Uint8Array([0xe2, 0x82])));
   assert.deepEqual({ ...f, data: [...f.data] }, { channel: 7, seq: 9, stream: 1, offset: 100, data: [0xe2, 0x82] });
@@ -128,14 +139,9 @@ test('a failed start is fatal and not retried', async () => {
 });
 
 test('refused input is resent after a pause, from the offset the gateway has', async () => {
-  FakeSocket.all = [];
-  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
-  const ws = await connected(client);
-  const ex = client.attach('job');
-  const attach = ws.controls().find((m) => m.type === 'attach');
+  const { client, ws, ex } = await attachedJob();
   let errors = 0;
   ex.on('error', () => { errors++; });
-  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
   ex.write('abc');
   await tick(30);
   ex.write('def');
@@ -162,12 +168,7 @@ test('refused input is resent after a pause, from the offset the gateway has', a
 });
 
 test('small writes go out together; a rate-limit refusal resends from its offset', async () => {
-  FakeSocket.all = [];
-  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
-  const ws = await connected(client);
-  const ex = client.attach('job');
-  const attach = ws.controls().find((m) => m.type === 'attach');
-  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  const { client, ws, ex } = await attachedJob();
   for (let i = 0; i < 5000; i++) ex.write('k');
   await tick(40);
   assert.deepEqual(ws.inputs(), [{ offset: 0, text: 'k' }, { offset: 1, text: 'k'.repeat(4999) }]);
@@ -178,12 +179,7 @@ test('small writes go out together; a rate-limit refusal resends from its offset
 });
 
 test('a large write is paced: 64 KiB windows; a refusal pauses, longer without progress', async () => {
-  FakeSocket.all = [];
-  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
-  const ws = await connected(client);
-  const ex = client.attach('job');
-  const attach = ws.controls().find((m) => m.type === 'attach');
-  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  const { client, ws, ex } = await attachedJob();
   let overflow;
   ex.on('error', (e) => { overflow = e; });
   ex.write('x'.repeat(1 << 20));
@@ -212,12 +208,7 @@ test('a large write is paced: 64 KiB windows; a refusal pauses, longer without p
 });
 
 test('a large write goes out in frames of at most 16 KiB', async () => {
-  FakeSocket.all = [];
-  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
-  const ws = await connected(client);
-  const ex = client.attach('job');
-  const attach = ws.controls().find((m) => m.type === 'attach');
-  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
+  const { client, ws, ex } = await attachedJob();
   ex.write('x'.repeat(40000));
   assert.deepEqual(ws.inputs().map((i) => [i.offset, i.text.length]), [[0, 16384], [16384, 16384], [32768, 7232]]);
   client.close();
