@@ -407,6 +407,9 @@ func TestClientThatNeverReadsDoesNotGrowMemory(t *testing.T) {
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	c.send(t, Request{Type: TypeStart, ID: "flood", Command: "/bin/sh", Args: []string{"-c", "head -c 64M /dev/zero"}, Attach: true})
+	// The supervisor knows the execution once it is started; the client
+	// reads nothing after that.
+	c.expect(t, MsgStarted)
 	before := heapInUse()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
