@@ -536,11 +536,26 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 		start := time.Now()
 		proc.Stop(StopCancel)
 		exit := proc.Wait()
-		if exit.Signal != unix.SIGKILL || time.Since(start) > l.cfg.KillGrace+time.Second {
+		// The slack covers bwrap's reaping and the cgroup's removal on a
+		// loaded machine; without the kill the sleep would last 1000 s.
+		if exit.Signal != unix.SIGKILL || time.Since(start) > l.cfg.KillGrace+3*time.Second {
 			t.Errorf("forced stop: %s after %v", exit, time.Since(start))
 		}
 		if pids := processesWithArg(marker); len(pids) > 0 {
 			t.Errorf("daemon survived its execution: pids %v", pids)
+		}
+	})
+	t.Run("stop before the command exists", func(t *testing.T) {
+		t.Parallel()
+		// The ceiling puts prlimit before the command: a SIGTERM to the
+		// helper would end the run as a setup failure.
+		proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", "100"}, Workspace: testDir(t), Limits: Limits{OpenFiles: 64}}, Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		proc.Stop(StopCancel) // bwrap is still setting up: the SIGTERM waits for the command
+		if exit := proc.Wait(); exit.Signal != unix.SIGTERM || exit.Stopped != StopCancel {
+			t.Errorf("early stop: %s", exit)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {

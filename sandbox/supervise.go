@@ -391,17 +391,32 @@ func (p *Process) Stop(why Stop) {
 		p.mu.Lock()
 		p.stopped = why
 		p.mu.Unlock()
-		p.Signal(unix.SIGTERM)
-		go p.killAfter(p.l.cfg.KillGrace)
+		go p.terminate(p.l.cfg.KillGrace)
 	})
 }
 
-func (p *Process) killAfter(grace time.Duration) {
-	t := time.NewTimer(grace)
-	defer t.Stop()
+// terminate sends SIGTERM and kills after grace. A stop that comes while
+// bwrap is still setting up waits, within the grace, for the command to
+// start: dropping the SIGTERM would make every early stop a kill, and
+// sending it to bwrap's helpers would end the run as a setup failure.
+func (p *Process) terminate(grace time.Duration) {
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for errors.Is(p.Signal(unix.SIGTERM), errNotStarted) {
+		select {
+		case <-p.exited:
+			return
+		case <-deadline.C:
+			p.Kill()
+			return
+		case <-poll.C:
+		}
+	}
 	select {
 	case <-p.exited:
-	case <-t.C:
+	case <-deadline.C:
 		p.Kill()
 	}
 }

@@ -2,20 +2,26 @@ package sandbox
 
 import (
 	"bytes"
-	"fmt"
+	"errors"
 	"os"
 	"strconv"
 )
 
+// errNotStarted: the sandbox has not executed the command yet (bwrap or a
+// helper before it is still running).
+var errNotStarted = errors.New("sandbox: command not started yet")
+
 // workload returns the host pid of the sandboxed command: the first child
 // of the sandbox's pid 1, which is bwrap's only child. Process events know
-// it exactly; without them, /proc is searched.
+// it exactly, and know when the helpers before the command have exec'd into
+// it, so that a signal reaches the command and not a helper; without them,
+// /proc is searched.
 func (p *Process) workload() (int, error) {
 	if p.track != nil {
-		if pid, ok := p.track.workloadPid(); ok {
+		if pid, ok := p.track.workloadPid(); ok && p.track.execCount() > p.helpers {
 			return pid, nil
 		}
-		return 0, fmt.Errorf("sandbox: command not started yet")
+		return 0, errNotStarted
 	}
 	init, ok := p.sandboxInit()
 	if ok {
@@ -23,7 +29,7 @@ func (p *Process) workload() (int, error) {
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("sandbox: command not started yet")
+	return 0, errNotStarted
 }
 
 // sandboxInit returns the host pid of the sandbox's pid 1, bwrap's child.
