@@ -149,7 +149,7 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 		defer close(started)
 		first.code, first.out, _ = runCLI(t, "", "run", "--id", "shared", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "echo hello; sleep 2; echo bye")
 	}()
-	time.Sleep(500 * time.Millisecond)
+	g.waitListed(t, tok, "shared")
 	viewer := g.token(t, "acme", "exec:attach")
 	code, out, stderr := runCLI(t, "", "attach", "--id", "shared", "--read-only", "--url", g.url, "--token", viewer)
 	if code != 0 || out != "hello\nbye\n" {
@@ -159,11 +159,37 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 	if first.code != 0 || first.out != "hello\nbye\n" {
 		t.Fatalf("first CLI: %+v", first)
 	}
-	// A read-only token cannot type: its input never reaches the command.
-	runCLI(t, "", "run", "--id", "typed", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "sleep 1; read -t 1 x && echo typed=$x; echo end")
+	// A read-only token cannot type: its input never reaches the command,
+	// which waits for a line while the owner's stdin stays open and empty.
+	ownerIn, hold := io.Pipe()
+	defer hold.Close()
+	owner := make(chan string, 1)
+	go func() {
+		var out bytes.Buffer
+		run(t.Context(), []string{"run", "--id", "typed", "--url", g.url, "--token", tok, "--", "/bin/bash", "-c", "read -t 3 x && echo typed=$x; echo end"}, ownerIn, &out, io.Discard)
+		owner <- out.String()
+	}()
+	g.waitListed(t, tok, "typed")
 	code, out, _ = runCLI(t, "intruder\n", "attach", "--id", "typed", "--url", g.url, "--token", viewer)
-	if strings.Contains(out, "typed=") {
-		t.Fatalf("read-only attach typed: status %d, output %q", code, out)
+	if got := <-owner; got != "end\n" || strings.Contains(out, "typed=") {
+		t.Fatalf("read-only attach typed: owner saw %q; viewer status %d, output %q", got, code, out)
+	}
+}
+
+// waitListed waits until `termgate ls` shows the execution id, which a CLI
+// started in the background creates at some point.
+func (g gatewayUnderTest) waitListed(t *testing.T, tok, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, out, _ := runCLI(t, "", "ls", "--url", g.url, "--token", tok)
+		if strings.Contains(out, id) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never listed: %q", id, out)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -293,8 +319,13 @@ func TestLsAndLogs(t *testing.T) {
 		t.Fatalf("logs: %d %q %q", code, out, stderr)
 	}
 	// --follow waits for output and returns when the execution ends.
-	go runCLI(t, "", "run", "--id", "later", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "sleep 1; echo late")
-	time.Sleep(300 * time.Millisecond)
+	later := make(chan struct{})
+	go func() {
+		defer close(later)
+		runCLI(t, "", "run", "--id", "later", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "sleep 1; echo late")
+	}()
+	defer func() { <-later }()
+	g.waitListed(t, tok, "later")
 	start := time.Now()
 	code, out, _ = runCLI(t, "", "logs", "--follow", "--id", "later", "--url", g.url, "--token", tok)
 	if code != 0 || out != "late\n" || time.Since(start) > 10*time.Second {
