@@ -294,10 +294,12 @@ func TestStartRateLimited(t *testing.T) {
 
 func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.AuthWarning = time.Second })
+	e := newEnv(t, func(c *Config) { c.AuthWarning = 2 * time.Second })
+	// Expiry is in whole seconds, so a token minted for 4 s lives 3 to 4 s:
+	// time for a dial and a reauth on a loaded machine.
 	short := func() string {
 		tok, err := e.auth.Mint(Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
-			IssuedAt: time.Now(), ExpiresAt: time.Now().Add(2 * time.Second)})
+			IssuedAt: time.Now(), ExpiresAt: time.Now().Add(4 * time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +312,7 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	// A client with no fresher token answers with the same one: that is
 	// accepted, and not warned about again (which would loop).
 	c.send(t, Request{Type: TypeReauth, Req: "same", Token: tok})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for warnings := 0; ; {
 		f, err := c.read(ctx)
@@ -331,7 +333,7 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	defer c2.close()
 	c2.send(t, Request{Type: TypeReauth, Req: "r", Token: e.token(t, "acme", ScopeAttach)})
 	c2.expect(t, MsgOK)
-	time.Sleep(3 * time.Second)
+	time.Sleep(5 * time.Second)
 	c2.send(t, Request{Type: TypePing, Req: "alive"})
 	c2.expect(t, MsgPong)
 	// Another tenant's token is a policy violation.
@@ -372,11 +374,18 @@ func TestShutdownClosesWith1001AndExecutionsSurvive(t *testing.T) {
 
 func TestHeartbeatClosesSilentClient(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.PingInterval, c.PongTimeout = 100*time.Millisecond, 2*time.Second })
+	e := newEnv(t, func(c *Config) { c.PingInterval, c.PongTimeout = 100*time.Millisecond, 3*time.Second })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.ws.CloseNow()
-	// Never reading means never answering pings.
-	deadline := time.Now().Add(10 * time.Second)
+	// Never reading means never answering pings. The server counts the
+	// connection only after its handshake answer, which the dial returns on.
+	deadline := time.Now().Add(15 * time.Second)
+	for e.srv.connections() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection was never counted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	for e.srv.connections() > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("a client that answers no ping is still connected")
@@ -393,7 +402,7 @@ func TestHeartbeatClosesSilentClient(t *testing.T) {
 	select {
 	case err := <-readErr:
 		t.Fatalf("a client that answers pings was closed: %v", err)
-	case <-time.After(3 * time.Second): // more than a pong timeout
+	case <-time.After(4 * time.Second): // more than a pong timeout
 	}
 	r.ws.CloseNow()
 	<-readErr
@@ -450,7 +459,9 @@ func heapInUse() uint64 {
 // silently until input is accepted again.
 func TestInputRefusalsAreNotRepeated(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.InputPerSecond = 2 })
+	// One frame a second: a stall of the server under load refills no
+	// token before the frames that follow are refused.
+	e := newEnv(t, func(c *Config) { c.InputPerSecond = 1 })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	ch := startCat(t, c)
@@ -473,8 +484,8 @@ func TestInputRefusalsAreNotRepeated(t *testing.T) {
 			break
 		}
 	}
-	if len(refusals) != 1 || refusals[0].Error != "rate_limited" || refusals[0].Channel != ch || refusals[0].InputOffset != 2 {
-		t.Fatalf("refusals of 4 frames: %+v", refusals)
+	if len(refusals) != 1 || refusals[0].Error != "rate_limited" || refusals[0].Channel != ch || refusals[0].InputOffset != 1 {
+		t.Fatalf("refusals of 5 frames: %+v", refusals)
 	}
 	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
 	c.expect(t, MsgOK)

@@ -96,8 +96,9 @@ func TestCancelIgnoringTermEndsWithinGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Wait(t.Context(), "tenant", info.ID, 1, 10*time.Second); err != nil {
-		t.Fatal(err)
+	// The trap must be set before the cancel, or TERM alone would end it.
+	if ready, err := s.Wait(t.Context(), "tenant", info.ID, 1, 30*time.Second); err != nil || ready.LastSeq < 2 {
+		t.Fatalf("no ready line: %+v, %v", ready, err)
 	}
 	start := time.Now()
 	if err := s.Cancel("tenant", info.ID); err != nil {
@@ -107,8 +108,10 @@ func TestCancelIgnoringTermEndsWithinGrace(t *testing.T) {
 	drain(t, sub)
 	res := s.mustGet(t, "tenant", info.ID).Result
 	// The bound is the grace period plus one second; a loaded
-	// two-core CI run gets one more second for reaping and draining.
-	if took := res.Ended.Sub(start); res.Status != StatusCancelled || res.Signal != "SIGKILL" || took > testGrace+2*time.Second {
+	// two-core CI run, starting sixty sandboxes in a parallel test, gets
+	// two more seconds for reaping and draining. Without the kill, the
+	// sleep would last ten minutes.
+	if took := res.Ended.Sub(start); res.Status != StatusCancelled || res.Signal != "SIGKILL" || took > testGrace+3*time.Second {
 		t.Errorf("cancel: %+v after %v", res, took)
 	}
 	if pids := findProcesses(marker); len(pids) > 0 {
