@@ -263,9 +263,11 @@ func TestBrowserShowsReconnecting(t *testing.T) {
 // the connection, and the page says so instead of retrying a token that
 // cannot work; the shell keeps running.
 func TestBrowserTokenExpiry(t *testing.T) {
+	// The token lives 7 to 8 s (expiry is in whole seconds): time for the
+	// page to go live on a loaded machine before it expires.
 	g := startGateway(t, "--jwt-leeway", "1s")
 	ctx := needBrowser(t)
-	code, out, stderr := runCLI(t, "", "token", "--secret-file", g.secretFile, "--tenant", "acme", "--scope", allScopes, "--ttl", "4s")
+	code, out, stderr := runCLI(t, "", "token", "--secret-file", g.secretFile, "--tenant", "acme", "--scope", allScopes, "--ttl", "8s")
 	if code != 0 {
 		t.Fatalf("token: %d %s", code, stderr)
 	}
@@ -420,7 +422,9 @@ if (navigator.clipboard) navigator.clipboard.writeText = (s) => { window.__copie
 	if _, err := chromedp.Run(ctx, chromedp.MouseEvent(chromedp.MouseMoved, x, y)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // links are found on hover
+	// Links are found on hover, asynchronously; a hovered link shows the
+	// pointer cursor.
+	poll(t, ctx, "the link hovered", `document.querySelector(".xterm-cursor-pointer") !== null`, func(b bool) bool { return b })
 	if _, err := chromedp.Run(ctx, chromedp.MouseClickXY(x, y)); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,14 @@ func TestServeDevEndToEnd(t *testing.T) {
 	if string(got) != "from-the-sandbox\n1000\n" {
 		t.Errorf("output %q", got)
 	}
+	// Reading while the server stops answers its close handshake at once.
+	closed := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		_, _, err := ws.Read(cctx)
+		closed <- err
+	}()
 	stop()
 	select {
 	case err := <-done:
@@ -106,7 +114,7 @@ func TestServeDevEndToEnd(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if _, _, err := ws.Read(dctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+	if err := <-closed; websocket.CloseStatus(err) != websocket.StatusGoingAway {
 		t.Errorf("connection closed with %v, want 1001", err)
 	}
 }
