@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -232,11 +233,20 @@ func readSecret(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
 	}
-	b = []byte(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+	b = trimLineEnding(b)
 	if len(b) < minSecretBytes {
 		return nil, fmt.Errorf("gateway: HS256 secret %s: %d bytes, need at least %d", path, len(b), minSecretBytes)
 	}
 	return b, nil
+}
+
+// trimLineEnding drops one final "\n" or "\r\n", which editors and echo
+// add, and nothing else: a secret's own trailing bytes are part of it.
+func trimLineEnding(b []byte) []byte {
+	if s, ok := bytes.CutSuffix(b, []byte("\n")); ok {
+		return bytes.TrimSuffix(s, []byte("\r"))
+	}
+	return b
 }
 
 func readPublicKey(path string) (authKey, error) {

@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -71,8 +72,11 @@ type authFixture struct {
 
 func newAuthFixture(t testing.TB) *authFixture {
 	t.Helper()
-	f := &authFixture{keys: testKeys(), dir: t.TempDir(), secret: make([]byte, 32)}
-	rand.Read(f.secret)
+	// Hex, so the secret never ends in a byte the file's line ending
+	// trimming would take.
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	f := &authFixture{keys: testKeys(), dir: t.TempDir(), secret: []byte(hex.EncodeToString(raw))}
 	f.secretFile = writeTestFile(t, f.dir, "hs.key", append(append([]byte{}, f.secret...), '\n'))
 	f.rsaPEM = publicPEM(t, &f.keys.rsa.PublicKey)
 	f.rsaFile = writeTestFile(t, f.dir, "rsa.pem", f.rsaPEM)
@@ -457,11 +461,14 @@ func TestNewAuthenticatorAccepts(t *testing.T) {
 	t.Parallel()
 	f := newAuthFixture(t)
 	exact := writeTestFile(t, f.dir, "crlf.key", []byte(strings.Repeat("k", 32)+"\r\n"))
+	// Without a line ending, a final "\r" belongs to the secret.
+	withCR := writeTestFile(t, f.dir, "cr.key", []byte(strings.Repeat("k", 31)+"\r"))
 	tests := []struct {
 		name string
 		cfg  AuthConfig
 	}{
 		{"32-byte secret with CRLF", AuthConfig{HS256SecretFile: exact}},
+		{"32-byte secret ending in CR", AuthConfig{HS256SecretFile: withCR}},
 		{"leeway 60s", AuthConfig{HS256SecretFile: f.secretFile, Leeway: time.Minute}},
 		{"public keys only", AuthConfig{PublicKeyFiles: []string{f.rsaFile, f.ecFile, f.edFile}}},
 		{"renamed kids", AuthConfig{HS256SecretFile: "a=" + f.secretFile, PublicKeyFiles: []string{"b=" + f.rsaFile, "c=" + f.rsaFile}}},
