@@ -272,7 +272,8 @@ func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
 	setDefault(p.Env, "HOME", sandbox.DefaultWorkspaceMount)
 	setDefault(p.Env, "LANG", "C.UTF-8")
 	if req.PTY != nil {
-		p.TTY = &sandbox.WindowSize{Rows: uint16(clamp(req.PTY.Rows)), Cols: uint16(clamp(req.PTY.Cols))}
+		size := sandbox.ClampWindowSize(req.PTY.Rows, req.PTY.Cols)
+		p.TTY = &size
 		setDefault(p.Env, "TERM", "xterm-256color")
 	}
 	if p.Limits, err = limits(sb, req.Limits); err != nil {
@@ -308,8 +309,6 @@ func setDefault(env map[string]string, k, v string) {
 		env[k] = v
 	}
 }
-
-func clamp(v int) int { return min(max(v, 1), 1000) }
 
 // limits applies the client's ceilings, each at most the server's.
 func limits(sb SandboxConfig, asked *Limits) (sandbox.Limits, error) {

@@ -64,6 +64,16 @@ type WindowSize struct {
 	Cols uint16 `json:"cols"`
 }
 
+// MaxWindowSide is the most rows or columns a terminal gets.
+const MaxWindowSide = 1000
+
+// ClampWindowSize returns a terminal size of rows and cols, each held to
+// 1..MaxWindowSide: a client's size is a wish, never an error.
+func ClampWindowSize(rows, cols int) WindowSize {
+	side := func(v int) uint16 { return uint16(min(max(v, 1), MaxWindowSide)) }
+	return WindowSize{Rows: side(rows), Cols: side(cols)}
+}
+
 // Limits are the resource ceilings of one execution. Zero means "not asked
 // for"; a ceiling that is asked for and cannot be enforced fails the start.
 type Limits struct {

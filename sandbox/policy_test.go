@@ -110,3 +110,19 @@ func FuzzValidateEnv(f *testing.F) {
 		}
 	})
 }
+
+func TestClampWindowSize(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		rows, cols int
+		want       WindowSize
+	}{
+		{24, 80, WindowSize{24, 80}},
+		{0, -5, WindowSize{1, 1}},
+		{MaxWindowSide + 1, 1 << 17, WindowSize{MaxWindowSide, MaxWindowSide}}, // 1<<17 would wrap in uint16
+	} {
+		if got := ClampWindowSize(tt.rows, tt.cols); got != tt.want {
+			t.Errorf("ClampWindowSize(%d, %d) = %v, want %v", tt.rows, tt.cols, got, tt.want)
+		}
+	}
+}

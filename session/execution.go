@@ -258,7 +258,7 @@ func (s *Supervisor) Cancel(owner, id string) error {
 }
 
 // Resize sets a PTY execution's terminal size, clamping rows and columns
-// to 1..1000.
+// to 1..sandbox.MaxWindowSide.
 func (s *Supervisor) Resize(owner, id string, rows, cols int) error {
 	e, err := s.lookup(owner, id)
 	if err != nil {
@@ -271,15 +271,13 @@ func (s *Supervisor) Resize(owner, id string, rows, cols int) error {
 	if err != nil {
 		return err
 	}
-	ws := sandbox.WindowSize{Rows: uint16(clamp(rows)), Cols: uint16(clamp(cols))}
+	ws := sandbox.ClampWindowSize(rows, cols)
 	if err := proc.Resize(ws); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotRunning, err)
 	}
 	e.ring.Append(replay.Event{Kind: replay.KindResize, Rows: ws.Rows, Cols: ws.Cols})
 	return nil
 }
-
-func clamp(v int) int { return min(max(v, 1), 1000) }
 
 // Signal sends a signal from the allowlist (INT, TERM, HUP, KILL, QUIT,
 // USR1, USR2, WINCH, CONT, STOP; with or without "SIG") to the
