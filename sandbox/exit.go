@@ -42,6 +42,9 @@ type Exit struct {
 	// SetupError is bwrap's own message when the sandbox could not be set
 	// up; the command never ran.
 	SetupError string `json:"setup_error,omitempty"`
+	// NotFound is set with SetupError when the failure was the command not
+	// existing in the sandbox.
+	NotFound bool `json:"not_found,omitempty"`
 	// Stopped says whether termgate stopped it, and why.
 	Stopped Stop `json:"stopped,omitempty"`
 	// Exact is false when the kernel's process events were unavailable and
@@ -52,9 +55,12 @@ type Exit struct {
 }
 
 // Status returns a shell-style status: the code, or 128+n for signal n,
-// or 126 when the sandbox could not be set up.
+// 127 when the command does not exist, or 126 when the sandbox could not
+// be set up otherwise.
 func (e Exit) Status() int {
 	switch {
+	case e.NotFound:
+		return 127
 	case e.SetupError != "":
 		return 126
 	case e.Signal != 0:
@@ -120,8 +126,28 @@ func classify(f exitFacts) Exit {
 	default:
 		e.Code = f.outer.ExitStatus()
 	}
+	e.NotFound = commandNotFound(e.SetupError)
 	e.Limit = limitHit(e, f)
 	return e
+}
+
+// notFoundPrefixes start the messages of the exec that runs the command,
+// bwrap's own or the last helper's, whichever comes last in the plan.
+var notFoundPrefixes = []string{"bwrap: execvp ", "setsid: failed to execute ", "prlimit: failed to execute ", envPath + ": "}
+
+// commandNotFound recognises, in a setup failure's message, the exec of the
+// command failing because no such file exists. env's own failure to enter
+// the working directory ends the same way and does not count.
+func commandNotFound(msg string) bool {
+	if !strings.HasSuffix(msg, ": No such file or directory") || strings.HasPrefix(msg, envPath+": cannot change directory") {
+		return false
+	}
+	for _, prefix := range notFoundPrefixes {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func setupMessage(msg string) string {

@@ -22,6 +22,10 @@ func TestClassify(t *testing.T) {
 		{"setup failure", exitFacts{exact: true, outer: exited(1), setupMsg: "bwrap: Can't mount"}, Exit{Code: -1, SetupError: "bwrap: Can't mount", Exact: true}},
 		{"inferred signal", exitFacts{outer: exited(137)}, Exit{Code: -1, Signal: unix.SIGKILL}},
 		{"inferred setup failure", exitFacts{outer: exited(1), setupMsg: "bwrap: execvp x"}, Exit{Code: -1, SetupError: "bwrap: execvp x"}},
+		{"missing command", exitFacts{exact: true, outer: exited(1), setupMsg: "bwrap: execvp x: No such file or directory"},
+			Exit{Code: -1, SetupError: "bwrap: execvp x: No such file or directory", NotFound: true, Exact: true}},
+		{"missing working directory", exitFacts{exact: true, outer: exited(1), setupMsg: envPath + ": cannot change directory to '/w': No such file or directory"},
+			Exit{Code: -1, SetupError: envPath + ": cannot change directory to '/w': No such file or directory", Exact: true}},
 		{"memory", exitFacts{exact: true, execed: true, workload: signaled(unix.SIGKILL), oomKills: 1}, Exit{Code: -1, Signal: unix.SIGKILL, Limit: LimitMemory, Exact: true}},
 		{"cpu by SIGKILL at soft = hard", exitFacts{exact: true, execed: true, workload: signaled(unix.SIGKILL), cpuLimit: true}, Exit{Code: -1, Signal: unix.SIGKILL, Limit: LimitCPU, Exact: true}},
 		{"our kill is no cpu ceiling", exitFacts{exact: true, execed: true, workload: signaled(unix.SIGKILL), cpuLimit: true, killedUs: true, stoppedAs: StopCancel}, Exit{Code: -1, Signal: unix.SIGKILL, Exact: true, Stopped: StopCancel}},
@@ -44,7 +48,7 @@ func TestExitStatus(t *testing.T) {
 	for _, c := range []struct {
 		e    Exit
 		want int
-	}{{Exit{Code: 3}, 3}, {Exit{Code: -1, Signal: unix.SIGINT}, 130}, {Exit{Code: -1, SetupError: "x"}, 126}} {
+	}{{Exit{Code: 3}, 3}, {Exit{Code: -1, Signal: unix.SIGINT}, 130}, {Exit{Code: -1, SetupError: "x"}, 126}, {Exit{Code: -1, SetupError: "x", NotFound: true}, 127}} {
 		if got := c.e.Status(); got != c.want {
 			t.Errorf("%+v.Status() = %d, want %d", c.e, got, c.want)
 		}

@@ -122,7 +122,10 @@ func TestRunReportsCodeSignalAndSetupFailure(t *testing.T) {
 		{"code above 128 is a code", sh("exit 130"), func(e Exit) bool { return e.Code == 130 && e.Signal == 0 && e.Exact }},
 		{"signal death", sh("kill -TERM $$"), func(e Exit) bool { return e.Signal == unix.SIGTERM && e.Code == -1 }},
 		{"missing command is a setup failure", []string{"no-such-command"}, func(e Exit) bool {
-			return strings.Contains(e.SetupError, "execvp") && e.Status() == 126
+			return strings.Contains(e.SetupError, "execvp") && e.NotFound && e.Status() == 127
+		}},
+		{"a directory is no command", []string{"/usr"}, func(e Exit) bool {
+			return strings.Contains(e.SetupError, "execvp") && !e.NotFound && e.Status() == 126
 		}},
 		{"bin sh works", []string{"/bin/sh", "-c", "true"}, func(e Exit) bool { return e.Success() }},
 	}
@@ -159,11 +162,12 @@ func TestMissingCommandBehindHelpers(t *testing.T) {
 			t.Parallel()
 			c.policy.Command, c.policy.Workspace = []string{"no-such-command"}, ws
 			r := runPolicy(t, c.policy)
-			if !strings.HasPrefix(r.exit.SetupError, c.want) || !strings.Contains(r.exit.SetupError, "No such file") || !r.exit.Exact {
-				t.Errorf("want a setup failure from %q: %v", c.want, r)
+			if !strings.HasPrefix(r.exit.SetupError, c.want) || !r.exit.NotFound || !r.exit.Exact {
+				t.Errorf("want a missing command reported by %q: %v", c.want, r)
 			}
 		})
 	}
+
 	r := runPolicy(t, Policy{Command: sh("exit 5"), Workspace: ws, TTY: &WindowSize{Rows: 24, Cols: 80}, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}})
 	if r.exit.Code != 5 || !r.exit.Exact {
 		t.Errorf("command behind all helpers: %v", r)

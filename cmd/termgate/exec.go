@@ -206,28 +206,10 @@ func reportExit(exit sandbox.Exit, stderr io.Writer) error {
 	if exit.SetupError != "" || exit.Limit != "" || exit.Stopped != "" {
 		fmt.Fprintf(stderr, "termgate: %s\n", exit)
 	}
-	code := exit.Status()
-	if commandNotFound(exit.SetupError) {
-		code = 127
+	if code := exit.Status(); code != 0 {
+		return exitError{code}
 	}
-	if code == 0 {
-		return nil
-	}
-	return exitError{code}
-}
-
-// commandNotFound recognises the messages of bwrap and of the helpers in
-// the sandbox when the command does not exist: status 127, as in a shell.
-func commandNotFound(msg string) bool {
-	if !strings.HasSuffix(msg, "No such file or directory") || strings.Contains(msg, "change directory") {
-		return false
-	}
-	for _, prefix := range []string{"bwrap: execvp ", "setsid: failed to execute ", "prlimit: failed to execute ", "/usr/bin/env: "} {
-		if strings.HasPrefix(msg, prefix) {
-			return true
-		}
-	}
-	return false
+	return nil
 }
 
 func isTerminal(f *os.File) bool {
