@@ -12,7 +12,41 @@ const TABS_KEY = 'termgate.tabs';
 const TRANSCRIPT_MAX = 4 << 20;
 const RESIZE_DEBOUNCE_MS = 150;
 
-const $ = (id) => document.getElementById(id);
+/**
+ * @typedef {import('./termgate-client.js').Message} Message
+ * @typedef {import('./termgate-client.js').ExitInfo} ExitInfo
+ * @typedef {import('./termgate-client.js').StatusChange} StatusChange
+ * @typedef {{id: string | null, readOnly: boolean}} Fragment what location.hash asked for
+ * @typedef {{id?: string, readOnly?: boolean}} TabTarget attach to id, or start one
+ * @typedef {{from: number, to: number, bytes: number}} GapInfo output the gateway no longer held
+ * @typedef {{error?: string, message: string, fatal?: boolean}} ErrorInfo an
+ *   'error' event of the client or of an execution
+ * @typedef {ExitInfo & {error?: boolean}} TabExit how a tab's execution
+ *   ended; error when a fatal error, not an exit, ended it here
+ */
+
+/**
+ * required returns value, and throws when it is null. The elements looked
+ * up are in index.html or built here, so a missing one is a bug: it is
+ * named at once instead of failing later as a null dereference.
+ * @template T
+ * @param {T | null} value
+ * @param {string} what names the missing element
+ * @returns {T}
+ */
+function required(value, what) {
+  if (value === null) throw new Error(`termgate: the page has no ${what}`);
+  return value;
+}
+
+/**
+ * byId returns the page's element with this id (see required).
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+function byId(id) {
+  return required(document.getElementById(id), `#${id} element`);
+}
 
 // The sequences xterm.js answers at once through onData (its InputHandler
 // and CoreBrowserTerminal): device attributes, status and cursor reports,
@@ -31,7 +65,7 @@ const ANSWERED_OSC = [4, 10, 11, 12];
  * readFragment takes the parameters from location.hash, keeps the token in
  * sessionStorage only and removes the fragment from the address bar, so the
  * token never lands in history, bookmarks or a Referer.
- * @returns {{id: string | null, readOnly: boolean}}
+ * @returns {Fragment}
  */
 function readFragment() {
   const params = new URLSearchParams(location.hash.replace(/^#/, ''));
@@ -46,6 +80,7 @@ function readFragment() {
  * is read, not verified, and only to say why the gateway refused the
  * token: the gateway decides, with its own clock.
  * @param {string} token
+ * @returns {boolean}
  */
 function tokenExpired(token) {
   try {
@@ -59,6 +94,7 @@ function tokenExpired(token) {
 
 /** Transcript keeps a bounded copy of a tab's output for the test hooks. */
 class Transcript {
+  /** @param {number} max bytes kept: the newest */
   constructor(max) {
     this.max = max;
     /** @type {Uint8Array[]} */
@@ -70,7 +106,10 @@ class Transcript {
   add(bytes) {
     this.chunks.push(bytes);
     this.size += bytes.length;
-    while (this.size > this.max && this.chunks.length > 1) this.size -= this.chunks.shift().length;
+    while (this.size > this.max && this.chunks.length > 1) {
+      this.size -= this.chunks[0].length;
+      this.chunks.shift();
+    }
     if (this.size > this.max) {
       const only = this.chunks[0];
       this.chunks[0] = only.subarray(only.length - this.max);
@@ -89,7 +128,11 @@ class Transcript {
   }
 }
 
-/** openLink opens a clicked link in a new tab that cannot reach this page. */
+/**
+ * openLink opens a clicked link in a new tab that cannot reach this page.
+ * @param {MouseEvent} event
+ * @param {string} uri
+ */
 function openLink(event, uri) {
   if (!event || event.type !== 'click' && event.type !== 'mouseup') return;
   let url;
@@ -102,7 +145,15 @@ function openLink(event, uri) {
   window.open(url.href, '_blank', 'noopener,noreferrer');
 }
 
+/**
+ * debounce returns fn delayed until ms passed without another call.
+ * @template {unknown[]} A
+ * @param {(...args: A) => void} fn
+ * @param {number} ms
+ * @returns {(...args: A) => void}
+ */
 function debounce(fn, ms) {
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
   let t;
   return (...args) => {
     clearTimeout(t);
@@ -114,12 +165,13 @@ function debounce(fn, ms) {
 class Tab {
   /**
    * @param {App} app
-   * @param {{id?: string, readOnly?: boolean}} how attach to id, or start one
+   * @param {TabTarget} how
    */
   constructor(app, how) {
     this.app = app;
     this.transcript = new Transcript(TRANSCRIPT_MAX);
     this.readOnly = !!how.readOnly;
+    /** @type {TabExit | null} */
     this.exit = null;
     /** Whether history is being replayed (xterm's answers are dropped). */
     this.muted = false;
@@ -143,7 +195,7 @@ class Tab {
     this.el = document.createElement('div');
     this.el.className = 'term';
     this.el.hidden = true;
-    $('terminals').append(this.el);
+    byId('terminals').append(this.el);
     this.term.open(this.el);
     this.button = this.makeButton();
     // Fit before starting, so the PTY starts at the window's size.
@@ -173,41 +225,42 @@ class Tab {
       if (e.target === close) this.app.closeTab(this);
       else this.app.activate(this);
     });
-    $('tabs').append(b);
+    byId('tabs').append(b);
     return b;
   }
 
   bind() {
     const ex = this.ex;
-    ex.on('attached', (m) => {
+    ex.on('attached', /** @param {Message} m */ (m) => {
       this.readOnly = ex.readOnly;
       this.term.options.disableStdin = this.readOnly;
-      this.button.querySelector('.label').textContent = m.id + (this.readOnly ? ' (read-only)' : '');
+      const label = required(this.button.querySelector('.label'), 'tab label');
+      label.textContent = m.id + (this.readOnly ? ' (read-only)' : '');
       this.app.saveTabs();
       this.app.render();
     });
-    ex.on('replay', (on) => {
+    ex.on('replay', /** @param {boolean} on */ (on) => {
       if (on) this.muted = true;
       // Unmute only once xterm has parsed everything replayed: it parses
       // writes later, and answers queries while it does.
       else this.term.write('', () => { if (!ex.replaying) this.muted = false; });
     });
-    ex.on('output', (bytes) => {
+    ex.on('output', /** @param {Uint8Array} bytes */ (bytes) => {
       this.transcript.add(bytes);
       this.term.write(bytes); // xterm decodes UTF-8 statefully across writes
     });
-    ex.on('gap', (g) => this.notice('gap-notice', `${g.bytes} bytes of output were lost`));
-    ex.on('exit', (x) => {
+    ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', `${g.bytes} bytes of output were lost`));
+    ex.on('exit', /** @param {ExitInfo} x */ (x) => {
       this.exit = x;
       this.button.classList.add('exited');
       this.term.write(`\r\n\x1b[2m[termgate: ${exitText(x)}]\x1b[0m\r\n`);
       this.app.saveTabs();
       this.app.render();
     });
-    ex.on('error', (e) => {
-      this.notice('error-notice', e.message || e.error);
+    ex.on('error', /** @param {ErrorInfo} e */ (e) => {
+      this.notice('error-notice', e.message || e.error || '');
       if (e.fatal) {
-        this.exit = this.exit ?? { code: -1, signal: '', reason: e.error, seq: 0, error: true };
+        this.exit = this.exit ?? { code: -1, signal: '', reason: e.error ?? '', seq: 0, error: true };
         this.button.classList.add('exited');
         this.app.saveTabs();
         this.app.render();
@@ -251,7 +304,11 @@ class Tab {
     this.ex.write(data);
   }
 
-  /** onKey maps Ctrl+Shift+C to copy and leaves Ctrl+Shift+V to the browser's paste. */
+  /**
+   * onKey maps Ctrl+Shift+C to copy and leaves Ctrl+Shift+V to the browser's paste.
+   * @param {KeyboardEvent} e
+   * @returns {boolean} whether xterm handles the key
+   */
   onKey(e) {
     if (e.type !== 'keydown' || !e.ctrlKey || !e.shiftKey) return true;
     if (e.code === 'KeyC') {
@@ -263,13 +320,13 @@ class Tab {
     return e.code !== 'KeyV';
   }
 
+  /**
+   * @param {'gap-notice' | 'error-notice'} cls
+   * @param {string} text
+   */
   notice(cls, text) {
     if (cls === 'gap-notice') this.term.write(`\r\n\x1b[33m[termgate: ${text}]\x1b[0m\r\n`);
-    const n = document.createElement('div');
-    n.className = cls;
-    n.textContent = (this.ex.id ? this.ex.id + ': ' : '') + text;
-    $('notices').append(n);
-    while ($('notices').children.length > 5) $('notices').firstElementChild.remove();
+    showNotice(cls, (this.ex.id ? this.ex.id + ': ' : '') + text);
   }
 
   fitNow() {
@@ -281,6 +338,7 @@ class Tab {
     }
   }
 
+  /** @param {boolean} on */
   show(on) {
     this.el.hidden = !on;
     this.button.setAttribute('aria-selected', String(on));
@@ -299,8 +357,24 @@ class Tab {
 }
 
 /**
+ * showNotice adds a notice above the terminals, keeping the newest five.
+ * @param {'gap-notice' | 'error-notice'} cls
+ * @param {string} text
+ */
+function showNotice(cls, text) {
+  const notices = byId('notices');
+  const n = document.createElement('div');
+  n.className = cls;
+  n.textContent = text;
+  notices.append(n);
+  while (notices.children.length > 5) notices.firstElementChild?.remove();
+}
+
+/**
  * exitText says how an execution ended: "exited with code N" or "killed by
  * SIGNAME", plus the reason when it is not a plain exit.
+ * @param {ExitInfo} x
+ * @returns {string}
  */
 function exitText(x) {
   let s = x.signal ? `killed by ${x.signal}` : `exited with code ${x.code}`;
@@ -310,11 +384,13 @@ function exitText(x) {
 
 /** App holds the client, the tabs and the status line. */
 class App {
+  /** @param {Fragment} fragment */
   constructor(fragment) {
     /** @type {Tab[]} */
     this.tabs = [];
     /** @type {Tab | null} */
     this.active = null;
+    /** @type {StatusChange} */
     this.conn = { state: 'connecting' };
     this.reconnectAt = 0;
     /** Whether the gateway refused the token (see checkToken). */
@@ -324,15 +400,15 @@ class App {
       // null stops the reconnecting: the gateway refused this token.
       getToken: () => (this.refused ? null : sessionStorage.getItem(TOKEN_KEY) ?? ''),
     });
-    this.client.on('status', (s) => {
+    this.client.on('status', /** @param {StatusChange} s */ (s) => {
       if (s.state === 'reconnecting' && this.conn.state === 'connecting') this.checkToken();
       this.conn = s;
       this.reconnectAt = s.state === 'reconnecting' ? performance.now() + (s.delay ?? 0) : 0;
       this.render();
     });
-    this.client.on('error', (e) => this.notice(e.message || e.error));
+    this.client.on('error', /** @param {ErrorInfo} e */ (e) => this.notice(e.message || e.error || ''));
     setInterval(() => this.reconnectAt && this.render(), 250);
-    $('new-tab').addEventListener('click', () => this.activate(this.addTab({})));
+    byId('new-tab').addEventListener('click', () => this.activate(this.addTab({})));
     window.addEventListener('resize', debounce(() => this.active?.fitNow(), RESIZE_DEBOUNCE_MS));
     this.openInitial(fragment);
   }
@@ -359,6 +435,7 @@ class App {
     }
   }
 
+  /** @param {Fragment} fragment */
   openInitial(fragment) {
     if (fragment.id) {
       this.activate(this.addTab({ id: fragment.id, readOnly: fragment.readOnly }));
@@ -377,18 +454,21 @@ class App {
     this.activate(this.tabs[this.tabs.length - 1]);
   }
 
+  /** @param {TabTarget} how */
   addTab(how) {
     const tab = new Tab(this, how);
     this.tabs.push(tab);
     return tab;
   }
 
+  /** @param {Tab} tab */
   activate(tab) {
     this.active = tab;
     for (const t of this.tabs) t.show(t === tab);
     this.render();
   }
 
+  /** @param {Tab} tab */
   closeTab(tab) {
     if (!tab.exit && !tab.readOnly) tab.ex.cancel();
     tab.dispose();
@@ -405,12 +485,9 @@ class App {
     sessionStorage.setItem(TABS_KEY, JSON.stringify(open));
   }
 
+  /** @param {string} text */
   notice(text) {
-    const n = document.createElement('div');
-    n.className = 'error-notice';
-    n.textContent = text;
-    $('notices').append(n);
-    while ($('notices').children.length > 5) $('notices').firstElementChild.remove();
+    showNotice('error-notice', text);
   }
 
   /** state is the status line's data-state for the active tab. */
@@ -423,14 +500,14 @@ class App {
   }
 
   render() {
-    const el = $('status');
+    const el = byId('status');
     const state = this.state();
-    const tab = this.active;
+    const exit = this.active?.exit;
     let text = state;
     el.removeAttribute('data-exit-code');
-    if (state === 'exited') {
-      text = tab.exit.error ? `ended: ${tab.exit.reason}` : exitText(tab.exit);
-      el.setAttribute('data-exit-code', String(tab.exit.code));
+    if (state === 'exited' && exit) { // state() says exited only with an exit
+      text = exit.error ? `ended: ${exit.reason}` : exitText(exit);
+      el.setAttribute('data-exit-code', String(exit.code));
     } else if (state === 'reconnecting') {
       const secs = Math.max(0, Math.ceil((this.reconnectAt - performance.now()) / 1000));
       text = `reconnecting in ${secs} s`;
@@ -452,7 +529,7 @@ const app = new App(readFragment());
 Object.defineProperty(window, '__termgate', {
   value: Object.freeze({
     transcript: () => app.active?.transcript.text() ?? '',
-    status: () => $('status').dataset.state,
+    status: () => byId('status').dataset.state,
     connections: () => app.client.connections,
     execution: () => app.active?.ex.id ?? null,
     replaying: () => !!app.active?.muted,
