@@ -104,6 +104,8 @@ type exitFacts struct {
 	cpuLimit  bool // a CPU-seconds ceiling was set
 	killedUs  bool // termgate sent SIGKILL
 	stoppedAs Stop
+	// lastHelper is the helper that execs the command, "" when bwrap does.
+	lastHelper string
 }
 
 // classify turns facts into an Exit. Without process events it falls back
@@ -126,23 +128,32 @@ func classify(f exitFacts) Exit {
 	default:
 		e.Code = f.outer.ExitStatus()
 	}
-	e.NotFound = commandNotFound(e.SetupError)
+	e.NotFound = commandNotFound(e.SetupError, f.lastHelper)
 	e.Limit = limitHit(e, f)
 	return e
 }
 
-// notFoundPrefixes start the messages of the exec that runs the command,
-// bwrap's own or the last helper's, whichever comes last in the plan.
-var notFoundPrefixes = []string{"bwrap: execvp ", "setsid: failed to execute ", "prlimit: failed to execute ", envPath + ": "}
-
-// commandNotFound recognises, in a setup failure's message, the exec of the
-// command failing because no such file exists. env's own failure to enter
-// the working directory ends the same way and does not count.
-func commandNotFound(msg string) bool {
-	if !strings.HasSuffix(msg, ": No such file or directory") || strings.HasPrefix(msg, envPath+": cannot change directory") {
+// commandNotFound recognises, in a setup failure's message, the exec of
+// the command failing because no such file exists. Only the message of the
+// exec that runs the command counts, bwrap's own or that of lastHelper: a
+// helper that is missing itself, or env failing to enter the working
+// directory, is no missing command.
+func commandNotFound(msg, lastHelper string) bool {
+	if !strings.HasSuffix(msg, ": No such file or directory") || strings.Contains(msg, ": cannot change directory") {
 		return false
 	}
-	for _, prefix := range notFoundPrefixes {
+	var prefixes []string
+	switch lastHelper {
+	case setsidPath:
+		prefixes = []string{"setsid: failed to execute "}
+	case envPath:
+		prefixes = []string{envPath + ": ", "env: "}
+	case prlimitPath:
+		prefixes = []string{"prlimit: failed to execute "}
+	default:
+		prefixes = []string{"bwrap: execvp "}
+	}
+	for _, prefix := range prefixes {
 		if strings.HasPrefix(msg, prefix) {
 			return true
 		}

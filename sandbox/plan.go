@@ -46,6 +46,7 @@ type plan struct {
 	argv    []string   // what follows "--": helpers, then the command
 	files   []planFile // inherited as fd firstFileFD, firstFileFD+1, ...
 	helpers int        // helpers in argv that exec before the command
+	last    string     // path of the helper that execs the command; "" for bwrap
 }
 
 // argsFD is where bwrap reads its options. firstFileFD is the first
@@ -220,15 +221,15 @@ func (pl *plan) command(p Policy) {
 	pl.argv = append(pl.argv, "--")
 	if p.TTY != nil {
 		pl.argv = append(pl.argv, setsidPath, "--ctty")
-		pl.helpers++
+		pl.helpers, pl.last = pl.helpers+1, setsidPath
 	}
 	if p.Cwd != p.WorkspaceMount {
 		pl.argv = append(pl.argv, envPath, "-C", p.Cwd, "--")
-		pl.helpers++
+		pl.helpers, pl.last = pl.helpers+1, envPath
 	}
 	if rl := rlimitArgs(p.Limits); len(rl) > 0 {
 		pl.argv = append(append(append(pl.argv, prlimitPath), rl...), "--")
-		pl.helpers++
+		pl.helpers, pl.last = pl.helpers+1, prlimitPath
 	}
 	pl.argv = append(pl.argv, p.Command...)
 }

@@ -24,7 +24,9 @@ type Process struct {
 	cmd     *exec.Cmd
 	cg      *execCgroup
 	track   *procTrack
-	helpers int // helper execs before the command (plan.helpers)
+	helpers int      // helper execs before the command (plan.helpers)
+	last    string   // the helper that execs the command (plan.last)
+	argv    []string // helpers, then the command, as bwrap executes them
 	started time.Time
 
 	stdin  *os.File // pipe write end, or the PTY master
@@ -59,7 +61,7 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 	defer argsR.Close()
 	defer argsW.Close()
 
-	proc := &Process{l: l, policy: p, helpers: pl.helpers, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
+	proc := &Process{l: l, policy: p, helpers: pl.helpers, last: pl.last, argv: pl.argv[1:], exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
 	child, err := proc.setupIO(stdio)
 	if err != nil {
 		return nil, err

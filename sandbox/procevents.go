@@ -428,6 +428,15 @@ func (t *procTrack) workloadPid() (int, bool) {
 	return t.workload, t.workload != 0 && !t.workloadEnd
 }
 
+// blind reports whether the track stopped seeing events before the tree
+// exited (events were lost, or the watcher stopped): what it knows of the
+// workload may then be stale, and /proc has to answer instead.
+func (t *procTrack) blind() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lost
+}
+
 // execed reports whether the workload completed an exec, which tells a bwrap
 // setup failure (no exec) from the command's own exit.
 func (t *procTrack) execed() bool { return t.execCount() > 0 }

@@ -511,6 +511,51 @@ func TestOpenFilesCeiling(t *testing.T) {
 	}
 }
 
+// TestSignalsReachOnlyTheCommand watches, from the first moment, whom a
+// signal would reach: nobody while bwrap sets up and its helpers run, then
+// the command, with process events and without (through /proc).
+func TestSignalsReachOnlyTheCommand(t *testing.T) {
+	t.Parallel()
+	events := needLauncher(t)
+	blind, err := NewLauncher(Config{KillGrace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blind.Close()
+	if blind.events != nil {
+		blind.events.Close()
+		blind.events = nil
+	}
+	ws := testDir(t)
+	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
+	for name, l := range map[string]*Launcher{"process events": events, "proc": blind} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			marker := fmt.Sprintf("%d.%d", 700+time.Now().Nanosecond()%90, os.Getpid())
+			// env and prlimit exec before the command.
+			proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", marker}, Workspace: ws, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}}, Stdio{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proc.Wait()
+			defer proc.Kill()
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+				pid, err := proc.workload()
+				if err == nil {
+					cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+					if got := string(cmdline); got != "sleep\x00"+marker+"\x00" {
+						t.Fatalf("a signal would reach %q, not the command", got)
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the command never became signalable: %v", err)
+				}
+			}
+		})
+	}
+}
+
 func TestStopIsGracefulThenForced(t *testing.T) {
 	t.Parallel()
 	l := needLauncher(t)
@@ -558,8 +603,21 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 			t.Fatal(err)
 		}
 		proc.Stop(StopCancel) // bwrap is still setting up: the SIGTERM waits for the command
-		if exit := proc.Wait(); exit.Signal != unix.SIGTERM || exit.Stopped != StopCancel {
+		if exit := proc.Wait(); exit.Signal != unix.SIGTERM || exit.Stopped != StopCancel || !exit.Exact {
 			t.Errorf("early stop: %s", exit)
+		}
+	})
+	t.Run("KILL before the command exists", func(t *testing.T) {
+		t.Parallel()
+		proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", "100"}, Workspace: testDir(t)}, Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proc.Signal(unix.SIGKILL); err != nil { // nothing to spare: the sandbox ends
+			t.Fatal(err)
+		}
+		if exit := proc.Wait(); exit.Success() || exit.Duration > 10*time.Second {
+			t.Errorf("early KILL: %s after %v", exit, exit.Duration)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {

@@ -247,7 +247,7 @@ func (p *Process) supervise(ctx context.Context) {
 // collect gathers what happened, then makes sure nothing of the execution
 // survives: the cgroup is killed and removed.
 func (p *Process) collect(outer unix.WaitStatus) exitFacts {
-	f := exitFacts{outer: outer, cpuLimit: p.policy.Limits.CPUSeconds > 0}
+	f := exitFacts{outer: outer, cpuLimit: p.policy.Limits.CPUSeconds > 0, lastHelper: p.last}
 	if p.track != nil {
 		select {
 		case <-p.track.done():
@@ -361,7 +361,9 @@ func (p *Process) Resize(ws WindowSize) error {
 }
 
 // Signal delivers sig to the command's process group inside the sandbox,
-// never to bwrap, so the command's own handlers run.
+// never to bwrap, so the command's own handlers run. Before the command
+// has started there is nobody to signal, and it fails; except SIGKILL,
+// which then ends the whole sandbox.
 func (p *Process) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.exited:
@@ -369,6 +371,10 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	default:
 	}
 	pid, err := p.workload()
+	if errors.Is(err, errNotStarted) && sig == unix.SIGKILL {
+		p.Kill()
+		return nil
+	}
 	if err != nil {
 		return err
 	}

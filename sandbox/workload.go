@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // errNotStarted: the sandbox has not executed the command yet (bwrap or a
@@ -12,20 +14,18 @@ import (
 var errNotStarted = errors.New("sandbox: command not started yet")
 
 // workload returns the host pid of the sandboxed command: the first child
-// of the sandbox's pid 1, which is bwrap's only child. Process events know
-// it exactly, and know when the helpers before the command have exec'd into
-// it, so that a signal reaches the command and not a helper; without them,
-// /proc is searched.
+// of the sandbox's pid 1, which is bwrap's only child, once it has exec'd
+// the command, so that a signal reaches the command and never bwrap's
+// setup or a helper. Process events tell exactly; without them, /proc does.
 func (p *Process) workload() (int, error) {
-	if p.track != nil {
+	if p.track != nil && !p.track.blind() {
 		if pid, ok := p.track.workloadPid(); ok && p.track.execCount() > p.helpers {
 			return pid, nil
 		}
 		return 0, errNotStarted
 	}
-	init, ok := p.sandboxInit()
-	if ok {
-		if pid, ok := firstChild(init); ok {
+	if init, ok := p.sandboxInit(); ok {
+		if pid, ok := firstChild(init); ok && p.runsCommand(pid) {
 			return pid, nil
 		}
 	}
@@ -34,10 +34,27 @@ func (p *Process) workload() (int, error) {
 
 // sandboxInit returns the host pid of the sandbox's pid 1, bwrap's child.
 func (p *Process) sandboxInit() (int, bool) {
-	if p.track != nil {
+	if p.track != nil && !p.track.blind() {
 		return p.track.initPid()
 	}
 	return firstChild(p.cmd.Process.Pid)
+}
+
+// runsCommand reports whether pid, the sandbox's first process, has exec'd
+// the command. Before that its command line is bwrap's (setting up), then
+// each helper's in turn: a tail of p.argv longer than the command.
+func (p *Process) runsCommand(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return false
+	}
+	argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	if slices.Equal(argv, p.cmd.Args) {
+		return false
+	}
+	n := len(argv)
+	helper := n > len(p.policy.Command) && n <= len(p.argv) && slices.Equal(argv, p.argv[len(p.argv)-n:])
+	return !helper
 }
 
 // firstChild scans /proc for the lowest pid whose parent is ppid.

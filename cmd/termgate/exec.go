@@ -141,7 +141,7 @@ func (o *execOptions) prepare(tty bool, in *os.File) error {
 		size := sandbox.WindowSize{Rows: 24, Cols: 80}
 		if in != nil {
 			if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
-				size = sandbox.WindowSize{Rows: ws.Row, Cols: ws.Col}
+				size = sandbox.ClampWindowSize(int(ws.Row), int(ws.Col))
 			}
 		}
 		p.TTY = &size
@@ -196,7 +196,7 @@ func followSize(proc *sandbox.Process, in *os.File, winch <-chan os.Signal) {
 			return
 		case <-winch:
 			if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil {
-				proc.Resize(sandbox.WindowSize{Rows: ws.Row, Cols: ws.Col})
+				proc.Resize(sandbox.ClampWindowSize(int(ws.Row), int(ws.Col)))
 			}
 		}
 	}
