@@ -159,20 +159,32 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 	if first.code != 0 || first.out != "hello\nbye\n" {
 		t.Fatalf("first CLI: %+v", first)
 	}
-	// A read-only token cannot type: its input never reaches the command,
-	// which waits for a line while the owner's stdin stays open and empty.
+	// A read-only token cannot type: the command reads one line, and the
+	// owner sends its line only once the viewer's input was refused.
 	ownerIn, hold := io.Pipe()
 	defer hold.Close()
 	owner := make(chan string, 1)
 	go func() {
 		var out bytes.Buffer
-		run(t.Context(), []string{"run", "--id", "typed", "--url", g.url, "--token", tok, "--", "/bin/bash", "-c", "read -t 3 x && echo typed=$x; echo end"}, ownerIn, &out, io.Discard)
+		run(t.Context(), []string{"run", "--id", "typed", "--url", g.url, "--token", tok, "--", "/bin/bash", "-c", "read -t 60 x; echo got=$x"}, ownerIn, &out, io.Discard)
 		owner <- out.String()
 	}()
 	g.waitListed(t, tok, "typed")
-	code, out, _ = runCLI(t, "intruder\n", "attach", "--id", "typed", "--url", g.url, "--token", viewer)
-	if got := <-owner; got != "end\n" || strings.Contains(out, "typed=") {
-		t.Fatalf("read-only attach typed: owner saw %q; viewer status %d, output %q", got, code, out)
+	var viewerOut, viewerErr syncWriter
+	viewerDone := make(chan struct{})
+	go func() {
+		defer close(viewerDone)
+		run(t.Context(), []string{"attach", "--id", "typed", "--url", g.url, "--token", viewer}, strings.NewReader("intruder\n"), &viewerOut, &viewerErr)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(viewerErr.String(), "exec:write"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the viewer's input was never refused; stderr %q", viewerErr.String())
+		}
+	}
+	io.WriteString(hold, "owner\n")
+	<-viewerDone
+	if got := <-owner; got != "got=owner\n" || viewerOut.String() != got {
+		t.Fatalf("read-only attach: owner saw %q, viewer %q (stderr %q)", got, viewerOut.String(), viewerErr.String())
 	}
 }
 
