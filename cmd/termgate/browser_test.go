@@ -200,6 +200,10 @@ func TestBrowserResumesAfterServerDrops(t *testing.T) {
 	// meanwhile stay out of seq's output; the shell runs them after it.
 	typeKeys(t, ctx, "stty -echo; seq 1 200000; echo seq-done; stty echo\r")
 	began := time.Now()
+	// Type only once seq runs: echo is off then. On a loaded machine the
+	// shell may not have run stty yet 300 ms after the Enter, and the
+	// terminal would echo a typed line into seq's first.
+	poll(t, ctx, "seq under way", `window.__termgate.transcript().includes("\n1000\r")`, func(b bool) bool { return b })
 	for i := range 5 {
 		time.Sleep(300 * time.Millisecond)
 		typeKeys(t, ctx, fmt.Sprintf("echo typed-%d-$((6*7))\r", i))
