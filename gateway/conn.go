@@ -164,16 +164,14 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 // writer is the connection's only writer. Control messages go first;
 // channel batches are taken in the order they became ready, one batch per
 // channel at a time, so every channel gets its turn.
+//
+// A channel's attached answer is queued before its pump starts, so it is
+// in the control queue by the time the channel's first batch is ready.
+// When both wait, select picks at random: the control queue is drained
+// again before a batch is written, or a client would receive output of a
+// channel it does not know yet, drop it, and lose those bytes.
 func (c *conn) writer() {
 	for {
-		select {
-		case m := <-c.control:
-			if !c.writeJSON(m) {
-				return
-			}
-			continue
-		default:
-		}
 		select {
 		case <-c.ctx.Done():
 			return
@@ -182,9 +180,23 @@ func (c *conn) writer() {
 				return
 			}
 		case ch := <-c.ready:
-			if !c.writeBatch(ch) {
+			if !c.writeControl() || !c.writeBatch(ch) {
 				return
 			}
+		}
+	}
+}
+
+// writeControl writes the control messages queued now.
+func (c *conn) writeControl() bool {
+	for {
+		select {
+		case m := <-c.control:
+			if !c.writeJSON(m) {
+				return false
+			}
+		default:
+			return true
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -516,4 +517,41 @@ func startCat(t *testing.T, c *client) uint32 {
 	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
 	att, _ := c.expect(t, MsgAttached)
 	return att.Channel
+}
+
+// TestAttachedComesBeforeTheChannelsOutput: a client routes output by the
+// channel its attached answer names, so output ahead of that answer would
+// be dropped and lost. Attach many times to an execution with history and
+// watch the order on the wire.
+func TestAttachedComesBeforeTheChannelsOutput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, Request{Type: TypeStart, ID: "history", Command: "/bin/sh", Args: []string{"-c", "seq 1 20000"}})
+	c.expect(t, MsgStarted)
+	if _, err := e.sup.Wait(t.Context(), "acme", "history", 1<<40, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for i := range 300 {
+		req := strconv.Itoa(i)
+		c.send(t, Request{Type: TypeAttach, Req: req, ID: "history"})
+		attached := map[uint32]bool{}
+		for done := false; !done; {
+			f, err := c.read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case f.out != nil && !attached[f.out.Channel]:
+				t.Fatalf("attach %d: output of channel %d before its attached answer", i, f.out.Channel)
+			case f.msg != nil && f.msg.Type == MsgAttached:
+				attached[f.msg.Channel] = true
+			case f.msg != nil && f.msg.Type == MsgExit:
+				done = true // the channel replayed everything and ended
+			}
+		}
+	}
 }

@@ -120,7 +120,7 @@ func TestRunSurvivesDroppedConnections(t *testing.T) {
 	g := startGateway(t, "--command", "/bin/bash", "--command", "/bin/sh", "--command", "/usr/bin/seq", "--ring-bytes", "8M")
 	tok := g.token(t, "acme", allScopes)
 	proxy := newDroppingProxy(t, strings.TrimPrefix(g.url, "http://"))
-	code, out, stderr := runCLI(t, "", "run", "--url", "http://"+proxy.addr(), "--token", tok, "--", "seq", "1", "300000")
+	code, out, stderr := runCLI(t, "", "run", "--id", "seq", "--url", "http://"+proxy.addr(), "--token", tok, "--", "seq", "1", "300000")
 	if code != 0 {
 		t.Fatalf("status %d, stderr %q", code, stderr)
 	}
@@ -129,11 +129,25 @@ func TestRunSurvivesDroppedConnections(t *testing.T) {
 		fmt.Fprintf(&want, "%d\n", i)
 	}
 	if out != want.String() {
-		t.Fatalf("output differs: %d bytes, want %d (stderr %q)", len(out), want.Len(), stderr)
+		// Whether the gateway holds it all tells the sandbox's side from
+		// the connection's.
+		_, kept, _ := runCLI(t, "", "logs", "--id", "seq", "--url", g.url, "--token", tok)
+		t.Fatalf("output differs: %d bytes, want %d, %s; the gateway holds %d bytes, %s (stderr %q)",
+			len(out), want.Len(), firstDifference(out, want.String()), len(kept), firstDifference(kept, want.String()), stderr)
 	}
 	if proxy.cuts() < 2 {
 		t.Fatalf("only %d cuts: resume was not exercised", proxy.cuts())
 	}
+}
+
+// firstDifference says where got first departs from want, for a failure
+// message that tells lost bytes from reordered or repeated ones.
+func firstDifference(got, want string) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	return fmt.Sprintf("first difference at byte %d: got %q, want %q", i, got[i:min(i+24, len(got))], want[i:min(i+24, len(want))])
 }
 
 func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
