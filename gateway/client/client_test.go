@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/client"
 	"github.com/termgate/termgate/replay"
@@ -354,4 +358,77 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestSequenceJumpResumes: a server that skips an event (messages lost on
+// the way) makes the client drop the connection and resume after the last
+// event it delivered, so the caller still sees every event once. The
+// server is scripted: no real gateway skips.
+func TestSequenceJumpResumes(t *testing.T) {
+	t.Parallel()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	afters := make(chan uint64, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conns.Add(1)
+		defer conns.Done()
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{gateway.Subprotocol}})
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+		defer cancel()
+		_, b, err := ws.Read(ctx)
+		var req gateway.Request
+		if err != nil || json.Unmarshal(b, &req) != nil {
+			return
+		}
+		afters <- req.After
+		reply, _ := json.Marshal(gateway.Message{Type: gateway.MsgAttached, Req: req.Req, Channel: 1, ID: "job", Status: "running"})
+		ws.Write(ctx, websocket.MessageText, reply)
+		send := func(seq uint64, data string) {
+			f := binary.BigEndian.AppendUint32([]byte{1}, 1)
+			f = binary.BigEndian.AppendUint64(f, seq)
+			f = binary.BigEndian.AppendUint64(append(f, 2), seq-1)
+			f = append(binary.BigEndian.AppendUint32(f, uint32(len(data))), data...)
+			ws.Write(ctx, websocket.MessageBinary, f)
+		}
+		if req.After == 0 {
+			send(1, "a")
+			send(3, "c") // 2 was lost on the way
+		} else {
+			send(2, "b")
+			send(3, "c")
+			code := 0
+			exit, _ := json.Marshal(gateway.Message{Type: gateway.MsgExit, Channel: 1, Seq: 4, Code: &code, Reason: "exited"})
+			ws.Write(ctx, websocket.MessageText, exit)
+		}
+		ws.Read(ctx) // until the client leaves
+	}))
+	defer srv.Close()
+	c, err := client.Dial(t.Context(), client.Config{URL: srv.URL, Token: func(context.Context) (string, error) { return "t", nil },
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e, err := c.Attach(t.Context(), "job", 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for {
+		ev, err := e.Next(t.Context())
+		if err != nil {
+			break
+		}
+		out += string(ev.Data)
+	}
+	if out != "abc" {
+		t.Errorf("delivered %q, want abc", out)
+	}
+	if first, second := <-afters, <-afters; first != 0 || second != 1 {
+		t.Errorf("attached after %d, then after %d; want 0, then 1", first, second)
+	}
 }

@@ -202,6 +202,17 @@ func (e *Execution) deliver(ev Event) {
 	case ev.Seq != 0 && ev.Seq <= e.last:
 		e.mu.Unlock()
 		return
+	case ev.Seq > e.last+1:
+		// Events are numbered without holes, and a range the gateway no
+		// longer holds comes as a gap: a jump means messages were lost on
+		// the way. Drop the connection; the reattach resumes after last.
+		last, ws := e.last, e.ws
+		e.mu.Unlock()
+		e.c.log.Warn("events missing: reconnecting", "execution", e.id, "after", last, "got", ev.Seq)
+		if ws != nil {
+			ws.CloseNow()
+		}
+		return
 	case ev.Seq != 0:
 		e.last = ev.Seq
 	}

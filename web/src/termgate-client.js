@@ -378,11 +378,19 @@ export class Execution extends Emitter {
   }
 
   /**
-   * _advance records seq as delivered; false when it was delivered already.
+   * _advance records seq as delivered; false when it was delivered already,
+   * or when events before it are missing. Events are numbered without holes
+   * and a range the gateway no longer holds comes as a gap: a jump means
+   * messages were lost on the way, so the connection is dropped and the
+   * execution resumes after lastSeq.
    * @param {number} seq
    */
   _advance(seq) {
     if (seq <= this.lastSeq) return false;
+    if (seq > this.lastSeq + 1) {
+      this._client._drop(`events ${this.lastSeq + 1} to ${seq - 1} missing`);
+      return false;
+    }
     this.lastSeq = seq;
     return true;
   }

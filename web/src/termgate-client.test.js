@@ -228,3 +228,20 @@ test('no token to be had: the client stops without detaching', async () => {
   assert.equal(ws.controls().some((m) => m.type === 'detach'), false);
   assert.equal(ex.closed, false);
 });
+
+test('a jump in sequence numbers drops the socket and resumes after the last event', async () => {
+  const { client, ws, ex } = await attachedJob();
+  const out = [];
+  ex.on('output', (b, stream, seq) => out.push([new TextDecoder().decode(b), seq]));
+  ws.binary(outputFrame(2, 1, 1, 0, new TextEncoder().encode('a')));
+  ws.binary(outputFrame(2, 3, 1, 2, new TextEncoder().encode('c'))); // 2 was lost on the way
+  assert.equal(client.status.state, 'reconnecting');
+  const ws2 = await connected(client);
+  const attach = ws2.controls().find((m) => m.type === 'attach');
+  assert.equal(attach.after, 1);
+  ws2.text({ type: 'attached', req: attach.req, channel: 1, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 3 });
+  ws2.binary(outputFrame(1, 2, 1, 1, new TextEncoder().encode('b')));
+  ws2.binary(outputFrame(1, 3, 1, 2, new TextEncoder().encode('c')));
+  assert.deepEqual(out, [['a', 1], ['b', 2], ['c', 3]]);
+  client.close();
+});
