@@ -285,13 +285,7 @@ func TestBrowserTokenExpiry(t *testing.T) {
 		t.Errorf("the page went on connecting with an expired token: %d connections, then %d", conns, later)
 	}
 	// The shell outlives the page's token: a fresh token attaches to it.
-	owner, err := client.Dial(t.Context(), client.Config{URL: g.url, Token: func(context.Context) (string, error) {
-		return g.token(t, "acme", allScopes), nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer owner.Close()
+	owner := g.owner(t)
 	if _, err := owner.Attach(t.Context(), id, 0, true); err != nil {
 		t.Fatalf("attach %s after the page's token expired: %v", id, err)
 	}
@@ -324,13 +318,7 @@ func TestBrowserTokenRefused(t *testing.T) {
 func TestBrowserDropsOnlyReplayedAnswers(t *testing.T) {
 	g := startGateway(t, "--ring-bytes", "32M")
 	ctx := needBrowser(t)
-	owner, err := client.Dial(t.Context(), client.Config{URL: g.url, Token: func(context.Context) (string, error) {
-		return g.token(t, "acme", allScopes), nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer owner.Close()
+	owner := g.owner(t)
 	// The history is long, so the replay lasts while the test types.
 	// Focus events are switched on (xterm reports the focus at once) and
 	// off again, far from the other queries, which xterm then parses in
@@ -496,13 +484,7 @@ func TestBrowserShowsGap(t *testing.T) {
 func TestBrowserReadOnlyViewerCannotType(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
-	owner, err := client.Dial(t.Context(), client.Config{URL: g.url, Token: func(context.Context) (string, error) {
-		return g.token(t, "acme", allScopes), nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer owner.Close()
+	owner := g.owner(t)
 	e, err := owner.Start(t.Context(), gateway.Request{ID: "watched", Command: "/bin/sh",
 		Args: []string{"-c", "read x; echo typed=$x"}, PTY: &gateway.Size{Rows: 24, Cols: 80}})
 	if err != nil {
@@ -538,4 +520,18 @@ ws.onerror = () => { document.title = "refused"; };
 	if title != "refused" {
 		t.Fatalf("a page from another origin connected: %s", title)
 	}
+}
+
+// owner connects a Go client to g with all scopes of tenant acme, closed
+// when the test ends.
+func (g gatewayUnderTest) owner(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.Dial(t.Context(), client.Config{URL: g.url, Token: func(context.Context) (string, error) {
+		return g.token(t, "acme", allScopes), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
