@@ -104,8 +104,10 @@ type exitFacts struct {
 	cpuLimit  bool // a CPU-seconds ceiling was set
 	killedUs  bool // termgate sent SIGKILL
 	stoppedAs Stop
-	// lastHelper is the helper that execs the command, "" when bwrap does.
-	lastHelper string
+	// initErr is why the init did not run the command, as it or the
+	// launcher said; notFound marks a command that does not exist.
+	initErr  string
+	notFound bool
 }
 
 // classify turns facts into an Exit. Without process events it falls back
@@ -113,6 +115,8 @@ type exitFacts struct {
 func classify(f exitFacts) Exit {
 	e := Exit{Code: -1, Exact: f.exact, Stopped: f.stoppedAs}
 	switch {
+	case f.initErr != "":
+		e.SetupError, e.NotFound = f.initErr, f.notFound
 	case f.exact && !f.execed:
 		e.SetupError = setupMessage(f.setupMsg)
 	case f.exact && f.workload.Signaled():
@@ -128,37 +132,8 @@ func classify(f exitFacts) Exit {
 	default:
 		e.Code = f.outer.ExitStatus()
 	}
-	e.NotFound = commandNotFound(e.SetupError, f.lastHelper)
 	e.Limit = limitHit(e, f)
 	return e
-}
-
-// commandNotFound recognises, in a setup failure's message, the exec of
-// the command failing because no such file exists. Only the message of the
-// exec that runs the command counts, bwrap's own or that of lastHelper: a
-// helper that is missing itself, or env failing to enter the working
-// directory, is no missing command.
-func commandNotFound(msg, lastHelper string) bool {
-	if !strings.HasSuffix(msg, ": No such file or directory") || strings.Contains(msg, ": cannot change directory") {
-		return false
-	}
-	var prefixes []string
-	switch lastHelper {
-	case setsidPath:
-		prefixes = []string{"setsid: failed to execute "}
-	case envPath:
-		prefixes = []string{envPath + ": ", "env: "}
-	case prlimitPath:
-		prefixes = []string{"prlimit: failed to execute "}
-	default:
-		prefixes = []string{"bwrap: execvp "}
-	}
-	for _, prefix := range prefixes {
-		if strings.HasPrefix(msg, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 func setupMessage(msg string) string {

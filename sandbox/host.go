@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -47,7 +48,7 @@ func findBwrap(name string) (path, version string, err error) {
 
 // detectLayout reads the host paths the plan binds or recreates.
 func detectLayout() (hostLayout, error) {
-	h := hostLayout{links: map[string]string{}, etc: map[string]string{}, hostNet: map[string][]byte{}}
+	h := hostLayout{links: map[string]string{}, etc: map[string]string{}, hostNet: map[string][]byte{}, procMasked: map[string]bool{}}
 	if fi, err := os.Stat("/usr"); err != nil || !fi.IsDir() {
 		return h, fmt.Errorf("%w: /usr is not a directory", ErrUnavailable)
 	}
@@ -66,7 +67,73 @@ func detectLayout() (hostLayout, error) {
 			h.hostNet[e] = data
 		}
 	}
+	// A private procfs has the same entries as the host's: what is absent
+	// here needs no mask, and bwrap could not mount one on it.
+	for _, m := range procMasks {
+		if fi, err := os.Lstat(m); err == nil {
+			h.procMasked[m] = fi.IsDir()
+		}
+	}
 	return h, nil
+}
+
+// prepareInit returns the host path of the program the sandbox runs as its
+// init: this very binary. bwrap resolves a bind source as the sandbox
+// identity, so a binary in a directory it cannot search (a build cache, a
+// private home) is linked, or else copied, into a fresh root-owned
+// directory it can, which the returned cleanup removes.
+func (id identity) prepareInit() (string, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: find this program for the sandbox's init: %w", ErrUnavailable, err)
+	}
+	if id.canRun(exe) {
+		return exe, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "termgate-init-")
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: sandbox init: %w", ErrUnavailable, err)
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	path := filepath.Join(dir, "init")
+	if err := errors.Join(os.Chmod(dir, 0o711), copyExecutable(path)); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("%w: sandbox init: %w", ErrUnavailable, err)
+	}
+	return path, cleanup, nil
+}
+
+// canRun reports whether the sandbox identity can execute path through
+// directories no sandbox can rewrite.
+func (id identity) canRun(path string) bool {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil || st.Mode&0o005 != 0o005 || st.Uid == id.uid {
+		return false
+	}
+	return id.checkHostPath(path) == nil
+}
+
+// copyExecutable puts the running binary at dst, mode 0555: a hard link
+// when the file system allows and the binary is readable by all, a copy
+// otherwise.
+func copyExecutable(dst string) error {
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err == nil && st.Mode&0o005 == 0o005 && st.Uid == 0 {
+		if unix.Linkat(unix.AT_FDCWD, "/proc/self/exe", unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW) == nil {
+			return nil
+		}
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o555)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, src)
+	return errors.Join(err, out.Close())
 }
 
 func (h *hostLayout) addTop(top string) error {

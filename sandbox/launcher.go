@@ -43,7 +43,7 @@ type Launcher struct {
 	cgroups  *cgroupHost
 	events   *procWatcher // nil without process events: exits are then inexact
 	eventErr error
-	helpers  map[string]bool
+	dropInit func() // removes the copy of the init, if one was made
 
 	closeOnce sync.Once
 }
@@ -57,7 +57,7 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = DefaultKillGrace
 	}
-	l := &Launcher{cfg: cfg, log: cfg.Logger, helpers: map[string]bool{}}
+	l := &Launcher{cfg: cfg, log: cfg.Logger}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -71,9 +71,8 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.layout, err = detectLayout(); err != nil {
 		return nil, err
 	}
-	for _, h := range []string{setsidPath, envPath, prlimitPath} {
-		_, err := os.Stat(h)
-		l.helpers[h] = err == nil
+	if l.layout.init, l.dropInit, err = l.id.prepareInit(); err != nil {
+		return nil, err
 	}
 	l.cgroups = detectCgroups(cfg.CgroupRoot)
 	l.startEvents()
@@ -100,12 +99,14 @@ func (l *Launcher) startEvents() {
 	l.events = w
 }
 
-// Close releases the launcher's resources. Running processes keep running.
+// Close releases the launcher's resources. Running processes keep running;
+// no new one can start.
 func (l *Launcher) Close() error {
 	l.closeOnce.Do(func() {
 		if l.events != nil {
 			l.events.Close()
 		}
+		l.dropInit()
 	})
 	return nil
 }
@@ -140,15 +141,6 @@ func (l *Launcher) Start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 
 // checkSupported fails closed for anything this host cannot enforce.
 func (l *Launcher) checkSupported(p Policy) error {
-	if p.TTY != nil && !l.helpers[setsidPath] {
-		return fmt.Errorf("%w: a terminal needs %s (util-linux)", ErrUnavailable, setsidPath)
-	}
-	if p.Cwd != p.WorkspaceMount && !l.helpers[envPath] {
-		return fmt.Errorf("%w: a working directory needs %s (coreutils)", ErrUnavailable, envPath)
-	}
-	if len(rlimitArgs(p.Limits)) > 0 && !l.helpers[prlimitPath] {
-		return fmt.Errorf("%w: rlimits need %s (util-linux)", ErrUnenforceable, prlimitPath)
-	}
 	info := l.cgroups.Info()
 	switch {
 	case p.Limits.Memory > 0 && !info.Memory:

@@ -5,15 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-)
 
-// Paths of the helpers that run inside the sandbox between bwrap and the
-// command. Both come from the read-only /usr and exec in place, so the
-// command keeps their pid.
-const (
-	setsidPath  = "/usr/bin/setsid"  // util-linux: new session with the PTY as controlling terminal
-	envPath     = "/usr/bin/env"     // coreutils: enters the requested cwd inside the sandbox
-	prlimitPath = "/usr/bin/prlimit" // util-linux: sets the rlimits inside the sandbox
+	"golang.org/x/sys/unix"
 )
 
 // sandboxUID and sandboxGID are the ids the process has inside its user
@@ -42,18 +35,17 @@ type planFile struct {
 // plan is everything bwrap needs, computed without touching the host, so
 // tests can check it argument by argument.
 type plan struct {
-	opts    []string   // bwrap options, passed through --args on fd argsFD
-	argv    []string   // what follows "--": helpers, then the command
-	files   []planFile // inherited as fd firstFileFD, firstFileFD+1, ...
-	helpers int        // helpers in argv that exec before the command
-	last    string     // path of the helper that execs the command; "" for bwrap
+	opts  []string   // bwrap options, passed through --args on fd argsFD
+	argv  []string   // what follows "--": the init, then the command
+	files []planFile // inherited as fd firstFileFD, firstFileFD+1, ...
+	init  initConfig // sent to the init on its control socket
 }
 
-// argsFD is where bwrap reads its options. firstFileFD is the first
-// descriptor of plan.files.
+// The descriptors bwrap inherits: the init's control socket, where bwrap
+// reads its options, and the first of plan.files.
 const (
-	argsFD      = 3
-	firstFileFD = 4
+	argsFD      = initControlFD + 1
+	firstFileFD = argsFD + 1
 )
 
 func (pl *plan) add(opts ...string) { pl.opts = append(pl.opts, opts...) }
@@ -75,6 +67,11 @@ type hostLayout struct {
 	etc map[string]string
 	// hostNet holds file contents copied into /etc with host networking.
 	hostNet map[string][]byte
+	// procMasked lists the procMasks entries the host's /proc has, each
+	// marked as a directory or not.
+	procMasked map[string]bool
+	// init is the host path of the program the sandbox runs as its init.
+	init string
 }
 
 // etcEntries are the only /etc entries a sandbox sees: what the dynamic
@@ -89,6 +86,18 @@ var etcEntries = []string{
 // hostNetEntries are copied only with NetworkHost.
 var hostNetEntries = []string{"/etc/resolv.conf", "/etc/hosts"}
 
+// procMasks are the entries of a private /proc that tell about the host
+// rather than the sandbox: its kernel command line, kernel memory and
+// symbols, loaded modules, keys and timers of every process, hardware.
+// Files are covered with /dev/null, directories with an empty read-only
+// tmpfs. bwrap already makes sys, sysrq-trigger, irq and bus read-only.
+var procMasks = []string{
+	"/proc/cmdline", "/proc/config.gz", "/proc/kallsyms", "/proc/kcore", "/proc/keys",
+	"/proc/key-users", "/proc/latency_stats", "/proc/modules", "/proc/sched_debug",
+	"/proc/timer_list", "/proc/vmallocinfo", "/proc/acpi", "/proc/asound",
+	"/proc/driver", "/proc/scsi",
+}
+
 // systemTops are the top-level system paths that are symlinks into /usr
 // on merged-/usr hosts and directories elsewhere.
 var systemTops = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"}
@@ -99,16 +108,31 @@ func buildPlan(p Policy, host hostLayout, seccomp []byte) plan {
 	pl.namespaces(p)
 	pl.system(host)
 	pl.etc(p, host)
-	pl.add("--dev", "/dev")
-	pl.proc(p)
 	size := strconv.FormatInt(p.TmpSize, 10)
+	pl.dev(p, size)
+	pl.proc(p, host)
 	pl.add("--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/run")
 	pl.binds(p)
+	pl.add("--ro-bind-fd", pl.addFile(planFile{kind: fileBind, path: host.init}), initPath)
 	pl.add("--remount-ro", "/", "--chdir", p.WorkspaceMount)
 	pl.add("--seccomp", pl.addFile(planFile{kind: fileData, data: seccomp}))
-	pl.environment(p)
+	// The init runs with one variable of termgate's, none of the client's:
+	// a single thread keeps it within the smallest pids ceiling.
+	pl.add("--clearenv", "--setenv", "GOMAXPROCS", "1")
 	pl.command(p)
 	return pl
+}
+
+// dev gives the sandbox a fresh /dev whose only writable places are the
+// device nodes and /dev/shm, capped like /tmp. Terminals of its own come
+// from a private devpts instance the launcher bounds to Policy.PTYs before
+// the command runs; with none allowed, an empty read-only tmpfs hides it.
+func (pl *plan) dev(p Policy, size string) {
+	pl.add("--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm")
+	if p.PTYs == 0 {
+		pl.add("--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts")
+	}
+	pl.add("--remount-ro", "/dev")
 }
 
 func (pl *plan) namespaces(p Policy) {
@@ -122,7 +146,7 @@ func (pl *plan) namespaces(p Policy) {
 	pl.add("--die-with-parent", "--cap-drop", "ALL")
 	if p.TTY == nil {
 		// Pipes: the command leads a session of its own, with no terminal to
-		// push input into. With a PTY, setsid does this inside (see command).
+		// push input into. With a PTY, the init does this inside (see command).
 		pl.add("--new-session")
 	}
 }
@@ -177,20 +201,20 @@ func groupFile() []byte {
 	return fmt.Appendf(nil, "root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", sandboxGID)
 }
 
-// environment gives the command exactly the policy's variables. bwrap
-// itself runs with none, so nothing reaches the host's dynamic loader.
-func (pl *plan) environment(p Policy) {
-	pl.add("--clearenv")
-	for _, kv := range p.sortedEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		pl.add("--setenv", k, v)
-	}
-}
-
-func (pl *plan) proc(p Policy) {
+func (pl *plan) proc(p Policy, host hostLayout) {
 	switch p.Proc {
 	case ProcPrivate:
 		pl.add("--proc", "/proc")
+		for _, m := range procMasks {
+			dir, ok := host.procMasked[m]
+			switch {
+			case !ok:
+			case dir:
+				pl.add("--size", "4096", "--tmpfs", m, "--remount-ro", m)
+			default:
+				pl.add("--ro-bind", "/dev/null", m)
+			}
+		}
 	case ProcSelfExe:
 		pl.add("--symlink", p.SelfExe, "/proc/self/exe")
 	}
@@ -213,37 +237,28 @@ func (pl *plan) binds(p Policy) {
 
 func depth(p string) int { return strings.Count(p, "/") }
 
-// command builds what bwrap executes. setsid gives a PTY command its own
-// session with the terminal as controlling tty (so job control works and
-// signals reach it, not bwrap); env -C enters the cwd from inside, so no
-// path can lead bwrap itself out of the sandbox.
+// command builds what bwrap executes: the init, which gets the command's
+// environment, working directory, terminal and rlimits on its control
+// socket and execs the command in place.
 func (pl *plan) command(p Policy) {
-	pl.argv = append(pl.argv, "--")
-	if p.TTY != nil {
-		pl.argv = append(pl.argv, setsidPath, "--ctty")
-		pl.helpers, pl.last = pl.helpers+1, setsidPath
+	pl.argv = append(append(pl.argv, "--", initPath), p.Command...)
+	pl.init = initConfig{
+		Env: p.sortedEnv(), Cwd: p.Cwd, Terminal: p.TTY != nil,
+		Hold: p.PTYs > 0, Rlimits: rlimits(p.Limits),
 	}
-	if p.Cwd != p.WorkspaceMount {
-		pl.argv = append(pl.argv, envPath, "-C", p.Cwd, "--")
-		pl.helpers, pl.last = pl.helpers+1, envPath
-	}
-	if rl := rlimitArgs(p.Limits); len(rl) > 0 {
-		pl.argv = append(append(append(pl.argv, prlimitPath), rl...), "--")
-		pl.helpers, pl.last = pl.helpers+1, prlimitPath
-	}
-	pl.argv = append(pl.argv, p.Command...)
 }
 
-// rlimitArgs sets each requested rlimit with soft = hard, inside the
-// sandbox's user namespace, where no process can raise a hard limit again.
-func rlimitArgs(l Limits) []string {
-	var out []string
-	for _, r := range []struct {
-		name string
-		v    uint64
-	}{{"cpu", l.CPUSeconds}, {"as", l.AddressSpace}, {"fsize", l.FileSize}, {"nofile", l.OpenFiles}} {
-		if r.v != 0 {
-			out = append(out, fmt.Sprintf("--%s=%d:%d", r.name, r.v, r.v))
+// rlimits lists the requested rlimits, each set with soft = hard inside
+// the user namespace, where no process can raise a hard limit again. The
+// address space comes last: the init allocates nothing after it.
+func rlimits(l Limits) []initRlimit {
+	var out []initRlimit
+	for _, r := range []initRlimit{
+		{unix.RLIMIT_CPU, l.CPUSeconds}, {unix.RLIMIT_FSIZE, l.FileSize},
+		{unix.RLIMIT_NOFILE, l.OpenFiles}, {unix.RLIMIT_AS, l.AddressSpace},
+	} {
+		if r.Value != 0 {
+			out = append(out, r)
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -43,20 +44,24 @@ func TestPlanDefaults(t *testing.T) {
 		{"--cap-drop", "ALL"}, {"--new-session"}, {"--ro-bind", "/usr", "/usr"}, {"--symlink", "usr/bin", "/bin"},
 		{"--symlink", "/usr/share/zoneinfo/Etc/UTC", "/etc/localtime"}, {"--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"},
 		{"--dev", "/dev"}, {"--size", "67108864", "--tmpfs", "/tmp"}, {"--size", "67108864", "--tmpfs", "/run"},
-		{"--bind-fd", "6", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
-		{"--clearenv", "--setenv", "PATH", DefaultPath},
+		{"--bind-fd", "7", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
+		{"--seccomp", "9", "--clearenv", "--setenv", "GOMAXPROCS", "1"},
 	} {
 		if !hasSeq(pl.opts, seq...) {
 			t.Errorf("options lack %q:\n%q", seq, pl.opts)
 		}
 	}
-	for _, absent := range []string{"--proc", "/etc/resolv.conf", "--share-net"} {
+	for _, absent := range []string{"--proc", "/etc/resolv.conf", "--share-net", "PATH"} {
 		if slices.Contains(pl.opts, absent) {
 			t.Errorf("options contain %q", absent)
 		}
 	}
-	if want := []string{"--", "ls", "-l"}; !slices.Equal(pl.argv, want) {
+	if want := []string{"--", initPath, "ls", "-l"}; !slices.Equal(pl.argv, want) {
 		t.Errorf("argv = %q, want %q", pl.argv, want)
+	}
+	want := initConfig{Env: []string{"PATH=" + DefaultPath}, Cwd: "/workspace"}
+	if !reflect.DeepEqual(pl.init, want) {
+		t.Errorf("init config = %+v, want %+v", pl.init, want)
 	}
 }
 
@@ -80,7 +85,7 @@ func TestPlanMountsBindsByDepth(t *testing.T) {
 	}})
 	var dests []string
 	for i, o := range pl.opts {
-		if o == "--bind-fd" || o == "--ro-bind-fd" {
+		if (o == "--bind-fd" || o == "--ro-bind-fd") && pl.opts[i+2] != initPath {
 			dests = append(dests, o+" "+pl.opts[i+2])
 		}
 	}
@@ -99,12 +104,14 @@ func TestPlanModes(t *testing.T) {
 		lacks    []string
 		wantArgv []string
 	}{
-		{"pty uses setsid, not --new-session", Policy{Command: []string{"bash"}, TTY: &WindowSize{Rows: 24, Cols: 80}},
-			nil, []string{"--new-session"}, []string{"--", setsidPath, "--ctty", "bash"}},
-		{"cwd is entered inside", Policy{Command: []string{"make"}, Cwd: "/workspace/src"},
-			nil, nil, []string{"--", envPath, "-C", "/workspace/src", "--", "make"}},
-		{"rlimits are set inside, soft = hard", Policy{Command: []string{"x"}, Limits: Limits{CPUSeconds: 5, OpenFiles: 64}},
-			nil, nil, []string{"--", prlimitPath, "--cpu=5:5", "--nofile=64:64", "--", "x"}},
+		{"pty: the init leads a session, not bwrap", Policy{Command: []string{"bash"}, TTY: &WindowSize{Rows: 24, Cols: 80}},
+			nil, []string{"--new-session"}, []string{"--", initPath, "bash"}},
+		{"the command's environment is the init's to give", Policy{Command: []string{"make"}, Env: map[string]string{"LD_PRELOAD": "/x.so"}},
+			[][]string{{"--clearenv", "--setenv", "GOMAXPROCS", "1"}}, []string{"LD_PRELOAD"}, []string{"--", initPath, "make"}},
+		{"dev is read-only but for shm, terminals hidden", Policy{Command: []string{"x"}},
+			[][]string{{"--size", "67108864", "--tmpfs", "/dev/shm"}, {"--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts", "--remount-ro", "/dev"}}, nil, nil},
+		{"terminals of its own keep devpts", Policy{Command: []string{"x"}, PTYs: 4},
+			[][]string{{"--remount-ro", "/dev"}}, []string{"/dev/pts"}, nil},
 		{"host network", Policy{Command: []string{"x"}, Network: NetworkHost},
 			[][]string{{"--ro-bind-data"}}, []string{"--unshare-net"}, nil},
 		{"private proc", Policy{Command: []string{"x"}, Proc: ProcPrivate},
@@ -112,7 +119,7 @@ func TestPlanModes(t *testing.T) {
 		{"self-exe", Policy{Command: []string{"x"}, Proc: ProcSelfExe, SelfExe: "/opt/app"},
 			[][]string{{"--symlink", "/opt/app", "/proc/self/exe"}}, []string{"--proc"}, nil},
 		{"read-only workspace", Policy{Command: []string{"x"}, WorkspaceReadOnly: true},
-			[][]string{{"--ro-bind-fd", "6", "/workspace"}}, []string{"--bind-fd"}, nil},
+			[][]string{{"--ro-bind-fd", "7", "/workspace"}}, []string{"--bind-fd"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

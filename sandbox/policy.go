@@ -49,6 +49,8 @@ const (
 	maxEnvBytes  = 64 << 10
 	maxBinds     = 64
 	maxPathBytes = 4096
+	// MaxPTYs is the most terminals a policy may let a sandbox open.
+	MaxPTYs = 1024
 )
 
 // Bind is one extra host path made visible inside the sandbox.
@@ -113,7 +115,12 @@ type Policy struct {
 	SelfExe string `json:"self_exe,omitempty"`
 	// TTY requests a pseudo-terminal of this size; nil means pipes.
 	TTY *WindowSize `json:"tty,omitempty"`
-	// TmpSize caps each of the /tmp and /run tmpfs mounts (DefaultTmpSize).
+	// PTYs is how many terminals the sandbox may open itself (tmux,
+	// script, ssh -t), from a devpts instance of its own; 0 allows none.
+	// Terminals are a host-wide pool: without this bound one sandbox could
+	// take them all.
+	PTYs int `json:"ptys,omitempty"`
+	// TmpSize caps each of the /tmp, /run and /dev/shm tmpfs mounts (DefaultTmpSize).
 	TmpSize int64  `json:"tmp_size,omitempty"`
 	Limits  Limits `json:"limits"`
 	// Timeout stops the process gracefully after this wall-clock time; 0 is none.
@@ -318,6 +325,9 @@ func (p Policy) validateModes() error {
 	if p.Timeout < 0 {
 		return errors.New("timeout is negative")
 	}
+	if p.PTYs < 0 || p.PTYs > MaxPTYs {
+		return fmt.Errorf("ptys %d: want 0..%d", p.PTYs, MaxPTYs)
+	}
 	return nil
 }
 
@@ -329,6 +339,8 @@ const (
 	minFileSize     = 64 << 10
 	minMemory       = 8 << 20
 	minTmpSize      = 64 << 10
+	// minPids leaves room for bwrap, its pid 1 and the init's threads.
+	minPids = 8
 )
 
 func (p Policy) validateLimits() error {
@@ -344,8 +356,8 @@ func (p Policy) validateLimits() error {
 		return fmt.Errorf("file size %d is below the minimum %d", l.FileSize, minFileSize)
 	case l.Memory < 0 || (l.Memory != 0 && l.Memory < minMemory):
 		return fmt.Errorf("memory %d is below the minimum %d", l.Memory, minMemory)
-	case l.Pids < 0 || (l.Pids != 0 && l.Pids < 4):
-		return fmt.Errorf("pids %d is below the minimum 4", l.Pids)
+	case l.Pids < 0 || (l.Pids != 0 && l.Pids < minPids):
+		return fmt.Errorf("pids %d is below the minimum %d", l.Pids, minPids)
 	case l.CPUWeight < 0 || l.CPUWeight > 10000:
 		return fmt.Errorf("cpu weight %d: want 1..10000", l.CPUWeight)
 	}

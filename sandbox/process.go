@@ -24,10 +24,9 @@ type Process struct {
 	cmd     *exec.Cmd
 	cg      *execCgroup
 	track   *procTrack
-	helpers int      // helper execs before the command (plan.helpers)
-	last    string   // the helper that execs the command (plan.last)
-	argv    []string // helpers, then the command, as bwrap executes them
+	argv    []string // the init, then the command, as bwrap executes them
 	started time.Time
+	ctl     *initControl
 
 	stdin  *os.File // pipe write end, or the PTY master
 	master *os.File // PTY master; nil with pipes
@@ -61,18 +60,24 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 	defer argsR.Close()
 	defer argsW.Close()
 
-	proc := &Process{l: l, policy: p, helpers: pl.helpers, last: pl.last, argv: pl.argv[1:], exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
-	child, err := proc.setupIO(stdio)
+	ctl, ctlChild, err := newInitControl()
 	if err != nil {
 		return nil, err
 	}
+	defer ctlChild.Close()
+	proc := &Process{l: l, policy: p, argv: pl.argv[1:], ctl: ctl, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
+	child, err := proc.setupIO(stdio)
+	if err != nil {
+		ctl.close()
+		return nil, err
+	}
 	defer closeAll(child[:])
-	proc.cmd = l.command(p, pl, child, append([]*os.File{argsR}, files...))
+	proc.cmd = l.command(p, pl, child, append([]*os.File{ctlChild, argsR}, files...))
 	if proc.cg, err = l.newCgroup(p); err != nil {
 		proc.abandon(child)
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if err := proc.launch(argsW, encodeArgs(pl.opts)); err != nil {
+	if err := proc.launch(argsW, encodeArgs(pl.opts), pl.init); err != nil {
 		proc.abandon(child)
 		return nil, err
 	}
@@ -169,8 +174,9 @@ func sealedData(data []byte) (*os.File, error) {
 }
 
 // launch starts bwrap, applies what must precede its first fork, then
-// writes its arguments, which lets it go on.
-func (p *Process) launch(argsW *os.File, args []byte) error {
+// writes its arguments, which lets it go on, and the init's configuration,
+// which the init reads once bwrap has built the sandbox.
+func (p *Process) launch(argsW *os.File, args []byte, cfg initConfig) error {
 	// Descriptors termgate inherited without close-on-exec (from a service
 	// manager, a shell) would otherwise pass through bwrap into the sandbox.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
@@ -185,10 +191,14 @@ func (p *Process) launch(argsW *os.File, args []byte) error {
 	pid := p.cmd.Process.Pid
 	if p.l.events != nil {
 		p.track = p.l.events.track(pid)
+		p.track.notifyWorkloadExit(p.endSandbox)
 	}
 	err := p.confine(pid)
 	if err == nil {
 		_, err = argsW.Write(args)
+	}
+	if err == nil {
+		err = p.ctl.send(cfg)
 	}
 	if err != nil {
 		p.cmd.Process.Kill()
@@ -198,6 +208,11 @@ func (p *Process) launch(argsW *os.File, args []byte) error {
 			p.l.events.untrack(p.track)
 		}
 		return fmt.Errorf("sandbox: confine bwrap: %w", err)
+	}
+	if cfg.Hold {
+		go p.release()
+	} else {
+		close(p.ctl.released)
 	}
 	return nil
 }

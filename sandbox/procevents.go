@@ -402,7 +402,7 @@ type procTrack struct {
 	mu          sync.Mutex
 	init        int
 	workload    int
-	execs       int // execs completed by the workload: helpers, then the command
+	execs       int // execs completed by the workload: the init, then the command
 	workloadSt  unix.WaitStatus
 	workloadEnd bool
 	initEnd     bool
@@ -410,6 +410,16 @@ type procTrack struct {
 	alive       int  // members forked and not yet seen exiting
 	closed      bool // finished is closed
 	lost        bool
+	// onWorkloadExit runs, on a goroutine of its own, when the workload
+	// has exited: the sandbox has no reason to live on.
+	onWorkloadExit func()
+}
+
+// notifyWorkloadExit sets the function run once the workload has exited.
+func (t *procTrack) notifyWorkloadExit(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onWorkloadExit = f
 }
 
 // initPid returns the first process that the outer bwrap forked: pid 1 of
@@ -441,9 +451,9 @@ func (t *procTrack) blind() bool {
 // setup failure (no exec) from the command's own exit.
 func (t *procTrack) execed() bool { return t.execCount() > 0 }
 
-// execCount returns how many execs the workload completed. The helpers
-// inside the sandbox (setsid, env, prlimit) exec in place, so the command
-// itself ran only when the count exceeds the number of helpers.
+// execCount returns how many execs the workload completed. The init
+// execs the command in place, so the command itself ran only when the
+// count exceeds initExecs.
 func (t *procTrack) execCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -514,6 +524,9 @@ func (t *procTrack) exited(role procRole, st unix.WaitStatus) {
 	switch role {
 	case procRoleWorkload:
 		t.workloadSt, t.workloadEnd = st, true
+		if t.onWorkloadExit != nil {
+			go t.onWorkloadExit()
+		}
 	case procRoleInit:
 		t.initEnd = true
 	case procRoleOuter:

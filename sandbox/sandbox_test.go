@@ -122,10 +122,10 @@ func TestRunReportsCodeSignalAndSetupFailure(t *testing.T) {
 		{"code above 128 is a code", sh("exit 130"), func(e Exit) bool { return e.Code == 130 && e.Signal == 0 && e.Exact }},
 		{"signal death", sh("kill -TERM $$"), func(e Exit) bool { return e.Signal == unix.SIGTERM && e.Code == -1 }},
 		{"missing command is a setup failure", []string{"no-such-command"}, func(e Exit) bool {
-			return strings.Contains(e.SetupError, "execvp") && e.NotFound && e.Status() == 127
+			return strings.Contains(e.SetupError, "command not found") && e.NotFound && e.Status() == 127
 		}},
 		{"a directory is no command", []string{"/usr"}, func(e Exit) bool {
-			return strings.Contains(e.SetupError, "execvp") && !e.NotFound && e.Status() == 126
+			return strings.Contains(e.SetupError, "exec /usr") && !e.NotFound && e.Status() == 126
 		}},
 		{"bin sh works", []string{"/bin/sh", "-c", "true"}, func(e Exit) bool { return e.Success() }},
 	}
@@ -140,37 +140,45 @@ func TestRunReportsCodeSignalAndSetupFailure(t *testing.T) {
 	}
 }
 
-// TestMissingCommandBehindHelpers: with a PTY, a cwd or rlimits, helpers
-// exec before the command; a command that cannot run is still a setup
-// failure, not the helper's exit code.
-func TestMissingCommandBehindHelpers(t *testing.T) {
+// TestMissingCommandBehindTheInit: with a PTY, a cwd or rlimits, the init
+// does more before the command; a command that cannot run is still a
+// setup failure, not the init's exit code.
+func TestMissingCommandBehindTheInit(t *testing.T) {
 	t.Parallel()
 	ws := testDir(t)
 	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
 	cases := []struct {
 		name   string
 		policy Policy
-		want   string
 	}{
-		{"pty", Policy{TTY: &WindowSize{Rows: 24, Cols: 80}}, "setsid: "},
-		{"cwd", Policy{Cwd: "/workspace/sub"}, envPath + ": "},
-		{"rlimits", Policy{Limits: Limits{OpenFiles: 64}}, "prlimit: "},
-		{"all", Policy{TTY: &WindowSize{Rows: 24, Cols: 80}, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}}, "prlimit: "},
+		{"pty", Policy{TTY: &WindowSize{Rows: 24, Cols: 80}}},
+		{"cwd", Policy{Cwd: "/workspace/sub"}},
+		{"rlimits", Policy{Limits: Limits{OpenFiles: 64}}},
+		{"terminals", Policy{PTYs: 2}},
+		{"all", Policy{TTY: &WindowSize{Rows: 24, Cols: 80}, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}, PTYs: 2}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.policy.Command, c.policy.Workspace = []string{"no-such-command"}, ws
 			r := runPolicy(t, c.policy)
-			if !strings.HasPrefix(r.exit.SetupError, c.want) || !r.exit.NotFound || !r.exit.Exact {
-				t.Errorf("want a missing command reported by %q: %v", c.want, r)
+			if r.exit.SetupError != "no-such-command: command not found" || !r.exit.NotFound || !r.exit.Exact || r.exit.Status() != 127 {
+				t.Errorf("want a missing command: %v", r)
 			}
 		})
 	}
 
-	r := runPolicy(t, Policy{Command: sh("exit 5"), Workspace: ws, TTY: &WindowSize{Rows: 24, Cols: 80}, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}})
+	r := runPolicy(t, Policy{Command: []string{"/workspace"}, Workspace: ws})
+	if !strings.Contains(r.exit.SetupError, "exec /workspace: permission denied") || r.exit.NotFound || r.exit.Status() != 126 {
+		t.Errorf("a directory as the command: %v", r)
+	}
+	r = runPolicy(t, Policy{Command: sh("exit 5"), Workspace: ws, Cwd: "/nowhere"})
+	if !strings.Contains(r.exit.SetupError, "cannot change directory to /nowhere") || r.exit.Status() != 126 {
+		t.Errorf("a missing working directory: %v", r)
+	}
+	r = runPolicy(t, Policy{Command: sh("exit 5"), Workspace: ws, TTY: &WindowSize{Rows: 24, Cols: 80}, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}, PTYs: 2})
 	if r.exit.Code != 5 || !r.exit.Exact {
-		t.Errorf("command behind all helpers: %v", r)
+		t.Errorf("command behind the init: %v", r)
 	}
 }
 
@@ -444,7 +452,7 @@ func TestProcModes(t *testing.T) {
 	}{
 		{"none", Policy{Command: sh("ls /proc 2>/dev/null | wc -l")}, "0\n"},
 		{"self-exe", Policy{Command: sh("readlink /proc/self/exe; ls /proc"), Proc: ProcSelfExe, SelfExe: "/usr/bin/env"}, "/usr/bin/env\nself\n"},
-		{"private", Policy{Command: sh("cat /proc/1/cmdline | tr '\\0' ' '"), Proc: ProcPrivate}, "bwrap --args 3 -- /bin/sh -c cat /proc/1/cmdline | tr '\\0' ' ' "},
+		{"private", Policy{Command: sh("cat /proc/1/cmdline | tr '\\0' ' '"), Proc: ProcPrivate}, "bwrap --args 4 -- /run/termgate/init /bin/sh -c cat /proc/1/cmdline | tr '\\0' ' ' "},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -521,7 +529,7 @@ func TestSignalsReachOnlyTheCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer blind.Close()
+	t.Cleanup(func() { blind.Close() })
 	if blind.events != nil {
 		blind.events.Close()
 		blind.events = nil
@@ -532,7 +540,7 @@ func TestSignalsReachOnlyTheCommand(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			marker := fmt.Sprintf("%d.%d", 700+time.Now().Nanosecond()%90, os.Getpid())
-			// env and prlimit exec before the command.
+			// The init execs before the command, after a cwd and rlimits.
 			proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", marker}, Workspace: ws, Cwd: "/workspace/sub", Limits: Limits{OpenFiles: 64}}, Stdio{})
 			if err != nil {
 				t.Fatal(err)

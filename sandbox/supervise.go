@@ -181,12 +181,12 @@ func (h *headCapture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// setupPrefixes start the error lines of bwrap and of the helpers, which
-// name themselves by short or full path.
-var setupPrefixes = []string{"bwrap: ", "setsid: ", "env: ", "prlimit: ", setsidPath + ": ", envPath + ": ", prlimitPath + ": "}
+// setupPrefixes start the error lines of bwrap and of the init, which
+// writes to its output only when its control socket failed.
+var setupPrefixes = []string{"bwrap: ", "termgate-init: "}
 
-// setupMessage returns the error line of bwrap or of a helper inside the
-// sandbox, if the output holds one.
+// setupMessage returns the error line of bwrap or of the init, if the
+// output holds one.
 func (h *headCapture) setupMessage() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -205,6 +205,7 @@ func (h *headCapture) setupMessage() string {
 // for the copiers, which then see end of file.
 func (p *Process) abandon(child [3]*os.File) {
 	closeAll(child[:])
+	p.ctl.close()
 	if p.stdin != nil && p.master == nil {
 		p.stdin.Close()
 	}
@@ -238,6 +239,7 @@ func (p *Process) supervise(ctx context.Context) {
 		p.master.Close()
 	}
 	facts.setupMsg = p.head.setupMessage()
+	facts.initErr, facts.notFound = p.ctl.finish()
 	p.exit = classify(facts)
 	p.exit.Started = p.started
 	p.exit.Duration = time.Since(p.started)
@@ -247,7 +249,7 @@ func (p *Process) supervise(ctx context.Context) {
 // collect gathers what happened, then makes sure nothing of the execution
 // survives: the cgroup is killed and removed.
 func (p *Process) collect(outer unix.WaitStatus) exitFacts {
-	f := exitFacts{outer: outer, cpuLimit: p.policy.Limits.CPUSeconds > 0, lastHelper: p.last}
+	f := exitFacts{outer: outer, cpuLimit: p.policy.Limits.CPUSeconds > 0}
 	if p.track != nil {
 		select {
 		case <-p.track.done():
@@ -256,7 +258,7 @@ func (p *Process) collect(outer unix.WaitStatus) exitFacts {
 		if p.track.complete() {
 			var ok bool
 			f.workload, ok = p.track.workloadExit()
-			f.execed = p.track.execCount() > p.helpers
+			f.execed = p.track.execCount() > initExecs
 			f.exact = ok || !p.track.execed()
 		}
 		p.l.events.untrack(p.track)
@@ -404,7 +406,7 @@ func (p *Process) Stop(why Stop) {
 // terminate sends SIGTERM and kills after grace. A stop that comes while
 // bwrap is still setting up waits, within the grace, for the command to
 // start: dropping the SIGTERM would make every early stop a kill, and
-// sending it to bwrap's helpers would end the run as a setup failure.
+// sending it to the init would end the run as a setup failure.
 func (p *Process) terminate(grace time.Duration) {
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
@@ -424,6 +426,23 @@ func (p *Process) terminate(grace time.Duration) {
 	case <-p.exited:
 	case <-deadline.C:
 		p.Kill()
+	}
+}
+
+// endSandbox ends what is left of the sandbox once its command has exited.
+// bwrap's pid 1 would end it by exiting too, but a pid 1 that cannot run
+// (stopped, traced) would keep the execution open forever.
+func (p *Process) endSandbox() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	if pid, ok := p.sandboxInit(); ok {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	if p.cg != nil {
+		p.cg.kill()
 	}
 }
 

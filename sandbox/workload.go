@@ -9,17 +9,17 @@ import (
 	"strings"
 )
 
-// errNotStarted: the sandbox has not executed the command yet (bwrap or a
-// helper before it is still running).
+// errNotStarted: the sandbox has not executed the command yet (bwrap or
+// the init is still running).
 var errNotStarted = errors.New("sandbox: command not started yet")
 
 // workload returns the host pid of the sandboxed command: the first child
 // of the sandbox's pid 1, which is bwrap's only child, once it has exec'd
 // the command, so that a signal reaches the command and never bwrap's
-// setup or a helper. Process events tell exactly; without them, /proc does.
+// setup or the init. Process events tell exactly; without them, /proc does.
 func (p *Process) workload() (int, error) {
 	if p.track != nil && !p.track.blind() {
-		if pid, ok := p.track.workloadPid(); ok && p.track.execCount() > p.helpers {
+		if pid, ok := p.track.workloadPid(); ok && p.track.execCount() > initExecs {
 			return pid, nil
 		}
 		return 0, errNotStarted
@@ -42,7 +42,7 @@ func (p *Process) sandboxInit() (int, bool) {
 
 // runsCommand reports whether pid, the sandbox's first process, has exec'd
 // the command. Before that its command line is bwrap's (setting up), then
-// each helper's in turn: a tail of p.argv longer than the command.
+// the init's: p.argv, one longer than the command.
 func (p *Process) runsCommand(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil || len(b) == 0 {

@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// preloadSource is a library a client could build in its workspace: its
+// constructor records every program it is loaded into, and it turns every
+// way of setting an rlimit into a no-op, as an attacker's would.
+const preloadSource = `#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+extern char *program_invocation_short_name;
+__attribute__((constructor)) static void mark(void) {
+	int fd = open("/workspace/loaded", O_WRONLY | O_APPEND | O_CREAT, 0644);
+	if (fd >= 0) { dprintf(fd, "%s\n", program_invocation_short_name); close(fd); }
+}
+unsigned int la_version(unsigned int v) { return v; }
+int setrlimit(int r, const void *l) { return 0; }
+int setrlimit64(int r, const void *l) { return 0; }
+int prlimit(pid_t p, int r, const void *n, void *o) { return 0; }
+int prlimit64(pid_t p, int r, const void *n, void *o) { return 0; }
+`
+
+// buildPreload compiles preloadSource into the workspace ws.
+func buildPreload(t *testing.T, ws string) {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("gcc is needed under CI to build the preload library")
+		}
+		t.Skip("needs gcc")
+	}
+	src := filepath.Join(ws, "evil.c")
+	if err := os.WriteFile(src, []byte(preloadSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", filepath.Join(ws, "evil.so"), src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+	os.Chmod(filepath.Join(ws, "evil.so"), 0o755)
+}
+
+// TestClientEnvironmentReachesOnlyTheCommand: the loader variables a client
+// sets must not reach any program of termgate's between bwrap and the
+// command, and cannot lift a ceiling.
+func TestClientEnvironmentReachesOnlyTheCommand(t *testing.T) {
+	t.Parallel()
+	ws := testDir(t)
+	buildPreload(t, ws)
+	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
+	for _, v := range []string{"LD_PRELOAD", "LD_AUDIT"} {
+		t.Run(v, func(t *testing.T) {
+			os.Remove(filepath.Join(ws, "loaded"))
+			r := runPolicy(t, Policy{
+				Command:   sh(`echo "fsize=$(ulimit -f) nofile=$(ulimit -n) cpu=$(ulimit -t)"; echo "env=$` + v + `"`),
+				Workspace: ws, Cwd: "/workspace/sub", TTY: &WindowSize{Rows: 24, Cols: 80},
+				Env:    map[string]string{v: "/workspace/evil.so", "LD_LIBRARY_PATH": "/workspace", "GCONV_PATH": "/workspace"},
+				Limits: Limits{FileSize: 1 << 20, OpenFiles: 100, CPUSeconds: 30, AddressSpace: 1 << 30},
+			})
+			out := strings.ReplaceAll(r.stdout, "\r", "")
+			if !strings.Contains(out, "fsize=2048 nofile=100 cpu=30\n") || !strings.Contains(out, "env=/workspace/evil.so\n") {
+				t.Errorf("ceilings or environment not as set: %v", r)
+			}
+			loaded, _ := os.ReadFile(filepath.Join(ws, "loaded"))
+			if string(loaded) != "sh\n" {
+				t.Errorf("the client's %s was loaded into %q, want only the command (sh)", v, loaded)
+			}
+		})
+	}
+}
+
+// TestDevIsBounded: /dev/shm is capped like /tmp, and nothing else under
+// /dev takes writes.
+func TestDevIsBounded(t *testing.T) {
+	t.Parallel()
+	r := runPolicy(t, Policy{
+		TmpSize: 1 << 20,
+		Command: sh(`dd if=/dev/zero of=/dev/shm/fill bs=64k count=64 2>/dev/null; echo "shm=$(stat -c %s /dev/shm/fill)"
+touch /dev/file 2>/dev/null && echo dev=writable || echo dev=readonly
+mkdir /dev/dir 2>/dev/null && echo devdir=writable || echo devdir=readonly
+echo data >/dev/null && echo null=ok`),
+	})
+	for _, want := range []string{"shm=1048576\n", "dev=readonly\n", "devdir=readonly\n", "null=ok\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("want %q: %v", want, r)
+		}
+	}
+}
+
+// TestProcHidesTheHost: a private procfs shows neither the host's kernel
+// command line nor other host state that tells about the machine.
+func TestProcHidesTheHost(t *testing.T) {
+	t.Parallel()
+	host, err := os.ReadFile("/proc/cmdline")
+	if err != nil || len(strings.TrimSpace(string(host))) == 0 {
+		t.Skip("the host has no kernel command line to hide")
+	}
+	r := runPolicy(t, Policy{Proc: ProcPrivate, Command: sh(`echo "cmdline=$(cat /proc/cmdline)"; for f in kcore keys timer_list sched_debug kallsyms modules; do test -s /proc/$f && echo "shown=$f"; done; true`)})
+	if !strings.Contains(r.stdout, "cmdline=\n") || strings.Contains(r.stdout, "shown=") {
+		t.Errorf("host state visible: %v", r)
+	}
+}
+
+// TestStoppedInitEndsWithTheCommand: once the command has exited, the
+// sandbox ends even when its pid 1 cannot run to reap it.
+func TestStoppedInitEndsWithTheCommand(t *testing.T) {
+	t.Parallel()
+	l := needLauncher(t)
+	if l.events == nil {
+		t.Skip("needs process events to tell the command's exit")
+	}
+	ws := testDir(t)
+	proc, err := l.Start(t.Context(), Policy{Command: sh("read line; exit 3"), Workspace: ws}, Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := proc.workload(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			proc.Kill()
+			t.Fatal("the command never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	init, ok := proc.sandboxInit()
+	if !ok {
+		t.Fatal("no sandbox init")
+	}
+	if err := unix.Kill(init, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	proc.Stdin().Write([]byte("go\n"))
+	select {
+	case <-proc.Done():
+	case <-time.After(10 * time.Second):
+		proc.Kill()
+		<-proc.Done()
+		t.Fatal("the sandbox outlived its command by 10 s with a stopped pid 1")
+	}
+	if e := proc.Wait(); e.Code != 3 || !e.Exact {
+		t.Errorf("want the command's exit 3, got %s", e)
+	}
+}
+
+// TestTerminalsAreBoundedPerSandbox: terminals are a host-wide pool; a
+// sandbox gets only the number its policy allows, none by default.
+func TestTerminalsAreBoundedPerSandbox(t *testing.T) {
+	t.Parallel()
+	open := `import os, pty
+n = 0
+try:
+    for _ in range(10):
+        pty.openpty()
+        n += 1
+except OSError:
+    pass
+print("opened", n)`
+	for _, c := range []struct {
+		ptys int
+		want string
+	}{{0, "opened 0\n"}, {3, "opened 3\n"}} {
+		r := runPolicy(t, Policy{Command: []string{"/usr/bin/python3", "-c", open}, PTYs: c.ptys})
+		if r.stdout != c.want || !r.exit.Success() {
+			t.Errorf("ptys %d: want %q: %v", c.ptys, c.want, r)
+		}
+	}
+}
