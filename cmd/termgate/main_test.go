@@ -86,7 +86,7 @@ func TestExecStreamsAndExits(t *testing.T) {
 		t.Errorf("signal death: status %d, want 130", code)
 	}
 	code, _, stderr = runCLI(t, "", "exec", "--", "no-such-program")
-	if code != 127 || !strings.Contains(stderr, "execvp") {
+	if code != 127 || !strings.Contains(stderr, "no-such-program: command not found") {
 		t.Errorf("missing program: status %d, stderr %q", code, stderr)
 	}
 }
