@@ -203,6 +203,12 @@ func groupFile() []byte {
 
 func (pl *plan) proc(p Policy, host hostLayout) {
 	switch p.Proc {
+	case ProcNone:
+		if raceBuild {
+			// The race detector's runtime reads its executable as it starts
+			// and complains on the command's stderr when it cannot.
+			pl.add("--symlink", initPath, "/proc/self/exe")
+		}
 	case ProcPrivate:
 		pl.add("--proc", "/proc")
 		for _, m := range procMasks {

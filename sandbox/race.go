@@ -1,0 +1,7 @@
+//go:build race
+
+package sandbox
+
+// raceBuild is set when this binary, and so the sandbox's init, runs under
+// the race detector.
+const raceBuild = true
