@@ -117,6 +117,10 @@ func classify(f exitFacts) Exit {
 	switch {
 	case f.initErr != "":
 		e.SetupError, e.NotFound = f.initErr, f.notFound
+	case f.exact && !f.execed && f.killedUs && f.stoppedAs != StopNone && f.setupMsg == "":
+		// Stopped before the command ran, which a slow setup allows: the
+		// kill ended it, no failure of the sandbox's.
+		e.Signal = unix.SIGKILL
 	case f.exact && !f.execed:
 		e.SetupError = setupMessage(f.setupMsg)
 	case f.exact && f.workload.Signaled():

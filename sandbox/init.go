@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -73,6 +74,10 @@ type initRlimit struct {
 func init() {
 	// The init is recognised by its path, which only bwrap gives argv[0].
 	if len(os.Args) > 1 && os.Args[0] == initPath {
+		// Exec from the process's first thread. From any other, the kernel
+		// kills the first thread on the way, and the process events report
+		// that as the exit of the sandbox's command, which then ends.
+		runtime.LockOSThread()
 		os.Exit(runInit(os.Args[1:]))
 	}
 }
@@ -239,6 +244,9 @@ func execCommand(path string, argv []string, cfg initConfig) error {
 	env, err := cStrings(cfg.Env)
 	if err != nil {
 		return err
+	}
+	if tid, pid := unix.Gettid(), unix.Getpid(); tid != pid {
+		return fmt.Errorf("exec from thread %d, not the first thread %d", tid, pid)
 	}
 	unix.CloseOnExec(initControlFD)
 	if err := restoreOpenFiles(cfg.Rlimits); err != nil {
