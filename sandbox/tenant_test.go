@@ -3,9 +3,9 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"

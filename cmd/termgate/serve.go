@@ -261,9 +261,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type gatewayParts struct {
 	launcher   *sandbox.Launcher
 	workspaces *sandbox.Workspaces
-	sup      *session.Supervisor
-	auth     *gateway.Authenticator
-	srv      *gateway.Server
+	sup        *session.Supervisor
+	auth       *gateway.Authenticator
+	srv        *gateway.Server
 }
 
 // build probes the sandbox (serve refuses to start when it cannot
