@@ -184,3 +184,17 @@ func TestMountinfoHidesTenantAndHostPath(t *testing.T) {
 		}
 	}
 }
+
+// TestUnenforceableQuotaIsThisPackagesError: callers test quotas against
+// sandbox.ErrUnenforceable, like every other ceiling.
+func TestUnenforceableQuotaIsThisPackagesError(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	w, err := OpenWorkspaces(WorkspacesConfig{Root: filepath.Join(t.TempDir(), "ws"), TenantUIDs: testTenantUIDs, Bytes: 8 << 20, Mkfs: "/nonexistent/mkfs.ext4"})
+	if err == nil {
+		w.Close()
+	}
+	if !errors.Is(err, ErrUnenforceable) {
+		t.Fatalf("quota without mkfs.ext4: %v, want ErrUnenforceable", err)
+	}
+}
