@@ -263,7 +263,8 @@ func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
 	}
 	sb := s.cfg.Sandbox
 	p := sandbox.Policy{
-		Command: append(cmd, req.Args...), Env: map[string]string{}, Workspace: ws, Cwd: req.Cwd,
+		Command: append(cmd, req.Args...), Env: map[string]string{}, Workspace: ws.Path, Cwd: req.Cwd,
+		UID: ws.UID, GID: ws.GID,
 		Network: sb.Network, Proc: sb.Proc, TmpSize: sb.TmpSize,
 	}
 	for k, v := range req.Env {

@@ -46,6 +46,11 @@ type Config struct {
 	Auth       *Authenticator      // required
 	// WorkspaceRoot holds one workspace per tenant, created on demand.
 	WorkspaceRoot string // required
+	// Workspaces hands out each tenant's workspace and host identity
+	// (opened over WorkspaceRoot by the caller, who closes it after the
+	// supervisor). Nil: NewServer opens one without quotas and with
+	// sandbox.DefaultTenantUIDs, and Shutdown closes it.
+	Workspaces *sandbox.Workspaces
 	// Commands are the programs clients may start (absolute paths;
 	// default /bin/bash and /bin/sh); DefaultCommand runs when a start
 	// names none (default /bin/bash -l).
@@ -95,6 +100,8 @@ type Server struct {
 	subjects map[string]int
 	closing  bool
 	wg       sync.WaitGroup
+
+	ownWorkspaces bool // cfg.Workspaces was opened by NewServer
 }
 
 // NewServer checks cfg and returns a server.
@@ -117,7 +124,15 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("gateway: create workspace root: %w", err)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}}, nil
+	own := cfg.Workspaces == nil
+	if own {
+		ws, err := sandbox.OpenWorkspaces(sandbox.WorkspacesConfig{Root: cfg.WorkspaceRoot, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: open workspaces: %w", err)
+		}
+		cfg.Workspaces = ws
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}, ownWorkspaces: own}, nil
 }
 
 func applyDefaults(c *Config) {
@@ -315,6 +330,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.close(websocket.StatusGoingAway, "server shutting down")
 	}
+	if s.ownWorkspaces {
+		s.cfg.Workspaces.Close() // no mounts without quotas: running executions keep their directories
+	}
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
@@ -328,20 +346,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// workspace returns the tenant's workspace, creating it on first use. The
-// tenant name was validated by the authenticator: one path element.
-func (s *Server) workspace(tenant string) (string, error) {
-	dir := filepath.Join(s.cfg.WorkspaceRoot, tenant)
-	if filepath.Dir(dir) != filepath.Clean(s.cfg.WorkspaceRoot) {
-		return "", fmt.Errorf("gateway: tenant %q is not a single path element", tenant)
+// workspace returns the tenant's workspace and host identity, creating
+// them on first use. The details of a failure (host paths) go to the log;
+// the client learns only which kind of failure it was.
+func (s *Server) workspace(tenant string) (sandbox.Workspace, error) {
+	ws, err := s.cfg.Workspaces.Prepare(tenant)
+	if err == nil {
+		return ws, nil
 	}
-	root, err := os.OpenRoot(s.cfg.WorkspaceRoot)
-	if err != nil {
-		return "", fmt.Errorf("gateway: open workspace root: %w", err)
+	s.log.Error("workspace unavailable", "tenant", tenant, "err", err)
+	if errors.Is(err, sandbox.ErrUnenforceable) {
+		return sandbox.Workspace{}, fmt.Errorf("%w: the workspace quota cannot be applied", sandbox.ErrUnenforceable)
 	}
-	defer root.Close()
-	if err := root.Mkdir(tenant, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", fmt.Errorf("gateway: create workspace: %w", err)
-	}
-	return dir, nil
+	return sandbox.Workspace{}, errors.New("gateway: workspace unavailable")
 }

@@ -217,8 +217,8 @@ func (id identity) checkHostPath(path string) error {
 		if err := unix.Stat(dir, &st); err != nil {
 			return fmt.Errorf("inspect %s: %w", dir, err)
 		}
-		if st.Uid == id.uid {
-			return fmt.Errorf("%s lies in %s, which the sandbox identity owns: bind sources must be paths no sandbox can write", path, dir)
+		if st.Uid == id.uid || st.Uid == id.shared || id.tenants.Contains(st.Uid) {
+			return fmt.Errorf("%s lies in %s, which a sandbox identity owns: bind sources must be paths no sandbox can write", path, dir)
 		}
 		if !id.canSearch(st) {
 			return fmt.Errorf("%s (mode %04o) is not searchable by the sandbox identity %d:%d: give its directories at least mode 0711", dir, st.Mode&0o7777, id.uid, id.gid)
@@ -243,6 +243,54 @@ func (id identity) canSearch(st unix.Stat_t) bool {
 type identity struct {
 	uid, gid uint32
 	switchTo bool // termgate is root and must drop to uid/gid
+	// shared and tenants are every other id a sandbox may run as: no bind
+	// source may lie in a directory one of them owns.
+	shared  uint32
+	tenants UIDRange
+}
+
+// UIDRange is a range of host ids: First, First+1, ..., First+Count-1.
+type UIDRange struct {
+	First, Count uint32
+}
+
+// DefaultTenantUIDs is where tenant identities come from by default: above
+// DefaultUID, clear of the ids accounts and subordinate ranges use.
+var DefaultTenantUIDs = UIDRange{First: 3000000, Count: 100000}
+
+// Contains reports whether id lies in the range.
+func (r UIDRange) Contains(id uint32) bool {
+	return id >= r.First && id-r.First < r.Count
+}
+
+// tenantRange checks the tenant range (DefaultTenantUIDs when zero): no
+// root, no nobody, not the launcher's own identity, no wrap-around.
+func tenantRange(r UIDRange, shared identity) (UIDRange, error) {
+	if r == (UIDRange{}) {
+		r = DefaultTenantUIDs
+	}
+	switch {
+	case r.Count == 0 || r.First == 0 || uint64(r.First)+uint64(r.Count) > 1<<32-1:
+		return r, fmt.Errorf("%w: tenant id range %d+%d must be non-empty, above 0 and below 2^32-1", ErrIdentity, r.First, r.Count)
+	case r.Contains(65534):
+		return r, fmt.Errorf("%w: tenant id range %d+%d holds 65534 (nobody)", ErrIdentity, r.First, r.Count)
+	case shared.switchTo && (r.Contains(shared.uid) || r.Contains(shared.gid)):
+		return r, fmt.Errorf("%w: tenant id range %d+%d holds the shared sandbox identity %d:%d", ErrIdentity, r.First, r.Count, shared.uid, shared.gid)
+	}
+	return r, nil
+}
+
+// identityFor returns the identity a policy runs as: its own ids when it
+// names them and termgate is root, the launcher's otherwise.
+func (l *Launcher) identityFor(p Policy) (identity, error) {
+	if !l.id.switchTo || (p.UID == 0 && p.GID == 0) {
+		return l.id, nil
+	}
+	r := l.cfg.TenantUIDs
+	if !r.Contains(p.UID) || !r.Contains(p.GID) {
+		return identity{}, fmt.Errorf("%w: uid %d, gid %d: outside the tenant id range %d+%d", ErrIdentity, p.UID, p.GID, r.First, r.Count)
+	}
+	return identity{uid: p.UID, gid: p.GID, switchTo: true, shared: l.id.uid, tenants: r}, nil
 }
 
 func chooseIdentity(uid, gid uint32) (identity, error) {

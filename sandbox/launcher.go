@@ -24,6 +24,10 @@ type Config struct {
 	// root (DefaultUID, DefaultGID). Ignored otherwise: bwrap then runs as
 	// termgate's own user.
 	UID, GID uint32
+	// TenantUIDs are the host ids a Policy may ask for (Policy.UID, GID)
+	// when termgate runs as root (DefaultTenantUIDs). They may hold neither
+	// 0, 65534 nor UID or GID.
+	TenantUIDs UIDRange
 	// CgroupRoot is where the cgroup hierarchies are mounted ("/sys/fs/cgroup").
 	CgroupRoot string
 	// KillGrace is the time between SIGTERM and SIGKILL (DefaultKillGrace).
@@ -68,6 +72,10 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.id, err = chooseIdentity(cfg.UID, cfg.GID); err != nil {
 		return nil, err
 	}
+	if l.cfg.TenantUIDs, err = tenantRange(cfg.TenantUIDs, l.id); err != nil {
+		return nil, err
+	}
+	l.id.tenants, l.id.shared = l.cfg.TenantUIDs, l.id.uid
 	if l.layout, err = detectLayout(); err != nil {
 		return nil, err
 	}
@@ -131,6 +139,9 @@ func (l *Launcher) Start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 		return nil, err
 	}
 	if err := l.checkSupported(p); err != nil {
+		return nil, err
+	}
+	if _, err := l.identityFor(p); err != nil {
 		return nil, err
 	}
 	if err := l.checkCwd(p); err != nil {

@@ -125,6 +125,12 @@ type Policy struct {
 	Limits  Limits `json:"limits"`
 	// Timeout stops the process gracefully after this wall-clock time; 0 is none.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// UID and GID are the host identity of this execution when termgate
+	// runs as root: a tenant's own ids (from Config.TenantUIDs), so the
+	// kernel's per-user limits are not shared between tenants. Zero means
+	// the launcher's identity (Config.UID, Config.GID).
+	UID uint32 `json:"uid,omitempty"`
+	GID uint32 `json:"gid,omitempty"`
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -163,7 +169,7 @@ func (p Policy) Normalize() Policy {
 func (p Policy) Validate() error {
 	checks := []func() error{
 		p.validateCommand, p.validateEnv, p.validateMounts,
-		p.validateModes, p.validateLimits,
+		p.validateModes, p.validateLimits, p.validateIdentity,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -327,6 +333,20 @@ func (p Policy) validateModes() error {
 	}
 	if p.PTYs < 0 || p.PTYs > MaxPTYs {
 		return fmt.Errorf("ptys %d: want 0..%d", p.PTYs, MaxPTYs)
+	}
+	return nil
+}
+
+// validateIdentity accepts no identity or a whole one that is neither
+// root nor nobody (whose reserved disk blocks a sandbox must not get).
+func (p Policy) validateIdentity() error {
+	switch {
+	case p.UID == 0 && p.GID == 0:
+		return nil
+	case p.UID == 0 || p.GID == 0:
+		return fmt.Errorf("uid %d and gid %d: give both or neither, never 0", p.UID, p.GID)
+	case p.UID == 65534 || p.GID == 65534:
+		return errors.New("uid/gid 65534 (nobody) cannot run a sandbox")
 	}
 	return nil
 }

@@ -106,8 +106,8 @@ func (l *Launcher) command(p Policy, pl plan, stdio [3]*os.File, extra []*os.Fil
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if l.id.switchTo {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: l.id.uid, Gid: l.id.gid, Groups: []uint32{}}
+	if id, _ := l.identityFor(p); id.switchTo { // checked by Start
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
 	}
 	return cmd
 }
@@ -134,11 +134,12 @@ func (l *Launcher) openFile(f planFile, p Policy) (*os.File, error) {
 	if f.path == p.Workspace && f.dir {
 		what = "workspace"
 	}
-	if err := l.id.checkHostPath(f.path); err != nil {
+	id, _ := l.identityFor(p) // checked by Start
+	if err := id.checkHostPath(f.path); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidPolicy, what, err)
 	}
 	if what == "workspace" {
-		f, err := l.id.prepareWorkspace(f.path)
+		f, err := id.prepareWorkspace(f.path)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 		}

@@ -44,7 +44,7 @@ func needLauncher(t testing.TB) *Launcher {
 	t.Helper()
 	launcherOnce.Do(func() {
 		// A grace long enough for a TERM handler to run on a loaded machine.
-		testLauncher, launcherErr = NewLauncher(Config{KillGrace: 2 * time.Second})
+		testLauncher, launcherErr = NewLauncher(Config{KillGrace: 2 * time.Second, TenantUIDs: testTenantUIDs})
 	})
 	if launcherErr != nil {
 		if os.Getenv("CI") == "true" {

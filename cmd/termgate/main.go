@@ -6,6 +6,7 @@
 //	termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
 //	termgate verify [--json]                 report what this host enforces
 //	termgate serve [flags]                   run the WebSocket gateway
+//	termgate workspaces --workspace-root DIR list tenant workspaces and their quotas
 package main
 
 import (
@@ -69,6 +70,7 @@ Usage:
   termgate cancel --id ID                   cancel an execution
   termgate ls                               list the tenant's executions
   termgate logs --id ID [--after N] [--follow]  print an execution's output
+  termgate workspaces --workspace-root DIR [--json]  list tenant workspaces: uid, usage, quota
 
 Run "termgate COMMAND --help" for a command's flags.
 `
@@ -98,6 +100,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runLs(ctx, args[1:], stdout, stderr)
 	case "logs":
 		return runLogs(ctx, args[1:], stdout, stderr)
+	case "workspaces":
+		return runWorkspaces(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

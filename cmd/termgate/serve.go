@@ -39,6 +39,7 @@ type serveOptions struct {
 	network, proc                 string
 	devTenant                     string
 	leeway                        time.Duration
+	workspaces                    workspaceOptions
 }
 
 // envFlags registers flags whose defaults come from the environment.
@@ -146,6 +147,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.parsed("input-per-second", "input messages per second per connection", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
 	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
 	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
+	o.workspaces.register(e)
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return e
 }
@@ -174,7 +176,7 @@ func intPtr(dst *int, def int) func(string) error {
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveOptions, error) {
-	o := &serveOptions{devTenant: "dev"}
+	o := &serveOptions{devTenant: "dev", workspaces: defaultWorkspaceOptions()}
 	e := serveFlags(o, stderr)
 	if e.err != nil {
 		return nil, usageError{e.err}
@@ -233,6 +235,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := o.devDefaults(); err != nil {
 			return err
 		}
+		o.workspaces.devDefaults()
 	}
 	o.logConfig(log)
 	g, err := o.build(ctx, log)
@@ -240,6 +243,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer g.launcher.Close()
+	defer g.workspaces.Close() // after the supervisor's executions ended (g.serve)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		g.sup.Close(context.Background())
@@ -255,16 +259,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // gatewayParts are the wired components of a running server.
 type gatewayParts struct {
-	launcher *sandbox.Launcher
-	sup      *session.Supervisor
-	auth     *gateway.Authenticator
-	srv      *gateway.Server
+	launcher   *sandbox.Launcher
+	workspaces *sandbox.Workspaces
+	sup        *session.Supervisor
+	auth       *gateway.Authenticator
+	srv        *gateway.Server
 }
 
 // build probes the sandbox (serve refuses to start when it cannot
 // isolate) and wires launcher, supervisor, authenticator and server.
 func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayParts, error) {
-	o.sandbox.Logger = log
+	o.sandbox.Logger, o.sandbox.TenantUIDs = log, o.workspaces.tenantUIDs
 	l, err := sandbox.NewLauncher(o.sandbox)
 	if err != nil {
 		return nil, err
@@ -286,24 +291,33 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 		l.Close()
 		return nil, err
 	}
+	wcfg := o.workspaces.config(o.workspaceRoot)
+	wcfg.Logger = log
+	ws, err := sandbox.OpenWorkspaces(wcfg)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("serve: refusing to start: %w", err)
+	}
 	o.session.Launcher, o.session.Logger = session.SandboxLauncher(l), log
 	o.session.DefaultTimeout = o.policy.DefaultTimeout
 	sup, err := session.New(o.session)
 	if err != nil {
+		ws.Close()
 		l.Close()
 		return nil, err
 	}
 	o.policy.Network, o.policy.Proc = sandbox.Network(o.network), sandbox.ProcMode(o.proc)
-	o.server.Supervisor, o.server.Auth, o.server.Logger = sup, auth, log
+	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, auth, log, ws
 	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
 	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
 	srv, err := gateway.NewServer(o.server)
 	if err != nil {
 		sup.Close(context.Background())
+		ws.Close()
 		l.Close()
 		return nil, err
 	}
-	return &gatewayParts{launcher: l, sup: sup, auth: auth, srv: srv}, nil
+	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, auth: auth, srv: srv}, nil
 }
 
 func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptions, log *slog.Logger) error {
@@ -356,7 +370,9 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"network", o.network, "proc", o.proc, "limits", o.policy.Limits, "tmp_size", o.policy.TmpSize,
 		"timeout", o.policy.DefaultTimeout, "max_timeout", o.policy.MaxTimeout, "retention", o.session.DefaultRetention,
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
-		"max_retained", o.session.MaxRetained, "dev", o.dev)
+		"max_retained", o.session.MaxRetained, "dev", o.dev,
+		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),
+		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes))
 }
 
 // devTimeout is the default execution timeout in dev mode.

@@ -1,0 +1,385 @@
+package workspace
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// needRoot skips tests of root-only guarantees, failing under CI.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI must run as root")
+		}
+		t.Skip("needs root")
+	}
+}
+
+// testIDs is a range no other test of termgate uses.
+var testIDs = IDRange{First: 3950000, Count: 1000}
+
+// openStore opens a Store on a fresh root and closes it when the test ends.
+func openStore(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	if cfg.Root == "" {
+		cfg.Root = filepath.Join(t.TempDir(), "ws")
+	}
+	if cfg.IDs == (IDRange{}) {
+		cfg.IDs = testIDs
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func prepare(t *testing.T, s *Store, tenant string) Workspace {
+	t.Helper()
+	ws, err := s.Prepare(tenant)
+	if err != nil {
+		t.Fatalf("prepare %s: %v", tenant, err)
+	}
+	return ws
+}
+
+func TestTenantsGetOwnPersistedUIDs(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	root := filepath.Join(t.TempDir(), "ws")
+	s := openStore(t, Config{Root: root})
+	a, b := prepare(t, s, "acme"), prepare(t, s, "globex")
+	if a.UID == b.UID || a.Path == b.Path {
+		t.Fatalf("two tenants share an identity or a path: %+v %+v", a, b)
+	}
+	if again := prepare(t, s, "acme"); again != a {
+		t.Fatalf("acme again: %+v, first %+v", again, a)
+	}
+	for _, ws := range []Workspace{a, b} {
+		if !testIDs.Contains(ws.UID) || ws.GID != ws.UID {
+			t.Errorf("%s: uid %d gid %d outside %+v", ws.Tenant, ws.UID, ws.GID, testIDs)
+		}
+		if strings.Contains(ws.Path, ws.Tenant) {
+			t.Errorf("path %s names the tenant", ws.Path)
+		}
+		checkOwner(t, ws.Path, ws.UID, 0o700)
+	}
+	checkOwner(t, root, 0, 0o711)
+	checkOwner(t, filepath.Join(root, stateFile), 0, 0o600)
+	s.Close()
+
+	s2 := openStore(t, Config{Root: root})
+	if a2 := prepare(t, s2, "acme"); a2 != a {
+		t.Errorf("acme after reopen: %+v, before %+v", a2, a)
+	}
+	c := prepare(t, s2, "initech")
+	if c.UID == a.UID || c.UID == b.UID {
+		t.Errorf("a new tenant reused uid %d", c.UID)
+	}
+}
+
+func checkOwner(t *testing.T, p string, uid uint32, mode uint32) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != uid || st.Mode&0o7777 != mode {
+		t.Errorf("%s: uid %d mode %04o, want uid %d mode %04o", p, st.Uid, st.Mode&0o7777, uid, mode)
+	}
+}
+
+func TestConcurrentPrepareOneWorkspace(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	s := openStore(t, Config{})
+	var wg sync.WaitGroup
+	got := make([]Workspace, 16)
+	for i := range got {
+		wg.Go(func() { got[i], _ = s.Prepare([]string{"a", "b"}[i%2]) })
+	}
+	wg.Wait()
+	for i, ws := range got {
+		if ws != got[i%2] || ws.UID == 0 {
+			t.Errorf("call %d: %+v, want %+v", i, ws, got[i%2])
+		}
+	}
+}
+
+func TestRangeExhausted(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	s := openStore(t, Config{IDs: IDRange{First: 3960000, Count: 2}})
+	prepare(t, s, "a")
+	prepare(t, s, "b")
+	if _, err := s.Prepare("c"); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("third tenant of two ids: %v, want ErrExhausted", err)
+	}
+	prepare(t, s, "a") // known tenants still work
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"", ".", "..", "a/b", "-a", "a\x00", strings.Repeat("a", 129), "a b"} {
+		if err := ValidateTenant(name); !errors.Is(err, ErrInvalidTenant) {
+			t.Errorf("tenant %q: %v, want ErrInvalidTenant", name, err)
+		}
+	}
+	root := t.TempDir()
+	for _, cfg := range []Config{
+		{Root: "rel", IDs: testIDs},
+		{Root: root},
+		{Root: root, IDs: IDRange{First: 0, Count: 10}},
+		{Root: root, IDs: IDRange{First: 65530, Count: 10}},
+		{Root: root, IDs: IDRange{First: 1<<32 - 5, Count: 10}},
+		{Root: root, IDs: testIDs, Bytes: 1 << 20},
+		{Root: root, IDs: testIDs, Bytes: 8 << 20, Inodes: 10},
+		{Root: root, IDs: testIDs, Inodes: 1000},
+	} {
+		if s, err := Open(cfg); err == nil {
+			s.Close()
+			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+}
+
+func TestSecondStoreOnOneRootRefused(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, Config{})
+	if s2, err := Open(Config{Root: s.Root(), IDs: testIDs}); !errors.Is(err, ErrInUse) {
+		if s2 != nil {
+			s2.Close()
+		}
+		t.Fatalf("second store: %v, want ErrInUse", err)
+	}
+}
+
+// quotaConfig is a small image: 8 MiB and 128 inodes.
+func quotaConfig() Config { return Config{Bytes: 8 << 20, Inodes: 128} }
+
+func TestQuotaBytesAndInodes(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	s := openStore(t, quotaConfig())
+	ws := prepare(t, s, "acme")
+	if _, err := os.Stat(filepath.Join(ws.Path, "lost+found")); err == nil {
+		t.Error("lost+found left in the workspace")
+	}
+	checkOwner(t, ws.Path, ws.UID, 0o700)
+	err := writeFile(filepath.Join(ws.Path, "big"), 16<<20)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("16 MiB into an 8 MiB quota: %v, want ENOSPC", err)
+	}
+	u, err := s.Usage("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.BytesAllowed > 8<<20 || u.BytesUsed < u.BytesAllowed/2 || !u.Mounted {
+		t.Errorf("usage after filling: %+v", u)
+	}
+	os.Remove(filepath.Join(ws.Path, "big"))
+
+	n, err := fillInodes(ws.Path, 1000)
+	if !errors.Is(err, syscall.ENOSPC) || n > 128 {
+		t.Fatalf("%d files made of 128 inodes, then %v; want ENOSPC", n, err)
+	}
+	if u, _ = s.Usage("acme"); u.InodesUsed != u.InodesAllowed || u.InodesAllowed > 128 {
+		t.Errorf("usage after the inodes ran out: %+v", u)
+	}
+}
+
+func writeFile(name string, size int) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for written := 0; written < size; written += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+func fillInodes(dir string, most int) (int, error) {
+	for i := range most {
+		f, err := os.Create(filepath.Join(dir, "f"+strconv.Itoa(i)))
+		if err != nil {
+			return i, err
+		}
+		f.Close()
+	}
+	return most, nil
+}
+
+// TestReopenAfterCrashRemovesStaleMounts: a Store that dies without Close
+// (kill -9) leaves its mounts and loop devices; the next Open removes and
+// names them, and the tenant's files survive in its image.
+func TestReopenAfterCrashRemovesStaleMounts(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	cfg := quotaConfig()
+	cfg.Root, cfg.IDs = filepath.Join(t.TempDir(), "ws"), testIDs
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := prepare(t, s, "acme")
+	if err := os.WriteFile(filepath.Join(ws.Path, "kept"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.lock.Close() // the crash: the lock goes with the process, the mount stays
+	t.Cleanup(func() { unmount(ws.Path) })
+	if !mounted(ws.Path) {
+		t.Fatal("workspace not mounted before the crash")
+	}
+
+	s2 := openStore(t, cfg)
+	got := strings.Join(s2.Recovered(), "\n")
+	if !strings.Contains(got, "mount "+ws.Path) || !strings.Contains(got, "loop /dev/loop") {
+		t.Errorf("recovered %q, want the mount at %s and its loop device", got, ws.Path)
+	}
+	if mounted(ws.Path) {
+		t.Error("stale mount still there")
+	}
+	if ws2 := prepare(t, s2, "acme"); ws2 != ws {
+		t.Errorf("after recovery %+v, before %+v", ws2, ws)
+	}
+	if data, err := os.ReadFile(filepath.Join(ws.Path, "kept")); string(data) != "data" {
+		t.Errorf("file after recovery: %q, %v", data, err)
+	}
+	s2.Close()
+	if loops := loopsOf(t, cfg.Root); len(loops) != 0 {
+		t.Errorf("loop devices left after Close: %v", loops)
+	}
+}
+
+func loopsOf(t *testing.T, root string) []string {
+	t.Helper()
+	resolved, _ := filepath.EvalSymlinks(root)
+	loops, err := boundLoops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for dev, backing := range loops {
+		if strings.HasPrefix(backing, resolved+"/") {
+			out = append(out, dev)
+		}
+	}
+	return out
+}
+
+func TestQuotaThatCannotBeEnforcedFailsOpen(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	fake := filepath.Join(t.TempDir(), "mkfs.ext4")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mkfs := range map[string]string{
+		"mkfs.ext4 missing":            "/nonexistent/mkfs.ext4",
+		"an image that does not mount": fake,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg := quotaConfig()
+			cfg.Root, cfg.IDs, cfg.Mkfs = filepath.Join(t.TempDir(), "ws"), testIDs, mkfs
+			s, err := Open(cfg)
+			if err == nil {
+				s.Close()
+			}
+			if !errors.Is(err, ErrUnenforceable) {
+				t.Fatalf("open: %v, want ErrUnenforceable", err)
+			}
+			if loops := loopsOf(t, cfg.Root); len(loops) != 0 {
+				t.Errorf("loop devices left: %v", loops)
+			}
+		})
+	}
+}
+
+func TestQuotaOnAWorkspaceMadeWithoutOne(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	s := openStore(t, Config{})
+	prepare(t, s, "acme")
+	root := s.Root()
+	s.Close()
+	cfg := quotaConfig()
+	cfg.Root = root
+	s2 := openStore(t, cfg)
+	if _, err := s2.Prepare("acme"); !errors.Is(err, ErrUnenforceable) {
+		t.Fatalf("quota on an old directory workspace: %v, want ErrUnenforceable", err)
+	}
+	prepare(t, s2, "globex")
+}
+
+func TestListReadsMountedAndUnmountedImages(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	s := openStore(t, quotaConfig())
+	ws := prepare(t, s, "acme")
+	if err := writeFile(filepath.Join(ws.Path, "f"), 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	mountedList, err := List(s.Root())
+	if err != nil || len(mountedList) != 1 {
+		t.Fatalf("list: %v %v", mountedList, err)
+	}
+	s.Close()
+	unmountedList, err := List(s.Root())
+	if err != nil || len(unmountedList) != 1 {
+		t.Fatalf("list: %v %v", unmountedList, err)
+	}
+	m, u := mountedList[0].Usage, unmountedList[0].Usage
+	if !m.Mounted || u.Mounted || m.BytesUsed < 2<<20 || u.BytesUsed != m.BytesUsed || u.BytesAllowed != m.BytesAllowed || u.InodesUsed != m.InodesUsed {
+		t.Errorf("mounted %+v, unmounted %+v", m, u)
+	}
+}
+
+func TestParseMountinfo(t *testing.T) {
+	t.Parallel()
+	line := `36 35 98:0 / /mnt/a\040b rw,noatime master:1 - ext4 /dev/loop1 rw,errors=continue`
+	m, ok := parseMountinfo(line)
+	if !ok || m.root != "/" || m.target != "/mnt/a b" || m.fstype != "ext4" || m.source != "/dev/loop1" {
+		t.Errorf("parsed %+v %v", m, ok)
+	}
+	for _, bad := range []string{"", "1 2 3", `36 35 98:0 / /x rw - ext4`} {
+		if _, ok := parseMountinfo(bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func FuzzParseMountinfo(f *testing.F) {
+	f.Add(`36 35 98:0 / /mnt/a\040b rw,noatime master:1 - ext4 /dev/loop1 rw`)
+	f.Fuzz(func(t *testing.T, line string) {
+		parseMountinfo(line)
+		unescapeMount(line)
+	})
+}
+
+func FuzzParseSuperblock(f *testing.F) {
+	f.Add(make([]byte, 1024))
+	f.Fuzz(func(t *testing.T, sb []byte) {
+		if u, err := parseSuperblock(sb); err == nil && (u.BytesUsed < 0 || u.BytesUsed > u.BytesAllowed || u.InodesUsed > u.InodesAllowed) {
+			t.Errorf("usage %+v", u)
+		}
+	})
+}
