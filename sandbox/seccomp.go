@@ -88,8 +88,8 @@ var seccompDenied = []uint32{
 	unix.SYS_UNSHARE, unix.SYS_SETNS,
 	// Copies a descriptor out of another process. The filter cannot see
 	// which process a pidfd names, so it cannot spare the sandbox's own
-	// children while refusing its init, whose descriptors (its standard
-	// streams, bwrap's status pipe) are termgate's, not the command's.
+	// children while refusing its init (see seccompInitPid), and few
+	// programs a terminal runs use it.
 	unix.SYS_PIDFD_GETFD,
 }
 
@@ -147,9 +147,10 @@ var seccompFallocateModes = []uint32{
 
 // seccompInitPid is the sandbox's init (bwrap's reaper) as its processes
 // see it: unshare and setns are refused, so the caller's pid namespace is
-// always the sandbox's. The init reports the command's exit status and
-// holds termgate's ends of its pipes; a process that attached to it, or
-// wrote its memory, could stop it, forge the result or reach those pipes.
+// always the sandbox's. The init is bwrap's: it reports the command's exit
+// status to termgate and is the sandbox's lifetime. A process that
+// attached to it or wrote its memory could stop it (the sandbox would hang
+// until its timeout) or forge the status the execution reports.
 const seccompInitPid = 1
 
 // seccompCloneNamespaces are the clone flags that create namespaces.
@@ -165,11 +166,11 @@ const (
 	seccompAllow  = unix.SECCOMP_RET_ALLOW
 	seccompEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	seccompENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	seccompKill   = unix.SECCOMP_RET_KILL_PROCESS
 	// EAFNOSUPPORT: the family does not exist, as far as the caller knows.
 	seccompEAFNOSUPPORT = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
 	// EOPNOTSUPP: the filesystem does not support this fallocate mode.
 	seccompEOPNOTSUPP = unix.SECCOMP_RET_ERRNO | uint32(unix.EOPNOTSUPP)
-	seccompKill       = unix.SECCOMP_RET_KILL_PROCESS
 )
 
 // seccompProgram returns the default filter as raw sock_filter bytes
