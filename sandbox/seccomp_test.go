@@ -759,3 +759,14 @@ func TestSeccompInSandbox(t *testing.T) {
 		t.Errorf("file allocated %q KiB under a 1 MiB ceiling", got["falloc_blocks_kib"])
 	}
 }
+
+// TestSeccompCoversSandboxInit checks that bwrap's pid 1 runs under the
+// filter too, so a process that took it over would gain no call the
+// filter refuses; the pid 1 rules keep the command from taking it over.
+func TestSeccompCoversSandboxInit(t *testing.T) {
+	t.Parallel()
+	r := runPolicy(t, Policy{Command: sh("grep '^Seccomp:' /proc/1/status"), Proc: ProcPrivate})
+	if !r.exit.Success() || r.stdout != "Seccomp:\t2\n" {
+		t.Errorf("pid 1: %v", r)
+	}
+}
