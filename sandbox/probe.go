@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -34,7 +38,30 @@ test -e /etc/shadow && echo shadow=visible || echo shadow=absent
 (unshare -U true) 2>/dev/null && echo userns=allowed || echo userns=denied
 touch /usr/probe 2>/dev/null && echo usr=writable || echo usr=readonly
 touch /workspace/probe && echo workspace=writable
+` + probeSeccompScript
+
+// probeSeccompScript prints the errno of socket(AF_VSOCK, SOCK_STREAM) and
+// of io_uring_setup(1, NULL) (425 on every Linux architecture), 0 when the
+// call succeeded. A shell cannot make either call, so it runs python3, or
+// perl (essential on Debian) when python3 is missing; neither creates a
+// ring: without the filter, the NULL parameters fail with EFAULT.
+const probeSeccompScript = `if command -v python3 >/dev/null; then python3 -c '` + probeSeccompPython + `'
+elif command -v perl >/dev/null; then perl -e '` + probeSeccompPerl + `'
+else echo vsock=unprobed; echo io_uring=unprobed; fi
 `
+
+const probeSeccompPython = `
+import ctypes, socket
+try:
+    socket.socket(40, socket.SOCK_STREAM).close(); print("vsock=0")
+except OSError as e:
+    print("vsock=%d" % e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+print("io_uring=%d" % (0 if libc.syscall(425, 1, None) >= 0 else ctypes.get_errno()))`
+
+const probeSeccompPerl = `
+print "vsock=", (socket(S, 40, 1, 0) ? 0 : $! + 0), "\n";
+print "io_uring=", (syscall(425, 1, 0) >= 0 ? 0 : $! + 0), "\n";`
 
 // Probe runs real commands in the sandbox and reports what the host
 // enforces. The error is non-nil when the sandbox cannot run at all.
@@ -54,7 +81,22 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 	}
 	r.StartLatency = exit.Duration
 	facts := parseFacts(out)
-	for name, ok := range map[string]bool{
+	r.Checks = probeChecks(facts)
+	for _, name := range slices.Sorted(maps.Keys(r.Checks)) {
+		if !r.Checks[name] {
+			r.Problems = append(r.Problems, "check failed: "+name+probeSeen(name, facts))
+		}
+	}
+	r.OK = len(r.Problems) == 0
+	if !r.OK {
+		return r, fmt.Errorf("%w: probe found: %s", ErrUnavailable, strings.Join(r.Problems, "; "))
+	}
+	return r, nil
+}
+
+// probeChecks judges the facts the probe script printed.
+func probeChecks(facts map[string]string) map[string]bool {
+	return map[string]bool{
 		"user_namespace":   facts["uid"] == fmt.Sprint(sandboxUID),
 		"hostname":         facts["host"] == DefaultHostname,
 		"capabilities":     facts["CapEff"] == "0000000000000000",
@@ -65,17 +107,33 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 		"nested_userns":    facts["userns"] == "denied",
 		"system_readonly":  facts["usr"] == "readonly",
 		"workspace":        facts["workspace"] == "writable",
-	} {
-		r.Checks[name] = ok
-		if !ok {
-			r.Problems = append(r.Problems, "check failed: "+name)
-		}
+		// The filter's own answers: the kernel's would be a socket, or
+		// EFAULT for io_uring's NULL parameters.
+		"socket_families": facts["vsock"] == strconv.Itoa(int(syscall.EAFNOSUPPORT)),
+		"io_uring":        facts["io_uring"] == strconv.Itoa(int(syscall.ENOSYS)),
 	}
-	r.OK = len(r.Problems) == 0
-	if !r.OK {
-		return r, fmt.Errorf("%w: probe found: %s", ErrUnavailable, strings.Join(r.Problems, "; "))
+}
+
+// probeErrnoFacts maps the checks that read an errno to their fact.
+var probeErrnoFacts = map[string]string{"socket_families": "vsock", "io_uring": "io_uring"}
+
+// probeSeen says what a failed errno check saw instead, for the problem.
+func probeSeen(check string, facts map[string]string) string {
+	key, ok := probeErrnoFacts[check]
+	if !ok {
+		return ""
 	}
-	return r, nil
+	v := facts[key]
+	n, err := strconv.Atoi(v)
+	switch {
+	case v == "unprobed":
+		return " (no python3 or perl in the sandbox to probe with)"
+	case err != nil:
+		return fmt.Sprintf(" (probe printed %q)", v)
+	case n == 0:
+		return " (the call succeeded)"
+	}
+	return fmt.Sprintf(" (the call failed with %q)", syscall.Errno(n).Error())
 }
 
 func (l *Launcher) ceilings() map[string]bool {

@@ -14,9 +14,10 @@ import (
 
 // The default seccomp filter is a deny list: the sandbox already confines
 // files, network and identity, so the filter only closes kernel interfaces
-// that break out of a terminal or a namespace, or that widen the kernel
-// attack surface for no use a shell session has. Everything else, ptrace
-// included (debuggers inside must keep working), is allowed.
+// that break out of a terminal or a namespace, that get around a ceiling,
+// or that widen the kernel attack surface for no use a shell session has.
+// Everything else, ptrace of the sandbox's own processes included
+// (debuggers inside must keep working), is allowed.
 
 // seccompArch describes the native ABI of one GOARCH.
 type seccompArch struct {
@@ -47,8 +48,11 @@ const (
 )
 
 // seccompArgLow is the offset of the low 32 bits of args[i] on a little
-// endian machine. The checked arguments (ioctl cmd, clone flags) are
+// endian machine. The checked arguments (ioctl cmd, clone flags, socket
+// family, fallocate mode, the pid of ptrace and process_vm_*) are
 // truncated to 32 bits by the kernel, so the high word must not matter.
+// ptrace's request is a long, so comparing its low word refuses a little
+// more than the kernel would treat as ATTACH or SEIZE, never less.
 func seccompArgLow(i int) uint32 { return seccompDataArgs + 8*uint32(i) }
 
 const (
@@ -82,12 +86,72 @@ var seccompDenied = []uint32{
 	// New namespaces would give the process a fresh, fully capable user
 	// namespace to attack the kernel from, or let it leave ours.
 	unix.SYS_UNSHARE, unix.SYS_SETNS,
+	// Copies a descriptor out of another process. The filter cannot see
+	// which process a pidfd names, so it cannot spare the sandbox's own
+	// children while refusing its init (see seccompInitPid), and few
+	// programs a terminal runs use it.
+	unix.SYS_PIDFD_GETFD,
+}
+
+// seccompNoSys are refused with ENOSYS, which callers read as "this kernel
+// does not have it" and fall back from.
+var seccompNoSys = []uint32{
+	// clone3 keeps its flags in memory, out of the filter's reach; libc
+	// falls back to clone, whose flags the filter checks.
+	unix.SYS_CLONE3,
+	// io_uring runs operations (socket, fallocate, ...) without the system
+	// calls this filter checks, and is a large attack surface of its own;
+	// liburing and its users fall back to plain calls.
+	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
 }
 
 // seccompTTYInject are the ioctl commands that push input into a terminal
-// that another process reads (TIOCSTI) or drive a virtual console's
-// selection buffer (TIOCLINUX).
-var seccompTTYInject = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
+// that another process reads (TIOCSTI), drive a virtual console's
+// selection buffer (TIOCLINUX), or switch a terminal to another line
+// discipline (TIOCSETD): each loads kernel code (n_hdlc, slcan, ...) that
+// a terminal session has no use for and that has a long record of bugs.
+var seccompTTYInject = []uint32{unix.TIOCSTI, unix.TIOCLINUX, unix.TIOCSETD}
+
+// seccompSocketFamilies are the only address families socket(2) and
+// socketpair(2) may use; any other is refused with EAFNOSUPPORT, as if the
+// kernel lacked it. Network namespaces do not isolate the others: vsock in
+// particular is one port space per machine, shared by every sandbox and
+// reaching the hypervisor even with --network none.
+var seccompSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// seccompFallocateModes are the fallocate modes that cannot take a file
+// past RLIMIT_FSIZE; any other is refused with EOPNOTSUPP, the kernel's
+// own answer to a mode a filesystem lacks, so callers fall back to write.
+// The rule follows vfs_fallocate (fs/open.c, 6.x) and the filesystems it
+// calls, which check the new size with inode_newsize_ok only when the
+// mode may grow i_size:
+//   - 0 (allocate) and ZERO_RANGE without KEEP_SIZE grow i_size, and the
+//     new size is checked against RLIMIT_FSIZE (EFBIG, SIGXFSZ);
+//   - COLLAPSE_RANGE shrinks the file (KEEP_SIZE with it is invalid);
+//   - PUNCH_HOLE|KEEP_SIZE only frees space (PUNCH_HOLE needs KEEP_SIZE);
+//   - KEEP_SIZE alone and ZERO_RANGE|KEEP_SIZE allocate past i_size, where
+//     nothing checks RLIMIT_FSIZE: a file of size 0 can fill the disk;
+//   - INSERT_RANGE grows i_size by shifting data, checked only against the
+//     filesystem's maximum, never RLIMIT_FSIZE;
+//   - UNSHARE_RANGE allocates new blocks for shared ones;
+//   - WRITE_ZEROES (6.17) and unknown bits are refused too: a mode this
+//     list has not been checked against is not let through.
+//
+// The mode is an int, so only the low word is compared.
+var seccompFallocateModes = []uint32{
+	unix.FALLOC_FL_ALLOCATE_RANGE,
+	unix.FALLOC_FL_ZERO_RANGE,
+	unix.FALLOC_FL_COLLAPSE_RANGE,
+	unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE,
+}
+
+// seccompInitPid is the sandbox's init (bwrap's reaper) as its processes
+// see it: unshare and setns are refused, so the caller's pid namespace is
+// always the sandbox's. The init is bwrap's: it reports the command's exit
+// status to termgate and is the sandbox's lifetime. A process that
+// attached to it or wrote its memory could stop it (the sandbox would hang
+// until its timeout) or forge the status the execution reports.
+const seccompInitPid = 1
 
 // seccompCloneNamespaces are the clone flags that create namespaces.
 // CLONE_NEWTIME is missing on purpose: it is 0x80, which clone(2) reads as
@@ -103,6 +167,10 @@ const (
 	seccompEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	seccompENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
 	seccompKill   = unix.SECCOMP_RET_KILL_PROCESS
+	// EAFNOSUPPORT: the family does not exist, as far as the caller knows.
+	seccompEAFNOSUPPORT = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
+	// EOPNOTSUPP: the filesystem does not support this fallocate mode.
+	seccompEOPNOTSUPP = unix.SECCOMP_RET_ERRNO | uint32(unix.EOPNOTSUPP)
 )
 
 // seccompProgram returns the default filter as raw sock_filter bytes
@@ -137,18 +205,29 @@ func seccompFilter(arch seccompArch) *bpfBuilder {
 	if arch.x32 {
 		seccompDenyX32(b)
 	}
-	b.jump(unix.BPF_JEQ, unix.SYS_IOCTL, "ioctl", "")
-	b.jump(unix.BPF_JEQ, unix.SYS_CLONE, "clone", "")
-	// clone3 keeps its flags in memory, out of the filter's reach; ENOSYS
-	// makes libc fall back to clone, whose flags we can check.
-	b.jump(unix.BPF_JEQ, unix.SYS_CLONE3, "enosys", "")
+	for _, c := range []struct {
+		nr    uint32
+		check string
+	}{
+		{unix.SYS_IOCTL, "ioctl"}, {unix.SYS_CLONE, "clone"},
+		{unix.SYS_SOCKET, "socket"}, {unix.SYS_SOCKETPAIR, "socket"},
+		{unix.SYS_FALLOCATE, "fallocate"}, {unix.SYS_PTRACE, "ptrace"},
+		{unix.SYS_PROCESS_VM_READV, "process_vm"}, {unix.SYS_PROCESS_VM_WRITEV, "process_vm"},
+	} {
+		b.jump(unix.BPF_JEQ, c.nr, c.check, "")
+	}
+	for _, nr := range seccompNoSys {
+		b.jump(unix.BPF_JEQ, nr, "enosys", "")
+	}
 	for _, nr := range arch.denied() {
 		b.jump(unix.BPF_JEQ, nr, "eperm", "")
 	}
-	b.label("allow")
 	b.ret(seccompAllow)
 	seccompIoctl(b)
 	seccompClone(b)
+	seccompSocket(b)
+	seccompFallocate(b)
+	seccompPtrace(b)
 	seccompVerdicts(b)
 	return b
 }
@@ -175,6 +254,46 @@ func seccompIoctl(b *bpfBuilder) {
 	b.ret(seccompAllow)
 }
 
+// seccompSocket lets socket and socketpair create only the families in
+// seccompSocketFamilies (args[0], an int).
+func seccompSocket(b *bpfBuilder) {
+	b.label("socket")
+	b.load(seccompArgLow(0))
+	for _, af := range seccompSocketFamilies {
+		b.jump(unix.BPF_JEQ, af, "allow", "")
+	}
+	b.ret(seccompEAFNOSUPPORT)
+}
+
+// seccompFallocate lets through only the modes in seccompFallocateModes
+// (args[1], an int).
+func seccompFallocate(b *bpfBuilder) {
+	b.label("fallocate")
+	b.load(seccompArgLow(1))
+	for _, mode := range seccompFallocateModes {
+		b.jump(unix.BPF_JEQ, mode, "allow", "")
+	}
+	b.ret(seccompEOPNOTSUPP)
+}
+
+// seccompPtrace refuses PTRACE_ATTACH and PTRACE_SEIZE of the sandbox's
+// init (pid in args[1]) and process_vm_readv/writev of it (pid in
+// args[0]). Other requests need an attached tracee, so they cannot reach
+// the init either; every other process stays open to debuggers.
+func seccompPtrace(b *bpfBuilder) {
+	b.label("ptrace")
+	b.load(seccompArgLow(0))
+	b.jump(unix.BPF_JEQ, unix.PTRACE_ATTACH, "ptrace_pid", "")
+	b.jump(unix.BPF_JEQ, unix.PTRACE_SEIZE, "ptrace_pid", "")
+	b.ret(seccompAllow)
+	b.label("ptrace_pid")
+	b.load(seccompArgLow(1))
+	b.jump(unix.BPF_JEQ, seccompInitPid, "eperm", "allow")
+	b.label("process_vm")
+	b.load(seccompArgLow(0))
+	b.jump(unix.BPF_JEQ, seccompInitPid, "eperm", "allow")
+}
+
 // seccompClone refuses clone calls that create namespaces and lets threads
 // and forks through. The kernel reads only the low 32 bits of the flags.
 func seccompClone(b *bpfBuilder) {
@@ -186,6 +305,8 @@ func seccompClone(b *bpfBuilder) {
 
 // seccompVerdicts are the shared return blocks the checks jump to.
 func seccompVerdicts(b *bpfBuilder) {
+	b.label("allow")
+	b.ret(seccompAllow)
 	b.label("eperm")
 	b.ret(seccompEPERM)
 	b.label("enosys")

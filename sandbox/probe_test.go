@@ -1,0 +1,81 @@
+package sandbox
+
+import (
+	"os"
+	"testing"
+)
+
+// TestProbeReportsSeccompControls checks that verify sees the socket
+// family and io_uring rules at work inside a real sandbox.
+func TestProbeReportsSeccompControls(t *testing.T) {
+	t.Parallel()
+	l := needLauncher(t)
+	r, err := l.Probe(t.Context())
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	for _, name := range []string{"socket_families", "io_uring"} {
+		if ok, found := r.Checks[name]; !found || !ok {
+			t.Errorf("check %s: reported %v, passed %v; problems %q", name, found, ok, r.Problems)
+		}
+	}
+}
+
+// TestProbeSeccompInterpreters runs each interpreter's half of the probe
+// in a real sandbox: verify must judge the same with either.
+func TestProbeSeccompInterpreters(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, interp, flag, code string }{
+		{"python3", "/usr/bin/python3", "-c", probeSeccompPython},
+		{"perl", "/usr/bin/perl", "-e", probeSeccompPerl},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := os.Stat(tt.interp); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("%s is required in CI: %v", tt.interp, err)
+				}
+				t.Skipf("%s not found: %v", tt.interp, err)
+			}
+			r := runPolicy(t, Policy{Command: []string{tt.interp, tt.flag, tt.code}})
+			checks := probeChecks(parseFacts(r.stdout))
+			if !r.exit.Success() || !checks["socket_families"] || !checks["io_uring"] {
+				t.Errorf("checks %v from %v", checks, r)
+			}
+		})
+	}
+}
+
+func TestProbeChecksSeccompFacts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, vsock, ioUring string
+		sockets, uring       bool
+		seen                 string // of socket_families
+	}{
+		{"refused", "97", "38", true, true, ""},
+		{"vsock created", "0", "38", false, true, " (the call succeeded)"},
+		{"unfiltered", "0", "14", false, false, " (the call succeeded)"},
+		{"io_uring disabled by the host", "97", "1", true, false, ""},
+		{"family missing, not filtered", "22", "38", false, true, ` (the call failed with "invalid argument")`},
+		{"no interpreter", "unprobed", "unprobed", false, false, " (no python3 or perl in the sandbox to probe with)"},
+		{"nothing printed", "", "", false, false, ` (probe printed "")`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			facts := map[string]string{"vsock": tt.vsock, "io_uring": tt.ioUring}
+			checks := probeChecks(facts)
+			if checks["socket_families"] != tt.sockets || checks["io_uring"] != tt.uring {
+				t.Errorf("socket_families %v, io_uring %v; want %v, %v",
+					checks["socket_families"], checks["io_uring"], tt.sockets, tt.uring)
+			}
+			if got := probeSeen("socket_families", facts); !tt.sockets && got != tt.seen {
+				t.Errorf("seen %q, want %q", got, tt.seen)
+			}
+		})
+	}
+	if got := probeSeen("hostname", map[string]string{}); got != "" {
+		t.Errorf("a check without an errno fact says %q", got)
+	}
+}
