@@ -381,11 +381,26 @@ func (o *serveOptions) devDefaults() error {
 		secret := make([]byte, 32)
 		rand.Read(secret)
 		hex := fmt.Sprintf("%x\n", secret)
-		if err := os.WriteFile(o.secretFile, []byte(hex), 0o600); err != nil {
+		// A fresh file each time: writing over an old one would keep its
+		// mode and owner, which the authenticator may refuse.
+		if err := os.Remove(o.secretFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("serve: replace dev secret: %w", err)
+		}
+		if err := writeNewFile(o.secretFile, []byte(hex), 0o600); err != nil {
 			return fmt.Errorf("serve: write dev secret: %w", err)
 		}
 	}
 	return nil
+}
+
+// writeNewFile creates path, which must not exist, with mode perm.
+func writeNewFile(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
 }
 
 // stateDir is $XDG_STATE_HOME/termgate, ~/.local/state/termgate, or, for
