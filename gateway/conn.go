@@ -37,8 +37,6 @@ type conn struct {
 	control chan Message
 	ready   chan *channel // channels holding a batch for the writer, FIFO: fair
 	frame   []byte        // the writer's output frame buffer, reused
-	starts  *bucket
-	inputs  *bucket
 	pumps   sync.WaitGroup
 
 	closeOnce    sync.Once
@@ -54,8 +52,6 @@ func newConn(s *Server, ws *websocket.Conn, claims Claims, remote string) *conn 
 		channels:     map[uint32]*channel{},
 		control:      make(chan Message, controlQueue),
 		ready:        make(chan *channel, s.cfg.MaxChannels),
-		starts:       newBucket(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
-		inputs:       newBucket(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
 	}

@@ -57,12 +57,10 @@ var errUnauthorized = &apiError{"unauthorized", "a valid bearer token is require
 
 func badRequest(msg string) error { return &apiError{"bad_request", msg} }
 
-// httpAPI serves the HTTP API. Its rate limits are per token subject: a
-// plain HTTP caller has no connection to hang them on.
+// httpAPI serves the HTTP API. Its rate limits are the server's, per
+// (tenant, subject), shared with the WebSocket connections.
 type httpAPI struct {
-	s      *Server
-	starts *subjectLimits
-	inputs *subjectLimits
+	s *Server
 }
 
 // apiHandler serves one authorised request; an error it returns becomes
@@ -71,11 +69,7 @@ type apiHandler func(w http.ResponseWriter, r *http.Request, c Claims) error
 
 // apiRoutes registers the HTTP API on mux. Server.Handler calls it.
 func (s *Server) apiRoutes(mux *http.ServeMux) {
-	a := &httpAPI{
-		s:      s,
-		starts: newSubjectLimits(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
-		inputs: newSubjectLimits(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
-	}
+	a := &httpAPI{s: s}
 	mux.HandleFunc("POST /v1/executions", a.route(ScopeCreate, a.start))
 	mux.HandleFunc("GET /v1/executions", a.route(ScopeAttach, a.list))
 	mux.HandleFunc("GET /v1/executions/{id}", a.route(ScopeAttach, a.get))
@@ -209,7 +203,7 @@ func (b apiStart) request() Request {
 // first starts of one id may both see 201; both describe the same
 // execution.
 func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c Claims) error {
-	if !a.starts.allow(c) {
+	if !a.s.starts.allow(c) {
 		return &apiError{"rate_limited", "too many starts; slow down"}
 	}
 	var body apiStart
@@ -283,7 +277,7 @@ type apiInput struct {
 // input applies the bytes the execution has not received yet, so a
 // retried request is harmless; empty data only reports the input offset.
 func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c Claims) error {
-	if !a.inputs.allow(c) {
+	if !a.s.inputs.allow(c) {
 		return &apiError{"rate_limited", "too many input requests; resend from the execution's input offset"}
 	}
 	var body apiInput
@@ -432,7 +426,7 @@ func (p *apiEvents) fill(ctx context.Context, sub *session.Subscription, last ui
 	return nil
 }
 
-// subjectLimits keeps a token bucket per token subject. A bucket unused
+// subjectLimits keeps a token bucket per (tenant, subject). A bucket unused
 // for as long as it takes to refill is full, the same as a new one, so
 // such buckets are dropped whenever the map has doubled: memory follows
 // the subjects active lately, not every subject ever seen.

@@ -569,3 +569,36 @@ func TestHTTPEventsPagesAndGaps(t *testing.T) {
 		t.Fatalf("%d bytes read + %d lost in %d pages, want %d", got, lost, pages, total)
 	}
 }
+
+// TestStartRateIsPerSubjectAcrossConnectionsAndHTTP: new connections
+// and the HTTP API draw on the subject's one budget of starts.
+func TestStartRateIsPerSubjectAcrossConnectionsAndHTTP(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.StartsPerMinute = 3 })
+	tok := e.token(t, "acme", allScopes...)
+	bad := Request{Type: TypeStart, Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
+	wsStart := func(req string) Message {
+		c := e.dial(t, tok)
+		defer c.close()
+		bad.Req = req
+		c.send(t, bad)
+		m, _ := c.expect(t, MsgError)
+		return m
+	}
+	for i := range 2 {
+		if m := wsStart(fmt.Sprint(i)); m.Error != "invalid_spec" {
+			t.Fatalf("start %d on a new connection: %+v", i, m)
+		}
+	}
+	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", tok, apiStart{Command: bad.Command})
+	if m := wsStart("3"); m.Error != "rate_limited" {
+		t.Fatalf("fourth start in a minute, on a fresh connection: %+v, want rate_limited", m)
+	}
+	e.fails(t, 429, "rate_limited", "POST", "/v1/executions", tok, apiStart{Command: bad.Command})
+	// Another subject of the same tenant has its own budget.
+	other, err := e.auth.Mint(Claims{Subject: "someone-else", Tenant: "acme", Scopes: map[string]bool{ScopeCreate: true}, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", other, apiStart{Command: bad.Command})
+}

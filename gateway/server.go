@@ -90,6 +90,12 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
+	// starts and inputs are the rate limits of each (tenant, subject),
+	// shared by its WebSocket connections and the HTTP API: a new
+	// connection does not get a fresh budget.
+	starts *subjectLimits
+	inputs *subjectLimits
+
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	subjects map[string]int
@@ -117,7 +123,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("gateway: create workspace root: %w", err)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}}, nil
+	return &Server{
+		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
+		starts: newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
+		inputs: newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
+	}, nil
 }
 
 func applyDefaults(c *Config) {
