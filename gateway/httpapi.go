@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -40,7 +41,8 @@ var apiStatus = map[string]int{
 	"not_found": http.StatusNotFound, "conflict": http.StatusConflict, "not_running": http.StatusConflict,
 	"too_large": http.StatusRequestEntityTooLarge, "capacity": http.StatusTooManyRequests,
 	"input_full": http.StatusTooManyRequests, "rate_limited": http.StatusTooManyRequests,
-	"closed": http.StatusServiceUnavailable,
+	"too_many_connections": http.StatusTooManyRequests,
+	"closed":               http.StatusServiceUnavailable,
 }
 
 // apiError is an error the API answers as it is: a stable code and a
@@ -353,6 +355,17 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c Claims) error
 	after, wait, err := pollQuery(r.URL.Query())
 	if err != nil {
 		return err
+	}
+	if wait > 0 {
+		// A held poll is a connection the subject keeps open: it takes a
+		// place of the same budget as its WebSocket connections.
+		if err := a.s.admit(subjectKey(c)); err != nil {
+			if errors.Is(err, errSubjectBusy) {
+				return &apiError{"too_many_connections", fmt.Sprintf("at most %d connections and long polls per subject; retry when one ends", a.s.cfg.MaxConnsPerSubject)}
+			}
+			return err
+		}
+		defer a.s.release(subjectKey(c))
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
 	info, err := sup.Wait(r.Context(), c.Tenant, id, after, wait)

@@ -602,3 +602,51 @@ func TestStartRateIsPerSubjectAcrossConnectionsAndHTTP(t *testing.T) {
 	}
 	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", other, apiStart{Command: bad.Command})
 }
+
+// subjectHeld is how much of the subject's connection budget is in use.
+func (s *Server) subjectHeld(c Claims) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subjects[c.Tenant+"\x00"+c.Subject]
+}
+
+// TestLongPollsShareTheSubjectsConnectionBudget: WebSocket connections
+// and held long polls of one subject count against one budget; beyond it
+// a long poll is refused at once with 429, and a finished one gives its
+// place back.
+func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.MaxConnsPerSubject = 2 })
+	tok := e.token(t, "acme", allScopes...)
+	claims := Claims{Tenant: "acme", Subject: "user-acme"}
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("quiet", "read x"), nil)
+	ws := e.dial(t, tok)
+	defer ws.close()
+	held := e.pollAsync(t, tok, "quiet", 1, "60s")
+	for deadline := time.Now().Add(20 * time.Second); e.srv.subjectHeld(claims) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a held long poll is not counted: %d of the subject's budget in use, want 2", e.srv.subjectHeld(claims))
+		}
+	}
+	p := <-e.pollAsync(t, tok, "quiet", 1, "60s")
+	if p.err != nil || p.status != http.StatusTooManyRequests || !strings.Contains(string(p.body), `"too_many_connections"`) {
+		t.Fatalf("a long poll beyond the budget: %d %v after %v: %s", p.status, p.err, p.elapsed, p.body)
+	}
+	if c, resp, err := e.dialRaw(tok, nil); err == nil || status(resp) != http.StatusTooManyRequests {
+		if c != nil {
+			c.close()
+		}
+		t.Fatalf("a connection beyond the budget: %v, status %d", err, status(resp))
+	}
+	// A poll that does not wait holds nothing and is answered.
+	e.poll(t, tok, "quiet", 0, "0")
+	e.must(t, 200, "POST", "/v1/executions/quiet/input", tok, apiInput{Data: []byte("\n")}, nil)
+	if p := <-held; p.err != nil || p.status != 200 {
+		t.Fatalf("held poll: %d %v: %s", p.status, p.err, p.body)
+	}
+	for deadline := time.Now().Add(20 * time.Second); e.srv.subjectHeld(claims) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a finished long poll still holds its place: %d in use", e.srv.subjectHeld(claims))
+		}
+	}
+}

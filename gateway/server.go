@@ -212,9 +212,13 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
-	subject := claims.Tenant + "\x00" + claims.Subject
-	if !s.admit(subject) {
-		http.Error(w, "too many connections for this subject", http.StatusTooManyRequests)
+	subject := subjectKey(claims)
+	if err := s.admit(subject); err != nil {
+		status := http.StatusTooManyRequests
+		if errors.Is(err, session.ErrClosed) {
+			status = http.StatusServiceUnavailable
+		}
+		http.Error(w, err.Error(), status)
 		return
 	}
 	defer s.release(subject)
@@ -269,16 +273,30 @@ func (s *Server) token(r *http.Request, offered []string) string {
 	return ""
 }
 
-func (s *Server) admit(subject string) bool {
+// errSubjectBusy refuses a connection or long poll beyond the subject's
+// budget (Config.MaxConnsPerSubject).
+var errSubjectBusy = errors.New("gateway: too many connections and long polls for this subject")
+
+// subjectKey names a token subject: the same sub in two tenants is two
+// subjects.
+func subjectKey(c Claims) string { return c.Tenant + "\x00" + c.Subject }
+
+// admit takes one place of the subject's budget, which its WebSocket
+// connections and held long polls share; release gives it back.
+func (s *Server) admit(subject string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing || s.subjects[subject] >= s.cfg.MaxConnsPerSubject {
-		return false
+	switch {
+	case s.closing:
+		return session.ErrClosed
+	case s.subjects[subject] >= s.cfg.MaxConnsPerSubject:
+		return errSubjectBusy
 	}
 	s.subjects[subject]++
-	return true
+	return nil
 }
 
+// release gives back a place admit took.
 func (s *Server) release(subject string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
