@@ -592,3 +592,47 @@ func TestEvictionSparesOtherTenants(t *testing.T) {
 		}
 	})
 }
+
+// TestRetainedPerOwnerCap: one owner holds at most MaxRetainedPerOwner
+// executions, running or settled, so it cannot take every retained slot;
+// beyond it the owner's own oldest settled result makes room, and when
+// all of its executions run it is at capacity.
+func TestRetainedPerOwnerCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFake(t, &fakeLauncher{script: sleepArg}, Config{MaxRetained: 100, MaxRetainedPerOwner: 3})
+		for i := range 3 {
+			if _, err := s.Start(t.Context(), "busy", fmt.Sprint("b", i), untimed("sleep", fmt.Sprint(i+1, "s"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := s.Start(t.Context(), "busy", "b3", untimed("sleep", "1h"))
+		if !errors.Is(err, ErrCapacity) || Code(err) != "capacity" || !strings.Contains(err.Error(), "3 executions retained for this owner") {
+			t.Fatalf("a fourth while three run: %v", err)
+		}
+		if _, err := s.Start(t.Context(), "other", "o0", untimed("sleep", "1h")); err != nil {
+			t.Fatalf("another owner is refused: %v", err)
+		}
+		time.Sleep(2*time.Second + time.Millisecond) // b0 and b1 have ended
+		synctest.Wait()
+		for _, id := range []string{"b3", "b4"} {
+			if _, err := s.Start(t.Context(), "busy", id, untimed("sleep", "1h")); err != nil {
+				t.Fatalf("start %s with settled results to evict: %v", id, err)
+			}
+		}
+		if n := len(s.List("busy")); n != 3 {
+			t.Fatalf("busy holds %d executions, want 3", n)
+		}
+		for id, want := range map[string]error{"b0": ErrNotFound, "b1": ErrNotFound, "b2": nil} {
+			if _, err := s.Get("busy", id); !errors.Is(err, want) {
+				t.Errorf("%s: %v, want %v", id, err, want)
+			}
+		}
+	})
+}
+
+func TestRetainedPerOwnerDefault(t *testing.T) {
+	s := newFake(t, &fakeLauncher{script: sleepArg}, Config{})
+	if s.cfg.MaxRetainedPerOwner != DefaultMaxRetainedPerOwner || DefaultMaxRetainedPerOwner != 128 {
+		t.Fatalf("default per-owner retention %d", s.cfg.MaxRetainedPerOwner)
+	}
+}
