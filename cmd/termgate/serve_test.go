@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +18,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
 )
 
 // syncWriter lets the test read what the server prints while it runs.
@@ -133,5 +138,102 @@ func TestServeUsageErrors(t *testing.T) {
 		if code != 2 || stderr == "" {
 			t.Errorf("termgate %q: status %d, stderr %q", args, code, stderr)
 		}
+	}
+}
+
+// TestServeDefaultCeilings: serve starts every execution under memory,
+// pids, file size and CPU weight ceilings unless told otherwise, in dev
+// mode too, and a tenant runs at most 16 at once.
+func TestServeDefaultCeilings(t *testing.T) {
+	want := sandbox.Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
+	for _, args := range [][]string{
+		{"--dev"},
+		{"--jwt-secret-file", "/x", "--workspace-root", "/y"},
+	} {
+		o, err := parseServe(args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if o.policy.Limits != want {
+			t.Errorf("%q: limits %+v, want %+v", args, o.policy.Limits, want)
+		}
+		if o.session.MaxRunningPerOwner != 16 || o.session.MaxRetainedPerOwner != session.DefaultMaxRetainedPerOwner {
+			t.Errorf("%q: per tenant %d running, %d retained", args, o.session.MaxRunningPerOwner, o.session.MaxRetainedPerOwner)
+		}
+	}
+	o, err := parseServe([]string{"--dev", "--memory", "0", "--pids", "0", "--file-size", "0", "--cpu-weight", "0", "--max-retained-per-tenant", "7"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.policy.Limits != (sandbox.Limits{}) || o.session.MaxRetainedPerOwner != 7 {
+		t.Errorf("ceilings set to 0: %+v, %d retained", o.policy.Limits, o.session.MaxRetainedPerOwner)
+	}
+	for _, bad := range []string{"-1", "10001", "x"} {
+		if _, err := parseServe([]string{"--dev", "--cpu-weight", bad}, io.Discard); err == nil {
+			t.Errorf("--cpu-weight %s accepted", bad)
+		}
+	}
+}
+
+// TestServeConfigLogShowsCeilings: the startup log states each ceiling
+// in units people read.
+func TestServeConfigLogShowsCeilings(t *testing.T) {
+	o, err := parseServe([]string{"--dev"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	o.logConfig(slog.New(slog.NewJSONHandler(&buf, nil)))
+	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`} {
+		if !strings.Contains(buf.String(), w) {
+			t.Errorf("config log lacks %s: %s", w, buf.String())
+		}
+	}
+}
+
+// TestServeRefusesUnenforceableCeilings: a ceiling the host cannot apply
+// stops serve at startup, naming the flag that turns it off.
+func TestServeRefusesUnenforceableCeilings(t *testing.T) {
+	t.Parallel()
+	all := map[string]bool{"memory": true, "pids": true, "cpu_weight": true}
+	lim := sandbox.Limits{Memory: 1 << 30, Pids: 512, CPUWeight: 100, FileSize: 1 << 30}
+	tests := []struct {
+		name     string
+		lim      sandbox.Limits
+		missing  string
+		wantFlag string
+	}{
+		{"memory", lim, "memory", "--memory 0"},
+		{"pids", lim, "pids", "--pids 0"},
+		{"cpu weight", lim, "cpu_weight", "--cpu-weight 0"},
+		{"memory off", sandbox.Limits{Pids: 512}, "memory", ""},
+		{"all there", lim, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ceilings := maps.Clone(all)
+			if tt.missing != "" {
+				ceilings[tt.missing] = false
+			}
+			err := checkCeilings(tt.lim, ceilings)
+			if tt.wantFlag == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantFlag) {
+				t.Fatalf("error %v, want it to name %q", err, tt.wantFlag)
+			}
+		})
+	}
+}
+
+func TestServePublicKeysNeedAudience(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCLI(t, "", "serve", "--jwt-public-key", "/x.pem", "--workspace-root", "/y")
+	if code != 2 || !strings.Contains(stderr, "--jwt-audience") {
+		t.Fatalf("status %d, stderr %q", code, stderr)
 	}
 }
