@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,12 +128,20 @@ func (c *conn) failErr(req Request, channel uint32, err error) {
 // errorText is the code and the message safe to show for err.
 func (c *conn) errorText(req Request, err error) (code, msg string) {
 	code = session.Code(err)
-	if code == "internal" {
+	switch {
+	case code == "internal":
 		c.log.Error("request failed", "type", req.Type, "err", err)
 		return code, "internal error"
+	case session.OutOfDescriptors(err):
+		c.log.Warn("request refused: out of file descriptors", "type", req.Type, "err", err)
+		return code, outOfDescriptorsText
 	}
 	return code, err.Error()
 }
+
+// outOfDescriptorsText answers any request that ran out of file
+// descriptors; the error itself may name host paths.
+var outOfDescriptorsText = strings.TrimPrefix(session.ErrOutOfDescriptors.Error(), session.ErrCapacity.Error()+": ")
 
 // closing reports whether a close handshake was started.
 func (c *conn) closing() bool {

@@ -123,6 +123,9 @@ func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c Claims, err err
 		ae = &apiError{"too_large", "the request body exceeds " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes"}
 	case r.Context().Err() != nil:
 		return // the client left; nobody reads an answer
+	case session.OutOfDescriptors(err):
+		a.s.log.Warn("api request refused: out of file descriptors", "route", r.Pattern, "tenant", c.Tenant, "err", err)
+		ae = &apiError{"capacity", outOfDescriptorsText}
 	case session.Code(err) != "internal":
 		ae = &apiError{session.Code(err), err.Error()}
 	default:

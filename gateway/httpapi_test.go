@@ -7,14 +7,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 )
 
@@ -647,6 +651,31 @@ func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); e.srv.subjectHeld(claims) != 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a finished long poll still holds its place: %d in use", e.srv.subjectHeld(claims))
+		}
+	}
+}
+
+// TestOutOfDescriptorsIsCapacity: running out of file descriptors in a
+// start (the workspace, the sandbox) is answered 429 capacity with a
+// message that names no host path, on the HTTP API and the WebSocket.
+func TestOutOfDescriptorsIsCapacity(t *testing.T) {
+	t.Parallel()
+	srv := &Server{log: slog.New(slog.DiscardHandler)}
+	a := &httpAPI{s: srv}
+	for _, err := range []error{
+		fmt.Errorf("gateway: open workspace root: %w", &os.PathError{Op: "open", Path: "/srv/secret-root", Err: syscall.EMFILE}),
+		fmt.Errorf("%w: bind: %w", sandbox.ErrInvalidPolicy, &os.PathError{Op: "open", Path: "/srv/secret-root", Err: syscall.ENFILE}),
+	} {
+		w := httptest.NewRecorder()
+		a.fail(w, httptest.NewRequest("POST", "/v1/executions", nil), Claims{}, err)
+		var body apiErrorBody
+		json.Unmarshal(w.Body.Bytes(), &body)
+		if w.Code != http.StatusTooManyRequests || body.Error != "capacity" || strings.Contains(body.Message, "secret-root") {
+			t.Errorf("%v: HTTP %d %+v, want 429 capacity without the path", err, w.Code, body)
+		}
+		c := &conn{s: srv, log: srv.log}
+		if code, msg := c.errorText(Request{Type: TypeStart}, err); code != "capacity" || strings.Contains(msg, "secret-root") {
+			t.Errorf("%v: WebSocket %s %q, want capacity without the path", err, code, msg)
 		}
 	}
 }

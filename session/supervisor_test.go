@@ -636,3 +636,44 @@ func TestRetainedPerOwnerDefault(t *testing.T) {
 		t.Fatalf("default per-owner retention %d", s.cfg.MaxRetainedPerOwner)
 	}
 }
+
+// TestDescriptorExhaustionIsCapacity: running out of file descriptors
+// anywhere in a start is the server at capacity, whatever the sandbox
+// wrapped it in: the start is refused (nothing kept, so a retry can
+// succeed) with the capacity code, never kept as a failed run, internal
+// or invalid_spec.
+func TestDescriptorExhaustionIsCapacity(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"EMFILE", fmt.Errorf("open pty: %w", &os.PathError{Op: "open", Path: "/dev/ptmx", Err: syscall.EMFILE})},
+		{"ENFILE", fmt.Errorf("start bwrap: %w", syscall.ENFILE)},
+		{"EMFILE as invalid policy", fmt.Errorf("%w: workspace: %w", sandbox.ErrInvalidPolicy, syscall.EMFILE)},
+		{"ENFILE as unenforceable", fmt.Errorf("cgroup: %w: %w", sandbox.ErrUnenforceable, syscall.ENFILE)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := &fakeLauncher{err: tt.err}
+			s := newFake(t, l, Config{})
+			_, err := s.Start(t.Context(), "o", "a", spec("x"))
+			if !errors.Is(err, ErrCapacity) || Code(err) != "capacity" {
+				t.Fatalf("start: %v (code %s), want capacity", err, Code(err))
+			}
+			if strings.Contains(err.Error(), "/dev/ptmx") {
+				t.Errorf("error %q shows internals", err)
+			}
+			if _, err := s.Get("o", "a"); !errors.Is(err, ErrNotFound) || s.Stats().StartedTotal != 0 {
+				t.Fatalf("a start out of descriptors left something behind: %v, %+v", err, s.Stats())
+			}
+			l.err = nil
+			if info, err := s.Start(t.Context(), "o", "a", spec("x")); err != nil || info.Status == StatusFailed {
+				t.Fatalf("retry: %+v, %v", info, err)
+			}
+		})
+	}
+	if Code(fmt.Errorf("gateway: open workspace root: %w", syscall.EMFILE)) != "capacity" {
+		t.Error("an EMFILE outside a start is not capacity")
+	}
+}
