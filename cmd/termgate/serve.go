@@ -369,8 +369,7 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 	// at once instead of holding the shutdown for up to a minute.
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext: func(net.Listener) context.Context { return base }}
+	hs := o.httpServer(base, mux, log)
 	errc := make(chan error, 1)
 	go func() {
 		if o.tlsCert != "" {
@@ -398,6 +397,12 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 	<-errc
 	log.Info("stopped")
 	return nil
+}
+
+// httpServer is the HTTP server serve runs: requests derive from base.
+func (o *serveOptions) httpServer(base context.Context, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return base }}
 }
 
 // logConfig prints the effective configuration; it holds file paths, never secrets.
