@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -41,8 +42,8 @@ var apiStatus = map[string]int{
 	"not_found": http.StatusNotFound, "conflict": http.StatusConflict, "not_running": http.StatusConflict,
 	"too_large": http.StatusRequestEntityTooLarge, "capacity": http.StatusTooManyRequests,
 	"input_full": http.StatusTooManyRequests, "rate_limited": http.StatusTooManyRequests,
-	"too_many_connections": http.StatusTooManyRequests,
-	"closed":               http.StatusServiceUnavailable,
+	"too_many_connections": http.StatusTooManyRequests, "request_timeout": http.StatusRequestTimeout,
+	"closed": http.StatusServiceUnavailable,
 }
 
 // apiError is an error the API answers as it is: a stable code and a
@@ -160,9 +161,34 @@ func (a *httpAPI) respond(w http.ResponseWriter, status int, v any) {
 	}
 }
 
-// decodeBody reads one JSON object of at most limit bytes into dst;
-// unknown fields are refused so that typos do not pass silently.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
+// errBodyTimeout answers a request whose body did not arrive in time.
+var errBodyTimeout = &apiError{"request_timeout", "the request body did not arrive in time"}
+
+// decodeBody reads one JSON object of at most limit bytes into dst within
+// the server's RequestReadTimeout; unknown fields are refused so that
+// typos do not pass silently.
+func (a *httpAPI) decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
+	// The deadline is the connection's: it is lifted once the body is
+	// read, or it would end the next request on a kept-alive connection.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(a.s.cfg.RequestReadTimeout)); err == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	err := decodeJSON(w, r, limit, dst)
+	if err != nil {
+		// Close after answering: otherwise the server would wait for the
+		// rest of a body it refused, without a deadline, before answering.
+		w.Header().Set("Connection", "close")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errBodyTimeout
+	}
+	return err
+}
+
+// decodeJSON reads one JSON object of at most limit bytes into dst.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
@@ -175,6 +201,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) er
 	}
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
 		return err
 	}
 	if errors.Is(err, io.EOF) {
@@ -212,7 +242,7 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c Claims) error 
 		return &apiError{"rate_limited", "too many starts; slow down"}
 	}
 	var body apiStart
-	if err := decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
 		return err
 	}
 	req := body.request()
@@ -286,7 +316,7 @@ func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c Claims) error 
 		return &apiError{"rate_limited", "too many input requests; resend from the execution's input offset"}
 	}
 	var body apiInput
-	if err := decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
 		return err
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")

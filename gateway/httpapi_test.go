@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -678,4 +680,46 @@ func TestOutOfDescriptorsIsCapacity(t *testing.T) {
 			t.Errorf("%v: WebSocket %s %q, want capacity without the path", err, code, msg)
 		}
 	}
+}
+
+// TestHTTPBodyReadIsBounded: a client that sends part of a body and
+// stalls is answered 408 after the read timeout instead of holding the
+// request, and its connection, forever.
+func TestHTTPBodyReadIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.RequestReadTimeout = 200 * time.Millisecond })
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.api.URL, "http://"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/executions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", e.token(t, "acme", allScopes...))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"request_timeout"`) {
+		t.Fatalf("stalled body: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestHTTPReadTimeoutSparesLongPollsAndWebSockets: the body bound does
+// not end a long poll that waits longer, nor a WebSocket.
+func TestHTTPReadTimeoutSparesLongPollsAndWebSockets(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.RequestReadTimeout = 100 * time.Millisecond })
+	tok := e.token(t, "acme", allScopes...)
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("lp", "read x"), nil)
+	if p := e.poll(t, tok, "lp", 1, "500ms"); len(p.Events) != 0 || p.Ended {
+		t.Fatalf("long poll %+v", p)
+	}
+	ws := e.dial(t, tok)
+	defer ws.close()
+	time.Sleep(300 * time.Millisecond) // longer than the bound, to show it does not apply
+	ws.send(t, Request{Type: TypePing, Req: "p"})
+	ws.expect(t, MsgPong)
+	e.must(t, 202, "POST", "/v1/executions/lp/cancel", tok, nil, nil)
 }

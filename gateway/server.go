@@ -38,6 +38,7 @@ const (
 	DefaultAuthWarning        = 60 * time.Second
 	DefaultWriteTimeout       = 30 * time.Second
 	DefaultMaxTimeout         = 24 * time.Hour
+	DefaultRequestReadTimeout = 30 * time.Second
 )
 
 // Config configures a Server. Zero fields take the defaults.
@@ -71,6 +72,10 @@ type Config struct {
 	PongTimeout        time.Duration
 	AuthWarning        time.Duration
 	WriteTimeout       time.Duration
+	// RequestReadTimeout bounds reading an HTTP API request's body
+	// (DefaultRequestReadTimeout). Headers are the http.Server's
+	// ReadHeaderTimeout; long polls and WebSockets have no body to wait for.
+	RequestReadTimeout time.Duration
 	Logger             *slog.Logger
 }
 
@@ -158,6 +163,7 @@ func applyDefaults(c *Config) {
 	defDur(&c.PongTimeout, DefaultPongTimeout)
 	defDur(&c.AuthWarning, DefaultAuthWarning)
 	defDur(&c.WriteTimeout, DefaultWriteTimeout)
+	defDur(&c.RequestReadTimeout, DefaultRequestReadTimeout)
 	defDur(&c.Sandbox.MaxTimeout, DefaultMaxTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -39,6 +39,9 @@ type serveOptions struct {
 	network, proc                 string
 	devTenant                     string
 	leeway                        time.Duration
+	idleTimeout, headerTimeout    time.Duration
+	listener                      gateway.ListenerConfig
+	fdHeadroom                    int
 }
 
 // envFlags registers flags whose defaults come from the environment.
@@ -147,6 +150,12 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
 	e.parsed("starts-per-minute", "starts per minute per token subject, across its connections and the HTTP API", intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
 	e.parsed("input-per-second", "input messages per second per token subject, across its connections and the HTTP API", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
+	e.duration(&o.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a kept-alive HTTP connection may wait for its next request")
+	e.duration(&o.headerTimeout, "read-header-timeout", defaultHeaderTimeout, "how long a client may take to send a request's headers")
+	e.duration(&o.server.RequestReadTimeout, "read-timeout", gateway.DefaultRequestReadTimeout, "how long a client may take to send an HTTP API request's body (not long polls or WebSockets)")
+	e.parsed("max-conns", "open connections in total, authenticated or not (default 4096)", intPtr(&o.listener.MaxConns, gateway.DefaultMaxConns))
+	e.parsed("max-conns-per-addr", "open connections from one client IP address (default 256)", intPtr(&o.listener.MaxConnsPerAddr, gateway.DefaultMaxConnsPerAddr))
+	e.parsed("fd-headroom", "file descriptors kept free for starts: no new connection while fewer are free (default 128; 0: off)", nonNegative(&o.fdHeadroom, gateway.DefaultFDHeadroom))
 	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
 	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -208,6 +217,24 @@ func ringBytes(dst *int) func(string) error {
 	}
 }
 
+// Connection timeouts of serve.
+const (
+	defaultIdleTimeout   = 60 * time.Second
+	defaultHeaderTimeout = 10 * time.Second
+)
+
+func nonNegative(dst *int, def int) func(string) error {
+	*dst = def
+	return func(s string) error {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return fmt.Errorf("want a non-negative integer, got %q", s)
+		}
+		*dst = v
+		return nil
+	}
+}
+
 func intPtr(dst *int, def int) func(string) error {
 	*dst = def
 	return func(s string) error {
@@ -246,6 +273,8 @@ func (o *serveOptions) check() error {
 		return usageError{fmt.Errorf("serve: --network: want none or host, got %q", o.network)}
 	case o.proc != "none" && o.proc != "private":
 		return usageError{fmt.Errorf("serve: --proc: want none or private, got %q", o.proc)}
+	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:
+		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
 	case len(o.publicKeys) > 0 && o.audience == "":
 		return usageError{errors.New("serve: --jwt-public-key needs --jwt-audience: without it, any token the identity provider signs for another service is accepted")}
 	case o.dev:
@@ -289,10 +318,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer g.launcher.Close()
-	ln, err := net.Listen("tcp", o.listen)
+	raw, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		g.sup.Close(context.Background())
 		return fmt.Errorf("serve: %w", err)
+	}
+	ln, err := o.limitListener(raw, log)
+	if err != nil {
+		raw.Close()
+		g.sup.Close(context.Background())
+		return err
 	}
 	if o.dev {
 		if err := o.printDevURL(stdout, g.auth, ln.Addr().String()); err != nil {
@@ -399,10 +434,31 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 	return nil
 }
 
+// limitListener wraps ln with the connection caps and the descriptor
+// headroom.
+func (o *serveOptions) limitListener(ln net.Listener, log *slog.Logger) (*gateway.Listener, error) {
+	cfg := o.listener
+	cfg.FDHeadroom, cfg.Logger = o.fdHeadroom, log
+	if o.fdHeadroom == 0 {
+		cfg.FDHeadroom = -1 // off
+	}
+	l, err := gateway.NewListener(ln, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w (--fd-headroom)", err)
+	}
+	return l, nil
+}
+
 // httpServer is the HTTP server serve runs: requests derive from base.
 func (o *serveOptions) httpServer(base context.Context, h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext: func(net.Listener) context.Context { return base }}
+	// No ReadTimeout or WriteTimeout: they would end WebSockets and long
+	// polls. The gateway bounds API bodies itself (--read-timeout) and
+	// its WebSocket writes (heartbeat, write timeout).
+	return &http.Server{
+		Handler: h, ReadHeaderTimeout: o.headerTimeout, IdleTimeout: o.idleTimeout,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return base },
+	}
 }
 
 // logConfig prints the effective configuration; it holds file paths, never secrets.
@@ -414,7 +470,11 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tmp_size", sizeText(uint64(o.policy.TmpSize)),
 		"timeout", o.policy.DefaultTimeout.String(), "max_timeout", o.policy.MaxTimeout.String(), "retention", o.session.DefaultRetention.String(),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
-		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner, "dev", o.dev)
+		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,
+		"idle_timeout", o.idleTimeout.String(), "read_header_timeout", o.headerTimeout.String(), "read_timeout", o.server.RequestReadTimeout.String(),
+		"max_conns", o.listener.MaxConns, "max_conns_per_addr", o.listener.MaxConnsPerAddr, "fd_headroom", o.fdHeadroom,
+		"max_conns_per_subject", o.server.MaxConnsPerSubject, "starts_per_minute", o.server.StartsPerMinute, "input_per_second", o.server.InputPerSecond,
+		"dev", o.dev)
 }
 
 // limitsLog is an execution's ceilings as the startup log shows them:

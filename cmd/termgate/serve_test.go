@@ -1,18 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,5 +240,106 @@ func TestServePublicKeysNeedAudience(t *testing.T) {
 	code, _, stderr := runCLI(t, "", "serve", "--jwt-public-key", "/x.pem", "--workspace-root", "/y")
 	if code != 2 || !strings.Contains(stderr, "--jwt-audience") {
 		t.Fatalf("status %d, stderr %q", code, stderr)
+	}
+}
+
+// TestServeClosesIdleConnections: a kept-alive connection that sends
+// nothing more is closed after --idle-timeout, and one that never sends
+// its headers after --read-header-timeout.
+func TestServeClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	o, err := parseServe([]string{"--dev", "--idle-timeout", "300ms", "--read-header-timeout", "300ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := o.limitListener(raw, slog.New(slog.DiscardHandler))
+	if err != nil {
+		raw.Close()
+		t.Fatal(err)
+	}
+	hs := o.httpServer(t.Context(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }), slog.New(slog.DiscardHandler))
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+
+	idle := dialServe(t, ln.Addr().String())
+	fmt.Fprintf(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("kept-alive idle connection: %v, want the server to close it", err)
+	}
+	silent := dialServe(t, ln.Addr().String())
+	if _, err := silent.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("connection without headers: %v, want the server to close it", err)
+	}
+}
+
+// dialServe connects to addr; reads give up after 30s, far beyond the
+// timeouts under test, so a connection the server keeps fails the test.
+func dialServe(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	return c
+}
+
+// TestServeCapsConnections: --max-conns-per-addr refuses the connection
+// beyond it at once.
+func TestServeCapsConnections(t *testing.T) {
+	t.Parallel()
+	o, err := parseServe([]string{"--dev", "--max-conns-per-addr", "1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := o.limitListener(raw, slog.New(slog.DiscardHandler))
+	if err != nil {
+		raw.Close()
+		t.Fatal(err)
+	}
+	hs := o.httpServer(t.Context(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), slog.New(slog.DiscardHandler))
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	first := dialServe(t, ln.Addr().String())
+	fmt.Fprintf(first, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(first), nil); err != nil {
+		t.Fatalf("first connection: %v", err)
+	}
+	second := dialServe(t, ln.Addr().String())
+	if _, err := second.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isConnReset(err) {
+		t.Fatalf("second connection from one address: %v, want it closed at once", err)
+	}
+}
+
+func isConnReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+func TestServeConnectionFlagsRefuseBadValues(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--dev", "--idle-timeout", "0s"},
+		{"--dev", "--read-header-timeout", "-1s"},
+		{"--dev", "--read-timeout", "0s"},
+		{"--dev", "--max-conns", "0"},
+		{"--dev", "--fd-headroom", "-1"},
+	} {
+		if _, err := parseServe(args, io.Discard); err == nil {
+			t.Errorf("%q accepted", args)
+		}
 	}
 }
