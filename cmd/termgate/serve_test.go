@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -25,6 +27,7 @@ import (
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
+	"golang.org/x/sys/unix"
 )
 
 // syncWriter lets the test read what the server prints while it runs.
@@ -342,4 +345,160 @@ func TestServeConnectionFlagsRefuseBadValues(t *testing.T) {
 			t.Errorf("%q accepted", args)
 		}
 	}
+}
+
+// TestServeOutlivesAConnectionFloodAtALowDescriptorLimit runs serve in a
+// child limited to 160 descriptors and opens 300 connections that each
+// send one request and then idle. The connections beyond the caps are
+// closed at once, a WebSocket opened before can still start an execution
+// (the descriptor headroom), and /healthz answers again once the idle
+// timeout has closed the flood.
+func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
+	if os.Getenv("TERMGATE_TEST_SERVE_CHILD") != "" {
+		serveAtLowDescriptorLimit(t)
+		return
+	}
+	t.Parallel()
+	needBwrap(t)
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o711)
+	os.Chmod(dir, 0o711)
+	secret := []byte("a-test-secret-of-more-than-32-bytes-0123456789")
+	os.WriteFile(filepath.Join(dir, "secret"), secret, 0o600)
+	ctx, cancel := context.WithTimeout(t.Context(), 180*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestServeOutlivesAConnectionFloodAtALowDescriptorLimit$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TERMGATE_TEST_SERVE_CHILD="+dir)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 40 * time.Second
+	var logs syncWriter
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Cancel()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("serve's log:\n%s", logs.String())
+		}
+	}()
+	addr := waitListening(t, &logs)
+
+	tok, err := gateway.MintHS256(secret, gateway.Claims{Subject: "u", Tenant: "acme", ExpiresAt: time.Now().Add(time.Hour),
+		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true}}, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/connect", &websocket.DialOptions{
+		Subprotocols: []string{gateway.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+	})
+	if err != nil {
+		t.Fatalf("dial before the flood: %v", err)
+	}
+	defer ws.CloseNow()
+
+	refused := flood(t, addr, 300)
+	if refused == 0 {
+		t.Error("300 connections to a server with 160 descriptors and none refused")
+	}
+	req, _ := json.Marshal(gateway.Request{Type: gateway.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo ran"}, Attach: true})
+	ws.Write(ctx, websocket.MessageText, req)
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("start during the flood: %v", err)
+		}
+		var m gateway.Message
+		json.Unmarshal(b, &m)
+		if m.Type == gateway.MsgError {
+			t.Fatalf("start during the flood: %s: %s", m.Error, m.Message)
+		}
+		if m.Type == gateway.MsgExit {
+			if m.Code == nil || *m.Code != 0 {
+				t.Fatalf("start during the flood: %+v", m)
+			}
+			break
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for i := 0; ; i++ {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if i == 30 {
+			t.Fatalf("/healthz after the flood went idle: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// serveAtLowDescriptorLimit is the child: serve at RLIMIT_NOFILE 160
+// until SIGTERM.
+func serveAtLowDescriptorLimit(t *testing.T) {
+	dir := os.Getenv("TERMGATE_TEST_SERVE_CHILD")
+	lim := unix.Rlimit{Cur: 160, Max: 160}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", filepath.Join(dir, "secret"),
+		"--workspace-root", filepath.Join(dir, "ws"), "--idle-timeout", "2s"}, strings.NewReader(""), os.Stdout, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitListening(t *testing.T, logs *syncWriter) string {
+	t.Helper()
+	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start: %s", logs.String())
+		}
+	}
+}
+
+// flood opens n connections that send one request each and stay open.
+// Each must be answered or closed (refused) within 20s: a connection
+// left waiting means the server hung.
+func flood(t *testing.T, addr string, n int) (refused int) {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("flood dial: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		conns = append(conns, c)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	hung := 0
+	for _, c := range conns {
+		c.SetReadDeadline(deadline)
+		_, err := http.ReadResponse(bufio.NewReader(c), nil)
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			hung++
+		case err != nil:
+			refused++
+		}
+	}
+	if hung > 0 {
+		t.Errorf("%d of %d connections neither answered nor refused within 20s", hung, n)
+	}
+	return refused
 }
