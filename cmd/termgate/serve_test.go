@@ -502,3 +502,22 @@ func flood(t *testing.T, addr string, n int) (refused int) {
 	}
 	return refused
 }
+
+// TestServeNewFlagsHaveEnvironmentEquivalents: each bound can be set
+// from TERMGATE_* as well, and a flag wins over it.
+func TestServeNewFlagsHaveEnvironmentEquivalents(t *testing.T) {
+	for k, v := range map[string]string{
+		"TERMGATE_CPU_WEIGHT": "0", "TERMGATE_MAX_RETAINED_PER_TENANT": "9", "TERMGATE_IDLE_TIMEOUT": "5s",
+		"TERMGATE_READ_TIMEOUT": "7s", "TERMGATE_MAX_CONNS": "11", "TERMGATE_MAX_CONNS_PER_ADDR": "3", "TERMGATE_FD_HEADROOM": "0",
+	} {
+		t.Setenv(k, v)
+	}
+	o, err := parseServe([]string{"--dev", "--max-conns", "12"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.policy.Limits.CPUWeight != 0 || o.session.MaxRetainedPerOwner != 9 || o.idleTimeout != 5*time.Second ||
+		o.server.RequestReadTimeout != 7*time.Second || o.listener.MaxConns != 12 || o.listener.MaxConnsPerAddr != 3 || o.fdHeadroom != 0 {
+		t.Fatalf("from the environment: %+v %+v %v %v %+v %d", o.policy.Limits, o.session, o.idleTimeout, o.server.RequestReadTimeout, o.listener, o.fdHeadroom)
+	}
+}
