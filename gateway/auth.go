@@ -10,11 +10,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -23,7 +25,9 @@ import (
 // AuthConfig configures token verification. Zero values mean defaults.
 type AuthConfig struct {
 	// HS256SecretFile holds an HS256 secret of at least 32 bytes; one
-	// trailing newline is trimmed. Optional. Its key id is the file's base
+	// trailing newline is trimmed. Optional. The file must be a regular
+	// file that neither group nor others may read or write (0600 or
+	// 0400), owned by the effective user or root. Its key id is the file's base
 	// name without extension, unless given as "kid=path".
 	HS256SecretFile string
 	// PublicKeyFiles are PEM "PUBLIC KEY" files: RSA of at least 2048 bits
@@ -32,7 +36,9 @@ type AuthConfig struct {
 	PublicKeyFiles []string
 	// Issuer, when set, must equal the token's "iss".
 	Issuer string
-	// Audience, when set, must be in the token's "aud".
+	// Audience, when set, must be in the token's "aud". It is required
+	// with PublicKeyFiles: an identity provider signs tokens for many
+	// services, and only the audience tells ours apart.
 	Audience string
 	// TenantClaim names the claim holding the tenant (default "tenant").
 	TenantClaim string
@@ -173,6 +179,9 @@ func (a *Authenticator) loadKeys() error {
 			return err
 		}
 	}
+	if len(a.cfg.PublicKeyFiles) > 0 && a.cfg.Audience == "" {
+		return errors.New("gateway: auth config: public keys need an audience: without one, any token the identity provider signs for another service is accepted (termgate serve: --jwt-audience)")
+	}
 	switch len(a.keys) {
 	case 0:
 		return errors.New("gateway: auth config: no verification key: set an HS256 secret file or public key files")
@@ -228,16 +237,60 @@ func splitKeySpec(spec string) (kid, path string) {
 	return strings.TrimSuffix(base, filepath.Ext(base)), spec
 }
 
+// readSecret reads the HS256 secret after checking, as ssh does with a
+// private key, that only this user can read or write it: a secret others
+// can read lets them mint any token, and one another user owns or can
+// write may have been chosen by them. Root may own it: root can read it
+// anyway.
 func readSecret(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
+	}
+	if err := checkSecretFile(path, fi); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
+	}
+	if len(b) > maxSecretFileBytes {
+		return nil, fmt.Errorf("gateway: HS256 secret %s: larger than %d bytes", path, maxSecretFileBytes)
 	}
 	b = trimLineEnding(b)
 	if len(b) < minSecretBytes {
 		return nil, fmt.Errorf("gateway: HS256 secret %s: %d bytes, need at least %d", path, len(b), minSecretBytes)
 	}
 	return b, nil
+}
+
+// maxSecretFileBytes bounds the secret file: a secret is a line, not a
+// file of any size.
+const maxSecretFileBytes = 64 << 10
+
+// checkSecretFile refuses a secret that is not a regular file, that the
+// group or others may read or write, or that a user other than this one
+// (or root) owns. The error says which and how to fix it.
+func checkSecretFile(path string, fi os.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("gateway: HS256 secret %s: not a regular file (%v)", path, fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("gateway: HS256 secret %s: mode %04o lets the group or others read or write it; run chmod 600 %s", path, perm, path)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("gateway: HS256 secret %s: cannot tell its owner", path)
+	}
+	if me := os.Geteuid(); int(st.Uid) != me && st.Uid != 0 {
+		return fmt.Errorf("gateway: HS256 secret %s: owned by uid %d, not uid %d (termgate) or root", path, st.Uid, me)
+	}
+	return nil
 }
 
 // trimLineEnding drops one final "\n" or "\r\n", which editors and echo

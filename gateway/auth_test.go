@@ -67,7 +67,7 @@ type authFixture struct {
 	rsaPEM                              []byte
 	all                                 *Authenticator // every key, issuer and audience required
 	hsOnly                              *Authenticator // the HS256 secret alone, no issuer or audience
-	rsaOnly                             *Authenticator // the RSA key alone, no issuer or audience
+	rsaOnly                             *Authenticator // the RSA key alone and the audience, no issuer
 }
 
 func newAuthFixture(t testing.TB) *authFixture {
@@ -89,7 +89,7 @@ func newAuthFixture(t testing.TB) *authFixture {
 		Audience:        testAudience,
 	})
 	f.hsOnly = newTestAuth(t, AuthConfig{HS256SecretFile: f.secretFile})
-	f.rsaOnly = newTestAuth(t, AuthConfig{PublicKeyFiles: []string{f.rsaFile}})
+	f.rsaOnly = newTestAuth(t, AuthConfig{PublicKeyFiles: []string{f.rsaFile}, Audience: testAudience})
 	return f
 }
 
@@ -113,6 +113,41 @@ func writeTestFile(t testing.TB, dir, name string, data []byte) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// writeSecretMode writes a valid secret with mode perm, umask aside.
+func writeSecretMode(t testing.TB, dir, name string, perm os.FileMode) string {
+	t.Helper()
+	path := writeTestFile(t, dir, name, []byte(strings.Repeat("k", 32)))
+	if err := os.Chmod(path, perm); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSecretOwnedByAnotherUserIsRefused: like ssh with a private key, a
+// secret another user owns could have been written by them.
+func TestSecretOwnedByAnotherUserIsRefused(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI must run as root")
+		}
+		t.Skip("needs root to give a file away")
+	}
+	path := writeSecretMode(t, t.TempDir(), "theirs.key", 0o600)
+	if err := os.Chown(path, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewAuthenticator(AuthConfig{HS256SecretFile: path})
+	if err == nil {
+		t.Fatal("a secret owned by uid 4242 was accepted")
+	}
+	for _, w := range []string{path, "owned by uid 4242", "not uid 0"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q, want it to name %q", err, w)
+		}
+	}
 }
 
 func publicPEM(t testing.TB, pub any) []byte {
@@ -289,6 +324,7 @@ func TestVerifyAccepts(t *testing.T) {
 	f := newAuthFixture(t)
 	renamed := newTestAuth(t, AuthConfig{
 		PublicKeyFiles: []string{"signer=" + f.rsaFile},
+		Audience:       testAudience,
 		TenantClaim:    "org",
 	})
 	hs := func(m jwt.MapClaims) string { return signTest(t, jwt.SigningMethodHS256, f.secret, "hs", m) }
@@ -411,6 +447,9 @@ func TestNewAuthenticatorRefuses(t *testing.T) {
 	ec384 := write("p384.pem", publicPEM(t, &p384.PublicKey))
 	rsaAgain := write("other/rsa.pem", f.rsaPEM)
 	missing := filepath.Join(f.dir, "missing.pem")
+	groupReadable := writeSecretMode(t, f.dir, "group.key", 0o640)
+	worldReadable := writeSecretMode(t, f.dir, "world.key", 0o604)
+	groupWritable := writeSecretMode(t, f.dir, "group-w.key", 0o620)
 
 	tests := []struct {
 		name string
@@ -437,6 +476,12 @@ func TestNewAuthenticatorRefuses(t *testing.T) {
 		{"duplicate kid from base names", AuthConfig{PublicKeyFiles: []string{f.rsaFile, rsaAgain}}, []string{rsaAgain, `duplicate key id "rsa"`}},
 		{"duplicate kid secret and key", AuthConfig{HS256SecretFile: "rsa=" + f.secretFile, PublicKeyFiles: []string{f.rsaFile}}, []string{f.rsaFile, "duplicate key id"}},
 		{"empty kid", AuthConfig{PublicKeyFiles: []string{"=" + f.rsaFile}}, []string{f.rsaFile, "empty key id"}},
+		{"public keys without audience", AuthConfig{PublicKeyFiles: []string{f.rsaFile}}, []string{"audience"}},
+		{"public keys and secret without audience", AuthConfig{HS256SecretFile: f.secretFile, PublicKeyFiles: []string{f.rsaFile}}, []string{"audience"}},
+		{"group-readable secret", AuthConfig{HS256SecretFile: groupReadable}, []string{groupReadable, "mode 0640", "group or others", "chmod 600"}},
+		{"world-readable secret", AuthConfig{HS256SecretFile: worldReadable}, []string{worldReadable, "mode 0604"}},
+		{"group-writable secret", AuthConfig{HS256SecretFile: groupWritable}, []string{groupWritable, "mode 0620"}},
+		{"secret is a directory", AuthConfig{HS256SecretFile: f.dir}, []string{f.dir, "not a regular file"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -470,8 +515,9 @@ func TestNewAuthenticatorAccepts(t *testing.T) {
 		{"32-byte secret with CRLF", AuthConfig{HS256SecretFile: exact}},
 		{"32-byte secret ending in CR", AuthConfig{HS256SecretFile: withCR}},
 		{"leeway 60s", AuthConfig{HS256SecretFile: f.secretFile, Leeway: time.Minute}},
-		{"public keys only", AuthConfig{PublicKeyFiles: []string{f.rsaFile, f.ecFile, f.edFile}}},
-		{"renamed kids", AuthConfig{HS256SecretFile: "a=" + f.secretFile, PublicKeyFiles: []string{"b=" + f.rsaFile, "c=" + f.rsaFile}}},
+		{"public keys only", AuthConfig{PublicKeyFiles: []string{f.rsaFile, f.ecFile, f.edFile}, Audience: testAudience}},
+		{"secret without audience", AuthConfig{HS256SecretFile: f.secretFile}},
+		{"renamed kids", AuthConfig{HS256SecretFile: "a=" + f.secretFile, PublicKeyFiles: []string{"b=" + f.rsaFile, "c=" + f.rsaFile}, Audience: testAudience}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

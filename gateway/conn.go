@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +38,6 @@ type conn struct {
 	control chan Message
 	ready   chan *channel // channels holding a batch for the writer, FIFO: fair
 	frame   []byte        // the writer's output frame buffer, reused
-	starts  *bucket
-	inputs  *bucket
 	pumps   sync.WaitGroup
 
 	closeOnce    sync.Once
@@ -54,8 +53,6 @@ func newConn(s *Server, ws *websocket.Conn, claims Claims, remote string) *conn 
 		channels:     map[uint32]*channel{},
 		control:      make(chan Message, controlQueue),
 		ready:        make(chan *channel, s.cfg.MaxChannels),
-		starts:       newBucket(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
-		inputs:       newBucket(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
 	}
@@ -131,12 +128,20 @@ func (c *conn) failErr(req Request, channel uint32, err error) {
 // errorText is the code and the message safe to show for err.
 func (c *conn) errorText(req Request, err error) (code, msg string) {
 	code = session.Code(err)
-	if code == "internal" {
+	switch {
+	case code == "internal":
 		c.log.Error("request failed", "type", req.Type, "err", err)
 		return code, "internal error"
+	case session.OutOfDescriptors(err):
+		c.log.Warn("request refused: out of file descriptors", "type", req.Type, "err", err)
+		return code, outOfDescriptorsText
 	}
 	return code, err.Error()
 }
+
+// outOfDescriptorsText answers any request that ran out of file
+// descriptors; the error itself may name host paths.
+var outOfDescriptorsText = strings.TrimPrefix(session.ErrOutOfDescriptors.Error(), session.ErrCapacity.Error()+": ")
 
 // closing reports whether a close handshake was started.
 func (c *conn) closing() bool {

@@ -51,7 +51,7 @@ func (c *conn) start(req Request) {
 	if !c.need(req, ScopeCreate) {
 		return
 	}
-	if !c.starts.allow() {
+	if !c.s.starts.allow(c.currentClaims()) {
 		c.fail(req, 0, "rate_limited", "too many starts; slow down")
 		return
 	}
@@ -200,7 +200,7 @@ func (c *conn) input(b []byte) {
 		return
 	}
 	sup, tenant := c.s.cfg.Supervisor, c.currentClaims().Tenant
-	if !c.inputs.allow() {
+	if !c.s.inputs.allow(c.currentClaims()) {
 		received, _ := sup.Input(tenant, ch.execID, 0, nil) // empty input only reads the offset
 		c.refuseInput(ch, received, "rate_limited", "too many input messages; resend from the execution's input offset")
 		return

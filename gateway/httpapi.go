@@ -11,7 +11,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -40,6 +42,7 @@ var apiStatus = map[string]int{
 	"not_found": http.StatusNotFound, "conflict": http.StatusConflict, "not_running": http.StatusConflict,
 	"too_large": http.StatusRequestEntityTooLarge, "capacity": http.StatusTooManyRequests,
 	"input_full": http.StatusTooManyRequests, "rate_limited": http.StatusTooManyRequests,
+	"too_many_connections": http.StatusTooManyRequests, "request_timeout": http.StatusRequestTimeout,
 	"closed": http.StatusServiceUnavailable,
 }
 
@@ -57,12 +60,10 @@ var errUnauthorized = &apiError{"unauthorized", "a valid bearer token is require
 
 func badRequest(msg string) error { return &apiError{"bad_request", msg} }
 
-// httpAPI serves the HTTP API. Its rate limits are per token subject: a
-// plain HTTP caller has no connection to hang them on.
+// httpAPI serves the HTTP API. Its rate limits are the server's, per
+// (tenant, subject), shared with the WebSocket connections.
 type httpAPI struct {
-	s      *Server
-	starts *subjectLimits
-	inputs *subjectLimits
+	s *Server
 }
 
 // apiHandler serves one authorised request; an error it returns becomes
@@ -71,11 +72,7 @@ type apiHandler func(w http.ResponseWriter, r *http.Request, c Claims) error
 
 // apiRoutes registers the HTTP API on mux. Server.Handler calls it.
 func (s *Server) apiRoutes(mux *http.ServeMux) {
-	a := &httpAPI{
-		s:      s,
-		starts: newSubjectLimits(float64(s.cfg.StartsPerMinute)/60, s.cfg.StartsPerMinute),
-		inputs: newSubjectLimits(float64(s.cfg.InputPerSecond), s.cfg.InputPerSecond),
-	}
+	a := &httpAPI{s: s}
 	mux.HandleFunc("POST /v1/executions", a.route(ScopeCreate, a.start))
 	mux.HandleFunc("GET /v1/executions", a.route(ScopeAttach, a.list))
 	mux.HandleFunc("GET /v1/executions/{id}", a.route(ScopeAttach, a.get))
@@ -127,6 +124,9 @@ func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c Claims, err err
 		ae = &apiError{"too_large", "the request body exceeds " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes"}
 	case r.Context().Err() != nil:
 		return // the client left; nobody reads an answer
+	case session.OutOfDescriptors(err):
+		a.s.log.Warn("api request refused: out of file descriptors", "route", r.Pattern, "tenant", c.Tenant, "err", err)
+		ae = &apiError{"capacity", outOfDescriptorsText}
 	case session.Code(err) != "internal":
 		ae = &apiError{session.Code(err), err.Error()}
 	default:
@@ -161,9 +161,34 @@ func (a *httpAPI) respond(w http.ResponseWriter, status int, v any) {
 	}
 }
 
-// decodeBody reads one JSON object of at most limit bytes into dst;
-// unknown fields are refused so that typos do not pass silently.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
+// errBodyTimeout answers a request whose body did not arrive in time.
+var errBodyTimeout = &apiError{"request_timeout", "the request body did not arrive in time"}
+
+// decodeBody reads one JSON object of at most limit bytes into dst within
+// the server's RequestReadTimeout; unknown fields are refused so that
+// typos do not pass silently.
+func (a *httpAPI) decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
+	// The deadline is the connection's: it is lifted once the body is
+	// read, or it would end the next request on a kept-alive connection.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(a.s.cfg.RequestReadTimeout)); err == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	err := decodeJSON(w, r, limit, dst)
+	if err != nil {
+		// Close after answering: otherwise the server would wait for the
+		// rest of a body it refused, without a deadline, before answering.
+		w.Header().Set("Connection", "close")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errBodyTimeout
+	}
+	return err
+}
+
+// decodeJSON reads one JSON object of at most limit bytes into dst.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
@@ -176,6 +201,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) er
 	}
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
 		return err
 	}
 	if errors.Is(err, io.EOF) {
@@ -209,11 +238,11 @@ func (b apiStart) request() Request {
 // first starts of one id may both see 201; both describe the same
 // execution.
 func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c Claims) error {
-	if !a.starts.allow(c) {
+	if !a.s.starts.allow(c) {
 		return &apiError{"rate_limited", "too many starts; slow down"}
 	}
 	var body apiStart
-	if err := decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
 		return err
 	}
 	req := body.request()
@@ -283,11 +312,11 @@ type apiInput struct {
 // input applies the bytes the execution has not received yet, so a
 // retried request is harmless; empty data only reports the input offset.
 func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c Claims) error {
-	if !a.inputs.allow(c) {
+	if !a.s.inputs.allow(c) {
 		return &apiError{"rate_limited", "too many input requests; resend from the execution's input offset"}
 	}
 	var body apiInput
-	if err := decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
 		return err
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
@@ -359,6 +388,17 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c Claims) error
 	after, wait, err := pollQuery(r.URL.Query())
 	if err != nil {
 		return err
+	}
+	if wait > 0 {
+		// A held poll is a connection the subject keeps open: it takes a
+		// place of the same budget as its WebSocket connections.
+		if err := a.s.admit(subjectKey(c)); err != nil {
+			if errors.Is(err, errSubjectBusy) {
+				return &apiError{"too_many_connections", fmt.Sprintf("at most %d connections and long polls per subject; retry when one ends", a.s.cfg.MaxConnsPerSubject)}
+			}
+			return err
+		}
+		defer a.s.release(subjectKey(c))
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
 	info, err := sup.Wait(r.Context(), c.Tenant, id, after, wait)
@@ -432,7 +472,7 @@ func (p *apiEvents) fill(ctx context.Context, sub *session.Subscription, last ui
 	return nil
 }
 
-// subjectLimits keeps a token bucket per token subject. A bucket unused
+// subjectLimits keeps a token bucket per (tenant, subject). A bucket unused
 // for as long as it takes to refill is full, the same as a new one, so
 // such buckets are dropped whenever the map has doubled: memory follows
 // the subjects active lately, not every subject ever seen.

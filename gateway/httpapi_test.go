@@ -1,20 +1,26 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 )
 
@@ -568,4 +574,152 @@ func TestHTTPEventsPagesAndGaps(t *testing.T) {
 	if lost == 0 || got+lost != total || pages < 2 {
 		t.Fatalf("%d bytes read + %d lost in %d pages, want %d", got, lost, pages, total)
 	}
+}
+
+// TestStartRateIsPerSubjectAcrossConnectionsAndHTTP: new connections
+// and the HTTP API draw on the subject's one budget of starts.
+func TestStartRateIsPerSubjectAcrossConnectionsAndHTTP(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.StartsPerMinute = 3 })
+	tok := e.token(t, "acme", allScopes...)
+	bad := Request{Type: TypeStart, Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
+	wsStart := func(req string) Message {
+		c := e.dial(t, tok)
+		defer c.close()
+		bad.Req = req
+		c.send(t, bad)
+		m, _ := c.expect(t, MsgError)
+		return m
+	}
+	for i := range 2 {
+		if m := wsStart(fmt.Sprint(i)); m.Error != "invalid_spec" {
+			t.Fatalf("start %d on a new connection: %+v", i, m)
+		}
+	}
+	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", tok, apiStart{Command: bad.Command})
+	if m := wsStart("3"); m.Error != "rate_limited" {
+		t.Fatalf("fourth start in a minute, on a fresh connection: %+v, want rate_limited", m)
+	}
+	e.fails(t, 429, "rate_limited", "POST", "/v1/executions", tok, apiStart{Command: bad.Command})
+	// Another subject of the same tenant has its own budget.
+	other, err := e.auth.Mint(Claims{Subject: "someone-else", Tenant: "acme", Scopes: map[string]bool{ScopeCreate: true}, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", other, apiStart{Command: bad.Command})
+}
+
+// subjectHeld is how much of the subject's connection budget is in use.
+func (s *Server) subjectHeld(c Claims) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subjects[c.Tenant+"\x00"+c.Subject]
+}
+
+// TestLongPollsShareTheSubjectsConnectionBudget: WebSocket connections
+// and held long polls of one subject count against one budget; beyond it
+// a long poll is refused at once with 429, and a finished one gives its
+// place back.
+func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.MaxConnsPerSubject = 2 })
+	tok := e.token(t, "acme", allScopes...)
+	claims := Claims{Tenant: "acme", Subject: "user-acme"}
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("quiet", "read x"), nil)
+	ws := e.dial(t, tok)
+	defer ws.close()
+	held := e.pollAsync(t, tok, "quiet", 1, "60s")
+	for deadline := time.Now().Add(20 * time.Second); e.srv.subjectHeld(claims) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a held long poll is not counted: %d of the subject's budget in use, want 2", e.srv.subjectHeld(claims))
+		}
+	}
+	p := <-e.pollAsync(t, tok, "quiet", 1, "60s")
+	if p.err != nil || p.status != http.StatusTooManyRequests || !strings.Contains(string(p.body), `"too_many_connections"`) {
+		t.Fatalf("a long poll beyond the budget: %d %v after %v: %s", p.status, p.err, p.elapsed, p.body)
+	}
+	if c, resp, err := e.dialRaw(tok, nil); err == nil || status(resp) != http.StatusTooManyRequests {
+		if c != nil {
+			c.close()
+		}
+		t.Fatalf("a connection beyond the budget: %v, status %d", err, status(resp))
+	}
+	// A poll that does not wait holds nothing and is answered.
+	e.poll(t, tok, "quiet", 0, "0")
+	e.must(t, 200, "POST", "/v1/executions/quiet/input", tok, apiInput{Data: []byte("\n")}, nil)
+	if p := <-held; p.err != nil || p.status != 200 {
+		t.Fatalf("held poll: %d %v: %s", p.status, p.err, p.body)
+	}
+	for deadline := time.Now().Add(20 * time.Second); e.srv.subjectHeld(claims) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a finished long poll still holds its place: %d in use", e.srv.subjectHeld(claims))
+		}
+	}
+}
+
+// TestOutOfDescriptorsIsCapacity: running out of file descriptors in a
+// start (the workspace, the sandbox) is answered 429 capacity with a
+// message that names no host path, on the HTTP API and the WebSocket.
+func TestOutOfDescriptorsIsCapacity(t *testing.T) {
+	t.Parallel()
+	srv := &Server{log: slog.New(slog.DiscardHandler)}
+	a := &httpAPI{s: srv}
+	for _, err := range []error{
+		fmt.Errorf("gateway: open workspace root: %w", &os.PathError{Op: "open", Path: "/srv/secret-root", Err: syscall.EMFILE}),
+		fmt.Errorf("%w: bind: %w", sandbox.ErrInvalidPolicy, &os.PathError{Op: "open", Path: "/srv/secret-root", Err: syscall.ENFILE}),
+	} {
+		w := httptest.NewRecorder()
+		a.fail(w, httptest.NewRequest("POST", "/v1/executions", nil), Claims{}, err)
+		var body apiErrorBody
+		json.Unmarshal(w.Body.Bytes(), &body)
+		if w.Code != http.StatusTooManyRequests || body.Error != "capacity" || strings.Contains(body.Message, "secret-root") {
+			t.Errorf("%v: HTTP %d %+v, want 429 capacity without the path", err, w.Code, body)
+		}
+		c := &conn{s: srv, log: srv.log}
+		if code, msg := c.errorText(Request{Type: TypeStart}, err); code != "capacity" || strings.Contains(msg, "secret-root") {
+			t.Errorf("%v: WebSocket %s %q, want capacity without the path", err, code, msg)
+		}
+	}
+}
+
+// TestHTTPBodyReadIsBounded: a client that sends part of a body and
+// stalls is answered 408 after the read timeout instead of holding the
+// request, and its connection, forever.
+func TestHTTPBodyReadIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.RequestReadTimeout = 200 * time.Millisecond })
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.api.URL, "http://"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/executions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", e.token(t, "acme", allScopes...))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"request_timeout"`) {
+		t.Fatalf("stalled body: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestHTTPReadTimeoutSparesLongPollsAndWebSockets: the body bound does
+// not end a long poll that waits longer, nor a WebSocket.
+func TestHTTPReadTimeoutSparesLongPollsAndWebSockets(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.RequestReadTimeout = 100 * time.Millisecond })
+	tok := e.token(t, "acme", allScopes...)
+	e.must(t, 201, "POST", "/v1/executions", tok, shStart("lp", "read x"), nil)
+	if p := e.poll(t, tok, "lp", 1, "500ms"); len(p.Events) != 0 || p.Ended {
+		t.Fatalf("long poll %+v", p)
+	}
+	ws := e.dial(t, tok)
+	defer ws.close()
+	time.Sleep(300 * time.Millisecond) // longer than the bound, to show it does not apply
+	ws.send(t, Request{Type: TypePing, Req: "p"})
+	ws.expect(t, MsgPong)
+	e.must(t, 202, "POST", "/v1/executions/lp/cancel", tok, nil, nil)
 }

@@ -38,6 +38,7 @@ const (
 	DefaultAuthWarning        = 60 * time.Second
 	DefaultWriteTimeout       = 30 * time.Second
 	DefaultMaxTimeout         = 24 * time.Hour
+	DefaultRequestReadTimeout = 30 * time.Second
 )
 
 // Config configures a Server. Zero fields take the defaults.
@@ -76,6 +77,10 @@ type Config struct {
 	PongTimeout        time.Duration
 	AuthWarning        time.Duration
 	WriteTimeout       time.Duration
+	// RequestReadTimeout bounds reading an HTTP API request's body
+	// (DefaultRequestReadTimeout). Headers are the http.Server's
+	// ReadHeaderTimeout; long polls and WebSockets have no body to wait for.
+	RequestReadTimeout time.Duration
 	Logger             *slog.Logger
 }
 
@@ -94,6 +99,12 @@ type SandboxConfig struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
+
+	// starts and inputs are the rate limits of each (tenant, subject),
+	// shared by its WebSocket connections and the HTTP API: a new
+	// connection does not get a fresh budget.
+	starts *subjectLimits
+	inputs *subjectLimits
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -132,7 +143,12 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 		cfg.Workspaces = ws
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}, ownWorkspaces: own}, nil
+	return &Server{
+		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
+		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
+		inputs:        newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
+		ownWorkspaces: own,
+	}, nil
 }
 
 func applyDefaults(c *Config) {
@@ -163,6 +179,7 @@ func applyDefaults(c *Config) {
 	defDur(&c.PongTimeout, DefaultPongTimeout)
 	defDur(&c.AuthWarning, DefaultAuthWarning)
 	defDur(&c.WriteTimeout, DefaultWriteTimeout)
+	defDur(&c.RequestReadTimeout, DefaultRequestReadTimeout)
 	defDur(&c.Sandbox.MaxTimeout, DefaultMaxTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -217,9 +234,13 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
-	subject := claims.Tenant + "\x00" + claims.Subject
-	if !s.admit(subject) {
-		http.Error(w, "too many connections for this subject", http.StatusTooManyRequests)
+	subject := subjectKey(claims)
+	if err := s.admit(subject); err != nil {
+		status := http.StatusTooManyRequests
+		if errors.Is(err, session.ErrClosed) {
+			status = http.StatusServiceUnavailable
+		}
+		http.Error(w, err.Error(), status)
 		return
 	}
 	defer s.release(subject)
@@ -274,16 +295,30 @@ func (s *Server) token(r *http.Request, offered []string) string {
 	return ""
 }
 
-func (s *Server) admit(subject string) bool {
+// errSubjectBusy refuses a connection or long poll beyond the subject's
+// budget (Config.MaxConnsPerSubject).
+var errSubjectBusy = errors.New("gateway: too many connections and long polls for this subject")
+
+// subjectKey names a token subject: the same sub in two tenants is two
+// subjects.
+func subjectKey(c Claims) string { return c.Tenant + "\x00" + c.Subject }
+
+// admit takes one place of the subject's budget, which its WebSocket
+// connections and held long polls share; release gives it back.
+func (s *Server) admit(subject string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing || s.subjects[subject] >= s.cfg.MaxConnsPerSubject {
-		return false
+	switch {
+	case s.closing:
+		return session.ErrClosed
+	case s.subjects[subject] >= s.cfg.MaxConnsPerSubject:
+		return errSubjectBusy
 	}
 	s.subjects[subject]++
-	return true
+	return nil
 }
 
+// release gives back a place admit took.
 func (s *Server) release(subject string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,18 +14,6 @@ import (
 var testTenantUIDs = UIDRange{First: 3970000, Count: 1000}
 
 // needPython returns the Debian python3, which the sandbox sees in /usr.
-func needPython(t *testing.T) string {
-	t.Helper()
-	const py = "/usr/bin/python3"
-	if _, err := exec.LookPath(py); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs %s: %v", py, err)
-		}
-		t.Skipf("needs %s", py)
-	}
-	return py
-}
-
 // holdInotify opens inotify instances until the kernel refuses one (or
 // 1000 are open), says how many, then holds them until killed.
 const holdInotify = `

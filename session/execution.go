@@ -80,8 +80,16 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 // launchFailed forgets an execution whose spec the sandbox refused (the
 // client's mistake, nothing ran), and keeps any other failure as a failed
 // execution so that a retried start reports the same outcome.
+//
+// Running out of file descriptors is neither: the start is forgotten and
+// answered ErrOutOfDescriptors, so a retry can succeed once some are
+// free, and the cause (which may name host paths) goes to the log only.
 func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
-	if errors.Is(err, sandbox.ErrInvalidPolicy) || errors.Is(err, sandbox.ErrUnenforceable) {
+	if OutOfDescriptors(err) {
+		s.log.Warn("execution refused: out of file descriptors", "execution", e.key.id, "tenant", e.key.owner, "err", err)
+		err = ErrOutOfDescriptors
+	}
+	if errors.Is(err, ErrCapacity) || errors.Is(err, sandbox.ErrInvalidPolicy) || errors.Is(err, sandbox.ErrUnenforceable) {
 		s.forget(e)
 		e.launchErr = err
 		close(e.launched)

@@ -3,16 +3,20 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -159,4 +163,108 @@ func findProcesses(arg string) []string {
 		}
 	}
 	return out
+}
+
+// TestRealStartOutOfDescriptorsIsCapacity runs starts on the real sandbox
+// in a child process whose descriptors are nearly all taken, freeing one
+// more before each start, so each fails at a different step or runs:
+// every refusal must be capacity, never internal, invalid_spec or a
+// failed execution. The child lowers its own RLIMIT_NOFILE, which would
+// starve the tests running beside it here.
+func TestRealStartOutOfDescriptorsIsCapacity(t *testing.T) {
+	if os.Getenv("TERMGATE_TEST_EMFILE_CHILD") == "1" {
+		startsOutOfDescriptors(t)
+		return
+	}
+	t.Parallel()
+	realSupervisor(t) // skips where the sandbox is missing, as the child would
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRealStartOutOfDescriptorsIsCapacity$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "TERMGATE_TEST_EMFILE_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	t.Logf("child: %s", bytes.TrimSpace(out))
+}
+
+func startsOutOfDescriptors(t *testing.T) {
+	s := realSupervisor(t)
+	ws := workspace(t)
+	sp := func(tty bool) Spec {
+		p := sandbox.Policy{Command: []string{"/bin/true"}, Workspace: ws, Limits: sandbox.Limits{Pids: 64}}
+		if tty {
+			p.TTY = &sandbox.WindowSize{Rows: 24, Cols: 80}
+		}
+		return Spec{Policy: p}
+	}
+	wait := func(id string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for {
+			info, err := s.Wait(ctx, "o", id, 1<<62, 10*time.Second)
+			if err != nil {
+				t.Fatalf("wait %s: %v", id, err)
+			}
+			if info.Result != nil {
+				return
+			}
+		}
+	}
+	if _, err := s.Start(t.Context(), "o", "warm", sp(true)); err != nil {
+		t.Fatalf("warm-up start: %v", err)
+	}
+	wait("warm")
+
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	saved := lim
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &saved)
+	names, _ := os.ReadDir("/proc/self/fd")
+	lim.Cur = uint64(len(names)) + 64
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	for {
+		f, err := os.Open("/dev/null")
+		if errors.Is(err, syscall.EMFILE) {
+			break
+		}
+		if err != nil || len(held) > 1000 {
+			t.Fatalf("filling descriptors: %v after %d", err, len(held))
+		}
+		held = append(held, f)
+	}
+	refused, ran := 0, 0
+	for k := 0; k < 40 && ran < 2; k++ {
+		id := fmt.Sprint("k", k)
+		info, err := s.Start(t.Context(), "o", id, sp(k%2 == 1))
+		switch {
+		case err != nil && Code(err) != "capacity":
+			t.Errorf("start with %d descriptors freed: %v (code %s), want capacity", k, err, Code(err))
+		case err != nil:
+			refused++
+		case info.Status == StatusFailed:
+			t.Errorf("start with %d descriptors freed kept as failed: %s", k, info.Result.Reason)
+		default:
+			ran++
+			wait(id)
+		}
+		held[len(held)-1].Close()
+		held = held[:len(held)-1]
+	}
+	t.Logf("%d starts refused as capacity, %d ran", refused, ran)
+	if refused == 0 {
+		t.Error("no start ran out of descriptors")
+	}
 }

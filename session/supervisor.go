@@ -14,21 +14,26 @@ import (
 
 // Defaults applied to a zero Config and to zero Spec fields.
 const (
-	DefaultTimeout            = 120 * time.Second
-	DefaultRetention          = 15 * time.Minute
-	DefaultOutputBudget       = 64 << 10
-	DefaultMaxRunning         = 256
-	DefaultMaxRunningPerOwner = 64
-	DefaultMaxRetained        = 1024
-	DefaultInputBuffer        = 64 << 10
+	DefaultTimeout             = 120 * time.Second
+	DefaultRetention           = 15 * time.Minute
+	DefaultOutputBudget        = 64 << 10
+	DefaultMaxRunning          = 256
+	DefaultMaxRunningPerOwner  = 64
+	DefaultMaxRetained         = 1024
+	DefaultMaxRetainedPerOwner = 128
+	DefaultInputBuffer         = 64 << 10
 )
 
 // Config configures a Supervisor. Zero fields take the defaults.
 type Config struct {
-	Launcher            Launcher // required
-	MaxRunning          int      // running executions in total
-	MaxRunningPerOwner  int      // running executions of one owner
-	MaxRetained         int      // executions kept, running or settled
+	Launcher           Launcher // required
+	MaxRunning         int      // running executions in total
+	MaxRunningPerOwner int      // running executions of one owner
+	MaxRetained        int      // executions kept, running or settled
+	// MaxRetainedPerOwner bounds the executions one owner keeps, running
+	// or settled, so one tenant cannot hold every retained slot (each
+	// costs up to its ring's bytes plus its final output).
+	MaxRetainedPerOwner int
 	DefaultTimeout      time.Duration
 	DefaultRetention    time.Duration
 	DefaultOutputBudget int
@@ -46,7 +51,8 @@ type Supervisor struct {
 	mu      sync.Mutex
 	execs   map[key]*execution
 	running int
-	byOwner map[string]int
+	byOwner map[string]int // running executions of each owner
+	held    map[string]int // retained executions of each owner, running or settled
 	started uint64
 	ended   map[Status]uint64
 	closed  bool
@@ -63,6 +69,7 @@ func New(cfg Config) (*Supervisor, error) {
 	setDefault(&cfg.MaxRunning, DefaultMaxRunning)
 	setDefault(&cfg.MaxRunningPerOwner, DefaultMaxRunningPerOwner)
 	setDefault(&cfg.MaxRetained, DefaultMaxRetained)
+	setDefault(&cfg.MaxRetainedPerOwner, DefaultMaxRetainedPerOwner)
 	setDefault(&cfg.DefaultOutputBudget, DefaultOutputBudget)
 	setDefault(&cfg.InputBuffer, DefaultInputBuffer)
 	setDefault(&cfg.DefaultTimeout, DefaultTimeout)
@@ -73,7 +80,7 @@ func New(cfg Config) (*Supervisor, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Supervisor{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		execs: map[key]*execution{}, byOwner: map[string]int{}, ended: map[Status]uint64{},
+		execs: map[key]*execution{}, byOwner: map[string]int{}, held: map[string]int{}, ended: map[Status]uint64{},
 	}, nil
 }
 
@@ -165,11 +172,15 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 	if s.byOwner[k.owner] >= s.cfg.MaxRunningPerOwner {
 		return nil, false, fmt.Errorf("%w: %d executions of this owner running, the maximum", ErrCapacity, s.byOwner[k.owner])
 	}
+	if s.held[k.owner] >= s.cfg.MaxRetainedPerOwner && !s.evictOwnOldestSettled(k.owner) {
+		return nil, false, fmt.Errorf("%w: %d executions retained for this owner and all running", ErrCapacity, s.held[k.owner])
+	}
 	if len(s.execs) >= s.cfg.MaxRetained && !s.evictOldestSettled(k.owner) {
 		return nil, false, fmt.Errorf("%w: %d executions retained and all running", ErrCapacity, len(s.execs))
 	}
 	e = newExecution(s, k, spec, fingerprint)
 	s.execs[k] = e
+	s.held[k.owner]++
 	s.running++
 	s.byOwner[k.owner]++
 	s.started++
@@ -182,16 +193,29 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 // more executions than owner does, so one tenant's churn cannot erase
 // another's results. Called with s.mu held.
 func (s *Supervisor) evictOldestSettled(owner string) bool {
-	held := map[string]int{}
-	for k := range s.execs {
-		held[k.owner]++
-	}
 	var oldest *execution
 	for k, e := range s.execs {
-		if k.owner != owner && held[k.owner] <= held[owner] {
+		if k.owner != owner && s.held[k.owner] <= s.held[owner] {
 			continue
 		}
 		if e.result() != nil && (oldest == nil || evictFirst(owner, e, oldest)) {
+			oldest = e
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	s.removeLocked(oldest)
+	return true
+}
+
+// evictOwnOldestSettled makes room within owner's own share
+// (MaxRetainedPerOwner): it removes owner's oldest settled execution.
+// Called with s.mu held.
+func (s *Supervisor) evictOwnOldestSettled(owner string) bool {
+	var oldest *execution
+	for k, e := range s.execs {
+		if k.owner == owner && e.result() != nil && (oldest == nil || evictFirst(owner, e, oldest)) {
 			oldest = e
 		}
 	}
@@ -218,6 +242,9 @@ func (s *Supervisor) removeLocked(e *execution) {
 		return
 	}
 	delete(s.execs, e.key)
+	if s.held[e.key.owner]--; s.held[e.key.owner] <= 0 {
+		delete(s.held, e.key.owner)
+	}
 	e.stopRetention()
 	s.wg.Done()
 }

@@ -592,3 +592,88 @@ func TestEvictionSparesOtherTenants(t *testing.T) {
 		}
 	})
 }
+
+// TestRetainedPerOwnerCap: one owner holds at most MaxRetainedPerOwner
+// executions, running or settled, so it cannot take every retained slot;
+// beyond it the owner's own oldest settled result makes room, and when
+// all of its executions run it is at capacity.
+func TestRetainedPerOwnerCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFake(t, &fakeLauncher{script: sleepArg}, Config{MaxRetained: 100, MaxRetainedPerOwner: 3})
+		for i := range 3 {
+			if _, err := s.Start(t.Context(), "busy", fmt.Sprint("b", i), untimed("sleep", fmt.Sprint(i+1, "s"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := s.Start(t.Context(), "busy", "b3", untimed("sleep", "1h"))
+		if !errors.Is(err, ErrCapacity) || Code(err) != "capacity" || !strings.Contains(err.Error(), "3 executions retained for this owner") {
+			t.Fatalf("a fourth while three run: %v", err)
+		}
+		if _, err := s.Start(t.Context(), "other", "o0", untimed("sleep", "1h")); err != nil {
+			t.Fatalf("another owner is refused: %v", err)
+		}
+		time.Sleep(2*time.Second + time.Millisecond) // b0 and b1 have ended
+		synctest.Wait()
+		for _, id := range []string{"b3", "b4"} {
+			if _, err := s.Start(t.Context(), "busy", id, untimed("sleep", "1h")); err != nil {
+				t.Fatalf("start %s with settled results to evict: %v", id, err)
+			}
+		}
+		if n := len(s.List("busy")); n != 3 {
+			t.Fatalf("busy holds %d executions, want 3", n)
+		}
+		for id, want := range map[string]error{"b0": ErrNotFound, "b1": ErrNotFound, "b2": nil} {
+			if _, err := s.Get("busy", id); !errors.Is(err, want) {
+				t.Errorf("%s: %v, want %v", id, err, want)
+			}
+		}
+	})
+}
+
+func TestRetainedPerOwnerDefault(t *testing.T) {
+	s := newFake(t, &fakeLauncher{script: sleepArg}, Config{})
+	if s.cfg.MaxRetainedPerOwner != DefaultMaxRetainedPerOwner || DefaultMaxRetainedPerOwner != 128 {
+		t.Fatalf("default per-owner retention %d", s.cfg.MaxRetainedPerOwner)
+	}
+}
+
+// TestDescriptorExhaustionIsCapacity: running out of file descriptors
+// anywhere in a start is the server at capacity, whatever the sandbox
+// wrapped it in: the start is refused (nothing kept, so a retry can
+// succeed) with the capacity code, never kept as a failed run, internal
+// or invalid_spec.
+func TestDescriptorExhaustionIsCapacity(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"EMFILE", fmt.Errorf("open pty: %w", &os.PathError{Op: "open", Path: "/dev/ptmx", Err: syscall.EMFILE})},
+		{"ENFILE", fmt.Errorf("start bwrap: %w", syscall.ENFILE)},
+		{"EMFILE as invalid policy", fmt.Errorf("%w: workspace: %w", sandbox.ErrInvalidPolicy, syscall.EMFILE)},
+		{"ENFILE as unenforceable", fmt.Errorf("cgroup: %w: %w", sandbox.ErrUnenforceable, syscall.ENFILE)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := &fakeLauncher{err: tt.err}
+			s := newFake(t, l, Config{})
+			_, err := s.Start(t.Context(), "o", "a", spec("x"))
+			if !errors.Is(err, ErrCapacity) || Code(err) != "capacity" {
+				t.Fatalf("start: %v (code %s), want capacity", err, Code(err))
+			}
+			if strings.Contains(err.Error(), "/dev/ptmx") {
+				t.Errorf("error %q shows internals", err)
+			}
+			if _, err := s.Get("o", "a"); !errors.Is(err, ErrNotFound) || s.Stats().StartedTotal != 0 {
+				t.Fatalf("a start out of descriptors left something behind: %v, %+v", err, s.Stats())
+			}
+			l.err = nil
+			if info, err := s.Start(t.Context(), "o", "a", spec("x")); err != nil || info.Status == StatusFailed {
+				t.Fatalf("retry: %+v, %v", info, err)
+			}
+		})
+	}
+	if Code(fmt.Errorf("gateway: open workspace root: %w", syscall.EMFILE)) != "capacity" {
+		t.Error("an EMFILE outside a start is not capacity")
+	}
+}

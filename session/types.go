@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
 	"syscall"
@@ -28,9 +29,24 @@ var (
 	ErrClosed      = errors.New("session: supervisor is closed")
 )
 
+// ErrOutOfDescriptors is the capacity error of a start that ran out of
+// file descriptors (EMFILE or ENFILE): the server is full for now, the
+// request was fine.
+var ErrOutOfDescriptors = fmt.Errorf("%w: the server is out of file descriptors; retry later", ErrCapacity)
+
+// OutOfDescriptors reports whether err comes from running out of file
+// descriptors, in the process (EMFILE) or the system (ENFILE).
+func OutOfDescriptors(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
 // Code returns the stable, client-visible code of a session error, or
-// "internal" for anything else.
+// "internal" for anything else. Running out of file descriptors is
+// "capacity" whatever else the error wraps.
 func Code(err error) string {
+	if OutOfDescriptors(err) {
+		return "capacity"
+	}
 	for _, c := range []struct {
 		err  error
 		code string

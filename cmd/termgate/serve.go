@@ -40,6 +40,9 @@ type serveOptions struct {
 	devTenant                     string
 	leeway                        time.Duration
 	workspaces                    workspaceOptions
+	idleTimeout, headerTimeout    time.Duration
+	listener                      gateway.ListenerConfig
+	fdHeadroom                    int
 }
 
 // envFlags registers flags whose defaults come from the environment.
@@ -127,29 +130,82 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.str(&o.network, "network", "none", "sandbox network: none or host")
 	e.str(&o.proc, "proc", "none", "sandbox procfs: none or private")
 	e.parsed("tmp-size", "size of /tmp and /run in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
-	e.parsed("cpu-seconds", "CPU seconds per process: default and ceiling", uintFlag(&o.policy.Limits.CPUSeconds))
-	e.parsed("memory", "memory per execution in bytes: default and ceiling", sizeFlag(&o.policy.Limits.Memory))
-	e.parsed("pids", "processes per execution: default and ceiling", intFlag(&o.policy.Limits.Pids))
-	e.parsed("open-files", "open files per process: default and ceiling", uintFlag(&o.policy.Limits.OpenFiles))
-	e.parsed("file-size", "largest file written, in bytes: default and ceiling", usizeFlag(&o.policy.Limits.FileSize))
+	o.policy.Limits = defaultServeLimits
+	e.parsed("cpu-seconds", "CPU seconds per process: default and ceiling (0: none)", uintFlag(&o.policy.Limits.CPUSeconds))
+	e.parsed("memory", "memory per execution in bytes, swap included: default and ceiling (default 1G; 0: none)", sizeFlag(&o.policy.Limits.Memory))
+	e.parsed("pids", "processes per execution: default and ceiling (default 512; 0: none)", intFlag(&o.policy.Limits.Pids))
+	e.parsed("cpu-weight", "CPU share per execution, 1..10000, 100 as the host's other processes: default and ceiling (default 100; 0: none)", cpuWeightFlag(&o.policy.Limits.CPUWeight))
+	e.parsed("open-files", "open files per process: default and ceiling (0: none)", uintFlag(&o.policy.Limits.OpenFiles))
+	e.parsed("file-size", "largest file written, in bytes: default and ceiling (default 1G; 0: none)", usizeFlag(&o.policy.Limits.FileSize))
 	e.duration(&o.policy.DefaultTimeout, "timeout", session.DefaultTimeout, "default execution timeout")
 	e.duration(&o.policy.MaxTimeout, "max-timeout", gateway.DefaultMaxTimeout, "longest timeout a client may ask for")
 	e.duration(&o.session.DefaultRetention, "retention", session.DefaultRetention, "how long a finished execution's result is kept")
 	e.parsed("max-running", "running executions in total", intPtr(&o.session.MaxRunning, session.DefaultMaxRunning))
-	e.parsed("max-running-per-tenant", "running executions per tenant", intPtr(&o.session.MaxRunningPerOwner, session.DefaultMaxRunningPerOwner))
-	e.parsed("max-retained", "executions kept, running or finished", intPtr(&o.session.MaxRetained, session.DefaultMaxRetained))
+	e.parsed("max-running-per-tenant", "running executions per tenant (default 16)", intPtr(&o.session.MaxRunningPerOwner, defaultMaxRunningPerTenant))
+	e.parsed("max-retained", "executions kept, running or finished (default 1024)", intPtr(&o.session.MaxRetained, session.DefaultMaxRetained))
+	e.parsed("max-retained-per-tenant", "executions one tenant keeps, running or finished (default 128)", intPtr(&o.session.MaxRetainedPerOwner, session.DefaultMaxRetainedPerOwner))
 	e.parsed("ring-bytes", "replayable output kept per execution, in bytes (default 1M)", ringBytes(&o.server.Ring.MaxBytes))
 	e.parsed("ring-events", "replayable events kept per execution (default 4096)", intPtr(&o.server.Ring.MaxEvents, replay.DefaultMaxEvents))
 	e.parsed("max-message-bytes", "largest WebSocket message (larger closes with 1009)", sizeFlag(&o.server.MaxMessageBytes))
 	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
 	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
-	e.parsed("starts-per-minute", "starts per minute per connection", intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
-	e.parsed("input-per-second", "input messages per second per connection", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
+	e.parsed("starts-per-minute", "starts per minute per token subject, across its connections and the HTTP API", intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
+	e.parsed("input-per-second", "input messages per second per token subject, across its connections and the HTTP API", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
+	e.duration(&o.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a kept-alive HTTP connection may wait for its next request")
+	e.duration(&o.headerTimeout, "read-header-timeout", defaultHeaderTimeout, "how long a client may take to send a request's headers")
+	e.duration(&o.server.RequestReadTimeout, "read-timeout", gateway.DefaultRequestReadTimeout, "how long a client may take to send an HTTP API request's body (not long polls or WebSockets)")
+	e.parsed("max-conns", "open connections in total, authenticated or not (default 4096)", intPtr(&o.listener.MaxConns, gateway.DefaultMaxConns))
+	e.parsed("max-conns-per-addr", "open connections from one client IP address (default 256)", intPtr(&o.listener.MaxConnsPerAddr, gateway.DefaultMaxConnsPerAddr))
+	e.parsed("fd-headroom", "file descriptors kept free for starts: no new connection while fewer are free (default 128; 0: off)", nonNegative(&o.fdHeadroom, gateway.DefaultFDHeadroom))
 	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
 	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
 	o.workspaces.register(e)
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return e
+}
+
+// defaultServeLimits are every execution's ceilings unless flags say
+// otherwise, in dev mode too: a shell without them can take the host's
+// memory, processes or disk.
+var defaultServeLimits = sandbox.Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
+
+// defaultMaxRunningPerTenant is --max-running-per-tenant's default, below
+// the supervisor's: with the memory default, 16 GiB per tenant at most.
+const defaultMaxRunningPerTenant = 16
+
+func cpuWeightFlag(dst *int) func(string) error {
+	return func(s string) error {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 || v > 10000 {
+			return fmt.Errorf("want a weight between 1 and 10000, or 0 for none, got %q", s)
+		}
+		*dst = v
+		return nil
+	}
+}
+
+// checkCeilings refuses to serve with a default ceiling the host cannot
+// enforce (ceilings is the probe's Report.Ceilings): executions would
+// otherwise fail one by one, or, worse, run without it. The error names
+// the flag that turns the ceiling off.
+func checkCeilings(l sandbox.Limits, ceilings map[string]bool) error {
+	var errs []error
+	for _, c := range []struct {
+		set        bool
+		name, flag string
+	}{
+		{l.Memory > 0, "memory", "--memory"},
+		{l.Pids > 0, "pids", "--pids"},
+		{l.CPUWeight > 0, "cpu_weight", "--cpu-weight"},
+	} {
+		if c.set && !ceilings[c.name] {
+			errs = append(errs, fmt.Errorf("this host cannot enforce the %s ceiling (no cgroup controller for it): set %s 0 (env %s=0) to run without it", c.name, c.flag, envName(strings.TrimPrefix(c.flag, "--"))))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("serve: refusing to start: %w", errors.Join(errs...))
+	}
+	return nil
 }
 
 func ringBytes(dst *int) func(string) error {
@@ -159,6 +215,24 @@ func ringBytes(dst *int) func(string) error {
 			return fmt.Errorf("want a size between 4K and 1G, got %q", s)
 		}
 		*dst = int(v)
+		return nil
+	}
+}
+
+// Connection timeouts of serve.
+const (
+	defaultIdleTimeout   = 60 * time.Second
+	defaultHeaderTimeout = 10 * time.Second
+)
+
+func nonNegative(dst *int, def int) func(string) error {
+	*dst = def
+	return func(s string) error {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return fmt.Errorf("want a non-negative integer, got %q", s)
+		}
+		*dst = v
 		return nil
 	}
 }
@@ -201,6 +275,10 @@ func (o *serveOptions) check() error {
 		return usageError{fmt.Errorf("serve: --network: want none or host, got %q", o.network)}
 	case o.proc != "none" && o.proc != "private":
 		return usageError{fmt.Errorf("serve: --proc: want none or private, got %q", o.proc)}
+	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:
+		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
+	case len(o.publicKeys) > 0 && o.audience == "":
+		return usageError{errors.New("serve: --jwt-public-key needs --jwt-audience: without it, any token the identity provider signs for another service is accepted")}
 	case o.dev:
 		return nil
 	case o.secretFile == "" && len(o.publicKeys) == 0:
@@ -244,10 +322,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer g.launcher.Close()
 	defer g.workspaces.Close() // after the supervisor's executions ended (g.serve)
-	ln, err := net.Listen("tcp", o.listen)
+	raw, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		g.sup.Close(context.Background())
 		return fmt.Errorf("serve: %w", err)
+	}
+	ln, err := o.limitListener(raw, log)
+	if err != nil {
+		raw.Close()
+		g.sup.Close(context.Background())
+		return err
 	}
 	if o.dev {
 		if err := o.printDevURL(stdout, g.auth, ln.Addr().String()); err != nil {
@@ -278,6 +362,10 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("serve: refusing to start: %w", err)
+	}
+	if err := checkCeilings(o.policy.Limits, report.Ceilings); err != nil {
+		l.Close()
+		return nil, err
 	}
 	log.Info("sandbox verified", "bwrap", report.Version, "identity", report.Identity, "cgroups", report.Cgroups.Version, "exact_exit_status", report.ExactStatus)
 	for _, w := range report.Warnings {
@@ -330,8 +418,7 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 	// at once instead of holding the shutdown for up to a minute.
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext: func(net.Listener) context.Context { return base }}
+	hs := o.httpServer(base, mux, log)
 	errc := make(chan error, 1)
 	go func() {
 		if o.tlsCert != "" {
@@ -361,18 +448,88 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 	return nil
 }
 
+// limitListener wraps ln with the connection caps and the descriptor
+// headroom.
+func (o *serveOptions) limitListener(ln net.Listener, log *slog.Logger) (*gateway.Listener, error) {
+	cfg := o.listener
+	cfg.FDHeadroom, cfg.Logger = o.fdHeadroom, log
+	if o.fdHeadroom == 0 {
+		cfg.FDHeadroom = -1 // off
+	}
+	l, err := gateway.NewListener(ln, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w (--fd-headroom)", err)
+	}
+	return l, nil
+}
+
+// httpServer is the HTTP server serve runs: requests derive from base.
+func (o *serveOptions) httpServer(base context.Context, h http.Handler, log *slog.Logger) *http.Server {
+	// No ReadTimeout or WriteTimeout: they would end WebSockets and long
+	// polls. The gateway bounds API bodies itself (--read-timeout) and
+	// its WebSocket writes (heartbeat, write timeout).
+	return &http.Server{
+		Handler: h, ReadHeaderTimeout: o.headerTimeout, IdleTimeout: o.idleTimeout,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return base },
+	}
+}
+
 // logConfig prints the effective configuration; it holds file paths, never secrets.
 func (o *serveOptions) logConfig(log *slog.Logger) {
 	log.Info("config", "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
-		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", o.leeway,
+		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", o.leeway.String(),
 		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", o.commands, "default_command", o.defaultCommand,
-		"network", o.network, "proc", o.proc, "limits", o.policy.Limits, "tmp_size", o.policy.TmpSize,
-		"timeout", o.policy.DefaultTimeout, "max_timeout", o.policy.MaxTimeout, "retention", o.session.DefaultRetention,
+		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tmp_size", sizeText(uint64(o.policy.TmpSize)),
+		"timeout", o.policy.DefaultTimeout.String(), "max_timeout", o.policy.MaxTimeout.String(), "retention", o.session.DefaultRetention.String(),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
-		"max_retained", o.session.MaxRetained, "dev", o.dev,
+		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,
+		"idle_timeout", o.idleTimeout.String(), "read_header_timeout", o.headerTimeout.String(), "read_timeout", o.server.RequestReadTimeout.String(),
+		"max_conns", o.listener.MaxConns, "max_conns_per_addr", o.listener.MaxConnsPerAddr, "fd_headroom", o.fdHeadroom,
+		"max_conns_per_subject", o.server.MaxConnsPerSubject, "starts_per_minute", o.server.StartsPerMinute, "input_per_second", o.server.InputPerSecond,
 		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),
-		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes))
+		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes),
+		"dev", o.dev)
+}
+
+// limitsLog is an execution's ceilings as the startup log shows them:
+// sizes as 1G, 0 as "none".
+func limitsLog(l sandbox.Limits) slog.Value {
+	count := func(v int64) slog.Value {
+		if v == 0 {
+			return slog.StringValue("none")
+		}
+		return slog.Int64Value(v)
+	}
+	size := func(v uint64) slog.Value {
+		if v == 0 {
+			return slog.StringValue("none")
+		}
+		return slog.StringValue(sizeText(v))
+	}
+	return slog.GroupValue(
+		slog.Attr{Key: "memory", Value: size(uint64(l.Memory))},
+		slog.Attr{Key: "pids", Value: count(l.Pids)},
+		slog.Attr{Key: "cpu_weight", Value: count(int64(l.CPUWeight))},
+		slog.Attr{Key: "file_size", Value: size(l.FileSize)},
+		slog.Attr{Key: "cpu_seconds", Value: count(int64(l.CPUSeconds))},
+		slog.Attr{Key: "open_files", Value: count(int64(l.OpenFiles))},
+		slog.Attr{Key: "address_space", Value: size(l.AddressSpace)},
+	)
+}
+
+// sizeText writes a byte count as parseSize reads it: 1G, 64M, 1536K, 100.
+func sizeText(v uint64) string {
+	for _, u := range []struct {
+		shift  uint
+		suffix string
+	}{{40, "T"}, {30, "G"}, {20, "M"}, {10, "K"}} {
+		if v != 0 && v%(1<<u.shift) == 0 {
+			return strconv.FormatUint(v>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatUint(v, 10)
 }
 
 // devTimeout is the default execution timeout in dev mode.
@@ -397,11 +554,26 @@ func (o *serveOptions) devDefaults() error {
 		secret := make([]byte, 32)
 		rand.Read(secret)
 		hex := fmt.Sprintf("%x\n", secret)
-		if err := os.WriteFile(o.secretFile, []byte(hex), 0o600); err != nil {
+		// A fresh file each time: writing over an old one would keep its
+		// mode and owner, which the authenticator may refuse.
+		if err := os.Remove(o.secretFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("serve: replace dev secret: %w", err)
+		}
+		if err := writeNewFile(o.secretFile, []byte(hex), 0o600); err != nil {
 			return fmt.Errorf("serve: write dev secret: %w", err)
 		}
 	}
 	return nil
+}
+
+// writeNewFile creates path, which must not exist, with mode perm.
+func writeNewFile(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
 }
 
 // stateDir is $XDG_STATE_HOME/termgate, ~/.local/state/termgate, or, for

@@ -1,20 +1,33 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+	"golang.org/x/sys/unix"
 )
 
 // syncWriter lets the test read what the server prints while it runs.
@@ -133,5 +146,378 @@ func TestServeUsageErrors(t *testing.T) {
 		if code != 2 || stderr == "" {
 			t.Errorf("termgate %q: status %d, stderr %q", args, code, stderr)
 		}
+	}
+}
+
+// TestServeDefaultCeilings: serve starts every execution under memory,
+// pids, file size and CPU weight ceilings unless told otherwise, in dev
+// mode too, and a tenant runs at most 16 at once.
+func TestServeDefaultCeilings(t *testing.T) {
+	want := sandbox.Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
+	for _, args := range [][]string{
+		{"--dev"},
+		{"--jwt-secret-file", "/x", "--workspace-root", "/y"},
+	} {
+		o, err := parseServe(args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if o.policy.Limits != want {
+			t.Errorf("%q: limits %+v, want %+v", args, o.policy.Limits, want)
+		}
+		if o.session.MaxRunningPerOwner != 16 || o.session.MaxRetainedPerOwner != session.DefaultMaxRetainedPerOwner {
+			t.Errorf("%q: per tenant %d running, %d retained", args, o.session.MaxRunningPerOwner, o.session.MaxRetainedPerOwner)
+		}
+	}
+	o, err := parseServe([]string{"--dev", "--memory", "0", "--pids", "0", "--file-size", "0", "--cpu-weight", "0", "--max-retained-per-tenant", "7"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.policy.Limits != (sandbox.Limits{}) || o.session.MaxRetainedPerOwner != 7 {
+		t.Errorf("ceilings set to 0: %+v, %d retained", o.policy.Limits, o.session.MaxRetainedPerOwner)
+	}
+	for _, bad := range []string{"-1", "10001", "x"} {
+		if _, err := parseServe([]string{"--dev", "--cpu-weight", bad}, io.Discard); err == nil {
+			t.Errorf("--cpu-weight %s accepted", bad)
+		}
+	}
+}
+
+// TestServeConfigLogShowsCeilings: the startup log states each ceiling
+// in units people read.
+func TestServeConfigLogShowsCeilings(t *testing.T) {
+	o, err := parseServe([]string{"--dev"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	o.logConfig(slog.New(slog.NewJSONHandler(&buf, nil)))
+	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`} {
+		if !strings.Contains(buf.String(), w) {
+			t.Errorf("config log lacks %s: %s", w, buf.String())
+		}
+	}
+}
+
+// TestServeRefusesUnenforceableCeilings: a ceiling the host cannot apply
+// stops serve at startup, naming the flag that turns it off.
+func TestServeRefusesUnenforceableCeilings(t *testing.T) {
+	t.Parallel()
+	all := map[string]bool{"memory": true, "pids": true, "cpu_weight": true}
+	lim := sandbox.Limits{Memory: 1 << 30, Pids: 512, CPUWeight: 100, FileSize: 1 << 30}
+	tests := []struct {
+		name     string
+		lim      sandbox.Limits
+		missing  string
+		wantFlag string
+	}{
+		{"memory", lim, "memory", "--memory 0"},
+		{"pids", lim, "pids", "--pids 0"},
+		{"cpu weight", lim, "cpu_weight", "--cpu-weight 0"},
+		{"memory off", sandbox.Limits{Pids: 512}, "memory", ""},
+		{"all there", lim, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ceilings := maps.Clone(all)
+			if tt.missing != "" {
+				ceilings[tt.missing] = false
+			}
+			err := checkCeilings(tt.lim, ceilings)
+			if tt.wantFlag == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantFlag) {
+				t.Fatalf("error %v, want it to name %q", err, tt.wantFlag)
+			}
+		})
+	}
+}
+
+func TestServePublicKeysNeedAudience(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCLI(t, "", "serve", "--jwt-public-key", "/x.pem", "--workspace-root", "/y")
+	if code != 2 || !strings.Contains(stderr, "--jwt-audience") {
+		t.Fatalf("status %d, stderr %q", code, stderr)
+	}
+}
+
+// TestServeClosesIdleConnections: a kept-alive connection that sends
+// nothing more is closed after --idle-timeout, and one that never sends
+// its headers after --read-header-timeout.
+func TestServeClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	o, err := parseServe([]string{"--dev", "--idle-timeout", "300ms", "--read-header-timeout", "300ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := o.limitListener(raw, slog.New(slog.DiscardHandler))
+	if err != nil {
+		raw.Close()
+		t.Fatal(err)
+	}
+	hs := o.httpServer(t.Context(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }), slog.New(slog.DiscardHandler))
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+
+	idle := dialServe(t, ln.Addr().String())
+	fmt.Fprintf(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("kept-alive idle connection: %v, want the server to close it", err)
+	}
+	silent := dialServe(t, ln.Addr().String())
+	if _, err := silent.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("connection without headers: %v, want the server to close it", err)
+	}
+}
+
+// dialServe connects to addr; reads give up after 30s, far beyond the
+// timeouts under test, so a connection the server keeps fails the test.
+func dialServe(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	return c
+}
+
+// TestServeCapsConnections: --max-conns-per-addr refuses the connection
+// beyond it at once.
+func TestServeCapsConnections(t *testing.T) {
+	t.Parallel()
+	o, err := parseServe([]string{"--dev", "--max-conns-per-addr", "1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := o.limitListener(raw, slog.New(slog.DiscardHandler))
+	if err != nil {
+		raw.Close()
+		t.Fatal(err)
+	}
+	hs := o.httpServer(t.Context(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), slog.New(slog.DiscardHandler))
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	first := dialServe(t, ln.Addr().String())
+	fmt.Fprintf(first, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(first), nil); err != nil {
+		t.Fatalf("first connection: %v", err)
+	}
+	second := dialServe(t, ln.Addr().String())
+	if _, err := second.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isConnReset(err) {
+		t.Fatalf("second connection from one address: %v, want it closed at once", err)
+	}
+}
+
+func isConnReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+func TestServeConnectionFlagsRefuseBadValues(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--dev", "--idle-timeout", "0s"},
+		{"--dev", "--read-header-timeout", "-1s"},
+		{"--dev", "--read-timeout", "0s"},
+		{"--dev", "--max-conns", "0"},
+		{"--dev", "--fd-headroom", "-1"},
+	} {
+		if _, err := parseServe(args, io.Discard); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}
+
+// TestServeOutlivesAConnectionFloodAtALowDescriptorLimit runs serve in a
+// child limited to 160 descriptors and opens 300 connections that each
+// send one request and then idle. The connections beyond the caps are
+// closed at once, a WebSocket opened before can still start an execution
+// (the descriptor headroom), and /healthz answers again once the idle
+// timeout has closed the flood.
+func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
+	if os.Getenv("TERMGATE_TEST_SERVE_CHILD") != "" {
+		serveAtLowDescriptorLimit(t)
+		return
+	}
+	t.Parallel()
+	needBwrap(t)
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o711)
+	os.Chmod(dir, 0o711)
+	secret := []byte("a-test-secret-of-more-than-32-bytes-0123456789")
+	os.WriteFile(filepath.Join(dir, "secret"), secret, 0o600)
+	ctx, cancel := context.WithTimeout(t.Context(), 180*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestServeOutlivesAConnectionFloodAtALowDescriptorLimit$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TERMGATE_TEST_SERVE_CHILD="+dir)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 40 * time.Second
+	var logs syncWriter
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Cancel()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("serve's log:\n%s", logs.String())
+		}
+	}()
+	addr := waitListening(t, &logs)
+
+	tok, err := gateway.MintHS256(secret, gateway.Claims{Subject: "u", Tenant: "acme", ExpiresAt: time.Now().Add(time.Hour),
+		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true}}, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/connect", &websocket.DialOptions{
+		Subprotocols: []string{gateway.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+	})
+	if err != nil {
+		t.Fatalf("dial before the flood: %v", err)
+	}
+	defer ws.CloseNow()
+
+	refused := flood(t, addr, 300)
+	if refused == 0 {
+		t.Error("300 connections to a server with 160 descriptors and none refused")
+	}
+	req, _ := json.Marshal(gateway.Request{Type: gateway.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo ran"}, Attach: true})
+	ws.Write(ctx, websocket.MessageText, req)
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("start during the flood: %v", err)
+		}
+		var m gateway.Message
+		json.Unmarshal(b, &m)
+		if m.Type == gateway.MsgError {
+			t.Fatalf("start during the flood: %s: %s", m.Error, m.Message)
+		}
+		if m.Type == gateway.MsgExit {
+			if m.Code == nil || *m.Code != 0 {
+				t.Fatalf("start during the flood: %+v", m)
+			}
+			break
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for i := 0; ; i++ {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if i == 30 {
+			t.Fatalf("/healthz after the flood went idle: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// serveAtLowDescriptorLimit is the child: serve at RLIMIT_NOFILE 160
+// until SIGTERM.
+func serveAtLowDescriptorLimit(t *testing.T) {
+	dir := os.Getenv("TERMGATE_TEST_SERVE_CHILD")
+	lim := unix.Rlimit{Cur: 160, Max: 160}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", filepath.Join(dir, "secret"),
+		"--workspace-root", filepath.Join(dir, "ws"), "--idle-timeout", "2s"}, strings.NewReader(""), os.Stdout, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitListening(t *testing.T, logs *syncWriter) string {
+	t.Helper()
+	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start: %s", logs.String())
+		}
+	}
+}
+
+// flood opens n connections that send one request each and stay open.
+// Each must be answered or closed (refused) within 20s: a connection
+// left waiting means the server hung.
+func flood(t *testing.T, addr string, n int) (refused int) {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("flood dial: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		conns = append(conns, c)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	hung := 0
+	for _, c := range conns {
+		c.SetReadDeadline(deadline)
+		_, err := http.ReadResponse(bufio.NewReader(c), nil)
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			hung++
+		case err != nil:
+			refused++
+		}
+	}
+	if hung > 0 {
+		t.Errorf("%d of %d connections neither answered nor refused within 20s", hung, n)
+	}
+	return refused
+}
+
+// TestServeNewFlagsHaveEnvironmentEquivalents: each bound can be set
+// from TERMGATE_* as well, and a flag wins over it.
+func TestServeNewFlagsHaveEnvironmentEquivalents(t *testing.T) {
+	for k, v := range map[string]string{
+		"TERMGATE_CPU_WEIGHT": "0", "TERMGATE_MAX_RETAINED_PER_TENANT": "9", "TERMGATE_IDLE_TIMEOUT": "5s",
+		"TERMGATE_READ_TIMEOUT": "7s", "TERMGATE_MAX_CONNS": "11", "TERMGATE_MAX_CONNS_PER_ADDR": "3", "TERMGATE_FD_HEADROOM": "0",
+	} {
+		t.Setenv(k, v)
+	}
+	o, err := parseServe([]string{"--dev", "--max-conns", "12"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.policy.Limits.CPUWeight != 0 || o.session.MaxRetainedPerOwner != 9 || o.idleTimeout != 5*time.Second ||
+		o.server.RequestReadTimeout != 7*time.Second || o.listener.MaxConns != 12 || o.listener.MaxConnsPerAddr != 3 || o.fdHeadroom != 0 {
+		t.Fatalf("from the environment: %+v %+v %v %v %+v %d", o.policy.Limits, o.session, o.idleTimeout, o.server.RequestReadTimeout, o.listener, o.fdHeadroom)
 	}
 }
