@@ -265,7 +265,7 @@ func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
 	p := sandbox.Policy{
 		Command: append(cmd, req.Args...), Env: map[string]string{}, Workspace: ws.Path, Cwd: req.Cwd,
 		UID: ws.UID, GID: ws.GID,
-		Network: sb.Network, Proc: sb.Proc, TmpSize: sb.TmpSize,
+		Network: sb.Network, Proc: sb.Proc, TmpSize: sb.TmpSize, PTYs: sb.PTYs,
 	}
 	for k, v := range req.Env {
 		p.Env[k] = v

@@ -89,6 +89,7 @@ type SandboxConfig struct {
 	Network        sandbox.Network
 	Proc           sandbox.ProcMode
 	TmpSize        int64
+	PTYs           int            // terminals a sandbox may open itself
 	Limits         sandbox.Limits // applied when the client asks for none
 	MaxLimits      sandbox.Limits // the most a client may ask for; zero: no ceiling above Limits
 	DefaultTimeout time.Duration  // session default when zero

@@ -164,6 +164,28 @@ func (p *Process) release() {
 	}
 }
 
+// TerminalPool returns how many terminals the kernel has for all devpts
+// instances but the host's own: kernel.pty.max minus kernel.pty.reserve.
+// Every sandbox's terminals come from this one pool.
+func TerminalPool() (int, error) {
+	read := func(name string) (int, error) {
+		b, err := os.ReadFile("/proc/sys/kernel/pty/" + name)
+		if err != nil {
+			return 0, fmt.Errorf("sandbox: terminal pool: %w", err)
+		}
+		return strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	max, err := read("max")
+	if err != nil {
+		return 0, err
+	}
+	reserve, err := read("reserve")
+	if err != nil {
+		return 0, err
+	}
+	return max - reserve, nil
+}
+
 // devptsMagic is DEVPTS_SUPER_MAGIC.
 const devptsMagic = 0x1cd1
 

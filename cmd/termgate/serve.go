@@ -129,7 +129,8 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.str(&o.defaultCommand, "default-command", "/bin/bash -l", "command run when a client names none (space-separated)")
 	e.str(&o.network, "network", "none", "sandbox network: none or host")
 	e.str(&o.proc, "proc", "none", "sandbox procfs: none or private")
-	e.parsed("tmp-size", "size of /tmp and /run in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
+	e.parsed("tmp-size", "size of /tmp, /run and /dev/shm in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
+	e.parsed("ptys", "terminals each sandbox may open itself, for tmux or script (0: none)", ptysFlag(&o.policy.PTYs))
 	o.policy.Limits = defaultServeLimits
 	e.parsed("cpu-seconds", "CPU seconds per process: default and ceiling (0: none)", uintFlag(&o.policy.Limits.CPUSeconds))
 	e.parsed("memory", "memory per execution in bytes, swap included: default and ceiling (default 1G; 0: none)", sizeFlag(&o.policy.Limits.Memory))
@@ -204,6 +205,40 @@ func checkCeilings(l sandbox.Limits, ceilings map[string]bool) error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("serve: refusing to start: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// DefaultPTYs is the terminals each sandbox may open under serve: enough for
+// tmux or script, and with the default capacity (256 running) well inside
+// the kernel's pool.
+const DefaultPTYs = 4
+
+func ptysFlag(dst *int) func(string) error {
+	*dst = DefaultPTYs
+	return func(s string) error {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 || v > sandbox.MaxPTYs {
+			return fmt.Errorf("want 0 to %d, got %q", sandbox.MaxPTYs, s)
+		}
+		*dst = v
+		return nil
+	}
+}
+
+// checkTerminalPool refuses a configuration whose running executions could
+// together take every terminal the kernel has for sandboxes: a tenant at
+// its ceiling would then leave none for the others.
+func checkTerminalPool(ptys, running int) error {
+	if ptys == 0 {
+		return nil
+	}
+	pool, err := sandbox.TerminalPool()
+	if err != nil {
+		return fmt.Errorf("serve: refusing to start: %w: set --ptys 0 to run without terminals in sandboxes", err)
+	}
+	if ptys*running > pool {
+		return fmt.Errorf("serve: refusing to start: --ptys %d times --max-running %d is %d terminals, more than the kernel's %d for sandboxes (kernel.pty.max minus kernel.pty.reserve): lower one of them", ptys, running, ptys*running, pool)
 	}
 	return nil
 }
@@ -363,7 +398,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 		l.Close()
 		return nil, fmt.Errorf("serve: refusing to start: %w", err)
 	}
-	if err := checkCeilings(o.policy.Limits, report.Ceilings); err != nil {
+	if err := errors.Join(checkCeilings(o.policy.Limits, report.Ceilings), checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -481,7 +516,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", o.leeway.String(),
 		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", o.commands, "default_command", o.defaultCommand,
-		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tmp_size", sizeText(uint64(o.policy.TmpSize)),
+		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
 		"timeout", o.policy.DefaultTimeout.String(), "max_timeout", o.policy.MaxTimeout.String(), "retention", o.session.DefaultRetention.String(),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
 		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,

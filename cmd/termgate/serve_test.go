@@ -521,3 +521,35 @@ func TestServeNewFlagsHaveEnvironmentEquivalents(t *testing.T) {
 		t.Fatalf("from the environment: %+v %+v %v %v %+v %d", o.policy.Limits, o.session, o.idleTimeout, o.server.RequestReadTimeout, o.listener, o.fdHeadroom)
 	}
 }
+
+// TestServeBoundsTerminals: sandboxes open a few terminals of their own
+// by default, and a configuration whose running executions could together
+// take the kernel's whole pool is refused.
+func TestServeBoundsTerminals(t *testing.T) {
+	o, err := parseServe([]string{"--dev"}, io.Discard)
+	if err != nil || o.policy.PTYs != DefaultPTYs {
+		t.Fatalf("default ptys: %v, %v", o, err)
+	}
+	if o, err := parseServe([]string{"--dev", "--ptys", "0"}, io.Discard); err != nil || o.policy.PTYs != 0 {
+		t.Errorf("--ptys 0: %v", err)
+	}
+	for _, bad := range []string{"-1", "1025", "x"} {
+		if _, err := parseServe([]string{"--dev", "--ptys", bad}, io.Discard); err == nil {
+			t.Errorf("--ptys %s accepted", bad)
+		}
+	}
+	pool, err := sandbox.TerminalPool()
+	if err != nil {
+		t.Skipf("no terminal pool to check against: %v", err)
+	}
+	if err := checkTerminalPool(DefaultPTYs, session.DefaultMaxRunning); err != nil {
+		t.Errorf("the defaults do not fit the pool of %d: %v", pool, err)
+	}
+	if err := checkTerminalPool(0, 1<<20); err != nil {
+		t.Errorf("no terminals: %v", err)
+	}
+	err = checkTerminalPool(pool/8+1, 8)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--ptys %d", pool/8+1)) {
+		t.Errorf("a configuration above the pool of %d: %v", pool, err)
+	}
+}
