@@ -82,6 +82,7 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.layout.init, l.dropInit, err = l.id.prepareInit(); err != nil {
 		return nil, err
 	}
+	l.layout.landlock = landlockAvailable()
 	l.cgroups = detectCgroups(cfg.CgroupRoot)
 	l.startEvents()
 	return l, nil

@@ -72,6 +72,9 @@ type hostLayout struct {
 	procMasked map[string]bool
 	// init is the host path of the program the sandbox runs as its init.
 	init string
+	// landlock says the kernel has Landlock, so the init puts the command
+	// in a domain of its own.
+	landlock bool
 }
 
 // etcEntries are the only /etc entries a sandbox sees: what the dynamic
@@ -119,7 +122,7 @@ func buildPlan(p Policy, host hostLayout, seccomp []byte) plan {
 	// The init runs with one variable of termgate's, none of the client's:
 	// a single thread keeps it within the smallest pids ceiling.
 	pl.add("--clearenv", "--setenv", "GOMAXPROCS", "1")
-	pl.command(p)
+	pl.command(p, host)
 	return pl
 }
 
@@ -246,11 +249,11 @@ func depth(p string) int { return strings.Count(p, "/") }
 // command builds what bwrap executes: the init, which gets the command's
 // environment, working directory, terminal and rlimits on its control
 // socket and execs the command in place.
-func (pl *plan) command(p Policy) {
+func (pl *plan) command(p Policy, host hostLayout) {
 	pl.argv = append(append(pl.argv, "--", initPath), p.Command...)
 	pl.init = initConfig{
 		Env: p.sortedEnv(), Cwd: p.Cwd, Terminal: p.TTY != nil,
-		Hold: p.PTYs > 0, Rlimits: rlimits(p.Limits),
+		Hold: p.PTYs > 0, Rlimits: rlimits(p.Limits), Landlock: host.landlock,
 	}
 }
 

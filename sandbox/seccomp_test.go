@@ -739,7 +739,7 @@ func TestSeccompInSandbox(t *testing.T) {
 	t.Parallel()
 	python := needPython(t)
 	script := fmt.Sprintf(seccompSandboxScript, seccompSandboxNumbers())
-	r := runPolicy(t, Policy{Command: []string{python, "-c", script}, Limits: Limits{FileSize: 1 << 20}})
+	r := runPolicy(t, Policy{Command: []string{python, "-c", script}, Limits: Limits{FileSize: 1 << 20}, PTYs: 1})
 	if !r.exit.Success() {
 		t.Fatalf("script: %v", r)
 	}

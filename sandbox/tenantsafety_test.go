@@ -179,3 +179,30 @@ print("opened", n)`
 		}
 	}
 }
+
+// TestSandboxInitIsOutOfReach: the command cannot reach into its sandbox's
+// pid 1 through a private /proc (stopping or rewriting it would keep the
+// sandbox open or forge its status), while its own processes stay open to
+// debuggers.
+func TestSandboxInitIsOutOfReach(t *testing.T) {
+	t.Parallel()
+	l := needLauncher(t)
+	if !l.layout.landlock {
+		t.Skip("needs Landlock")
+	}
+	script := `import errno, os, subprocess
+def tryopen(path):
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+child = subprocess.Popen(["sleep", "30"])
+print("init_mem", tryopen("/proc/1/mem"))
+print("child_mem", tryopen("/proc/%d/mem" % child.pid))
+child.kill()`
+	r := runPolicy(t, Policy{Proc: ProcPrivate, Command: []string{"/usr/bin/python3", "-c", script}})
+	if r.stdout != "init_mem EACCES\nchild_mem ok\n" {
+		t.Errorf("want pid 1 out of reach, the command's own child within: %v", r)
+	}
+}
