@@ -16,17 +16,20 @@ import (
 
 // Report is what Probe found this host can enforce.
 type Report struct {
-	OK           bool            `json:"ok"`
-	Bwrap        string          `json:"bwrap"`
-	Version      string          `json:"version"`
-	Identity     string          `json:"identity"`
-	Checks       map[string]bool `json:"checks"`
-	Ceilings     map[string]bool `json:"ceilings"`
-	Cgroups      CgroupInfo      `json:"cgroups"`
-	ExactStatus  bool            `json:"exact_exit_status"`
-	StartLatency time.Duration   `json:"start_latency_ns"`
-	Problems     []string        `json:"problems,omitempty"` // isolation is broken
-	Warnings     []string        `json:"warnings,omitempty"` // isolation holds, reporting is degraded
+	OK          bool            `json:"ok"`
+	Bwrap       string          `json:"bwrap"`
+	Version     string          `json:"version"`
+	Identity    string          `json:"identity"`
+	Checks      map[string]bool `json:"checks"`
+	Ceilings    map[string]bool `json:"ceilings"`
+	Cgroups     CgroupInfo      `json:"cgroups"`
+	ExactStatus bool            `json:"exact_exit_status"`
+	TenantUIDs  string          `json:"tenant_uids,omitempty"` // the ids tenants get, as root
+	// WorkspaceQuota names the mechanism of workspace quotas, or why there is none.
+	WorkspaceQuota string        `json:"workspace_quota"`
+	StartLatency   time.Duration `json:"start_latency_ns"`
+	Problems       []string      `json:"problems,omitempty"` // isolation is broken
+	Warnings       []string      `json:"warnings,omitempty"` // isolation holds, reporting is degraded
 }
 
 // probeScript prints one fact per line from inside a sandbox.
@@ -38,6 +41,9 @@ test -e /etc/shadow && echo shadow=visible || echo shadow=absent
 (unshare -U true) 2>/dev/null && echo userns=allowed || echo userns=denied
 touch /usr/probe 2>/dev/null && echo usr=writable || echo usr=readonly
 touch /workspace/probe && echo workspace=writable
+touch /dev/probe 2>/dev/null && echo dev=writable || echo dev=readonly
+echo "pts=$(grep ' /dev/pts ' /proc/self/mountinfo | grep -o 'max=[0-9]*')"
+(exec 3</proc/1/mem) 2>/dev/null && echo init_mem=open || echo init_mem=closed
 ` + probeSeccompScript
 
 // probeSeccompScript prints the errno of socket(AF_VSOCK, SOCK_STREAM) and
@@ -82,6 +88,8 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 	r.StartLatency = exit.Duration
 	facts := parseFacts(out)
 	r.Checks = probeChecks(facts)
+	l.initCheck(&r, facts)
+	l.tenantFacts(&r)
 	for _, name := range slices.Sorted(maps.Keys(r.Checks)) {
 		if !r.Checks[name] {
 			r.Problems = append(r.Problems, "check failed: "+name+probeSeen(name, facts))
@@ -111,7 +119,43 @@ func probeChecks(facts map[string]string) map[string]bool {
 		// EFAULT for io_uring's NULL parameters.
 		"socket_families": facts["vsock"] == strconv.Itoa(int(syscall.EAFNOSUPPORT)),
 		"io_uring":        facts["io_uring"] == strconv.Itoa(int(syscall.ENOSYS)),
+		"dev_readonly":    facts["dev"] == "readonly",
+		// The probe may open probePTYs terminals of its own.
+		"terminals_bounded": facts["pts"] == "max="+strconv.Itoa(probePTYs),
 	}
+}
+
+// tenantFacts reports what keeps tenants apart beyond one sandbox: their
+// own host ids and the workspace quota mechanism. Either missing is a
+// warning: termgate exec needs neither, and serve refuses a quota it
+// cannot apply.
+func (l *Launcher) tenantFacts(r *Report) {
+	if l.id.switchTo {
+		t := l.cfg.TenantUIDs
+		r.TenantUIDs = fmt.Sprintf("%d-%d", t.First, t.First+t.Count-1)
+	} else {
+		r.Warnings = append(r.Warnings, "not root: every tenant runs as termgate's own uid and shares the kernel's per-user limits")
+	}
+	if err := ProbeWorkspaceQuota(); err != nil {
+		r.WorkspaceQuota = "unavailable: " + err.Error()
+		r.Warnings = append(r.Warnings, "workspace quotas unavailable: "+err.Error())
+		return
+	}
+	r.WorkspaceQuota = "ext4 image per tenant on a loop device"
+}
+
+// probePTYs is how many terminals the probe's sandbox may open.
+const probePTYs = 2
+
+// initCheck judges whether the sandbox's pid 1 is out of the command's
+// reach, which takes Landlock: without it that is a warning, since only
+// the sandbox itself suffers (it could be stopped or made to misreport).
+func (l *Launcher) initCheck(r *Report, facts map[string]string) {
+	if !l.layout.landlock {
+		r.Warnings = append(r.Warnings, "no Landlock: with --proc private a command can open its sandbox's pid 1 through /proc/1/mem and keep the sandbox open or forge its exit status")
+		return
+	}
+	r.Checks["init_out_of_reach"] = facts["init_mem"] == "closed"
 }
 
 // probeErrnoFacts maps the checks that read an errno to their fact.
@@ -154,7 +198,7 @@ func (l *Launcher) probeRun(ctx context.Context) (string, Exit, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	proc, err := l.Start(ctx, Policy{
-		Command: []string{"/bin/sh", "-c", probeScript}, Workspace: dir, Proc: ProcPrivate,
+		Command: []string{"/bin/sh", "-c", probeScript}, Workspace: dir, Proc: ProcPrivate, PTYs: probePTYs,
 	}, Stdio{Stdout: &out, Stderr: &out})
 	if err != nil {
 		return "", Exit{}, err

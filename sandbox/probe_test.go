@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"maps"
 	"os"
 	"testing"
 )
@@ -77,5 +78,38 @@ func TestProbeChecksSeccompFacts(t *testing.T) {
 	}
 	if got := probeSeen("hostname", map[string]string{}); got != "" {
 		t.Errorf("a check without an errno fact says %q", got)
+	}
+}
+
+// TestProbeChecksDevTerminalsAndInit: the facts of /dev, the terminals'
+// bound and the init's reach each fail their check when wrong.
+func TestProbeChecksDevTerminalsAndInit(t *testing.T) {
+	t.Parallel()
+	good := map[string]string{"dev": "readonly", "pts": "max=2", "init_mem": "closed"}
+	if c := probeChecks(good); !c["dev_readonly"] || !c["terminals_bounded"] {
+		t.Errorf("good facts fail: %v", c)
+	}
+	for _, bad := range []struct{ key, value, check string }{
+		{"dev", "writable", "dev_readonly"},
+		{"pts", "", "terminals_bounded"},
+		{"pts", "max=1048576", "terminals_bounded"},
+	} {
+		facts := maps.Clone(good)
+		facts[bad.key] = bad.value
+		if probeChecks(facts)[bad.check] {
+			t.Errorf("%s=%q passes %s", bad.key, bad.value, bad.check)
+		}
+	}
+	l := &Launcher{layout: hostLayout{landlock: true}}
+	r := Report{Checks: map[string]bool{}}
+	l.initCheck(&r, map[string]string{"init_mem": "open"})
+	if ok, present := r.Checks["init_out_of_reach"]; ok || !present {
+		t.Errorf("an open /proc/1/mem with Landlock: %v", r.Checks)
+	}
+	l.layout.landlock = false
+	r = Report{Checks: map[string]bool{}}
+	l.initCheck(&r, map[string]string{"init_mem": "open"})
+	if len(r.Warnings) != 1 || len(r.Checks) != 0 {
+		t.Errorf("without Landlock: %+v", r)
 	}
 }

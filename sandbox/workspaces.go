@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/termgate/termgate/sandbox/internal/workspace"
 )
@@ -94,6 +95,22 @@ func (w *Workspaces) Recovered() []string { return w.s.Recovered() }
 
 // Close unmounts the workspaces' images and releases the root.
 func (w *Workspaces) Close() error { return w.s.Close() }
+
+// ProbeWorkspaceQuota makes, mounts and removes a small quota image in a
+// scratch root, as OpenWorkspaces does with quotas on: the error says why
+// this host cannot apply workspace quotas.
+func ProbeWorkspaceQuota() error {
+	root, err := os.MkdirTemp("", "termgate-quota-probe-")
+	if err != nil {
+		return fmt.Errorf("workspace quota probe: %w", err)
+	}
+	defer os.RemoveAll(root)
+	w, err := OpenWorkspaces(WorkspacesConfig{Root: root, Bytes: MinWorkspaceBytes, Inodes: MinWorkspaceInodes})
+	if err != nil {
+		return err
+	}
+	return w.Close()
+}
 
 // ListWorkspaces describes every workspace under root without taking it,
 // for an operator while a server runs.
