@@ -118,6 +118,9 @@ type Policy struct {
 	Limits  Limits `json:"limits"`
 	// Timeout stops the process gracefully after this wall-clock time; 0 is none.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// Tenant accounts the execution to a tenant: its cgroup sits inside the
+	// tenant's, under Config.TenantLimits. "" is none.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -156,7 +159,7 @@ func (p Policy) Normalize() Policy {
 func (p Policy) Validate() error {
 	checks := []func() error{
 		p.validateCommand, p.validateEnv, p.validateMounts,
-		p.validateModes, p.validateLimits,
+		p.validateModes, p.validateLimits, p.validateTenant,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -350,6 +353,14 @@ func (p Policy) validateLimits() error {
 		return fmt.Errorf("cpu weight %d: want 1..10000", l.CPUWeight)
 	}
 	return nil
+}
+
+// validateTenant keeps a tenant usable as its cgroup's name; "" is none.
+func (p Policy) validateTenant() error {
+	if p.Tenant == "" {
+		return nil
+	}
+	return validateTenant(p.Tenant)
 }
 
 // sortedEnv returns the environment as KEY=VALUE, sorted, for a stable plan.
