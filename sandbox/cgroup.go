@@ -178,8 +178,8 @@ type execCgroup struct {
 	freezer   string   // v1 freezer directory, used only without cgroup.kill
 	memoryV1  string
 	pidsV1    string
-	cpuacctV1 string      // used only without a cgroup2 directory
-	removed   atomic.Bool // later calls must not touch a reused name
+	cpuacctV1 string       // used only without a cgroup2 directory
+	removed   atomic.Bool  // later calls must not touch a reused name
 	release   func() error // drops the tenant's hold, nil without a tenant
 	released  atomic.Bool
 }
