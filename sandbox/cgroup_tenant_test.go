@@ -5,11 +5,13 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 
 // cgroupTestHierarchies lists the cgroup hierarchies mounted under the
 // test root, found by filesystem type rather than by the code under test.
-func cgroupTestHierarchies(t *testing.T) []string {
+func cgroupTestHierarchies(t testing.TB) []string {
 	t.Helper()
 	var dirs []string
 	for _, name := range []string{"unified", "memory", "pids", "cpu", "cpuacct", "freezer"} {
@@ -39,7 +41,7 @@ func cgroupTestHierarchies(t *testing.T) []string {
 // cgroupTestParent returns a cgroup parent name unique to the test, and
 // removes that parent in every hierarchy when the test ends, failing the
 // test if something of it could not be removed.
-func cgroupTestParent(t *testing.T) string {
+func cgroupTestParent(t testing.TB) string {
 	t.Helper()
 	parent := "tgtest-" + cgroupTestName(t)
 	t.Cleanup(func() {
@@ -79,7 +81,7 @@ func cgroupTestRemoveTree(dir string) error {
 // cgroupTestLauncher returns a launcher of the test's own, whose cgroups
 // live under a parent nobody else uses; it is closed and its parent is
 // removed when the test ends.
-func cgroupTestLauncher(t *testing.T, cfg Config) *Launcher {
+func cgroupTestLauncher(t testing.TB, cfg Config) *Launcher {
 	t.Helper()
 	cgroupRequireRoot(t)
 	if cfg.CgroupParent == "" {
@@ -330,4 +332,100 @@ func FuzzPolicyTenant(f *testing.F) {
 			t.Errorf("accepted tenant %q escapes %s: %s", tenant, parent, joined)
 		}
 	})
+}
+
+// cgroupTestTenants returns a tenant set on the real host under a parent
+// of the test's own.
+func cgroupTestTenants(t *testing.T, lim cgroupLimits) *tenantCgroups {
+	t.Helper()
+	cgroupRequireRoot(t)
+	h := detectCgroups(cgroupTestRoot)
+	h.parent = cgroupTestParent(t)
+	return newTenantCgroups(h, lim)
+}
+
+func TestTenantConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	ts := cgroupTestTenants(t, cgroupLimits{MemoryBytes: 256 << 20, Pids: 100, CPUWeight: 100})
+	cgroupRequire(t, ts.host.Info().Memory && ts.host.Info().Pids && ts.host.Info().CPU, "memory, pids and cpu", ts.host.Info())
+	// Rounds of 16 concurrent first starts and last ends: each round makes
+	// the tenant's directories and removes them again, racing itself.
+	for round := range 5 {
+		groups := make([]*execCgroup, 16)
+		errs := make([]error, 16)
+		var wg sync.WaitGroup
+		for i := range groups {
+			wg.Go(func() { groups[i], errs[i] = ts.create("a", fmt.Sprintf("x%d-%d", round, i), cgroupLimits{}) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, start %d: %v", round, i, err)
+			}
+		}
+		for _, c := range groups {
+			wg.Go(func() {
+				if err := c.remove(); err != nil {
+					t.Errorf("remove: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		for _, hier := range ts.host.hierarchies() {
+			if _, err := os.Stat(filepath.Join(hier, ts.base("a"))); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("round %d: tenant directory left in %s (stat: %v)", round, hier, err)
+			}
+		}
+	}
+}
+
+func TestTenantLimitsRewritten(t *testing.T) {
+	t.Parallel()
+	ts := cgroupTestTenants(t, cgroupLimits{MemoryBytes: 64 << 20, CPUWeight: 100})
+	h := ts.host
+	if h.v1["memory"] == "" || h.v1["pids"] == "" || h.v1["cpu"] == "" {
+		cgroupRequire(t, false, "v1 memory, pids and cpu hierarchies", h.Info())
+	}
+	// An earlier configuration left the tenant's directories with lower
+	// ceilings, and a pids ceiling it no longer asks for.
+	old := map[string][][2]string{
+		"memory": {{"memory.limit_in_bytes", "33554432"}, {"memory.memsw.limit_in_bytes", "33554432"}},
+		"pids":   {{"pids.max", "5"}},
+		"cpu":    {{"cpu.shares", "2"}},
+	}
+	for ctl, files := range old {
+		dir := filepath.Join(h.v1[ctl], ts.base("a"))
+		if _, err := cgroupEnsure(h.v1[ctl], ts.base("a")); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := cgroupWriteIfExists(dir, f[0], f[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c, err := ts.create("a", "x1", cgroupLimits{})
+	if err != nil {
+		t.Fatalf("create under the adopted tenant directory: %v", err)
+	}
+	want := map[string][][2]string{
+		"memory": {{"memory.limit_in_bytes", "67108864"}, {"memory.memsw.limit_in_bytes", "67108864"}},
+		"pids":   {{"pids.max", "max"}},
+		"cpu":    {{"cpu.shares", "1024"}},
+	}
+	for ctl, files := range want {
+		dir := filepath.Join(h.v1[ctl], ts.base("a"))
+		for _, f := range files {
+			data, err := os.ReadFile(filepath.Join(dir, f[0]))
+			if errors.Is(err, fs.ErrNotExist) && f[0] == "memory.memsw.limit_in_bytes" {
+				continue // no swap accounting
+			}
+			if got := strings.TrimSpace(string(data)); err != nil || got != f[1] {
+				t.Errorf("%s/%s = %q (%v), want %q", dir, f[0], got, err, f[1])
+			}
+		}
+	}
+	if err := c.remove(); err != nil {
+		t.Errorf("remove: %v", err)
+	}
 }
