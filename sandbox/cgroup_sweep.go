@@ -144,8 +144,11 @@ func (lk *cgroupLock) shared() error {
 	return errors.Join(errs...)
 }
 
-// close drops every lock.
+// close drops every lock; a launcher that never locked has none.
 func (lk *cgroupLock) close() {
+	if lk == nil {
+		return
+	}
 	for _, f := range lk.files {
 		f.Close()
 	}
