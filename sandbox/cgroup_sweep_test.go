@@ -155,3 +155,72 @@ func waitDone(p *Process, d time.Duration) (Exit, bool) {
 		return Exit{}, false
 	}
 }
+
+// crashHelperEnv makes TestCrashHelperInstance act as a server that is
+// then killed; its value is the cgroup parent, and crashWorkspaceEnv's
+// the workspace, which the killed process could not remove itself.
+const (
+	crashHelperEnv    = "TERMGATE_TEST_CRASH_PARENT"
+	crashWorkspaceEnv = "TERMGATE_TEST_CRASH_WORKSPACE"
+)
+
+// TestCrashHelperInstance is not a test of its own: run by
+// TestSweepAfterKill9 in a child process, it starts an execution with a
+// tenant and one without, says so, and waits to be killed.
+func TestCrashHelperInstance(t *testing.T) {
+	parent := os.Getenv(crashHelperEnv)
+	if parent == "" {
+		t.Skip("helper of TestSweepAfterKill9")
+	}
+	l, err := NewLauncher(Config{CgroupParent: parent, TenantLimits: Limits{Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"a", ""} {
+		if _, err := l.Start(t.Context(), Policy{Command: []string{"sleep", "300"}, Workspace: os.Getenv(crashWorkspaceEnv), Tenant: tenant, Limits: Limits{Pids: 16}}, Stdio{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Stdout.WriteString("started\n")
+	time.Sleep(time.Minute) // killed long before
+}
+
+func TestSweepAfterKill9(t *testing.T) {
+	t.Parallel()
+	cgroupRequireRoot(t)
+	needLauncher(t)
+	parent := cgroupTestParent(t)
+	var out syncBuffer
+	server := exec.Command(os.Args[0], "-test.run=^TestCrashHelperInstance$", "-test.count=1")
+	server.Env = append(os.Environ(), crashHelperEnv+"="+parent, crashWorkspaceEnv+"="+testDir(t))
+	server.Stdout, server.Stderr = &out, &out
+	if err := server.Start(); err != nil {
+		t.Fatalf("start the instance to crash: %v", err)
+	}
+	t.Cleanup(func() { _ = server.Process.Kill() })
+	waitFor(t, &out, "started")
+	var left []string
+	for _, hier := range cgroupTestHierarchies(t) {
+		dirs, err := cgroupTree(filepath.Join(hier, parent), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, dirs...)
+	}
+	if err := server.Process.Kill(); err != nil {
+		t.Fatalf("kill -9 the instance: %v", err)
+	}
+	server.Wait()
+
+	l := cgroupTestLauncher(t, Config{CgroupParent: parent})
+	got, err := l.SweepCgroups()
+	if err != nil {
+		t.Fatalf("SweepCgroups after kill -9: %v", err)
+	}
+	// Two executions, one in the tenant's directory, in every hierarchy
+	// they used: at least the cgroup2 tree and pids.
+	if len(left) < 6 || !slices.Equal(slices.Sorted(slices.Values(got.Removed)), slices.Sorted(slices.Values(left))) {
+		t.Errorf("Removed = %q, want what the killed instance left: %q", got.Removed, left)
+	}
+	t.Logf("after kill -9: removed %d directories, killed %d processes", len(got.Removed), got.Killed)
+}

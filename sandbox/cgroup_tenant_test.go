@@ -54,8 +54,9 @@ func cgroupTestParent(t testing.TB) string {
 	return parent
 }
 
-// cgroupTestRemoveTree removes dir and what is below it, deepest first,
-// retrying briefly while killed tasks still count as members.
+// cgroupTestRemoveTree kills what runs below dir, then removes dir and
+// what is below it, deepest first, retrying briefly while killed tasks
+// still count as members. A failed test leaves nothing behind.
 func cgroupTestRemoveTree(dir string) error {
 	var dirs []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -70,8 +71,9 @@ func cgroupTestRemoveTree(dir string) error {
 	if err != nil {
 		return err
 	}
+	killErr := (&execCgroup{name: dir, dirs: dirs}).killEach()
 	deadline := time.Now().Add(5 * time.Second)
-	var errs []error
+	errs := []error{killErr}
 	for _, d := range slices.Backward(dirs) {
 		errs = append(errs, cgroupRmdir(d, deadline))
 	}
