@@ -23,8 +23,9 @@ import (
 // without a ceiling it asked for.
 var ErrUnenforceable = errors.New("sandbox: ceiling cannot be enforced on this host")
 
-// cgroupParent is the directory, in every hierarchy, holding one child per
-// execution. Concurrent executions share it, so it is never removed.
+// cgroupParent is the default directory, in every hierarchy, holding one
+// child per execution (and one per tenant). Concurrent executions share
+// it, so it is never removed.
 const cgroupParent = "termgate"
 
 // cgroupNamePattern bounds execution names to one safe path element.
@@ -85,6 +86,7 @@ var cgroupV1Markers = map[string]string{
 // concurrent executions share one.
 type cgroupHost struct {
 	version     string
+	parent      string          // cgroupParent unless the launcher says otherwise
 	unified     string          // cgroup2 mount, "" when absent
 	unifiedCtl  map[string]bool // controllers the cgroup2 root can hand down
 	unifiedKill bool            // kernel has cgroup.kill (5.14+)
@@ -95,7 +97,7 @@ type cgroupHost struct {
 // /sys/fs/cgroup). It never fails: what is absent is reported as false, and
 // create refuses the ceilings that depend on it.
 func detectCgroups(root string) *cgroupHost {
-	h := &cgroupHost{v1: map[string]string{}}
+	h := &cgroupHost{parent: cgroupParent, v1: map[string]string{}}
 	h.detectUnified(root)
 	if h.unified != root {
 		h.detectV1(root)
@@ -169,20 +171,30 @@ func (h *cgroupHost) has(ctl string) bool {
 // every process of one execution.
 type execCgroup struct {
 	name      string
+	base      string   // the path from each hierarchy's root to the group's parent
 	dirs      []string // every directory created, in creation order
 	unified   string   // cgroup2 directory, "" when the host has none
 	canKill   bool     // unified has cgroup.kill
 	freezer   string   // v1 freezer directory, used only without cgroup.kill
 	memoryV1  string
 	pidsV1    string
-	cpuacctV1 string      // used only without a cgroup2 directory
-	removed   atomic.Bool // later calls must not touch a reused name
+	cpuacctV1 string       // used only without a cgroup2 directory
+	removed   atomic.Bool  // later calls must not touch a reused name
+	release   func() error // drops the tenant's hold, nil without a tenant
+	released  atomic.Bool
 }
 
 // create makes <hierarchy>/termgate/<name> in every hierarchy the limits
 // need and writes the limits. A requested ceiling the host cannot apply is
 // an error wrapping ErrUnenforceable; on any error nothing is left behind.
 func (h *cgroupHost) create(name string, lim cgroupLimits) (*execCgroup, error) {
+	return h.createIn(h.parent, name, lim, lim)
+}
+
+// createIn makes <hierarchy>/<base>/<name>. join names the ceilings the
+// group must sit under, its own and its tenant's: a hierarchy is joined
+// when either asks for it, and only lim's values are written.
+func (h *cgroupHost) createIn(base, name string, lim, join cgroupLimits) (*execCgroup, error) {
 	if err := validateCgroupName(name); err != nil {
 		return nil, err
 	}
@@ -192,8 +204,8 @@ func (h *cgroupHost) create(name string, lim cgroupLimits) (*execCgroup, error) 
 	if err := h.checkEnforceable(lim); err != nil {
 		return nil, err
 	}
-	c := &execCgroup{name: name}
-	if err := h.populate(c, lim); err != nil {
+	c := &execCgroup{name: name, base: base}
+	if err := h.populate(c, lim, join); err != nil {
 		return nil, errors.Join(err, c.rmdirAll())
 	}
 	return c, nil
@@ -229,24 +241,26 @@ func (h *cgroupHost) checkEnforceable(lim cgroupLimits) error {
 
 // populate creates the directories and writes the limits, recording each
 // directory in c as soon as it exists so create can undo a partial build.
-func (h *cgroupHost) populate(c *execCgroup, lim cgroupLimits) error {
-	if err := h.makeUnified(c, lim); err != nil {
+// A hierarchy that join needs and lim does not is joined without a value
+// of the group's own (the limit functions take 0 as "join only").
+func (h *cgroupHost) populate(c *execCgroup, lim, join cgroupLimits) error {
+	if err := h.makeUnified(c, join); err != nil {
 		return err
 	}
 	if err := h.makeTracking(c); err != nil {
 		return err
 	}
-	if lim.MemoryBytes > 0 {
+	if join.MemoryBytes > 0 {
 		if err := h.limitMemory(c, lim.MemoryBytes); err != nil {
 			return err
 		}
 	}
-	if lim.Pids > 0 {
+	if join.Pids > 0 {
 		if err := h.limitPids(c, lim.Pids); err != nil {
 			return err
 		}
 	}
-	if lim.CPUWeight > 0 {
+	if join.CPUWeight > 0 {
 		return h.limitCPU(c, lim.CPUWeight)
 	}
 	return nil
@@ -258,12 +272,12 @@ func (h *cgroupHost) makeUnified(c *execCgroup, lim cgroupLimits) error {
 	if h.unified == "" {
 		return nil
 	}
-	parent, err := cgroupEnsureParent(h.unified)
+	chain, err := cgroupEnsure(h.unified, c.base)
 	if err != nil {
 		return err
 	}
 	for _, ctl := range h.unifiedWanted(lim) {
-		if err := cgroupEnable(ctl, h.unified, parent); err != nil {
+		if err := cgroupEnable(ctl, append([]string{h.unified}, chain...)...); err != nil {
 			return err
 		}
 	}
@@ -305,49 +319,94 @@ func (h *cgroupHost) makeTracking(c *execCgroup) error {
 	return err
 }
 
-// limitMemory sets the memory ceiling and keeps swap from extending it.
+// limitMemory sets the memory ceiling and keeps swap from extending it;
+// with bytes 0 the group only joins the memory hierarchy, so that a
+// tenant's ceiling above it applies and its OOM kills are counted.
 func (h *cgroupHost) limitMemory(c *execCgroup, bytes int64) error {
-	v := strconv.FormatInt(bytes, 10)
 	if h.unifiedCtl["memory"] {
-		if err := cgroupWrite(c.unified, "memory.max", v); err != nil {
-			return err
-		}
-		return cgroupWriteIfExists(c.unified, "memory.swap.max", "0")
+		return cgroupSetMemory(c.unified, true, bytes)
 	}
 	dir, err := c.mkdir(h.v1["memory"])
 	if err != nil {
 		return err
 	}
 	c.memoryV1 = dir
-	// memsw is memory+swap and must stay >= limit_in_bytes, so it goes second.
-	if err := cgroupWrite(dir, "memory.limit_in_bytes", v); err != nil {
-		return err
-	}
-	return cgroupWriteIfExists(dir, "memory.memsw.limit_in_bytes", v)
+	return cgroupSetMemory(dir, false, bytes)
 }
 
-// limitPids sets the ceiling on processes and threads.
+// limitPids sets the ceiling on processes and threads; 0 joins only.
 func (h *cgroupHost) limitPids(c *execCgroup, n int64) error {
-	v := strconv.FormatInt(n, 10)
 	if h.unifiedCtl["pids"] {
-		return cgroupWrite(c.unified, "pids.max", v)
+		return cgroupSetPids(c.unified, n)
 	}
 	dir, err := c.mkdir(h.v1["pids"])
 	if err != nil {
 		return err
 	}
 	c.pidsV1 = dir
-	return cgroupWrite(dir, "pids.max", v)
+	return cgroupSetPids(dir, n)
 }
 
-// limitCPU sets the CPU weight, translated to cpu.shares on v1.
+// limitCPU sets the CPU weight, translated to cpu.shares on v1; 0 joins
+// only.
 func (h *cgroupHost) limitCPU(c *execCgroup, weight int) error {
 	if h.unifiedCtl["cpu"] {
-		return cgroupWrite(c.unified, "cpu.weight", strconv.Itoa(weight))
+		return cgroupSetCPU(c.unified, true, weight)
 	}
 	dir, err := c.mkdir(h.v1["cpu"])
 	if err != nil {
 		return err
+	}
+	return cgroupSetCPU(dir, false, weight)
+}
+
+// cgroupSetMemory writes a memory ceiling of bytes (0: none) into dir, a
+// cgroup2 directory when v2 is set.
+func cgroupSetMemory(dir string, v2 bool, bytes int64) error {
+	if bytes == 0 {
+		return nil
+	}
+	v := strconv.FormatInt(bytes, 10)
+	if v2 {
+		if err := cgroupWrite(dir, "memory.max", v); err != nil {
+			return err
+		}
+		return cgroupWriteIfExists(dir, "memory.swap.max", "0")
+	}
+	// memsw is memory+swap and must stay >= limit_in_bytes: it goes second
+	// when the ceiling comes down (always, in a new group), first when it
+	// goes up (a tenant's group kept from an earlier configuration).
+	files := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}
+	if bytes > cgroupInt(dir, "memory.limit_in_bytes") {
+		slices.Reverse(files)
+	}
+	for _, f := range files {
+		write := cgroupWrite
+		if f == "memory.memsw.limit_in_bytes" {
+			write = cgroupWriteIfExists // only with swap accounting
+		}
+		if err := write(dir, f, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cgroupSetPids writes a pids ceiling of n (0: none) into dir.
+func cgroupSetPids(dir string, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	return cgroupWrite(dir, "pids.max", strconv.FormatInt(n, 10))
+}
+
+// cgroupSetCPU writes a CPU weight (0: none) into dir, as cpu.shares on v1.
+func cgroupSetCPU(dir string, v2 bool, weight int) error {
+	switch {
+	case weight == 0:
+		return nil
+	case v2:
+		return cgroupWrite(dir, "cpu.weight", strconv.Itoa(weight))
 	}
 	return cgroupWrite(dir, "cpu.shares", strconv.FormatInt(cpuShares(weight), 10))
 }
@@ -358,15 +417,15 @@ func cpuShares(weight int) int64 {
 	return min(max(int64(weight)*1024/100, 2), 262144)
 }
 
-// mkdir creates hier/termgate/<name>. A directory already made for a
+// mkdir creates hier/<base>/<name>. A directory already made for a
 // co-mounted controller is reused; one left by anyone else is an error,
 // because sharing it would mix two executions.
 func (c *execCgroup) mkdir(hier string) (string, error) {
-	dir := filepath.Join(hier, cgroupParent, c.name)
+	dir := filepath.Join(hier, c.base, c.name)
 	if slices.Contains(c.dirs, dir) {
 		return dir, nil
 	}
-	if _, err := cgroupEnsureParent(hier); err != nil {
+	if _, err := cgroupEnsure(hier, c.base); err != nil {
 		return "", err
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -376,18 +435,24 @@ func (c *execCgroup) mkdir(hier string) (string, error) {
 	return dir, nil
 }
 
-// cgroupEnsureParent creates the shared termgate directory of hier; another
-// execution may create it at the same moment.
-func cgroupEnsureParent(hier string) (string, error) {
-	parent := filepath.Join(hier, cgroupParent)
-	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", fmt.Errorf("cgroup: create %s: %w", parent, err)
+// cgroupEnsure creates the shared directories from hier down to
+// hier/<base> (termgate, then a tenant's), which another execution may
+// create at the same moment, and returns them top down.
+func cgroupEnsure(hier, base string) ([]string, error) {
+	var chain []string
+	dir := hier
+	for elem := range strings.SplitSeq(base, "/") {
+		dir = filepath.Join(dir, elem)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("cgroup: create %s: %w", dir, err)
+		}
+		chain = append(chain, dir)
 	}
-	return parent, nil
+	return chain, nil
 }
 
 // cgroupEnable hands controller ctl down from the cgroup2 root through
-// termgate/ to the execution. Failing here means the ceiling cannot be
+// termgate/ (and a tenant's directory) to the execution. Failing here means the ceiling cannot be
 // applied, so the error wraps ErrUnenforceable as well as the cause.
 func cgroupEnable(ctl string, dirs ...string) error {
 	for _, dir := range dirs {
@@ -549,18 +614,24 @@ func cgroupSignalAll(pids []int) {
 	}
 }
 
-// remove kills the group and deletes its directories, leaving the shared
-// termgate parents. It is idempotent.
+// remove kills the group, deletes its directories, leaving the shared
+// termgate parents, and drops its tenant's hold (once, even when a
+// directory could not be removed). It is idempotent.
 func (c *execCgroup) remove() error {
 	if c.removed.Load() {
 		return nil
 	}
 	killErr := c.kill()
-	if err := c.rmdirAll(); err != nil {
-		return errors.Join(killErr, err)
+	err := c.rmdirAll()
+	var releaseErr error
+	if c.release != nil && c.released.CompareAndSwap(false, true) {
+		releaseErr = c.release()
+	}
+	if err != nil {
+		return errors.Join(killErr, err, releaseErr)
 	}
 	c.removed.Store(true)
-	return nil
+	return releaseErr
 }
 
 // rmdirAll removes every directory, newest first, within one shared budget.

@@ -27,7 +27,7 @@ const cgroupTestRoot = "/sys/fs/cgroup"
 func cgroupInCI() bool { return os.Getenv("CI") == "true" }
 
 // cgroupRequireRoot skips (or fails in CI) unless the test may create cgroups.
-func cgroupRequireRoot(t *testing.T) {
+func cgroupRequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -39,7 +39,7 @@ func cgroupRequireRoot(t *testing.T) {
 }
 
 // cgroupRequire skips (or fails in CI) when the host lacks a feature.
-func cgroupRequire(t *testing.T, have bool, what string, info CgroupInfo) {
+func cgroupRequire(t testing.TB, have bool, what string, info CgroupInfo) {
 	t.Helper()
 	if have {
 		return
@@ -52,7 +52,7 @@ func cgroupRequire(t *testing.T, have bool, what string, info CgroupInfo) {
 }
 
 // cgroupTestName derives a unique, valid cgroup name from the test name.
-func cgroupTestName(t *testing.T) string {
+func cgroupTestName(t testing.TB) string {
 	t.Helper()
 	base := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {

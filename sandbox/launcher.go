@@ -30,6 +30,17 @@ type Config struct {
 	TenantUIDs UIDRange
 	// CgroupRoot is where the cgroup hierarchies are mounted ("/sys/fs/cgroup").
 	CgroupRoot string
+	// CgroupParent is the directory, in every hierarchy, under which this
+	// launcher makes its cgroups ("termgate"): one path element. It belongs
+	// to one instance at a time; SweepCgroups removes whatever else it
+	// finds there.
+	CgroupParent string
+	// TenantLimits are the ceilings of each tenant as a whole, over all
+	// its executions (Policy.Tenant): Memory, Pids and CPUWeight, applied
+	// to a cgroup per tenant above its executions' own. Zero fields mean
+	// none; other fields are an error. Executions without a tenant are
+	// not bound by them.
+	TenantLimits Limits
 	// KillGrace is the time between SIGTERM and SIGKILL (DefaultKillGrace).
 	KillGrace time.Duration
 	// Logger receives operational events; nil discards them.
@@ -45,6 +56,9 @@ type Launcher struct {
 	id       identity
 	layout   hostLayout
 	cgroups  *cgroupHost
+	tenants  *tenantCgroups
+	cgLock   *cgroupLock
+	cgGuard  cgroupGuard
 	events   *procWatcher // nil without process events: exits are then inexact
 	eventErr error
 	dropInit func() // removes the copy of the init, if one was made
@@ -58,6 +72,16 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
 	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = cgroupParent
+	}
+	if err := validateCgroupName(cfg.CgroupParent); err != nil {
+		return nil, fmt.Errorf("sandbox: config: cgroup parent: %w", err)
+	}
+	tenantLim, err := tenantLimits(cfg.TenantLimits)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: config: tenant limits: %w", err)
+	}
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = DefaultKillGrace
 	}
@@ -65,7 +89,6 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	var err error
 	if l.bwrap, l.version, err = findBwrap(cfg.Bwrap); err != nil {
 		return nil, err
 	}
@@ -84,6 +107,11 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	}
 	l.layout.landlock = landlockAvailable()
 	l.cgroups = detectCgroups(cfg.CgroupRoot)
+	l.cgroups.parent = cfg.CgroupParent
+	l.tenants = newTenantCgroups(l.cgroups, tenantLim)
+	if l.cgLock, err = l.cgroups.lockParents(); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
 	l.startEvents()
 	return l, nil
 }
@@ -108,14 +136,16 @@ func (l *Launcher) startEvents() {
 	l.events = w
 }
 
-// Close releases the launcher's resources. Running processes keep running;
-// no new one can start.
+// Close releases the launcher's resources. Running processes keep running,
+// but no longer hold the cgroup parent: another instance's SweepCgroups
+// may then remove them. No new process can start.
 func (l *Launcher) Close() error {
 	l.closeOnce.Do(func() {
 		if l.events != nil {
 			l.events.Close()
 		}
 		l.dropInit()
+		l.cgLock.close()
 	})
 	return nil
 }
@@ -198,16 +228,24 @@ func relativeTo(base, p string) (string, bool) {
 	return "", false
 }
 
-// newCgroup makes the execution's cgroup. As root it always exists when
-// the host has any usable hierarchy, so the whole tree can be killed; it
-// is required when a cgroup ceiling was asked for.
+// newCgroup makes the execution's cgroup, inside its tenant's when it has
+// one. As root it always exists when the host has any usable hierarchy,
+// so the whole tree can be killed; it is required when a cgroup ceiling
+// was asked for, the execution's own or its tenant's.
 func (l *Launcher) newCgroup(p Policy) (*execCgroup, error) {
+	l.cgGuard.markStarted()
 	lim := cgroupLimits{MemoryBytes: p.Limits.Memory, Pids: p.Limits.Pids, CPUWeight: p.Limits.CPUWeight}
-	needed := lim != (cgroupLimits{})
+	needed := lim != (cgroupLimits{}) || p.Tenant != "" && l.tenants.lim != (cgroupLimits{})
 	if !needed && (os.Geteuid() != 0 || l.cgroups.Info().Version == "none") {
 		return nil, nil
 	}
-	cg, err := l.cgroups.create(randomName(), lim)
+	var cg *execCgroup
+	var err error
+	if p.Tenant != "" {
+		cg, err = l.tenants.create(p.Tenant, randomName(), lim)
+	} else {
+		cg, err = l.cgroups.create(randomName(), lim)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}

@@ -131,6 +131,9 @@ type Policy struct {
 	// the launcher's identity (Config.UID, Config.GID).
 	UID uint32 `json:"uid,omitempty"`
 	GID uint32 `json:"gid,omitempty"`
+	// Tenant accounts the execution to a tenant: its cgroup sits inside the
+	// tenant's, under Config.TenantLimits. "" is none.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -169,7 +172,7 @@ func (p Policy) Normalize() Policy {
 func (p Policy) Validate() error {
 	checks := []func() error{
 		p.validateCommand, p.validateEnv, p.validateMounts,
-		p.validateModes, p.validateLimits, p.validateIdentity,
+		p.validateModes, p.validateLimits, p.validateIdentity, p.validateTenant,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -382,6 +385,14 @@ func (p Policy) validateLimits() error {
 		return fmt.Errorf("cpu weight %d: want 1..10000", l.CPUWeight)
 	}
 	return nil
+}
+
+// validateTenant keeps a tenant usable as its cgroup's name; "" is none.
+func (p Policy) validateTenant() error {
+	if p.Tenant == "" {
+		return nil
+	}
+	return validateTenant(p.Tenant)
 }
 
 // sortedEnv returns the environment as KEY=VALUE, sorted, for a stable plan.

@@ -1,0 +1,433 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroupTestHierarchies lists the cgroup hierarchies mounted under the
+// test root, found by filesystem type rather than by the code under test.
+func cgroupTestHierarchies(t testing.TB) []string {
+	t.Helper()
+	var dirs []string
+	for _, name := range []string{"unified", "memory", "pids", "cpu", "cpuacct", "freezer"} {
+		dir, err := filepath.EvalSymlinks(filepath.Join(cgroupTestRoot, name))
+		if err != nil || slices.Contains(dirs, dir) {
+			continue
+		}
+		if typ := cgroupFSType(dir); typ == unix.CGROUP_SUPER_MAGIC || typ == unix.CGROUP2_SUPER_MAGIC {
+			dirs = append(dirs, dir)
+		}
+	}
+	if fsType := cgroupFSType(cgroupTestRoot); fsType == unix.CGROUP2_SUPER_MAGIC {
+		dirs = append(dirs, cgroupTestRoot)
+	}
+	return dirs
+}
+
+// cgroupTestParent returns a cgroup parent name unique to the test, and
+// removes that parent in every hierarchy when the test ends, failing the
+// test if something of it could not be removed.
+func cgroupTestParent(t testing.TB) string {
+	t.Helper()
+	parent := "tgtest-" + cgroupTestName(t)
+	t.Cleanup(func() {
+		for _, hier := range cgroupTestHierarchies(t) {
+			if err := cgroupTestRemoveTree(filepath.Join(hier, parent)); err != nil {
+				t.Errorf("remove the test's cgroup parent: %v", err)
+			}
+		}
+	})
+	return parent
+}
+
+// cgroupTestRemoveTree kills what runs below dir, then removes dir and
+// what is below it, deepest first, retrying briefly while killed tasks
+// still count as members. A failed test leaves nothing behind.
+func cgroupTestRemoveTree(dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return err
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	killErr := (&execCgroup{name: dir, dirs: dirs}).killEach()
+	deadline := time.Now().Add(5 * time.Second)
+	errs := []error{killErr}
+	for _, d := range slices.Backward(dirs) {
+		errs = append(errs, cgroupRmdir(d, deadline))
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupTestLauncher returns a launcher of the test's own, whose cgroups
+// live under a parent nobody else uses; it is closed and its parent is
+// removed when the test ends.
+func cgroupTestLauncher(t testing.TB, cfg Config) *Launcher {
+	t.Helper()
+	cgroupRequireRoot(t)
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = cgroupTestParent(t)
+	}
+	if cfg.KillGrace == 0 {
+		cfg.KillGrace = 2 * time.Second
+	}
+	l, err := NewLauncher(cfg)
+	if err != nil {
+		if cgroupInCI() {
+			t.Fatalf("CI=true: sandbox unavailable: %v", err)
+		}
+		t.Skipf("sandbox unavailable (install bubblewrap to run this test): %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// runOn runs p on l with a fresh workspace and a bound on its duration.
+func runOn(t *testing.T, l *Launcher, p Policy) result {
+	t.Helper()
+	p.Workspace = testDir(t)
+	var out, errb syncBuffer
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	proc, err := l.Start(ctx, p, Stdio{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatalf("start %q for tenant %q: %v", p.Command, p.Tenant, err)
+	}
+	exit := proc.Wait()
+	return result{out.String(), errb.String(), exit}
+}
+
+// startHeld starts p, which prints "held" once it holds what it holds and
+// then waits for a line on stdin; it is released and reaped when the test
+// ends.
+func startHeld(t *testing.T, l *Launcher, p Policy) *Process {
+	t.Helper()
+	p.Workspace = testDir(t)
+	var out syncBuffer
+	proc, err := l.Start(t.Context(), p, Stdio{Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatalf("start %q for tenant %q: %v", p.Command, p.Tenant, err)
+	}
+	t.Cleanup(func() {
+		proc.Kill()
+		proc.Wait()
+	})
+	waitFor(t, &out, "held")
+	return proc
+}
+
+// cgroupAssertUnder fails unless every directory of proc's cgroup is an
+// execution directory directly inside tenant's directory.
+func cgroupAssertUnder(t *testing.T, l *Launcher, proc *Process, tenant string) {
+	t.Helper()
+	if proc.cg == nil || len(proc.cg.dirs) == 0 {
+		t.Fatalf("execution of tenant %q has no cgroup", tenant)
+	}
+	want := filepath.Join(l.cfg.CgroupParent, "tenant-"+tenant)
+	for _, dir := range proc.cg.dirs {
+		if !strings.HasSuffix(filepath.Dir(dir), "/"+want) {
+			t.Errorf("execution cgroup %s is not inside %s", dir, want)
+		}
+	}
+}
+
+// cgroupAssertTenantGone fails if tenant's directory is left in any
+// hierarchy after its last execution ended.
+func cgroupAssertTenantGone(t *testing.T, l *Launcher, tenant string) {
+	t.Helper()
+	for _, hier := range cgroupTestHierarchies(t) {
+		dir := filepath.Join(hier, l.cfg.CgroupParent, "tenant-"+tenant)
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is left after the tenant's last execution (stat: %v)", dir, err)
+		}
+	}
+}
+
+func TestTenantMemoryCeiling(t *testing.T) {
+	t.Parallel()
+	l := cgroupTestLauncher(t, Config{TenantLimits: Limits{Memory: 96 << 20}})
+	cgroupRequire(t, l.cgroups.Info().Memory, "a memory ceiling", l.cgroups.Info())
+	own := Limits{Memory: 80 << 20}
+	// The holder keeps 48 MiB in its /tmp: memory that no OOM kill frees
+	// and that makes none of its processes a victim. The grower's tail
+	// holds 56 MiB of one line: alone it fits its own 80 MiB, beside the
+	// holder it passes the tenant's 96 MiB, and it is then the largest.
+	holder := startHeld(t, l, Policy{Command: sh("head -c 50331648 /dev/zero > /tmp/fill && echo held; read x"), Tenant: "a", Limits: own})
+	cgroupAssertUnder(t, l, holder, "a")
+	grow := Policy{Command: sh("head -c 58720256 /dev/zero | tail > /dev/null"), Limits: own}
+
+	grow.Tenant = "b"
+	if r := runOn(t, l, grow); !r.exit.Success() {
+		t.Errorf("tenant b's grower, alone under its tenant's ceiling, failed: %v", r)
+	}
+	grow.Tenant = "a"
+	r := runOn(t, l, grow)
+	if r.exit.Success() || r.exit.Limit != LimitMemory || !strings.Contains(r.exit.String(), "memory ceiling") {
+		t.Errorf("tenant a's grower above the tenant's 96 MiB: %v; want it killed at the memory ceiling", r)
+	}
+	if _, err := holder.Stdin().Write([]byte("\n")); err != nil {
+		t.Fatalf("release the holder: %v", err)
+	}
+	if exit := holder.Wait(); !exit.Success() {
+		t.Errorf("the holder, not the largest, was hit: %s", exit)
+	}
+	cgroupAssertTenantGone(t, l, "a")
+	cgroupAssertTenantGone(t, l, "b")
+}
+
+func TestTenantPidsCeiling(t *testing.T) {
+	t.Parallel()
+	l := cgroupTestLauncher(t, Config{TenantLimits: Limits{Pids: 40}})
+	cgroupRequire(t, l.cgroups.Info().Pids, "a pids ceiling", l.cgroups.Info())
+	own := Limits{Pids: 30}
+	// 20 sleeps, sh and bwrap's two take 23 of the tenant's 40; the forker
+	// needs 27, within its own 30 but not within the tenant's 17 left.
+	holder := startHeld(t, l, Policy{Command: sh("for i in $(seq 20); do sleep 1000 & done; echo held; read x"), Tenant: "a", Limits: own})
+	cgroupAssertUnder(t, l, holder, "a")
+	forker := Policy{Command: sh("for i in $(seq 24); do sleep 1000 & done; echo forked"), Limits: own}
+
+	forker.Tenant = "b"
+	if r := runOn(t, l, forker); !r.exit.Success() || !strings.Contains(r.stdout, "forked") {
+		t.Errorf("tenant b's forker, alone under its tenant's ceiling, failed: %v", r)
+	}
+	forker.Tenant = "a"
+	r := runOn(t, l, forker)
+	if r.exit.Success() || r.exit.Limit != LimitPids || strings.Contains(r.stdout, "forked") {
+		t.Errorf("tenant a's forker above the tenant's 40 pids: %v; want it stopped at the pids ceiling", r)
+	}
+	holder.Stdin().Write([]byte("\n"))
+	if exit := holder.Wait(); !exit.Success() {
+		t.Errorf("holder: %s", exit)
+	}
+	cgroupAssertTenantGone(t, l, "a")
+}
+
+func TestTenantCPUWeight(t *testing.T) {
+	t.Parallel()
+	l := cgroupTestLauncher(t, Config{TenantLimits: Limits{CPUWeight: 100}})
+	cgroupRequire(t, l.cgroups.Info().CPU, "a cpu weight", l.cgroups.Info())
+	spin := Policy{Command: sh("echo held; while :; do :; done")}
+	spin.Tenant = "a"
+	var many []*Process
+	for range 8 {
+		many = append(many, startHeld(t, l, spin))
+	}
+	spin.Tenant = "b"
+	one := startHeld(t, l, spin)
+	usage := func() (a, b time.Duration) {
+		for _, p := range many {
+			a += p.cg.events().CPUUsage
+		}
+		return a, one.cg.events().CPUUsage
+	}
+	a0, b0 := usage()
+	time.Sleep(1500 * time.Millisecond)
+	a1, b1 := usage()
+	da, db := a1-a0, b1-b0
+	// Equal tenant weights give tenant b's one spinner as much CPU as
+	// tenant a's eight together (ratio ~1); as nine peers it would get an
+	// eighth of theirs.
+	t.Logf("cpu over 1.5 s: tenant a (8 spinners) %v, tenant b (1 spinner) %v", da, db)
+	if da <= 0 || float64(db) < 0.5*float64(da) {
+		t.Errorf("tenant b got %v of CPU beside tenant a's %v: want at least half as much with equal tenant weights", db, da)
+	}
+	cgroupAssertUnder(t, l, one, "b")
+}
+
+func TestTenantCeilingUnenforceable(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	// A root without cgroups cannot enforce any ceiling.
+	l := cgroupTestLauncher(t, Config{CgroupRoot: t.TempDir(), TenantLimits: Limits{Memory: 64 << 20}})
+	_, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: testDir(t), Tenant: "a"}, Stdio{})
+	if !errors.Is(err, ErrUnenforceable) || !strings.Contains(err.Error(), "memory") {
+		t.Errorf("start under an unenforceable tenant memory ceiling: %v, want ErrUnenforceable naming memory", err)
+	}
+	if r := runOn(t, l, Policy{Command: []string{"true"}}); !r.exit.Success() {
+		t.Errorf("an execution without a tenant has no tenant ceiling to miss: %v", r)
+	}
+}
+
+func TestTenantInvalidConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"rlimit as tenant limit", Config{TenantLimits: Limits{CPUSeconds: 10}}, "memory, pids and cpu weight"},
+		{"negative memory", Config{TenantLimits: Limits{Memory: -1}}, "memory"},
+		{"tiny memory", Config{TenantLimits: Limits{Memory: 1 << 20}}, "memory"},
+		{"tiny pids", Config{TenantLimits: Limits{Pids: 2}}, "pids"},
+		{"cpu weight", Config{TenantLimits: Limits{CPUWeight: 10001}}, "cpu weight"},
+		{"parent with a slash", Config{CgroupParent: "a/b"}, "cgroup parent"},
+		{"parent dot-dot", Config{CgroupParent: ".."}, "cgroup parent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l, err := NewLauncher(tt.cfg)
+			if err == nil {
+				l.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("NewLauncher(%+v) = %v, want an error naming %q", tt.cfg, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPolicyTenant(t *testing.T) {
+	t.Parallel()
+	for _, tenant := range []string{"", "a", "acme", "acme-1_x", "0", strings.Repeat("z", 63)} {
+		p := validPolicy()
+		p.Tenant = tenant
+		if err := p.Normalize().Validate(); err != nil {
+			t.Errorf("tenant %q: %v, want valid", tenant, err)
+		}
+	}
+	for _, tenant := range []string{".", "..", "a/b", "../x", "-a", "_a", "A", "a.b", "a b", "a\x00", "é", strings.Repeat("z", 64)} {
+		p := validPolicy()
+		p.Tenant = tenant
+		err := p.Normalize().Validate()
+		if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "tenant") {
+			t.Errorf("tenant %q: %v, want ErrInvalidPolicy naming the tenant", tenant, err)
+		}
+	}
+}
+
+func FuzzPolicyTenant(f *testing.F) {
+	for _, s := range []string{"a", ".", "..", "a/b", "acme-1", strings.Repeat("x", 63)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tenant string) {
+		p := validPolicy()
+		p.Tenant = tenant
+		if p.Normalize().Validate() != nil || tenant == "" {
+			return
+		}
+		// An accepted tenant stays exactly one element below the parent.
+		parent := "/sys/fs/cgroup/x/termgate"
+		joined := filepath.Join(parent, "tenant-"+tenant)
+		if filepath.Dir(joined) != parent || filepath.Base(joined) != "tenant-"+tenant {
+			t.Errorf("accepted tenant %q escapes %s: %s", tenant, parent, joined)
+		}
+	})
+}
+
+// cgroupTestTenants returns a tenant set on the real host under a parent
+// of the test's own.
+func cgroupTestTenants(t *testing.T, lim cgroupLimits) *tenantCgroups {
+	t.Helper()
+	cgroupRequireRoot(t)
+	h := detectCgroups(cgroupTestRoot)
+	h.parent = cgroupTestParent(t)
+	return newTenantCgroups(h, lim)
+}
+
+func TestTenantConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	ts := cgroupTestTenants(t, cgroupLimits{MemoryBytes: 256 << 20, Pids: 100, CPUWeight: 100})
+	cgroupRequire(t, ts.host.Info().Memory && ts.host.Info().Pids && ts.host.Info().CPU, "memory, pids and cpu", ts.host.Info())
+	// Rounds of 16 concurrent first starts and last ends: each round makes
+	// the tenant's directories and removes them again, racing itself.
+	for round := range 5 {
+		groups := make([]*execCgroup, 16)
+		errs := make([]error, 16)
+		var wg sync.WaitGroup
+		for i := range groups {
+			wg.Go(func() { groups[i], errs[i] = ts.create("a", fmt.Sprintf("x%d-%d", round, i), cgroupLimits{}) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, start %d: %v", round, i, err)
+			}
+		}
+		for _, c := range groups {
+			wg.Go(func() {
+				if err := c.remove(); err != nil {
+					t.Errorf("remove: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		for _, hier := range ts.host.hierarchies() {
+			if _, err := os.Stat(filepath.Join(hier, ts.base("a"))); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("round %d: tenant directory left in %s (stat: %v)", round, hier, err)
+			}
+		}
+	}
+}
+
+func TestTenantLimitsRewritten(t *testing.T) {
+	t.Parallel()
+	ts := cgroupTestTenants(t, cgroupLimits{MemoryBytes: 64 << 20, CPUWeight: 100})
+	h := ts.host
+	if h.v1["memory"] == "" || h.v1["pids"] == "" || h.v1["cpu"] == "" {
+		cgroupRequire(t, false, "v1 memory, pids and cpu hierarchies", h.Info())
+	}
+	// An earlier configuration left the tenant's directories with lower
+	// ceilings, and a pids ceiling it no longer asks for.
+	old := map[string][][2]string{
+		"memory": {{"memory.limit_in_bytes", "33554432"}, {"memory.memsw.limit_in_bytes", "33554432"}},
+		"pids":   {{"pids.max", "5"}},
+		"cpu":    {{"cpu.shares", "2"}},
+	}
+	for ctl, files := range old {
+		dir := filepath.Join(h.v1[ctl], ts.base("a"))
+		if _, err := cgroupEnsure(h.v1[ctl], ts.base("a")); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := cgroupWriteIfExists(dir, f[0], f[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c, err := ts.create("a", "x1", cgroupLimits{})
+	if err != nil {
+		t.Fatalf("create under the adopted tenant directory: %v", err)
+	}
+	want := map[string][][2]string{
+		"memory": {{"memory.limit_in_bytes", "67108864"}, {"memory.memsw.limit_in_bytes", "67108864"}},
+		"pids":   {{"pids.max", "max"}},
+		"cpu":    {{"cpu.shares", "1024"}},
+	}
+	for ctl, files := range want {
+		dir := filepath.Join(h.v1[ctl], ts.base("a"))
+		for _, f := range files {
+			data, err := os.ReadFile(filepath.Join(dir, f[0]))
+			if errors.Is(err, fs.ErrNotExist) && f[0] == "memory.memsw.limit_in_bytes" {
+				continue // no swap accounting
+			}
+			if got := strings.TrimSpace(string(data)); err != nil || got != f[1] {
+				t.Errorf("%s/%s = %q (%v), want %q", dir, f[0], got, err, f[1])
+			}
+		}
+	}
+	if err := c.remove(); err != nil {
+		t.Errorf("remove: %v", err)
+	}
+}
