@@ -264,7 +264,7 @@ func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
 	sb := s.cfg.Sandbox
 	p := sandbox.Policy{
 		Command: append(cmd, req.Args...), Env: map[string]string{}, Workspace: ws.Path, Cwd: req.Cwd,
-		UID: ws.UID, GID: ws.GID,
+		UID: ws.UID, GID: ws.GID, Tenant: tenant,
 		Network: sb.Network, Proc: sb.Proc, TmpSize: sb.TmpSize, PTYs: sb.PTYs,
 	}
 	for k, v := range req.Env {

@@ -131,11 +131,15 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 	e.str(&o.proc, "proc", "none", "sandbox procfs: none or private")
 	e.parsed("tmp-size", "size of /tmp, /run and /dev/shm in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
 	e.parsed("ptys", "terminals each sandbox may open itself, for tmux or script (0: none)", ptysFlag(&o.policy.PTYs))
-	o.policy.Limits = defaultServeLimits
+	o.policy.Limits, o.sandbox.TenantLimits = defaultServeLimits, defaultTenantLimits
 	e.parsed("cpu-seconds", "CPU seconds per process: default and ceiling (0: none)", uintFlag(&o.policy.Limits.CPUSeconds))
 	e.parsed("memory", "memory per execution in bytes, swap included: default and ceiling (default 1G; 0: none)", sizeFlag(&o.policy.Limits.Memory))
 	e.parsed("pids", "processes per execution: default and ceiling (default 512; 0: none)", intFlag(&o.policy.Limits.Pids))
 	e.parsed("cpu-weight", "CPU share per execution, 1..10000, 100 as the host's other processes: default and ceiling (default 100; 0: none)", cpuWeightFlag(&o.policy.Limits.CPUWeight))
+	e.parsed("tenant-memory", "memory of all of a tenant's executions together, swap included (default 4G; 0: none)", sizeFlag(&o.sandbox.TenantLimits.Memory))
+	e.parsed("tenant-pids", "processes and threads of all of a tenant's executions together (default 2048; 0: none)", intFlag(&o.sandbox.TenantLimits.Pids))
+	e.parsed("tenant-cpu-weight", "CPU share of each tenant as a whole, 1..10000, so a tenant's many executions count as one (default 100; 0: none)", cpuWeightFlag(&o.sandbox.TenantLimits.CPUWeight))
+	e.str(&o.sandbox.CgroupParent, "cgroup-parent", "termgate", "cgroup directory of this server's executions in every hierarchy; two servers on one host need two")
 	e.parsed("open-files", "open files per process: default and ceiling (0: none)", uintFlag(&o.policy.Limits.OpenFiles))
 	e.parsed("file-size", "largest file written, in bytes: default and ceiling (default 1G; 0: none)", usizeFlag(&o.policy.Limits.FileSize))
 	e.duration(&o.policy.DefaultTimeout, "timeout", session.DefaultTimeout, "default execution timeout")
@@ -170,6 +174,11 @@ func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
 // memory, processes or disk.
 var defaultServeLimits = sandbox.Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
 
+// defaultTenantLimits bound each tenant as a whole by default: together
+// its executions count as one group of the host's CPU and never take more
+// than this memory or these processes, however many it runs.
+var defaultTenantLimits = sandbox.Limits{Memory: 4 << 30, Pids: 2048, CPUWeight: 100}
+
 // defaultMaxRunningPerTenant is --max-running-per-tenant's default, below
 // the supervisor's: with the memory default, 16 GiB per tenant at most.
 const defaultMaxRunningPerTenant = 16
@@ -189,7 +198,7 @@ func cpuWeightFlag(dst *int) func(string) error {
 // enforce (ceilings is the probe's Report.Ceilings): executions would
 // otherwise fail one by one, or, worse, run without it. The error names
 // the flag that turns the ceiling off.
-func checkCeilings(l sandbox.Limits, ceilings map[string]bool) error {
+func checkCeilings(l, tenant sandbox.Limits, ceilings map[string]bool) error {
 	var errs []error
 	for _, c := range []struct {
 		set        bool
@@ -198,6 +207,9 @@ func checkCeilings(l sandbox.Limits, ceilings map[string]bool) error {
 		{l.Memory > 0, "memory", "--memory"},
 		{l.Pids > 0, "pids", "--pids"},
 		{l.CPUWeight > 0, "cpu_weight", "--cpu-weight"},
+		{tenant.Memory > 0, "memory", "--tenant-memory"},
+		{tenant.Pids > 0, "pids", "--tenant-pids"},
+		{tenant.CPUWeight > 0, "cpu_weight", "--tenant-cpu-weight"},
 	} {
 		if c.set && !ceilings[c.name] {
 			errs = append(errs, fmt.Errorf("this host cannot enforce the %s ceiling (no cgroup controller for it): set %s 0 (env %s=0) to run without it", c.name, c.flag, envName(strings.TrimPrefix(c.flag, "--"))))
@@ -393,12 +405,19 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 	if err != nil {
 		return nil, err
 	}
+	// Before the probe: the sweep refuses once anything started.
+	swept, err := l.SweepCgroups()
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("serve: remove what a previous instance left: %w", err)
+	}
+	log.Info("swept cgroups of a previous instance", "removed", len(swept.Removed), "killed", swept.Killed)
 	report, err := l.Probe(ctx)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("serve: refusing to start: %w", err)
 	}
-	if err := errors.Join(checkCeilings(o.policy.Limits, report.Ceilings), checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
+	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings), checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -516,7 +535,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", o.leeway.String(),
 		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", o.commands, "default_command", o.defaultCommand,
-		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
+		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tenant_limits", limitsLog(o.sandbox.TenantLimits), "cgroup_parent", o.sandbox.CgroupParent, "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
 		"timeout", o.policy.DefaultTimeout.String(), "max_timeout", o.policy.MaxTimeout.String(), "retention", o.session.DefaultRetention.String(),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
 		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,

@@ -56,11 +56,12 @@ func TestServeDevEndToEnd(t *testing.T) {
 	state := t.TempDir()
 	os.Chmod(filepath.Dir(state), 0o711)
 	t.Setenv("XDG_STATE_HOME", state)
+	parent := testCgroupParent(t)
 	ctx, stop := context.WithCancel(t.Context())
 	var out, errs syncWriter
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &out, &errs)
+		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--cgroup-parent", parent}, strings.NewReader(""), &out, &errs)
 	}()
 
 	url := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=(\S+)`)
@@ -165,6 +166,9 @@ func TestServeDefaultCeilings(t *testing.T) {
 		if o.policy.Limits != want {
 			t.Errorf("%q: limits %+v, want %+v", args, o.policy.Limits, want)
 		}
+		if tenant := (sandbox.Limits{Memory: 4 << 30, Pids: 2048, CPUWeight: 100}); o.sandbox.TenantLimits != tenant {
+			t.Errorf("%q: tenant limits %+v, want %+v", args, o.sandbox.TenantLimits, tenant)
+		}
 		if o.session.MaxRunningPerOwner != 16 || o.session.MaxRetainedPerOwner != session.DefaultMaxRetainedPerOwner {
 			t.Errorf("%q: per tenant %d running, %d retained", args, o.session.MaxRunningPerOwner, o.session.MaxRetainedPerOwner)
 		}
@@ -216,6 +220,9 @@ func TestServeRefusesUnenforceableCeilings(t *testing.T) {
 		{"cpu weight", lim, "cpu_weight", "--cpu-weight 0"},
 		{"memory off", sandbox.Limits{Pids: 512}, "memory", ""},
 		{"all there", lim, "", ""},
+		{"tenant memory", sandbox.Limits{}, "memory", "--tenant-memory 0"},
+		{"tenant pids", sandbox.Limits{}, "pids", "--tenant-pids 0"},
+		{"tenant cpu weight", sandbox.Limits{}, "cpu_weight", "--tenant-cpu-weight 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,7 +231,11 @@ func TestServeRefusesUnenforceableCeilings(t *testing.T) {
 			if tt.missing != "" {
 				ceilings[tt.missing] = false
 			}
-			err := checkCeilings(tt.lim, ceilings)
+			tenant := sandbox.Limits{}
+			if strings.HasPrefix(tt.name, "tenant") {
+				tenant = defaultTenantLimits
+			}
+			err := checkCeilings(tt.lim, tenant, ceilings)
 			if tt.wantFlag == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -368,7 +379,7 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 180*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestServeOutlivesAConnectionFloodAtALowDescriptorLimit$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "TERMGATE_TEST_SERVE_CHILD="+dir)
+	cmd.Env = append(os.Environ(), "TERMGATE_TEST_SERVE_CHILD="+dir, "TERMGATE_CGROUP_PARENT="+testCgroupParent(t))
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 40 * time.Second
 	var logs syncWriter
