@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,10 +70,17 @@ func BenchmarkStart(b *testing.B) {
 	})
 }
 
-// plainBwrap runs bwrap with the plan termgate would use, without a cgroup,
-// process events or supervision, and returns when output first arrived.
+// plainBwrap runs bwrap with the plan termgate would use, but running the
+// command itself with bwrap's own --setenv instead of termgate's init, and
+// without a cgroup, process events or supervision; it returns when output
+// first arrived.
 func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
 	pl := buildPlan(p, l.layout, seccompProgram())
+	for _, kv := range p.sortedEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		pl.opts = append(pl.opts, "--setenv", k, v)
+	}
+	pl.argv = append([]string{"--"}, p.Command...)
 	files, err := l.openFiles(pl, p)
 	if err != nil {
 		return time.Time{}, err
@@ -90,7 +98,8 @@ func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
 		return time.Time{}, err
 	}
 	defer outR.Close()
-	cmd := l.command(p, pl, [3]*os.File{nil, outW, outW}, append([]*os.File{argsR}, files...))
+	// No control socket: the command does not read one.
+	cmd := l.command(p, pl, [3]*os.File{nil, outW, outW}, append([]*os.File{nil, argsR}, files...))
 	if err := cmd.Start(); err != nil {
 		outW.Close()
 		return time.Time{}, err

@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,13 +48,10 @@ func newInitControl() (*initControl, *os.File, error) {
 
 // send writes the configuration, which waits in the socket until the init
 // reads it.
-func (c *initControl) send(cfg initConfig) error {
-	b, err := json.Marshal(cfg)
+func (c *initControl) send(cfg sandboxinit.Config) error {
+	b, err := cfg.Encode()
 	if err != nil {
 		return err
-	}
-	if len(b) > initMaxConfig {
-		return fmt.Errorf("init configuration is %d bytes, at most %d", len(b), initMaxConfig)
 	}
 	_, err = c.f.Write(b)
 	return err
@@ -113,9 +110,9 @@ func (c *initControl) record(msg string, notFound bool) {
 
 // note interprets a message from the init.
 func (c *initControl) note(msg string) {
-	if m, ok := strings.CutPrefix(msg, initNotFound); ok {
+	if m, ok := strings.CutPrefix(msg, sandboxinit.NotFoundPrefix); ok {
 		c.record(m, true)
-	} else if m, ok := strings.CutPrefix(msg, initErrPrefix); ok {
+	} else if m, ok := strings.CutPrefix(msg, sandboxinit.ErrPrefix); ok {
 		c.record(m, false)
 	}
 }
@@ -149,7 +146,7 @@ func (p *Process) release() {
 	if err != nil {
 		return // bwrap failed; its exit says why
 	}
-	if msg != initReady {
+	if msg != sandboxinit.Ready {
 		p.ctl.note(msg)
 		return
 	}
@@ -158,7 +155,7 @@ func (p *Process) release() {
 		p.Kill()
 		return
 	}
-	if _, err := p.ctl.f.Write([]byte(initGo)); err != nil {
+	if _, err := p.ctl.f.Write([]byte(sandboxinit.Go)); err != nil {
 		p.ctl.record(fmt.Sprintf("start the command: %v", err), false)
 		p.Kill()
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"io"
 	"log/slog"
 	"os"
@@ -105,7 +106,7 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.layout.init, l.dropInit, err = l.id.prepareInit(); err != nil {
 		return nil, err
 	}
-	l.layout.landlock = landlockAvailable()
+	l.layout.landlock = sandboxinit.LandlockAvailable()
 	l.cgroups = detectCgroups(cfg.CgroupRoot)
 	l.cgroups.parent = cfg.CgroupParent
 	l.tenants = newTenantCgroups(l.cgroups, tenantLim)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,10 +36,10 @@ type planFile struct {
 // plan is everything bwrap needs, computed without touching the host, so
 // tests can check it argument by argument.
 type plan struct {
-	opts  []string   // bwrap options, passed through --args on fd argsFD
-	argv  []string   // what follows "--": the init, then the command
-	files []planFile // inherited as fd firstFileFD, firstFileFD+1, ...
-	init  initConfig // sent to the init on its control socket
+	opts  []string           // bwrap options, passed through --args on fd argsFD
+	argv  []string           // what follows "--": the init, then the command
+	files []planFile         // inherited as fd firstFileFD, firstFileFD+1, ...
+	init  sandboxinit.Config // sent to the init on its control socket
 }
 
 // The descriptors bwrap inherits: the init's control socket, where bwrap
@@ -251,7 +252,7 @@ func depth(p string) int { return strings.Count(p, "/") }
 // socket and execs the command in place.
 func (pl *plan) command(p Policy, host hostLayout) {
 	pl.argv = append(append(pl.argv, "--", initPath), p.Command...)
-	pl.init = initConfig{
+	pl.init = sandboxinit.Config{
 		Env: p.sortedEnv(), Cwd: p.Cwd, Terminal: p.TTY != nil,
 		Hold: p.PTYs > 0, Rlimits: rlimits(p.Limits), Landlock: host.landlock,
 	}
@@ -260,11 +261,11 @@ func (pl *plan) command(p Policy, host hostLayout) {
 // rlimits lists the requested rlimits, each set with soft = hard inside
 // the user namespace, where no process can raise a hard limit again. The
 // address space comes last: the init allocates nothing after it.
-func rlimits(l Limits) []initRlimit {
-	var out []initRlimit
-	for _, r := range []initRlimit{
-		{unix.RLIMIT_CPU, l.CPUSeconds}, {unix.RLIMIT_FSIZE, l.FileSize},
-		{unix.RLIMIT_NOFILE, l.OpenFiles}, {unix.RLIMIT_AS, l.AddressSpace},
+func rlimits(l Limits) []sandboxinit.Rlimit {
+	var out []sandboxinit.Rlimit
+	for _, r := range []sandboxinit.Rlimit{
+		{Resource: unix.RLIMIT_CPU, Value: l.CPUSeconds}, {Resource: unix.RLIMIT_FSIZE, Value: l.FileSize},
+		{Resource: unix.RLIMIT_NOFILE, Value: l.OpenFiles}, {Resource: unix.RLIMIT_AS, Value: l.AddressSpace},
 	} {
 		if r.Value != 0 {
 			out = append(out, r)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"reflect"
 	"slices"
 	"strings"
@@ -59,7 +60,7 @@ func TestPlanDefaults(t *testing.T) {
 	if want := []string{"--", initPath, "ls", "-l"}; !slices.Equal(pl.argv, want) {
 		t.Errorf("argv = %q, want %q", pl.argv, want)
 	}
-	want := initConfig{Env: []string{"PATH=" + DefaultPath}, Cwd: "/workspace"}
+	want := sandboxinit.Config{Env: []string{"PATH=" + DefaultPath}, Cwd: "/workspace"}
 	if !reflect.DeepEqual(pl.init, want) {
 		t.Errorf("init config = %+v, want %+v", pl.init, want)
 	}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -177,7 +178,7 @@ func sealedData(data []byte) (*os.File, error) {
 // launch starts bwrap, applies what must precede its first fork, then
 // writes its arguments, which lets it go on, and the init's configuration,
 // which the init reads once bwrap has built the sandbox.
-func (p *Process) launch(argsW *os.File, args []byte, cfg initConfig) error {
+func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) error {
 	// Descriptors termgate inherited without close-on-exec (from a service
 	// manager, a shell) would otherwise pass through bwrap into the sandbox.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
