@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,8 +82,10 @@ func detectLayout() (hostLayout, error) {
 // init: this very binary. bwrap resolves a bind source as the sandbox
 // identity, so a binary in a directory it cannot search (a build cache, a
 // private home) is linked, or else copied, into a fresh root-owned
-// directory it can, which the returned cleanup removes.
-func (id identity) prepareInit() (string, func(), error) {
+// directory it can, which the returned cleanup removes. The directory is
+// locked while the launcher lives, so copies that killed instances left
+// are told apart and removed first.
+func (id identity) prepareInit(log *slog.Logger) (string, func(), error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: find this program for the sandbox's init: %w", ErrUnavailable, err)
@@ -90,17 +93,69 @@ func (id identity) prepareInit() (string, func(), error) {
 	if id.canRun(exe) {
 		return exe, func() {}, nil
 	}
-	dir, err := os.MkdirTemp("", "termgate-init-")
+	removeStaleInits(log)
+	// Made under a name the sweep skips, and named for it only once locked.
+	fresh, err := os.MkdirTemp("", "."+initDirPrefix)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: sandbox init: %w", ErrUnavailable, err)
 	}
-	cleanup := func() { os.RemoveAll(dir) }
+	lock, err := lockInitDir(fresh)
+	dir := filepath.Join(filepath.Dir(fresh), filepath.Base(fresh)[1:])
+	if err == nil {
+		err = os.Rename(fresh, dir)
+	}
+	if err != nil {
+		os.RemoveAll(fresh)
+		if lock != nil {
+			lock.Close()
+		}
+		return "", nil, fmt.Errorf("%w: sandbox init: %w", ErrUnavailable, err)
+	}
+	cleanup := func() {
+		os.RemoveAll(dir)
+		lock.Close()
+	}
 	path := filepath.Join(dir, "init")
 	if err := errors.Join(os.Chmod(dir, 0o711), copyExecutable(path)); err != nil {
 		cleanup()
 		return "", nil, fmt.Errorf("%w: sandbox init: %w", ErrUnavailable, err)
 	}
 	return path, cleanup, nil
+}
+
+// initDirPrefix names the directories holding a copy of the init.
+const initDirPrefix = "termgate-init-"
+
+// lockInitDir takes a shared lock on dir for as long as the returned file
+// is open; the kernel drops it when the process dies, however it dies.
+func lockInitDir(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// removeStaleInits removes the copies of the init whose launcher is gone:
+// those whose directory nobody holds locked.
+func removeStaleInits(log *slog.Logger) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), initDirPrefix+"*"))
+	for _, dir := range dirs {
+		f, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			if err := os.RemoveAll(dir); err == nil {
+				log.Info("removed a copy of the sandbox init a previous instance left", "dir", dir)
+			}
+		}
+		f.Close()
+	}
 }
 
 // canRun reports whether the sandbox identity can execute path through

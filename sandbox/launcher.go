@@ -103,7 +103,7 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.layout, err = detectLayout(); err != nil {
 		return nil, err
 	}
-	if l.layout.init, l.dropInit, err = l.id.prepareInit(); err != nil {
+	if l.layout.init, l.dropInit, err = l.id.prepareInit(l.log); err != nil {
 		return nil, err
 	}
 	l.layout.landlock = sandboxinit.LandlockAvailable()

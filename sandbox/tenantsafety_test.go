@@ -206,3 +206,36 @@ child.kill()`
 		t.Errorf("want pid 1 out of reach, the command's own child within: %v", r)
 	}
 }
+
+// TestStaleInitCopiesAreRemoved: the copy of the init a killed instance
+// left is removed by the next launcher; a live instance's is kept.
+func TestStaleInitCopiesAreRemoved(t *testing.T) {
+	t.Parallel()
+	needLauncher(t)
+	stale, err := os.MkdirTemp("", "termgate-init-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(stale, "init"), []byte("left by a crash"), 0o555)
+	live, err := os.MkdirTemp("", "termgate-init-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(live)
+	lock, err := lockInitDir(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	l, err := NewLauncher(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the stale copy %s is still there: %v", stale, err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live instance's copy was removed: %v", err)
+	}
+}
