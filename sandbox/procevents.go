@@ -387,8 +387,13 @@ func (w *procWatcher) handle(ev procEvent) {
 			m.t.markExec()
 		}
 	case procEventExit:
-		// The pid may be reused from now on, by anyone.
-		delete(w.members, key)
+		// The pid may be reused from now on, by anyone. The workload's
+		// stays: an exec from a thread other than its first ends the
+		// first thread, and the exec that follows under the same pid
+		// says the process lives on (markExec). untrack drops it.
+		if m.role != procRoleWorkload {
+			delete(w.members, key)
+		}
 		m.t.exited(m.role, unix.WaitStatus(ev.exitCode))
 	}
 }
@@ -508,11 +513,32 @@ func (t *procTrack) adopt(parent procRole, child int) (procRole, bool) {
 	return 0, false
 }
 
-// markExec records that the workload completed an exec.
+// markExec records that the workload completed an exec. One that follows
+// the workload's exit comes from a thread other than its first, which the
+// kernel ended on the way: the exit was that thread's, not the process's.
 func (t *procTrack) markExec() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.execs++
+	if t.workloadEnd && !t.closed {
+		t.workloadSt, t.workloadEnd = 0, false
+		t.alive++
+	}
+}
+
+// workloadHostPid returns the workload's host pid, exited or not.
+func (t *procTrack) workloadHostPid() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.workload
+}
+
+// workloadEnded reports whether the workload's exit was seen and not
+// since undone by an exec (see markExec).
+func (t *procTrack) workloadEnded() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.workloadEnd
 }
 
 // exited records a member's exit and finishes the track after the last one.

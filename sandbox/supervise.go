@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -432,7 +433,16 @@ func (p *Process) terminate(grace time.Duration) {
 // endSandbox ends what is left of the sandbox once its command has exited.
 // bwrap's pid 1 would end it by exiting too, but a pid 1 that cannot run
 // (stopped, traced) would keep the execution open forever.
+//
+// The exit event may also be the first thread's, ended by an exec from
+// another thread: it ends the sandbox only once the process is gone.
 func (p *Process) endSandbox() {
+	pid := p.track.workloadHostPid()
+	for deadline := time.Now().Add(endSandboxWait); !processGone(pid); time.Sleep(5 * time.Millisecond) {
+		if !p.track.workloadEnded() || time.Now().After(deadline) {
+			return // it lives on, under the same pid or as other threads
+		}
+	}
 	select {
 	case <-p.exited:
 		return
@@ -444,6 +454,27 @@ func (p *Process) endSandbox() {
 	if p.cg != nil {
 		p.cg.kill()
 	}
+}
+
+// endSandboxWait bounds how long endSandbox waits for an exited command's
+// process to be gone; one whose first thread exited while others run
+// keeps its sandbox, as before.
+const endSandboxWait = time.Second
+
+// processGone reports whether pid has no running thread: it is gone, or a
+// zombie whose only task is the first thread.
+func processGone(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X') {
+		return false
+	}
+	tasks, err := os.ReadDir(dir + "/task")
+	return err != nil || len(tasks) <= 1
 }
 
 // Kill ends the whole execution at once: the sandbox's pid 1 (whose death

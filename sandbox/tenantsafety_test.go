@@ -239,3 +239,17 @@ func TestStaleInitCopiesAreRemoved(t *testing.T) {
 		t.Errorf("a live instance's copy was removed: %v", err)
 	}
 }
+
+// TestCommandExecFromAThread: a command that execs from a thread other
+// than its first goes on as the new program; the kernel's end of the
+// first thread on the way is not the command's exit.
+func TestCommandExecFromAThread(t *testing.T) {
+	t.Parallel()
+	script := `import os, threading, time
+threading.Thread(target=lambda: os.execv("/bin/sh", ["sh", "-c", "sleep 0.3; echo survived; exit 7"])).start()
+time.sleep(30)`
+	r := runPolicy(t, Policy{Command: []string{"/usr/bin/python3", "-c", script}})
+	if r.stdout != "survived\n" || r.exit.Code != 7 {
+		t.Errorf("want the exec'd program's output and exit 7: %v", r)
+	}
+}
