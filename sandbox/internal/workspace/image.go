@@ -241,7 +241,9 @@ func attachLoop(image string) (*os.File, error) {
 	return nil, fmt.Errorf("%w: every free loop device was taken %d times in a row", ErrUnenforceable, loopAttempts)
 }
 
-// boundLoops maps each bound loop device (/dev/loopN) to its backing file.
+// boundLoops maps each bound loop device (/dev/loopN) to its backing file,
+// as the kernel names it: a file deleted since ends in " (deleted)", so it
+// never matches the image made again at the same path.
 func boundLoops() (map[string]string, error) {
 	names, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	if err != nil {
@@ -254,7 +256,7 @@ func boundLoops() (map[string]string, error) {
 			continue // detached meanwhile
 		}
 		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(n)))
-		out[dev] = strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), " (deleted)")
+		out[dev] = strings.TrimSuffix(string(data), "\n")
 	}
 	return out, nil
 }

@@ -383,3 +383,33 @@ func FuzzParseSuperblock(f *testing.F) {
 		}
 	})
 }
+
+// TestLoopOfADeletedImageIsNotReused: a loop device still bound to an
+// image deleted since is not the image made again at the same path.
+func TestLoopOfADeletedImageIsNotReused(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	image := filepath.Join(dir, "x.img")
+	if err := os.WriteFile(image, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := attachLoop(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { detachLoop(f.Name()); f.Close() }()
+	os.Remove(image)
+	if err := os.WriteFile(image, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev, g, err := loopFor(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g != nil {
+		defer func() { detachLoop(g.Name()); g.Close() }()
+	}
+	if dev == f.Name() {
+		t.Errorf("the loop device %s of the deleted image was reused for the new one", dev)
+	}
+}
