@@ -218,14 +218,21 @@ func (c *limitedConn) Close() error {
 // clientAddr is the IP of a remote address, without the port: one
 // client opens many connections from many ports.
 func clientAddr(a net.Addr) string {
+	var ip net.IP
 	if tcp, ok := a.(*net.TCPAddr); ok {
-		return tcp.IP.String()
+		ip = tcp.IP
+	} else if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		ip = net.ParseIP(host)
 	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
+	switch {
+	case ip == nil:
 		return a.String()
+	case ip.To4() == nil:
+		// One IPv6 client holds a whole /64: counting each address apart
+		// would give it no cap at all.
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 	}
-	return host
+	return ip.String()
 }
 
 // countOpenFiles counts the process's open descriptors, less the one

@@ -204,3 +204,22 @@ func BenchmarkCountOpenFiles(b *testing.B) {
 		}
 	}
 }
+
+// TestClientAddrCountsAnIPv6ClientAsItsPrefix: the per-address cap holds
+// a /64 as one client, which it is to any IPv6 host.
+func TestClientAddrCountsAnIPv6ClientAsItsPrefix(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}, "127.0.0.1"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2::1"), Port: 1}, "2001:db8:1:2::/64"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:ffff::9"), Port: 2}, "2001:db8:1:2::/64"},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:127.0.0.2"), Port: 3}, "127.0.0.2"},
+	} {
+		if got := clientAddr(c.addr); got != c.want {
+			t.Errorf("clientAddr(%v) = %q, want %q", c.addr, got, c.want)
+		}
+	}
+}

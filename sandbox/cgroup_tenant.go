@@ -38,8 +38,8 @@ func tenantLimits(l Limits) (cgroupLimits, error) {
 		return lim, errors.New("only memory, pids and cpu weight apply to a tenant")
 	case l.Memory < 0 || l.Memory != 0 && l.Memory < minMemory:
 		return lim, fmt.Errorf("memory %d is below the minimum %d", l.Memory, minMemory)
-	case l.Pids < 0 || l.Pids != 0 && l.Pids < 4:
-		return lim, fmt.Errorf("pids %d is below the minimum 4", l.Pids)
+	case l.Pids < 0 || l.Pids != 0 && l.Pids < minPids:
+		return lim, fmt.Errorf("pids %d is below the minimum %d", l.Pids, minPids)
 	}
 	return lim, lim.validate()
 }

@@ -280,6 +280,7 @@ func TestTenantInvalidConfig(t *testing.T) {
 		{"negative memory", Config{TenantLimits: Limits{Memory: -1}}, "memory"},
 		{"tiny memory", Config{TenantLimits: Limits{Memory: 1 << 20}}, "memory"},
 		{"tiny pids", Config{TenantLimits: Limits{Pids: 2}}, "pids"},
+		{"pids below what one execution needs", Config{TenantLimits: Limits{Pids: 7}}, "minimum 8"},
 		{"cpu weight", Config{TenantLimits: Limits{CPUWeight: 10001}}, "cpu weight"},
 		{"parent with a slash", Config{CgroupParent: "a/b"}, "cgroup parent"},
 		{"parent dot-dot", Config{CgroupParent: ".."}, "cgroup parent"},

@@ -238,6 +238,16 @@ func ptysFlag(dst *int) func(string) error {
 	}
 }
 
+// checkProc refuses a private procfs where nothing keeps the command away
+// from its sandbox's pid 1: /proc/1/mem would let it stop its sandbox's
+// end or forge its exit. Landlock does; the probe checks it.
+func checkProc(proc string, report sandbox.Report) error {
+	if proc == "private" && !report.Checks["init_out_of_reach"] {
+		return errors.New("serve: refusing to start: --proc private needs Landlock on this host (its pid 1 would be open to the command through /proc/1/mem): use --proc none")
+	}
+	return nil
+}
+
 // checkTerminalPool refuses a configuration whose running executions could
 // together take every terminal the kernel has for sandboxes: a tenant at
 // its ceiling would then leave none for the others.
@@ -417,7 +427,8 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 		l.Close()
 		return nil, fmt.Errorf("serve: refusing to start: %w", err)
 	}
-	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings), checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
+	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings),
+		checkTerminalPool(o.policy.PTYs, o.session.MaxRunning), checkProc(o.proc, report)); err != nil {
 		l.Close()
 		return nil, err
 	}

@@ -564,3 +564,20 @@ func TestServeBoundsTerminals(t *testing.T) {
 		t.Errorf("a configuration above the pool of %d: %v", pool, err)
 	}
 }
+
+// TestServeRefusesPrivateProcWithoutLandlock: a private procfs is served
+// only where the probe found the sandbox's pid 1 out of reach.
+func TestServeRefusesPrivateProcWithoutLandlock(t *testing.T) {
+	t.Parallel()
+	with := sandbox.Report{Checks: map[string]bool{"init_out_of_reach": true}}
+	without := sandbox.Report{Checks: map[string]bool{}}
+	if err := checkProc("private", with); err != nil {
+		t.Errorf("with Landlock: %v", err)
+	}
+	if err := checkProc("none", without); err != nil {
+		t.Errorf("no procfs: %v", err)
+	}
+	if err := checkProc("private", without); err == nil || !strings.Contains(err.Error(), "--proc none") {
+		t.Errorf("a private procfs without Landlock: %v", err)
+	}
+}
