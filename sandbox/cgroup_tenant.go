@@ -242,12 +242,13 @@ func cgroupResetV1(dir, ctl string) error {
 	return nil
 }
 
-// rmdirTenant removes the tenant's directory at base in every hierarchy.
-// One that still holds an execution (whose removal failed) stays, and the
-// error says so; the next sweep or the tenant's next last execution
-// retries.
+// rmdirTenant removes the tenant's directory at base in every hierarchy,
+// trying each once: it runs under the lock every tenant's start takes, so
+// it must not wait. One that still holds an execution (whose removal
+// failed) stays, and the error says so; the tenant's next first execution
+// adopts it, the next sweep removes it.
 func (h *cgroupHost) rmdirTenant(base string) error {
-	deadline := time.Now().Add(cgroupRemoveBudget)
+	deadline := time.Now()
 	var errs []error
 	for _, hier := range h.hierarchies() {
 		errs = append(errs, cgroupRmdir(filepath.Join(hier, base), deadline))
