@@ -26,10 +26,13 @@ type Report struct {
 	ExactStatus bool            `json:"exact_exit_status"`
 	TenantUIDs  string          `json:"tenant_uids,omitempty"` // the ids tenants get, as root
 	// WorkspaceQuota names the mechanism of workspace quotas, or why there is none.
-	WorkspaceQuota string        `json:"workspace_quota"`
-	StartLatency   time.Duration `json:"start_latency_ns"`
-	Problems       []string      `json:"problems,omitempty"` // isolation is broken
-	Warnings       []string      `json:"warnings,omitempty"` // isolation holds, reporting is degraded
+	WorkspaceQuota string `json:"workspace_quota"`
+	// TenantCgroups says each tenant can have a cgroup of its own above its
+	// executions' with memory, pids and CPU weight ceilings.
+	TenantCgroups bool          `json:"tenant_cgroups"`
+	StartLatency  time.Duration `json:"start_latency_ns"`
+	Problems      []string      `json:"problems,omitempty"` // isolation is broken
+	Warnings      []string      `json:"warnings,omitempty"` // isolation holds, reporting or tenant separation is degraded
 }
 
 // probeScript prints one fact per line from inside a sandbox.
@@ -135,6 +138,11 @@ func (l *Launcher) tenantFacts(r *Report) {
 		r.TenantUIDs = fmt.Sprintf("%d-%d", t.First, t.First+t.Count-1)
 	} else {
 		r.Warnings = append(r.Warnings, "not root: every tenant runs as termgate's own uid and shares the kernel's per-user limits")
+	}
+	info := l.cgroups.Info()
+	r.TenantCgroups = os.Geteuid() == 0 && info.Memory && info.Pids && info.CPU
+	if !r.TenantCgroups {
+		r.Warnings = append(r.Warnings, "tenant cgroups unavailable (needs root and the memory, pids and cpu controllers): tenants are bounded only per execution")
 	}
 	if err := ProbeWorkspaceQuota(); err != nil {
 		r.WorkspaceQuota = "unavailable: " + err.Error()

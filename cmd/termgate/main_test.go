@@ -105,14 +105,25 @@ func TestVerifyJSON(t *testing.T) {
 	needBwrap(t)
 	code, out, stderr := runCLI(t, "", "verify", "--json")
 	var r struct {
-		OK     bool            `json:"ok"`
-		Checks map[string]bool `json:"checks"`
+		OK             bool            `json:"ok"`
+		Checks         map[string]bool `json:"checks"`
+		TenantUIDs     string          `json:"tenant_uids"`
+		WorkspaceQuota string          `json:"workspace_quota"`
+		TenantCgroups  bool            `json:"tenant_cgroups"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("verify output is not JSON: %v: %q (stderr %q)", err, out, stderr)
 	}
-	if code != 0 || !r.OK || !r.Checks["seccomp"] {
+	if code != 0 || !r.OK {
 		t.Errorf("verify: status %d, report %s, stderr %q", code, out, stderr)
+	}
+	for _, c := range []string{"seccomp", "socket_families", "io_uring", "dev_readonly", "terminals_bounded"} {
+		if !r.Checks[c] {
+			t.Errorf("verify: check %s not reported as holding: %s", c, out)
+		}
+	}
+	if os.Geteuid() == 0 && (r.TenantUIDs == "" || !strings.HasPrefix(r.WorkspaceQuota, "ext4 image") || !r.TenantCgroups) {
+		t.Errorf("verify as root: tenant ids %q, quota %q, tenant cgroups %v", r.TenantUIDs, r.WorkspaceQuota, r.TenantCgroups)
 	}
 }
 
@@ -122,7 +133,7 @@ func TestVerifyJSON(t *testing.T) {
 func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{
-		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {},
+		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"session":        {"replay", "sandbox"},
 		"gateway":        {"session", "replay", "sandbox"},
 		"gateway/client": {"gateway", "session", "replay", "sandbox"},

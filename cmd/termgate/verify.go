@@ -55,8 +55,9 @@ func printReport(w io.Writer, r sandbox.Report) {
 	if !r.OK {
 		verdict = "FAIL: this host cannot isolate commands"
 	}
-	fmt.Fprintf(w, "%s\n\nbwrap      %s (%s)\nidentity   %s\ntenants    %s\nquota      %s\ncgroups    %s\nexit codes %s\nstart      %v\n",
-		verdict, r.Bwrap, r.Version, r.Identity, orNone(r.TenantUIDs), r.WorkspaceQuota, r.Cgroups.Version, exactness(r.ExactStatus), r.StartLatency.Round(1e5))
+	fmt.Fprintf(w, "%s\n\nbwrap      %s (%s)\nidentity   %s\ntenants    %s\nquota      %s\ncgroups    %s, %s\nexit codes %s\nstart      %v\n",
+		verdict, r.Bwrap, r.Version, r.Identity, orNone(r.TenantUIDs), r.WorkspaceQuota, r.Cgroups.Version,
+		tenantGroups(r.TenantCgroups), exactness(r.ExactStatus), r.StartLatency.Round(1e5))
 	section(w, "checks", r.Checks)
 	section(w, "ceilings", r.Ceilings)
 	for _, p := range r.Problems {
@@ -65,6 +66,13 @@ func printReport(w io.Writer, r sandbox.Report) {
 	for _, p := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", p)
 	}
+}
+
+func tenantGroups(ok bool) string {
+	if ok {
+		return "a cgroup per tenant above its executions'"
+	}
+	return "no tenant cgroups"
 }
 
 func orNone(s string) string {
