@@ -22,9 +22,11 @@ type Rlimit struct {
 	Value    uint64
 }
 
-// MaxConfig bounds an encoded Config. The launcher's policy bounds keep
-// every valid one far below it, and below the socket's buffer.
-const MaxConfig = 256 << 10
+// MaxConfig bounds an encoded Config: one seqpacket message, which must fit
+// the socket's default send buffer (about 208 KiB). The launcher's policy
+// bounds (64 KiB of environment, a 4 KiB path) keep every valid one far
+// below it.
+const MaxConfig = 128 << 10
 
 // The encoding is a NUL-separated list of key and value pairs, in the order
 // Encode writes them; env and rlimit repeat. No value holds a NUL: the
