@@ -1,0 +1,305 @@
+// execution.js: one execution as the client follows it, over whatever
+// connection the client has: attach and reattach, delivery of its events
+// in order and once, its input (an InputQueue) and its controls.
+
+import { Emitter } from './emitter.js';
+import { InputQueue } from './input.js';
+import { STREAMS, FATAL_ERRORS, INPUT_REFUSED_ERRORS, encodeInput } from './wire.js';
+
+/**
+ * @typedef {import('./wire.js').Message} Message
+ * @typedef {import('./wire.js').OutputFrame} OutputFrame
+ */
+
+/**
+ * @typedef {object} StartMessage the start request an Execution resends
+ *   until the gateway answers it.
+ * @property {'start'} type
+ * @property {string} id
+ * @property {boolean} attach
+ * @property {string} [req]
+ * @property {{rows: number, cols: number}} [pty]
+ */
+
+/**
+ * @typedef {{code: number, signal: string, reason: string, seq: number}} ExitInfo
+ */
+
+/**
+ * @typedef {object} Link the part of the client an Execution uses.
+ * @property {(msg: Record<string, unknown>) => void} send sends a control
+ *   message on the current connection; dropped while there is none
+ * @property {(bytes: Uint8Array<ArrayBuffer>) => void} sendBinary sends a binary frame likewise
+ * @property {(why: string) => void} drop abandons the connection: events were lost on the way
+ * @property {(ex: Execution) => void} forget the execution is closed: stop following it
+ */
+
+const FATAL = new Set(FATAL_ERRORS);
+const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
+
+/**
+ * Execution is one execution as this client sees it: started or attached,
+ * followed across reconnects until its exit, a fatal error or detach().
+ *
+ * Events (subscribe with on):
+ *  - 'output' (bytes: Uint8Array, stream: 'pty'|'stdout'|'stderr', seq: number)
+ *  - 'event' (msg): started, resize, stdin-closed, signal events
+ *  - 'gap' ({from, to, bytes}): output the gateway no longer held
+ *  - 'exit' ({code, signal, reason, seq})
+ *  - 'attached' (msg): on every (re)attach; replay runs until msg.last_seq
+ *  - 'replay' (replaying: boolean): history replay began or caught up
+ *  - 'error' ({error, message, fatal}): fatal ends the execution here
+ *  - 'closed' (): no more events will come
+ *
+ * Methods whose names begin with an underscore are the client's: it calls
+ * them as the connection comes and goes and as messages for the execution
+ * arrive.
+ */
+export class Execution extends Emitter {
+  /**
+   * @param {Link} link
+   * @param {{start?: StartMessage, id?: string, readOnly?: boolean, after?: number}} how
+   * @param {number} maxUnackedInput bytes of input kept (ClientOptions)
+   */
+  constructor(link, how, maxUnackedInput) {
+    super();
+    this._link = link;
+    /** @type {StartMessage | null} the start message, resent verbatim until started */
+    this._start = how.start ?? null;
+    this._startedKnown = false;
+    /** The execution's canonical ID (known once started). */
+    this.id = how.start ? how.start.id : (how.id ?? '');
+    /** Whether this client asked to attach read-only. */
+    this.wantReadOnly = !!how.readOnly;
+    /** Whether the gateway attached the channel read-only. */
+    this.readOnly = this.wantReadOnly;
+    /** Whether the execution has a PTY (known once attached). */
+    this.pty = !!how.start?.pty;
+    /** The gateway's status of the execution at the last attach. */
+    this.status = '';
+    /** Last sequence number delivered to listeners. */
+    this.lastSeq = how.after ?? 0;
+    /** @type {number | null} channel on the current connection */
+    this.channel = null;
+    /** Whether events up to the attach's last_seq are still being replayed. */
+    this.replaying = false;
+    this._replayUntil = 0;
+    /** @type {ExitInfo | null} */
+    this.exit = null;
+    this.closed = false;
+    this._input = new InputQueue(maxUnackedInput, {
+      frame: (offset, data) => this._sendInput(offset, data),
+      closeStdin: (offset) => this._link.send({ type: 'close-stdin', channel: this.channel, input_offset: offset }),
+      lost: (n) => this._emit('error', { error: 'input_lost', message: `${n} bytes of input were lost`, fatal: false }),
+    });
+    /** @type {{rows: number, cols: number} | null} */
+    this._size = how.start?.pty ? { ...how.start.pty } : null;
+    this._sizeSent = !!how.start?.pty;
+  }
+
+  /**
+   * write sends input (a string is UTF-8 encoded). It is kept until the
+   * gateway confirms it, and resent by offset after a disconnect or a
+   * refusal, so it is applied exactly once. Input goes out paced to the
+   * gateway's input queue. A write that would make the unsent input
+   * exceed maxUnackedInput is dropped whole, with an 'error' event
+   * (input_overflow). Ignored when read-only.
+   * @param {string | Uint8Array} data
+   * @returns {boolean} whether the input was taken
+   */
+  write(data) {
+    if (this.closed || this.readOnly || this._input.stdinClosed) return false;
+    const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
+    if (bytes.length === 0) return true;
+    if (!this._input.write(bytes)) {
+      const message = `${bytes.length} bytes of input were dropped: the input not sent yet is at its bound`;
+      this._emit('error', { error: 'input_overflow', message, fatal: false });
+      return false;
+    }
+    return true;
+  }
+
+  /** closeStdin ends the execution's input after everything written (pipes only). */
+  closeStdin() {
+    if (this.closed || this.readOnly) return;
+    this._input.closeStdin();
+  }
+
+  /**
+   * resize asks for a new terminal size; sent now, or on the next attach.
+   * @param {number} rows
+   * @param {number} cols
+   */
+  resize(rows, cols) {
+    if (this._size && this._size.rows === rows && this._size.cols === cols) return;
+    this._size = { rows, cols };
+    this._sizeSent = false;
+    this._flushSize();
+  }
+
+  /** @param {string} name INT TERM HUP KILL QUIT USR1 USR2 WINCH CONT STOP */
+  signal(name) {
+    if (this.channel !== null && !this.readOnly) this._link.send({ type: 'signal', channel: this.channel, signal: name });
+  }
+
+  /** cancel stops the execution: SIGTERM, then SIGKILL after the grace period. */
+  cancel() {
+    if (this.id && !this.readOnly) this._link.send({ type: 'cancel', id: this.id });
+  }
+
+  /** detach stops following the execution; it keeps running on the gateway. */
+  detach() {
+    if (this.closed) return;
+    if (this.channel !== null) this._link.send({ type: 'detach', channel: this.channel });
+    this._close();
+  }
+
+  // --- driven by the client ---
+
+  /** @returns {Record<string, unknown>} the message that (re)attaches this execution */
+  _attachMessage() {
+    if (this._start && !this._startedKnown) return { ...this._start };
+    /** @type {Record<string, unknown>} */
+    const m = { type: 'attach', id: this.id, after: this.lastSeq };
+    if (this.wantReadOnly) m.read_only = true;
+    return m;
+  }
+
+  /** @param {Message} msg */
+  _onStarted(msg) {
+    this._startedKnown = true;
+    this.id = msg.id ?? this.id;
+    this.pty = !!msg.pty;
+  }
+
+  /** @param {Message} msg */
+  _onAttached(msg) {
+    this.channel = msg.channel ?? null;
+    this.id = msg.id ?? this.id;
+    this.status = msg.status ?? '';
+    this.pty = !!msg.pty;
+    this.readOnly = !!msg.read_only;
+    this._startedKnown = true;
+    this._replayUntil = msg.last_seq ?? 0;
+    this._setReplaying(this._replayUntil > this.lastSeq);
+    this._emit('attached', msg);
+    if (!this.readOnly) {
+      this._input.resume(msg.input_offset ?? 0);
+      this._sizeSent = false;
+      this._flushSize();
+    }
+  }
+
+  /** @param {OutputFrame} frame */
+  _onOutput(frame) {
+    if (!this._advance(frame.seq)) return;
+    const stream = /** @type {Record<number, string>} */ (STREAMS)[frame.stream] ?? String(frame.stream);
+    this._emit('output', frame.data, stream, frame.seq);
+    this._afterEvent();
+  }
+
+  /** @param {Message} msg */
+  _onEvent(msg) {
+    if (!this._advance(msg.seq ?? 0)) return;
+    this._emit('event', msg);
+    this._afterEvent();
+  }
+
+  /** @param {Message} msg */
+  _onGap(msg) {
+    const from = msg.from ?? 0;
+    const to = msg.to ?? 0;
+    // The events before msg.to are gone: resume after them next time.
+    if (to - 1 > this.lastSeq) this.lastSeq = to - 1;
+    this._emit('gap', { from, to, bytes: msg.bytes ?? 0 });
+    this._afterEvent();
+  }
+
+  /** @param {Message} msg */
+  _onExit(msg) {
+    const seq = msg.seq ?? 0;
+    if (!this._advance(seq)) return;
+    this.exit = { code: msg.code ?? -1, signal: msg.signal ?? '', reason: msg.reason ?? 'exited', seq };
+    this.status = 'ended';
+    this._setReplaying(false);
+    this._emit('exit', this.exit);
+    this._close();
+  }
+
+  /**
+   * _onError handles an error answering the execution's request or sent
+   * on its channel. Refused input is resent; a fatal code answering a
+   * start or attach (no channel yet) ends the execution here.
+   * @param {Message} msg
+   */
+  _onError(msg) {
+    const code = msg.error ?? '';
+    if (INPUT_REFUSED.has(code)) {
+      if (this.channel !== null && !this.closed) this._input.refused(code, msg.input_offset ?? 0);
+      return;
+    }
+    const fatal = FATAL.has(code) && this.channel === null;
+    this._emit('error', { error: msg.error, message: msg.message ?? '', fatal });
+    if (fatal) this._close();
+  }
+
+  _onDisconnect() {
+    this.channel = null;
+    this._setReplaying(false);
+    this._input.pause(); // the reattach resends from what the gateway has
+  }
+
+  // --- internals ---
+
+  /** @param {boolean} on */
+  _setReplaying(on) {
+    if (this.replaying === on) return;
+    this.replaying = on;
+    this._emit('replay', on);
+  }
+
+  /**
+   * _advance records seq as delivered; false when it was delivered already,
+   * or when events before it are missing. Events are numbered without holes
+   * and a range the gateway no longer holds comes as a gap: a jump means
+   * messages were lost on the way, so the connection is dropped and the
+   * execution resumes after lastSeq.
+   * @param {number} seq
+   */
+  _advance(seq) {
+    if (seq <= this.lastSeq) return false;
+    if (seq > this.lastSeq + 1) {
+      this._link.drop(`events ${this.lastSeq + 1} to ${seq - 1} missing`);
+      return false;
+    }
+    this.lastSeq = seq;
+    return true;
+  }
+
+  _afterEvent() {
+    if (this.replaying && this.lastSeq >= this._replayUntil) this._setReplaying(false);
+  }
+
+  /**
+   * @param {number} offset
+   * @param {Uint8Array} data
+   */
+  _sendInput(offset, data) {
+    if (this.channel !== null) this._link.sendBinary(encodeInput(this.channel, offset, data));
+  }
+
+  _flushSize() {
+    if (this._sizeSent || !this._size || this.channel === null || this.readOnly || !this.pty) return;
+    this._sizeSent = true;
+    this._link.send({ type: 'resize', channel: this.channel, rows: this._size.rows, cols: this._size.cols });
+  }
+
+  _close() {
+    if (this.closed) return;
+    this.closed = true;
+    this._input.stop();
+    this.channel = null;
+    this._link.forget(this);
+    this._emit('closed');
+  }
+}

@@ -1,0 +1,247 @@
+// transport.js: the client's connection to the gateway. It holds one
+// WebSocket at a time, authenticates it, keeps it alive with pings, and
+// replaces it with backoff whenever it fails, until closed. It knows
+// nothing of executions: it hands control messages and output frames to
+// its handler, and says when a socket opened and when it was dropped.
+
+import { SUBPROTOCOL, BEARER_PREFIX, decodeOutput } from './wire.js';
+
+/**
+ * @typedef {import('./wire.js').Message} Message
+ * @typedef {import('./wire.js').OutputFrame} OutputFrame
+ */
+
+/**
+ * @typedef {'connecting' | 'live' | 'reconnecting' | 'closed'} ConnectionState
+ * @typedef {{state: ConnectionState, delay?: number, attempt?: number, reason?: string}} StatusChange
+ * @typedef {{error: string, message: string}} TransportError an error not tied to an execution
+ */
+
+/**
+ * @typedef {object} TransportOptions
+ * @property {string} url WebSocket URL of /v1/connect.
+ * @property {() => (string | null | Promise<string | null>)} getToken see ClientOptions.
+ * @property {number} minDelay first reconnect delay bound in ms.
+ * @property {number} maxDelay largest reconnect delay bound in ms.
+ * @property {number} pingInterval ms between pings; a missing pong after
+ *   another interval drops the socket.
+ * @property {typeof WebSocket} WebSocket constructor to use.
+ */
+
+/**
+ * @typedef {object} TransportHandler what a Transport reports to; it is
+ *   called synchronously, from the socket's callbacks.
+ * @property {() => void} opened a socket opened: the connection is live
+ * @property {() => void} dropped the live socket (or the attempt) was abandoned
+ * @property {(msg: Message) => void} control a control message arrived
+ * @property {(frame: OutputFrame) => void} output an output frame arrived
+ * @property {(s: StatusChange) => void} status the connection's state changed
+ * @property {(e: TransportError) => void} error getting a token or a socket failed
+ */
+
+/**
+ * backoffDelay is the delay before reconnect attempt n (0-based): a uniform
+ * random time up to min(max, min*2^n) ("full jitter"), so a gateway restart
+ * does not bring every browser back in the same millisecond.
+ * @param {number} attempt
+ * @param {number} [min]
+ * @param {number} [max]
+ * @param {() => number} [random]
+ */
+export function backoffDelay(attempt, min = 250, max = 10000, random = Math.random) {
+  const bound = Math.min(max, min * 2 ** Math.min(attempt, 30));
+  return Math.floor(random() * bound);
+}
+
+/** Transport is the client's one connection at a time to the gateway. */
+export class Transport {
+  /**
+   * @param {TransportOptions} opts
+   * @param {TransportHandler} handler
+   */
+  constructor(opts, handler) {
+    this._opts = opts;
+    this._handler = handler;
+    /** @type {WebSocket | null} */
+    this._ws = null;
+    /** Whether the current socket is open: messages are sent only then. */
+    this.live = false;
+    /** Whether the transport stopped for good (close(), or no token). */
+    this.closed = false;
+    this._attempt = 0;
+    /** How many WebSocket connections were opened. */
+    this.connections = 0;
+    /** @type {StatusChange} */
+    this.status = { state: 'connecting' };
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this._timer = undefined;
+    /** @type {ReturnType<typeof setInterval> | undefined} */
+    this._pingTimer = undefined;
+    this._awaitingPong = false;
+  }
+
+  /** start connects; after a failure it reconnects until close(). */
+  start() {
+    this._connect();
+  }
+
+  /** close stops reconnecting and closes the socket. */
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this._timer);
+    this._stopPing();
+    this._ws?.close(1000);
+    this._ws = null;
+    this.live = false;
+    this._setStatus({ state: 'closed' });
+  }
+
+  /**
+   * send sends a control message; while not live it is dropped (what
+   * matters is sent again on the next attach).
+   * @param {Record<string, unknown>} msg
+   */
+  send(msg) {
+    if (this.live && this._ws) this._ws.send(JSON.stringify(msg));
+  }
+
+  /** @param {Uint8Array<ArrayBuffer>} bytes a binary frame, dropped while not live */
+  sendBinary(bytes) {
+    if (this.live && this._ws) this._ws.send(bytes);
+  }
+
+  /**
+   * drop abandons the current socket and schedules a reconnect.
+   * @param {string} why
+   */
+  drop(why) {
+    const ws = this._ws;
+    this._ws = null;
+    this.live = false;
+    this._stopPing();
+    if (ws && ws.readyState <= 1) {
+      try { ws.close(1000); } catch { /* already failing */ }
+    }
+    this._handler.dropped();
+    if (!this.closed) this._scheduleReconnect(why);
+  }
+
+  /** reauth answers auth-expiring with a fresh token on the same socket. */
+  async reauth() {
+    const ws = this._ws;
+    let token;
+    try {
+      token = await this._opts.getToken();
+    } catch (err) {
+      this._handler.error({ error: 'token', message: String(err) });
+      return;
+    }
+    if (this._ws === ws && token) this.send({ type: 'reauth', token });
+  }
+
+  /** @param {StatusChange} s */
+  _setStatus(s) {
+    this.status = s;
+    this._handler.status(s);
+  }
+
+  async _connect() {
+    if (this.closed) return;
+    this._setStatus({ state: 'connecting', attempt: this._attempt });
+    let token;
+    try {
+      token = await this._opts.getToken();
+    } catch (err) {
+      this._handler.error({ error: 'token', message: String(err) });
+      this._scheduleReconnect();
+      return;
+    }
+    if (this.closed) return;
+    if (token === null) {
+      this.closed = true;
+      this._setStatus({ state: 'closed', reason: 'no token' });
+      return;
+    }
+    const protocols = [SUBPROTOCOL];
+    if (token) protocols.push(BEARER_PREFIX + token);
+    let ws;
+    try {
+      ws = new this._opts.WebSocket(this._opts.url, protocols);
+    } catch (err) {
+      this._handler.error({ error: 'connect', message: String(err) });
+      this._scheduleReconnect();
+      return;
+    }
+    this.connections++;
+    ws.binaryType = 'arraybuffer';
+    this._ws = ws;
+    ws.onopen = () => this._ws === ws && this._onOpen();
+    ws.onmessage = (e) => this._ws === ws && this._onMessage(e.data);
+    ws.onclose = (e) => this._ws === ws && this.drop(`closed ${e.code}`);
+    ws.onerror = () => this._ws === ws && this.drop('socket error');
+  }
+
+  _onOpen() {
+    this.live = true;
+    this._attempt = 0;
+    this._setStatus({ state: 'live' });
+    this._startPing();
+    this._handler.opened();
+  }
+
+  /** @param {string} [why] */
+  _scheduleReconnect(why) {
+    const delay = backoffDelay(this._attempt++, this._opts.minDelay, this._opts.maxDelay);
+    this._setStatus({ state: 'reconnecting', delay, attempt: this._attempt, reason: why });
+    clearTimeout(this._timer);
+    this._timer = setTimeout(() => this._connect(), delay);
+  }
+
+  _startPing() {
+    this._stopPing();
+    this._awaitingPong = false;
+    this._pingTimer = setInterval(() => {
+      if (this._awaitingPong) {
+        this.drop('no pong');
+        return;
+      }
+      this._awaitingPong = true;
+      this.send({ type: 'ping' });
+    }, this._opts.pingInterval);
+  }
+
+  _stopPing() {
+    clearInterval(this._pingTimer);
+    this._pingTimer = undefined;
+  }
+
+  /**
+   * _onMessage parses what arrived; a malformed control message or a
+   * truncated frame drops the socket, to resume after the last complete
+   * event.
+   * @param {string | ArrayBuffer} data
+   */
+  _onMessage(data) {
+    this._awaitingPong = false; // any traffic shows the socket is alive
+    if (typeof data === 'string') {
+      let msg;
+      try {
+        msg = JSON.parse(data);
+      } catch {
+        this.drop('malformed control message');
+        return;
+      }
+      this._handler.control(msg);
+      return;
+    }
+    let frame;
+    try {
+      frame = decodeOutput(data);
+    } catch {
+      this.drop('truncated output frame');
+      return;
+    }
+    if (frame) this._handler.output(frame);
+  }
+}

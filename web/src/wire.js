@@ -1,0 +1,105 @@
+// wire.js: the parts of wire protocol v1 (gateway/PROTOCOL.md) that the
+// browser client shares with the gateway: the subprotocol, the binary
+// frames, the control messages' shape and the error codes the client acts
+// on. It mirrors the Go package gateway/wire; no state, no I/O.
+
+/** Subprotocol of wire protocol v1. */
+export const SUBPROTOCOL = 'termgate.v1';
+/** Prefix of the subprotocol entry that carries the token. */
+export const BEARER_PREFIX = 'termgate.bearer.';
+
+const FRAME_OUTPUT = 0x01;
+const FRAME_INPUT = 0x02;
+const OUTPUT_HEADER = 26;
+const INPUT_HEADER = 13;
+
+/** Names of output streams by their number in an output frame. */
+export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
+
+/**
+ * FATAL_ERRORS are the error codes after which an execution cannot be
+ * followed any more, when they answer its start or attach. A test compares
+ * this list with the Go side: keep it one sorted array of quoted codes.
+ */
+export const FATAL_ERRORS = Object.freeze([
+  'capacity', 'conflict', 'forbidden', 'invalid_id', 'invalid_spec', 'not_found',
+  'too_many_channels', 'unauthorized', 'unenforceable',
+]);
+
+/**
+ * INPUT_REFUSED_ERRORS are the error codes refusing input, which is then
+ * resent after a pause from the offset the error reports. Same format as
+ * FATAL_ERRORS.
+ */
+export const INPUT_REFUSED_ERRORS = Object.freeze([
+  'input_full', 'input_offset', 'rate_limited',
+]);
+
+/**
+ * @typedef {object} Message a control message of PROTOCOL.md; which fields
+ *   are present depends on its type.
+ * @property {string} type
+ * @property {string} [req]
+ * @property {number} [channel]
+ * @property {string} [id]
+ * @property {number} [seq]
+ * @property {string} [status]
+ * @property {boolean} [pty]
+ * @property {boolean} [read_only]
+ * @property {number} [last_seq]
+ * @property {number} [input_offset]
+ * @property {number} [from]
+ * @property {number} [to]
+ * @property {number} [bytes]
+ * @property {number} [code]
+ * @property {string} [signal]
+ * @property {string} [reason]
+ * @property {string} [error]
+ * @property {string} [message]
+ */
+
+/**
+ * @typedef {{channel: number, seq: number, stream: number, offset: number, data: Uint8Array}} OutputFrame
+ */
+
+/**
+ * decodeOutput parses an output frame. It returns null for a frame that is
+ * not output, and throws when the bytes are fewer or more than the length
+ * field says (a message cut short by a failing connection).
+ * @param {ArrayBuffer} buf
+ * @returns {OutputFrame | null}
+ */
+export function decodeOutput(buf) {
+  if (buf.byteLength < 1) return null;
+  const v = new DataView(buf);
+  if (v.getUint8(0) !== FRAME_OUTPUT) return null;
+  if (buf.byteLength < OUTPUT_HEADER) throw new Error(`termgate: output frame of ${buf.byteLength} bytes has no full header`);
+  const length = v.getUint32(22);
+  if (length !== buf.byteLength - OUTPUT_HEADER) {
+    throw new Error(`termgate: output frame holds ${buf.byteLength - OUTPUT_HEADER} bytes, its header says ${length}`);
+  }
+  return {
+    channel: v.getUint32(1),
+    seq: Number(v.getBigUint64(5)),
+    stream: v.getUint8(13),
+    offset: Number(v.getBigUint64(14)),
+    data: new Uint8Array(buf, OUTPUT_HEADER, length),
+  };
+}
+
+/**
+ * encodeInput builds an input frame.
+ * @param {number} channel
+ * @param {number} offset input bytes sent before these
+ * @param {Uint8Array} data
+ * @returns {Uint8Array<ArrayBuffer>}
+ */
+export function encodeInput(channel, offset, data) {
+  const out = new Uint8Array(INPUT_HEADER + data.length);
+  const v = new DataView(out.buffer);
+  v.setUint8(0, FRAME_INPUT);
+  v.setUint32(1, channel);
+  v.setBigUint64(5, BigInt(offset));
+  out.set(data, INPUT_HEADER);
+  return out;
+}
