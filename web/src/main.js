@@ -6,10 +6,10 @@ import { Terminal } from '@xterm/xterm';
 import { FitAddon } from '@xterm/addon-fit';
 import { WebLinksAddon } from '@xterm/addon-web-links';
 import { TermgateClient } from './termgate-client.js';
+import { TESTING, Transcript, installTestHooks } from './testhooks.js';
 
 const TOKEN_KEY = 'termgate.token';
 const TABS_KEY = 'termgate.tabs';
-const TRANSCRIPT_MAX = 4 << 20;
 const RESIZE_DEBOUNCE_MS = 150;
 
 /**
@@ -92,42 +92,6 @@ function tokenExpired(token) {
   }
 }
 
-/** Transcript keeps a bounded copy of a tab's output for the test hooks. */
-class Transcript {
-  /** @param {number} max bytes kept: the newest */
-  constructor(max) {
-    this.max = max;
-    /** @type {Uint8Array[]} */
-    this.chunks = [];
-    this.size = 0;
-  }
-
-  /** @param {Uint8Array} bytes */
-  add(bytes) {
-    this.chunks.push(bytes);
-    this.size += bytes.length;
-    while (this.size > this.max && this.chunks.length > 1) {
-      this.size -= this.chunks[0].length;
-      this.chunks.shift();
-    }
-    if (this.size > this.max) {
-      const only = this.chunks[0];
-      this.chunks[0] = only.subarray(only.length - this.max);
-      this.size = this.max;
-    }
-  }
-
-  text() {
-    const all = new Uint8Array(this.size);
-    let at = 0;
-    for (const c of this.chunks) {
-      all.set(c, at);
-      at += c.length;
-    }
-    return new TextDecoder().decode(all); // one decode of the whole stream
-  }
-}
-
 /**
  * openLink opens a clicked link in a new tab that cannot reach this page.
  * @param {MouseEvent} event
@@ -169,7 +133,8 @@ class Tab {
    */
   constructor(app, how) {
     this.app = app;
-    this.transcript = new Transcript(TRANSCRIPT_MAX);
+    /** Output for the test hooks, kept under automation only (testhooks.js). */
+    this.transcript = TESTING ? new Transcript() : null;
     this.readOnly = !!how.readOnly;
     /** @type {TabExit | null} */
     this.exit = null;
@@ -246,7 +211,7 @@ class Tab {
       else this.term.write('', () => { if (!ex.replaying) this.muted = false; });
     });
     ex.on('output', /** @param {Uint8Array} bytes */ (bytes) => {
-      this.transcript.add(bytes);
+      this.transcript?.add(bytes);
       this.term.write(bytes); // xterm decodes UTF-8 statefully across writes
     });
     ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', `${g.bytes} bytes of output were lost`));
@@ -525,13 +490,12 @@ class App {
 
 const app = new App(readFragment());
 
-// Test hooks: they read state and grant nothing.
-Object.defineProperty(window, '__termgate', {
-  value: Object.freeze({
-    transcript: () => app.active?.transcript.text() ?? '',
+if (TESTING) {
+  installTestHooks({
+    transcript: () => app.active?.transcript?.text() ?? '',
     status: () => byId('status').dataset.state,
     connections: () => app.client.connections,
     execution: () => app.active?.ex.id ?? null,
     replaying: () => !!app.active?.muted,
-  }),
-});
+  });
+}
