@@ -1,20 +1,9 @@
 // Unit tests of the client module with a fake WebSocket: `npm test`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { TermgateClient, decodeOutput, encodeInput, backoffDelay } from './termgate-client.js';
+import { TermgateClient } from './termgate-client.js';
+import { outputFrame } from './wiretest.js';
 
-function outputFrame(channel, seq, stream, offset, bytes, length = bytes.length) {
-  const b = new Uint8Array(26 + bytes.length);
-  const v = new DataView(b.buffer);
-  v.setUint8(0, 1);
-  v.setUint32(1, channel);
-  v.setBigUint64(5, BigInt(seq));
-  v.setUint8(13, stream);
-  v.setBigUint64(14, BigInt(offset));
-  v.setUint32(22, length);
-  b.set(bytes, 26);
-  return b.buffer;
-}
 
 /** FakeSocket records what the client sends; tests play the server. */
 class FakeSocket {
@@ -55,22 +44,6 @@ async function attachedJob() {
   ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
   return { client, ws, ex };
 }
-
-test('frames', () => {
-  const f = decodeOutput(outputFrame(7, 9, 1, 100, new Uint8Array([0xe2, 0x82])));
-  assert.deepEqual({ ...f, data: [...f.data] }, { channel: 7, seq: 9, stream: 1, offset: 100, data: [0xe2, 0x82] });
-  assert.throws(() => decodeOutput(outputFrame(7, 9, 1, 0, new Uint8Array(3), 5)));
-  assert.throws(() => decodeOutput(new Uint8Array([1, 0, 0]).buffer));
-  const in1 = encodeInput(3, 258, new Uint8Array([65]));
-  assert.deepEqual([...in1], [2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 1, 2, 65]);
-});
-
-test('backoff: full jitter up to 250 ms doubling to 10 s', () => {
-  assert.equal(backoffDelay(0, 250, 10000, () => 0.999), 249);
-  assert.equal(backoffDelay(2, 250, 10000, () => 0.999), 999);
-  assert.equal(backoffDelay(20, 250, 10000, () => 0.999), 9990);
-  assert.equal(backoffDelay(5, 250, 10000, () => 0), 0);
-});
 
 test('reconnect reattaches after the last seq and resends input by offset', async () => {
   FakeSocket.all = [];
