@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
+	"github.com/termgate/termgate/sandbox/internal/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,7 +49,7 @@ type Process struct {
 // applies rlimits, and only then hands it its arguments: nothing of the
 // sandbox runs before every ceiling is in place.
 func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, error) {
-	pl := buildPlan(p, l.layout, seccompProgram())
+	pl := buildPlan(p, l.layout, seccomp.Program())
 	files, err := l.openFiles(pl, p)
 	if err != nil {
 		return nil, err
