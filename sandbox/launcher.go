@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/internal/procevents"
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 )
 
 // DefaultKillGrace is how long a stopped process has between SIGTERM and SIGKILL.
@@ -60,7 +62,7 @@ type Launcher struct {
 	tenants  *tenantCgroups
 	cgLock   *cgroupLock
 	cgGuard  cgroupGuard
-	events   *procWatcher // nil without process events: exits are then inexact
+	events   *procevents.Watcher // nil without process events: exits are then inexact
 	eventErr error
 	dropInit func() // removes the copy of the init, if one was made
 
@@ -120,10 +122,10 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 // startEvents subscribes to process events when permitted. Without them
 // the launcher still isolates; only the exit status becomes inexact.
 func (l *Launcher) startEvents() {
-	w, err := newProcWatcher(l.log)
+	w, err := procevents.New(l.log)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = w.selfTest(ctx)
+		err = w.SelfTest(ctx)
 		cancel()
 		if err != nil {
 			w.Close()

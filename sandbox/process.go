@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/internal/procevents"
 	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"github.com/termgate/termgate/sandbox/internal/seccomp"
 	"golang.org/x/sys/unix"
@@ -25,7 +26,7 @@ type Process struct {
 	policy  Policy
 	cmd     *exec.Cmd
 	cg      *execCgroup
-	track   *procTrack
+	track   *procevents.Track
 	argv    []string // the init, then the command, as bwrap executes them
 	started time.Time
 	ctl     *initControl
@@ -193,8 +194,8 @@ func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) er
 	p.started = time.Now()
 	pid := p.cmd.Process.Pid
 	if p.l.events != nil {
-		p.track = p.l.events.track(pid)
-		p.track.notifyWorkloadExit(p.endSandbox)
+		p.track = p.l.events.Track(pid)
+		p.track.NotifyWorkloadExit(p.endSandbox)
 	}
 	err := p.confine(pid)
 	if err == nil {
@@ -208,7 +209,7 @@ func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) er
 		p.cmd.Wait()
 		p.cg.cleanup()
 		if p.track != nil {
-			p.l.events.untrack(p.track)
+			p.l.events.Untrack(p.track)
 		}
 		return fmt.Errorf("sandbox: confine bwrap: %w", err)
 	}

@@ -253,16 +253,16 @@ func (p *Process) collect(outer unix.WaitStatus) exitFacts {
 	f := exitFacts{outer: outer, cpuLimit: p.policy.Limits.CPUSeconds > 0}
 	if p.track != nil {
 		select {
-		case <-p.track.done():
+		case <-p.track.Done():
 		case <-time.After(2 * time.Second):
 		}
-		if p.track.complete() {
+		if p.track.Complete() {
 			var ok bool
-			f.workload, ok = p.track.workloadExit()
-			f.execed = p.track.execCount() > initExecs
-			f.exact = ok || !p.track.execed()
+			f.workload, ok = p.track.WorkloadExit()
+			f.execed = p.track.ExecCount() > initExecs
+			f.exact = ok || !p.track.Execed()
 		}
-		p.l.events.untrack(p.track)
+		p.l.events.Untrack(p.track)
 	}
 	if p.cg != nil {
 		ev := p.cg.events()
@@ -437,9 +437,9 @@ func (p *Process) terminate(grace time.Duration) {
 // The exit event may also be the first thread's, ended by an exec from
 // another thread: it ends the sandbox only once the process is gone.
 func (p *Process) endSandbox() {
-	pid := p.track.workloadHostPid()
+	pid := p.track.WorkloadHostPid()
 	for deadline := time.Now().Add(endSandboxWait); !processGone(pid); time.Sleep(5 * time.Millisecond) {
-		if !p.track.workloadEnded() || time.Now().After(deadline) {
+		if !p.track.WorkloadEnded() || time.Now().After(deadline) {
 			return // it lives on, under the same pid or as other threads
 		}
 	}
