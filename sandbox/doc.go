@@ -10,8 +10,10 @@
 //
 // The package is Linux-only (namespaces, cgroups, seccomp, pidfds,
 // openat2), and so is every file in it. Its subsystems are packages of
-// their own under internal/: seccomp builds the filter, procevents follows
-// process trees through the kernel's process events, sandboxinit is the
-// init between bwrap and the command, and workspace keeps tenant
-// workspaces. None of them imports anything else of termgate.
+// their own under internal/: cgroup applies the ceilings and kills whole
+// trees, seccomp builds the filter, procevents follows process trees
+// through the kernel's process events, sandboxinit is the init between
+// bwrap and the command, and workspace keeps tenant workspaces. None of
+// them imports anything else of termgate; this package translates their
+// errors into its own (ErrUnenforceable, ErrCgroupsInUse).
 package sandbox

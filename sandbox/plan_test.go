@@ -3,11 +3,12 @@
 package sandbox
 
 import (
-	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 )
 
 var testLayout = hostLayout{

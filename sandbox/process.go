@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/internal/cgroup"
 	"github.com/termgate/termgate/sandbox/internal/procevents"
 	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"github.com/termgate/termgate/sandbox/internal/seccomp"
@@ -27,7 +28,7 @@ type Process struct {
 	l       *Launcher
 	policy  Policy
 	cmd     *exec.Cmd
-	cg      *execCgroup
+	cg      *cgroup.Group
 	track   *procevents.Track
 	argv    []string // the init, then the command, as bwrap executes them
 	started time.Time
@@ -186,11 +187,11 @@ func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) er
 	// Descriptors termgate inherited without close-on-exec (from a service
 	// manager, a shell) would otherwise pass through bwrap into the sandbox.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		p.cg.cleanup()
+		removeCgroup(p.cg)
 		return fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
 	}
 	if err := p.cmd.Start(); err != nil {
-		p.cg.cleanup()
+		removeCgroup(p.cg)
 		return fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
 	}
 	p.started = time.Now()
@@ -209,7 +210,7 @@ func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) er
 	if err != nil {
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
-		p.cg.cleanup()
+		removeCgroup(p.cg)
 		if p.track != nil {
 			p.l.events.Untrack(p.track)
 		}
@@ -229,17 +230,11 @@ func (p *Process) confine(pid int) error {
 	if p.cg == nil {
 		return nil
 	}
-	return p.cg.add(pid)
+	return p.cg.Add(pid)
 }
 
 func closeAll[T interface{ Close() error }](xs []T) {
 	for _, x := range xs {
 		x.Close()
-	}
-}
-
-func (cg *execCgroup) cleanup() {
-	if cg != nil {
-		cg.remove()
 	}
 }

@@ -103,7 +103,7 @@ func (p *Process) endSandbox() {
 		unix.Kill(pid, unix.SIGKILL)
 	}
 	if p.cg != nil {
-		p.cg.kill()
+		p.cg.Kill()
 	}
 }
 
@@ -143,7 +143,7 @@ func (p *Process) Kill() {
 		unix.Kill(pid, unix.SIGKILL)
 	}
 	if p.cg != nil {
-		p.cg.kill()
+		p.cg.Kill()
 	}
 	p.cmd.Process.Kill()
 }

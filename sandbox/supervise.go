@@ -60,9 +60,9 @@ func (p *Process) collect(outer unix.WaitStatus) exitFacts {
 		p.l.events.Untrack(p.track)
 	}
 	if p.cg != nil {
-		ev := p.cg.events()
+		ev := p.cg.Events()
 		f.oomKills, f.pidsHits = ev.OOMKills, ev.PidsMaxHits
-		if err := p.cg.remove(); err != nil {
+		if err := p.cg.Remove(); err != nil {
 			p.l.log.Error("remove the execution's cgroup", "pid", p.Pid(), "err", err)
 		}
 	}

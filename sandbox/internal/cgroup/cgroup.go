@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package cgroup
 
 import (
 	"errors"
@@ -21,28 +21,28 @@ import (
 // ErrUnenforceable reports a requested ceiling that this host's cgroups
 // cannot apply. It is an error, not a warning: an execution must not run
 // without a ceiling it asked for.
-var ErrUnenforceable = errors.New("sandbox: ceiling cannot be enforced on this host")
+var ErrUnenforceable = errors.New("cgroup: ceiling cannot be enforced on this host")
 
-// cgroupParent is the default directory, in every hierarchy, holding one
+// DefaultParent is the default directory, in every hierarchy, holding one
 // child per execution (and one per tenant). Concurrent executions share
 // it, so it is never removed.
-const cgroupParent = "termgate"
+const DefaultParent = "termgate"
 
-// cgroupNamePattern bounds execution names to one safe path element.
-var cgroupNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+// namePattern bounds execution names to one safe path element.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // Bounds for the waits in kill and remove: a stuck cgroup must turn into an
 // error, never a hang.
 const (
-	cgroupRemoveBudget = 2 * time.Second
-	cgroupRetryMax     = 200 * time.Millisecond
-	cgroupFreezePolls  = 100
-	cgroupSignalRounds = 50
-	cgroupPollInterval = 10 * time.Millisecond
+	removeBudget = 2 * time.Second
+	retryMax     = 200 * time.Millisecond
+	freezePolls  = 100
+	signalRounds = 50
+	pollInterval = 10 * time.Millisecond
 )
 
-// CgroupInfo says what the host can enforce through cgroups; verify prints it.
-type CgroupInfo struct {
+// Info says what the host can enforce through cgroups; verify prints it.
+type Info struct {
 	Version string `json:"version"` // "v2", "hybrid", "v1" or "none"
 	Memory  bool   `json:"memory"`
 	Pids    bool   `json:"pids"`
@@ -50,16 +50,16 @@ type CgroupInfo struct {
 	Kill    bool   `json:"kill"` // one-shot kill of the whole group (v2 cgroup.kill or v1 freezer)
 }
 
-// cgroupLimits are the ceilings of one execution; zero means "not asked for".
-type cgroupLimits struct {
+// Limits are the ceilings of one execution; zero means "not asked for".
+type Limits struct {
 	MemoryBytes int64
 	Pids        int64
 	CPUWeight   int // 1..10000 as cgroup v2 cpu.weight; mapped to cpu.shares on v1
 }
 
-// validate rejects values the kernel would misread rather than clamping
+// Validate rejects values the kernel would misread rather than clamping
 // them, so a typo never silently weakens a ceiling.
-func (l cgroupLimits) validate() error {
+func (l Limits) Validate() error {
 	switch {
 	case l.MemoryBytes < 0:
 		return fmt.Errorf("cgroup: memory ceiling %d is negative", l.MemoryBytes)
@@ -71,10 +71,10 @@ func (l cgroupLimits) validate() error {
 	return nil
 }
 
-// cgroupV1Markers maps each v1 controller we use to a file found at the root
+// v1Markers maps each v1 controller we use to a file found at the root
 // of its hierarchy. pids and freezer have none there, so their mount name
 // and filesystem type are all we can check.
-var cgroupV1Markers = map[string]string{
+var v1Markers = map[string]string{
 	"memory":  "memory.limit_in_bytes",
 	"pids":    "",
 	"cpu":     "cpu.shares",
@@ -82,22 +82,32 @@ var cgroupV1Markers = map[string]string{
 	"freezer": "",
 }
 
-// cgroupHost is what detectCgroups found. It is read-only afterwards, so
+// Host is what detect found. It is read-only afterwards, so
 // concurrent executions share one.
-type cgroupHost struct {
+type Host struct {
 	version     string
-	parent      string          // cgroupParent unless the launcher says otherwise
+	parent      string          // DefaultParent unless the launcher says otherwise
 	unified     string          // cgroup2 mount, "" when absent
 	unifiedCtl  map[string]bool // controllers the cgroup2 root can hand down
 	unifiedKill bool            // kernel has cgroup.kill (5.14+)
 	v1          map[string]string
 }
 
-// detectCgroups inspects the hierarchies under root (normally
-// /sys/fs/cgroup). It never fails: what is absent is reported as false, and
-// create refuses the ceilings that depend on it.
-func detectCgroups(root string) *cgroupHost {
-	h := &cgroupHost{parent: cgroupParent, v1: map[string]string{}}
+// Detect inspects the hierarchies under root (normally /sys/fs/cgroup)
+// and returns a host whose groups live in parent, one path element, in
+// every hierarchy ("" is DefaultParent). It never fails: what is absent is
+// reported as false, and Create refuses the ceilings that depend on it.
+func Detect(root, parent string) *Host {
+	h := detect(root)
+	if parent != "" {
+		h.parent = parent
+	}
+	return h
+}
+
+// detect is Detect with DefaultParent.
+func detect(root string) *Host {
+	h := &Host{parent: DefaultParent, v1: map[string]string{}}
 	h.detectUnified(root)
 	if h.unified != root {
 		h.detectV1(root)
@@ -108,13 +118,13 @@ func detectCgroups(root string) *cgroupHost {
 
 // detectUnified finds the cgroup2 tree: the root itself on pure v2 hosts,
 // root/unified on hybrid ones.
-func (h *cgroupHost) detectUnified(root string) {
+func (h *Host) detectUnified(root string) {
 	for _, dir := range []string{root, filepath.Join(root, "unified")} {
-		if cgroupFSType(dir) != unix.CGROUP2_SUPER_MAGIC {
+		if fsType(dir) != unix.CGROUP2_SUPER_MAGIC {
 			continue
 		}
 		h.unified = dir
-		h.unifiedCtl = cgroupControllers(dir)
+		h.unifiedCtl = controllers(dir)
 		h.unifiedKill = kernelAtLeast(5, 14)
 		return
 	}
@@ -122,13 +132,13 @@ func (h *cgroupHost) detectUnified(root string) {
 
 // detectV1 records each v1 hierarchy by its resolved path, so co-mounted
 // controllers (cpu,cpuacct) share one directory.
-func (h *cgroupHost) detectV1(root string) {
-	for ctl, marker := range cgroupV1Markers {
+func (h *Host) detectV1(root string) {
+	for ctl, marker := range v1Markers {
 		dir, err := filepath.EvalSymlinks(filepath.Join(root, ctl))
-		if err != nil || cgroupFSType(dir) != unix.CGROUP_SUPER_MAGIC {
+		if err != nil || fsType(dir) != unix.CGROUP_SUPER_MAGIC {
 			continue
 		}
-		if marker != "" && !cgroupFileExists(dir, marker) {
+		if marker != "" && !fileExists(dir, marker) {
 			continue
 		}
 		h.v1[ctl] = dir
@@ -136,7 +146,7 @@ func (h *cgroupHost) detectV1(root string) {
 }
 
 // classify names the layout the way operators know it.
-func (h *cgroupHost) classify(root string) string {
+func (h *Host) classify(root string) string {
 	switch {
 	case h.unified == root:
 		return "v2"
@@ -151,8 +161,8 @@ func (h *cgroupHost) classify(root string) string {
 }
 
 // Info reports what create can enforce on this host.
-func (h *cgroupHost) Info() CgroupInfo {
-	return CgroupInfo{
+func (h *Host) Info() Info {
+	return Info{
 		Version: h.version,
 		Memory:  h.has("memory"),
 		Pids:    h.has("pids"),
@@ -163,13 +173,13 @@ func (h *cgroupHost) Info() CgroupInfo {
 
 // has reports whether either tree carries controller ctl. A controller is
 // bound to one tree at a time, so at most one of the two is true.
-func (h *cgroupHost) has(ctl string) bool {
+func (h *Host) has(ctl string) bool {
 	return h.unifiedCtl[ctl] || h.v1[ctl] != ""
 }
 
-// execCgroup is the set of directories, one per hierarchy in use, that hold
+// Group is the set of directories, one per hierarchy in use, that hold
 // every process of one execution.
-type execCgroup struct {
+type Group struct {
 	name      string
 	base      string   // the path from each hierarchy's root to the group's parent
 	dirs      []string // every directory created, in creation order
@@ -184,37 +194,40 @@ type execCgroup struct {
 	released  atomic.Bool
 }
 
-// create makes <hierarchy>/termgate/<name> in every hierarchy the limits
+// Dirs lists the group's directories, one per hierarchy, in creation order.
+func (c *Group) Dirs() []string { return slices.Clone(c.dirs) }
+
+// Create makes <hierarchy>/termgate/<name> in every hierarchy the limits
 // need and writes the limits. A requested ceiling the host cannot apply is
 // an error wrapping ErrUnenforceable; on any error nothing is left behind.
-func (h *cgroupHost) create(name string, lim cgroupLimits) (*execCgroup, error) {
+func (h *Host) Create(name string, lim Limits) (*Group, error) {
 	return h.createIn(h.parent, name, lim, lim)
 }
 
 // createIn makes <hierarchy>/<base>/<name>. join names the ceilings the
 // group must sit under, its own and its tenant's: a hierarchy is joined
 // when either asks for it, and only lim's values are written.
-func (h *cgroupHost) createIn(base, name string, lim, join cgroupLimits) (*execCgroup, error) {
-	if err := validateCgroupName(name); err != nil {
+func (h *Host) createIn(base, name string, lim, join Limits) (*Group, error) {
+	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	if err := lim.validate(); err != nil {
+	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
 	if err := h.checkEnforceable(lim); err != nil {
 		return nil, err
 	}
-	c := &execCgroup{name: name, base: base}
+	c := &Group{name: name, base: base}
 	if err := h.populate(c, lim, join); err != nil {
 		return nil, errors.Join(err, c.rmdirAll())
 	}
 	return c, nil
 }
 
-// validateCgroupName keeps name a single path element: "." and ".." match
+// ValidateName keeps name a single path element: "." and ".." match
 // the pattern but would land outside termgate/.
-func validateCgroupName(name string) error {
-	if !cgroupNamePattern.MatchString(name) || name == "." || name == ".." {
+func ValidateName(name string) error {
+	if !namePattern.MatchString(name) || name == "." || name == ".." {
 		return fmt.Errorf("cgroup: invalid name %q: want 1-64 of [A-Za-z0-9._-] except the names \".\" and \"..\"", name)
 	}
 	return nil
@@ -222,7 +235,7 @@ func validateCgroupName(name string) error {
 
 // checkEnforceable refuses up front, before any directory exists, and names
 // every missing ceiling at once.
-func (h *cgroupHost) checkEnforceable(lim cgroupLimits) error {
+func (h *Host) checkEnforceable(lim Limits) error {
 	var missing []string
 	if lim.MemoryBytes > 0 && !h.has("memory") {
 		missing = append(missing, "memory")
@@ -243,7 +256,7 @@ func (h *cgroupHost) checkEnforceable(lim cgroupLimits) error {
 // directory in c as soon as it exists so create can undo a partial build.
 // A hierarchy that join needs and lim does not is joined without a value
 // of the group's own (the limit functions take 0 as "join only").
-func (h *cgroupHost) populate(c *execCgroup, lim, join cgroupLimits) error {
+func (h *Host) populate(c *Group, lim, join Limits) error {
 	if err := h.makeUnified(c, join); err != nil {
 		return err
 	}
@@ -268,29 +281,29 @@ func (h *cgroupHost) populate(c *execCgroup, lim, join cgroupLimits) error {
 
 // makeUnified creates the cgroup2 directory whenever the host has the tree,
 // even without limits: it gives cgroup.kill and cpu.stat for free.
-func (h *cgroupHost) makeUnified(c *execCgroup, lim cgroupLimits) error {
+func (h *Host) makeUnified(c *Group, lim Limits) error {
 	if h.unified == "" {
 		return nil
 	}
-	chain, err := cgroupEnsure(h.unified, c.base)
+	chain, err := ensure(h.unified, c.base)
 	if err != nil {
 		return err
 	}
 	for _, ctl := range h.unifiedWanted(lim) {
-		if err := cgroupEnable(ctl, append([]string{h.unified}, chain...)...); err != nil {
+		if err := enable(ctl, append([]string{h.unified}, chain...)...); err != nil {
 			return err
 		}
 	}
 	if c.unified, err = c.mkdir(h.unified); err != nil {
 		return err
 	}
-	c.canKill = cgroupFileExists(c.unified, "cgroup.kill")
+	c.canKill = fileExists(c.unified, "cgroup.kill")
 	return nil
 }
 
 // unifiedWanted lists the cgroup2 controllers the limits need; each one is
 // enabled only when asked for, so an execution never pays for the others.
-func (h *cgroupHost) unifiedWanted(lim cgroupLimits) []string {
+func (h *Host) unifiedWanted(lim Limits) []string {
 	var ctls []string
 	if lim.MemoryBytes > 0 && h.unifiedCtl["memory"] {
 		ctls = append(ctls, "memory")
@@ -306,7 +319,7 @@ func (h *cgroupHost) unifiedWanted(lim cgroupLimits) []string {
 
 // makeTracking adds the v1 directories that stand in for cgroup2 features
 // the host lacks: freezer for a group kill, cpuacct for CPU usage.
-func (h *cgroupHost) makeTracking(c *execCgroup) error {
+func (h *Host) makeTracking(c *Group) error {
 	var err error
 	if hier := h.v1["freezer"]; hier != "" && !c.canKill {
 		if c.freezer, err = c.mkdir(hier); err != nil {
@@ -322,68 +335,68 @@ func (h *cgroupHost) makeTracking(c *execCgroup) error {
 // limitMemory sets the memory ceiling and keeps swap from extending it;
 // with bytes 0 the group only joins the memory hierarchy, so that a
 // tenant's ceiling above it applies and its OOM kills are counted.
-func (h *cgroupHost) limitMemory(c *execCgroup, bytes int64) error {
+func (h *Host) limitMemory(c *Group, bytes int64) error {
 	if h.unifiedCtl["memory"] {
-		return cgroupSetMemory(c.unified, true, bytes)
+		return setMemory(c.unified, true, bytes)
 	}
 	dir, err := c.mkdir(h.v1["memory"])
 	if err != nil {
 		return err
 	}
 	c.memoryV1 = dir
-	return cgroupSetMemory(dir, false, bytes)
+	return setMemory(dir, false, bytes)
 }
 
 // limitPids sets the ceiling on processes and threads; 0 joins only.
-func (h *cgroupHost) limitPids(c *execCgroup, n int64) error {
+func (h *Host) limitPids(c *Group, n int64) error {
 	if h.unifiedCtl["pids"] {
-		return cgroupSetPids(c.unified, n)
+		return setPids(c.unified, n)
 	}
 	dir, err := c.mkdir(h.v1["pids"])
 	if err != nil {
 		return err
 	}
 	c.pidsV1 = dir
-	return cgroupSetPids(dir, n)
+	return setPids(dir, n)
 }
 
 // limitCPU sets the CPU weight, translated to cpu.shares on v1; 0 joins
 // only.
-func (h *cgroupHost) limitCPU(c *execCgroup, weight int) error {
+func (h *Host) limitCPU(c *Group, weight int) error {
 	if h.unifiedCtl["cpu"] {
-		return cgroupSetCPU(c.unified, true, weight)
+		return setCPU(c.unified, true, weight)
 	}
 	dir, err := c.mkdir(h.v1["cpu"])
 	if err != nil {
 		return err
 	}
-	return cgroupSetCPU(dir, false, weight)
+	return setCPU(dir, false, weight)
 }
 
-// cgroupSetMemory writes a memory ceiling of bytes (0: none) into dir, a
+// setMemory writes a memory ceiling of bytes (0: none) into dir, a
 // cgroup2 directory when v2 is set.
-func cgroupSetMemory(dir string, v2 bool, bytes int64) error {
+func setMemory(dir string, v2 bool, bytes int64) error {
 	if bytes == 0 {
 		return nil
 	}
 	v := strconv.FormatInt(bytes, 10)
 	if v2 {
-		if err := cgroupWrite(dir, "memory.max", v); err != nil {
+		if err := writeFile(dir, "memory.max", v); err != nil {
 			return err
 		}
-		return cgroupWriteIfExists(dir, "memory.swap.max", "0")
+		return writeIfExists(dir, "memory.swap.max", "0")
 	}
 	// memsw is memory+swap and must stay >= limit_in_bytes: it goes second
 	// when the ceiling comes down (always, in a new group), first when it
 	// goes up (a tenant's group kept from an earlier configuration).
 	files := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}
-	if bytes > cgroupInt(dir, "memory.limit_in_bytes") {
+	if bytes > readInt(dir, "memory.limit_in_bytes") {
 		slices.Reverse(files)
 	}
 	for _, f := range files {
-		write := cgroupWrite
+		write := writeFile
 		if f == "memory.memsw.limit_in_bytes" {
-			write = cgroupWriteIfExists // only with swap accounting
+			write = writeIfExists // only with swap accounting
 		}
 		if err := write(dir, f, v); err != nil {
 			return err
@@ -392,23 +405,23 @@ func cgroupSetMemory(dir string, v2 bool, bytes int64) error {
 	return nil
 }
 
-// cgroupSetPids writes a pids ceiling of n (0: none) into dir.
-func cgroupSetPids(dir string, n int64) error {
+// setPids writes a pids ceiling of n (0: none) into dir.
+func setPids(dir string, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	return cgroupWrite(dir, "pids.max", strconv.FormatInt(n, 10))
+	return writeFile(dir, "pids.max", strconv.FormatInt(n, 10))
 }
 
-// cgroupSetCPU writes a CPU weight (0: none) into dir, as cpu.shares on v1.
-func cgroupSetCPU(dir string, v2 bool, weight int) error {
+// setCPU writes a CPU weight (0: none) into dir, as cpu.shares on v1.
+func setCPU(dir string, v2 bool, weight int) error {
 	switch {
 	case weight == 0:
 		return nil
 	case v2:
-		return cgroupWrite(dir, "cpu.weight", strconv.Itoa(weight))
+		return writeFile(dir, "cpu.weight", strconv.Itoa(weight))
 	}
-	return cgroupWrite(dir, "cpu.shares", strconv.FormatInt(cpuShares(weight), 10))
+	return writeFile(dir, "cpu.shares", strconv.FormatInt(cpuShares(weight), 10))
 }
 
 // cpuShares maps a cgroup v2 weight (default 100) to v1 shares (default
@@ -420,12 +433,12 @@ func cpuShares(weight int) int64 {
 // mkdir creates hier/<base>/<name>. A directory already made for a
 // co-mounted controller is reused; one left by anyone else is an error,
 // because sharing it would mix two executions.
-func (c *execCgroup) mkdir(hier string) (string, error) {
+func (c *Group) mkdir(hier string) (string, error) {
 	dir := filepath.Join(hier, c.base, c.name)
 	if slices.Contains(c.dirs, dir) {
 		return dir, nil
 	}
-	if _, err := cgroupEnsure(hier, c.base); err != nil {
+	if _, err := ensure(hier, c.base); err != nil {
 		return "", err
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -435,10 +448,10 @@ func (c *execCgroup) mkdir(hier string) (string, error) {
 	return dir, nil
 }
 
-// cgroupEnsure creates the shared directories from hier down to
+// ensure creates the shared directories from hier down to
 // hier/<base> (termgate, then a tenant's), which another execution may
-// create at the same moment, and returns them top down.
-func cgroupEnsure(hier, base string) ([]string, error) {
+// Create at the same moment, and returns them top down.
+func ensure(hier, base string) ([]string, error) {
 	var chain []string
 	dir := hier
 	for elem := range strings.SplitSeq(base, "/") {
@@ -451,82 +464,82 @@ func cgroupEnsure(hier, base string) ([]string, error) {
 	return chain, nil
 }
 
-// cgroupEnable hands controller ctl down from the cgroup2 root through
+// enable hands controller ctl down from the cgroup2 root through
 // termgate/ (and a tenant's directory) to the execution. Failing here means the ceiling cannot be
 // applied, so the error wraps ErrUnenforceable as well as the cause.
-func cgroupEnable(ctl string, dirs ...string) error {
+func enable(ctl string, dirs ...string) error {
 	for _, dir := range dirs {
-		if cgroupSubtreeHas(dir, ctl) {
+		if subtreeHas(dir, ctl) {
 			continue // rewriting could fail (EBUSY) on a root holding processes
 		}
-		if err := cgroupWrite(dir, "cgroup.subtree_control", "+"+ctl); err != nil {
+		if err := writeFile(dir, "cgroup.subtree_control", "+"+ctl); err != nil {
 			return fmt.Errorf("cgroup: enable %s controller: %w: %w", ctl, ErrUnenforceable, err)
 		}
 	}
 	return nil
 }
 
-// cgroupSubtreeHas reports whether dir already hands ctl to its children.
-func cgroupSubtreeHas(dir, ctl string) bool {
+// subtreeHas reports whether dir already hands ctl to its children.
+func subtreeHas(dir, ctl string) bool {
 	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
 	return slices.Contains(strings.Fields(string(data)), ctl)
 }
 
-// add moves pid into every directory of the group. The launcher calls it
+// Add moves pid into every directory of the group. The launcher calls it
 // while bwrap is still blocked, so every descendant is born inside.
-func (c *execCgroup) add(pid int) error {
+func (c *Group) Add(pid int) error {
 	for _, dir := range c.dirs {
-		if err := cgroupWrite(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+		if err := writeFile(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// cgroupEvents are counters of one execution, read to explain how it ended.
-type cgroupEvents struct {
+// Events are counters of one execution, read to explain how it ended.
+type Events struct {
 	OOMKills    int64
 	PidsMaxHits int64
 	CPUUsage    time.Duration
 }
 
-// events reads the counters now. A counter the host does not keep reads as
+// Events reads the counters now. A counter the host does not keep reads as
 // zero: events explain an exit, they never cause one.
-func (c *execCgroup) events() cgroupEvents {
-	var ev cgroupEvents
+func (c *Group) Events() Events {
+	var ev Events
 	if c.memoryV1 != "" {
-		ev.OOMKills = cgroupKey(c.memoryV1, "memory.oom_control", "oom_kill")
+		ev.OOMKills = readKey(c.memoryV1, "memory.oom_control", "oom_kill")
 	} else if c.unified != "" {
-		ev.OOMKills = cgroupKey(c.unified, "memory.events", "oom_kill")
+		ev.OOMKills = readKey(c.unified, "memory.events", "oom_kill")
 	}
 	if c.pidsV1 != "" {
-		ev.PidsMaxHits = cgroupKey(c.pidsV1, "pids.events", "max")
+		ev.PidsMaxHits = readKey(c.pidsV1, "pids.events", "max")
 	} else if c.unified != "" {
-		ev.PidsMaxHits = cgroupKey(c.unified, "pids.events", "max")
+		ev.PidsMaxHits = readKey(c.unified, "pids.events", "max")
 	}
 	// cgroup2 keeps cpu.stat even without the cpu controller, so it wins.
 	if c.unified != "" {
-		ev.CPUUsage = time.Duration(cgroupKey(c.unified, "cpu.stat", "usage_usec")) * time.Microsecond
+		ev.CPUUsage = time.Duration(readKey(c.unified, "cpu.stat", "usage_usec")) * time.Microsecond
 	} else if c.cpuacctV1 != "" {
-		ev.CPUUsage = time.Duration(cgroupInt(c.cpuacctV1, "cpuacct.usage"))
+		ev.CPUUsage = time.Duration(readInt(c.cpuacctV1, "cpuacct.usage"))
 	}
 	return ev
 }
 
-// pids lists the processes in the group: the union over every directory,
+// Pids lists the processes in the group: the union over every directory,
 // so a process that reached only some of them is still seen.
-func (c *execCgroup) pids() []int {
+func (c *Group) Pids() []int {
 	var all []int
 	for _, dir := range c.dirs {
-		all = append(all, cgroupReadPids(dir)...)
+		all = append(all, readPids(dir)...)
 	}
 	slices.Sort(all)
 	return slices.Compact(all)
 }
 
-// kill SIGKILLs every process in the group, by the most atomic means the
+// Kill SIGKILLs every process in the group, by the most atomic means the
 // host has. It is idempotent, and a no-op once remove has succeeded.
-func (c *execCgroup) kill() error {
+func (c *Group) Kill() error {
 	if c.removed.Load() {
 		return nil
 	}
@@ -548,8 +561,8 @@ func (c *execCgroup) kill() error {
 
 // killUnified uses cgroup.kill, which the kernel applies to the group and
 // to anything forked meanwhile. A group already gone has nothing to kill.
-func (c *execCgroup) killUnified() error {
-	err := cgroupWrite(c.unified, "cgroup.kill", "1")
+func (c *Group) killUnified() error {
+	err := writeFile(c.unified, "cgroup.kill", "1")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -559,30 +572,30 @@ func (c *execCgroup) killUnified() error {
 // killFrozen freezes the group so nothing can fork, signals every member
 // and thaws it so the signals are delivered. It reports false when the
 // freeze did not settle in time, and kill then sweeps with killEach.
-func (c *execCgroup) killFrozen() (bool, error) {
-	if err := cgroupWrite(c.freezer, "freezer.state", "FROZEN"); err != nil {
+func (c *Group) killFrozen() (bool, error) {
+	if err := writeFile(c.freezer, "freezer.state", "FROZEN"); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return true, nil
 		}
 		return false, err
 	}
-	frozen := cgroupWaitFrozen(c.freezer)
-	cgroupSignalAll(cgroupReadPids(c.freezer))
-	if err := cgroupWrite(c.freezer, "freezer.state", "THAWED"); err != nil {
+	frozen := waitFrozen(c.freezer)
+	signalAll(readPids(c.freezer))
+	if err := writeFile(c.freezer, "freezer.state", "THAWED"); err != nil {
 		return false, err
 	}
 	return frozen, nil
 }
 
-// cgroupWaitFrozen polls until the v1 freezer settles, for a bounded time:
+// waitFrozen polls until the v1 freezer settles, for a bounded time:
 // freezing is asynchronous and a task in uninterruptible sleep delays it.
-func cgroupWaitFrozen(dir string) bool {
-	for range cgroupFreezePolls {
+func waitFrozen(dir string) bool {
+	for range freezePolls {
 		data, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
 		if err != nil || strings.TrimSpace(string(data)) == "FROZEN" {
 			return err == nil
 		}
-		time.Sleep(cgroupPollInterval)
+		time.Sleep(pollInterval)
 	}
 	return false
 }
@@ -592,36 +605,36 @@ func cgroupWaitFrozen(dir string) bool {
 // A pid can be reused between listing and signalling; the window is the
 // few microseconds after a member exits, which cgroup.kill and the freezer
 // avoid and this fallback cannot.
-func (c *execCgroup) killEach() error {
-	for range cgroupSignalRounds {
-		pids := c.pids()
+func (c *Group) killEach() error {
+	for range signalRounds {
+		pids := c.Pids()
 		if len(pids) == 0 {
 			return nil
 		}
-		cgroupSignalAll(pids)
-		time.Sleep(cgroupPollInterval)
+		signalAll(pids)
+		time.Sleep(pollInterval)
 	}
-	if left := c.pids(); len(left) > 0 {
+	if left := c.Pids(); len(left) > 0 {
 		return fmt.Errorf("cgroup: kill %s: %d processes survive", c.name, len(left))
 	}
 	return nil
 }
 
-// cgroupSignalAll sends SIGKILL to each pid; one that already exited is fine.
-func cgroupSignalAll(pids []int) {
+// signalAll sends SIGKILL to each pid; one that already exited is fine.
+func signalAll(pids []int) {
 	for _, pid := range pids {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
 }
 
-// remove kills the group, deletes its directories, leaving the shared
+// Remove kills the group, deletes its directories, leaving the shared
 // termgate parents, and drops its tenant's hold (once, even when a
 // directory could not be removed). It is idempotent.
-func (c *execCgroup) remove() error {
+func (c *Group) Remove() error {
 	if c.removed.Load() {
 		return nil
 	}
-	killErr := c.kill()
+	killErr := c.Kill()
 	err := c.rmdirAll()
 	var releaseErr error
 	if c.release != nil && c.released.CompareAndSwap(false, true) {
@@ -635,18 +648,18 @@ func (c *execCgroup) remove() error {
 }
 
 // rmdirAll removes every directory, newest first, within one shared budget.
-func (c *execCgroup) rmdirAll() error {
-	deadline := time.Now().Add(cgroupRemoveBudget)
+func (c *Group) rmdirAll() error {
+	deadline := time.Now().Add(removeBudget)
 	var errs []error
 	for _, dir := range slices.Backward(c.dirs) {
-		errs = append(errs, cgroupRmdir(dir, deadline))
+		errs = append(errs, rmdir(dir, deadline))
 	}
 	return errors.Join(errs...)
 }
 
-// cgroupRmdir retries while the kernel still counts killed tasks as members
+// rmdir retries while the kernel still counts killed tasks as members
 // (EBUSY), backing off until deadline. A missing directory is success.
-func cgroupRmdir(dir string, deadline time.Time) error {
+func rmdir(dir string, deadline time.Time) error {
 	delay := 5 * time.Millisecond
 	for {
 		err := unix.Rmdir(dir)
@@ -657,13 +670,13 @@ func cgroupRmdir(dir string, deadline time.Time) error {
 			return fmt.Errorf("cgroup: remove %s: %w", dir, err)
 		}
 		time.Sleep(delay)
-		delay = min(delay*2, cgroupRetryMax)
+		delay = min(delay*2, retryMax)
 	}
 }
 
-// cgroupWrite writes one control file. It never creates the file: a missing
+// writeFile writes one control file. It never creates the file: a missing
 // control file means a missing feature, not something to make up.
-func cgroupWrite(dir, file, value string) error {
+func writeFile(dir, file, value string) error {
 	path := filepath.Join(dir, file)
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err == nil {
@@ -680,24 +693,24 @@ func cgroupWrite(dir, file, value string) error {
 	return nil
 }
 
-// cgroupWriteIfExists writes a control file that only some kernels or
+// writeIfExists writes a control file that only some kernels or
 // configurations provide (swap accounting).
-func cgroupWriteIfExists(dir, file, value string) error {
-	if !cgroupFileExists(dir, file) {
+func writeIfExists(dir, file, value string) error {
+	if !fileExists(dir, file) {
 		return nil
 	}
-	return cgroupWrite(dir, file, value)
+	return writeFile(dir, file, value)
 }
 
-// cgroupFileExists reports whether dir has the control file.
-func cgroupFileExists(dir, file string) bool {
+// fileExists reports whether dir has the control file.
+func fileExists(dir, file string) bool {
 	_, err := os.Stat(filepath.Join(dir, file))
 	return err == nil
 }
 
-// cgroupKey reads the number after key in a "key value" per line file such
+// readKey reads the number after key in a "key value" per line file such
 // as memory.events; absent file or key reads as zero.
-func cgroupKey(dir, file, key string) int64 {
+func readKey(dir, file, key string) int64 {
 	data, _ := os.ReadFile(filepath.Join(dir, file))
 	for line := range strings.Lines(string(data)) {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
@@ -709,15 +722,15 @@ func cgroupKey(dir, file, key string) int64 {
 	return 0
 }
 
-// cgroupInt reads a file holding a single number; absent reads as zero.
-func cgroupInt(dir, file string) int64 {
+// readInt reads a file holding a single number; absent reads as zero.
+func readInt(dir, file string) int64 {
 	data, _ := os.ReadFile(filepath.Join(dir, file))
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	return n
 }
 
-// cgroupReadPids lists cgroup.procs; a directory already gone lists nothing.
-func cgroupReadPids(dir string) []int {
+// readPids lists cgroup.procs; a directory already gone lists nothing.
+func readPids(dir string) []int {
 	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	var pids []int
 	for _, f := range strings.Fields(string(data)) {
@@ -728,8 +741,8 @@ func cgroupReadPids(dir string) []int {
 	return pids
 }
 
-// cgroupControllers reads the controllers a cgroup2 directory offers.
-func cgroupControllers(dir string) map[string]bool {
+// controllers reads the controllers a cgroup2 directory offers.
+func controllers(dir string) map[string]bool {
 	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	ctl := map[string]bool{}
 	for _, name := range strings.Fields(string(data)) {
@@ -738,9 +751,9 @@ func cgroupControllers(dir string) map[string]bool {
 	return ctl
 }
 
-// cgroupFSType returns the filesystem magic of dir, or 0 when it cannot be
+// fsType returns the filesystem magic of dir, or 0 when it cannot be
 // read. The magic, unlike a directory name, cannot be faked by a plain dir.
-func cgroupFSType(dir string) int64 {
+func fsType(dir string) int64 {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0
