@@ -1,3 +1,5 @@
+//go:build linux
+
 package sandbox
 
 import (
@@ -9,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/internal/seccomp"
 )
 
 // firstByte records when output first arrives.
@@ -75,7 +79,7 @@ func BenchmarkStart(b *testing.B) {
 // without a cgroup, process events or supervision; it returns when output
 // first arrived.
 func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
-	pl := buildPlan(p, l.layout, seccompProgram())
+	pl := buildPlan(p, l.layout, seccomp.Program())
 	for _, kv := range p.sortedEnv() {
 		k, v, _ := strings.Cut(kv, "=")
 		pl.opts = append(pl.opts, "--setenv", k, v)

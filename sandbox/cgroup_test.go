@@ -3,22 +3,26 @@
 package sandbox
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// The cgroup helpers of the tests that run real sandboxes. They look at
+// the hierarchies with plain file operations, not through package cgroup,
+// whose own tests cover it.
 
 const cgroupTestRoot = "/sys/fs/cgroup"
 
@@ -70,42 +74,6 @@ func cgroupTestName(t testing.TB) string {
 	return base + "-" + hex.EncodeToString(suffix)
 }
 
-// cgroupTestCreate creates a group on the real host and removes it when the
-// test ends, whatever happened.
-func cgroupTestCreate(t *testing.T, h *cgroupHost, lim cgroupLimits) *execCgroup {
-	t.Helper()
-	c, err := h.create(cgroupTestName(t), lim)
-	if err != nil {
-		t.Fatalf("create(%+v): %v", lim, err)
-	}
-	t.Cleanup(func() {
-		if err := c.remove(); err != nil {
-			t.Errorf("cleanup remove: %v", err)
-		}
-	})
-	return c
-}
-
-// cgroupStartHeld starts `sh -c script` whose script first does `read x`,
-// moves it into c, and returns a writer that releases it. Adding before
-// release means every fork of the script happens inside the group.
-func cgroupStartHeld(t *testing.T, c *execCgroup, script string) (*exec.Cmd, io.WriteCloser) {
-	t.Helper()
-	cmd := exec.Command("sh", "-c", "read x; "+script)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatalf("stdin pipe: %v", err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start sh: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	if err := c.add(cmd.Process.Pid); err != nil {
-		t.Fatalf("add(%d): %v", cmd.Process.Pid, err)
-	}
-	return cmd, stdin
-}
-
 // cgroupWait waits for cmd for at most d; on timeout it kills the process
 // so the waiting goroutine, owned here, always ends before we return.
 func cgroupWait(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
@@ -123,451 +91,98 @@ func cgroupWait(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 	}
 }
 
-// cgroupAssertGone fails unless every directory of c has been removed.
-func cgroupAssertGone(t *testing.T, c *execCgroup) {
-	t.Helper()
-	if len(c.dirs) == 0 {
-		t.Fatal("group had no directories to remove")
+// cgroupTestFSType returns the filesystem magic of dir, 0 when unreadable.
+func cgroupTestFSType(dir string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0
 	}
-	for _, dir := range c.dirs {
-		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("%s still exists after remove (stat err %v)", dir, err)
-		}
-		if _, err := os.Stat(filepath.Dir(dir)); err != nil {
-			t.Errorf("shared parent %s was removed: %v", filepath.Dir(dir), err)
-		}
-	}
+	return int64(st.Type)
 }
 
-// cgroupMountedLayout reads /proc/self/mountinfo, an oracle independent of
-// detectCgroups, and returns the expected version and v1 controllers.
-func cgroupMountedLayout(t *testing.T) (string, map[string]bool) {
+// cgroupTestHierarchies lists the cgroup hierarchies mounted under the
+// test root, found by filesystem type rather than by the code under test.
+func cgroupTestHierarchies(t testing.TB) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatalf("open mountinfo: %v", err)
-	}
-	defer f.Close()
-	var v2At string
-	v1 := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		mountPoint, fsType, superOpts, ok := cgroupParseMountinfo(sc.Text())
-		if !ok {
+	var dirs []string
+	for _, name := range []string{"unified", "memory", "pids", "cpu", "cpuacct", "freezer"} {
+		dir, err := filepath.EvalSymlinks(filepath.Join(cgroupTestRoot, name))
+		if err != nil || slices.Contains(dirs, dir) {
 			continue
 		}
-		switch {
-		case fsType == "cgroup2":
-			v2At = mountPoint
-		case fsType == "cgroup" && strings.HasPrefix(mountPoint, cgroupTestRoot+"/"):
-			for _, opt := range strings.Split(superOpts, ",") {
-				v1[opt] = true
+		if typ := cgroupTestFSType(dir); typ == unix.CGROUP_SUPER_MAGIC || typ == unix.CGROUP2_SUPER_MAGIC {
+			dirs = append(dirs, dir)
+		}
+	}
+	if cgroupTestFSType(cgroupTestRoot) == unix.CGROUP2_SUPER_MAGIC {
+		dirs = append(dirs, cgroupTestRoot)
+	}
+	return dirs
+}
+
+// cgroupTestParent returns a cgroup parent name unique to the test, and
+// removes that parent in every hierarchy when the test ends, failing the
+// test if something of it could not be removed.
+func cgroupTestParent(t testing.TB) string {
+	t.Helper()
+	parent := "tgtest-" + cgroupTestName(t)
+	t.Cleanup(func() {
+		for _, hier := range cgroupTestHierarchies(t) {
+			if err := cgroupTestRemoveTree(filepath.Join(hier, parent)); err != nil {
+				t.Errorf("remove the test's cgroup parent: %v", err)
 			}
-		}
-	}
-	switch {
-	case v2At == cgroupTestRoot:
-		return "v2", v1
-	case v2At != "" && len(v1) > 0:
-		return "hybrid", v1
-	case v2At != "":
-		return "v2", v1
-	case len(v1) > 0:
-		return "v1", v1
-	}
-	return "none", v1
-}
-
-// cgroupParseMountinfo splits one mountinfo line: fields before " - " hold
-// the mount point (5th), fields after it the type and super options.
-func cgroupParseMountinfo(line string) (mountPoint, fsType, superOpts string, ok bool) {
-	pre, post, found := strings.Cut(line, " - ")
-	preF, postF := strings.Fields(pre), strings.Fields(post)
-	if !found || len(preF) < 5 || len(postF) < 3 {
-		return "", "", "", false
-	}
-	return preF[4], postF[0], postF[2], true
-}
-
-func TestCgroupDetectThisHost(t *testing.T) {
-	t.Parallel()
-	wantVersion, v1 := cgroupMountedLayout(t)
-	info := detectCgroups(cgroupTestRoot).Info()
-	if info.Version != wantVersion {
-		t.Fatalf("Info().Version = %q, mountinfo says %q (info %+v)", info.Version, wantVersion, info)
-	}
-	if wantVersion != "hybrid" {
-		t.Logf("host is %s, not hybrid: only the version is checked (%+v)", wantVersion, info)
-		return
-	}
-	// On a hybrid host the v1 mounts carry memory and pids, and cgroup2 or
-	// the v1 freezer provides the group kill.
-	want := CgroupInfo{Version: "hybrid", Memory: v1["memory"], Pids: v1["pids"], CPU: v1["cpu"], Kill: true}
-	if info != want {
-		t.Errorf("Info() = %+v, want %+v", info, want)
-	}
-	if !info.Memory || !info.Pids || !info.Kill {
-		t.Errorf("hybrid host should enforce memory, pids and kill: %+v", info)
-	}
-}
-
-func TestCgroupDetectNone(t *testing.T) {
-	t.Parallel()
-	// A plain directory imitating the layout must not pass for cgroupfs.
-	root := t.TempDir()
-	for _, d := range []string{"unified", "memory", "pids"} {
-		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := detectCgroups(root).Info()
-	if want := (CgroupInfo{Version: "none"}); got != want {
-		t.Errorf("Info() = %+v, want %+v", got, want)
-	}
-}
-
-func TestCgroupUnenforceable(t *testing.T) {
-	t.Parallel()
-	h := detectCgroups(t.TempDir())
-	tests := []struct {
-		name    string
-		lim     cgroupLimits
-		ceiling string
-	}{
-		{"memory", cgroupLimits{MemoryBytes: 32 << 20}, "memory"},
-		{"pids", cgroupLimits{Pids: 5}, "pids"},
-		{"cpu", cgroupLimits{CPUWeight: 100}, "cpu"},
-		{"all", cgroupLimits{MemoryBytes: 1 << 30, Pids: 64, CPUWeight: 50}, "memory, pids, cpu"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c, err := h.create("unenforceable", tt.lim)
-			if !errors.Is(err, ErrUnenforceable) {
-				t.Fatalf("create(%+v) = %v, %v; want ErrUnenforceable", tt.lim, c, err)
-			}
-			if !strings.Contains(err.Error(), tt.ceiling) {
-				t.Errorf("error %q does not name the %s ceiling", err, tt.ceiling)
-			}
-		})
-	}
-}
-
-func TestCgroupNoLimitsOnBareHost(t *testing.T) {
-	t.Parallel()
-	// Without cgroups and without ceilings the group is empty but usable,
-	// so the launcher needs no special case.
-	c, err := detectCgroups(t.TempDir()).create("bare", cgroupLimits{})
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	if err := c.add(os.Getpid()); err != nil {
-		t.Errorf("add: %v", err)
-	}
-	if got := c.pids(); len(got) != 0 {
-		t.Errorf("pids() = %v, want none", got)
-	}
-	if err := c.kill(); err != nil {
-		t.Errorf("kill: %v", err)
-	}
-	if err := c.remove(); err != nil {
-		t.Errorf("remove: %v", err)
-	}
-	if got := c.events(); got != (cgroupEvents{}) {
-		t.Errorf("events() = %+v, want zero", got)
-	}
-}
-
-func TestCgroupInvalidInput(t *testing.T) {
-	t.Parallel()
-	h := detectCgroups(t.TempDir())
-	tests := []struct {
-		name string
-		lim  cgroupLimits
-	}{
-		{"", cgroupLimits{}},
-		{".", cgroupLimits{}},
-		{"..", cgroupLimits{}},
-		{"a/b", cgroupLimits{}},
-		{"../escape", cgroupLimits{}},
-		{"space name", cgroupLimits{}},
-		{"nul\x00", cgroupLimits{}},
-		{"é", cgroupLimits{}},
-		{strings.Repeat("a", 65), cgroupLimits{}},
-		{"ok", cgroupLimits{MemoryBytes: -1}},
-		{"ok", cgroupLimits{Pids: -1}},
-		{"ok", cgroupLimits{CPUWeight: -1}},
-		{"ok", cgroupLimits{CPUWeight: 10001}},
-	}
-	for _, tt := range tests {
-		if _, err := h.create(tt.name, tt.lim); err == nil || errors.Is(err, ErrUnenforceable) {
-			t.Errorf("create(%q, %+v) = %v, want an invalid-input error", tt.name, tt.lim, err)
-		}
-	}
-	for _, name := range []string{"a", "exec-1.2_3", "...", strings.Repeat("Z", 64)} {
-		if err := validateCgroupName(name); err != nil {
-			t.Errorf("validateCgroupName(%q) = %v, want nil", name, err)
-		}
-	}
-}
-
-func FuzzCgroupName(f *testing.F) {
-	for _, s := range []string{"a", ".", "..", "a/b", "exec-1", strings.Repeat("x", 64)} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		if validateCgroupName(name) != nil {
-			return
-		}
-		// An accepted name must stay exactly one element below the parent.
-		parent := "/sys/fs/cgroup/x/termgate"
-		joined := filepath.Join(parent, name)
-		if filepath.Dir(joined) != parent || filepath.Base(joined) != name {
-			t.Errorf("accepted name %q escapes %s: %s", name, parent, joined)
 		}
 	})
+	return parent
 }
 
-func TestCgroupCPUShares(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		weight int
-		want   int64
-	}{
-		{1, 10}, {100, 1024}, {50, 512}, {10000, 102400},
+// cgroupTestTree lists dir and the directories below it, top down; a
+// missing dir holds nothing.
+func cgroupTestTree(dir string) ([]string, error) {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return err
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	for _, tt := range tests {
-		if got := cpuShares(tt.weight); got != tt.want {
-			t.Errorf("cpuShares(%d) = %d, want %d", tt.weight, got, tt.want)
+	return dirs, err
+}
+
+// cgroupTestRemoveTree kills what runs below dir, then removes dir and
+// what is below it, deepest first, retrying briefly while killed tasks
+// still count as members. A failed test leaves nothing behind.
+func cgroupTestRemoveTree(dir string) error {
+	dirs, err := cgroupTestTree(dir)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, d := range slices.Backward(dirs) {
+		for {
+			cgroupTestKillMembers(d)
+			err := unix.Rmdir(d)
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				return fmt.Errorf("remove %s: %w", d, err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	return nil
 }
 
-func TestCgroupWritesLimits(t *testing.T) {
-	t.Parallel()
-	cgroupRequireRoot(t)
-	h := detectCgroups(cgroupTestRoot)
-	info := h.Info()
-	tests := []struct {
-		name  string
-		have  bool
-		lim   cgroupLimits
-		files map[string]string // either version's file, value read back
-	}{
-		{"memory", info.Memory, cgroupLimits{MemoryBytes: 64 << 20}, map[string]string{
-			"memory.max": "67108864", "memory.limit_in_bytes": "67108864",
-		}},
-		{"pids", info.Pids, cgroupLimits{Pids: 7}, map[string]string{"pids.max": "7"}},
-		{"cpu", info.CPU, cgroupLimits{CPUWeight: 50}, map[string]string{
-			"cpu.weight": "50", "cpu.shares": "512",
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			cgroupRequire(t, tt.have, tt.name, info)
-			c, err := h.create(cgroupTestName(t), tt.lim)
-			if err != nil {
-				t.Fatalf("create: %v", err)
-			}
-			t.Cleanup(func() { _ = c.remove() })
-			cgroupAssertLimit(t, c, tt.files)
-			if tt.name == "memory" {
-				cgroupAssertNoSwap(t, c)
-			}
-			if err := c.remove(); err != nil {
-				t.Fatalf("remove: %v", err)
-			}
-			cgroupAssertGone(t, c)
-			if err := c.remove(); err != nil {
-				t.Errorf("second remove: %v", err)
-			}
-		})
-	}
-}
-
-// cgroupAssertLimit finds, in any directory of c, one of files and checks
-// the value the kernel reports.
-func cgroupAssertLimit(t *testing.T, c *execCgroup, files map[string]string) {
-	t.Helper()
-	for _, dir := range c.dirs {
-		for file, want := range files {
-			data, err := os.ReadFile(filepath.Join(dir, file))
-			if err != nil {
-				continue
-			}
-			if got := strings.TrimSpace(string(data)); got != want {
-				t.Errorf("%s/%s = %q, want %q", dir, file, got, want)
-			}
-			return
+// cgroupTestKillMembers SIGKILLs every process dir lists.
+func cgroupTestKillMembers(dir string) {
+	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
 		}
-	}
-	t.Errorf("none of %v found in %v", slices.Sorted(maps.Keys(files)), c.dirs)
-}
-
-// cgroupAssertNoSwap checks that swap cannot extend the memory ceiling,
-// where the host accounts swap at all.
-func cgroupAssertNoSwap(t *testing.T, c *execCgroup) {
-	t.Helper()
-	for _, dir := range c.dirs {
-		if data, err := os.ReadFile(filepath.Join(dir, "memory.swap.max")); err == nil {
-			if got := strings.TrimSpace(string(data)); got != "0" {
-				t.Errorf("memory.swap.max = %q, want 0", got)
-			}
-		}
-		memsw, err1 := os.ReadFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"))
-		limit, err2 := os.ReadFile(filepath.Join(dir, "memory.limit_in_bytes"))
-		if err1 == nil && err2 == nil && string(memsw) != string(limit) {
-			t.Errorf("memsw limit %q != memory limit %q", memsw, limit)
-		}
-	}
-}
-
-func TestCgroupKillChild(t *testing.T) {
-	t.Parallel()
-	cgroupRequireRoot(t)
-	h := detectCgroups(cgroupTestRoot)
-	cgroupRequire(t, h.Info().Kill, "a group kill", h.Info())
-	c := cgroupTestCreate(t, h, cgroupLimits{})
-
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start sleep: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	if err := c.add(cmd.Process.Pid); err != nil {
-		t.Fatalf("add: %v", err)
-	}
-	if got := c.pids(); !slices.Contains(got, cmd.Process.Pid) {
-		t.Fatalf("pids() = %v, want it to list %d", got, cmd.Process.Pid)
-	}
-	if err := c.kill(); err != nil {
-		t.Fatalf("kill: %v", err)
-	}
-	err := cgroupWait(t, cmd, 5*time.Second)
-	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ProcessState.String() != "signal: killed" {
-		t.Errorf("sleep ended with %v, want signal: killed", err)
-	}
-	if err := c.kill(); err != nil {
-		t.Errorf("second kill: %v", err)
-	}
-	if err := c.remove(); err != nil {
-		t.Fatalf("remove: %v", err)
-	}
-	cgroupAssertGone(t, c)
-}
-
-func TestCgroupPidsLimit(t *testing.T) {
-	t.Parallel()
-	cgroupRequireRoot(t)
-	h := detectCgroups(cgroupTestRoot)
-	cgroupRequire(t, h.Info().Pids, "a pids ceiling", h.Info())
-	c := cgroupTestCreate(t, h, cgroupLimits{Pids: 5})
-
-	cmd, stdin := cgroupStartHeld(t, c, "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 5 & done; wait")
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatalf("release sh: %v", err)
-	}
-	hits := cgroupPoll(func() int64 { return c.events().PidsMaxHits })
-	if hits == 0 {
-		t.Errorf("events().PidsMaxHits = 0 after forking 10 children under pids.max 5")
-	}
-	if n := len(c.pids()); n > 5 {
-		t.Errorf("%d processes in a group capped at 5", n)
-	}
-	if err := c.remove(); err != nil {
-		t.Fatalf("remove: %v", err)
-	}
-	_ = cgroupWait(t, cmd, 5*time.Second)
-	cgroupAssertGone(t, c)
-}
-
-func TestCgroupMemoryOOM(t *testing.T) {
-	t.Parallel()
-	cgroupRequireRoot(t)
-	h := detectCgroups(cgroupTestRoot)
-	cgroupRequire(t, h.Info().Memory, "a memory ceiling", h.Info())
-	c := cgroupTestCreate(t, h, cgroupLimits{MemoryBytes: 32 << 20})
-
-	// tail keeps the last lines; input without a newline is one line that
-	// grows until the ceiling stops it.
-	cmd, stdin := cgroupStartHeld(t, c, "head -c 200000000 /dev/zero | tail")
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatalf("release sh: %v", err)
-	}
-	err := cgroupWait(t, cmd, 30*time.Second)
-	if err == nil {
-		t.Errorf("sh allocating 200 MB under a 32 MiB ceiling exited 0")
-	}
-	ev := c.events()
-	if ev.OOMKills == 0 {
-		t.Errorf("events().OOMKills = 0 after exceeding the ceiling (%v)", err)
-	}
-	if ev.CPUUsage <= 0 {
-		t.Errorf("events().CPUUsage = %v after copying data", ev.CPUUsage)
-	}
-	t.Logf("sh: %v; events: %+v", err, ev)
-}
-
-// cgroupPoll returns f's first non-zero value, checking for at most 5s:
-// counters move asynchronously to the process that triggers them.
-func cgroupPoll(f func() int64) int64 {
-	for range 100 {
-		if v := f(); v != 0 {
-			return v
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return f()
-}
-
-func TestCgroupKillV1Fallbacks(t *testing.T) {
-	t.Parallel()
-	cgroupRequireRoot(t)
-	real := detectCgroups(cgroupTestRoot)
-	if len(real.v1) == 0 {
-		// A pure v2 host never takes these paths, so even CI skips.
-		t.Skip("no v1 hierarchies: the freezer and signal fallbacks do not apply")
-	}
-	// Hiding cgroup2 turns a hybrid host into a v1 one; hiding the freezer
-	// too leaves only the signal loop.
-	tests := []struct {
-		name       string
-		hide       []string
-		wantFrozen bool
-	}{
-		{"freezer", nil, true},
-		{"signals", []string{"freezer"}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h := &cgroupHost{version: "v1", v1: maps.Clone(real.v1)}
-			for _, ctl := range tt.hide {
-				delete(h.v1, ctl)
-			}
-			if got := h.v1["freezer"] != ""; got != tt.wantFrozen {
-				t.Skip("host has no v1 freezer")
-			}
-			c := cgroupTestCreate(t, h, cgroupLimits{})
-			if len(c.dirs) == 0 {
-				t.Skip("no v1 freezer or cpuacct hierarchy to track processes")
-			}
-			cmd, stdin := cgroupStartHeld(t, c, "for i in 1 2 3; do sleep 60 & done; wait")
-			if _, err := io.WriteString(stdin, "go\n"); err != nil {
-				t.Fatalf("release sh: %v", err)
-			}
-			if n := cgroupPoll(func() int64 { return int64(len(c.pids())) / 4 }); n == 0 {
-				t.Fatalf("pids() = %v, want sh and 3 sleeps", c.pids())
-			}
-			if err := c.kill(); err != nil {
-				t.Fatalf("kill: %v", err)
-			}
-			_ = cgroupWait(t, cmd, 5*time.Second)
-			if err := c.remove(); err != nil {
-				t.Fatalf("remove: %v", err)
-			}
-			cgroupAssertGone(t, c)
-		})
 	}
 }

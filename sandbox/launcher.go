@@ -1,3 +1,5 @@
+//go:build linux
+
 package sandbox
 
 import (
@@ -6,12 +8,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/internal/cgroup"
+	"github.com/termgate/termgate/sandbox/internal/procevents"
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 )
 
 // DefaultKillGrace is how long a stopped process has between SIGTERM and SIGKILL.
@@ -56,11 +61,11 @@ type Launcher struct {
 	version  string
 	id       identity
 	layout   hostLayout
-	cgroups  *cgroupHost
-	tenants  *tenantCgroups
-	cgLock   *cgroupLock
+	cgroups  *cgroup.Host
+	tenants  *cgroup.Tenants
+	cgLock   *cgroup.Lock
 	cgGuard  cgroupGuard
-	events   *procWatcher // nil without process events: exits are then inexact
+	events   *procevents.Watcher // nil without process events: exits are then inexact
 	eventErr error
 	dropInit func() // removes the copy of the init, if one was made
 
@@ -74,9 +79,9 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
 	}
 	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = cgroupParent
+		cfg.CgroupParent = cgroup.DefaultParent
 	}
-	if err := validateCgroupName(cfg.CgroupParent); err != nil {
+	if err := cgroup.ValidateName(cfg.CgroupParent); err != nil {
 		return nil, fmt.Errorf("sandbox: config: cgroup parent: %w", err)
 	}
 	tenantLim, err := tenantLimits(cfg.TenantLimits)
@@ -107,11 +112,10 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 		return nil, err
 	}
 	l.layout.landlock = sandboxinit.LandlockAvailable()
-	l.cgroups = detectCgroups(cfg.CgroupRoot)
-	l.cgroups.parent = cfg.CgroupParent
-	l.tenants = newTenantCgroups(l.cgroups, tenantLim)
-	if l.cgLock, err = l.cgroups.lockParents(); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+	l.cgroups = cgroup.Detect(cfg.CgroupRoot, cfg.CgroupParent)
+	l.tenants = cgroup.NewTenants(l.cgroups, tenantLim)
+	if l.cgLock, err = l.cgroups.LockParents(); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", fromCgroup(err))
 	}
 	l.startEvents()
 	return l, nil
@@ -120,10 +124,10 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 // startEvents subscribes to process events when permitted. Without them
 // the launcher still isolates; only the exit status becomes inexact.
 func (l *Launcher) startEvents() {
-	w, err := newProcWatcher(l.log)
+	w, err := procevents.New(l.log)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = w.selfTest(ctx)
+		err = w.SelfTest(ctx)
 		cancel()
 		if err != nil {
 			w.Close()
@@ -146,7 +150,7 @@ func (l *Launcher) Close() error {
 			l.events.Close()
 		}
 		l.dropInit()
-		l.cgLock.close()
+		l.cgLock.Close()
 	})
 	return nil
 }
@@ -233,22 +237,22 @@ func relativeTo(base, p string) (string, bool) {
 // one. As root it always exists when the host has any usable hierarchy,
 // so the whole tree can be killed; it is required when a cgroup ceiling
 // was asked for, the execution's own or its tenant's.
-func (l *Launcher) newCgroup(p Policy) (*execCgroup, error) {
+func (l *Launcher) newCgroup(p Policy) (*cgroup.Group, error) {
 	l.cgGuard.markStarted()
-	lim := cgroupLimits{MemoryBytes: p.Limits.Memory, Pids: p.Limits.Pids, CPUWeight: p.Limits.CPUWeight}
-	needed := lim != (cgroupLimits{}) || p.Tenant != "" && l.tenants.lim != (cgroupLimits{})
+	lim := cgroup.Limits{MemoryBytes: p.Limits.Memory, Pids: p.Limits.Pids, CPUWeight: p.Limits.CPUWeight}
+	needed := lim != (cgroup.Limits{}) || p.Tenant != "" && l.tenants.Limits() != (cgroup.Limits{})
 	if !needed && (os.Geteuid() != 0 || l.cgroups.Info().Version == "none") {
 		return nil, nil
 	}
-	var cg *execCgroup
+	var cg *cgroup.Group
 	var err error
 	if p.Tenant != "" {
-		cg, err = l.tenants.create(p.Tenant, randomName(), lim)
+		cg, err = l.tenants.Create(p.Tenant, randomName(), lim)
 	} else {
-		cg, err = l.cgroups.create(randomName(), lim)
+		cg, err = l.cgroups.Create(randomName(), lim)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create cgroup: %w", err)
+		return nil, fmt.Errorf("create cgroup: %w", fromCgroup(err))
 	}
 	return cg, nil
 }

@@ -1,11 +1,14 @@
+//go:build linux
+
 package sandbox
 
 import (
-	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 )
 
 var testLayout = hostLayout{

@@ -1,3 +1,5 @@
+//go:build linux
+
 package sandbox
 
 import (
@@ -8,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/internal/cgroup"
 )
 
 // ErrInvalidPolicy is wrapped by every policy validation error.
@@ -392,7 +396,7 @@ func (p Policy) validateTenant() error {
 	if p.Tenant == "" {
 		return nil
 	}
-	return validateTenant(p.Tenant)
+	return cgroup.ValidateTenant(p.Tenant)
 }
 
 // sortedEnv returns the environment as KEY=VALUE, sorted, for a stable plan.

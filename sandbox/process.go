@@ -1,3 +1,5 @@
+//go:build linux
+
 package sandbox
 
 import (
@@ -11,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/internal/cgroup"
+	"github.com/termgate/termgate/sandbox/internal/procevents"
 	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
+	"github.com/termgate/termgate/sandbox/internal/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,8 +28,8 @@ type Process struct {
 	l       *Launcher
 	policy  Policy
 	cmd     *exec.Cmd
-	cg      *execCgroup
-	track   *procTrack
+	cg      *cgroup.Group
+	track   *procevents.Track
 	argv    []string // the init, then the command, as bwrap executes them
 	started time.Time
 	ctl     *initControl
@@ -48,7 +53,7 @@ type Process struct {
 // applies rlimits, and only then hands it its arguments: nothing of the
 // sandbox runs before every ceiling is in place.
 func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, error) {
-	pl := buildPlan(p, l.layout, seccompProgram())
+	pl := buildPlan(p, l.layout, seccomp.Program())
 	files, err := l.openFiles(pl, p)
 	if err != nil {
 		return nil, err
@@ -182,18 +187,18 @@ func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) er
 	// Descriptors termgate inherited without close-on-exec (from a service
 	// manager, a shell) would otherwise pass through bwrap into the sandbox.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		p.cg.cleanup()
+		removeCgroup(p.cg)
 		return fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
 	}
 	if err := p.cmd.Start(); err != nil {
-		p.cg.cleanup()
+		removeCgroup(p.cg)
 		return fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
 	}
 	p.started = time.Now()
 	pid := p.cmd.Process.Pid
 	if p.l.events != nil {
-		p.track = p.l.events.track(pid)
-		p.track.notifyWorkloadExit(p.endSandbox)
+		p.track = p.l.events.Track(pid)
+		p.track.NotifyWorkloadExit(p.endSandbox)
 	}
 	err := p.confine(pid)
 	if err == nil {
@@ -205,9 +210,9 @@ func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) er
 	if err != nil {
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
-		p.cg.cleanup()
+		removeCgroup(p.cg)
 		if p.track != nil {
-			p.l.events.untrack(p.track)
+			p.l.events.Untrack(p.track)
 		}
 		return fmt.Errorf("sandbox: confine bwrap: %w", err)
 	}
@@ -225,17 +230,11 @@ func (p *Process) confine(pid int) error {
 	if p.cg == nil {
 		return nil
 	}
-	return p.cg.add(pid)
+	return p.cg.Add(pid)
 }
 
 func closeAll[T interface{ Close() error }](xs []T) {
 	for _, x := range xs {
 		x.Close()
-	}
-}
-
-func (cg *execCgroup) cleanup() {
-	if cg != nil {
-		cg.remove()
 	}
 }

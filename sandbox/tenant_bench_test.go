@@ -208,7 +208,7 @@ func benchDescribe(p *Process) string {
 		return "exited: " + exit.String()
 	}
 	var out []string
-	for _, pid := range p.cg.pids() {
+	for _, pid := range p.cg.Pids() {
 		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
 		out = append(out, fmt.Sprintf("%s wchan=%s", strings.TrimSpace(string(stat)), wchan))

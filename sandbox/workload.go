@@ -1,3 +1,5 @@
+//go:build linux
+
 package sandbox
 
 import (
@@ -18,8 +20,8 @@ var errNotStarted = errors.New("sandbox: command not started yet")
 // the command, so that a signal reaches the command and never bwrap's
 // setup or the init. Process events tell exactly; without them, /proc does.
 func (p *Process) workload() (int, error) {
-	if p.track != nil && !p.track.blind() {
-		if pid, ok := p.track.workloadPid(); ok && p.track.execCount() > initExecs {
+	if p.track != nil && !p.track.Blind() {
+		if pid, ok := p.track.WorkloadPid(); ok && p.track.ExecCount() > initExecs {
 			return pid, nil
 		}
 		return 0, errNotStarted
@@ -34,8 +36,8 @@ func (p *Process) workload() (int, error) {
 
 // sandboxInit returns the host pid of the sandbox's pid 1, bwrap's child.
 func (p *Process) sandboxInit() (int, bool) {
-	if p.track != nil && !p.track.blind() {
-		return p.track.initPid()
+	if p.track != nil && !p.track.Blind() {
+		return p.track.InitPid()
 	}
 	return firstChild(p.cmd.Process.Pid)
 }

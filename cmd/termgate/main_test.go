@@ -134,6 +134,7 @@ func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{
 		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
+		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
 		"session":        {"replay", "sandbox"},
 		"gateway":        {"session", "replay", "sandbox"},
 		"gateway/client": {"gateway", "session", "replay", "sandbox"},

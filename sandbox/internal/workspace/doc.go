@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package workspace gives each tenant a workspace directory, a host
 // identity of its own and, when asked, a disk and inode quota.
 //

@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package seccomp
 
 import (
 	"encoding/binary"
@@ -12,15 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The default seccomp filter is a deny list: the sandbox already confines
-// files, network and identity, so the filter only closes kernel interfaces
-// that break out of a terminal or a namespace, that get around a ceiling,
-// or that widen the kernel attack surface for no use a shell session has.
-// Everything else, ptrace of the sandbox's own processes included
-// (debuggers inside must keep working), is allowed.
-
-// seccompArch describes the native ABI of one GOARCH.
-type seccompArch struct {
+// abi describes the native ABI of one GOARCH.
+type abi struct {
 	audit uint32 // seccomp_data.arch of native system calls
 	x32   bool   // the kernel also accepts x32 calls under the native arch
 	// kexecFileLoad is spelled out because unix has no SYS_KEXEC_FILE_LOAD
@@ -28,44 +21,44 @@ type seccompArch struct {
 	kexecFileLoad uint32
 }
 
-// denied is seccompDenied plus the calls whose numbers the table holds.
-func (a seccompArch) denied() []uint32 {
-	return append(slices.Clip(seccompDenied), a.kexecFileLoad)
+// denied is deniedCalls plus the calls whose numbers the table holds.
+func (a abi) denied() []uint32 {
+	return append(slices.Clip(deniedCalls), a.kexecFileLoad)
 }
 
-// seccompArches lists the architectures the filter knows. Both are little
-// endian, which seccompArgLow relies on.
-var seccompArches = map[string]seccompArch{
+// abis lists the architectures the filter knows. Both are little
+// endian, which argLow relies on.
+var abis = map[string]abi{
 	"amd64": {audit: unix.AUDIT_ARCH_X86_64, x32: true, kexecFileLoad: 320},
 	"arm64": {audit: unix.AUDIT_ARCH_AARCH64, kexecFileLoad: 294},
 }
 
 // Offsets into struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
 const (
-	seccompDataNr   = 0
-	seccompDataArch = 4
-	seccompDataArgs = 16
+	dataNr   = 0
+	dataArch = 4
+	dataArgs = 16
 )
 
-// seccompArgLow is the offset of the low 32 bits of args[i] on a little
+// argLow is the offset of the low 32 bits of args[i] on a little
 // endian machine. The checked arguments (ioctl cmd, clone flags, socket
 // family, fallocate mode, the pid of ptrace and process_vm_*) are
 // truncated to 32 bits by the kernel, so the high word must not matter.
 // ptrace's request is a long, so comparing its low word refuses a little
 // more than the kernel would treat as ATTACH or SEIZE, never less.
-func seccompArgLow(i int) uint32 { return seccompDataArgs + 8*uint32(i) }
+func argLow(i int) uint32 { return dataArgs + 8*uint32(i) }
 
 const (
 	// x32SyscallBit marks x32 system calls on x86_64 (__X32_SYSCALL_BIT).
 	x32SyscallBit = 0x40000000
-	// seccompSkippedNr is the number a tracer writes to skip a call.
-	seccompSkippedNr = 0xffffffff
+	// skippedNr is the number a tracer writes to skip a call.
+	skippedNr = 0xffffffff
 	// bpfMaxInsns is the kernel's limit on a classic BPF program.
 	bpfMaxInsns = 4096
 )
 
-// seccompDenied are refused with EPERM whatever their arguments.
-var seccompDenied = []uint32{
+// deniedCalls are refused with EPERM whatever their arguments.
+var deniedCalls = []uint32{
 	// Kernel keyrings are not namespaced: a session could read or plant
 	// keys shared with the host user.
 	unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY,
@@ -78,7 +71,7 @@ var seccompDenied = []uint32{
 	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
 	unix.SYS_MOUNT_SETATTR,
 	// Replacing or extending the running kernel.
-	// kexec_file_load is added per arch, see seccompArch.
+	// kexec_file_load is added per arch, see abi.
 	unix.SYS_KEXEC_LOAD,
 	unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
 	// Opens files by handle, bypassing the path-based confinement.
@@ -88,14 +81,14 @@ var seccompDenied = []uint32{
 	unix.SYS_UNSHARE, unix.SYS_SETNS,
 	// Copies a descriptor out of another process. The filter cannot see
 	// which process a pidfd names, so it cannot spare the sandbox's own
-	// children while refusing its init (see seccompInitPid), and few
+	// children while refusing its init (see initPid), and few
 	// programs a terminal runs use it.
 	unix.SYS_PIDFD_GETFD,
 }
 
-// seccompNoSys are refused with ENOSYS, which callers read as "this kernel
+// noSysCalls are refused with ENOSYS, which callers read as "this kernel
 // does not have it" and fall back from.
-var seccompNoSys = []uint32{
+var noSysCalls = []uint32{
 	// clone3 keeps its flags in memory, out of the filter's reach; libc
 	// falls back to clone, whose flags the filter checks.
 	unix.SYS_CLONE3,
@@ -105,21 +98,21 @@ var seccompNoSys = []uint32{
 	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
 }
 
-// seccompTTYInject are the ioctl commands that push input into a terminal
+// ttyInject are the ioctl commands that push input into a terminal
 // that another process reads (TIOCSTI), drive a virtual console's
 // selection buffer (TIOCLINUX), or switch a terminal to another line
 // discipline (TIOCSETD): each loads kernel code (n_hdlc, slcan, ...) that
 // a terminal session has no use for and that has a long record of bugs.
-var seccompTTYInject = []uint32{unix.TIOCSTI, unix.TIOCLINUX, unix.TIOCSETD}
+var ttyInject = []uint32{unix.TIOCSTI, unix.TIOCLINUX, unix.TIOCSETD}
 
-// seccompSocketFamilies are the only address families socket(2) and
+// socketFamilies are the only address families socket(2) and
 // socketpair(2) may use; any other is refused with EAFNOSUPPORT, as if the
 // kernel lacked it. Network namespaces do not isolate the others: vsock in
 // particular is one port space per machine, shared by every sandbox and
 // reaching the hypervisor even with --network none.
-var seccompSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+var socketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
 
-// seccompFallocateModes are the fallocate modes that cannot take a file
+// fallocateModes are the fallocate modes that cannot take a file
 // past RLIMIT_FSIZE; any other is refused with EOPNOTSUPP, the kernel's
 // own answer to a mode a filesystem lacks, so callers fall back to write.
 // The rule follows vfs_fallocate (fs/open.c, 6.x) and the filesystems it
@@ -138,72 +131,72 @@ var seccompSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, 
 //     list has not been checked against is not let through.
 //
 // The mode is an int, so only the low word is compared.
-var seccompFallocateModes = []uint32{
+var fallocateModes = []uint32{
 	unix.FALLOC_FL_ALLOCATE_RANGE,
 	unix.FALLOC_FL_ZERO_RANGE,
 	unix.FALLOC_FL_COLLAPSE_RANGE,
 	unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE,
 }
 
-// seccompInitPid is the sandbox's init (bwrap's reaper) as its processes
+// initPid is the sandbox's init (bwrap's reaper) as its processes
 // see it: unshare and setns are refused, so the caller's pid namespace is
 // always the sandbox's. The init is bwrap's: it reports the command's exit
 // status to termgate and is the sandbox's lifetime. A process that
 // attached to it or wrote its memory could stop it (the sandbox would hang
 // until its timeout) or forge the status the execution reports.
-const seccompInitPid = 1
+const initPid = 1
 
-// seccompCloneNamespaces are the clone flags that create namespaces.
+// cloneNamespaces are the clone flags that create namespaces.
 // CLONE_NEWTIME is missing on purpose: it is 0x80, which clone(2) reads as
 // part of the exit signal (CSIGNAL); only clone3 and unshare can create a
 // time namespace, and both are refused.
-const seccompCloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWUTS |
+const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWUTS |
 	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID |
 	unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
 // Verdicts.
 const (
-	seccompAllow  = unix.SECCOMP_RET_ALLOW
-	seccompEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-	seccompENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
-	seccompKill   = unix.SECCOMP_RET_KILL_PROCESS
+	retAllow  = unix.SECCOMP_RET_ALLOW
+	retEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	retENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	retKill   = unix.SECCOMP_RET_KILL_PROCESS
 	// EAFNOSUPPORT: the family does not exist, as far as the caller knows.
-	seccompEAFNOSUPPORT = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
+	retEAFNOSUPPORT = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
 	// EOPNOTSUPP: the filesystem does not support this fallocate mode.
-	seccompEOPNOTSUPP = unix.SECCOMP_RET_ERRNO | uint32(unix.EOPNOTSUPP)
+	retEOPNOTSUPP = unix.SECCOMP_RET_ERRNO | uint32(unix.EOPNOTSUPP)
 )
 
-// seccompProgram returns the default filter as raw sock_filter bytes
+// Program returns the default filter as raw sock_filter bytes
 // (native endian, 8 bytes per instruction), ready for bwrap --seccomp. It
 // returns nil on an architecture the filter does not know; bwrap refuses an
 // empty program, so a launch with it fails rather than running unfiltered.
 // The result is a fresh copy the caller may keep or modify.
-func seccompProgram() []byte { return slices.Clone(seccompDefault()) }
+func Program() []byte { return slices.Clone(defaultProgram()) }
 
-// seccompDefault builds the filter once: it depends only on GOARCH.
-var seccompDefault = sync.OnceValue(func() []byte {
-	arch, ok := seccompArches[runtime.GOARCH]
+// defaultProgram builds the filter once: it depends only on GOARCH.
+var defaultProgram = sync.OnceValue(func() []byte {
+	arch, ok := abis[runtime.GOARCH]
 	if !ok {
 		return nil
 	}
-	insns, err := seccompFilter(arch).assemble()
+	insns, err := filter(arch).assemble()
 	if err != nil {
-		panic(fmt.Sprintf("sandbox: default seccomp filter: %v", err))
+		panic(fmt.Sprintf("seccomp: default filter: %v", err))
 	}
 	return encodeBPF(insns)
 })
 
-// seccompFilter writes the default filter. Every check jumps forward to
+// filter writes the default filter. Every check jumps forward to
 // the shared blocks at the end, so all jumps stay short.
-func seccompFilter(arch seccompArch) *bpfBuilder {
+func filter(arch abi) *bpfBuilder {
 	b := newBPFBuilder()
 	// A foreign ABI (i386 int 0x80 on x86_64, AArch32 on arm64) numbers
 	// system calls differently, so nothing below would mean anything.
-	b.load(seccompDataArch)
+	b.load(dataArch)
 	b.jump(unix.BPF_JEQ, arch.audit, "", "kill")
-	b.load(seccompDataNr)
+	b.load(dataNr)
 	if arch.x32 {
-		seccompDenyX32(b)
+		denyX32(b)
 	}
 	for _, c := range []struct {
 		nr    uint32
@@ -216,105 +209,105 @@ func seccompFilter(arch seccompArch) *bpfBuilder {
 	} {
 		b.jump(unix.BPF_JEQ, c.nr, c.check, "")
 	}
-	for _, nr := range seccompNoSys {
+	for _, nr := range noSysCalls {
 		b.jump(unix.BPF_JEQ, nr, "enosys", "")
 	}
 	for _, nr := range arch.denied() {
 		b.jump(unix.BPF_JEQ, nr, "eperm", "")
 	}
-	b.ret(seccompAllow)
-	seccompIoctl(b)
-	seccompClone(b)
-	seccompSocket(b)
-	seccompFallocate(b)
-	seccompPtrace(b)
-	seccompVerdicts(b)
+	b.ret(retAllow)
+	checkIoctl(b)
+	checkClone(b)
+	checkSocket(b)
+	checkFallocate(b)
+	checkPtrace(b)
+	verdicts(b)
 	return b
 }
 
-// seccompDenyX32 refuses x32 calls: they reach the same kernel entry points
+// denyX32 refuses x32 calls: they reach the same kernel entry points
 // under other numbers, so a list of native numbers would not cover them.
-func seccompDenyX32(b *bpfBuilder) {
+func denyX32(b *bpfBuilder) {
 	// A tracer skips a call by setting its number to -1; the kernel runs
 	// nothing for it, and an errno here would overwrite the return value
 	// the tracer chose.
-	b.jump(unix.BPF_JEQ, seccompSkippedNr, "allow", "")
+	b.jump(unix.BPF_JEQ, skippedNr, "allow", "")
 	b.jump(unix.BPF_JGE, x32SyscallBit, "enosys", "")
 }
 
-// seccompIoctl refuses terminal input injection. Only the low word of cmd
+// checkIoctl refuses terminal input injection. Only the low word of cmd
 // is loaded because the kernel truncates cmd to unsigned int: comparing 64
 // bits would let 0x100005412 through as TIOCSTI.
-func seccompIoctl(b *bpfBuilder) {
+func checkIoctl(b *bpfBuilder) {
 	b.label("ioctl")
-	b.load(seccompArgLow(1))
-	for _, cmd := range seccompTTYInject {
+	b.load(argLow(1))
+	for _, cmd := range ttyInject {
 		b.jump(unix.BPF_JEQ, cmd, "eperm", "")
 	}
-	b.ret(seccompAllow)
+	b.ret(retAllow)
 }
 
-// seccompSocket lets socket and socketpair create only the families in
-// seccompSocketFamilies (args[0], an int).
-func seccompSocket(b *bpfBuilder) {
+// checkSocket lets socket and socketpair create only the families in
+// socketFamilies (args[0], an int).
+func checkSocket(b *bpfBuilder) {
 	b.label("socket")
-	b.load(seccompArgLow(0))
-	for _, af := range seccompSocketFamilies {
+	b.load(argLow(0))
+	for _, af := range socketFamilies {
 		b.jump(unix.BPF_JEQ, af, "allow", "")
 	}
-	b.ret(seccompEAFNOSUPPORT)
+	b.ret(retEAFNOSUPPORT)
 }
 
-// seccompFallocate lets through only the modes in seccompFallocateModes
+// checkFallocate lets through only the modes in fallocateModes
 // (args[1], an int).
-func seccompFallocate(b *bpfBuilder) {
+func checkFallocate(b *bpfBuilder) {
 	b.label("fallocate")
-	b.load(seccompArgLow(1))
-	for _, mode := range seccompFallocateModes {
+	b.load(argLow(1))
+	for _, mode := range fallocateModes {
 		b.jump(unix.BPF_JEQ, mode, "allow", "")
 	}
-	b.ret(seccompEOPNOTSUPP)
+	b.ret(retEOPNOTSUPP)
 }
 
-// seccompPtrace refuses PTRACE_ATTACH and PTRACE_SEIZE of the sandbox's
+// checkPtrace refuses PTRACE_ATTACH and PTRACE_SEIZE of the sandbox's
 // init (pid in args[1]) and process_vm_readv/writev of it (pid in
 // args[0]). Other requests need an attached tracee, so they cannot reach
 // the init either; every other process stays open to debuggers.
-func seccompPtrace(b *bpfBuilder) {
+func checkPtrace(b *bpfBuilder) {
 	b.label("ptrace")
-	b.load(seccompArgLow(0))
+	b.load(argLow(0))
 	b.jump(unix.BPF_JEQ, unix.PTRACE_ATTACH, "ptrace_pid", "")
 	b.jump(unix.BPF_JEQ, unix.PTRACE_SEIZE, "ptrace_pid", "")
-	b.ret(seccompAllow)
+	b.ret(retAllow)
 	b.label("ptrace_pid")
-	b.load(seccompArgLow(1))
-	b.jump(unix.BPF_JEQ, seccompInitPid, "eperm", "allow")
+	b.load(argLow(1))
+	b.jump(unix.BPF_JEQ, initPid, "eperm", "allow")
 	b.label("process_vm")
-	b.load(seccompArgLow(0))
-	b.jump(unix.BPF_JEQ, seccompInitPid, "eperm", "allow")
+	b.load(argLow(0))
+	b.jump(unix.BPF_JEQ, initPid, "eperm", "allow")
 }
 
-// seccompClone refuses clone calls that create namespaces and lets threads
+// checkClone refuses clone calls that create namespaces and lets threads
 // and forks through. The kernel reads only the low 32 bits of the flags.
-func seccompClone(b *bpfBuilder) {
+func checkClone(b *bpfBuilder) {
 	b.label("clone")
-	b.load(seccompArgLow(0))
-	b.jump(unix.BPF_JSET, seccompCloneNamespaces, "eperm", "")
-	b.ret(seccompAllow)
+	b.load(argLow(0))
+	b.jump(unix.BPF_JSET, cloneNamespaces, "eperm", "")
+	b.ret(retAllow)
 }
 
-// seccompVerdicts are the shared return blocks the checks jump to.
-func seccompVerdicts(b *bpfBuilder) {
+// verdicts are the shared return blocks the checks jump to.
+func verdicts(b *bpfBuilder) {
 	b.label("allow")
-	b.ret(seccompAllow)
+	b.ret(retAllow)
 	b.label("eperm")
-	b.ret(seccompEPERM)
+	b.ret(retEPERM)
 	b.label("enosys")
-	b.ret(seccompENOSYS)
+	b.ret(retENOSYS)
 	// Kill the whole process, not the thread: a half-killed multithreaded
 	// program is harder to reason about than a dead one.
 	b.label("kill")
-	b.ret(seccompKill)
+	b.ret(retKill)
 }
 
 // bpfBuilder assembles a classic BPF program whose jumps name labels, so

@@ -1,0 +1,149 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Signal delivers sig to the command's process group inside the sandbox,
+// never to bwrap, so the command's own handlers run. Before the command
+// has started there is nobody to signal, and it fails; except SIGKILL,
+// which then ends the whole sandbox.
+func (p *Process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.exited:
+		return ErrNotRunning
+	default:
+	}
+	pid, err := p.workload()
+	if errors.Is(err, errNotStarted) && sig == unix.SIGKILL {
+		p.Kill()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	target := -pid
+	if pgid, err := unix.Getpgid(pid); err != nil || pgid != pid {
+		// The command has not made its own group yet: signal it alone.
+		target = pid
+	}
+	if err := unix.Kill(target, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("sandbox: signal: %w", err)
+	}
+	return nil
+}
+
+// Stop ends the process gracefully: SIGTERM to the command's group, then,
+// after the launcher's grace period, SIGKILL to everything. It returns at
+// once; Wait tells when the process is gone. Only the first call counts.
+func (p *Process) Stop(why Stop) {
+	p.stopOnce.Do(func() {
+		p.mu.Lock()
+		p.stopped = why
+		p.mu.Unlock()
+		go p.terminate(p.l.cfg.KillGrace)
+	})
+}
+
+// terminate sends SIGTERM and kills after grace. A stop that comes while
+// bwrap is still setting up waits, within the grace, for the command to
+// start: dropping the SIGTERM would make every early stop a kill, and
+// sending it to the init would end the run as a setup failure.
+func (p *Process) terminate(grace time.Duration) {
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for errors.Is(p.Signal(unix.SIGTERM), errNotStarted) {
+		select {
+		case <-p.exited:
+			return
+		case <-deadline.C:
+			p.Kill()
+			return
+		case <-poll.C:
+		}
+	}
+	select {
+	case <-p.exited:
+	case <-deadline.C:
+		p.Kill()
+	}
+}
+
+// endSandbox ends what is left of the sandbox once its command has exited.
+// bwrap's pid 1 would end it by exiting too, but a pid 1 that cannot run
+// (stopped, traced) would keep the execution open forever.
+//
+// The exit event may also be the first thread's, ended by an exec from
+// another thread: it ends the sandbox only once the process is gone.
+func (p *Process) endSandbox() {
+	pid := p.track.WorkloadHostPid()
+	for deadline := time.Now().Add(endSandboxWait); !processGone(pid); time.Sleep(5 * time.Millisecond) {
+		if !p.track.WorkloadEnded() || time.Now().After(deadline) {
+			return // it lives on, under the same pid or as other threads
+		}
+	}
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	if pid, ok := p.sandboxInit(); ok {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	if p.cg != nil {
+		p.cg.Kill()
+	}
+}
+
+// endSandboxWait bounds how long endSandbox waits for an exited command's
+// process to be gone; one whose first thread exited while others run
+// keeps its sandbox, as before.
+const endSandboxWait = time.Second
+
+// processGone reports whether pid has no running thread: it is gone, or a
+// zombie whose only task is the first thread.
+func processGone(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X') {
+		return false
+	}
+	tasks, err := os.ReadDir(dir + "/task")
+	return err != nil || len(tasks) <= 1
+}
+
+// Kill ends the whole execution at once: the sandbox's pid 1 (whose death
+// takes every process of its namespace), everything in the cgroup, and bwrap.
+func (p *Process) Kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.mu.Lock()
+	p.killedUs = true
+	p.mu.Unlock()
+	if pid, ok := p.sandboxInit(); ok {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	if p.cg != nil {
+		p.cg.Kill()
+	}
+	p.cmd.Process.Kill()
+}
