@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -202,12 +203,25 @@ func lockRoot(root string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: open lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: %s: %w", ErrInUse, root, err)
+	// A lock just released can still be held for a moment by a child this
+	// process forks (the descriptor lives on in it until its exec closes
+	// it), so a refusal is retried for a bounded time.
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("%w: %s: %w", ErrInUse, root, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return f, nil
 }
+
+// lockWait bounds how long Open waits for the root's lock.
+const lockWait = 2 * time.Second
 
 // Recovered lists what Open removed that a previous instance had left:
 // one line per mount or loop device, each also logged.
