@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 // AuthConfig configures token verification. Zero values mean defaults.
@@ -78,10 +79,6 @@ const (
 // ErrUnauthorized is wrapped by every verification failure. The text after
 // it is for logs only, never for clients: it says which check failed.
 var ErrUnauthorized = errors.New("gateway: unauthorized")
-
-// MaxTokenBytes is the longest token Verify parses; longer ones are refused
-// before any decoding.
-const MaxTokenBytes = 8 << 10
 
 const (
 	defaultTenantClaim = "tenant"
@@ -354,8 +351,8 @@ func newPublicAuthKey(pub any) (authKey, error) {
 // Verify checks token's signature and claims and returns what it grants.
 // Every error wraps ErrUnauthorized.
 func (a *Authenticator) Verify(token string) (Claims, error) {
-	if len(token) > MaxTokenBytes {
-		return Claims{}, unauthorized("token longer than %d bytes", MaxTokenBytes)
+	if len(token) > wire.MaxTokenBytes {
+		return Claims{}, unauthorized("token longer than %d bytes", wire.MaxTokenBytes)
 	}
 	t, err := a.parser.ParseWithClaims(token, jwt.MapClaims{}, a.keyFor)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 const (
@@ -239,7 +240,7 @@ func TestVerifyRefuses(t *testing.T) {
 		{"tampered signature", nil, withPart(good, 2, flipChar(strings.Split(good, ".")[2], 10)), "signature is invalid"},
 		{"tampered payload", nil, withPart(good, 1, b64JSON(t, goodClaims(func(m jwt.MapClaims) { m["tenant"] = "other" }))), "signature is invalid"},
 		{"signature with non-zero padding bits", nil, withPart(good, 2, setPaddingBit(strings.Split(good, ".")[2])), "illegal base64"},
-		{"oversized", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["pad"] = strings.Repeat("x", MaxTokenBytes) })), "longer than"},
+		{"oversized", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["pad"] = strings.Repeat("x", wire.MaxTokenBytes) })), "longer than"},
 		{"no exp", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { delete(m, "exp") })), "exp claim is required"},
 		{"expired beyond leeway", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["exp"] = testNow.Add(-31 * time.Second).Unix() })), "token is expired"},
 		{"exp not a number", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["exp"] = "tomorrow" })), "invalid type"},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 	"go.uber.org/goleak"
@@ -133,7 +134,7 @@ func (e *testEnv) dial(t testing.TB, token string) *client {
 
 func (e *testEnv) dialRaw(token string, opts *websocket.DialOptions) (*client, *http.Response, error) {
 	if opts == nil {
-		opts = &websocket.DialOptions{Subprotocols: []string{Subprotocol}, HTTPHeader: http.Header{}}
+		opts = &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}}
 		if token != "" {
 			opts.HTTPHeader.Set("Authorization", "Bearer "+token)
 		}
@@ -160,7 +161,7 @@ type client struct {
 	ws *websocket.Conn
 }
 
-func (c *client) send(t testing.TB, r Request) {
+func (c *client) send(t testing.TB, r wire.Request) {
 	t.Helper()
 	b, _ := json.Marshal(r)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -174,15 +175,15 @@ func (c *client) sendInput(t testing.TB, channel uint32, offset uint64, data str
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.ws.Write(ctx, websocket.MessageBinary, AppendInput(nil, channel, offset, []byte(data))); err != nil {
+	if err := c.ws.Write(ctx, websocket.MessageBinary, wire.AppendInput(nil, channel, offset, []byte(data))); err != nil {
 		t.Fatalf("send input: %v", err)
 	}
 }
 
 // frame is one message from the server: a control message or output.
 type frame struct {
-	msg *Message
-	out *Output
+	msg *wire.Message
+	out *wire.Output
 }
 
 func (c *client) read(ctx context.Context) (frame, error) {
@@ -191,10 +192,10 @@ func (c *client) read(ctx context.Context) (frame, error) {
 		return frame{}, err
 	}
 	if typ == websocket.MessageBinary {
-		o, err := DecodeOutput(b)
+		o, err := wire.DecodeOutput(b)
 		return frame{out: &o}, err
 	}
-	var m Message
+	var m wire.Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return frame{}, err
 	}
@@ -203,7 +204,7 @@ func (c *client) read(ctx context.Context) (frame, error) {
 
 // expect reads until a control message of type typ arrives (collecting
 // output on the way) and returns it.
-func (c *client) expect(t testing.TB, typ string) (Message, []byte) {
+func (c *client) expect(t testing.TB, typ string) (wire.Message, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -220,7 +221,7 @@ func (c *client) expect(t testing.TB, typ string) (Message, []byte) {
 		if f.msg.Type == typ {
 			return *f.msg, out
 		}
-		if f.msg.Type == MsgError && typ != MsgError {
+		if f.msg.Type == wire.MsgError && typ != wire.MsgError {
 			t.Fatalf("waiting for %s: error %s: %s", typ, f.msg.Error, f.msg.Message)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -475,7 +476,7 @@ func TestHTTPUnauthorizedSaysNothingMore(t *testing.T) {
 		{"bare token", "/v1/executions", http.Header{"Authorization": {good}}},
 		{"oversized", "/v1/executions", http.Header{"Authorization": {"Bearer " + strings.Repeat("a", 9000)}}},
 		{"query token", "/v1/executions?token=" + good, nil},
-		{"subprotocol token", "/v1/executions", http.Header{"Sec-WebSocket-Protocol": {Subprotocol + ", " + BearerPrefix + good}}},
+		{"subprotocol token", "/v1/executions", http.Header{"Sec-WebSocket-Protocol": {wire.Subprotocol + ", " + wire.BearerPrefix + good}}},
 		{"events", "/v1/executions/x/events?wait=30s", nil},
 	}
 	for _, c := range cases {
@@ -582,13 +583,13 @@ func TestStartRateIsPerSubjectAcrossConnectionsAndHTTP(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t, func(c *Config) { c.StartsPerMinute = 3 })
 	tok := e.token(t, "acme", allScopes...)
-	bad := Request{Type: TypeStart, Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
-	wsStart := func(req string) Message {
+	bad := wire.Request{Type: wire.TypeStart, Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
+	wsStart := func(req string) wire.Message {
 		c := e.dial(t, tok)
 		defer c.close()
 		bad.Req = req
 		c.send(t, bad)
-		m, _ := c.expect(t, MsgError)
+		m, _ := c.expect(t, wire.MsgError)
 		return m
 	}
 	for i := range 2 {
@@ -676,7 +677,7 @@ func TestOutOfDescriptorsIsCapacity(t *testing.T) {
 			t.Errorf("%v: HTTP %d %+v, want 429 capacity without the path", err, w.Code, body)
 		}
 		c := &conn{s: srv, log: srv.log}
-		if code, msg := c.errorText(Request{Type: TypeStart}, err); code != "capacity" || strings.Contains(msg, "secret-root") {
+		if code, msg := c.errorText(wire.Request{Type: wire.TypeStart}, err); code != "capacity" || strings.Contains(msg, "secret-root") {
 			t.Errorf("%v: WebSocket %s %q, want capacity without the path", err, code, msg)
 		}
 	}
@@ -719,7 +720,7 @@ func TestHTTPReadTimeoutSparesLongPollsAndWebSockets(t *testing.T) {
 	ws := e.dial(t, tok)
 	defer ws.close()
 	time.Sleep(300 * time.Millisecond) // longer than the bound, to show it does not apply
-	ws.send(t, Request{Type: TypePing, Req: "p"})
-	ws.expect(t, MsgPong)
+	ws.send(t, wire.Request{Type: wire.TypePing, Req: "p"})
+	ws.expect(t, wire.MsgPong)
 	e.must(t, 202, "POST", "/v1/executions/lp/cancel", tok, nil, nil)
 }

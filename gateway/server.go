@@ -13,17 +13,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
-)
-
-// Close codes beyond RFC 6455's, documented in PROTOCOL.md.
-const (
-	CloseAuthExpired      websocket.StatusCode = 4001
-	CloseProtocolError    websocket.StatusCode = 4002
-	CloseLimit            websocket.StatusCode = 4003
-	CloseHeartbeatTimeout websocket.StatusCode = 4004
 )
 
 // Defaults of Config.
@@ -221,7 +214,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 // the status, never why, and its token never reaches a log.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	offered := offeredProtocols(r)
-	if !allowed(offered, Subprotocol) {
+	if !allowed(offered, wire.Subprotocol) {
 		http.Error(w, "the termgate.v1 subprotocol is required", http.StatusBadRequest)
 		return
 	}
@@ -246,7 +239,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.release(subject)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		Subprotocols:   []string{Subprotocol},
+		Subprotocols:   []string{wire.Subprotocol},
 		OriginPatterns: s.cfg.Origins,
 	})
 	if err != nil {
@@ -286,7 +279,7 @@ func (s *Server) token(r *http.Request, offered []string) string {
 		return ""
 	}
 	for _, p := range offered {
-		if t, ok := strings.CutPrefix(p, BearerPrefix); ok {
+		if t, ok := strings.CutPrefix(p, wire.BearerPrefix); ok {
 			return t
 		}
 	}

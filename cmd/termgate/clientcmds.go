@@ -14,6 +14,7 @@ import (
 
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/gateway/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -113,7 +114,7 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	in, _ := stdin.(*os.File)
 	tty := *usePTY || (!*noPTY && in != nil && isTerminal(in))
-	req := gateway.Request{ID: *id, Command: fs.Arg(0), Args: fs.Args()[1:], Env: env, Cwd: *cwd, TimeoutMS: timeout.Milliseconds()}
+	req := wire.Request{ID: *id, Command: fs.Arg(0), Args: fs.Args()[1:], Env: env, Cwd: *cwd, TimeoutMS: timeout.Milliseconds()}
 	if tty {
 		req.PTY = terminalSize(in)
 	}
@@ -269,13 +270,13 @@ func detachIndex(prev byte, data []byte) int {
 	return -1
 }
 
-func terminalSize(in *os.File) *gateway.Size {
+func terminalSize(in *os.File) *wire.Size {
 	if in != nil {
 		if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
-			return &gateway.Size{Rows: int(ws.Row), Cols: int(ws.Col)}
+			return &wire.Size{Rows: int(ws.Row), Cols: int(ws.Col)}
 		}
 	}
-	return &gateway.Size{Rows: 24, Cols: 80}
+	return &wire.Size{Rows: 24, Cols: 80}
 }
 
 // followLocalSize sends the local terminal's size on SIGWINCH.

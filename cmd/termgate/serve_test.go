@@ -25,6 +25,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 	"golang.org/x/sys/unix"
@@ -82,14 +83,14 @@ func TestServeDevEndToEnd(t *testing.T) {
 	dctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	ws, _, err := websocket.Dial(dctx, "ws://"+m[1]+"/v1/connect", &websocket.DialOptions{
-		Subprotocols: []string{gateway.Subprotocol, gateway.BearerPrefix + m[2]},
+		Subprotocols: []string{wire.Subprotocol, wire.BearerPrefix + m[2]},
 		HTTPHeader:   http.Header{"Origin": {"http://" + m[1]}},
 	})
 	if err != nil {
 		stop()
 		t.Fatalf("dial: %v", err)
 	}
-	req, _ := json.Marshal(gateway.Request{Type: gateway.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo from-the-sandbox; id -u"}, Attach: true})
+	req, _ := json.Marshal(wire.Request{Type: wire.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo from-the-sandbox; id -u"}, Attach: true})
 	ws.Write(dctx, websocket.MessageText, req)
 	var got []byte
 	for {
@@ -98,13 +99,13 @@ func TestServeDevEndToEnd(t *testing.T) {
 			t.Fatalf("read: %v (output %q)", err, got)
 		}
 		if typ == websocket.MessageBinary {
-			o, _ := gateway.DecodeOutput(b)
+			o, _ := wire.DecodeOutput(b)
 			got = append(got, o.Data...)
 			continue
 		}
-		var msg gateway.Message
+		var msg wire.Message
 		json.Unmarshal(b, &msg)
-		if msg.Type == gateway.MsgExit {
+		if msg.Type == wire.MsgExit {
 			break
 		}
 	}
@@ -404,7 +405,7 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/connect", &websocket.DialOptions{
-		Subprotocols: []string{gateway.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+		Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
 	})
 	if err != nil {
 		t.Fatalf("dial before the flood: %v", err)
@@ -415,19 +416,19 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 	if refused == 0 {
 		t.Error("300 connections to a server with 160 descriptors and none refused")
 	}
-	req, _ := json.Marshal(gateway.Request{Type: gateway.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo ran"}, Attach: true})
+	req, _ := json.Marshal(wire.Request{Type: wire.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo ran"}, Attach: true})
 	ws.Write(ctx, websocket.MessageText, req)
 	for {
 		_, b, err := ws.Read(ctx)
 		if err != nil {
 			t.Fatalf("start during the flood: %v", err)
 		}
-		var m gateway.Message
+		var m wire.Message
 		json.Unmarshal(b, &m)
-		if m.Type == gateway.MsgError {
+		if m.Type == wire.MsgError {
 			t.Fatalf("start during the flood: %s: %s", m.Error, m.Message)
 		}
-		if m.Type == gateway.MsgExit {
+		if m.Type == wire.MsgExit {
 			if m.Code == nil || *m.Code != 0 {
 				t.Fatalf("start during the flood: %+v", m)
 			}
