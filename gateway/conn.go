@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session"
@@ -30,7 +31,7 @@ type conn struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	claims   Claims
+	claims   auth.Claims
 	channels map[uint32]*channel
 	next     uint32
 	expiry   *time.Timer
@@ -46,7 +47,7 @@ type conn struct {
 	closed       chan struct{} // closed when a close handshake we started ended
 }
 
-func newConn(s *Server, ws *websocket.Conn, claims Claims, remote string) *conn {
+func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &conn{
 		s: s, ws: ws, ctx: ctx, cancel: cancel, claims: claims,
@@ -325,7 +326,7 @@ func (c *conn) stopExpiryLocked() {
 	}
 }
 
-func (c *conn) currentClaims() Claims {
+func (c *conn) currentClaims() auth.Claims {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.claims

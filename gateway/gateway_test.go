@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 )
 
@@ -20,10 +21,10 @@ func TestHandshakeRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	good := e.token(t, "acme", allScopes...)
-	expired, _ := e.auth.Mint(Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+	expired, _ := e.authn.Mint(auth.Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{auth.ScopeAttach: true},
 		IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
-	other, _ := MintHS256([]byte("another-secret-another-secret-0123456789"), Claims{Subject: "u", Tenant: "acme",
-		Scopes: map[string]bool{ScopeAttach: true}, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, "", "", "tenant")
+	other, _ := auth.MintHS256([]byte("another-secret-another-secret-0123456789"), auth.Claims{Subject: "u", Tenant: "acme",
+		Scopes: map[string]bool{auth.ScopeAttach: true}, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, "", "", "tenant")
 	none := "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(good, ".")[1] + "."
 	noScope := e.token(t, "acme")
 	cases := []struct {
@@ -187,7 +188,7 @@ func TestReadOnlyCannotType(t *testing.T) {
 	owner.expect(t, wire.MsgStarted)
 	oa, _ := owner.expect(t, wire.MsgAttached)
 
-	viewer := e.dial(t, e.token(t, "acme", ScopeAttach))
+	viewer := e.dial(t, e.token(t, "acme", auth.ScopeAttach))
 	defer viewer.close()
 	viewer.send(t, wire.Request{Type: wire.TypeAttach, ID: "shared"})
 	va, _ := viewer.expect(t, wire.MsgAttached)
@@ -300,7 +301,7 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	// Expiry is in whole seconds, so a token minted for 4 s lives 3 to 4 s:
 	// time for a dial and a reauth on a loaded machine.
 	short := func() string {
-		tok, err := e.auth.Mint(Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+		tok, err := e.authn.Mint(auth.Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{auth.ScopeAttach: true},
 			IssuedAt: time.Now(), ExpiresAt: time.Now().Add(4 * time.Second)})
 		if err != nil {
 			t.Fatal(err)
@@ -333,13 +334,13 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	// A reauth with a fresh token keeps the connection past the old expiry.
 	c2 := e.dial(t, short())
 	defer c2.close()
-	c2.send(t, wire.Request{Type: wire.TypeReauth, Req: "r", Token: e.token(t, "acme", ScopeAttach)})
+	c2.send(t, wire.Request{Type: wire.TypeReauth, Req: "r", Token: e.token(t, "acme", auth.ScopeAttach)})
 	c2.expect(t, wire.MsgOK)
 	time.Sleep(5 * time.Second)
 	c2.send(t, wire.Request{Type: wire.TypePing, Req: "alive"})
 	c2.expect(t, wire.MsgPong)
 	// Another tenant's token is a policy violation.
-	c2.send(t, wire.Request{Type: wire.TypeReauth, Token: e.token(t, "globex", ScopeAttach)})
+	c2.send(t, wire.Request{Type: wire.TypeReauth, Token: e.token(t, "globex", auth.ScopeAttach)})
 	for {
 		if _, err := c2.read(ctx); err != nil {
 			if closeCode(err) != websocket.StatusPolicyViolation {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -49,7 +50,7 @@ func (c *conn) need(req wire.Request, scope string) bool {
 }
 
 func (c *conn) start(req wire.Request) {
-	if !c.need(req, ScopeCreate) {
+	if !c.need(req, auth.ScopeCreate) {
 		return
 	}
 	if !c.s.starts.allow(c.currentClaims()) {
@@ -77,10 +78,10 @@ func (c *conn) start(req wire.Request) {
 // channel is read-only whatever the client asked.
 func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) {
 	claims := c.currentClaims()
-	if !c.need(req, ScopeAttach) {
+	if !c.need(req, auth.ScopeAttach) {
 		return
 	}
-	readOnly = readOnly || !claims.Has(ScopeWrite)
+	readOnly = readOnly || !claims.Has(auth.ScopeWrite)
 	c.mu.Lock()
 	full := len(c.channels) >= c.s.cfg.MaxChannels
 	c.mu.Unlock()
@@ -121,7 +122,7 @@ func (c *conn) detachChannel(req wire.Request) {
 
 // writable returns the channel of a request that changes an execution.
 func (c *conn) writable(req wire.Request, id uint32) (*channel, bool) {
-	if !c.need(req, ScopeWrite) {
+	if !c.need(req, auth.ScopeWrite) {
 		return nil, false
 	}
 	ch, ok := c.channel(id)
@@ -141,7 +142,7 @@ func (c *conn) modify(req wire.Request) {
 	tenant := c.currentClaims().Tenant
 	sup := c.s.cfg.Supervisor
 	if req.Type == wire.TypeCancel && req.Channel == 0 {
-		if c.need(req, ScopeWrite) {
+		if c.need(req, auth.ScopeWrite) {
 			c.answer(req, 0, sup.Cancel(tenant, req.ID))
 		}
 		return

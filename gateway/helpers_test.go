@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -59,7 +60,7 @@ func needLauncher(t testing.TB) *sandbox.Launcher {
 type testEnv struct {
 	srv    *Server
 	http   *httptest.Server
-	auth   *Authenticator
+	authn  *auth.Authenticator
 	secret []byte
 	sup    *session.Supervisor
 }
@@ -77,7 +78,7 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 		t.Fatal(err)
 	}
 	// A short leeway: connections end soon after their token's exp.
-	auth, err := NewAuthenticator(AuthConfig{HS256SecretFile: secretFile, Leeway: 10 * time.Millisecond})
+	authn, err := auth.New(auth.Config{HS256SecretFile: secretFile, Leeway: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Supervisor: sup, Auth: auth, WorkspaceRoot: filepath.Join(dir, "ws")}
+	cfg := Config{Supervisor: sup, Auth: authn, WorkspaceRoot: filepath.Join(dir, "ws")}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -101,10 +102,10 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 		sup.Close(ctx)
 		ts.Close()
 	})
-	return &testEnv{srv: srv, http: ts, auth: auth, secret: secret, sup: sup}
+	return &testEnv{srv: srv, http: ts, authn: authn, secret: secret, sup: sup}
 }
 
-var allScopes = []string{ScopeCreate, ScopeAttach, ScopeWrite}
+var allScopes = []string{auth.ScopeCreate, auth.ScopeAttach, auth.ScopeWrite}
 
 // token mints a token for tenant with scopes, valid for an hour.
 func (e *testEnv) token(t testing.TB, tenant string, scopes ...string) string {
@@ -113,7 +114,7 @@ func (e *testEnv) token(t testing.TB, tenant string, scopes ...string) string {
 	for _, s := range scopes {
 		sc[s] = true
 	}
-	tok, err := e.auth.Mint(Claims{Subject: "user-" + tenant, Tenant: tenant, Scopes: sc, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+	tok, err := e.authn.Mint(auth.Claims{Subject: "user-" + tenant, Tenant: tenant, Scopes: sc, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}

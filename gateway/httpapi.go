@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session"
@@ -69,17 +70,17 @@ type httpAPI struct {
 
 // apiHandler serves one authorised request; an error it returns becomes
 // the JSON error answer.
-type apiHandler func(w http.ResponseWriter, r *http.Request, c Claims) error
+type apiHandler func(w http.ResponseWriter, r *http.Request, c auth.Claims) error
 
 // apiRoutes registers the HTTP API on mux. Server.Handler calls it.
 func (s *Server) apiRoutes(mux *http.ServeMux) {
 	a := &httpAPI{s: s}
-	mux.HandleFunc("POST /v1/executions", a.route(ScopeCreate, a.start))
-	mux.HandleFunc("GET /v1/executions", a.route(ScopeAttach, a.list))
-	mux.HandleFunc("GET /v1/executions/{id}", a.route(ScopeAttach, a.get))
-	mux.HandleFunc("GET /v1/executions/{id}/events", a.route(ScopeAttach, a.events))
-	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(ScopeWrite, a.input))
-	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(ScopeWrite, a.cancel))
+	mux.HandleFunc("POST /v1/executions", a.route(auth.ScopeCreate, a.start))
+	mux.HandleFunc("GET /v1/executions", a.route(auth.ScopeAttach, a.list))
+	mux.HandleFunc("GET /v1/executions/{id}", a.route(auth.ScopeAttach, a.get))
+	mux.HandleFunc("GET /v1/executions/{id}/events", a.route(auth.ScopeAttach, a.events))
+	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(auth.ScopeWrite, a.input))
+	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(auth.ScopeWrite, a.cancel))
 }
 
 // route authenticates and checks scope before h runs, and answers h's
@@ -98,15 +99,15 @@ func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
 
 // authorize verifies the Authorization: Bearer token, the only place the
 // API takes one from: no subprotocol, no query parameter.
-func (a *httpAPI) authorize(r *http.Request, scope string) (Claims, error) {
+func (a *httpAPI) authorize(r *http.Request, scope string) (auth.Claims, error) {
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return Claims{}, errUnauthorized
+		return auth.Claims{}, errUnauthorized
 	}
 	c, err := a.s.cfg.Auth.Verify(strings.TrimSpace(token))
 	if err != nil {
 		a.s.log.Info("api request refused", "remote_addr", r.RemoteAddr, "err", err)
-		return Claims{}, errUnauthorized
+		return auth.Claims{}, errUnauthorized
 	}
 	if !c.Has(scope) {
 		return c, &apiError{wire.CodeForbidden, "the token lacks the " + scope + " scope"}
@@ -116,7 +117,7 @@ func (a *httpAPI) authorize(r *http.Request, scope string) (Claims, error) {
 
 // fail answers err with its status, stable code and safe message.
 // Anything without a code is logged and answered "internal error".
-func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c Claims, err error) {
+func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c auth.Claims, err error) {
 	var ae *apiError
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -238,7 +239,7 @@ func (b apiStart) request() wire.Request {
 // and 200 when an equal start already made it (a retry). Two concurrent
 // first starts of one id may both see 201; both describe the same
 // execution.
-func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	if !a.s.starts.allow(c) {
 		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
 	}
@@ -272,14 +273,14 @@ func (a *httpAPI) exists(tenant, id string) bool {
 	return err == nil
 }
 
-func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	a.respond(w, http.StatusOK, struct {
 		Executions []session.Info `json:"executions"`
 	}{a.s.cfg.Supervisor.List(c.Tenant)})
 	return nil
 }
 
-func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	info, err := a.s.cfg.Supervisor.Get(c.Tenant, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -290,7 +291,7 @@ func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c Claims) error {
 
 // cancel answers 202: the execution gets SIGTERM now and ends shortly,
 // as cancelled.
-func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
 	if err := sup.Cancel(c.Tenant, id); err != nil {
 		return err
@@ -312,7 +313,7 @@ type apiInput struct {
 
 // input applies the bytes the execution has not received yet, so a
 // retried request is harmless; empty data only reports the input offset.
-func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	if !a.s.inputs.allow(c) {
 		return &apiError{wire.CodeRateLimited, "too many input requests; resend from the execution's input offset"}
 	}
@@ -385,7 +386,7 @@ func newAPIEvent(ev replay.Event) apiEvent {
 // events is the long poll: it answers at once when there are events
 // after ?after= or the execution has ended, and otherwise when one
 // arrives or ?wait= passes.
-func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	after, wait, err := pollQuery(r.URL.Query())
 	if err != nil {
 		return err
@@ -500,7 +501,7 @@ func newSubjectLimits(rate float64, burst int) *subjectLimits {
 }
 
 // allow takes a token from c's subject's bucket if one is left.
-func (l *subjectLimits) allow(c Claims) bool {
+func (l *subjectLimits) allow(c auth.Claims) bool {
 	key := c.Tenant + "\x00" + c.Subject
 	now := time.Now()
 	l.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
@@ -37,7 +38,7 @@ const (
 // Config configures a Server. Zero fields take the defaults.
 type Config struct {
 	Supervisor *session.Supervisor // required
-	Auth       *Authenticator      // required
+	Auth       *auth.Authenticator // required
 	// WorkspaceRoot holds one workspace per tenant, created on demand.
 	WorkspaceRoot string // required
 	// Workspaces hands out each tenant's workspace and host identity
@@ -224,7 +225,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	if !claims.Has(ScopeAttach) && !claims.Has(ScopeCreate) {
+	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) {
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
@@ -295,7 +296,7 @@ var errSubjectBusy = errors.New("gateway: too many connections and long polls fo
 
 // subjectKey names a token subject: the same sub in two tenants is two
 // subjects.
-func subjectKey(c Claims) string { return c.Tenant + "\x00" + c.Subject }
+func subjectKey(c auth.Claims) string { return c.Tenant + "\x00" + c.Subject }
 
 // admit takes one place of the subject's budget, which its WebSocket
 // connections and held long polls share; release gives it back.

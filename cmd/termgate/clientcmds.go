@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/client"
 	"github.com/termgate/termgate/gateway/wire"
 	"golang.org/x/sys/unix"
@@ -71,7 +71,7 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	if *subject == "" {
 		*subject = *tenant
 	}
-	a, err := gateway.NewAuthenticator(gateway.AuthConfig{HS256SecretFile: *secret})
+	a, err := auth.New(auth.Config{HS256SecretFile: *secret})
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 		scopes[s] = true
 	}
 	now := time.Now()
-	tok, err := a.Mint(gateway.Claims{Subject: *subject, Tenant: *tenant, Scopes: scopes, IssuedAt: now, ExpiresAt: now.Add(*ttl)})
+	tok, err := a.Mint(auth.Claims{Subject: *subject, Tenant: *tenant, Scopes: scopes, IssuedAt: now, ExpiresAt: now.Add(*ttl)})
 	if err != nil {
 		return err
 	}

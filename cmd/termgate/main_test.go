@@ -129,15 +129,17 @@ func TestVerifyJSON(t *testing.T) {
 
 // TestImportDirection keeps the package graph one-way: cmd -> gateway ->
 // session -> (replay, sandbox), gateway -> gateway/wire <- gateway/client,
-// cmd -> web; replay, sandbox and gateway/wire import nothing of termgate's,
-// and gateway/client nothing but gateway/wire.
+// gateway -> gateway/auth -> gateway/wire, cmd -> web; replay, sandbox and
+// gateway/wire import nothing of termgate's, gateway/client and gateway/auth
+// nothing but gateway/wire.
 func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{
 		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"session":        {"replay", "sandbox"},
 		"gateway/wire":   {},
-		"gateway":        {"session", "replay", "sandbox", "gateway/wire"},
+		"gateway/auth":   {"gateway/wire"},
+		"gateway":        {"session", "replay", "sandbox", "gateway/wire", "gateway/auth"},
 		"gateway/client": {"gateway/wire"},
 	}
 	const mod = "github.com/termgate/termgate/"

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -399,8 +399,8 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 	}()
 	addr := waitListening(t, &logs)
 
-	tok, err := gateway.MintHS256(secret, gateway.Claims{Subject: "u", Tenant: "acme", ExpiresAt: time.Now().Add(time.Hour),
-		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true}}, "", "", "")
+	tok, err := auth.MintHS256(secret, auth.Claims{Subject: "u", Tenant: "acme", ExpiresAt: time.Now().Add(time.Hour),
+		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true}}, "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

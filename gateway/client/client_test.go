@@ -23,6 +23,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/client"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
@@ -67,12 +68,12 @@ func newGateway(t *testing.T) (string, string) {
 	os.Chmod(dir, 0o711)
 	secret := filepath.Join(dir, "secret")
 	os.WriteFile(secret, []byte("client-test-secret-0123456789-0123456789"), 0o600)
-	auth, err := gateway.NewAuthenticator(gateway.AuthConfig{HS256SecretFile: secret})
+	authn, err := auth.New(auth.Config{HS256SecretFile: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sup, _ := session.New(session.Config{Launcher: session.SandboxLauncher(launcher)})
-	srv, err := gateway.NewServer(gateway.Config{Supervisor: sup, Auth: auth, WorkspaceRoot: filepath.Join(dir, "ws"),
+	srv, err := gateway.NewServer(gateway.Config{Supervisor: sup, Auth: authn, WorkspaceRoot: filepath.Join(dir, "ws"),
 		Commands: []string{"/bin/sh", "/usr/bin/seq", "/bin/cat"}, DefaultCommand: []string{"/bin/sh"},
 		Ring: replay.Config{MaxBytes: 8 << 20}})
 	if err != nil {
@@ -86,8 +87,8 @@ func newGateway(t *testing.T) (string, string) {
 		sup.Close(ctx)
 		ts.Close()
 	})
-	tok, err := auth.Mint(gateway.Claims{Subject: "u", Tenant: "acme", IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
-		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true, gateway.ScopeWrite: true}})
+	tok, err := authn.Mint(auth.Claims{Subject: "u", Tenant: "acme", IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
+		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
