@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/client"
 	"github.com/termgate/termgate/gateway/wire"
-	"golang.org/x/sys/unix"
 )
 
 // detachKeys is the sequence that leaves an interactive attach: Ctrl-],
@@ -268,35 +265,6 @@ func detachIndex(prev byte, data []byte) int {
 		}
 	}
 	return -1
-}
-
-func terminalSize(in *os.File) *wire.Size {
-	if in != nil {
-		if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
-			return &wire.Size{Rows: int(ws.Row), Cols: int(ws.Col)}
-		}
-	}
-	return &wire.Size{Rows: 24, Cols: 80}
-}
-
-// followLocalSize sends the local terminal's size on SIGWINCH.
-func followLocalSize(ctx context.Context, e *client.Execution, in *os.File) func() {
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-winch:
-				if s := terminalSize(in); s != nil {
-					e.Resize(ctx, s.Rows, s.Cols)
-				}
-			}
-		}
-	}()
-	return func() { signal.Stop(winch); close(done) }
 }
 
 // runCancel cancels an execution.
