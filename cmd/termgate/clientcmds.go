@@ -27,8 +27,8 @@ type clientFlags struct {
 func newClientFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("termgate "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cf.url, "url", os.Getenv("TERMGATE_URL"), "gateway base URL, http(s)://host:port (env TERMGATE_URL)")
-	fs.StringVar(&cf.token, "token", os.Getenv("TERMGATE_TOKEN"), "token (env TERMGATE_TOKEN)")
+	envString(fs, &cf.url, "url", "TERMGATE_URL", "gateway base URL, http(s)://host:port")
+	envString(fs, &cf.token, "token", "TERMGATE_TOKEN", "bearer token")
 	return fs
 }
 
@@ -54,7 +54,8 @@ func (cf clientFlags) dial(ctx context.Context) (*client.Client, error) {
 func runToken(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("termgate token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	secret := fs.String("secret-file", os.Getenv("TERMGATE_JWT_SECRET_FILE"), "HS256 secret file (env TERMGATE_JWT_SECRET_FILE)")
+	var secret string
+	envString(fs, &secret, "secret-file", "TERMGATE_JWT_SECRET_FILE", "HS256 secret file")
 	tenant := fs.String("tenant", "", "tenant the token grants")
 	subject := fs.String("subject", "", "subject (default: the tenant)")
 	scope := fs.String("scope", "exec:create exec:attach exec:write", "space-separated scopes")
@@ -62,13 +63,13 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *secret == "" || *tenant == "" {
+	if secret == "" || *tenant == "" {
 		return usageError{errors.New("token: --secret-file and --tenant are required")}
 	}
 	if *subject == "" {
 		*subject = *tenant
 	}
-	a, err := auth.New(auth.Config{HS256SecretFile: *secret})
+	a, err := auth.New(auth.Config{HS256SecretFile: secret})
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,11 @@ Usage:
   termgate logs --id ID [--after N] [--follow]  print an execution's output
   termgate workspaces --workspace-root DIR [--json]  list tenant workspaces: uid, usage, quota
 
+  termgate version                          print the version and commit (also --version)
+
+The client commands take --url and --token, by default from TERMGATE_URL and
+TERMGATE_TOKEN. serve, exec, verify and workspaces run on Linux only.
+
 Run "termgate COMMAND --help" for a command's flags.
 `
 
@@ -102,6 +107,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runLogs(ctx, args[1:], stdout, stderr)
 	case "workspaces":
 		return runWorkspaces(args[1:], stdout, stderr)
+	case "version", "--version":
+		printVersion(stdout)
+		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
