@@ -190,7 +190,9 @@ func allowed(list []string, cmd string) bool {
 	return false
 }
 
-// Handler returns the server's routes: /v1/connect, /healthz, /readyz.
+// Handler returns the server's routes: /v1/connect, the HTTP API under
+// /v1/executions, /healthz and /readyz. Call it once and mount the one
+// handler on every path it serves.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/connect", s.connect)

@@ -474,12 +474,19 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv}, nil
 }
 
-func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptions, log *slog.Logger) error {
+// routes joins the gateway's routes, built once, and the browser terminal
+// on one mux.
+func routes(gw, terminal http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", g.srv.Handler()) // the WebSocket endpoint and the HTTP API
-	mux.Handle("/healthz", g.srv.Handler())
-	mux.Handle("/readyz", g.srv.Handler())
-	mux.Handle("/", web.Handler()) // the browser terminal
+	mux.Handle("/v1/", gw) // the WebSocket endpoint and the HTTP API
+	mux.Handle("/healthz", gw)
+	mux.Handle("/readyz", gw)
+	mux.Handle("/", terminal) // the browser terminal
+	return mux
+}
+
+func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptions, log *slog.Logger) error {
+	mux := routes(g.srv.Handler(), web.Handler())
 	// Requests derive from base, which shutdown cancels: long polls end
 	// at once instead of holding the shutdown for up to a minute.
 	base, cancelBase := context.WithCancel(context.Background())
