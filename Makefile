@@ -9,12 +9,12 @@ export GOTOOLCHAIN := go1.27.3
 GO ?= go
 STATICCHECK := $(GO) run -modfile=.ci/tools/go.mod honnef.co/go/tools/cmd/staticcheck
 
-.PHONY: run test deps test-deps web build check unit bench
+.PHONY: run test deps test-deps web build check cross unit bench
 
 run: deps web
 	$(GO) run ./cmd/termgate serve --dev
 
-test: test-deps web check unit
+test: test-deps web check cross unit
 
 build:
 	$(GO) build -o bin/termgate ./cmd/termgate
@@ -36,6 +36,16 @@ check:
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+
+# cross builds the client side for the systems users attach from: the
+# command line (whose sandbox commands say there that they need Linux) and
+# the Go client package.
+CROSS := darwin/amd64 darwin/arm64 windows/amd64
+cross:
+	@for t in $(CROSS); do \
+	  echo "build $$t"; \
+	  GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build -o /dev/null ./cmd/termgate ./gateway/client || exit 1; \
+	done
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session"
 )
@@ -35,7 +36,7 @@ func BenchmarkPTYThroughput(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			i++
-			c.send(b, Request{Type: TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput}, PTY: &Size{Rows: 24, Cols: 80}, Attach: true})
+			c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput}, PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true})
 			n := drainOutput(b, c)
 			if n < 64<<20 {
 				b.Fatalf("got %d bytes", n)
@@ -86,15 +87,15 @@ func drainOutput(b *testing.B, c *client) int {
 			b.Fatalf("read frame: %v", err)
 		}
 		if typ == websocket.MessageBinary {
-			n += m - outputHeaderLen
+			n += m - wire.OutputHeaderLen
 			continue
 		}
-		var msg Message
+		var msg wire.Message
 		json.Unmarshal(buf[:m], &msg)
 		switch msg.Type {
-		case MsgExit:
+		case wire.MsgExit:
 			return n
-		case MsgGap, MsgError:
+		case wire.MsgGap, wire.MsgError:
 			b.Fatalf("%+v", msg)
 		}
 	}
@@ -106,8 +107,8 @@ func BenchmarkEcho(b *testing.B) {
 	e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.InputPerSecond = 1 << 20 })
 	c := e.dial(b, e.token(b, "bench", allScopes...))
 	defer c.close()
-	c.send(b, Request{Type: TypeStart, ID: "echo", Command: "/bin/sh", Args: []string{"-c", "stty raw -echo; cat"}, PTY: &Size{Rows: 24, Cols: 80}, Attach: true, TimeoutMS: 3600_000})
-	att, _ := c.expect(b, MsgAttached)
+	c.send(b, wire.Request{Type: wire.TypeStart, ID: "echo", Command: "/bin/sh", Args: []string{"-c", "stty raw -echo; cat"}, PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, TimeoutMS: 3600_000})
+	att, _ := c.expect(b, wire.MsgAttached)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	waitEcho := func(want byte) {
@@ -138,7 +139,7 @@ func BenchmarkEcho(b *testing.B) {
 	slices.Sort(rtts)
 	b.ReportMetric(float64(rtts[len(rtts)/2].Microseconds()), "µs-p50")
 	b.ReportMetric(float64(rtts[len(rtts)*99/100].Microseconds()), "µs-p99")
-	c.send(b, Request{Type: TypeCancel, ID: "echo"})
+	c.send(b, wire.Request{Type: wire.TypeCancel, ID: "echo"})
 }
 
 // BenchmarkResume1MiB measures a reconnecting client catching up on 1 MiB
@@ -147,8 +148,8 @@ func BenchmarkResume1MiB(b *testing.B) {
 	e := newEnv(b, func(c *Config) { c.Ring = replay.Config{MaxBytes: 4 << 20} })
 	c := e.dial(b, e.token(b, "bench", allScopes...))
 	defer c.close()
-	c.send(b, Request{Type: TypeStart, ID: "mib", Command: "/bin/sh", Args: []string{"-c", "head -c 1M /dev/zero | tr '\\0' x"}})
-	c.expect(b, MsgStarted)
+	c.send(b, wire.Request{Type: wire.TypeStart, ID: "mib", Command: "/bin/sh", Args: []string{"-c", "head -c 1M /dev/zero | tr '\\0' x"}})
+	c.expect(b, wire.MsgStarted)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if info, err := e.sup.Wait(ctx, "bench", "mib", 1<<40, time.Minute); err != nil || info.Result == nil {
@@ -156,7 +157,7 @@ func BenchmarkResume1MiB(b *testing.B) {
 	}
 	b.SetBytes(1 << 20)
 	for b.Loop() {
-		c.send(b, Request{Type: TypeAttach, ID: "mib"})
+		c.send(b, wire.Request{Type: wire.TypeAttach, ID: "mib"})
 		if n := drainOutput(b, c); n != 1<<20 {
 			b.Fatalf("resumed %d bytes", n)
 		}
@@ -190,8 +191,8 @@ func BenchmarkIdlePTYExecutions(b *testing.B) {
 				c := e.dial(b, e.token(b, "bench", allScopes...))
 				defer c.close()
 				for i := w; i < n; i += 8 {
-					c.send(b, Request{Type: TypeStart, ID: fmt.Sprint("idle-", i), PTY: &Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
-					c.expect(b, MsgStarted)
+					c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("idle-", i), PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
+					c.expect(b, wire.MsgStarted)
 				}
 			}()
 		}
@@ -238,16 +239,16 @@ func BenchmarkFanOut100(b *testing.B) {
 	for b.Loop() {
 		i++
 		id := fmt.Sprint("fan-", i)
-		owner.send(b, Request{Type: TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", "read x; head -c 4M /dev/zero | tr '\\0' y"}})
-		owner.expect(b, MsgStarted)
+		owner.send(b, wire.Request{Type: wire.TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", "read x; head -c 4M /dev/zero | tr '\\0' y"}})
+		owner.expect(b, wire.MsgStarted)
 		viewers := make([]*client, 100)
 		for v := range viewers {
 			viewers[v] = e.dial(b, tok)
-			viewers[v].send(b, Request{Type: TypeAttach, ID: id, ReadOnly: true})
-			viewers[v].expect(b, MsgAttached)
+			viewers[v].send(b, wire.Request{Type: wire.TypeAttach, ID: id, ReadOnly: true})
+			viewers[v].expect(b, wire.MsgAttached)
 		}
-		owner.send(b, Request{Type: TypeAttach, ID: id})
-		att, _ := owner.expect(b, MsgAttached)
+		owner.send(b, wire.Request{Type: wire.TypeAttach, ID: id})
+		att, _ := owner.expect(b, wire.MsgAttached)
 		owner.sendInput(b, att.Channel, 0, "go\n")
 		var wg sync.WaitGroup
 		for _, v := range viewers {
@@ -277,7 +278,7 @@ func drainOutputQuiet(c *client) int {
 		}
 		if f.out != nil {
 			n += len(f.out.Data)
-		} else if f.msg.Type == MsgExit {
+		} else if f.msg.Type == wire.MsgExit {
 			return n
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session"
 )
@@ -29,13 +31,13 @@ type conn struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	claims   Claims
+	claims   auth.Claims
 	channels map[uint32]*channel
 	next     uint32
 	expiry   *time.Timer
 	warning  *time.Timer
 
-	control chan Message
+	control chan wire.Message
 	ready   chan *channel // channels holding a batch for the writer, FIFO: fair
 	frame   []byte        // the writer's output frame buffer, reused
 	pumps   sync.WaitGroup
@@ -45,13 +47,13 @@ type conn struct {
 	closed       chan struct{} // closed when a close handshake we started ended
 }
 
-func newConn(s *Server, ws *websocket.Conn, claims Claims, remote string) *conn {
+func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &conn{
 		s: s, ws: ws, ctx: ctx, cancel: cancel, claims: claims,
 		log:          s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
 		channels:     map[uint32]*channel{},
-		control:      make(chan Message, controlQueue),
+		control:      make(chan wire.Message, controlQueue),
 		ready:        make(chan *channel, s.cfg.MaxChannels),
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
@@ -94,9 +96,9 @@ func (c *conn) readLoop() error {
 			c.input(b)
 			continue
 		}
-		req, err := DecodeRequest(b)
+		req, err := wire.DecodeRequest(b)
 		if err != nil {
-			c.close(CloseProtocolError, "malformed control message")
+			c.close(wire.CloseProtocolError, "malformed control message")
 			return err
 		}
 		c.handle(req)
@@ -105,31 +107,31 @@ func (c *conn) readLoop() error {
 
 // send queues a control message; a client that does not read its answers
 // while sending requests is closed rather than buffered without bound.
-func (c *conn) send(m Message) {
+func (c *conn) send(m wire.Message) {
 	select {
 	case c.control <- m:
 	case <-c.ctx.Done():
 	default:
-		c.close(CloseLimit, "control messages not read")
+		c.close(wire.CloseLimit, "control messages not read")
 	}
 }
 
 // fail answers req with a stable error code and a message safe to show.
-func (c *conn) fail(req Request, channel uint32, code, msg string) {
-	c.send(Message{Type: MsgError, Req: req.Req, Channel: channel, Error: code, Message: msg})
+func (c *conn) fail(req wire.Request, channel uint32, code, msg string) {
+	c.send(wire.Message{Type: wire.MsgError, Req: req.Req, Channel: channel, Error: code, Message: msg})
 }
 
 // failErr maps a session error to its code; other errors stay in the log.
-func (c *conn) failErr(req Request, channel uint32, err error) {
+func (c *conn) failErr(req wire.Request, channel uint32, err error) {
 	code, msg := c.errorText(req, err)
 	c.fail(req, channel, code, msg)
 }
 
 // errorText is the code and the message safe to show for err.
-func (c *conn) errorText(req Request, err error) (code, msg string) {
+func (c *conn) errorText(req wire.Request, err error) (code, msg string) {
 	code = session.Code(err)
 	switch {
-	case code == "internal":
+	case code == wire.CodeInternal:
 		c.log.Error("request failed", "type", req.Type, "err", err)
 		return code, "internal error"
 	case session.OutOfDescriptors(err):
@@ -219,7 +221,7 @@ func (c *conn) write(typ websocket.MessageType, b []byte) bool {
 	return true
 }
 
-func (c *conn) writeJSON(m Message) bool {
+func (c *conn) writeJSON(m wire.Message) bool {
 	b, err := json.Marshal(m)
 	if err != nil {
 		c.log.Error("encode message", "err", err)
@@ -237,11 +239,11 @@ func (c *conn) writeBatch(ch *channel) bool {
 		return true // detached while queued
 	}
 	if b.gap != nil {
-		return c.writeJSON(Message{Type: MsgGap, Channel: ch.id, From: b.gap.From, To: b.gap.To, Bytes: b.gap.Bytes})
+		return c.writeJSON(wire.Message{Type: wire.MsgGap, Channel: ch.id, From: b.gap.From, To: b.gap.To, Bytes: b.gap.Bytes})
 	}
 	for _, ev := range b.events {
 		if ev.Kind == replay.KindOutput {
-			c.frame = appendOutputHeader(c.frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset, len(ev.Data))
+			c.frame = wire.AppendOutputHeader(c.frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset, len(ev.Data))
 			c.frame = append(c.frame, ev.Data...)
 			if !c.write(websocket.MessageBinary, c.frame) {
 				return false
@@ -256,15 +258,15 @@ func (c *conn) writeBatch(ch *channel) bool {
 }
 
 // eventMessage turns a ring event other than output into its message.
-func eventMessage(channel uint32, ev replay.Event) Message {
-	m := Message{Type: MsgEvent, Channel: channel, Seq: ev.Seq, Event: ev.Kind.String()}
+func eventMessage(channel uint32, ev replay.Event) wire.Message {
+	m := wire.Message{Type: wire.MsgEvent, Channel: channel, Seq: ev.Seq, Event: ev.Kind.String()}
 	switch ev.Kind {
 	case replay.KindStarted, replay.KindResize:
 		m.Rows, m.Cols = int(ev.Rows), int(ev.Cols)
 	case replay.KindSignal:
 		m.Signal = signalName(ev.Signal)
 	case replay.KindExit:
-		m.Type, m.Event = MsgExit, ""
+		m.Type, m.Event = wire.MsgExit, ""
 		code := ev.Exit.Code
 		m.Code, m.Reason = &code, ev.Exit.Reason
 		m.Signal = signalName(ev.Exit.Signal)
@@ -286,7 +288,7 @@ func (c *conn) heartbeat() {
 			err := c.ws.Ping(ctx)
 			cancel()
 			if err != nil && c.ctx.Err() == nil {
-				c.close(CloseHeartbeatTimeout, "no pong")
+				c.close(wire.CloseHeartbeatTimeout, "no pong")
 				return
 			}
 		}
@@ -306,9 +308,9 @@ func (c *conn) armExpiry() {
 	}
 	left := time.Until(until)
 	c.warning = time.AfterFunc(left-c.s.cfg.AuthWarning, func() {
-		c.send(Message{Type: MsgAuthExpiring, ExpiresAt: exp.UTC().Format(time.RFC3339)})
+		c.send(wire.Message{Type: wire.MsgAuthExpiring, ExpiresAt: exp.UTC().Format(time.RFC3339)})
 	})
-	c.expiry = time.AfterFunc(left, func() { c.close(CloseAuthExpired, "token expired") })
+	c.expiry = time.AfterFunc(left, func() { c.close(wire.CloseAuthExpired, "token expired") })
 }
 
 func (c *conn) stopExpiry() {
@@ -324,7 +326,7 @@ func (c *conn) stopExpiryLocked() {
 	}
 }
 
-func (c *conn) currentClaims() Claims {
+func (c *conn) currentClaims() auth.Claims {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.claims

@@ -1,3 +1,28 @@
-// Package gateway will serve executions to browser terminals, IDE
-// extensions and tools over an authenticated WebSocket protocol.
+// Package gateway serves executions to browser terminals, IDE extensions
+// and tools: a WebSocket protocol (PROTOCOL.md) on /v1/connect and an HTTP
+// API under /v1/executions, both behind bearer tokens.
+//
+// How the pieces join:
+//
+//   - A Server (server.go) holds the Config: a session.Supervisor that runs
+//     and keeps executions, an auth.Authenticator that verifies tokens, and
+//     the limits. Handler returns its routes; build it once and mount it.
+//   - connect (server.go) checks the subprotocol, the token and the Origin,
+//     then upgrades: each WebSocket is a conn (conn.go) with one read loop,
+//     one writer, a heartbeat and an expiry timer.
+//   - The read loop decodes each message with package wire and dispatches it
+//     (handlers.go: start, attach, input, resize, signal, cancel, reauth).
+//     Every answer and refusal goes through the writer, with a stable code
+//     from wire.
+//   - An attached execution is a channel (channel.go): its pump reads the
+//     execution's replay ring through a session.Subscription and hands one
+//     batch at a time to the writer, so a slow client sees a gap instead of
+//     slowing the execution.
+//   - The HTTP API (httpapi.go) does the same requests without a
+//     connection, sharing the per-subject rate limits and connection budget.
+//   - listener.go bounds connections per address before any handshake.
+//
+// The gateway is the only place that maps errors to HTTP statuses and close
+// codes; it holds no process logic, which stays in session and sandbox.
+// Clients need only package wire (gateway/client is the Go client).
 package gateway

@@ -13,16 +13,18 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 func TestHandshakeRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	good := e.token(t, "acme", allScopes...)
-	expired, _ := e.auth.Mint(Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+	expired, _ := e.authn.Mint(auth.Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{auth.ScopeAttach: true},
 		IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
-	other, _ := MintHS256([]byte("another-secret-another-secret-0123456789"), Claims{Subject: "u", Tenant: "acme",
-		Scopes: map[string]bool{ScopeAttach: true}, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, "", "", "tenant")
+	other, _ := auth.MintHS256([]byte("another-secret-another-secret-0123456789"), auth.Claims{Subject: "u", Tenant: "acme",
+		Scopes: map[string]bool{auth.ScopeAttach: true}, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, "", "", "tenant")
 	none := "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(good, ".")[1] + "."
 	noScope := e.token(t, "acme")
 	cases := []struct {
@@ -31,16 +33,16 @@ func TestHandshakeRefusals(t *testing.T) {
 		protos []string
 		status int
 	}{
-		{"no token", nil, []string{Subprotocol}, 401},
-		{"garbage", http.Header{"Authorization": {"Bearer x.y.z"}}, []string{Subprotocol}, 401},
-		{"expired", http.Header{"Authorization": {"Bearer " + expired}}, []string{Subprotocol}, 401},
-		{"other key", http.Header{"Authorization": {"Bearer " + other}}, []string{Subprotocol}, 401},
-		{"alg none", http.Header{"Authorization": {"Bearer " + none}}, []string{Subprotocol}, 401},
-		{"oversized", http.Header{"Authorization": {"Bearer " + strings.Repeat("a", 9000)}}, []string{Subprotocol}, 401},
-		{"no scope", http.Header{"Authorization": {"Bearer " + noScope}}, []string{Subprotocol}, 403},
+		{"no token", nil, []string{wire.Subprotocol}, 401},
+		{"garbage", http.Header{"Authorization": {"Bearer x.y.z"}}, []string{wire.Subprotocol}, 401},
+		{"expired", http.Header{"Authorization": {"Bearer " + expired}}, []string{wire.Subprotocol}, 401},
+		{"other key", http.Header{"Authorization": {"Bearer " + other}}, []string{wire.Subprotocol}, 401},
+		{"alg none", http.Header{"Authorization": {"Bearer " + none}}, []string{wire.Subprotocol}, 401},
+		{"oversized", http.Header{"Authorization": {"Bearer " + strings.Repeat("a", 9000)}}, []string{wire.Subprotocol}, 401},
+		{"no scope", http.Header{"Authorization": {"Bearer " + noScope}}, []string{wire.Subprotocol}, 403},
 		{"no subprotocol", http.Header{"Authorization": {"Bearer " + good}}, nil, 400},
-		{"cross origin", http.Header{"Authorization": {"Bearer " + good}, "Origin": {"http://evil.example"}}, []string{Subprotocol}, 403},
-		{"query token is off", nil, []string{Subprotocol}, 401},
+		{"cross origin", http.Header{"Authorization": {"Bearer " + good}, "Origin": {"http://evil.example"}}, []string{wire.Subprotocol}, 403},
+		{"query token is off", nil, []string{wire.Subprotocol}, 401},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -72,18 +74,18 @@ func TestBrowserTokenInSubprotocolIsNotEchoed(t *testing.T) {
 	e := newEnv(t, nil)
 	tok := e.token(t, "acme", allScopes...)
 	c, resp, err := e.dialRaw("", &websocket.DialOptions{
-		Subprotocols: []string{Subprotocol, BearerPrefix + tok},
+		Subprotocols: []string{wire.Subprotocol, wire.BearerPrefix + tok},
 		HTTPHeader:   http.Header{"Origin": {e.http.URL}},
 	})
 	if err != nil {
 		t.Fatalf("dial: %v (%d)", err, status(resp))
 	}
 	defer c.close()
-	if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != Subprotocol {
-		t.Fatalf("negotiated %q, want only %q", got, Subprotocol)
+	if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != wire.Subprotocol {
+		t.Fatalf("negotiated %q, want only %q", got, wire.Subprotocol)
 	}
-	c.send(t, Request{Type: TypePing, Req: "p1"})
-	if m, _ := c.expect(t, MsgPong); m.Req != "p1" {
+	c.send(t, wire.Request{Type: wire.TypePing, Req: "p1"})
+	if m, _ := c.expect(t, wire.MsgPong); m.Req != "p1" {
 		t.Fatalf("pong answers %q", m.Req)
 	}
 }
@@ -93,13 +95,13 @@ func TestStartAttachStreamsAndExits(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, Req: "s", ID: "job-1", Command: "/bin/sh", Args: []string{"-c", "echo out; echo err >&2; exit 3"}, Attach: true})
-	started, _ := c.expect(t, MsgStarted)
+	c.send(t, wire.Request{Type: wire.TypeStart, Req: "s", ID: "job-1", Command: "/bin/sh", Args: []string{"-c", "echo out; echo err >&2; exit 3"}, Attach: true})
+	started, _ := c.expect(t, wire.MsgStarted)
 	if started.ID != "job-1" || started.Req != "s" {
 		t.Fatalf("started %+v", started)
 	}
-	att, _ := c.expect(t, MsgAttached)
-	exit, out := c.expect(t, MsgExit)
+	att, _ := c.expect(t, wire.MsgAttached)
+	exit, out := c.expect(t, wire.MsgExit)
 	if exit.Channel != att.Channel || exit.Code == nil || *exit.Code != 3 || exit.Reason != "exited" {
 		t.Fatalf("exit %+v", exit)
 	}
@@ -113,19 +115,19 @@ func TestPTYInputResizeAndMultiplexing(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "tty", Command: "/bin/sh", Args: []string{"-c", "read line; stty size; echo got=$line"}, PTY: &Size{Rows: 30, Cols: 90}, Attach: true})
-	c.expect(t, MsgStarted)
-	a1, _ := c.expect(t, MsgAttached)
-	c.send(t, Request{Type: TypeStart, ID: "pipe", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
-	c.expect(t, MsgStarted)
-	a2, _ := c.expect(t, MsgAttached)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "tty", Command: "/bin/sh", Args: []string{"-c", "read line; stty size; echo got=$line"}, PTY: &wire.Size{Rows: 30, Cols: 90}, Attach: true})
+	c.expect(t, wire.MsgStarted)
+	a1, _ := c.expect(t, wire.MsgAttached)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "pipe", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	c.expect(t, wire.MsgStarted)
+	a2, _ := c.expect(t, wire.MsgAttached)
 	if !a1.PTY || a2.PTY || a1.Channel == a2.Channel {
 		t.Fatalf("attached %+v and %+v", a1, a2)
 	}
-	c.send(t, Request{Type: TypeResize, Req: "r", Channel: a1.Channel, Rows: 40, Cols: 100})
-	c.expect(t, MsgOK)
+	c.send(t, wire.Request{Type: wire.TypeResize, Req: "r", Channel: a1.Channel, Rows: 40, Cols: 100})
+	c.expect(t, wire.MsgOK)
 	c.sendInput(t, a2.Channel, 0, "to-cat\n")
-	c.send(t, Request{Type: TypeCloseStdin, Channel: a2.Channel})
+	c.send(t, wire.Request{Type: wire.TypeCloseStdin, Channel: a2.Channel})
 	c.sendInput(t, a1.Channel, 0, "hello\r")
 	c.sendInput(t, a1.Channel, 0, "hello\r") // a retry: applied once
 	outs := map[uint32]*bytes.Buffer{a1.Channel: {}, a2.Channel: {}}
@@ -139,7 +141,7 @@ func TestPTYInputResizeAndMultiplexing(t *testing.T) {
 		}
 		if f.out != nil {
 			outs[f.out.Channel].Write(f.out.Data)
-		} else if f.msg.Type == MsgExit {
+		} else if f.msg.Type == wire.MsgExit {
 			exits++
 		}
 	}
@@ -157,24 +159,24 @@ func TestTenantsAreIsolated(t *testing.T) {
 	e := newEnv(t, nil)
 	a := e.dial(t, e.token(t, "acme", allScopes...))
 	defer a.close()
-	a.send(t, Request{Type: TypeStart, ID: "secret-job", Command: "/bin/sh", Args: []string{"-c", "sleep 30"}})
-	a.expect(t, MsgStarted)
+	a.send(t, wire.Request{Type: wire.TypeStart, ID: "secret-job", Command: "/bin/sh", Args: []string{"-c", "sleep 30"}})
+	a.expect(t, wire.MsgStarted)
 
 	b := e.dial(t, e.token(t, "globex", allScopes...))
 	defer b.close()
-	for _, r := range []Request{
-		{Type: TypeAttach, Req: "1", ID: "secret-job"},
-		{Type: TypeCancel, Req: "2", ID: "secret-job"},
-		{Type: TypeAttach, Req: "3", ID: "never-existed"},
+	for _, r := range []wire.Request{
+		{Type: wire.TypeAttach, Req: "1", ID: "secret-job"},
+		{Type: wire.TypeCancel, Req: "2", ID: "secret-job"},
+		{Type: wire.TypeAttach, Req: "3", ID: "never-existed"},
 	} {
 		b.send(t, r)
-		m, _ := b.expect(t, MsgError)
+		m, _ := b.expect(t, wire.MsgError)
 		if m.Error != "not_found" || m.Req != r.Req || strings.Contains(m.Message, "acme") {
 			t.Errorf("%s by another tenant: %+v", r.Type, m)
 		}
 	}
-	a.send(t, Request{Type: TypeCancel, Req: "c", ID: "secret-job"})
-	a.expect(t, MsgOK)
+	a.send(t, wire.Request{Type: wire.TypeCancel, Req: "c", ID: "secret-job"})
+	a.expect(t, wire.MsgOK)
 }
 
 func TestReadOnlyCannotType(t *testing.T) {
@@ -182,33 +184,33 @@ func TestReadOnlyCannotType(t *testing.T) {
 	e := newEnv(t, nil)
 	owner := e.dial(t, e.token(t, "acme", allScopes...))
 	defer owner.close()
-	owner.send(t, Request{Type: TypeStart, ID: "shared", Command: "/bin/sh", Args: []string{"-c", "read x; echo typed=$x"}, Attach: true})
-	owner.expect(t, MsgStarted)
-	oa, _ := owner.expect(t, MsgAttached)
+	owner.send(t, wire.Request{Type: wire.TypeStart, ID: "shared", Command: "/bin/sh", Args: []string{"-c", "read x; echo typed=$x"}, Attach: true})
+	owner.expect(t, wire.MsgStarted)
+	oa, _ := owner.expect(t, wire.MsgAttached)
 
-	viewer := e.dial(t, e.token(t, "acme", ScopeAttach))
+	viewer := e.dial(t, e.token(t, "acme", auth.ScopeAttach))
 	defer viewer.close()
-	viewer.send(t, Request{Type: TypeAttach, ID: "shared"})
-	va, _ := viewer.expect(t, MsgAttached)
+	viewer.send(t, wire.Request{Type: wire.TypeAttach, ID: "shared"})
+	va, _ := viewer.expect(t, wire.MsgAttached)
 	if !va.ReadOnly {
 		t.Fatal("a token without exec:write attached read-write")
 	}
 	viewer.sendInput(t, va.Channel, 0, "intruder\n")
-	if m, _ := viewer.expect(t, MsgError); m.Error != "forbidden" {
+	if m, _ := viewer.expect(t, wire.MsgError); m.Error != "forbidden" {
 		t.Fatalf("viewer input: %+v", m)
 	}
-	viewer.send(t, Request{Type: TypeSignal, Req: "k", Channel: va.Channel, Signal: "KILL"})
-	if m, _ := viewer.expect(t, MsgError); m.Error != "forbidden" {
+	viewer.send(t, wire.Request{Type: wire.TypeSignal, Req: "k", Channel: va.Channel, Signal: "KILL"})
+	if m, _ := viewer.expect(t, wire.MsgError); m.Error != "forbidden" {
 		t.Fatalf("viewer signal: %+v", m)
 	}
-	owner.send(t, Request{Type: TypeAttach, ID: "shared", ReadOnly: true})
-	ro, _ := owner.expect(t, MsgAttached)
+	owner.send(t, wire.Request{Type: wire.TypeAttach, ID: "shared", ReadOnly: true})
+	ro, _ := owner.expect(t, wire.MsgAttached)
 	owner.sendInput(t, ro.Channel, 0, "via-ro\n")
-	if m, _ := owner.expect(t, MsgError); m.Error != "read_only" {
+	if m, _ := owner.expect(t, wire.MsgError); m.Error != "read_only" {
 		t.Fatalf("input on a read-only channel: %+v", m)
 	}
 	owner.sendInput(t, oa.Channel, 0, "owner\n")
-	_, out := viewer.expect(t, MsgExit)
+	_, out := viewer.expect(t, wire.MsgExit)
 	if string(out) != "typed=owner\n" {
 		t.Fatalf("viewer saw %q", out)
 	}
@@ -221,7 +223,7 @@ func TestOversizedMessageCloses1009(t *testing.T) {
 	defer c.close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	c.ws.Write(ctx, websocket.MessageBinary, AppendInput(nil, 1, 0, bytes.Repeat([]byte("x"), 8192)))
+	c.ws.Write(ctx, websocket.MessageBinary, wire.AppendInput(nil, 1, 0, bytes.Repeat([]byte("x"), 8192)))
 	_, err := c.read(ctx)
 	if closeCode(err) != websocket.StatusMessageTooBig {
 		t.Fatalf("want close 1009, got %v", err)
@@ -233,22 +235,22 @@ func TestProtocolErrorsAnswerOrClose(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.MaxChannels = 1 })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "a", Command: "/usr/bin/python3"})
-	if m, _ := c.expect(t, MsgError); m.Error != "invalid_spec" {
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "a", Command: "/usr/bin/python3"})
+	if m, _ := c.expect(t, wire.MsgError); m.Error != "invalid_spec" {
 		t.Errorf("command outside the allowlist: %+v", m)
 	}
-	c.send(t, Request{Type: TypeStart, ID: "b", Command: "/bin/sh", Args: []string{"-c", "sleep 5"}, Attach: true})
-	c.expect(t, MsgAttached)
-	c.send(t, Request{Type: TypeAttach, ID: "b"})
-	if m, _ := c.expect(t, MsgError); m.Error != "too_many_channels" {
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "b", Command: "/bin/sh", Args: []string{"-c", "sleep 5"}, Attach: true})
+	c.expect(t, wire.MsgAttached)
+	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "b"})
+	if m, _ := c.expect(t, wire.MsgError); m.Error != "too_many_channels" {
 		t.Errorf("channel limit: %+v", m)
 	}
-	c.send(t, Request{Type: TypeStart, ID: "b", Command: "/bin/sh", Args: []string{"-c", "other"}})
-	if m, _ := c.expect(t, MsgError); m.Error != "conflict" {
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "b", Command: "/bin/sh", Args: []string{"-c", "other"}})
+	if m, _ := c.expect(t, wire.MsgError); m.Error != "conflict" {
 		t.Errorf("same id, other spec: %+v", m)
 	}
-	c.send(t, Request{Type: TypeResize, Channel: 99, Rows: 1, Cols: 1})
-	if m, _ := c.expect(t, MsgError); m.Error != "not_attached" {
+	c.send(t, wire.Request{Type: wire.TypeResize, Channel: 99, Rows: 1, Cols: 1})
+	if m, _ := c.expect(t, wire.MsgError); m.Error != "not_attached" {
 		t.Errorf("unknown channel: %+v", m)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -256,8 +258,8 @@ func TestProtocolErrorsAnswerOrClose(t *testing.T) {
 	c.ws.Write(ctx, websocket.MessageText, []byte(`{"type":"start","bogus":1}`))
 	for {
 		if _, err := c.read(ctx); err != nil {
-			if closeCode(err) != CloseProtocolError {
-				t.Fatalf("want close %d, got %v", CloseProtocolError, err)
+			if closeCode(err) != wire.CloseProtocolError {
+				t.Fatalf("want close %d, got %v", wire.CloseProtocolError, err)
 			}
 			return
 		}
@@ -284,11 +286,11 @@ func TestStartRateLimited(t *testing.T) {
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	for i := range 3 {
-		c.send(t, Request{Type: TypeStart, Req: fmt.Sprint(i), Command: "/bin/sh", Args: []string{"-c", "true"}})
+		c.send(t, wire.Request{Type: wire.TypeStart, Req: fmt.Sprint(i), Command: "/bin/sh", Args: []string{"-c", "true"}})
 	}
-	c.expect(t, MsgStarted)
-	c.expect(t, MsgStarted)
-	if m, _ := c.expect(t, MsgError); m.Error != "rate_limited" || m.Req != "2" {
+	c.expect(t, wire.MsgStarted)
+	c.expect(t, wire.MsgStarted)
+	if m, _ := c.expect(t, wire.MsgError); m.Error != "rate_limited" || m.Req != "2" {
 		t.Fatalf("third start: %+v", m)
 	}
 }
@@ -299,7 +301,7 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	// Expiry is in whole seconds, so a token minted for 4 s lives 3 to 4 s:
 	// time for a dial and a reauth on a loaded machine.
 	short := func() string {
-		tok, err := e.auth.Mint(Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+		tok, err := e.authn.Mint(auth.Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{auth.ScopeAttach: true},
 			IssuedAt: time.Now(), ExpiresAt: time.Now().Add(4 * time.Second)})
 		if err != nil {
 			t.Fatal(err)
@@ -309,21 +311,21 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	tok := short()
 	c := e.dial(t, tok)
 	defer c.close()
-	c.expect(t, MsgAuthExpiring)
+	c.expect(t, wire.MsgAuthExpiring)
 	// A client with no fresher token answers with the same one: that is
 	// accepted, and not warned about again (which would loop).
-	c.send(t, Request{Type: TypeReauth, Req: "same", Token: tok})
+	c.send(t, wire.Request{Type: wire.TypeReauth, Req: "same", Token: tok})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for warnings := 0; ; {
 		f, err := c.read(ctx)
 		if err != nil {
-			if closeCode(err) != CloseAuthExpired {
-				t.Fatalf("want close %d, got %v", CloseAuthExpired, err)
+			if closeCode(err) != wire.CloseAuthExpired {
+				t.Fatalf("want close %d, got %v", wire.CloseAuthExpired, err)
 			}
 			break
 		}
-		if f.msg != nil && f.msg.Type == MsgAuthExpiring {
+		if f.msg != nil && f.msg.Type == wire.MsgAuthExpiring {
 			if warnings++; warnings > 0 {
 				t.Fatalf("warned again after a reauth that did not move the expiry")
 			}
@@ -332,13 +334,13 @@ func TestAuthExpiryWarnsThenCloses(t *testing.T) {
 	// A reauth with a fresh token keeps the connection past the old expiry.
 	c2 := e.dial(t, short())
 	defer c2.close()
-	c2.send(t, Request{Type: TypeReauth, Req: "r", Token: e.token(t, "acme", ScopeAttach)})
-	c2.expect(t, MsgOK)
+	c2.send(t, wire.Request{Type: wire.TypeReauth, Req: "r", Token: e.token(t, "acme", auth.ScopeAttach)})
+	c2.expect(t, wire.MsgOK)
 	time.Sleep(5 * time.Second)
-	c2.send(t, Request{Type: TypePing, Req: "alive"})
-	c2.expect(t, MsgPong)
+	c2.send(t, wire.Request{Type: wire.TypePing, Req: "alive"})
+	c2.expect(t, wire.MsgPong)
 	// Another tenant's token is a policy violation.
-	c2.send(t, Request{Type: TypeReauth, Token: e.token(t, "globex", ScopeAttach)})
+	c2.send(t, wire.Request{Type: wire.TypeReauth, Token: e.token(t, "globex", auth.ScopeAttach)})
 	for {
 		if _, err := c2.read(ctx); err != nil {
 			if closeCode(err) != websocket.StatusPolicyViolation {
@@ -354,8 +356,8 @@ func TestShutdownClosesWith1001AndExecutionsSurvive(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "survivor", Command: "/bin/sh", Args: []string{"-c", "sleep 2; echo done"}})
-	c.expect(t, MsgStarted)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "survivor", Command: "/bin/sh", Args: []string{"-c", "sleep 2; echo done"}})
+	c.expect(t, wire.MsgStarted)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	go e.srv.Shutdown(ctx)
@@ -416,10 +418,10 @@ func TestClientThatNeverReadsDoesNotGrowMemory(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "flood", Command: "/bin/sh", Args: []string{"-c", "head -c 64M /dev/zero"}, Attach: true})
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "flood", Command: "/bin/sh", Args: []string{"-c", "head -c 64M /dev/zero"}, Attach: true})
 	// The supervisor knows the execution once it is started; the client
 	// reads nothing after that.
-	c.expect(t, MsgStarted)
+	c.expect(t, wire.MsgStarted)
 	before := heapInUse()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -436,10 +438,10 @@ func TestClientThatNeverReadsDoesNotGrowMemory(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
-		if f.msg != nil && f.msg.Type == MsgGap {
+		if f.msg != nil && f.msg.Type == wire.MsgGap {
 			sawGap = true
 		}
-		if f.msg != nil && f.msg.Type == MsgExit {
+		if f.msg != nil && f.msg.Type == wire.MsgExit {
 			break
 		}
 	}
@@ -469,27 +471,27 @@ func TestInputRefusalsAreNotRepeated(t *testing.T) {
 	for i := range 6 {
 		c.sendInput(t, ch, uint64(i), "x")
 	}
-	c.send(t, Request{Type: TypePing, Req: "p"})
+	c.send(t, wire.Request{Type: wire.TypePing, Req: "p"})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	var refusals []Message
+	var refusals []wire.Message
 	for {
 		f, err := c.read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.msg != nil && f.msg.Type == MsgError {
+		if f.msg != nil && f.msg.Type == wire.MsgError {
 			refusals = append(refusals, *f.msg)
 		}
-		if f.msg != nil && f.msg.Type == MsgPong {
+		if f.msg != nil && f.msg.Type == wire.MsgPong {
 			break
 		}
 	}
 	if len(refusals) != 1 || refusals[0].Error != "rate_limited" || refusals[0].Channel != ch || refusals[0].InputOffset != 1 {
 		t.Fatalf("refusals of 5 frames: %+v", refusals)
 	}
-	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
-	c.expect(t, MsgOK)
+	c.send(t, wire.Request{Type: wire.TypeCancel, Req: "c", ID: "cat"})
+	c.expect(t, wire.MsgOK)
 }
 
 // TestInputErrorsCarryTheReceivedOffset: a refused input frame is answered
@@ -502,20 +504,20 @@ func TestInputErrorsCarryTheReceivedOffset(t *testing.T) {
 	ch := startCat(t, c)
 	c.sendInput(t, ch, 0, "abc")
 	c.sendInput(t, ch, 7, "x") // bytes 3 to 6 were lost on the way
-	m, _ := c.expect(t, MsgError)
+	m, _ := c.expect(t, wire.MsgError)
 	if m.Error != "input_offset" || m.Channel != ch || m.InputOffset != 3 {
 		t.Fatalf("input ahead of what was received: %+v", m)
 	}
-	c.send(t, Request{Type: TypeCancel, Req: "c", ID: "cat"})
-	c.expect(t, MsgOK)
+	c.send(t, wire.Request{Type: wire.TypeCancel, Req: "c", ID: "cat"})
+	c.expect(t, wire.MsgOK)
 }
 
 // startCat starts "cat" attached on c and returns its channel; the test
 // cancels it.
 func startCat(t *testing.T, c *client) uint32 {
 	t.Helper()
-	c.send(t, Request{Type: TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
-	att, _ := c.expect(t, MsgAttached)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "cat", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	att, _ := c.expect(t, wire.MsgAttached)
 	return att.Channel
 }
 
@@ -528,8 +530,8 @@ func TestAttachedComesBeforeTheChannelsOutput(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, Request{Type: TypeStart, ID: "history", Command: "/bin/sh", Args: []string{"-c", "seq 1 20000"}})
-	c.expect(t, MsgStarted)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "history", Command: "/bin/sh", Args: []string{"-c", "seq 1 20000"}})
+	c.expect(t, wire.MsgStarted)
 	if _, err := e.sup.Wait(t.Context(), "acme", "history", 1<<40, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +539,7 @@ func TestAttachedComesBeforeTheChannelsOutput(t *testing.T) {
 	defer cancel()
 	for i := range 300 {
 		req := strconv.Itoa(i)
-		c.send(t, Request{Type: TypeAttach, Req: req, ID: "history"})
+		c.send(t, wire.Request{Type: wire.TypeAttach, Req: req, ID: "history"})
 		attached := map[uint32]bool{}
 		for done := false; !done; {
 			f, err := c.read(ctx)
@@ -547,9 +549,9 @@ func TestAttachedComesBeforeTheChannelsOutput(t *testing.T) {
 			switch {
 			case f.out != nil && !attached[f.out.Channel]:
 				t.Fatalf("attach %d: output of channel %d before its attached answer", i, f.out.Channel)
-			case f.msg != nil && f.msg.Type == MsgAttached:
+			case f.msg != nil && f.msg.Type == wire.MsgAttached:
 				attached[f.msg.Channel] = true
-			case f.msg != nil && f.msg.Type == MsgExit:
+			case f.msg != nil && f.msg.Type == wire.MsgExit:
 				done = true // the channel replayed everything and ended
 			}
 		}

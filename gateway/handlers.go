@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 	"golang.org/x/sys/unix"
@@ -16,17 +18,17 @@ import (
 
 // handle answers one control message. Every message is authorised by the
 // connection's current claims, not only the handshake.
-func (c *conn) handle(req Request) {
+func (c *conn) handle(req wire.Request) {
 	switch req.Type {
-	case TypePing:
-		c.send(Message{Type: MsgPong, Req: req.Req})
-	case TypeReauth:
+	case wire.TypePing:
+		c.send(wire.Message{Type: wire.MsgPong, Req: req.Req})
+	case wire.TypeReauth:
 		c.reauth(req)
-	case TypeStart:
+	case wire.TypeStart:
 		c.start(req)
-	case TypeAttach:
+	case wire.TypeAttach:
 		c.attach(req, req.ID, req.After, req.ReadOnly)
-	case TypeDetach:
+	case wire.TypeDetach:
 		c.detachChannel(req)
 	default:
 		c.modify(req)
@@ -34,25 +36,25 @@ func (c *conn) handle(req Request) {
 }
 
 // need checks a scope; a missing scope is answered, not fatal.
-func (c *conn) need(req Request, scope string) bool {
+func (c *conn) need(req wire.Request, scope string) bool {
 	claims := c.currentClaims()
 	if !time.Now().Before(claims.ExpiresAt) {
-		c.fail(req, req.Channel, "unauthorized", "the token expired; reauth or reconnect")
+		c.fail(req, req.Channel, wire.CodeUnauthorized, "the token expired; reauth or reconnect")
 		return false
 	}
 	if claims.Has(scope) {
 		return true
 	}
-	c.fail(req, req.Channel, "forbidden", "the token lacks the "+scope+" scope")
+	c.fail(req, req.Channel, wire.CodeForbidden, "the token lacks the "+scope+" scope")
 	return false
 }
 
-func (c *conn) start(req Request) {
-	if !c.need(req, ScopeCreate) {
+func (c *conn) start(req wire.Request) {
+	if !c.need(req, auth.ScopeCreate) {
 		return
 	}
 	if !c.s.starts.allow(c.currentClaims()) {
-		c.fail(req, 0, "rate_limited", "too many starts; slow down")
+		c.fail(req, 0, wire.CodeRateLimited, "too many starts; slow down")
 		return
 	}
 	claims := c.currentClaims()
@@ -66,7 +68,7 @@ func (c *conn) start(req Request) {
 		c.failErr(req, 0, err)
 		return
 	}
-	c.send(Message{Type: MsgStarted, Req: req.Req, ID: info.ID, Status: string(info.Status), PTY: info.PTY})
+	c.send(wire.Message{Type: wire.MsgStarted, Req: req.Req, ID: info.ID, Status: string(info.Status), PTY: info.PTY})
 	if req.Attach {
 		c.attach(req, info.ID, 0, false)
 	}
@@ -74,17 +76,17 @@ func (c *conn) start(req Request) {
 
 // attach subscribes a new channel to an execution. Without exec:write the
 // channel is read-only whatever the client asked.
-func (c *conn) attach(req Request, id string, after uint64, readOnly bool) {
+func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) {
 	claims := c.currentClaims()
-	if !c.need(req, ScopeAttach) {
+	if !c.need(req, auth.ScopeAttach) {
 		return
 	}
-	readOnly = readOnly || !claims.Has(ScopeWrite)
+	readOnly = readOnly || !claims.Has(auth.ScopeWrite)
 	c.mu.Lock()
 	full := len(c.channels) >= c.s.cfg.MaxChannels
 	c.mu.Unlock()
 	if full {
-		c.fail(req, 0, "too_many_channels", fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
+		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
 		return
 	}
 	sub, info, err := c.s.cfg.Supervisor.Attach(claims.Tenant, id, after)
@@ -100,47 +102,47 @@ func (c *conn) attach(req Request, id string, after uint64, readOnly bool) {
 	c.channels[ch.id] = ch
 	c.pumps.Add(1)
 	c.mu.Unlock()
-	c.send(Message{
-		Type: MsgAttached, Req: req.Req, Channel: ch.id, ID: info.ID, Status: string(info.Status), PTY: info.PTY,
+	c.send(wire.Message{
+		Type: wire.MsgAttached, Req: req.Req, Channel: ch.id, ID: info.ID, Status: string(info.Status), PTY: info.PTY,
 		FirstSeq: info.FirstSeq, LastSeq: info.LastSeq, InputOffset: info.InputOffset, ReadOnly: readOnly,
 	})
 	go c.pump(ch)
 }
 
-func (c *conn) detachChannel(req Request) {
+func (c *conn) detachChannel(req wire.Request) {
 	ch, ok := c.channel(req.Channel)
 	if !ok {
-		c.fail(req, req.Channel, "not_attached", "no such channel")
+		c.fail(req, req.Channel, wire.CodeNotAttached, "no such channel")
 		return
 	}
 	ch.detach()
 	c.dropChannel(ch.id)
-	c.send(Message{Type: MsgDetached, Req: req.Req, Channel: ch.id})
+	c.send(wire.Message{Type: wire.MsgDetached, Req: req.Req, Channel: ch.id})
 }
 
 // writable returns the channel of a request that changes an execution.
-func (c *conn) writable(req Request, id uint32) (*channel, bool) {
-	if !c.need(req, ScopeWrite) {
+func (c *conn) writable(req wire.Request, id uint32) (*channel, bool) {
+	if !c.need(req, auth.ScopeWrite) {
 		return nil, false
 	}
 	ch, ok := c.channel(id)
 	if !ok {
-		c.fail(req, id, "not_attached", "no such channel")
+		c.fail(req, id, wire.CodeNotAttached, "no such channel")
 		return nil, false
 	}
 	if ch.readOnly {
-		c.fail(req, id, "read_only", "the channel is read-only")
+		c.fail(req, id, wire.CodeReadOnly, "the channel is read-only")
 		return nil, false
 	}
 	return ch, true
 }
 
 // modify handles close-stdin, resize, signal and cancel.
-func (c *conn) modify(req Request) {
+func (c *conn) modify(req wire.Request) {
 	tenant := c.currentClaims().Tenant
 	sup := c.s.cfg.Supervisor
-	if req.Type == TypeCancel && req.Channel == 0 {
-		if c.need(req, ScopeWrite) {
+	if req.Type == wire.TypeCancel && req.Channel == 0 {
+		if c.need(req, auth.ScopeWrite) {
 			c.answer(req, 0, sup.Cancel(tenant, req.ID))
 		}
 		return
@@ -151,7 +153,7 @@ func (c *conn) modify(req Request) {
 	}
 	var err error
 	switch req.Type {
-	case TypeCloseStdin:
+	case wire.TypeCloseStdin:
 		if req.InputOffset == nil {
 			err = sup.CloseStdin(tenant, ch.execID)
 			break
@@ -159,27 +161,27 @@ func (c *conn) modify(req Request) {
 		var received uint64
 		if received, err = sup.CloseStdinAfter(tenant, ch.execID, *req.InputOffset); err != nil {
 			code, msg := c.errorText(req, err)
-			c.send(Message{Type: MsgError, Req: req.Req, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
+			c.send(wire.Message{Type: wire.MsgError, Req: req.Req, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
 			return
 		}
-	case TypeResize:
+	case wire.TypeResize:
 		err = sup.Resize(tenant, ch.execID, req.Rows, req.Cols)
-	case TypeSignal:
+	case wire.TypeSignal:
 		err = sup.Signal(tenant, ch.execID, req.Signal)
-	case TypeCancel:
+	case wire.TypeCancel:
 		err = sup.Cancel(tenant, ch.execID)
 	}
 	c.answer(req, ch.id, err)
 }
 
 // answer acknowledges a request that has no other answer.
-func (c *conn) answer(req Request, channel uint32, err error) {
+func (c *conn) answer(req wire.Request, channel uint32, err error) {
 	if err != nil {
 		c.failErr(req, channel, err)
 		return
 	}
 	if req.Req != "" {
-		c.send(Message{Type: MsgOK, Req: req.Req, Channel: channel})
+		c.send(wire.Message{Type: wire.MsgOK, Req: req.Req, Channel: channel})
 	}
 }
 
@@ -189,12 +191,12 @@ func (c *conn) answer(req Request, channel uint32, err error) {
 // sent: the frames a client sent meanwhile are refused silently, so a
 // burst of them cannot flood the connection with errors.
 func (c *conn) input(b []byte) {
-	in, err := DecodeInput(b)
+	in, err := wire.DecodeInput(b)
 	if err != nil {
-		c.close(CloseProtocolError, "malformed input frame")
+		c.close(wire.CloseProtocolError, "malformed input frame")
 		return
 	}
-	req := Request{Type: "input", Channel: in.Channel}
+	req := wire.Request{Type: "input", Channel: in.Channel}
 	ch, ok := c.writable(req, in.Channel)
 	if !ok {
 		return
@@ -202,7 +204,7 @@ func (c *conn) input(b []byte) {
 	sup, tenant := c.s.cfg.Supervisor, c.currentClaims().Tenant
 	if !c.s.inputs.allow(c.currentClaims()) {
 		received, _ := sup.Input(tenant, ch.execID, 0, nil) // empty input only reads the offset
-		c.refuseInput(ch, received, "rate_limited", "too many input messages; resend from the execution's input offset")
+		c.refuseInput(ch, received, wire.CodeRateLimited, "too many input messages; resend from the execution's input offset")
 		return
 	}
 	received, err := sup.Input(tenant, ch.execID, in.Offset, in.Data)
@@ -219,16 +221,16 @@ func (c *conn) refuseInput(ch *channel, received uint64, code, msg string) {
 		return
 	}
 	ch.inputRefused = true
-	c.send(Message{Type: MsgError, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
+	c.send(wire.Message{Type: wire.MsgError, Channel: ch.id, Error: code, Message: msg, InputOffset: received})
 }
 
 // reauth replaces the connection's token with a fresh one for the same
 // subject and tenant; anything else closes the connection.
-func (c *conn) reauth(req Request) {
+func (c *conn) reauth(req wire.Request) {
 	claims, err := c.s.cfg.Auth.Verify(req.Token)
 	if err != nil {
 		c.log.Info("reauth refused", "err", err)
-		c.fail(req, 0, "unauthorized", "token refused")
+		c.fail(req, 0, wire.CodeUnauthorized, "token refused")
 		return
 	}
 	old := c.currentClaims()
@@ -242,13 +244,13 @@ func (c *conn) reauth(req Request) {
 	if claims.ExpiresAt.After(old.ExpiresAt) {
 		c.armExpiry()
 	} // else the warning stands: warning again at once would invite the same reauth
-	c.send(Message{Type: MsgOK, Req: req.Req, ExpiresAt: claims.ExpiresAt.UTC().Format(time.RFC3339)})
+	c.send(wire.Message{Type: wire.MsgOK, Req: req.Req, ExpiresAt: claims.ExpiresAt.UTC().Format(time.RFC3339)})
 }
 
 // spec builds an execution's spec from the server's policy and what the
 // client may choose: command (from the allowlist), arguments, environment,
 // cwd, terminal, timeout and ceilings up to the server's maximum.
-func (s *Server) spec(tenant string, req Request) (session.Spec, error) {
+func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 	cmd := append([]string(nil), s.cfg.DefaultCommand...)
 	if req.Command != "" {
 		c, ok := s.resolveCommand(req.Command)
@@ -312,7 +314,7 @@ func setDefault(env map[string]string, k, v string) {
 }
 
 // limits applies the client's ceilings, each at most the server's.
-func limits(sb SandboxConfig, asked *Limits) (sandbox.Limits, error) {
+func limits(sb SandboxConfig, asked *wire.Limits) (sandbox.Limits, error) {
 	out := sb.Limits
 	if asked == nil {
 		return out, nil

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 	"go.uber.org/goleak"
@@ -58,7 +60,7 @@ func needLauncher(t testing.TB) *sandbox.Launcher {
 type testEnv struct {
 	srv    *Server
 	http   *httptest.Server
-	auth   *Authenticator
+	authn  *auth.Authenticator
 	secret []byte
 	sup    *session.Supervisor
 }
@@ -76,7 +78,7 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 		t.Fatal(err)
 	}
 	// A short leeway: connections end soon after their token's exp.
-	auth, err := NewAuthenticator(AuthConfig{HS256SecretFile: secretFile, Leeway: 10 * time.Millisecond})
+	authn, err := auth.New(auth.Config{HS256SecretFile: secretFile, Leeway: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +86,7 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Supervisor: sup, Auth: auth, WorkspaceRoot: filepath.Join(dir, "ws")}
+	cfg := Config{Supervisor: sup, Auth: authn, WorkspaceRoot: filepath.Join(dir, "ws")}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -100,10 +102,10 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 		sup.Close(ctx)
 		ts.Close()
 	})
-	return &testEnv{srv: srv, http: ts, auth: auth, secret: secret, sup: sup}
+	return &testEnv{srv: srv, http: ts, authn: authn, secret: secret, sup: sup}
 }
 
-var allScopes = []string{ScopeCreate, ScopeAttach, ScopeWrite}
+var allScopes = []string{auth.ScopeCreate, auth.ScopeAttach, auth.ScopeWrite}
 
 // token mints a token for tenant with scopes, valid for an hour.
 func (e *testEnv) token(t testing.TB, tenant string, scopes ...string) string {
@@ -112,7 +114,7 @@ func (e *testEnv) token(t testing.TB, tenant string, scopes ...string) string {
 	for _, s := range scopes {
 		sc[s] = true
 	}
-	tok, err := e.auth.Mint(Claims{Subject: "user-" + tenant, Tenant: tenant, Scopes: sc, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+	tok, err := e.authn.Mint(auth.Claims{Subject: "user-" + tenant, Tenant: tenant, Scopes: sc, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,7 @@ func (e *testEnv) dial(t testing.TB, token string) *client {
 
 func (e *testEnv) dialRaw(token string, opts *websocket.DialOptions) (*client, *http.Response, error) {
 	if opts == nil {
-		opts = &websocket.DialOptions{Subprotocols: []string{Subprotocol}, HTTPHeader: http.Header{}}
+		opts = &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}}
 		if token != "" {
 			opts.HTTPHeader.Set("Authorization", "Bearer "+token)
 		}
@@ -160,7 +162,7 @@ type client struct {
 	ws *websocket.Conn
 }
 
-func (c *client) send(t testing.TB, r Request) {
+func (c *client) send(t testing.TB, r wire.Request) {
 	t.Helper()
 	b, _ := json.Marshal(r)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -174,15 +176,15 @@ func (c *client) sendInput(t testing.TB, channel uint32, offset uint64, data str
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.ws.Write(ctx, websocket.MessageBinary, AppendInput(nil, channel, offset, []byte(data))); err != nil {
+	if err := c.ws.Write(ctx, websocket.MessageBinary, wire.AppendInput(nil, channel, offset, []byte(data))); err != nil {
 		t.Fatalf("send input: %v", err)
 	}
 }
 
 // frame is one message from the server: a control message or output.
 type frame struct {
-	msg *Message
-	out *Output
+	msg *wire.Message
+	out *wire.Output
 }
 
 func (c *client) read(ctx context.Context) (frame, error) {
@@ -191,10 +193,10 @@ func (c *client) read(ctx context.Context) (frame, error) {
 		return frame{}, err
 	}
 	if typ == websocket.MessageBinary {
-		o, err := DecodeOutput(b)
+		o, err := wire.DecodeOutput(b)
 		return frame{out: &o}, err
 	}
-	var m Message
+	var m wire.Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return frame{}, err
 	}
@@ -203,7 +205,7 @@ func (c *client) read(ctx context.Context) (frame, error) {
 
 // expect reads until a control message of type typ arrives (collecting
 // output on the way) and returns it.
-func (c *client) expect(t testing.TB, typ string) (Message, []byte) {
+func (c *client) expect(t testing.TB, typ string) (wire.Message, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -220,7 +222,7 @@ func (c *client) expect(t testing.TB, typ string) (Message, []byte) {
 		if f.msg.Type == typ {
 			return *f.msg, out
 		}
-		if f.msg.Type == MsgError && typ != MsgError {
+		if f.msg.Type == wire.MsgError && typ != wire.MsgError {
 			t.Fatalf("waiting for %s: error %s: %s", typ, f.msg.Error, f.msg.Message)
 		}
 	}

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session"
 )
@@ -34,16 +36,16 @@ const (
 // apiStatus is the HTTP status of each stable error code; a code not
 // listed is a 500.
 var apiStatus = map[string]int{
-	"bad_request": http.StatusBadRequest, "invalid_id": http.StatusBadRequest,
-	"invalid_spec": http.StatusBadRequest, "input_offset": http.StatusBadRequest,
-	"not_pty": http.StatusBadRequest, "no_pipes": http.StatusBadRequest,
-	"signal_not_allowed": http.StatusBadRequest, "unenforceable": http.StatusUnprocessableEntity,
-	"unauthorized": http.StatusUnauthorized, "forbidden": http.StatusForbidden,
-	"not_found": http.StatusNotFound, "conflict": http.StatusConflict, "not_running": http.StatusConflict,
-	"too_large": http.StatusRequestEntityTooLarge, "capacity": http.StatusTooManyRequests,
-	"input_full": http.StatusTooManyRequests, "rate_limited": http.StatusTooManyRequests,
-	"too_many_connections": http.StatusTooManyRequests, "request_timeout": http.StatusRequestTimeout,
-	"closed": http.StatusServiceUnavailable,
+	wire.CodeBadRequest: http.StatusBadRequest, wire.CodeInvalidID: http.StatusBadRequest,
+	wire.CodeInvalidSpec: http.StatusBadRequest, wire.CodeInputOffset: http.StatusBadRequest,
+	wire.CodeNotPTY: http.StatusBadRequest, wire.CodeNoPipes: http.StatusBadRequest,
+	wire.CodeSignalNotAllowed: http.StatusBadRequest, wire.CodeUnenforceable: http.StatusUnprocessableEntity,
+	wire.CodeUnauthorized: http.StatusUnauthorized, wire.CodeForbidden: http.StatusForbidden,
+	wire.CodeNotFound: http.StatusNotFound, wire.CodeConflict: http.StatusConflict, wire.CodeNotRunning: http.StatusConflict,
+	wire.CodeTooLarge: http.StatusRequestEntityTooLarge, wire.CodeCapacity: http.StatusTooManyRequests,
+	wire.CodeInputFull: http.StatusTooManyRequests, wire.CodeRateLimited: http.StatusTooManyRequests,
+	wire.CodeTooManyConnections: http.StatusTooManyRequests, wire.CodeRequestTimeout: http.StatusRequestTimeout,
+	wire.CodeClosed: http.StatusServiceUnavailable,
 }
 
 // apiError is an error the API answers as it is: a stable code and a
@@ -56,9 +58,9 @@ func (e *apiError) Error() string { return e.code + ": " + e.msg }
 
 // errUnauthorized is the whole answer to any refused token: which check
 // failed goes to the log only.
-var errUnauthorized = &apiError{"unauthorized", "a valid bearer token is required"}
+var errUnauthorized = &apiError{wire.CodeUnauthorized, "a valid bearer token is required"}
 
-func badRequest(msg string) error { return &apiError{"bad_request", msg} }
+func badRequest(msg string) error { return &apiError{wire.CodeBadRequest, msg} }
 
 // httpAPI serves the HTTP API. Its rate limits are the server's, per
 // (tenant, subject), shared with the WebSocket connections.
@@ -68,17 +70,17 @@ type httpAPI struct {
 
 // apiHandler serves one authorised request; an error it returns becomes
 // the JSON error answer.
-type apiHandler func(w http.ResponseWriter, r *http.Request, c Claims) error
+type apiHandler func(w http.ResponseWriter, r *http.Request, c auth.Claims) error
 
 // apiRoutes registers the HTTP API on mux. Server.Handler calls it.
 func (s *Server) apiRoutes(mux *http.ServeMux) {
 	a := &httpAPI{s: s}
-	mux.HandleFunc("POST /v1/executions", a.route(ScopeCreate, a.start))
-	mux.HandleFunc("GET /v1/executions", a.route(ScopeAttach, a.list))
-	mux.HandleFunc("GET /v1/executions/{id}", a.route(ScopeAttach, a.get))
-	mux.HandleFunc("GET /v1/executions/{id}/events", a.route(ScopeAttach, a.events))
-	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(ScopeWrite, a.input))
-	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(ScopeWrite, a.cancel))
+	mux.HandleFunc("POST /v1/executions", a.route(auth.ScopeCreate, a.start))
+	mux.HandleFunc("GET /v1/executions", a.route(auth.ScopeAttach, a.list))
+	mux.HandleFunc("GET /v1/executions/{id}", a.route(auth.ScopeAttach, a.get))
+	mux.HandleFunc("GET /v1/executions/{id}/events", a.route(auth.ScopeAttach, a.events))
+	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(auth.ScopeWrite, a.input))
+	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(auth.ScopeWrite, a.cancel))
 }
 
 // route authenticates and checks scope before h runs, and answers h's
@@ -97,41 +99,41 @@ func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
 
 // authorize verifies the Authorization: Bearer token, the only place the
 // API takes one from: no subprotocol, no query parameter.
-func (a *httpAPI) authorize(r *http.Request, scope string) (Claims, error) {
+func (a *httpAPI) authorize(r *http.Request, scope string) (auth.Claims, error) {
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return Claims{}, errUnauthorized
+		return auth.Claims{}, errUnauthorized
 	}
 	c, err := a.s.cfg.Auth.Verify(strings.TrimSpace(token))
 	if err != nil {
 		a.s.log.Info("api request refused", "remote_addr", r.RemoteAddr, "err", err)
-		return Claims{}, errUnauthorized
+		return auth.Claims{}, errUnauthorized
 	}
 	if !c.Has(scope) {
-		return c, &apiError{"forbidden", "the token lacks the " + scope + " scope"}
+		return c, &apiError{wire.CodeForbidden, "the token lacks the " + scope + " scope"}
 	}
 	return c, nil
 }
 
 // fail answers err with its status, stable code and safe message.
 // Anything without a code is logged and answered "internal error".
-func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c Claims, err error) {
+func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c auth.Claims, err error) {
 	var ae *apiError
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &ae):
 	case errors.As(err, &tooLarge):
-		ae = &apiError{"too_large", "the request body exceeds " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes"}
+		ae = &apiError{wire.CodeTooLarge, "the request body exceeds " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes"}
 	case r.Context().Err() != nil:
 		return // the client left; nobody reads an answer
 	case session.OutOfDescriptors(err):
 		a.s.log.Warn("api request refused: out of file descriptors", "route", r.Pattern, "tenant", c.Tenant, "err", err)
-		ae = &apiError{"capacity", outOfDescriptorsText}
-	case session.Code(err) != "internal":
+		ae = &apiError{wire.CodeCapacity, outOfDescriptorsText}
+	case session.Code(err) != wire.CodeInternal:
 		ae = &apiError{session.Code(err), err.Error()}
 	default:
 		a.s.log.Error("api request failed", "route", r.Pattern, "tenant", c.Tenant, "execution", r.PathValue("id"), "err", err)
-		ae = &apiError{"internal", "internal error"}
+		ae = &apiError{wire.CodeInternal, "internal error"}
 	}
 	status, ok := apiStatus[ae.code]
 	if !ok {
@@ -162,7 +164,7 @@ func (a *httpAPI) respond(w http.ResponseWriter, status int, v any) {
 }
 
 // errBodyTimeout answers a request whose body did not arrive in time.
-var errBodyTimeout = &apiError{"request_timeout", "the request body did not arrive in time"}
+var errBodyTimeout = &apiError{wire.CodeRequestTimeout, "the request body did not arrive in time"}
 
 // decodeBody reads one JSON object of at most limit bytes into dst within
 // the server's RequestReadTimeout; unknown fields are refused so that
@@ -221,14 +223,14 @@ type apiStart struct {
 	Args      []string          `json:"args"`
 	Env       map[string]string `json:"env"`
 	Cwd       string            `json:"cwd"`
-	PTY       *Size             `json:"pty"`
+	PTY       *wire.Size        `json:"pty"`
 	TimeoutMS int64             `json:"timeout_ms"`
-	Limits    *Limits           `json:"limits"`
+	Limits    *wire.Limits      `json:"limits"`
 }
 
-func (b apiStart) request() Request {
-	return Request{
-		Type: TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
+func (b apiStart) request() wire.Request {
+	return wire.Request{
+		Type: wire.TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
 		PTY: b.PTY, TimeoutMS: b.TimeoutMS, Limits: b.Limits,
 	}
 }
@@ -237,9 +239,9 @@ func (b apiStart) request() Request {
 // and 200 when an equal start already made it (a retry). Two concurrent
 // first starts of one id may both see 201; both describe the same
 // execution.
-func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	if !a.s.starts.allow(c) {
-		return &apiError{"rate_limited", "too many starts; slow down"}
+		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
 	}
 	var body apiStart
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
@@ -271,14 +273,14 @@ func (a *httpAPI) exists(tenant, id string) bool {
 	return err == nil
 }
 
-func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	a.respond(w, http.StatusOK, struct {
 		Executions []session.Info `json:"executions"`
 	}{a.s.cfg.Supervisor.List(c.Tenant)})
 	return nil
 }
 
-func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	info, err := a.s.cfg.Supervisor.Get(c.Tenant, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -289,7 +291,7 @@ func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c Claims) error {
 
 // cancel answers 202: the execution gets SIGTERM now and ends shortly,
 // as cancelled.
-func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
 	if err := sup.Cancel(c.Tenant, id); err != nil {
 		return err
@@ -311,9 +313,9 @@ type apiInput struct {
 
 // input applies the bytes the execution has not received yet, so a
 // retried request is harmless; empty data only reports the input offset.
-func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	if !a.s.inputs.allow(c) {
-		return &apiError{"rate_limited", "too many input requests; resend from the execution's input offset"}
+		return &apiError{wire.CodeRateLimited, "too many input requests; resend from the execution's input offset"}
 	}
 	var body apiInput
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
@@ -384,7 +386,7 @@ func newAPIEvent(ev replay.Event) apiEvent {
 // events is the long poll: it answers at once when there are events
 // after ?after= or the execution has ended, and otherwise when one
 // arrives or ?wait= passes.
-func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c Claims) error {
+func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	after, wait, err := pollQuery(r.URL.Query())
 	if err != nil {
 		return err
@@ -394,7 +396,7 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c Claims) error
 		// place of the same budget as its WebSocket connections.
 		if err := a.s.admit(subjectKey(c)); err != nil {
 			if errors.Is(err, errSubjectBusy) {
-				return &apiError{"too_many_connections", fmt.Sprintf("at most %d connections and long polls per subject; retry when one ends", a.s.cfg.MaxConnsPerSubject)}
+				return &apiError{wire.CodeTooManyConnections, fmt.Sprintf("at most %d connections and long polls per subject; retry when one ends", a.s.cfg.MaxConnsPerSubject)}
 			}
 			return err
 		}
@@ -499,7 +501,7 @@ func newSubjectLimits(rate float64, burst int) *subjectLimits {
 }
 
 // allow takes a token from c's subject's bucket if one is left.
-func (l *subjectLimits) allow(c Claims) bool {
+func (l *subjectLimits) allow(c auth.Claims) bool {
 	key := c.Tenant + "\x00" + c.Subject
 	now := time.Now()
 	l.mu.Lock()

@@ -19,6 +19,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -406,8 +408,8 @@ func TestHTTPRefusals(t *testing.T) {
 			t.Errorf("cancel: %d %s %v", status, b, err)
 		}
 	})
-	attachOnly := e.token(t, "acme", ScopeAttach)
-	createOnly := e.token(t, "acme", ScopeCreate)
+	attachOnly := e.token(t, "acme", auth.ScopeAttach)
+	createOnly := e.token(t, "acme", auth.ScopeCreate)
 	noScope := e.token(t, "acme")
 	big := strings.Repeat("x", 2048)
 
@@ -461,7 +463,7 @@ func TestHTTPUnauthorizedSaysNothingMore(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t, func(c *Config) { c.QueryToken = true })
 	good := e.token(t, "acme", allScopes...)
-	expired, _ := e.auth.Mint(Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{ScopeAttach: true},
+	expired, _ := e.authn.Mint(auth.Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{auth.ScopeAttach: true},
 		IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
 	const want = `{"error":"unauthorized","message":"a valid bearer token is required"}` + "\n"
 	cases := []struct {
@@ -475,7 +477,7 @@ func TestHTTPUnauthorizedSaysNothingMore(t *testing.T) {
 		{"bare token", "/v1/executions", http.Header{"Authorization": {good}}},
 		{"oversized", "/v1/executions", http.Header{"Authorization": {"Bearer " + strings.Repeat("a", 9000)}}},
 		{"query token", "/v1/executions?token=" + good, nil},
-		{"subprotocol token", "/v1/executions", http.Header{"Sec-WebSocket-Protocol": {Subprotocol + ", " + BearerPrefix + good}}},
+		{"subprotocol token", "/v1/executions", http.Header{"Sec-WebSocket-Protocol": {wire.Subprotocol + ", " + wire.BearerPrefix + good}}},
 		{"events", "/v1/executions/x/events?wait=30s", nil},
 	}
 	for _, c := range cases {
@@ -516,15 +518,15 @@ func TestAPISubjectLimitsDropIdleBuckets(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		l := newSubjectLimits(1, 1) // refills in 1s
-		a := Claims{Tenant: "acme", Subject: "a"}
+		a := auth.Claims{Tenant: "acme", Subject: "a"}
 		if !l.allow(a) || l.allow(a) {
 			t.Fatal("a bucket of one token allowed twice or never")
 		}
 		for i := range minSubjectSweep - 1 { // with a: the map is at its sweep size
-			l.allow(Claims{Tenant: "acme", Subject: fmt.Sprint("s", i)})
+			l.allow(auth.Claims{Tenant: "acme", Subject: fmt.Sprint("s", i)})
 		}
 		time.Sleep(2 * time.Second)
-		l.allow(Claims{Tenant: "acme", Subject: "late"})
+		l.allow(auth.Claims{Tenant: "acme", Subject: "late"})
 		if n := len(l.m); n != 1 {
 			t.Fatalf("%d buckets kept after all went idle, want 1", n)
 		}
@@ -582,13 +584,13 @@ func TestStartRateIsPerSubjectAcrossConnectionsAndHTTP(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t, func(c *Config) { c.StartsPerMinute = 3 })
 	tok := e.token(t, "acme", allScopes...)
-	bad := Request{Type: TypeStart, Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
-	wsStart := func(req string) Message {
+	bad := wire.Request{Type: wire.TypeStart, Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
+	wsStart := func(req string) wire.Message {
 		c := e.dial(t, tok)
 		defer c.close()
 		bad.Req = req
 		c.send(t, bad)
-		m, _ := c.expect(t, MsgError)
+		m, _ := c.expect(t, wire.MsgError)
 		return m
 	}
 	for i := range 2 {
@@ -602,7 +604,7 @@ func TestStartRateIsPerSubjectAcrossConnectionsAndHTTP(t *testing.T) {
 	}
 	e.fails(t, 429, "rate_limited", "POST", "/v1/executions", tok, apiStart{Command: bad.Command})
 	// Another subject of the same tenant has its own budget.
-	other, err := e.auth.Mint(Claims{Subject: "someone-else", Tenant: "acme", Scopes: map[string]bool{ScopeCreate: true}, ExpiresAt: time.Now().Add(time.Hour)})
+	other, err := e.authn.Mint(auth.Claims{Subject: "someone-else", Tenant: "acme", Scopes: map[string]bool{auth.ScopeCreate: true}, ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +612,7 @@ func TestStartRateIsPerSubjectAcrossConnectionsAndHTTP(t *testing.T) {
 }
 
 // subjectHeld is how much of the subject's connection budget is in use.
-func (s *Server) subjectHeld(c Claims) int {
+func (s *Server) subjectHeld(c auth.Claims) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.subjects[c.Tenant+"\x00"+c.Subject]
@@ -624,7 +626,7 @@ func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t, func(c *Config) { c.MaxConnsPerSubject = 2 })
 	tok := e.token(t, "acme", allScopes...)
-	claims := Claims{Tenant: "acme", Subject: "user-acme"}
+	claims := auth.Claims{Tenant: "acme", Subject: "user-acme"}
 	e.must(t, 201, "POST", "/v1/executions", tok, shStart("quiet", "read x"), nil)
 	ws := e.dial(t, tok)
 	defer ws.close()
@@ -669,14 +671,14 @@ func TestOutOfDescriptorsIsCapacity(t *testing.T) {
 		fmt.Errorf("%w: bind: %w", sandbox.ErrInvalidPolicy, &os.PathError{Op: "open", Path: "/srv/secret-root", Err: syscall.ENFILE}),
 	} {
 		w := httptest.NewRecorder()
-		a.fail(w, httptest.NewRequest("POST", "/v1/executions", nil), Claims{}, err)
+		a.fail(w, httptest.NewRequest("POST", "/v1/executions", nil), auth.Claims{}, err)
 		var body apiErrorBody
 		json.Unmarshal(w.Body.Bytes(), &body)
 		if w.Code != http.StatusTooManyRequests || body.Error != "capacity" || strings.Contains(body.Message, "secret-root") {
 			t.Errorf("%v: HTTP %d %+v, want 429 capacity without the path", err, w.Code, body)
 		}
 		c := &conn{s: srv, log: srv.log}
-		if code, msg := c.errorText(Request{Type: TypeStart}, err); code != "capacity" || strings.Contains(msg, "secret-root") {
+		if code, msg := c.errorText(wire.Request{Type: wire.TypeStart}, err); code != "capacity" || strings.Contains(msg, "secret-root") {
 			t.Errorf("%v: WebSocket %s %q, want capacity without the path", err, code, msg)
 		}
 	}
@@ -719,7 +721,7 @@ func TestHTTPReadTimeoutSparesLongPollsAndWebSockets(t *testing.T) {
 	ws := e.dial(t, tok)
 	defer ws.close()
 	time.Sleep(300 * time.Millisecond) // longer than the bound, to show it does not apply
-	ws.send(t, Request{Type: TypePing, Req: "p"})
-	ws.expect(t, MsgPong)
+	ws.send(t, wire.Request{Type: wire.TypePing, Req: "p"})
+	ws.expect(t, wire.MsgPong)
 	e.must(t, 202, "POST", "/v1/executions/lp/cancel", tok, nil, nil)
 }

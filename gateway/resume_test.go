@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 )
 
@@ -86,8 +87,8 @@ func TestResumeAcrossCutConnections(t *testing.T) {
 	url := "ws://" + proxy.ln.Addr().String() + "/v1/connect"
 
 	c := e.dial(t, tok)
-	c.send(t, Request{Type: TypeStart, ID: "seq", Command: "/bin/sh", Args: []string{"-c", "seq 1 200000"}})
-	c.expect(t, MsgStarted)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "seq", Command: "/bin/sh", Args: []string{"-c", "seq 1 200000"}})
+	c.expect(t, wire.MsgStarted)
 	c.close()
 
 	var transcript strings.Builder
@@ -121,7 +122,7 @@ func resumeOnce(t *testing.T, url, tok string, last *uint64, out *strings.Builde
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{
-		Subprotocols: []string{Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+		Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
 	})
 	if err != nil {
 		return false, nil // the proxy may cut the handshake itself
@@ -145,9 +146,9 @@ func resumeOnce(t *testing.T, url, tok string, last *uint64, out *strings.Builde
 		switch {
 		case f.out != nil:
 			seq = f.out.Seq
-		case f.msg.Type == MsgGap:
+		case f.msg.Type == wire.MsgGap:
 			return false, fmt.Errorf("unexpected gap %+v", *f.msg)
-		case f.msg.Type == MsgEvent || f.msg.Type == MsgExit:
+		case f.msg.Type == wire.MsgEvent || f.msg.Type == wire.MsgExit:
 			seq = f.msg.Seq
 		default:
 			continue
@@ -159,7 +160,7 @@ func resumeOnce(t *testing.T, url, tok string, last *uint64, out *strings.Builde
 		if f.out != nil {
 			out.Write(f.out.Data)
 		}
-		if f.msg != nil && f.msg.Type == MsgExit {
+		if f.msg != nil && f.msg.Type == wire.MsgExit {
 			return true, nil
 		}
 	}

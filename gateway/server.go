@@ -13,17 +13,11 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
-)
-
-// Close codes beyond RFC 6455's, documented in PROTOCOL.md.
-const (
-	CloseAuthExpired      websocket.StatusCode = 4001
-	CloseProtocolError    websocket.StatusCode = 4002
-	CloseLimit            websocket.StatusCode = 4003
-	CloseHeartbeatTimeout websocket.StatusCode = 4004
 )
 
 // Defaults of Config.
@@ -44,7 +38,7 @@ const (
 // Config configures a Server. Zero fields take the defaults.
 type Config struct {
 	Supervisor *session.Supervisor // required
-	Auth       *Authenticator      // required
+	Auth       *auth.Authenticator // required
 	// WorkspaceRoot holds one workspace per tenant, created on demand.
 	WorkspaceRoot string // required
 	// Workspaces hands out each tenant's workspace and host identity
@@ -196,7 +190,9 @@ func allowed(list []string, cmd string) bool {
 	return false
 }
 
-// Handler returns the server's routes: /v1/connect, /healthz, /readyz.
+// Handler returns the server's routes: /v1/connect, the HTTP API under
+// /v1/executions, /healthz and /readyz. Call it once and mount the one
+// handler on every path it serves.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/connect", s.connect)
@@ -221,7 +217,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 // the status, never why, and its token never reaches a log.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	offered := offeredProtocols(r)
-	if !allowed(offered, Subprotocol) {
+	if !allowed(offered, wire.Subprotocol) {
 		http.Error(w, "the termgate.v1 subprotocol is required", http.StatusBadRequest)
 		return
 	}
@@ -231,7 +227,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	if !claims.Has(ScopeAttach) && !claims.Has(ScopeCreate) {
+	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) {
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
@@ -246,7 +242,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.release(subject)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		Subprotocols:   []string{Subprotocol},
+		Subprotocols:   []string{wire.Subprotocol},
 		OriginPatterns: s.cfg.Origins,
 	})
 	if err != nil {
@@ -286,7 +282,7 @@ func (s *Server) token(r *http.Request, offered []string) string {
 		return ""
 	}
 	for _, p := range offered {
-		if t, ok := strings.CutPrefix(p, BearerPrefix); ok {
+		if t, ok := strings.CutPrefix(p, wire.BearerPrefix); ok {
 			return t
 		}
 	}
@@ -302,7 +298,7 @@ var errSubjectBusy = errors.New("gateway: too many connections and long polls fo
 
 // subjectKey names a token subject: the same sub in two tenants is two
 // subjects.
-func subjectKey(c Claims) string { return c.Tenant + "\x00" + c.Subject }
+func subjectKey(c auth.Claims) string { return c.Tenant + "\x00" + c.Subject }
 
 // admit takes one place of the subject's budget, which its WebSocket
 // connections and held long polls share; release gives it back.

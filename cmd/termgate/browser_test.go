@@ -20,8 +20,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/web"
 )
 
@@ -327,8 +327,8 @@ func TestBrowserDropsOnlyReplayedAnswers(t *testing.T) {
 	script := `seq 1 750000; printf '\033[?1004h\033[?1004l'; seq 750001 1500000;` +
 		` printf '\033[c\033[>c\033[5n\033[6n\033[?1$p\033]11;?\007'; echo queries-sent; read -r x; echo "first=[$x]"; read -r y; echo "second=[$y]";` +
 		` stty -icanon -echo; printf '\033[c'; z=$(head -c 7); stty sane; echo "live=[${z#?}]"`
-	e, err := owner.Start(t.Context(), gateway.Request{ID: "queries", Command: "/bin/sh",
-		Args: []string{"-c", script}, PTY: &gateway.Size{Rows: 24, Cols: 80}})
+	e, err := owner.Start(t.Context(), wire.Request{ID: "queries", Command: "/bin/sh",
+		Args: []string{"-c", script}, PTY: &wire.Size{Rows: 24, Cols: 80}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,8 +485,8 @@ func TestBrowserReadOnlyViewerCannotType(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
 	owner := g.owner(t)
-	e, err := owner.Start(t.Context(), gateway.Request{ID: "watched", Command: "/bin/sh",
-		Args: []string{"-c", "read x; echo typed=$x"}, PTY: &gateway.Size{Rows: 24, Cols: 80}})
+	e, err := owner.Start(t.Context(), wire.Request{ID: "watched", Command: "/bin/sh",
+		Args: []string{"-c", "read x; echo typed=$x"}, PTY: &wire.Size{Rows: 24, Cols: 80}})
 	if err != nil {
 		t.Fatal(err)
 	}

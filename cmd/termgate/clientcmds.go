@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/client"
-	"golang.org/x/sys/unix"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 // detachKeys is the sequence that leaves an interactive attach: Ctrl-],
@@ -29,8 +27,8 @@ type clientFlags struct {
 func newClientFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("termgate "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cf.url, "url", os.Getenv("TERMGATE_URL"), "gateway base URL, http(s)://host:port (env TERMGATE_URL)")
-	fs.StringVar(&cf.token, "token", os.Getenv("TERMGATE_TOKEN"), "token (env TERMGATE_TOKEN)")
+	envString(fs, &cf.url, "url", "TERMGATE_URL", "gateway base URL, http(s)://host:port")
+	envString(fs, &cf.token, "token", "TERMGATE_TOKEN", "bearer token")
 	return fs
 }
 
@@ -56,7 +54,8 @@ func (cf clientFlags) dial(ctx context.Context) (*client.Client, error) {
 func runToken(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("termgate token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	secret := fs.String("secret-file", os.Getenv("TERMGATE_JWT_SECRET_FILE"), "HS256 secret file (env TERMGATE_JWT_SECRET_FILE)")
+	var secret string
+	envString(fs, &secret, "secret-file", "TERMGATE_JWT_SECRET_FILE", "HS256 secret file")
 	tenant := fs.String("tenant", "", "tenant the token grants")
 	subject := fs.String("subject", "", "subject (default: the tenant)")
 	scope := fs.String("scope", "exec:create exec:attach exec:write", "space-separated scopes")
@@ -64,13 +63,13 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *secret == "" || *tenant == "" {
+	if secret == "" || *tenant == "" {
 		return usageError{errors.New("token: --secret-file and --tenant are required")}
 	}
 	if *subject == "" {
 		*subject = *tenant
 	}
-	a, err := gateway.NewAuthenticator(gateway.AuthConfig{HS256SecretFile: *secret})
+	a, err := auth.New(auth.Config{HS256SecretFile: secret})
 	if err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 		scopes[s] = true
 	}
 	now := time.Now()
-	tok, err := a.Mint(gateway.Claims{Subject: *subject, Tenant: *tenant, Scopes: scopes, IssuedAt: now, ExpiresAt: now.Add(*ttl)})
+	tok, err := a.Mint(auth.Claims{Subject: *subject, Tenant: *tenant, Scopes: scopes, IssuedAt: now, ExpiresAt: now.Add(*ttl)})
 	if err != nil {
 		return err
 	}
@@ -113,7 +112,7 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	in, _ := stdin.(*os.File)
 	tty := *usePTY || (!*noPTY && in != nil && isTerminal(in))
-	req := gateway.Request{ID: *id, Command: fs.Arg(0), Args: fs.Args()[1:], Env: env, Cwd: *cwd, TimeoutMS: timeout.Milliseconds()}
+	req := wire.Request{ID: *id, Command: fs.Arg(0), Args: fs.Args()[1:], Env: env, Cwd: *cwd, TimeoutMS: timeout.Milliseconds()}
 	if tty {
 		req.PTY = terminalSize(in)
 	}
@@ -267,35 +266,6 @@ func detachIndex(prev byte, data []byte) int {
 		}
 	}
 	return -1
-}
-
-func terminalSize(in *os.File) *gateway.Size {
-	if in != nil {
-		if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {
-			return &gateway.Size{Rows: int(ws.Row), Cols: int(ws.Col)}
-		}
-	}
-	return &gateway.Size{Rows: 24, Cols: 80}
-}
-
-// followLocalSize sends the local terminal's size on SIGWINCH.
-func followLocalSize(ctx context.Context, e *client.Execution, in *os.File) func() {
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-winch:
-				if s := terminalSize(in); s != nil {
-					e.Resize(ctx, s.Rows, s.Cols)
-				}
-			}
-		}
-	}()
-	return func() { signal.Stop(winch); close(done) }
 }
 
 // runCancel cancels an execution.

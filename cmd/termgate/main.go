@@ -1,12 +1,29 @@
-// Command termgate runs commands in bubblewrap sandboxes and, in later
-// versions, serves them to browser terminals and tools over WebSocket.
+// Command termgate runs commands in bubblewrap sandboxes and serves them to
+// browser terminals and tools over WebSocket, and is the command-line
+// client of such a gateway.
 //
-// Usage:
+// Server side (Linux only):
 //
-//	termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
-//	termgate verify [--json]                 report what this host enforces
-//	termgate serve [flags]                   run the WebSocket gateway
-//	termgate workspaces --workspace-root DIR list tenant workspaces and their quotas
+//	termgate serve [flags]                 run the gateway (--dev: local development)
+//	termgate exec [flags] -- CMD [ARGS...]  run one command in the sandbox, here
+//	termgate verify [--json]                report what this host can enforce
+//	termgate workspaces --workspace-root DIR [--json]  list tenant workspaces and quotas
+//
+// Client side (Linux, macOS, Windows; --url and --token, by default from
+// TERMGATE_URL and TERMGATE_TOKEN):
+//
+//	termgate run [flags] -- CMD [ARGS...]   run a command through a gateway
+//	termgate attach --id ID                 attach to an execution (detach: Ctrl-] d)
+//	termgate ls                             list the tenant's executions
+//	termgate logs --id ID [--after N] [--follow]  print an execution's output
+//	termgate cancel --id ID                 cancel an execution
+//	termgate token --secret-file F --tenant T  mint a development token
+//	termgate version                        print the version and commit
+//
+// main parses flags into each package's Config and wires the concrete
+// parts together: serve builds a sandbox.Launcher, a session.Supervisor, an
+// auth.Authenticator and a gateway.Server; the client commands use
+// gateway/client and the HTTP API.
 package main
 
 import (
@@ -72,6 +89,11 @@ Usage:
   termgate logs --id ID [--after N] [--follow]  print an execution's output
   termgate workspaces --workspace-root DIR [--json]  list tenant workspaces: uid, usage, quota
 
+  termgate version                          print the version and commit (also --version)
+
+The client commands take --url and --token, by default from TERMGATE_URL and
+TERMGATE_TOKEN. serve, exec, verify and workspaces run on Linux only.
+
 Run "termgate COMMAND --help" for a command's flags.
 `
 
@@ -102,6 +124,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runLogs(ctx, args[1:], stdout, stderr)
 	case "workspaces":
 		return runWorkspaces(args[1:], stdout, stderr)
+	case "version", "--version":
+		printVersion(stdout)
+		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

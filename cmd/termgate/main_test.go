@@ -128,16 +128,20 @@ func TestVerifyJSON(t *testing.T) {
 }
 
 // TestImportDirection keeps the package graph one-way: cmd -> gateway ->
-// session -> (replay, sandbox), cmd -> web; replay and sandbox import
-// nothing of termgate's.
+// session -> (replay, sandbox), gateway -> gateway/wire <- gateway/client,
+// gateway -> gateway/auth -> gateway/wire, cmd -> web; replay, sandbox and
+// gateway/wire import nothing of termgate's, gateway/client and gateway/auth
+// nothing but gateway/wire.
 func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{
 		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
 		"session":        {"replay", "sandbox"},
-		"gateway":        {"session", "replay", "sandbox"},
-		"gateway/client": {"gateway", "session", "replay", "sandbox"},
+		"gateway/wire":   {},
+		"gateway/auth":   {"gateway/wire"},
+		"gateway":        {"session", "replay", "sandbox", "gateway/wire", "gateway/auth"},
+		"gateway/client": {"gateway/wire"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {

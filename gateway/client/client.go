@@ -4,6 +4,9 @@
 // last sequence it delivered, and resends input the server has not
 // received. The caller sees one continuous stream per execution, or an
 // explicit gap when the server no longer holds what was missed.
+//
+// It imports only gateway/wire and coder/websocket, so it builds on Linux,
+// macOS and Windows, without the server.
 package client
 
 import (
@@ -20,15 +23,19 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("client: closed")
 
-// Error is an error answer from the server.
+// CodeInputLost is the code of an error the client reports itself, never
+// the server: input it could not deliver before the execution ended.
+const CodeInputLost = "input_lost"
+
+// Error is an error answer from the server, or CodeInputLost.
 type Error struct {
-	Code    string // a stable code, see PROTOCOL.md
+	Code    string // a stable code: a wire.Code constant or CodeInputLost
 	Message string
 
 	received uint64 // input offset the server reported with input_offset
@@ -123,12 +130,12 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 	}
 	ws, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
 		HTTPClient:   c.cfg.HTTPClient,
-		Subprotocols: []string{gateway.Subprotocol},
+		Subprotocols: []string{wire.Subprotocol},
 		HTTPHeader:   http.Header{"Authorization": {"Bearer " + tok}},
 	})
 	if err != nil {
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-			return nil, &Error{Code: "unauthorized", Message: fmt.Sprintf("the gateway refused the token (HTTP %d)", resp.StatusCode)}
+			return nil, &Error{Code: wire.CodeUnauthorized, Message: fmt.Sprintf("the gateway refused the token (HTTP %d)", resp.StatusCode)}
 		}
 		return nil, fmt.Errorf("client: connect: %w", err)
 	}
@@ -250,7 +257,7 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 			return err
 		}
 		if typ == websocket.MessageBinary {
-			out, err := gateway.DecodeOutput(b)
+			out, err := wire.DecodeOutput(b)
 			if err != nil {
 				// A message cut short by a dying connection: resume instead.
 				return err
@@ -258,7 +265,7 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 			c.route(out.Channel, Event{Seq: out.Seq, Kind: "output", Stream: out.Stream, Offset: out.Offset, Data: out.Data})
 			continue
 		}
-		var m gateway.Message
+		var m wire.Message
 		if json.Unmarshal(b, &m) != nil {
 			continue
 		}
@@ -270,11 +277,11 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 // in the read loop before any later message is read: an attach registers
 // its channel there, so no event of the channel can arrive unrouted.
 type pending struct {
-	answer   chan gateway.Message
-	onAnswer func(gateway.Message)
+	answer   chan wire.Message
+	onAnswer func(wire.Message)
 }
 
-func (c *Client) dispatch(m gateway.Message) {
+func (c *Client) dispatch(m wire.Message) {
 	if m.Req != "" {
 		c.mu.Lock()
 		p, ok := c.pending[m.Req]
@@ -289,19 +296,19 @@ func (c *Client) dispatch(m gateway.Message) {
 		}
 	}
 	switch m.Type {
-	case gateway.MsgEvent:
+	case wire.MsgEvent:
 		c.route(m.Channel, Event{Seq: m.Seq, Kind: m.Event, Rows: m.Rows, Cols: m.Cols, Signal: m.Signal})
-	case gateway.MsgExit:
+	case wire.MsgExit:
 		code := -1
 		if m.Code != nil {
 			code = *m.Code
 		}
 		c.route(m.Channel, Event{Seq: m.Seq, Kind: "exit", Exit: &Exit{Code: code, Signal: m.Signal, Reason: m.Reason}})
-	case gateway.MsgGap:
+	case wire.MsgGap:
 		c.route(m.Channel, Event{Kind: "gap", Gap: &Gap{From: m.From, To: m.To, Bytes: m.Bytes}})
-	case gateway.MsgAuthExpiring:
+	case wire.MsgAuthExpiring:
 		go c.reauth()
-	case gateway.MsgError:
+	case wire.MsgError:
 		// Offset: the input offset received, with a refusal of input.
 		c.route(m.Channel, Event{Kind: "error", Offset: m.InputOffset, Err: &Error{Code: m.Error, Message: m.Message}})
 	}
@@ -326,7 +333,7 @@ func (c *Client) reauth() {
 		c.log.Warn("reauth: no token", "err", err)
 		return
 	}
-	if _, err := c.request(ctx, gateway.Request{Type: gateway.TypeReauth, Token: tok}); err != nil {
+	if _, err := c.request(ctx, wire.Request{Type: wire.TypeReauth, Token: tok}); err != nil {
 		c.log.Warn("reauth refused", "err", err)
 	}
 }
@@ -334,28 +341,28 @@ func (c *Client) reauth() {
 // request sends r on the current connection, waiting for one if the
 // client is reconnecting, and returns the answer. An error answer is an
 // *Error. onAnswer, if set, sees the answer first, in the read loop.
-func (c *Client) request(ctx context.Context, r gateway.Request, onAnswer ...func(gateway.Message)) (gateway.Message, error) {
-	var hook func(gateway.Message)
+func (c *Client) request(ctx context.Context, r wire.Request, onAnswer ...func(wire.Message)) (wire.Message, error) {
+	var hook func(wire.Message)
 	if len(onAnswer) > 0 {
 		hook = onAnswer[0]
 	}
 	for {
 		ws, up, answer, err := c.prepare(&r, hook)
 		if err != nil {
-			return gateway.Message{}, err
+			return wire.Message{}, err
 		}
 		if ws == nil {
 			select {
 			case <-up:
 				continue
 			case <-ctx.Done():
-				return gateway.Message{}, context.Cause(ctx)
+				return wire.Message{}, context.Cause(ctx)
 			}
 		}
 		b, _ := json.Marshal(r)
 		if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
 			if ctx.Err() != nil {
-				return gateway.Message{}, context.Cause(ctx)
+				return wire.Message{}, context.Cause(ctx)
 			}
 			continue // the connection broke: retry on the next one
 		}
@@ -364,19 +371,19 @@ func (c *Client) request(ctx context.Context, r gateway.Request, onAnswer ...fun
 			if !ok {
 				continue // lost with the connection
 			}
-			if m.Type == gateway.MsgError {
+			if m.Type == wire.MsgError {
 				return m, &Error{Code: m.Error, Message: m.Message, received: m.InputOffset}
 			}
 			return m, nil
 		case <-ctx.Done():
-			return gateway.Message{}, context.Cause(ctx)
+			return wire.Message{}, context.Cause(ctx)
 		}
 	}
 }
 
 // prepare registers r's answer channel on the current connection, or
 // returns the channel that closes when one is up.
-func (c *Client) prepare(r *gateway.Request, hook func(gateway.Message)) (*websocket.Conn, chan struct{}, chan gateway.Message, error) {
+func (c *Client) prepare(r *wire.Request, hook func(wire.Message)) (*websocket.Conn, chan struct{}, chan wire.Message, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fatal != nil {
@@ -390,7 +397,7 @@ func (c *Client) prepare(r *gateway.Request, hook func(gateway.Message)) (*webso
 	}
 	c.nextReq++
 	r.Req = strconv.FormatUint(c.nextReq, 10)
-	answer := make(chan gateway.Message, 1)
+	answer := make(chan wire.Message, 1)
 	c.pending[r.Req] = &pending{answer: answer, onAnswer: hook}
 	return c.ws, nil, answer, nil
 }

@@ -23,7 +23,9 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -66,12 +68,12 @@ func newGateway(t *testing.T) (string, string) {
 	os.Chmod(dir, 0o711)
 	secret := filepath.Join(dir, "secret")
 	os.WriteFile(secret, []byte("client-test-secret-0123456789-0123456789"), 0o600)
-	auth, err := gateway.NewAuthenticator(gateway.AuthConfig{HS256SecretFile: secret})
+	authn, err := auth.New(auth.Config{HS256SecretFile: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sup, _ := session.New(session.Config{Launcher: session.SandboxLauncher(launcher)})
-	srv, err := gateway.NewServer(gateway.Config{Supervisor: sup, Auth: auth, WorkspaceRoot: filepath.Join(dir, "ws"),
+	srv, err := gateway.NewServer(gateway.Config{Supervisor: sup, Auth: authn, WorkspaceRoot: filepath.Join(dir, "ws"),
 		Commands: []string{"/bin/sh", "/usr/bin/seq", "/bin/cat"}, DefaultCommand: []string{"/bin/sh"},
 		Ring: replay.Config{MaxBytes: 8 << 20}})
 	if err != nil {
@@ -85,8 +87,8 @@ func newGateway(t *testing.T) (string, string) {
 		sup.Close(ctx)
 		ts.Close()
 	})
-	tok, err := auth.Mint(gateway.Claims{Subject: "u", Tenant: "acme", IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
-		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true, gateway.ScopeWrite: true}})
+	tok, err := authn.Mint(auth.Claims{Subject: "u", Tenant: "acme", IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
+		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func TestClientResumesAcrossDroppedConnections(t *testing.T) {
 	url, tok := newGateway(t)
 	proxy := newProxy(t, strings.TrimPrefix(url, "http://"), 32<<10)
 	c := dial(t, "http://"+proxy.ln.Addr().String(), tok)
-	e, err := c.Start(t.Context(), gateway.Request{Command: "seq", Args: []string{"1", "150000"}})
+	e, err := c.Start(t.Context(), wire.Request{Command: "seq", Args: []string{"1", "150000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestClientResendsInputByOffset(t *testing.T) {
 	url, tok := newGateway(t)
 	proxy := newProxy(t, strings.TrimPrefix(url, "http://"), 300)
 	c := dial(t, "http://"+proxy.ln.Addr().String(), tok)
-	e, err := c.Start(t.Context(), gateway.Request{Command: "/bin/cat"})
+	e, err := c.Start(t.Context(), wire.Request{Command: "/bin/cat"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +208,7 @@ func TestClientWritesLargeInput(t *testing.T) {
 	t.Parallel()
 	url, tok := newGateway(t)
 	c := dial(t, url, tok)
-	e, err := c.Start(t.Context(), gateway.Request{Command: "/bin/sh", Args: []string{"-c", "sleep 0.5; md5sum"}})
+	e, err := c.Start(t.Context(), wire.Request{Command: "/bin/sh", Args: []string{"-c", "sleep 0.5; md5sum"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestClientBatchesSmallWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	e, err := c.Start(t.Context(), gateway.Request{Command: "/bin/cat"})
+	e, err := c.Start(t.Context(), wire.Request{Command: "/bin/cat"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +265,7 @@ func TestClientReportsServerErrors(t *testing.T) {
 	t.Parallel()
 	url, tok := newGateway(t)
 	c := dial(t, url, tok)
-	_, err := c.Start(t.Context(), gateway.Request{Command: "/usr/bin/python3"})
+	_, err := c.Start(t.Context(), wire.Request{Command: "/usr/bin/python3"})
 	var se *client.Error
 	if !errors.As(err, &se) || se.Code != "invalid_spec" {
 		t.Fatalf("disallowed command: %v", err)
@@ -372,7 +374,7 @@ func TestSequenceJumpResumes(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conns.Add(1)
 		defer conns.Done()
-		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{gateway.Subprotocol}})
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol}})
 		if err != nil {
 			return
 		}
@@ -380,12 +382,12 @@ func TestSequenceJumpResumes(t *testing.T) {
 		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 		defer cancel()
 		_, b, err := ws.Read(ctx)
-		var req gateway.Request
+		var req wire.Request
 		if err != nil || json.Unmarshal(b, &req) != nil {
 			return
 		}
 		afters <- req.After
-		reply, _ := json.Marshal(gateway.Message{Type: gateway.MsgAttached, Req: req.Req, Channel: 1, ID: "job", Status: "running"})
+		reply, _ := json.Marshal(wire.Message{Type: wire.MsgAttached, Req: req.Req, Channel: 1, ID: "job", Status: "running"})
 		ws.Write(ctx, websocket.MessageText, reply)
 		send := func(seq uint64, data string) {
 			f := binary.BigEndian.AppendUint32([]byte{1}, 1)
@@ -401,7 +403,7 @@ func TestSequenceJumpResumes(t *testing.T) {
 			send(2, "b")
 			send(3, "c")
 			code := 0
-			exit, _ := json.Marshal(gateway.Message{Type: gateway.MsgExit, Channel: 1, Seq: 4, Code: &code, Reason: "exited"})
+			exit, _ := json.Marshal(wire.Message{Type: wire.MsgExit, Channel: 1, Seq: 4, Code: &code, Reason: "exited"})
 			ws.Write(ctx, websocket.MessageText, exit)
 		}
 		ws.Read(ctx) // until the client leaves

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 // Example runs a command through a gateway and prints its output. The
@@ -25,7 +25,7 @@ func Example() {
 		return
 	}
 	defer c.Close()
-	e, err := c.Start(ctx, gateway.Request{Command: "/bin/sh", Args: []string{"-c", "echo hello"}})
+	e, err := c.Start(ctx, wire.Request{Command: "/bin/sh", Args: []string{"-c", "echo hello"}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 // Event is one event of an execution, in order: output, the other ring
@@ -85,8 +85,8 @@ func (e *Execution) PTY() bool { return e.pty }
 
 // Start starts an execution (its canonical ID comes from the server) and
 // attaches to it. r.Type and r.Attach are set by Start.
-func (c *Client) Start(ctx context.Context, r gateway.Request) (*Execution, error) {
-	r.Type, r.Attach = gateway.TypeStart, false
+func (c *Client) Start(ctx context.Context, r wire.Request) (*Execution, error) {
+	r.Type, r.Attach = wire.TypeStart, false
 	m, err := c.request(ctx, r)
 	if err != nil {
 		return nil, err
@@ -107,16 +107,16 @@ func (c *Client) Attach(ctx context.Context, id string, after uint64, readOnly b
 	return e, nil
 }
 
-func (e *Execution) attachRequest() gateway.Request {
+func (e *Execution) attachRequest() wire.Request {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return gateway.Request{Type: gateway.TypeAttach, ID: e.id, After: e.last, ReadOnly: e.readOnly}
+	return wire.Request{Type: wire.TypeAttach, ID: e.id, After: e.last, ReadOnly: e.readOnly}
 }
 
 // attached runs in the read loop when the server answers an attach: it
 // routes the new channel here and resends input the server lacks.
-func (e *Execution) attached(m gateway.Message) {
-	if m.Type != gateway.MsgAttached {
+func (e *Execution) attached(m wire.Message) {
+	if m.Type != wire.MsgAttached {
 		return
 	}
 	e.c.mu.Lock()
@@ -220,7 +220,7 @@ func (e *Execution) deliver(ev Event) {
 		ev.Data = append([]byte(nil), ev.Data...)
 	}
 	e.mu.Unlock()
-	if ev.Err != nil && (ev.Err.Code == "input_full" || ev.Err.Code == "input_offset" || ev.Err.Code == "rate_limited") {
+	if ev.Err != nil && wire.InputRefused(ev.Err.Code) {
 		e.refused(ev.Offset)
 		return
 	}
@@ -277,7 +277,7 @@ func (e *Execution) Next(ctx context.Context) (Event, error) {
 }
 
 // control sends a request about this execution's channel.
-func (e *Execution) control(ctx context.Context, r gateway.Request) error {
+func (e *Execution) control(ctx context.Context, r wire.Request) error {
 	for attempt := 0; attempt < 50; attempt++ {
 		if err := e.whenReady(ctx); err != nil {
 			return err
@@ -287,7 +287,7 @@ func (e *Execution) control(ctx context.Context, r gateway.Request) error {
 		e.mu.Unlock()
 		_, err := e.c.request(ctx, r)
 		var se *Error
-		if errors.As(err, &se) && se.Code == "not_attached" {
+		if errors.As(err, &se) && se.Code == wire.CodeNotAttached {
 			// The request went out on a newer connection than the channel:
 			// the reattach that follows every reconnect gives a new one.
 			if !e.c.sleep(20 * time.Millisecond) {
@@ -297,17 +297,17 @@ func (e *Execution) control(ctx context.Context, r gateway.Request) error {
 		}
 		return err
 	}
-	return &Error{Code: "not_attached", Message: "the execution could not be reattached"}
+	return &Error{Code: wire.CodeNotAttached, Message: "the execution could not be reattached"}
 }
 
 // Resize sets the terminal size.
 func (e *Execution) Resize(ctx context.Context, rows, cols int) error {
-	return e.control(ctx, gateway.Request{Type: gateway.TypeResize, Rows: rows, Cols: cols})
+	return e.control(ctx, wire.Request{Type: wire.TypeResize, Rows: rows, Cols: cols})
 }
 
 // Signal sends a signal (INT, TERM, HUP, KILL, ...).
 func (e *Execution) Signal(ctx context.Context, name string) error {
-	return e.control(ctx, gateway.Request{Type: gateway.TypeSignal, Signal: name})
+	return e.control(ctx, wire.Request{Type: wire.TypeSignal, Signal: name})
 }
 
 // Cancel stops the execution: SIGTERM, then SIGKILL after the grace period.
@@ -315,13 +315,13 @@ func (e *Execution) Cancel(ctx context.Context) error { return e.c.Cancel(ctx, e
 
 // Cancel stops the execution id, followed or not.
 func (c *Client) Cancel(ctx context.Context, id string) error {
-	_, err := c.request(ctx, gateway.Request{Type: gateway.TypeCancel, ID: id})
+	_, err := c.request(ctx, wire.Request{Type: wire.TypeCancel, ID: id})
 	return err
 }
 
 // Detach stops following the execution; it keeps running.
 func (e *Execution) Detach(ctx context.Context) error {
-	err := e.control(ctx, gateway.Request{Type: gateway.TypeDetach})
+	err := e.control(ctx, wire.Request{Type: wire.TypeDetach})
 	e.finish(nil)
 	return err
 }

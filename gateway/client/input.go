@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 // Input pacing, as PROTOCOL.md describes it: frames of at most 16 KiB, at
@@ -178,7 +178,7 @@ func (e *Execution) flush() {
 	for len(p) > 0 {
 		n := min(len(p), maxInputFrame)
 		ctx, cancel := context.WithTimeout(e.c.ctx, frameTimeout)
-		err := ws.Write(ctx, websocket.MessageBinary, gateway.AppendInput(nil, channel, from, p[:n]))
+		err := ws.Write(ctx, websocket.MessageBinary, wire.AppendInput(nil, channel, from, p[:n]))
 		cancel()
 		if err != nil {
 			return
@@ -237,7 +237,7 @@ func (e *Execution) refused(received uint64) {
 }
 
 func (e *Execution) inputLost(n uint64) {
-	e.deliver(Event{Kind: "error", Err: &Error{Code: "input_lost",
+	e.deliver(Event{Kind: "error", Err: &Error{Code: CodeInputLost,
 		Message: fmt.Sprintf("%d bytes of input were not received and are no longer kept", n)}})
 }
 
@@ -265,12 +265,12 @@ func (e *Execution) CloseStdin(ctx context.Context) error {
 		e.mu.Lock()
 		end := e.in.end
 		e.mu.Unlock()
-		err := e.control(ctx, gateway.Request{Type: gateway.TypeCloseStdin, InputOffset: &end})
+		err := e.control(ctx, wire.Request{Type: wire.TypeCloseStdin, InputOffset: &end})
 		var se *Error
 		switch {
-		case errors.Is(err, io.ErrClosedPipe) || errors.As(err, &se) && se.Code == "not_running":
+		case errors.Is(err, io.ErrClosedPipe) || errors.As(err, &se) && se.Code == wire.CodeNotRunning:
 			return nil // it ended: an earlier attempt's answer was lost, or it needed no more input
-		case se == nil || se.Code != "input_offset":
+		case se == nil || se.Code != wire.CodeInputOffset:
 			return err
 		}
 		if se.received > received {
@@ -281,7 +281,7 @@ func (e *Execution) CloseStdin(ctx context.Context) error {
 		// Everything was sent and some did not arrive: resend from there.
 		e.refused(se.received)
 	}
-	return &Error{Code: "input_offset", Message: "the server stopped receiving input; stdin stays open"}
+	return &Error{Code: wire.CodeInputOffset, Message: "the server stopped receiving input; stdin stays open"}
 }
 
 // waitSent waits until the execution is attached, everything written was

@@ -1,4 +1,4 @@
-package gateway
+package wire
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			return
 		}
 		// An accepted request has a known type and survives a round trip.
-		if r.check() != nil || len(r.Req) > 64 {
+		if r.check() != nil || len(r.Req) > MaxReqBytes {
 			t.Fatalf("accepted an invalid request %+v", r)
 		}
 		again, err := json.Marshal(r)
@@ -58,13 +58,13 @@ func FuzzDecodeInput(f *testing.F) {
 
 func TestOutputFrameRoundTrip(t *testing.T) {
 	t.Parallel()
-	b := appendOutputHeader(nil, 7, 42, 3, 1<<40, 4)
+	b := AppendOutputHeader(nil, 7, 42, 3, 1<<40, 4)
 	b = append(b, "data"...)
 	o, err := DecodeOutput(b)
 	if err != nil || o.Channel != 7 || o.Seq != 42 || o.Stream != 3 || o.Offset != 1<<40 || string(o.Data) != "data" {
 		t.Fatalf("%+v, %v", o, err)
 	}
-	if len(b) != outputHeaderLen+4 || outputHeaderLen != 26 {
+	if len(b) != OutputHeaderLen+4 || OutputHeaderLen != 26 {
 		t.Fatalf("header is %d bytes", len(b)-4)
 	}
 	if _, err := DecodeOutput(b[:len(b)-1]); err == nil {

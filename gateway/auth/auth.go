@@ -1,4 +1,12 @@
-package gateway
+// Package auth verifies the bearer tokens termgate accepts (JWTs signed
+// with an HS256 secret or an RS256, ES256 or EdDSA public key) and mints
+// HS256 ones. A verified token yields Claims: the subject, its tenant, and
+// the scopes that the gateway checks per request.
+//
+// It imports nothing of the server, so "termgate token" mints on every
+// operating system; the gateway verifies every connection and HTTP API
+// request through an Authenticator.
+package auth
 
 import (
 	"bytes"
@@ -16,14 +24,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
-// AuthConfig configures token verification. Zero values mean defaults.
-type AuthConfig struct {
+// Config configures token verification. Zero values mean defaults.
+type Config struct {
 	// HS256SecretFile holds an HS256 secret of at least 32 bytes; one
 	// trailing newline is trimmed. Optional. The file must be a regular
 	// file that neither group nor others may read or write (0600 or
@@ -77,11 +85,7 @@ const (
 
 // ErrUnauthorized is wrapped by every verification failure. The text after
 // it is for logs only, never for clients: it says which check failed.
-var ErrUnauthorized = errors.New("gateway: unauthorized")
-
-// MaxTokenBytes is the longest token Verify parses; longer ones are refused
-// before any decoding.
-const MaxTokenBytes = 8 << 10
+var ErrUnauthorized = errors.New("auth: unauthorized")
 
 const (
 	defaultTenantClaim = "tenant"
@@ -100,7 +104,7 @@ var registeredClaims = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti",
 // Authenticator verifies bearer tokens against a fixed set of keys. It is
 // safe for concurrent use.
 type Authenticator struct {
-	cfg       AuthConfig
+	cfg       Config
 	keys      map[string]authKey // by kid
 	only      *authKey           // the key for tokens without kid; nil unless exactly one key
 	secret    []byte             // HS256 secret for Mint; nil when none
@@ -115,11 +119,11 @@ type authKey struct {
 	key    any // []byte, *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey; never PEM
 }
 
-// NewAuthenticator loads the configured keys. It fails when there is no key,
+// New loads the configured keys. It fails when there is no key,
 // a secret is shorter than 32 bytes, a file is unreadable or holds something
 // other than a supported public key, two keys share a kid, or a duration is
 // out of range.
-func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
+func New(cfg Config) (*Authenticator, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -132,24 +136,24 @@ func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 	return a, nil
 }
 
-func (cfg AuthConfig) withDefaults() (AuthConfig, error) {
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.TenantClaim == "" {
 		cfg.TenantClaim = defaultTenantClaim
 	}
 	if slices.Contains(registeredClaims, cfg.TenantClaim) {
-		return cfg, fmt.Errorf("gateway: auth config: tenant claim %q is a registered claim", cfg.TenantClaim)
+		return cfg, fmt.Errorf("auth: auth config: tenant claim %q is a registered claim", cfg.TenantClaim)
 	}
 	switch {
 	case cfg.Leeway == 0:
 		cfg.Leeway = defaultLeeway
 	case cfg.Leeway < 0 || cfg.Leeway > maxLeeway:
-		return cfg, fmt.Errorf("gateway: auth config: leeway %v out of range (0, %v]", cfg.Leeway, maxLeeway)
+		return cfg, fmt.Errorf("auth: auth config: leeway %v out of range (0, %v]", cfg.Leeway, maxLeeway)
 	}
 	switch {
 	case cfg.MaxLifetime == 0:
 		cfg.MaxLifetime = defaultMaxLifetime
 	case cfg.MaxLifetime < 0:
-		return cfg, fmt.Errorf("gateway: auth config: negative max lifetime %v", cfg.MaxLifetime)
+		return cfg, fmt.Errorf("auth: auth config: negative max lifetime %v", cfg.MaxLifetime)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -180,11 +184,11 @@ func (a *Authenticator) loadKeys() error {
 		}
 	}
 	if len(a.cfg.PublicKeyFiles) > 0 && a.cfg.Audience == "" {
-		return errors.New("gateway: auth config: public keys need an audience: without one, any token the identity provider signs for another service is accepted (termgate serve: --jwt-audience)")
+		return errors.New("auth: auth config: public keys need an audience: without one, any token the identity provider signs for another service is accepted (termgate serve: --jwt-audience)")
 	}
 	switch len(a.keys) {
 	case 0:
-		return errors.New("gateway: auth config: no verification key: set an HS256 secret file or public key files")
+		return errors.New("auth: auth config: no verification key: set an HS256 secret file or public key files")
 	case 1:
 		for _, k := range a.keys {
 			a.only = &k
@@ -195,10 +199,10 @@ func (a *Authenticator) loadKeys() error {
 
 func (a *Authenticator) addKey(kid, path string, k authKey) error {
 	if kid == "" {
-		return fmt.Errorf("gateway: key %s: empty key id", path)
+		return fmt.Errorf("auth: key %s: empty key id", path)
 	}
 	if _, dup := a.keys[kid]; dup {
-		return fmt.Errorf("gateway: key %s: duplicate key id %q", path, kid)
+		return fmt.Errorf("auth: key %s: duplicate key id %q", path, kid)
 	}
 	a.keys[kid] = k
 	return nil
@@ -245,26 +249,26 @@ func splitKeySpec(spec string) (kid, path string) {
 func readSecret(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
+		return nil, fmt.Errorf("auth: read HS256 secret: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
+		return nil, fmt.Errorf("auth: read HS256 secret: %w", err)
 	}
 	if err := checkSecretFile(path, fi); err != nil {
 		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxSecretFileBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("gateway: read HS256 secret: %w", err)
+		return nil, fmt.Errorf("auth: read HS256 secret: %w", err)
 	}
 	if len(b) > maxSecretFileBytes {
-		return nil, fmt.Errorf("gateway: HS256 secret %s: larger than %d bytes", path, maxSecretFileBytes)
+		return nil, fmt.Errorf("auth: HS256 secret %s: larger than %d bytes", path, maxSecretFileBytes)
 	}
 	b = trimLineEnding(b)
 	if len(b) < minSecretBytes {
-		return nil, fmt.Errorf("gateway: HS256 secret %s: %d bytes, need at least %d", path, len(b), minSecretBytes)
+		return nil, fmt.Errorf("auth: HS256 secret %s: %d bytes, need at least %d", path, len(b), minSecretBytes)
 	}
 	return b, nil
 }
@@ -272,26 +276,6 @@ func readSecret(path string) ([]byte, error) {
 // maxSecretFileBytes bounds the secret file: a secret is a line, not a
 // file of any size.
 const maxSecretFileBytes = 64 << 10
-
-// checkSecretFile refuses a secret that is not a regular file, that the
-// group or others may read or write, or that a user other than this one
-// (or root) owns. The error says which and how to fix it.
-func checkSecretFile(path string, fi os.FileInfo) error {
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("gateway: HS256 secret %s: not a regular file (%v)", path, fi.Mode().Type())
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("gateway: HS256 secret %s: mode %04o lets the group or others read or write it; run chmod 600 %s", path, perm, path)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fmt.Errorf("gateway: HS256 secret %s: cannot tell its owner", path)
-	}
-	if me := os.Geteuid(); int(st.Uid) != me && st.Uid != 0 {
-		return fmt.Errorf("gateway: HS256 secret %s: owned by uid %d, not uid %d (termgate) or root", path, st.Uid, me)
-	}
-	return nil
-}
 
 // trimLineEnding drops one final "\n" or "\r\n", which editors and echo
 // add, and nothing else: a secret's own trailing bytes are part of it.
@@ -305,29 +289,29 @@ func trimLineEnding(b []byte) []byte {
 func readPublicKey(path string) (authKey, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return authKey{}, fmt.Errorf("gateway: read public key: %w", err)
+		return authKey{}, fmt.Errorf("auth: read public key: %w", err)
 	}
 	block, rest := pem.Decode(data)
 	if block == nil {
-		return authKey{}, fmt.Errorf("gateway: public key %s: no PEM block", path)
+		return authKey{}, fmt.Errorf("auth: public key %s: no PEM block", path)
 	}
 	if next, _ := pem.Decode(rest); next != nil {
-		return authKey{}, fmt.Errorf("gateway: public key %s: more than one PEM block", path)
+		return authKey{}, fmt.Errorf("auth: public key %s: more than one PEM block", path)
 	}
 	if block.Type != "PUBLIC KEY" {
 		hint := ""
 		if strings.Contains(block.Type, "PRIVATE") {
 			hint = "; give the public key only"
 		}
-		return authKey{}, fmt.Errorf("gateway: public key %s: PEM block %q, want \"PUBLIC KEY\"%s", path, block.Type, hint)
+		return authKey{}, fmt.Errorf("auth: public key %s: PEM block %q, want \"PUBLIC KEY\"%s", path, block.Type, hint)
 	}
 	pub, err := x509.ParsePKIXPublicKey(block.Bytes)
 	if err != nil {
-		return authKey{}, fmt.Errorf("gateway: public key %s: %w", path, err)
+		return authKey{}, fmt.Errorf("auth: public key %s: %w", path, err)
 	}
 	k, err := newPublicAuthKey(pub)
 	if err != nil {
-		return authKey{}, fmt.Errorf("gateway: public key %s: %w", path, err)
+		return authKey{}, fmt.Errorf("auth: public key %s: %w", path, err)
 	}
 	return k, nil
 }
@@ -354,8 +338,8 @@ func newPublicAuthKey(pub any) (authKey, error) {
 // Verify checks token's signature and claims and returns what it grants.
 // Every error wraps ErrUnauthorized.
 func (a *Authenticator) Verify(token string) (Claims, error) {
-	if len(token) > MaxTokenBytes {
-		return Claims{}, unauthorized("token longer than %d bytes", MaxTokenBytes)
+	if len(token) > wire.MaxTokenBytes {
+		return Claims{}, unauthorized("token longer than %d bytes", wire.MaxTokenBytes)
 	}
 	t, err := a.parser.ParseWithClaims(token, jwt.MapClaims{}, a.keyFor)
 	if err != nil {
@@ -448,7 +432,7 @@ func unauthorized(format string, args ...any) error {
 // secret's kid. It fails when no HS256 secret is configured.
 func (a *Authenticator) Mint(c Claims) (string, error) {
 	if a.secret == nil {
-		return "", errors.New("gateway: mint: no HS256 secret configured")
+		return "", errors.New("auth: mint: no HS256 secret configured")
 	}
 	if c.IssuedAt.IsZero() {
 		c.IssuedAt = a.cfg.Now()
@@ -464,13 +448,13 @@ func (a *Authenticator) Mint(c Claims) (string, error) {
 // An empty tenantClaim means "tenant"; empty issuer and audience are left out.
 func MintHS256(secret []byte, c Claims, issuer, audience, tenantClaim string) (string, error) {
 	if len(secret) < minSecretBytes {
-		return "", fmt.Errorf("gateway: mint: secret of %d bytes, need at least %d", len(secret), minSecretBytes)
+		return "", fmt.Errorf("auth: mint: secret of %d bytes, need at least %d", len(secret), minSecretBytes)
 	}
 	if tenantClaim == "" {
 		tenantClaim = defaultTenantClaim
 	}
 	if slices.Contains(registeredClaims, tenantClaim) {
-		return "", fmt.Errorf("gateway: mint: tenant claim %q is a registered claim", tenantClaim)
+		return "", fmt.Errorf("auth: mint: tenant claim %q is a registered claim", tenantClaim)
 	}
 	if c.IssuedAt.IsZero() {
 		c.IssuedAt = time.Now()
@@ -495,7 +479,7 @@ func signHS256(secret []byte, kid string, m jwt.MapClaims, issuer, audience stri
 	}
 	s, err := t.SignedString(secret)
 	if err != nil {
-		return "", fmt.Errorf("gateway: mint: sign: %w", err)
+		return "", fmt.Errorf("auth: mint: sign: %w", err)
 	}
 	return s, nil
 }
@@ -504,18 +488,18 @@ func signHS256(secret []byte, kid string, m jwt.MapClaims, issuer, audience stri
 // A zero maxLifetime means no bound.
 func mintClaims(c Claims, tenantClaim string, maxLifetime time.Duration) (jwt.MapClaims, error) {
 	if c.Subject == "" {
-		return nil, errors.New("gateway: mint: empty subject")
+		return nil, errors.New("auth: mint: empty subject")
 	}
 	if !tenantPattern.MatchString(c.Tenant) {
-		return nil, fmt.Errorf("gateway: mint: tenant %q does not match %s", c.Tenant, tenantPattern)
+		return nil, fmt.Errorf("auth: mint: tenant %q does not match %s", c.Tenant, tenantPattern)
 	}
 	iat, exp := jwt.NewNumericDate(c.IssuedAt), jwt.NewNumericDate(c.ExpiresAt)
 	life := exp.Sub(iat.Time)
 	if life <= 0 {
-		return nil, errors.New("gateway: mint: ExpiresAt must be after IssuedAt")
+		return nil, errors.New("auth: mint: ExpiresAt must be after IssuedAt")
 	}
 	if maxLifetime > 0 && life > maxLifetime {
-		return nil, fmt.Errorf("gateway: mint: lifetime %v exceeds %v", life, maxLifetime)
+		return nil, fmt.Errorf("auth: mint: lifetime %v exceeds %v", life, maxLifetime)
 	}
 	m := jwt.MapClaims{"sub": c.Subject, tenantClaim: c.Tenant, "iat": iat, "exp": exp}
 	var scopes []string
@@ -524,7 +508,7 @@ func mintClaims(c Claims, tenantClaim string, maxLifetime time.Duration) (jwt.Ma
 			continue
 		}
 		if !validScopeToken(sc) {
-			return nil, fmt.Errorf("gateway: mint: invalid scope %q", sc)
+			return nil, fmt.Errorf("auth: mint: invalid scope %q", sc)
 		}
 		scopes = append(scopes, sc)
 	}

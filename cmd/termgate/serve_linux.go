@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -391,7 +392,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if o.dev {
-		if err := o.printDevURL(stdout, g.auth, ln.Addr().String()); err != nil {
+		if err := o.printDevURL(stdout, g.authn, ln.Addr().String()); err != nil {
 			return err
 		}
 	}
@@ -403,7 +404,7 @@ type gatewayParts struct {
 	launcher   *sandbox.Launcher
 	workspaces *sandbox.Workspaces
 	sup        *session.Supervisor
-	auth       *gateway.Authenticator
+	authn      *auth.Authenticator
 	srv        *gateway.Server
 }
 
@@ -436,7 +437,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 	for _, w := range report.Warnings {
 		log.Warn("sandbox", "warning", w)
 	}
-	auth, err := gateway.NewAuthenticator(gateway.AuthConfig{
+	authn, err := auth.New(auth.Config{
 		HS256SecretFile: o.secretFile, PublicKeyFiles: o.publicKeys, Issuer: o.issuer,
 		Audience: o.audience, TenantClaim: o.tenantClaim, Leeway: o.leeway,
 	})
@@ -460,7 +461,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 		return nil, err
 	}
 	o.policy.Network, o.policy.Proc = sandbox.Network(o.network), sandbox.ProcMode(o.proc)
-	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, auth, log, ws
+	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, authn, log, ws
 	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
 	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
 	srv, err := gateway.NewServer(o.server)
@@ -470,15 +471,22 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 		l.Close()
 		return nil, err
 	}
-	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, auth: auth, srv: srv}, nil
+	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv}, nil
+}
+
+// routes joins the gateway's routes, built once, and the browser terminal
+// on one mux.
+func routes(gw, terminal http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", gw) // the WebSocket endpoint and the HTTP API
+	mux.Handle("/healthz", gw)
+	mux.Handle("/readyz", gw)
+	mux.Handle("/", terminal) // the browser terminal
+	return mux
 }
 
 func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptions, log *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", g.srv.Handler()) // the WebSocket endpoint and the HTTP API
-	mux.Handle("/healthz", g.srv.Handler())
-	mux.Handle("/readyz", g.srv.Handler())
-	mux.Handle("/", web.Handler()) // the browser terminal
+	mux := routes(g.srv.Handler(), web.Handler())
 	// Requests derive from base, which shutdown cancels: long polls end
 	// at once instead of holding the shutdown for up to a minute.
 	base, cancelBase := context.WithCancel(context.Background())
@@ -663,11 +671,11 @@ func stateDir() (string, error) {
 
 // printDevURL mints a day-long token for the dev tenant and prints the URL
 // that opens a terminal with it.
-func (o *serveOptions) printDevURL(w io.Writer, auth *gateway.Authenticator, addr string) error {
+func (o *serveOptions) printDevURL(w io.Writer, authn *auth.Authenticator, addr string) error {
 	now := time.Now()
-	tok, err := auth.Mint(gateway.Claims{
+	tok, err := authn.Mint(auth.Claims{
 		Subject: "dev", Tenant: o.devTenant, IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour),
-		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true, gateway.ScopeWrite: true},
+		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true},
 	})
 	if err != nil {
 		return fmt.Errorf("serve: mint dev token: %w", err)

@@ -213,31 +213,6 @@ func reportExit(exit sandbox.Exit, stderr io.Writer) error {
 	return nil
 }
 
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-// makeRaw puts the terminal in raw mode as cfmakeraw does.
-func makeRaw(f *os.File) (func(), error) {
-	fd := int(f.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return nil, err
-	}
-	raw := *old
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
-		return nil, err
-	}
-	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
-}
-
 func bindFlag(p *sandbox.Policy, writable bool) func(string) error {
 	return func(s string) error {
 		src, dest, ok := strings.Cut(s, ":")

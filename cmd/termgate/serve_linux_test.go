@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,7 +25,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 	"golang.org/x/sys/unix"
@@ -82,14 +84,14 @@ func TestServeDevEndToEnd(t *testing.T) {
 	dctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	ws, _, err := websocket.Dial(dctx, "ws://"+m[1]+"/v1/connect", &websocket.DialOptions{
-		Subprotocols: []string{gateway.Subprotocol, gateway.BearerPrefix + m[2]},
+		Subprotocols: []string{wire.Subprotocol, wire.BearerPrefix + m[2]},
 		HTTPHeader:   http.Header{"Origin": {"http://" + m[1]}},
 	})
 	if err != nil {
 		stop()
 		t.Fatalf("dial: %v", err)
 	}
-	req, _ := json.Marshal(gateway.Request{Type: gateway.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo from-the-sandbox; id -u"}, Attach: true})
+	req, _ := json.Marshal(wire.Request{Type: wire.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo from-the-sandbox; id -u"}, Attach: true})
 	ws.Write(dctx, websocket.MessageText, req)
 	var got []byte
 	for {
@@ -98,13 +100,13 @@ func TestServeDevEndToEnd(t *testing.T) {
 			t.Fatalf("read: %v (output %q)", err, got)
 		}
 		if typ == websocket.MessageBinary {
-			o, _ := gateway.DecodeOutput(b)
+			o, _ := wire.DecodeOutput(b)
 			got = append(got, o.Data...)
 			continue
 		}
-		var msg gateway.Message
+		var msg wire.Message
 		json.Unmarshal(b, &msg)
-		if msg.Type == gateway.MsgExit {
+		if msg.Type == wire.MsgExit {
 			break
 		}
 	}
@@ -398,13 +400,13 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 	}()
 	addr := waitListening(t, &logs)
 
-	tok, err := gateway.MintHS256(secret, gateway.Claims{Subject: "u", Tenant: "acme", ExpiresAt: time.Now().Add(time.Hour),
-		Scopes: map[string]bool{gateway.ScopeCreate: true, gateway.ScopeAttach: true}}, "", "", "")
+	tok, err := auth.MintHS256(secret, auth.Claims{Subject: "u", Tenant: "acme", ExpiresAt: time.Now().Add(time.Hour),
+		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true}}, "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/connect", &websocket.DialOptions{
-		Subprotocols: []string{gateway.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+		Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
 	})
 	if err != nil {
 		t.Fatalf("dial before the flood: %v", err)
@@ -415,19 +417,19 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 	if refused == 0 {
 		t.Error("300 connections to a server with 160 descriptors and none refused")
 	}
-	req, _ := json.Marshal(gateway.Request{Type: gateway.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo ran"}, Attach: true})
+	req, _ := json.Marshal(wire.Request{Type: wire.TypeStart, Command: "/bin/sh", Args: []string{"-c", "echo ran"}, Attach: true})
 	ws.Write(ctx, websocket.MessageText, req)
 	for {
 		_, b, err := ws.Read(ctx)
 		if err != nil {
 			t.Fatalf("start during the flood: %v", err)
 		}
-		var m gateway.Message
+		var m wire.Message
 		json.Unmarshal(b, &m)
-		if m.Type == gateway.MsgError {
+		if m.Type == wire.MsgError {
 			t.Fatalf("start during the flood: %s: %s", m.Error, m.Message)
 		}
-		if m.Type == gateway.MsgExit {
+		if m.Type == wire.MsgExit {
 			if m.Code == nil || *m.Code != 0 {
 				t.Fatalf("start during the flood: %+v", m)
 			}
@@ -579,5 +581,22 @@ func TestServeRefusesPrivateProcWithoutLandlock(t *testing.T) {
 	}
 	if err := checkProc("private", without); err == nil || !strings.Contains(err.Error(), "--proc none") {
 		t.Errorf("a private procfs without Landlock: %v", err)
+	}
+}
+
+// TestRoutesShareOneGatewayHandler: the gateway's paths all reach the one
+// handler serve builds, and everything else the browser terminal.
+func TestRoutesShareOneGatewayHandler(t *testing.T) {
+	t.Parallel()
+	var gw, terminal []string
+	mux := routes(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { gw = append(gw, r.URL.Path) }),
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { terminal = append(terminal, r.URL.Path) }),
+	)
+	for _, p := range []string{"/v1/connect", "/v1/executions", "/healthz", "/readyz", "/", "/assets/x.js"} {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
+	}
+	if strings.Join(gw, " ") != "/v1/connect /v1/executions /healthz /readyz" || strings.Join(terminal, " ") != "/ /assets/x.js" {
+		t.Errorf("gateway got %q, terminal %q", gw, terminal)
 	}
 }

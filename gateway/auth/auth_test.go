@@ -1,4 +1,4 @@
-package gateway
+package auth
 
 import (
 	"crypto/ecdsa"
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 const (
@@ -82,23 +83,23 @@ func newAuthFixture(t testing.TB) *authFixture {
 	f.rsaFile = writeTestFile(t, f.dir, "rsa.pem", f.rsaPEM)
 	f.ecFile = writeTestFile(t, f.dir, "ec.pem", publicPEM(t, &f.keys.ec.PublicKey))
 	f.edFile = writeTestFile(t, f.dir, "ed.pem", publicPEM(t, f.keys.ed.Public()))
-	f.all = newTestAuth(t, AuthConfig{
+	f.all = newTestAuth(t, Config{
 		HS256SecretFile: f.secretFile,
 		PublicKeyFiles:  []string{f.rsaFile, f.ecFile, f.edFile},
 		Issuer:          testIssuer,
 		Audience:        testAudience,
 	})
-	f.hsOnly = newTestAuth(t, AuthConfig{HS256SecretFile: f.secretFile})
-	f.rsaOnly = newTestAuth(t, AuthConfig{PublicKeyFiles: []string{f.rsaFile}, Audience: testAudience})
+	f.hsOnly = newTestAuth(t, Config{HS256SecretFile: f.secretFile})
+	f.rsaOnly = newTestAuth(t, Config{PublicKeyFiles: []string{f.rsaFile}, Audience: testAudience})
 	return f
 }
 
-func newTestAuth(t testing.TB, cfg AuthConfig) *Authenticator {
+func newTestAuth(t testing.TB, cfg Config) *Authenticator {
 	t.Helper()
 	cfg.Now = func() time.Time { return testNow }
-	a, err := NewAuthenticator(cfg)
+	a, err := New(cfg)
 	if err != nil {
-		t.Fatalf("NewAuthenticator: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	return a
 }
@@ -139,7 +140,7 @@ func TestSecretOwnedByAnotherUserIsRefused(t *testing.T) {
 	if err := os.Chown(path, 4242, 4242); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewAuthenticator(AuthConfig{HS256SecretFile: path})
+	_, err := New(Config{HS256SecretFile: path})
 	if err == nil {
 		t.Fatal("a secret owned by uid 4242 was accepted")
 	}
@@ -239,7 +240,7 @@ func TestVerifyRefuses(t *testing.T) {
 		{"tampered signature", nil, withPart(good, 2, flipChar(strings.Split(good, ".")[2], 10)), "signature is invalid"},
 		{"tampered payload", nil, withPart(good, 1, b64JSON(t, goodClaims(func(m jwt.MapClaims) { m["tenant"] = "other" }))), "signature is invalid"},
 		{"signature with non-zero padding bits", nil, withPart(good, 2, setPaddingBit(strings.Split(good, ".")[2])), "illegal base64"},
-		{"oversized", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["pad"] = strings.Repeat("x", MaxTokenBytes) })), "longer than"},
+		{"oversized", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["pad"] = strings.Repeat("x", wire.MaxTokenBytes) })), "longer than"},
 		{"no exp", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { delete(m, "exp") })), "exp claim is required"},
 		{"expired beyond leeway", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["exp"] = testNow.Add(-31 * time.Second).Unix() })), "token is expired"},
 		{"exp not a number", nil, hs("hs", goodClaims(func(m jwt.MapClaims) { m["exp"] = "tomorrow" })), "invalid type"},
@@ -322,7 +323,7 @@ func setPaddingBit(seg string) string {
 func TestVerifyAccepts(t *testing.T) {
 	t.Parallel()
 	f := newAuthFixture(t)
-	renamed := newTestAuth(t, AuthConfig{
+	renamed := newTestAuth(t, Config{
 		PublicKeyFiles: []string{"signer=" + f.rsaFile},
 		Audience:       testAudience,
 		TenantClaim:    "org",
@@ -453,42 +454,42 @@ func TestNewAuthenticatorRefuses(t *testing.T) {
 
 	tests := []struct {
 		name string
-		cfg  AuthConfig
+		cfg  Config
 		want []string // every one must appear in the error
 	}{
-		{"no keys", AuthConfig{}, []string{"no verification key"}},
-		{"short secret", AuthConfig{HS256SecretFile: short}, []string{short, "31 bytes"}},
-		{"short secret with newline", AuthConfig{HS256SecretFile: shortNL}, []string{shortNL, "31 bytes"}},
-		{"empty secret", AuthConfig{HS256SecretFile: empty}, []string{empty, "0 bytes"}},
-		{"missing secret file", AuthConfig{HS256SecretFile: missing}, []string{missing}},
-		{"leeway 2m", AuthConfig{HS256SecretFile: f.secretFile, Leeway: 2 * time.Minute}, []string{"leeway"}},
-		{"negative leeway", AuthConfig{HS256SecretFile: f.secretFile, Leeway: -time.Second}, []string{"leeway"}},
-		{"negative max lifetime", AuthConfig{HS256SecretFile: f.secretFile, MaxLifetime: -time.Hour}, []string{"max lifetime"}},
-		{"tenant claim sub", AuthConfig{HS256SecretFile: f.secretFile, TenantClaim: "sub"}, []string{"registered claim"}},
-		{"PKCS8 private key", AuthConfig{PublicKeyFiles: []string{ecPriv}}, []string{ecPriv, "PRIVATE KEY", "public key only"}},
-		{"PKCS1 private key", AuthConfig{PublicKeyFiles: []string{rsaPriv}}, []string{rsaPriv, "RSA PRIVATE KEY"}},
-		{"garbage", AuthConfig{PublicKeyFiles: []string{garbage}}, []string{garbage, "no PEM block"}},
-		{"bad DER", AuthConfig{PublicKeyFiles: []string{badDER}}, []string{badDER}},
-		{"two PEM blocks", AuthConfig{PublicKeyFiles: []string{twoBlocks}}, []string{twoBlocks, "more than one"}},
-		{"RSA 1024", AuthConfig{PublicKeyFiles: []string{rsa1024}}, []string{rsa1024, "1024 bits"}},
-		{"ECDSA P-384", AuthConfig{PublicKeyFiles: []string{ec384}}, []string{ec384, "P-384"}},
-		{"missing public key", AuthConfig{PublicKeyFiles: []string{missing}}, []string{missing}},
-		{"duplicate kid from base names", AuthConfig{PublicKeyFiles: []string{f.rsaFile, rsaAgain}}, []string{rsaAgain, `duplicate key id "rsa"`}},
-		{"duplicate kid secret and key", AuthConfig{HS256SecretFile: "rsa=" + f.secretFile, PublicKeyFiles: []string{f.rsaFile}}, []string{f.rsaFile, "duplicate key id"}},
-		{"empty kid", AuthConfig{PublicKeyFiles: []string{"=" + f.rsaFile}}, []string{f.rsaFile, "empty key id"}},
-		{"public keys without audience", AuthConfig{PublicKeyFiles: []string{f.rsaFile}}, []string{"audience"}},
-		{"public keys and secret without audience", AuthConfig{HS256SecretFile: f.secretFile, PublicKeyFiles: []string{f.rsaFile}}, []string{"audience"}},
-		{"group-readable secret", AuthConfig{HS256SecretFile: groupReadable}, []string{groupReadable, "mode 0640", "group or others", "chmod 600"}},
-		{"world-readable secret", AuthConfig{HS256SecretFile: worldReadable}, []string{worldReadable, "mode 0604"}},
-		{"group-writable secret", AuthConfig{HS256SecretFile: groupWritable}, []string{groupWritable, "mode 0620"}},
-		{"secret is a directory", AuthConfig{HS256SecretFile: f.dir}, []string{f.dir, "not a regular file"}},
+		{"no keys", Config{}, []string{"no verification key"}},
+		{"short secret", Config{HS256SecretFile: short}, []string{short, "31 bytes"}},
+		{"short secret with newline", Config{HS256SecretFile: shortNL}, []string{shortNL, "31 bytes"}},
+		{"empty secret", Config{HS256SecretFile: empty}, []string{empty, "0 bytes"}},
+		{"missing secret file", Config{HS256SecretFile: missing}, []string{missing}},
+		{"leeway 2m", Config{HS256SecretFile: f.secretFile, Leeway: 2 * time.Minute}, []string{"leeway"}},
+		{"negative leeway", Config{HS256SecretFile: f.secretFile, Leeway: -time.Second}, []string{"leeway"}},
+		{"negative max lifetime", Config{HS256SecretFile: f.secretFile, MaxLifetime: -time.Hour}, []string{"max lifetime"}},
+		{"tenant claim sub", Config{HS256SecretFile: f.secretFile, TenantClaim: "sub"}, []string{"registered claim"}},
+		{"PKCS8 private key", Config{PublicKeyFiles: []string{ecPriv}}, []string{ecPriv, "PRIVATE KEY", "public key only"}},
+		{"PKCS1 private key", Config{PublicKeyFiles: []string{rsaPriv}}, []string{rsaPriv, "RSA PRIVATE KEY"}},
+		{"garbage", Config{PublicKeyFiles: []string{garbage}}, []string{garbage, "no PEM block"}},
+		{"bad DER", Config{PublicKeyFiles: []string{badDER}}, []string{badDER}},
+		{"two PEM blocks", Config{PublicKeyFiles: []string{twoBlocks}}, []string{twoBlocks, "more than one"}},
+		{"RSA 1024", Config{PublicKeyFiles: []string{rsa1024}}, []string{rsa1024, "1024 bits"}},
+		{"ECDSA P-384", Config{PublicKeyFiles: []string{ec384}}, []string{ec384, "P-384"}},
+		{"missing public key", Config{PublicKeyFiles: []string{missing}}, []string{missing}},
+		{"duplicate kid from base names", Config{PublicKeyFiles: []string{f.rsaFile, rsaAgain}}, []string{rsaAgain, `duplicate key id "rsa"`}},
+		{"duplicate kid secret and key", Config{HS256SecretFile: "rsa=" + f.secretFile, PublicKeyFiles: []string{f.rsaFile}}, []string{f.rsaFile, "duplicate key id"}},
+		{"empty kid", Config{PublicKeyFiles: []string{"=" + f.rsaFile}}, []string{f.rsaFile, "empty key id"}},
+		{"public keys without audience", Config{PublicKeyFiles: []string{f.rsaFile}}, []string{"audience"}},
+		{"public keys and secret without audience", Config{HS256SecretFile: f.secretFile, PublicKeyFiles: []string{f.rsaFile}}, []string{"audience"}},
+		{"group-readable secret", Config{HS256SecretFile: groupReadable}, []string{groupReadable, "mode 0640", "group or others", "chmod 600"}},
+		{"world-readable secret", Config{HS256SecretFile: worldReadable}, []string{worldReadable, "mode 0604"}},
+		{"group-writable secret", Config{HS256SecretFile: groupWritable}, []string{groupWritable, "mode 0620"}},
+		{"secret is a directory", Config{HS256SecretFile: f.dir}, []string{f.dir, "not a regular file"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a, err := NewAuthenticator(tt.cfg)
+			a, err := New(tt.cfg)
 			if err == nil {
-				t.Fatalf("NewAuthenticator accepted %+v: %+v", tt.cfg, a)
+				t.Fatalf("New accepted %+v: %+v", tt.cfg, a)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
@@ -510,19 +511,19 @@ func TestNewAuthenticatorAccepts(t *testing.T) {
 	withCR := writeTestFile(t, f.dir, "cr.key", []byte(strings.Repeat("k", 31)+"\r"))
 	tests := []struct {
 		name string
-		cfg  AuthConfig
+		cfg  Config
 	}{
-		{"32-byte secret with CRLF", AuthConfig{HS256SecretFile: exact}},
-		{"32-byte secret ending in CR", AuthConfig{HS256SecretFile: withCR}},
-		{"leeway 60s", AuthConfig{HS256SecretFile: f.secretFile, Leeway: time.Minute}},
-		{"public keys only", AuthConfig{PublicKeyFiles: []string{f.rsaFile, f.ecFile, f.edFile}, Audience: testAudience}},
-		{"secret without audience", AuthConfig{HS256SecretFile: f.secretFile}},
-		{"renamed kids", AuthConfig{HS256SecretFile: "a=" + f.secretFile, PublicKeyFiles: []string{"b=" + f.rsaFile, "c=" + f.rsaFile}, Audience: testAudience}},
+		{"32-byte secret with CRLF", Config{HS256SecretFile: exact}},
+		{"32-byte secret ending in CR", Config{HS256SecretFile: withCR}},
+		{"leeway 60s", Config{HS256SecretFile: f.secretFile, Leeway: time.Minute}},
+		{"public keys only", Config{PublicKeyFiles: []string{f.rsaFile, f.ecFile, f.edFile}, Audience: testAudience}},
+		{"secret without audience", Config{HS256SecretFile: f.secretFile}},
+		{"renamed kids", Config{HS256SecretFile: "a=" + f.secretFile, PublicKeyFiles: []string{"b=" + f.rsaFile, "c=" + f.rsaFile}, Audience: testAudience}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := NewAuthenticator(tt.cfg); err != nil {
+			if _, err := New(tt.cfg); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -1,0 +1,32 @@
+package gateway
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+)
+
+// TestSessionCodesAreWireCodes keeps the codes the supervisor's errors
+// map to within the protocol's list: session names them, wire defines them.
+func TestSessionCodesAreWireCodes(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		session.ErrNotFound, session.ErrConflict, session.ErrCapacity, session.ErrInvalidID,
+		session.ErrInvalidSpec, session.ErrNotRunning, session.ErrInputOffset, session.ErrInputFull,
+		session.ErrNotPTY, session.ErrNoPipes, session.ErrSignal, session.ErrClosed,
+		session.ErrOutOfDescriptors, sandbox.ErrInvalidPolicy, sandbox.ErrUnenforceable, errors.New("other"),
+	} {
+		if code := session.Code(err); !slices.Contains(wire.Codes(), code) {
+			t.Errorf("session.Code(%v) = %q, not a wire code", err, code)
+		}
+	}
+	for code := range apiStatus {
+		if !slices.Contains(wire.Codes(), code) {
+			t.Errorf("apiStatus has %q, not a wire code", code)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package wire
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// jsSources are the JS client's sources, read as text.
+const jsSources = "../../web/src"
+
+// jsOnly are codes a JS list holds that wire does not define, each with why.
+// The JS client is expected to drop these; until then they are named here,
+// so the difference is a decision someone can see rather than a drift.
+var jsOnly = map[string]map[string]string{
+	"FATAL": {"failed": "never sent by the server: an execution that could not start exits with reason failed"},
+}
+
+// TestJSClientCodeLists checks that the JS client's code sets (const NAME =
+// new Set([...]) under web/src, tests aside) match wire's: FATAL is Fatal, INPUT_REFUSED is
+// InputRefused, apart from the codes jsOnly names.
+func TestJSClientCodeLists(t *testing.T) {
+	t.Parallel()
+	sets := jsSets(t)
+	for name, want := range map[string][]string{"FATAL": fatal, "INPUT_REFUSED": inputRefused} {
+		got, ok := sets[name]
+		if !ok {
+			t.Errorf("no const %s = new Set([...]) in %s", name, jsSources)
+			continue
+		}
+		var extra []string
+		for _, c := range got {
+			if !slices.Contains(want, c) && jsOnly[name][c] == "" {
+				extra = append(extra, c)
+			}
+		}
+		var missing []string
+		for _, c := range want {
+			if !slices.Contains(got, c) {
+				missing = append(missing, c)
+			}
+		}
+		for c := range jsOnly[name] {
+			if !slices.Contains(got, c) {
+				t.Errorf("%s no longer holds %q: drop it from jsOnly", name, c)
+			}
+		}
+		if len(extra) > 0 || len(missing) > 0 {
+			t.Errorf("JS %s differs from wire: it also holds %q and lacks %q", name, extra, missing)
+		}
+	}
+}
+
+var jsSet = regexp.MustCompile(`(?s)const\s+([A-Z_]+)\s*=\s*new Set\(\[(.*?)\]\)`)
+var jsString = regexp.MustCompile(`'([^']*)'|"([^"]*)"`)
+
+// jsSets reads every constant Set of strings in the JS client's sources.
+func jsSets(t *testing.T) map[string][]string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(jsSources, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".js") && !strings.HasSuffix(path, ".test.js") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no JS sources in %s: %v", jsSources, err)
+	}
+	sets := map[string][]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range jsSet.FindAllStringSubmatch(string(b), -1) {
+			for _, s := range jsString.FindAllStringSubmatch(m[2], -1) {
+				sets[m[1]] = append(sets[m[1]], strings.TrimSpace(s[1]+s[2]))
+			}
+		}
+	}
+	return sets
+}
