@@ -13,23 +13,22 @@ import (
 // jsSources are the JS client's sources, read as text.
 const jsSources = "../../web/src"
 
-// jsOnly are codes a JS list holds that wire does not define, each with why.
-// The JS client is expected to drop these; until then they are named here,
-// so the difference is a decision someone can see rather than a drift.
-var jsOnly = map[string]map[string]string{
-	"FATAL": {"failed": "never sent by the server: an execution that could not start exits with reason failed"},
-}
+// jsOnly are codes a JS list may hold that wire does not define, each with
+// why; none today. A difference is then a decision someone can see rather
+// than a drift.
+var jsOnly = map[string]map[string]string{}
 
-// TestJSClientCodeLists checks that the JS client's code sets (const NAME =
-// new Set([...]) under web/src, tests aside) match wire's: FATAL is Fatal, INPUT_REFUSED is
-// InputRefused, apart from the codes jsOnly names.
+// TestJSClientCodeLists checks that the JS client's code lists (export
+// const NAME = Object.freeze([...]) under web/src, tests aside) match
+// wire's: FATAL_ERRORS is Fatal, INPUT_REFUSED_ERRORS is InputRefused,
+// apart from the codes jsOnly names.
 func TestJSClientCodeLists(t *testing.T) {
 	t.Parallel()
 	sets := jsSets(t)
-	for name, want := range map[string][]string{"FATAL": fatal, "INPUT_REFUSED": inputRefused} {
+	for name, want := range map[string][]string{"FATAL_ERRORS": fatal, "INPUT_REFUSED_ERRORS": inputRefused} {
 		got, ok := sets[name]
 		if !ok {
-			t.Errorf("no const %s = new Set([...]) in %s", name, jsSources)
+			t.Errorf("no export const %s = Object.freeze([...]) in %s", name, jsSources)
 			continue
 		}
 		var extra []string
@@ -55,10 +54,10 @@ func TestJSClientCodeLists(t *testing.T) {
 	}
 }
 
-var jsSet = regexp.MustCompile(`(?s)const\s+([A-Z_]+)\s*=\s*new Set\(\[(.*?)\]\)`)
+var jsSet = regexp.MustCompile(`(?s)const\s+([A-Z_]+)\s*=\s*Object\.freeze\(\[(.*?)\]\)`)
 var jsString = regexp.MustCompile(`'([^']*)'|"([^"]*)"`)
 
-// jsSets reads every constant Set of strings in the JS client's sources.
+// jsSets reads every frozen constant list of strings in the JS client's sources.
 func jsSets(t *testing.T) map[string][]string {
 	t.Helper()
 	var files []string
