@@ -24,22 +24,13 @@ type clientFlags struct {
 	url, token string
 }
 
-func newClientFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("termgate "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	envString(fs, &cf.url, "url", "TERMGATE_URL", "gateway base URL, http(s)://host:port")
-	envString(fs, &cf.token, "token", "TERMGATE_TOKEN", "bearer token")
+// newClientFlagSet returns the flag set of client command name with
+// --url and --token bound to cf.
+func newClientFlagSet(name string, cf *clientFlags) *flag.FlagSet {
+	fs := newFlagSet(name)
+	envString(fs, &cf.url, "url", "TERMGATE_URL", "gateway base `URL`, http(s)://host:port")
+	envString(fs, &cf.token, "token", "TERMGATE_TOKEN", "bearer `TOKEN`")
 	return fs
-}
-
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	return nil
 }
 
 func (cf clientFlags) dial(ctx context.Context) (*client.Client, error) {
@@ -50,35 +41,44 @@ func (cf clientFlags) dial(ctx context.Context) (*client.Client, error) {
 	return client.Dial(ctx, client.Config{URL: cf.url, Token: func(context.Context) (string, error) { return tok, nil }})
 }
 
+// tokenOptions are the flags of termgate token.
+type tokenOptions struct {
+	secretFile, tenant, subject, scope string
+	ttl                                time.Duration
+}
+
+func tokenFlags(o *tokenOptions) *flag.FlagSet {
+	fs := newFlagSet("token")
+	envString(fs, &o.secretFile, "secret-file", "TERMGATE_JWT_SECRET_FILE", "HS256 secret `FILE`")
+	fs.StringVar(&o.tenant, "tenant", "", "tenant the token grants")
+	fs.StringVar(&o.subject, "subject", "", "subject (default: the tenant)")
+	fs.StringVar(&o.scope, "scope", "exec:create exec:attach exec:write", "space-separated scopes")
+	fs.DurationVar(&o.ttl, "ttl", time.Hour, "lifetime, at most 24h")
+	return fs
+}
+
 // runToken mints an HS256 token for development and tests.
 func runToken(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("termgate token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var secret string
-	envString(fs, &secret, "secret-file", "TERMGATE_JWT_SECRET_FILE", "HS256 secret file")
-	tenant := fs.String("tenant", "", "tenant the token grants")
-	subject := fs.String("subject", "", "subject (default: the tenant)")
-	scope := fs.String("scope", "exec:create exec:attach exec:write", "space-separated scopes")
-	ttl := fs.Duration("ttl", time.Hour, "lifetime, at most 24h")
-	if err := parseFlags(fs, args); err != nil {
+	var o tokenOptions
+	if err := parseFlags(tokenFlags(&o), args); err != nil {
 		return err
 	}
-	if secret == "" || *tenant == "" {
+	if o.secretFile == "" || o.tenant == "" {
 		return usageError{errors.New("token: --secret-file and --tenant are required")}
 	}
-	if *subject == "" {
-		*subject = *tenant
+	if o.subject == "" {
+		o.subject = o.tenant
 	}
-	a, err := auth.New(auth.Config{HS256SecretFile: secret})
+	a, err := auth.New(auth.Config{HS256SecretFile: o.secretFile})
 	if err != nil {
 		return err
 	}
 	scopes := map[string]bool{}
-	for _, s := range strings.Fields(*scope) {
+	for _, s := range strings.Fields(o.scope) {
 		scopes[s] = true
 	}
 	now := time.Now()
-	tok, err := a.Mint(auth.Claims{Subject: *subject, Tenant: *tenant, Scopes: scopes, IssuedAt: now, ExpiresAt: now.Add(*ttl)})
+	tok, err := a.Mint(auth.Claims{Subject: o.subject, Tenant: o.tenant, Scopes: scopes, IssuedAt: now, ExpiresAt: now.Add(o.ttl)})
 	if err != nil {
 		return err
 	}
@@ -86,24 +86,38 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// runRun starts (or reattaches to, by id) an execution and streams it.
-func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var cf clientFlags
-	fs := newClientFlagSet("run", stderr, &cf)
-	id := fs.String("id", "", "execution ID (an idempotency key: rerunning reattaches)")
-	usePTY := fs.Bool("pty", false, "run on a terminal (default when stdin is one)")
-	noPTY := fs.Bool("no-pty", false, "use pipes even when stdin is a terminal")
-	cwd := fs.String("cwd", "", "working directory inside the sandbox")
-	timeout := fs.Duration("timeout", 0, "execution timeout (server default when 0)")
-	env := map[string]string{}
-	fs.Func("env", "K=V for the command (repeatable)", func(s string) error {
+// runOptions are the flags of termgate run.
+type runOptions struct {
+	clientFlags
+	id, cwd    string
+	pty, noPTY bool
+	timeout    time.Duration
+	env        map[string]string
+}
+
+func runFlags(o *runOptions) *flag.FlagSet {
+	fs := newClientFlagSet("run", &o.clientFlags)
+	fs.StringVar(&o.id, "id", "", "execution `ID` (an idempotency key: rerunning reattaches)")
+	fs.BoolVar(&o.pty, "pty", false, "run on a terminal (default when stdin is one)")
+	fs.BoolVar(&o.noPTY, "no-pty", false, "use pipes even when stdin is a terminal")
+	fs.StringVar(&o.cwd, "cwd", "", "working directory inside the sandbox")
+	fs.DurationVar(&o.timeout, "timeout", 0, "execution timeout (server default when 0)")
+	o.env = map[string]string{}
+	fs.Func("env", "`K=V` for the command (repeatable)", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
 			return fmt.Errorf("want K=V, got %q", s)
 		}
-		env[k] = v
+		o.env[k] = v
 		return nil
 	})
+	return fs
+}
+
+// runRun starts (or reattaches to, by id) an execution and streams it.
+func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var o runOptions
+	fs := runFlags(&o)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -111,12 +125,12 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return usageError{errors.New("run: no command: termgate run [flags] -- CMD [ARGS...]")}
 	}
 	in, _ := stdin.(*os.File)
-	tty := *usePTY || (!*noPTY && in != nil && isTerminal(in))
-	req := wire.Request{ID: *id, Command: fs.Arg(0), Args: fs.Args()[1:], Env: env, Cwd: *cwd, TimeoutMS: timeout.Milliseconds()}
+	tty := o.pty || (!o.noPTY && in != nil && isTerminal(in))
+	req := wire.Request{ID: o.id, Command: fs.Arg(0), Args: fs.Args()[1:], Env: o.env, Cwd: o.cwd, TimeoutMS: o.timeout.Milliseconds()}
 	if tty {
 		req.PTY = terminalSize(in)
 	}
-	c, err := cf.dial(ctx)
+	c, err := o.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -128,36 +142,48 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	return stream(ctx, e, stdin, in, tty, stdout, stderr, false)
 }
 
+// attachOptions are the flags of termgate attach.
+type attachOptions struct {
+	clientFlags
+	id       string
+	after    uint64
+	readOnly bool
+}
+
+func attachFlags(o *attachOptions) *flag.FlagSet {
+	fs := newClientFlagSet("attach", &o.clientFlags)
+	fs.StringVar(&o.id, "id", "", "execution `ID`")
+	fs.Uint64Var(&o.after, "after", 0, "resume after this sequence number (0: all retained output)")
+	fs.BoolVar(&o.readOnly, "read-only", false, "watch without typing")
+	return fs
+}
+
 // runAttach follows an execution interactively.
 func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var cf clientFlags
-	fs := newClientFlagSet("attach", stderr, &cf)
-	id := fs.String("id", "", "execution ID")
-	after := fs.Uint64("after", 0, "resume after this sequence number (0: all retained output)")
-	readOnly := fs.Bool("read-only", false, "watch without typing")
-	if err := parseFlags(fs, args); err != nil {
+	var o attachOptions
+	if err := parseFlags(attachFlags(&o), args); err != nil {
 		return err
 	}
-	if *id == "" {
+	if o.id == "" {
 		return usageError{errors.New("attach: --id is required")}
 	}
-	c, err := cf.dial(ctx)
+	c, err := o.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	e, err := c.Attach(ctx, *id, *after, *readOnly)
+	e, err := c.Attach(ctx, o.id, o.after, o.readOnly)
 	if err != nil {
 		return err
 	}
 	in, _ := stdin.(*os.File)
 	tty := e.PTY() && in != nil && isTerminal(in)
-	if tty && !*readOnly {
+	if tty && !o.readOnly {
 		if size := terminalSize(in); size != nil {
 			e.Resize(ctx, size.Rows, size.Cols)
 		}
 	}
-	return stream(ctx, e, stdin, in, tty, stdout, stderr, *readOnly)
+	return stream(ctx, e, stdin, in, tty, stdout, stderr, o.readOnly)
 }
 
 // stream copies an execution's output to the local streams and local
@@ -268,21 +294,31 @@ func detachIndex(prev byte, data []byte) int {
 	return -1
 }
 
+// cancelOptions are the flags of termgate cancel.
+type cancelOptions struct {
+	clientFlags
+	id string
+}
+
+func cancelFlags(o *cancelOptions) *flag.FlagSet {
+	fs := newClientFlagSet("cancel", &o.clientFlags)
+	fs.StringVar(&o.id, "id", "", "execution `ID`")
+	return fs
+}
+
 // runCancel cancels an execution.
 func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf clientFlags
-	fs := newClientFlagSet("cancel", stderr, &cf)
-	id := fs.String("id", "", "execution ID")
-	if err := parseFlags(fs, args); err != nil {
+	var o cancelOptions
+	if err := parseFlags(cancelFlags(&o), args); err != nil {
 		return err
 	}
-	if *id == "" {
+	if o.id == "" {
 		return usageError{errors.New("cancel: --id is required")}
 	}
-	c, err := cf.dial(ctx)
+	c, err := o.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return c.Cancel(ctx, *id)
+	return c.Cancel(ctx, o.id)
 }

@@ -26,9 +26,8 @@ type execOptions struct {
 	procValue string
 }
 
-func execFlags(o *execOptions, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("termgate exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func execFlags(o *execOptions) *flag.FlagSet {
+	fs := newFlagSet("exec")
 	p := &o.policy
 	fs.StringVar(&p.Workspace, "workspace", "", "host `DIR` bound at /workspace (default: a new temporary directory, removed afterwards)")
 	fs.Func("ro", "bind host `PATH` read-only (SRC or SRC:DEST; repeatable)", bindFlag(p, false))
@@ -55,18 +54,17 @@ func execFlags(o *execOptions, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+func execFlagSet() *flag.FlagSet { return execFlags(new(execOptions)) }
+
 // parseExec reads flags, then TERMGATE_* environment for what flags left unset.
 func parseExec(args []string, stderr io.Writer) (*execOptions, error) {
 	o := &execOptions{}
 	if err := envDefaults(&o.launcher); err != nil {
 		return nil, usageError{err}
 	}
-	fs := execFlags(o, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, errHelp
-		}
-		return nil, usageError{err}
+	fs := execFlags(o)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	o.policy.Command = fs.Args()
 	if len(o.policy.Command) == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,8 +50,7 @@ func (cf clientFlags) apiGet(ctx context.Context, path string, into any) error {
 // runLs lists the tenant's executions.
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
-	fs := newClientFlagSet("ls", stderr, &cf)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(newClientFlagSet("ls", &cf), args); err != nil {
 		return err
 	}
 	var list struct {
@@ -73,23 +73,35 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
+// logsOptions are the flags of termgate logs.
+type logsOptions struct {
+	clientFlags
+	id     string
+	after  uint64
+	follow bool
+}
+
+func logsFlags(o *logsOptions) *flag.FlagSet {
+	fs := newClientFlagSet("logs", &o.clientFlags)
+	fs.StringVar(&o.id, "id", "", "execution `ID`")
+	fs.Uint64Var(&o.after, "after", 0, "print events after this sequence number")
+	fs.BoolVar(&o.follow, "follow", false, "keep printing until the execution ends")
+	return fs
+}
+
 // runLogs prints an execution's retained output, and with --follow keeps
 // printing until it ends.
 func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf clientFlags
-	fs := newClientFlagSet("logs", stderr, &cf)
-	id := fs.String("id", "", "execution ID")
-	after := fs.Uint64("after", 0, "print events after this sequence number")
-	follow := fs.Bool("follow", false, "keep printing until the execution ends")
-	if err := parseFlags(fs, args); err != nil {
+	var o logsOptions
+	if err := parseFlags(logsFlags(&o), args); err != nil {
 		return err
 	}
-	if *id == "" {
+	if o.id == "" {
 		return usageError{errors.New("logs: --id is required")}
 	}
-	for next := *after; ; {
+	for next := o.after; ; {
 		wait := "0s"
-		if *follow {
+		if o.follow {
 			wait = "25s"
 		}
 		var page struct {
@@ -105,7 +117,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			Ended     bool   `json:"ended"`
 		}
 		q := url.Values{"after": {fmt.Sprint(next)}, "wait": {wait}}
-		if err := cf.apiGet(ctx, "/v1/executions/"+url.PathEscape(*id)+"/events?"+q.Encode(), &page); err != nil {
+		if err := o.apiGet(ctx, "/v1/executions/"+url.PathEscape(o.id)+"/events?"+q.Encode(), &page); err != nil {
 			return err
 		}
 		if page.Gap != nil {
@@ -125,7 +137,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				stdout.Write(data)
 			}
 		}
-		if page.Ended || (!*follow && page.NextAfter == next) {
+		if page.Ended || (!o.follow && page.NextAfter == next) {
 			return nil
 		}
 		next = page.NextAfter

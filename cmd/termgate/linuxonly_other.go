@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -25,3 +26,10 @@ func runWorkspaces(_ []string, _, _ io.Writer) error { return linuxOnly("workspa
 func linuxOnly(cmd string) error {
 	return fmt.Errorf("termgate %s runs on Linux only (this is %s); the client commands run, attach, ls, logs, cancel and token work here", cmd, runtime.GOOS)
 }
+
+// On other systems the sandbox commands have no flags to complete.
+
+func serveFlagSet() *flag.FlagSet      { return newFlagSet("serve") }
+func execFlagSet() *flag.FlagSet       { return newFlagSet("exec") }
+func verifyFlagSet() *flag.FlagSet     { return newFlagSet("verify") }
+func workspacesFlagSet() *flag.FlagSet { return newFlagSet("workspaces") }

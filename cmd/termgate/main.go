@@ -75,64 +75,13 @@ func exitCode(err error, stderr io.Writer) int {
 
 var errHelp = errors.New("help requested")
 
-const usage = `termgate runs commands in bubblewrap sandboxes.
-
-Usage:
-  termgate exec [flags] -- CMD [ARGS...]   run one command in the sandbox
-  termgate verify [--json]                 report what this host can enforce
-  termgate serve [flags]                   run the WebSocket gateway (--dev: local development)
-  termgate token --secret-file F --tenant T mint a development token
-  termgate run [flags] -- CMD [ARGS...]     run a command through a gateway
-  termgate attach --id ID                   attach to an execution (detach: Ctrl-] d)
-  termgate cancel --id ID                   cancel an execution
-  termgate ls                               list the tenant's executions
-  termgate logs --id ID [--after N] [--follow]  print an execution's output
-  termgate workspaces --workspace-root DIR [--json]  list tenant workspaces: uid, usage, quota
-
-  termgate version                          print the version and commit (also --version)
-
-The client commands take --url and --token, by default from TERMGATE_URL and
-TERMGATE_TOKEN. serve, exec, verify and workspaces run on Linux only.
-
-Run "termgate COMMAND --help" for a command's flags.
-`
-
 // run is main without the process: testable with any streams.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		printUsage(stderr)
 		return usageError{errors.New("no command given")}
 	}
-	switch args[0] {
-	case "exec":
-		return runExec(ctx, args[1:], stdin, stdout, stderr)
-	case "verify":
-		return runVerify(ctx, args[1:], stdout, stderr)
-	case "serve":
-		return runServe(ctx, args[1:], stdout, stderr)
-	case "token":
-		return runToken(args[1:], stdout, stderr)
-	case "run":
-		return runRun(ctx, args[1:], stdin, stdout, stderr)
-	case "attach":
-		return runAttach(ctx, args[1:], stdin, stdout, stderr)
-	case "cancel":
-		return runCancel(ctx, args[1:], stdout, stderr)
-	case "ls":
-		return runLs(ctx, args[1:], stdout, stderr)
-	case "logs":
-		return runLogs(ctx, args[1:], stdout, stderr)
-	case "workspaces":
-		return runWorkspaces(args[1:], stdout, stderr)
-	case "version", "--version":
-		printVersion(stdout)
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return usageError{fmt.Errorf("unknown command %q", args[0])}
+	return dispatch(ctx, args, stdin, stdout, stderr)
 }
 
 func newLogger(w io.Writer) *slog.Logger {

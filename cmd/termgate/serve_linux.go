@@ -109,10 +109,8 @@ func (e *envFlags) parsed(name, usage string, parse func(string) error) {
 	e.fs.Func(name, usage+" (env "+envName(name)+")", parse)
 }
 
-func serveFlags(o *serveOptions, stderr io.Writer) *envFlags {
-	fs := flag.NewFlagSet("termgate serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	e := &envFlags{fs: fs}
+func serveFlags(o *serveOptions) *envFlags {
+	e := &envFlags{fs: newFlagSet("serve")}
 	e.boolean(&o.dev, "dev", false, "development mode: generated secret, state-directory workspaces, prints a ready URL")
 	e.str(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	e.str(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key)")
@@ -307,17 +305,22 @@ func intPtr(dst *int, def int) func(string) error {
 	}
 }
 
-func parseServe(args []string, stderr io.Writer) (*serveOptions, error) {
-	o := &serveOptions{devTenant: "dev", workspaces: defaultWorkspaceOptions()}
-	e := serveFlags(o, stderr)
+func newServeOptions() *serveOptions {
+	return &serveOptions{devTenant: "dev", workspaces: defaultWorkspaceOptions()}
+}
+
+func serveFlagSet() *flag.FlagSet { return serveFlags(newServeOptions()).fs }
+
+// parseServe parses serve's flags over its environment. Help and flag
+// errors are printed by dispatch, so stderr is unused; tests pass any.
+func parseServe(args []string, _ io.Writer) (*serveOptions, error) {
+	o := newServeOptions()
+	e := serveFlags(o)
 	if e.err != nil {
 		return nil, usageError{e.err}
 	}
-	if err := e.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, errHelp
-		}
-		return nil, usageError{err}
+	if err := parseFlags(e.fs, args); err != nil {
+		return nil, err
 	}
 	if e.fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("serve: unexpected argument %q", e.fs.Arg(0))}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,21 +11,25 @@ import (
 	"github.com/termgate/termgate/sandbox"
 )
 
+func verifyFlags(asJSON *bool, cfg *sandbox.Config) *flag.FlagSet {
+	fs := newFlagSet("verify")
+	fs.BoolVar(asJSON, "json", false, "print the report as JSON")
+	fs.Func("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&cfg.UID))
+	fs.Func("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&cfg.GID))
+	return fs
+}
+
+func verifyFlagSet() *flag.FlagSet { return verifyFlags(new(bool), new(sandbox.Config)) }
+
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("termgate verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
 	var cfg sandbox.Config
 	if err := envDefaults(&cfg); err != nil {
 		return usageError{err}
 	}
-	fs.Func("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&cfg.UID))
-	fs.Func("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&cfg.GID))
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
+	var asJSON bool
+	fs := verifyFlags(&asJSON, &cfg)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("verify: unexpected argument %q", fs.Arg(0))}
@@ -38,7 +41,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer l.Close()
 	report, perr := l.Probe(ctx)
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(report); err != nil {

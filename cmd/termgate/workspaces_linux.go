@@ -84,22 +84,24 @@ func quotaFlag(dst *int64, least int64) func(string) error {
 	}
 }
 
+func workspacesFlags(root *string, asJSON *bool) *flag.FlagSet {
+	e := &envFlags{fs: newFlagSet("workspaces")}
+	e.str(root, "workspace-root", "", "directory holding one workspace per tenant")
+	e.fs.BoolVar(asJSON, "json", false, "print the list as JSON")
+	return e.fs
+}
+
+func workspacesFlagSet() *flag.FlagSet { return workspacesFlags(new(string), new(bool)) }
+
 // runWorkspaces lists the tenant workspaces under a root: tenant, host
 // uid, bytes and inodes used and allowed. It changes nothing and may run
 // while a server holds the root.
 func runWorkspaces(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("termgate workspaces", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	e := &envFlags{fs: fs}
 	var root string
 	var asJSON bool
-	e.str(&root, "workspace-root", "", "directory holding one workspace per tenant")
-	fs.BoolVar(&asJSON, "json", false, "print the list as JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
+	fs := workspacesFlags(&root, &asJSON)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 || root == "" {
 		return usageError{errors.New("workspaces: give --workspace-root DIR and nothing else")}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// command is one termgate subcommand: what help says about it, how to run
+// it, and its flag set. Help, dispatch and shell completion all read the
+// same list, so none of them can forget a command or a flag.
+type command struct {
+	name     string
+	args     string // after the name in the usage line
+	summary  string
+	examples []string
+	linux    bool // serve, exec, verify and workspaces need Linux
+	run      func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+	// flags returns a fresh flag set bound to throwaway options: the
+	// same set run parses, for help and completion.
+	flags func() *flag.FlagSet
+}
+
+// commands lists termgate's commands in the order help shows them. A
+// function, not a variable: help and completion are commands themselves.
+func commands() []command {
+	return []command{
+		{
+			name: "serve", args: "[flags]", linux: true,
+			summary: "run the WebSocket gateway (--dev: local development)",
+			examples: []string{
+				"termgate serve --dev",
+				"termgate serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem \\\n      --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces",
+				"TERMGATE_MEMORY=2G termgate serve --dev --max-running-per-tenant 4",
+			},
+			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return runServe(ctx, args, stdout, stderr)
+			},
+			flags: serveFlagSet,
+		},
+		{
+			name: "exec", args: "[flags] -- CMD [ARGS...]", linux: true,
+			summary: "run one command in the sandbox, on this host",
+			examples: []string{
+				"termgate exec -- /bin/sh -c 'id; ls /'",
+				"termgate exec --workspace . --network host -- make test",
+				"termgate exec --memory 256M --pids 64 --timeout 30s -- python3 job.py",
+			},
+			run: runExec, flags: execFlagSet,
+		},
+		{
+			name: "verify", args: "[--json]", linux: true,
+			summary:  "report what this host can enforce; exits non-zero when it cannot isolate",
+			examples: []string{"termgate verify", "termgate verify --json"},
+			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return runVerify(ctx, args, stdout, stderr)
+			},
+			flags: verifyFlagSet,
+		},
+		{
+			name: "workspaces", args: "--workspace-root DIR [--json]", linux: true,
+			summary: "list tenant workspaces: uid, usage, quota",
+			examples: []string{
+				"termgate workspaces --workspace-root /var/lib/termgate/workspaces",
+				"TERMGATE_WORKSPACE_ROOT=/var/lib/termgate/workspaces termgate workspaces --json",
+			},
+			run: func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return runWorkspaces(args, stdout, stderr)
+			},
+			flags: workspacesFlagSet,
+		},
+		{
+			name: "run", args: "[flags] -- CMD [ARGS...]",
+			summary: "run a command through a gateway; exits with its status",
+			examples: []string{
+				"termgate run -- /bin/sh -c 'make test'",
+				"termgate run --id build-7 --pty -- bash      # rerunning with the same id reattaches",
+				"termgate run --env CI=1 --timeout 10m -- go test ./...",
+			},
+			run:   runRun,
+			flags: func() *flag.FlagSet { return runFlags(new(runOptions)) },
+		},
+		{
+			name: "attach", args: "--id ID [flags]",
+			summary: "attach to an execution (detach: Ctrl-] d)",
+			examples: []string{
+				"termgate attach --id build-7",
+				"termgate attach --id build-7 --read-only",
+				"termgate attach --id build-7 --after 120   # only what came after event 120",
+			},
+			run:   runAttach,
+			flags: func() *flag.FlagSet { return attachFlags(new(attachOptions)) },
+		},
+		{
+			name: "ls", args: "[flags]",
+			summary:  "list the tenant's executions",
+			examples: []string{"termgate ls", "termgate ls --url https://gateway.example.com --token \"$(cat token)\""},
+			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return runLs(ctx, args, stdout, stderr)
+			},
+			flags: func() *flag.FlagSet { return newClientFlagSet("ls", new(clientFlags)) },
+		},
+		{
+			name: "logs", args: "--id ID [flags]",
+			summary: "print an execution's retained output",
+			examples: []string{
+				"termgate logs --id build-7",
+				"termgate logs --id build-7 --follow",
+				"termgate logs --id build-7 --after 120",
+			},
+			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return runLogs(ctx, args, stdout, stderr)
+			},
+			flags: func() *flag.FlagSet { return logsFlags(new(logsOptions)) },
+		},
+		{
+			name: "cancel", args: "--id ID [flags]",
+			summary:  "cancel an execution",
+			examples: []string{"termgate cancel --id build-7"},
+			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return runCancel(ctx, args, stdout, stderr)
+			},
+			flags: func() *flag.FlagSet { return cancelFlags(new(cancelOptions)) },
+		},
+		{
+			name: "token", args: "--secret-file FILE --tenant TENANT [flags]",
+			summary: "mint a development token (HS256)",
+			examples: []string{
+				"termgate token --secret-file ~/.local/state/termgate/dev-secret --tenant dev",
+				"export TERMGATE_TOKEN=$(termgate token --secret-file /etc/termgate/secret --tenant acme --ttl 8h)",
+				"termgate token --secret-file /etc/termgate/secret --tenant acme --scope exec:attach   # watch only",
+			},
+			run: func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+				return runToken(args, stdout, stderr)
+			},
+			flags: func() *flag.FlagSet { return tokenFlags(new(tokenOptions)) },
+		},
+		{
+			name: "completion", args: "bash|zsh|fish",
+			summary: "print a shell completion script",
+			examples: []string{
+				"source <(termgate completion bash)                                  # in ~/.bashrc",
+				"termgate completion zsh > \"${fpath[1]}/_termgate\"                   # then restart zsh",
+				"termgate completion fish > ~/.config/fish/completions/termgate.fish",
+			},
+			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+				return runCompletion(args, stdout)
+			},
+			flags: func() *flag.FlagSet { return newFlagSet("completion") },
+		},
+		{
+			name: "version", summary: "print the version and commit (also --version)",
+			examples: []string{"termgate version", "termgate --version"},
+			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+				if err := parseFlags(newFlagSet("version"), args); err != nil {
+					return err
+				}
+				printVersion(stdout)
+				return nil
+			},
+			flags: func() *flag.FlagSet { return newFlagSet("version") },
+		},
+		{
+			name: "help", args: "[COMMAND]", summary: "print help, for one command with its flags and examples",
+			examples: []string{"termgate help", "termgate help run"},
+			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+				return runHelp(args, stdout)
+			},
+			flags: func() *flag.FlagSet { return newFlagSet("help") },
+		},
+	}
+}
+
+// commandNamed returns the command called name.
+func commandNamed(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// dispatch runs the command args name; help requested or a flag error
+// print that command's help, to stdout and stderr.
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	switch args[0] {
+	case "--version":
+		args[0] = "version"
+	case "-h", "--help", "-help":
+		args[0] = "help"
+	}
+	c, ok := commandNamed(args[0])
+	if !ok {
+		printUsage(stderr)
+		return usageError{fmt.Errorf("unknown command %q", args[0])}
+	}
+	err := c.run(ctx, args[1:], stdin, stdout, stderr)
+	var h helpRequest
+	var fe flagError
+	switch {
+	case errors.As(err, &h):
+		printHelp(stdout, c, h.fs)
+		return nil
+	case errors.As(err, &fe):
+		printHelp(stderr, c, fe.fs)
+	}
+	return err
+}
+
+// runHelp prints the overview, or one command's help.
+func runHelp(args []string, stdout io.Writer) error {
+	if err := parseFlags(newFlagSet("help"), args); err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		printUsage(stdout)
+		return nil
+	}
+	c, ok := commandNamed(args[0])
+	if !ok {
+		return usageError{fmt.Errorf("help: unknown command %q", args[0])}
+	}
+	printHelp(stdout, c, c.flags())
+	return nil
+}
+
+// newFlagSet returns an empty flag set for termgate name. It prints
+// nothing itself: dispatch prints help, with double dashes.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("termgate "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs. Asking for help returns a helpRequest,
+// a bad flag a usageError holding a flagError: dispatch prints the help.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return helpRequest{fs}
+		}
+		return usageError{flagError{fs, err}}
+	}
+	return nil
+}
+
+// helpRequest is --help (or -h) on a command line: exit status 0.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (helpRequest) Error() string        { return errHelp.Error() }
+func (helpRequest) Is(target error) bool { return target == errHelp }
+
+// flagError is a flag the flag package refused, said with double dashes.
+type flagError struct {
+	fs  *flag.FlagSet
+	err error
+}
+
+func (e flagError) Error() string {
+	msg := e.err.Error()
+	for _, p := range []string{"not defined: -", "for flag -", "needs an argument: -", "syntax: -"} {
+		msg = strings.Replace(msg, p, p+"-", 1)
+	}
+	return msg
+}
+
+func (e flagError) Unwrap() error { return e.err }
+
+// printUsage writes the overview of every command.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "termgate runs commands in bubblewrap sandboxes and serves them to browser\nterminals and tools over WebSocket; it is also the gateway's command-line client.\n\nUsage: termgate COMMAND [flags]\n")
+	groups := []struct {
+		title string
+		keep  func(command) bool
+	}{
+		{"Server commands (Linux only)", func(c command) bool { return c.linux }},
+		{"Client commands (Linux, macOS, Windows)", func(c command) bool {
+			return !c.linux && c.name != "completion" && c.name != "version" && c.name != "help"
+		}},
+		{"Other", func(c command) bool { return c.name == "completion" || c.name == "version" || c.name == "help" }},
+	}
+	for _, g := range groups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, c := range commands() {
+			if g.keep(c) {
+				fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+			}
+		}
+	}
+	fmt.Fprint(w, "\nThe client commands take --url and --token, by default from TERMGATE_URL and\nTERMGATE_TOKEN.\n\nRun \"termgate COMMAND --help\" for a command's flags and examples.\n")
+}
+
+// printHelp writes a command's usage line, summary, flags and examples.
+func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
+	usage := "termgate " + c.name
+	if c.args != "" {
+		usage += " " + c.args
+	}
+	fmt.Fprintf(w, "Usage: %s\n\n%s%s.\n", usage, strings.ToUpper(c.summary[:1]), c.summary[1:])
+	if c.linux {
+		fmt.Fprint(w, "Linux only.\n")
+	}
+	if hasFlags(fs) {
+		fmt.Fprint(w, "\nFlags:\n")
+		printFlags(w, fs)
+	}
+	if len(c.examples) > 0 {
+		fmt.Fprint(w, "\nExamples:\n")
+		for _, e := range c.examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// printFlags is flag.PrintDefaults with the double dashes people type.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		usage = strings.ReplaceAll(usage, "\n", "\n    \t")
+		line += "\n    \t" + usage
+		if !isZeroDefault(f.DefValue) {
+			if name == "string" {
+				line += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				line += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, line)
+	})
+}
+
+// isZeroDefault reports a default not worth printing.
+func isZeroDefault(v string) bool {
+	switch v {
+	case "", "0", "false", "0s", "[]":
+		return true
+	}
+	return false
+}
