@@ -673,7 +673,8 @@ func stateDir() (string, error) {
 }
 
 // printDevURL mints a day-long token for the dev tenant and prints the URL
-// that opens a terminal with it.
+// that opens a terminal with it, then the export lines that point the
+// client commands at this server.
 func (o *serveOptions) printDevURL(w io.Writer, authn *auth.Authenticator, addr string) error {
 	now := time.Now()
 	tok, err := authn.Mint(auth.Claims{
@@ -687,6 +688,9 @@ func (o *serveOptions) printDevURL(w io.Writer, authn *auth.Authenticator, addr 
 	if o.tlsCert != "" {
 		scheme = "https"
 	}
-	fmt.Fprintf(w, "termgate dev mode: open\n\n  %s://%s/#token=%s\n\nToken (valid 24h): %s\nWorkspaces: %s\n", scheme, addr, tok, tok, o.workspaceRoot)
+	base := scheme + "://" + addr
+	fmt.Fprintf(w, "termgate dev mode: open\n\n  %s/#token=%s\n\n"+
+		"or, for the client commands (termgate run, attach, ls, logs; the token is valid 24h):\n\n"+
+		"  export TERMGATE_URL=%s\n  export TERMGATE_TOKEN=%s\n\nWorkspaces: %s\n", base, tok, base, tok, o.workspaceRoot)
 	return nil
 }

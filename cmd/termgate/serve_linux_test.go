@@ -74,6 +74,17 @@ func TestServeDevEndToEnd(t *testing.T) {
 			t.Fatalf("no URL printed; stdout %q, stderr %q", out.String(), errs.String())
 		}
 	}
+	// The README's next step: the printed exports point the client commands here.
+	exports := regexp.MustCompile(`(?m)^  export TERMGATE_URL=(\S+)\n  export TERMGATE_TOKEN=(\S+)$`).FindStringSubmatch(out.String())
+	if exports == nil || exports[1] != "http://"+m[1] || exports[2] != m[2] {
+		stop()
+		t.Fatalf("no export lines for this server and token; stdout %q", out.String())
+	}
+	t.Setenv("TERMGATE_URL", exports[1])
+	t.Setenv("TERMGATE_TOKEN", exports[2])
+	if code, ls, stderr := runCLI(t, "", "ls"); code != 0 || !strings.HasPrefix(ls, "ID") {
+		t.Errorf("termgate ls with the exported values: status %d, %q, %q", code, ls, stderr)
+	}
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get("http://" + m[1] + path)
 		if err != nil || resp.StatusCode != 200 {
