@@ -18,7 +18,15 @@
 //	termgate logs --id ID [--after N] [--follow]  print an execution's output
 //	termgate cancel --id ID                 cancel an execution
 //	termgate token --secret-file F --tenant T  mint a development token
+//
+// Either side:
+//
+//	termgate completion bash|zsh|fish       print a shell completion script
 //	termgate version                        print the version and commit
+//	termgate help [COMMAND]                 the overview, or a command's flags and examples
+//
+// commands.go lists the commands once: dispatch, --help and the completion
+// scripts (completion.go) all read that list and each command's flag set.
 //
 // main parses flags into each package's Config and wires the concrete
 // parts together: serve builds a sandbox.Launcher, a session.Supervisor, an
