@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 )
 
@@ -382,18 +383,11 @@ func TestHeartbeatClosesSilentClient(t *testing.T) {
 	defer c.ws.CloseNow()
 	// Never reading means never answering pings. The server counts the
 	// connection only after its handshake answer, which the dial returns on.
-	deadline := time.Now().Add(15 * time.Second)
-	for e.srv.connections() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection was never counted")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !gatewaytest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() > 0 }) {
+		t.Fatal("the connection was never counted")
 	}
-	for e.srv.connections() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a client that answers no ping is still connected")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !gatewaytest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() == 0 }) {
+		t.Fatal("a client that answers no ping is still connected")
 	}
 	// A reading client answers pings and stays.
 	r := e.dial(t, e.token(t, "acme", allScopes...))

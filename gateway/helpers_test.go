@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,15 +17,14 @@ import (
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if sharedLauncher != nil {
-		sharedLauncher.Close()
-	}
+	sharedLauncher.Release()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -36,24 +34,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	launcherOnce   sync.Once
-	sharedLauncher *sandbox.Launcher
-	launcherErr    error
-)
+// sharedLauncher is the real sandbox the tests' gateways share.
+var sharedLauncher = sandboxtest.Shared[*sandbox.Launcher]{
+	What: "sandbox (install bubblewrap)",
+	New: func() (*sandbox.Launcher, error) {
+		return sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond})
+	},
+	Close: func(l *sandbox.Launcher) { l.Close() },
+}
 
 func needLauncher(t testing.TB) *sandbox.Launcher {
 	t.Helper()
-	launcherOnce.Do(func() {
-		sharedLauncher, launcherErr = sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond})
-	})
-	if launcherErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("sandbox unavailable under CI: %v", launcherErr)
-		}
-		t.Skipf("sandbox unavailable (install bubblewrap): %v", launcherErr)
-	}
-	return sharedLauncher
+	return sharedLauncher.Get(t)
 }
 
 // testEnv is a real gateway on 127.0.0.1 over the real sandbox.
@@ -69,9 +61,7 @@ type testEnv struct {
 func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	t.Helper()
 	l := needLauncher(t)
-	dir := t.TempDir()
-	os.Chmod(filepath.Dir(dir), 0o711)
-	os.Chmod(dir, 0o711)
+	dir := sandboxtest.Dir(t)
 	secret := []byte("0123456789abcdef0123456789abcdef-test-secret")
 	secretFile := filepath.Join(dir, "secret")
 	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
