@@ -21,9 +21,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if integrationLauncher != nil {
-		integrationLauncher.Close()
-	}
+	integrationLauncher.Release()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
