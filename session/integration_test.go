@@ -1,4 +1,4 @@
-package session
+package session_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
+	. "github.com/termgate/termgate/session"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,7 +62,7 @@ func TestSixtyConcurrentExecutionsDeliverEveryByte(t *testing.T) {
 			sub, _, _ := s.Attach("tenant", info.ID, 0)
 			out, evs := drain(t, sub)
 			checkContinuity(t, evs)
-			res := s.mustGet(t, "tenant", info.ID).Result
+			res := mustGet(t, s, "tenant", info.ID).Result
 			if len(out) != 60000 || !bytes.HasPrefix(out, []byte("10000\n")) || !bytes.HasSuffix(out, []byte("19999\n")) {
 				t.Errorf("run %d: %d bytes", i, len(out))
 			}
@@ -94,7 +95,7 @@ func TestCancelIgnoringTermEndsWithinGrace(t *testing.T) {
 	}
 	sub, _, _ := s.Attach("tenant", info.ID, 0)
 	drain(t, sub)
-	res := s.mustGet(t, "tenant", info.ID).Result
+	res := mustGet(t, s, "tenant", info.ID).Result
 	// The bound is the grace period plus one second; a loaded
 	// two-core CI run, starting sixty sandboxes in a parallel test, gets
 	// two more seconds for reaping and draining. Without the kill, the
@@ -123,8 +124,8 @@ func TestRealTimeoutAndInput(t *testing.T) {
 	s.CloseStdin("tenant", info.ID)
 	sub, _, _ := s.Attach("tenant", info.ID, 0)
 	out, _ := drain(t, sub)
-	if string(out) != "hello world\n" || s.mustGet(t, "tenant", info.ID).Status != StatusExited {
-		t.Errorf("cat: %q, %+v", out, s.mustGet(t, "tenant", info.ID))
+	if string(out) != "hello world\n" || mustGet(t, s, "tenant", info.ID).Status != StatusExited {
+		t.Errorf("cat: %q, %+v", out, mustGet(t, s, "tenant", info.ID))
 	}
 	info, _ = s.Start(t.Context(), "tenant", "slow", Spec{
 		Policy:  sandbox.Policy{Command: []string{"sleep", "100"}, Workspace: sandboxtest.Dir(t)},
@@ -132,7 +133,7 @@ func TestRealTimeoutAndInput(t *testing.T) {
 	})
 	sub, _, _ = s.Attach("tenant", info.ID, 0)
 	drain(t, sub)
-	if got := s.mustGet(t, "tenant", info.ID); got.Status != StatusTimedOut {
+	if got := mustGet(t, s, "tenant", info.ID); got.Status != StatusTimedOut {
 		t.Errorf("timeout: %+v", got.Result)
 	}
 }

@@ -142,7 +142,7 @@ func TestImportDirection(t *testing.T) {
 		"gateway":        {"session", "replay", "sandbox", "gateway/wire", "gateway/auth"},
 		"gateway/client": {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
-		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {},
+		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {}, "session/sessiontest": {"session", "replay", "sandbox"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {
@@ -171,7 +171,7 @@ func TestImportDirection(t *testing.T) {
 }
 
 // TestKitsServeTestsOnly: no package's own code imports a test kit
-// (sandboxtest, gatewaytest); only tests do.
+// (sandboxtest, sessiontest, gatewaytest); only tests do.
 func TestKitsServeTestsOnly(t *testing.T) {
 	t.Parallel()
 	out, err := exec.CommandContext(context.Background(), "go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "../../...").Output()
