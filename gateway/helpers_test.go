@@ -19,6 +19,7 @@ import (
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/sessiontest"
 	"go.uber.org/goleak"
 )
 
@@ -48,7 +49,8 @@ func needLauncher(t testing.TB) *sandbox.Launcher {
 	return sharedLauncher.Get(t)
 }
 
-// testEnv is a real gateway on 127.0.0.1 over the real sandbox.
+// testEnv is a real gateway on 127.0.0.1, over the real sandbox (newEnv)
+// or the fake launcher (newFakeEnv).
 type testEnv struct {
 	srv    *Server
 	http   *httptest.Server
@@ -57,10 +59,22 @@ type testEnv struct {
 	sup    *session.Supervisor
 }
 
-// newEnv starts a gateway; tweak adjusts its config before it starts.
+// newEnv starts a gateway over the real sandbox; tweak adjusts its
+// config before it starts.
 func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	t.Helper()
-	l := needLauncher(t)
+	return newEnvOn(t, session.SandboxLauncher(needLauncher(t)), tweak)
+}
+
+// newFakeEnv starts a gateway over l, a fake launcher, for protocol
+// tests that need no real process: they are fast and run anywhere.
+func newFakeEnv(t testing.TB, l *sessiontest.Launcher, tweak func(*Config)) *testEnv {
+	t.Helper()
+	return newEnvOn(t, l, tweak)
+}
+
+func newEnvOn(t testing.TB, l session.Launcher, tweak func(*Config)) *testEnv {
+	t.Helper()
 	dir := sandboxtest.Dir(t)
 	secret := []byte("0123456789abcdef0123456789abcdef-test-secret")
 	secretFile := filepath.Join(dir, "secret")
@@ -72,7 +86,7 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(l)})
+	sup, err := session.New(session.Config{Launcher: l})
 	if err != nil {
 		t.Fatal(err)
 	}
