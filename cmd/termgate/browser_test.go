@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/web"
@@ -82,17 +83,17 @@ func saveScreenshot(t *testing.T, ctx context.Context) {
 // poll evaluates js until cond holds for its result, or fails.
 func poll[T any](t *testing.T, ctx context.Context, what, js string, cond func(T) bool) T {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	var v T
+	var err error
+	if !gatewaytest.Eventually(t, 90*time.Second, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		v, err := chromedp.Run(cctx, chromedp.Evaluate[T](js))
-		cancel()
-		if err == nil && cond(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: last %v, %v", what, v, err)
-		}
+		defer cancel()
+		v, err = chromedp.Run(cctx, chromedp.Evaluate[T](js))
+		return err == nil && cond(v)
+	}) {
+		t.Fatalf("waiting for %s: last %v, %v", what, v, err)
 	}
+	return v
 }
 
 func transcript(t *testing.T, ctx context.Context, what string, cond func(string) bool) string {

@@ -51,11 +51,9 @@ func TestServeDevEndToEnd(t *testing.T) {
 
 	url := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=(\S+)`)
 	var m []string
-	for deadline := time.Now().Add(20 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {
-		if m = url.FindStringSubmatch(out.String()); m == nil && time.Now().After(deadline) {
-			stop()
-			t.Fatalf("no URL printed; stdout %q, stderr %q", out.String(), errs.String())
-		}
+	if !gatewaytest.Eventually(t, 20*time.Second, func() bool { m = url.FindStringSubmatch(out.String()); return m != nil }) {
+		stop()
+		t.Fatalf("no URL printed; stdout %q, stderr %q", out.String(), errs.String())
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get("http://" + m[1] + path)
