@@ -14,12 +14,14 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/session/sessiontest"
 )
 
 func TestHandshakeRefusals(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	e := newFakeEnv(t, &sessiontest.Launcher{}, nil)
 	good := e.token(t, "acme", allScopes...)
 	expired, _ := e.authn.Mint(auth.Claims{Subject: "u", Tenant: "acme", Scopes: map[string]bool{auth.ScopeAttach: true},
 		IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
@@ -71,7 +73,7 @@ func TestHandshakeRefusals(t *testing.T) {
 
 func TestBrowserTokenInSubprotocolIsNotEchoed(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	e := newFakeEnv(t, &sessiontest.Launcher{}, nil)
 	tok := e.token(t, "acme", allScopes...)
 	c, resp, err := e.dialRaw("", &websocket.DialOptions{
 		Subprotocols: []string{wire.Subprotocol, wire.BearerPrefix + tok},
@@ -218,7 +220,7 @@ func TestReadOnlyCannotType(t *testing.T) {
 
 func TestOversizedMessageCloses1009(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.MaxMessageBytes = 4096 })
+	e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.MaxMessageBytes = 4096 })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -232,7 +234,7 @@ func TestOversizedMessageCloses1009(t *testing.T) {
 
 func TestProtocolErrorsAnswerOrClose(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.MaxChannels = 1 })
+	e := newFakeEnv(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, func(c *Config) { c.MaxChannels = 1 })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "a", Command: "/usr/bin/python3"})
@@ -268,7 +270,7 @@ func TestProtocolErrorsAnswerOrClose(t *testing.T) {
 
 func TestConnectionsPerSubject(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.MaxConnsPerSubject = 1 })
+	e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.MaxConnsPerSubject = 1 })
 	tok := e.token(t, "acme", allScopes...)
 	first := e.dial(t, tok)
 	defer first.close()
@@ -282,7 +284,7 @@ func TestConnectionsPerSubject(t *testing.T) {
 
 func TestStartRateLimited(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.StartsPerMinute = 2 })
+	e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.StartsPerMinute = 2 })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	for i := range 3 {
@@ -377,23 +379,16 @@ func TestShutdownClosesWith1001AndExecutionsSurvive(t *testing.T) {
 
 func TestHeartbeatClosesSilentClient(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.PingInterval, c.PongTimeout = 100*time.Millisecond, 3*time.Second })
+	e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.PingInterval, c.PongTimeout = 100*time.Millisecond, 3*time.Second })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.ws.CloseNow()
 	// Never reading means never answering pings. The server counts the
 	// connection only after its handshake answer, which the dial returns on.
-	deadline := time.Now().Add(15 * time.Second)
-	for e.srv.connections() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection was never counted")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !gatewaytest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() > 0 }) {
+		t.Fatal("the connection was never counted")
 	}
-	for e.srv.connections() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a client that answers no ping is still connected")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !gatewaytest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() == 0 }) {
+		t.Fatal("a client that answers no ping is still connected")
 	}
 	// A reading client answers pings and stays.
 	r := e.dial(t, e.token(t, "acme", allScopes...))

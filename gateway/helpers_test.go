@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,15 +17,15 @@ import (
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/sessiontest"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if sharedLauncher != nil {
-		sharedLauncher.Close()
-	}
+	sharedLauncher.Release()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -36,27 +35,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	launcherOnce   sync.Once
-	sharedLauncher *sandbox.Launcher
-	launcherErr    error
-)
+// sharedLauncher is the real sandbox the tests' gateways share.
+var sharedLauncher = sandboxtest.Shared[*sandbox.Launcher]{
+	What: "sandbox (install bubblewrap)",
+	New: func() (*sandbox.Launcher, error) {
+		return sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond})
+	},
+	Close: func(l *sandbox.Launcher) { l.Close() },
+}
 
 func needLauncher(t testing.TB) *sandbox.Launcher {
 	t.Helper()
-	launcherOnce.Do(func() {
-		sharedLauncher, launcherErr = sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond})
-	})
-	if launcherErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("sandbox unavailable under CI: %v", launcherErr)
-		}
-		t.Skipf("sandbox unavailable (install bubblewrap): %v", launcherErr)
-	}
-	return sharedLauncher
+	return sharedLauncher.Get(t)
 }
 
-// testEnv is a real gateway on 127.0.0.1 over the real sandbox.
+// testEnv is a real gateway on 127.0.0.1, over the real sandbox (newEnv)
+// or the fake launcher (newFakeEnv).
 type testEnv struct {
 	srv    *Server
 	http   *httptest.Server
@@ -65,13 +59,23 @@ type testEnv struct {
 	sup    *session.Supervisor
 }
 
-// newEnv starts a gateway; tweak adjusts its config before it starts.
+// newEnv starts a gateway over the real sandbox; tweak adjusts its
+// config before it starts.
 func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	t.Helper()
-	l := needLauncher(t)
-	dir := t.TempDir()
-	os.Chmod(filepath.Dir(dir), 0o711)
-	os.Chmod(dir, 0o711)
+	return newEnvOn(t, session.SandboxLauncher(needLauncher(t)), tweak)
+}
+
+// newFakeEnv starts a gateway over l, a fake launcher, for protocol
+// tests that need no real process: they are fast and run anywhere.
+func newFakeEnv(t testing.TB, l *sessiontest.Launcher, tweak func(*Config)) *testEnv {
+	t.Helper()
+	return newEnvOn(t, l, tweak)
+}
+
+func newEnvOn(t testing.TB, l session.Launcher, tweak func(*Config)) *testEnv {
+	t.Helper()
+	dir := sandboxtest.Dir(t)
 	secret := []byte("0123456789abcdef0123456789abcdef-test-secret")
 	secretFile := filepath.Join(dir, "secret")
 	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
@@ -82,7 +86,7 @@ func newEnv(t testing.TB, tweak func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(l)})
+	sup, err := session.New(session.Config{Launcher: l})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
@@ -631,10 +632,8 @@ func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
 	ws := e.dial(t, tok)
 	defer ws.close()
 	held := e.pollAsync(t, tok, "quiet", 1, "60s")
-	for deadline := time.Now().Add(20 * time.Second); e.srv.subjectHeld(claims) < 2; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a held long poll is not counted: %d of the subject's budget in use, want 2", e.srv.subjectHeld(claims))
-		}
+	if !gatewaytest.Eventually(t, 20*time.Second, func() bool { return e.srv.subjectHeld(claims) >= 2 }) {
+		t.Fatalf("a held long poll is not counted: %d of the subject's budget in use, want 2", e.srv.subjectHeld(claims))
 	}
 	p := <-e.pollAsync(t, tok, "quiet", 1, "60s")
 	if p.err != nil || p.status != http.StatusTooManyRequests || !strings.Contains(string(p.body), `"too_many_connections"`) {
@@ -652,10 +651,8 @@ func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
 	if p := <-held; p.err != nil || p.status != 200 {
 		t.Fatalf("held poll: %d %v: %s", p.status, p.err, p.body)
 	}
-	for deadline := time.Now().Add(20 * time.Second); e.srv.subjectHeld(claims) != 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a finished long poll still holds its place: %d in use", e.srv.subjectHeld(claims))
-		}
+	if !gatewaytest.Eventually(t, 20*time.Second, func() bool { return e.srv.subjectHeld(claims) == 1 }) {
+		t.Fatalf("a finished long poll still holds its place: %d in use", e.srv.subjectHeld(claims))
 	}
 }
 

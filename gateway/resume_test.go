@@ -4,77 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 )
-
-// cuttingProxy forwards 127.0.0.1 connections to target and cuts each one
-// after a random number of server-to-client bytes.
-type cuttingProxy struct {
-	ln     net.Listener
-	target string
-	rng    *rand.Rand
-	mu     sync.Mutex
-	cuts   int
-	wg     sync.WaitGroup
-}
-
-func newCuttingProxy(t *testing.T, target string) *cuttingProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cuttingProxy{ln: ln, target: target, rng: rand.New(rand.NewPCG(1, 2))}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
-	return p
-}
-
-func (p *cuttingProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		budget := 16<<10 + p.rng.Int64N(256<<10)
-		p.mu.Unlock()
-		p.wg.Add(1)
-		go p.forward(c, budget)
-	}
-}
-
-func (p *cuttingProxy) forward(c net.Conn, budget int64) {
-	defer p.wg.Done()
-	defer c.Close()
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() {
-		io.Copy(up, c)
-		up.Close() // the client left: so does the server side
-	}()
-	n, _ := io.Copy(c, io.LimitReader(up, budget))
-	if n == budget {
-		p.mu.Lock()
-		p.cuts++
-		p.mu.Unlock()
-	}
-}
 
 // TestResumeAcrossCutConnections cuts the TCP connection at random points
 // while seq 1 200000 streams; the client reattaches after its last
@@ -82,9 +21,9 @@ func (p *cuttingProxy) forward(c net.Conn, budget int64) {
 func TestResumeAcrossCutConnections(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.Ring = replay.Config{MaxBytes: 8 << 20, MaxEvents: 1 << 16} })
-	proxy := newCuttingProxy(t, strings.TrimPrefix(e.http.URL, "http://"))
+	proxy := gatewaytest.NewCuttingProxy(t, strings.TrimPrefix(e.http.URL, "http://"), gatewaytest.ProxyConfig{MinBudget: 16 << 10, Spread: 256 << 10, Seed: 1})
 	tok := e.token(t, "acme", allScopes...)
-	url := "ws://" + proxy.ln.Addr().String() + "/v1/connect"
+	url := "ws://" + proxy.Addr() + "/v1/connect"
 
 	c := e.dial(t, tok)
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "seq", Command: "/bin/sh", Args: []string{"-c", "seq 1 200000"}})
@@ -108,12 +47,11 @@ func TestResumeAcrossCutConnections(t *testing.T) {
 	if transcript.String() != want {
 		t.Fatalf("transcript differs: %d bytes, want %d", transcript.Len(), len(want))
 	}
-	proxy.mu.Lock()
-	defer proxy.mu.Unlock()
-	if proxy.cuts < 3 {
-		t.Fatalf("only %d connections were cut: the test did not exercise resume", proxy.cuts)
+	if cuts := proxy.Cuts(); cuts < 3 {
+		t.Fatalf("only %d connections were cut: the test did not exercise resume", cuts)
+	} else {
+		t.Logf("%d cuts", cuts)
 	}
-	t.Logf("%d cuts", proxy.cuts)
 }
 
 // resumeOnce attaches after *last and reads until the exit (done) or

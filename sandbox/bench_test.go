@@ -6,13 +6,13 @@ import (
 	"context"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/seccomp"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // firstByte records when output first arrives.
@@ -26,13 +26,6 @@ func (f *firstByte) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func benchWorkspace(b *testing.B) string {
-	d := b.TempDir()
-	os.Chmod(filepath.Dir(d), 0o711)
-	os.Chmod(d, 0o755)
-	return d
-}
-
 var benchPolicy = Policy{Command: []string{"/bin/echo", "x"}}
 
 // BenchmarkStart measures Start to first output byte and to exit of a
@@ -42,7 +35,7 @@ var benchPolicy = Policy{Command: []string{"/bin/echo", "x"}}
 func BenchmarkStart(b *testing.B) {
 	l := needLauncher(b)
 	p := benchPolicy
-	p.Workspace = benchWorkspace(b)
+	p.Workspace = sandboxtest.Dir(b)
 	b.Run("termgate", func(b *testing.B) {
 		var first time.Duration
 		for b.Loop() {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,33 +27,12 @@ import (
 
 const cgroupTestRoot = "/sys/fs/cgroup"
 
-// cgroupInCI reports whether a missing prerequisite must fail the test: a
-// silently skipped sandbox test is worse than a red one.
-func cgroupInCI() bool { return os.Getenv("CI") == "true" }
-
-// cgroupRequireRoot skips (or fails in CI) unless the test may create cgroups.
-func cgroupRequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if cgroupInCI() {
-		t.Fatal("CI=true but not running as root: cgroup tests need root")
-	}
-	t.Skip("not root: cgroup tests need root to create cgroups")
-}
-
 // cgroupRequire skips (or fails in CI) when the host lacks a feature.
 func cgroupRequire(t testing.TB, have bool, what string, info CgroupInfo) {
 	t.Helper()
-	if have {
-		return
+	if !have {
+		sandboxtest.Unavailable(t, "host cgroups (%+v) cannot enforce %s", info, what)
 	}
-	msg := fmt.Sprintf("host cgroups (%+v) cannot enforce %s", info, what)
-	if cgroupInCI() {
-		t.Fatal("CI=true: " + msg)
-	}
-	t.Skip(msg)
 }
 
 // cgroupTestName derives a unique, valid cgroup name from the test name.

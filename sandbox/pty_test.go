@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 func TestPTY(t *testing.T) {
@@ -14,10 +16,10 @@ func TestPTY(t *testing.T) {
 	l := needLauncher(t)
 	t.Run("size, controlling terminal and resize", func(t *testing.T) {
 		t.Parallel()
-		var out syncBuffer
+		var out sandboxtest.SyncBuffer
 		proc, err := l.Start(t.Context(), Policy{
 			Command:   sh(`stty size; test -t 0 && echo is-tty; ps -o stat= -p $$ | grep -q s && echo session-leader; echo ready; read x; stty size`),
-			Workspace: testDir(t), TTY: &WindowSize{Rows: 30, Cols: 100}, Proc: ProcPrivate,
+			Workspace: sandboxtest.Dir(t), TTY: &WindowSize{Rows: 30, Cols: 100}, Proc: ProcPrivate,
 		}, Stdio{Stdout: &out})
 		if err != nil {
 			t.Fatal(err)
@@ -37,10 +39,10 @@ func TestPTY(t *testing.T) {
 	})
 	t.Run("bash has job control and ^C interrupts the foreground job", func(t *testing.T) {
 		t.Parallel()
-		var out syncBuffer
+		var out sandboxtest.SyncBuffer
 		proc, err := l.Start(t.Context(), Policy{
 			Command: []string{"/bin/bash", "--norc", "-i"}, Env: map[string]string{"PS1": "$ "},
-			Workspace: testDir(t), TTY: &WindowSize{Rows: 24, Cols: 80},
+			Workspace: sandboxtest.Dir(t), TTY: &WindowSize{Rows: 24, Cols: 80},
 		}, Stdio{Stdout: &out})
 		if err != nil {
 			t.Fatal(err)
@@ -60,10 +62,10 @@ func TestPTY(t *testing.T) {
 	})
 	t.Run("TIOCSTI and TIOCLINUX are denied, high bits included", func(t *testing.T) {
 		t.Parallel()
-		var out syncBuffer
+		var out sandboxtest.SyncBuffer
 		proc, err := l.Start(t.Context(), Policy{
 			Command:   []string{"/usr/bin/perl", "-e", `my $c = "x"; for my $n (0x5412, 0x100005412, 0x541C, 0xffffffff00005412) { print ioctl(STDIN, $n, $c) ? "ALLOWED $n\n" : "denied $!\n" }`},
-			Workspace: testDir(t), TTY: &WindowSize{Rows: 24, Cols: 80},
+			Workspace: sandboxtest.Dir(t), TTY: &WindowSize{Rows: 24, Cols: 80},
 		}, Stdio{Stdout: &out})
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +78,7 @@ func TestPTY(t *testing.T) {
 	})
 	t.Run("resize needs a terminal", func(t *testing.T) {
 		t.Parallel()
-		proc, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: testDir(t)}, Stdio{})
+		proc, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: sandboxtest.Dir(t)}, Stdio{})
 		if err != nil {
 			t.Fatal(err)
 		}

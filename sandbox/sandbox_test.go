@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
@@ -22,9 +23,7 @@ import (
 // the package outlived the tests.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if testLauncher != nil {
-		testLauncher.Close()
-	}
+	testLauncher.Release()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -34,52 +33,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	launcherOnce sync.Once
-	testLauncher *Launcher
-	launcherErr  error
-)
+// testLauncher is the launcher the tests share.
+var testLauncher = sandboxtest.Shared[*Launcher]{
+	What: "sandbox (install bubblewrap to run this test)",
+	New: func() (*Launcher, error) {
+		// A grace long enough for a TERM handler to run on a loaded machine.
+		return NewLauncher(Config{KillGrace: 2 * time.Second, TenantUIDs: testTenantUIDs})
+	},
+	Close: func(l *Launcher) { l.Close() },
+}
 
-// needLauncher returns a shared launcher, skipping when this host cannot
+// needLauncher returns the shared launcher, skipping when this host cannot
 // sandbox, except under CI, where a missing sandbox is a failure.
 func needLauncher(t testing.TB) *Launcher {
 	t.Helper()
-	launcherOnce.Do(func() {
-		// A grace long enough for a TERM handler to run on a loaded machine.
-		testLauncher, launcherErr = NewLauncher(Config{KillGrace: 2 * time.Second, TenantUIDs: testTenantUIDs})
-	})
-	if launcherErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("sandbox unavailable under CI: %v", launcherErr)
-		}
-		t.Skipf("sandbox unavailable (install bubblewrap to run this test): %v", launcherErr)
-	}
-	return testLauncher
-}
-
-// needRoot skips tests of root-only guarantees, failing under CI.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI must run as root")
-		}
-		t.Skip("needs root")
-	}
-}
-
-// testDir returns a fresh directory the sandbox identity can reach:
-// t.TempDir's parent is private to root.
-func testDir(t *testing.T) string {
-	t.Helper()
-	d := t.TempDir()
-	if err := os.Chmod(filepath.Dir(d), 0o711); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return testLauncher.Get(t)
 }
 
 // result is the output and exit of one sandboxed run.
@@ -98,9 +66,9 @@ func runPolicy(t *testing.T, p Policy) result {
 	t.Helper()
 	l := needLauncher(t)
 	if p.Workspace == "" {
-		p.Workspace = testDir(t)
+		p.Workspace = sandboxtest.Dir(t)
 	}
-	var out, errb syncBuffer
+	var out, errb sandboxtest.SyncBuffer
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	proc, err := l.Start(ctx, p, Stdio{Stdout: &out, Stderr: &errb})
@@ -147,7 +115,7 @@ func TestRunReportsCodeSignalAndSetupFailure(t *testing.T) {
 // setup failure, not the init's exit code.
 func TestMissingCommandBehindTheInit(t *testing.T) {
 	t.Parallel()
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
 	cases := []struct {
 		name   string
@@ -242,7 +210,7 @@ func TestEscapesFail(t *testing.T) {
 
 func TestWorkspaceIsTheOnlyWritablePlace(t *testing.T) {
 	t.Parallel()
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	r := runPolicy(t, Policy{Command: sh("echo data > /workspace/f && echo ok"), Workspace: ws})
 	got, err := os.ReadFile(filepath.Join(ws, "f"))
 	if err != nil || string(got) != "data\n" || r.stdout != "ok\n" {
@@ -269,12 +237,12 @@ func TestIdentityAndConfinement(t *testing.T) {
 
 func TestEnvironmentIsRebuilt(t *testing.T) {
 	t.Parallel()
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	// The gateway's own environment holds secrets; none may show inside,
 	// and bwrap itself, on the host, gets no variable at all: a client's
 	// LD_PRELOAD must reach only the sandboxed command.
 	l := needLauncher(t)
-	var out, errs syncBuffer
+	var out, errs sandboxtest.SyncBuffer
 	proc, err := l.Start(t.Context(), Policy{
 		Command: sh("tr '\\0' '\\n' < /proc/1/environ; echo ---; tr '\\0' ' ' < /proc/1/cmdline; echo; echo ---; env | sort; read x"),
 		Env:     map[string]string{"ONLY": "this", "LD_PRELOAD": ws + "/evil.so"}, Workspace: ws, Proc: ProcPrivate,
@@ -334,7 +302,7 @@ func TestInheritedDescriptorsDoNotPass(t *testing.T) {
 func TestCwdEscapesStayInside(t *testing.T) {
 	t.Parallel()
 	marker := "termgate-host-marker-" + fmt.Sprint(time.Now().UnixNano())
-	hostDir := testDir(t)
+	hostDir := sandboxtest.Dir(t)
 	os.WriteFile(filepath.Join(hostDir, marker), nil, 0o644)
 	l := needLauncher(t)
 
@@ -345,7 +313,7 @@ func TestCwdEscapesStayInside(t *testing.T) {
 	}
 
 	// Two steps: one run plants a link, the next asks for it as cwd.
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	runPolicy(t, Policy{Command: sh("ln -s /proc/self/fd/3 /workspace/proj; ln -s / /workspace/root"), Workspace: ws, Proc: ProcPrivate})
 	for _, cwd := range []string{"/workspace/proj", "/workspace/root"} {
 		p := Policy{Command: sh("ls -a /; ls -a .."), Workspace: ws, Proc: ProcPrivate, Cwd: cwd}
@@ -362,12 +330,12 @@ func TestCwdEscapesStayInside(t *testing.T) {
 func TestBindSourceSymlinkRefused(t *testing.T) {
 	t.Parallel()
 	l := needLauncher(t)
-	dir := testDir(t)
+	dir := sandboxtest.Dir(t)
 	link := filepath.Join(dir, "cache")
 	if err := os.Symlink("/", link); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.Start(t.Context(), Policy{Command: sh("ls /cache"), Workspace: testDir(t),
+	_, err := l.Start(t.Context(), Policy{Command: sh("ls /cache"), Workspace: sandboxtest.Dir(t),
 		Binds: []Bind{{Source: link, Dest: "/cache", Writable: true}}}, Stdio{})
 	if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "symbolic link") {
 		t.Fatalf("bind of a symlink: want ErrInvalidPolicy naming the link, got %v", err)
@@ -379,15 +347,15 @@ func TestBindSourceSymlinkRefused(t *testing.T) {
 // between termgate's check and bwrap's mount, so it is refused.
 func TestBindSourceInSandboxWritableDirRefused(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	l := needLauncher(t)
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	owned := filepath.Join(ws, "owned")
 	os.MkdirAll(filepath.Join(owned, "src"), 0o755)
 	if err := os.Chown(owned, DefaultUID, DefaultGID); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: testDir(t),
+	_, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: sandboxtest.Dir(t),
 		Binds: []Bind{{Source: filepath.Join(owned, "src"), Dest: "/data"}}}, Stdio{})
 	if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "no sandbox can write") {
 		t.Fatalf("bind below a sandbox-owned directory: want ErrInvalidPolicy, got %v", err)
@@ -396,7 +364,7 @@ func TestBindSourceInSandboxWritableDirRefused(t *testing.T) {
 
 func TestNestedReadOnlyBindStaysReadOnly(t *testing.T) {
 	t.Parallel()
-	ro := testDir(t)
+	ro := sandboxtest.Dir(t)
 	os.WriteFile(filepath.Join(ro, "keep"), []byte("x"), 0o644)
 	os.Chmod(ro, 0o777) // writable on the host for anyone: only the mount may protect it
 	r := runPolicy(t, Policy{
@@ -476,7 +444,7 @@ func TestTmpIsSizeCapped(t *testing.T) {
 
 func TestCwdAppliedInside(t *testing.T) {
 	t.Parallel()
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
 	r := runPolicy(t, Policy{Command: []string{"pwd"}, Workspace: ws, Cwd: "/workspace/sub"})
 	if r.stdout != "/workspace/sub\n" {
@@ -490,7 +458,7 @@ func TestCwdAppliedInside(t *testing.T) {
 
 func TestCeilings(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	cases := []struct {
 		name   string
 		policy Policy
@@ -536,7 +504,7 @@ func TestSignalsReachOnlyTheCommand(t *testing.T) {
 		blind.events.Close()
 		blind.events = nil
 	}
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
 	for name, l := range map[string]*Launcher{"process events": events, "proc": blind} {
 		t.Run(name, func(t *testing.T) {
@@ -571,8 +539,8 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 	l := needLauncher(t)
 	t.Run("TERM reaches the command's handler", func(t *testing.T) {
 		t.Parallel()
-		var out syncBuffer
-		proc, err := l.Start(t.Context(), Policy{Command: sh(`trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done`), Workspace: testDir(t)}, Stdio{Stdout: &out})
+		var out sandboxtest.SyncBuffer
+		proc, err := l.Start(t.Context(), Policy{Command: sh(`trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done`), Workspace: sandboxtest.Dir(t)}, Stdio{Stdout: &out})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -585,9 +553,9 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 	})
 	t.Run("KILL follows the grace period", func(t *testing.T) {
 		t.Parallel()
-		var out syncBuffer
+		var out sandboxtest.SyncBuffer
 		marker := fmt.Sprintf("%d.%d", 900+time.Now().Nanosecond()%90, os.Getpid())
-		proc, err := l.Start(t.Context(), Policy{Command: sh(`trap "" TERM; (setsid sleep ` + marker + ` &); echo ready; sleep 1000`), Workspace: testDir(t)}, Stdio{Stdout: &out})
+		proc, err := l.Start(t.Context(), Policy{Command: sh(`trap "" TERM; (setsid sleep ` + marker + ` &); echo ready; sleep 1000`), Workspace: sandboxtest.Dir(t)}, Stdio{Stdout: &out})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -600,7 +568,7 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 		if exit.Signal != unix.SIGKILL || time.Since(start) > l.cfg.KillGrace+3*time.Second {
 			t.Errorf("forced stop: %s after %v", exit, time.Since(start))
 		}
-		if pids := processesWithArg(marker); len(pids) > 0 {
+		if pids := sandboxtest.ProcessesWithArg(marker); len(pids) > 0 {
 			t.Errorf("daemon survived its execution: pids %v", pids)
 		}
 	})
@@ -608,7 +576,7 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 		t.Parallel()
 		// The ceiling puts prlimit before the command: a SIGTERM to the
 		// helper would end the run as a setup failure.
-		proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", "100"}, Workspace: testDir(t), Limits: Limits{OpenFiles: 64}}, Stdio{})
+		proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", "100"}, Workspace: sandboxtest.Dir(t), Limits: Limits{OpenFiles: 64}}, Stdio{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -619,7 +587,7 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 	})
 	t.Run("KILL before the command exists", func(t *testing.T) {
 		t.Parallel()
-		proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", "100"}, Workspace: testDir(t)}, Stdio{})
+		proc, err := l.Start(t.Context(), Policy{Command: []string{"sleep", "100"}, Workspace: sandboxtest.Dir(t)}, Stdio{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -640,7 +608,7 @@ func TestStopIsGracefulThenForced(t *testing.T) {
 	t.Run("context", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(t.Context())
-		proc, err := l.Start(ctx, Policy{Command: []string{"sleep", "100"}, Workspace: testDir(t)}, Stdio{})
+		proc, err := l.Start(ctx, Policy{Command: []string{"sleep", "100"}, Workspace: sandboxtest.Dir(t)}, Stdio{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -661,26 +629,13 @@ func TestDaemonDoesNotOutliveExecution(t *testing.T) {
 		t.Errorf("run: %v", r)
 	}
 	for _, marker := range []string{daemon, stopped} {
-		if pids := processesWithArg(marker); len(pids) > 0 {
+		if pids := sandboxtest.ProcessesWithArg(marker); len(pids) > 0 {
 			t.Errorf("process %q outlived its execution: pids %v", marker, pids)
 		}
 	}
 }
 
-// processesWithArg lists host processes whose command line contains arg.
-func processesWithArg(arg string) []string {
-	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), arg) && !strings.Contains(string(b), "-c") {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
-func waitFor(t *testing.T, out *syncBuffer, s string) {
+func waitFor(t *testing.T, out *sandboxtest.SyncBuffer, s string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(out.String(), s) {
@@ -703,8 +658,8 @@ func TestProbe(t *testing.T) {
 func TestStdinReachesCommandAndCloses(t *testing.T) {
 	t.Parallel()
 	l := needLauncher(t)
-	var out syncBuffer
-	proc, err := l.Start(t.Context(), Policy{Command: []string{"wc", "-c"}, Workspace: testDir(t)}, Stdio{Stdout: &out})
+	var out sandboxtest.SyncBuffer
+	proc, err := l.Start(t.Context(), Policy{Command: []string{"wc", "-c"}, Workspace: sandboxtest.Dir(t)}, Stdio{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // cgroupTestCrash lays out, under parent in every hierarchy, what a
@@ -72,11 +74,11 @@ func cgroupTestUnrelated(t *testing.T, parent string) []string {
 
 func TestSweepRemovesWhatACrashLeft(t *testing.T) {
 	t.Parallel()
-	cgroupRequireRoot(t)
+	sandboxtest.NeedRoot(t)
 	parent := cgroupTestParent(t)
 	made, sleep := cgroupTestCrash(t, parent)
 	unrelated := cgroupTestUnrelated(t, parent)
-	var logs syncBuffer
+	var logs sandboxtest.SyncBuffer
 	l := cgroupTestLauncher(t, Config{CgroupParent: parent, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 
 	got, err := l.SweepCgroups()
@@ -112,7 +114,7 @@ func TestSweepRemovesWhatACrashLeft(t *testing.T) {
 
 func TestSweepRefusesWhileAnotherInstanceRuns(t *testing.T) {
 	t.Parallel()
-	cgroupRequireRoot(t)
+	sandboxtest.NeedRoot(t)
 	parent := cgroupTestParent(t)
 	running := cgroupTestLauncher(t, Config{CgroupParent: parent})
 	r := startHeld(t, running, Policy{Command: sh("echo held; read x")})
@@ -136,7 +138,7 @@ func TestSweepRefusesWhileAnotherInstanceRuns(t *testing.T) {
 
 func TestSweepOnlyBeforeTheFirstStart(t *testing.T) {
 	t.Parallel()
-	cgroupRequireRoot(t)
+	sandboxtest.NeedRoot(t)
 	l := cgroupTestLauncher(t, Config{})
 	if r := runOn(t, l, Policy{Command: []string{"true"}}); !r.exit.Success() {
 		t.Fatalf("run: %v", r)
@@ -187,12 +189,12 @@ func TestCrashHelperInstance(t *testing.T) {
 
 func TestSweepAfterKill9(t *testing.T) {
 	t.Parallel()
-	cgroupRequireRoot(t)
+	sandboxtest.NeedRoot(t)
 	needLauncher(t)
 	parent := cgroupTestParent(t)
-	var out syncBuffer
+	var out sandboxtest.SyncBuffer
 	server := exec.Command(os.Args[0], "-test.run=^TestCrashHelperInstance$", "-test.count=1")
-	server.Env = append(os.Environ(), crashHelperEnv+"="+parent, crashWorkspaceEnv+"="+testDir(t))
+	server.Env = append(os.Environ(), crashHelperEnv+"="+parent, crashWorkspaceEnv+"="+sandboxtest.Dir(t))
 	server.Stdout, server.Stderr = &out, &out
 	if err := server.Start(); err != nil {
 		t.Fatalf("start the instance to crash: %v", err)

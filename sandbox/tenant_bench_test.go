@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // benchBusyDefault keeps `-benchtime=1x` quick; the issue's figure is 500
@@ -49,7 +51,7 @@ func BenchmarkTenantEcho(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/busy=%d", mode.name, n), func(b *testing.B) {
 			l := cgroupTestLauncher(b, Config{TenantLimits: Limits{CPUWeight: 100}})
 			cgroupRequire(b, l.cgroups.Info().CPU, "a cpu weight", l.cgroups.Info())
-			ws := benchWorkspace(b)
+			ws := sandboxtest.Dir(b)
 			busy := benchStartBusy(b, l, Policy{Command: sh("echo up; while :; do :; done"), Workspace: ws, Tenant: mode.tenantA, Limits: Limits{CPUWeight: 100}}, n)
 			defer benchStopAll(busy)
 			echo := &echoOutput{arrived: make(chan struct{}, 1)}

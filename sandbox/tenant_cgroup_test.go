@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // cgroupTestLauncher returns a launcher of the test's own, whose cgroups
@@ -18,7 +20,7 @@ import (
 // removed when the test ends.
 func cgroupTestLauncher(t testing.TB, cfg Config) *Launcher {
 	t.Helper()
-	cgroupRequireRoot(t)
+	sandboxtest.NeedRoot(t)
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = cgroupTestParent(t)
 	}
@@ -26,12 +28,7 @@ func cgroupTestLauncher(t testing.TB, cfg Config) *Launcher {
 		cfg.KillGrace = 2 * time.Second
 	}
 	l, err := NewLauncher(cfg)
-	if err != nil {
-		if cgroupInCI() {
-			t.Fatalf("CI=true: sandbox unavailable: %v", err)
-		}
-		t.Skipf("sandbox unavailable (install bubblewrap to run this test): %v", err)
-	}
+	sandboxtest.Need(t, "sandbox (install bubblewrap to run this test)", err)
 	t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -39,8 +36,8 @@ func cgroupTestLauncher(t testing.TB, cfg Config) *Launcher {
 // runOn runs p on l with a fresh workspace and a bound on its duration.
 func runOn(t *testing.T, l *Launcher, p Policy) result {
 	t.Helper()
-	p.Workspace = testDir(t)
-	var out, errb syncBuffer
+	p.Workspace = sandboxtest.Dir(t)
+	var out, errb sandboxtest.SyncBuffer
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	proc, err := l.Start(ctx, p, Stdio{Stdout: &out, Stderr: &errb})
@@ -56,8 +53,8 @@ func runOn(t *testing.T, l *Launcher, p Policy) result {
 // ends.
 func startHeld(t *testing.T, l *Launcher, p Policy) *Process {
 	t.Helper()
-	p.Workspace = testDir(t)
-	var out syncBuffer
+	p.Workspace = sandboxtest.Dir(t)
+	var out sandboxtest.SyncBuffer
 	proc, err := l.Start(t.Context(), p, Stdio{Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatalf("start %q for tenant %q: %v", p.Command, p.Tenant, err)
@@ -190,10 +187,10 @@ func TestTenantCPUWeight(t *testing.T) {
 
 func TestTenantCeilingUnenforceable(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	// A root without cgroups cannot enforce any ceiling.
 	l := cgroupTestLauncher(t, Config{CgroupRoot: t.TempDir(), TenantLimits: Limits{Memory: 64 << 20}})
-	_, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: testDir(t), Tenant: "a"}, Stdio{})
+	_, err := l.Start(t.Context(), Policy{Command: []string{"true"}, Workspace: sandboxtest.Dir(t), Tenant: "a"}, Stdio{})
 	if !errors.Is(err, ErrUnenforceable) || !strings.Contains(err.Error(), "memory") {
 		t.Errorf("start under an unenforceable tenant memory ceiling: %v, want ErrUnenforceable naming memory", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // testTenantUIDs is the shared test launcher's tenant range; no other
@@ -40,7 +42,7 @@ print("ok" if r >= 0 else "errno %d" % ctypes.get_errno())
 // id of its own, still gets one. The shared-uid case shows the starvation
 // is real here, so the other case cannot pass by accident.
 func TestTenantsDoNotShareInotifyInstances(t *testing.T) {
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	py := needPython(t)
 	l := needLauncher(t)
 	a, b := testTenantUIDs.First+1, testTenantUIDs.First+2
@@ -53,8 +55,8 @@ func TestTenantsDoNotShareInotifyInstances(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
-			var out syncBuffer
-			holder, err := l.Start(ctx, Policy{Command: []string{py, "-c", holdInotify}, Workspace: testDir(t), UID: c.uidA, GID: c.uidA}, Stdio{Stdout: &out})
+			var out sandboxtest.SyncBuffer
+			holder, err := l.Start(ctx, Policy{Command: []string{py, "-c", holdInotify}, Workspace: sandboxtest.Dir(t), UID: c.uidA, GID: c.uidA}, Stdio{Stdout: &out})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +76,7 @@ func TestTenantsDoNotShareInotifyInstances(t *testing.T) {
 
 func TestPolicyIdentityRefused(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	l := needLauncher(t)
 	in := testTenantUIDs.First
 	for _, c := range []struct {
@@ -91,7 +93,7 @@ func TestPolicyIdentityRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := l.Start(t.Context(), Policy{Command: sh("true"), Workspace: testDir(t), UID: c.uid, GID: c.gid}, Stdio{})
+			_, err := l.Start(t.Context(), Policy{Command: sh("true"), Workspace: sandboxtest.Dir(t), UID: c.uid, GID: c.gid}, Stdio{})
 			if !errors.Is(err, c.want) {
 				t.Errorf("start as %d:%d: %v, want %v", c.uid, c.gid, err, c.want)
 			}
@@ -101,7 +103,7 @@ func TestPolicyIdentityRefused(t *testing.T) {
 
 func TestTenantRangeRefused(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	for _, r := range []UIDRange{{First: 0, Count: 10}, {First: 65530, Count: 10}, {First: DefaultUID - 1, Count: 2}, {First: 1<<32 - 3, Count: 10}} {
 		if l, err := NewLauncher(Config{TenantUIDs: r}); !errors.Is(err, ErrIdentity) {
 			if l != nil {
@@ -115,7 +117,7 @@ func TestTenantRangeRefused(t *testing.T) {
 // openTestWorkspaces opens a Workspaces with a small quota: 8 MiB, 128 inodes.
 func openTestWorkspaces(t *testing.T) *Workspaces {
 	t.Helper()
-	w, err := OpenWorkspaces(WorkspacesConfig{Root: filepath.Join(testDir(t), "ws"), TenantUIDs: testTenantUIDs, Bytes: 8 << 20, Inodes: 128})
+	w, err := OpenWorkspaces(WorkspacesConfig{Root: filepath.Join(sandboxtest.Dir(t), "ws"), TenantUIDs: testTenantUIDs, Bytes: 8 << 20, Inodes: 128})
 	if err != nil {
 		t.Fatalf("open workspaces: %v", err)
 	}
@@ -135,7 +137,7 @@ func tenantPolicy(t *testing.T, w *Workspaces, tenant, script string) Policy {
 
 func TestWorkspaceQuotaInsideSandbox(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	w := openTestWorkspaces(t)
 	r := runPolicy(t, tenantPolicy(t, w, "acme", "dd if=/dev/zero of=/workspace/big bs=1M count=16 2>&1; echo status $?"))
 	if !strings.Contains(r.stdout, "No space left on device") || strings.Contains(r.stdout, "status 0") {
@@ -159,7 +161,7 @@ func TestWorkspaceQuotaInsideSandbox(t *testing.T) {
 // is the root ("/") of a filesystem of its own.
 func TestMountinfoHidesTenantAndHostPath(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	w := openTestWorkspaces(t)
 	const tenant = "acme-secret-tenant"
 	r := runPolicy(t, tenantPolicy(t, w, tenant, "cat /proc/self/mountinfo"))
@@ -177,7 +179,7 @@ func TestMountinfoHidesTenantAndHostPath(t *testing.T) {
 // sandbox.ErrUnenforceable, like every other ceiling.
 func TestUnenforceableQuotaIsThisPackagesError(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	w, err := OpenWorkspaces(WorkspacesConfig{Root: filepath.Join(t.TempDir(), "ws"), TenantUIDs: testTenantUIDs, Bytes: 8 << 20, Mkfs: "/nonexistent/mkfs.ext4"})
 	if err == nil {
 		w.Close()

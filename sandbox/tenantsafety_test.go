@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,10 +39,7 @@ func buildPreload(t *testing.T, ws string) {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("gcc is needed under CI to build the preload library")
-		}
-		t.Skip("needs gcc")
+		sandboxtest.Unavailable(t, "needs gcc to build the preload library")
 	}
 	src := filepath.Join(ws, "evil.c")
 	if err := os.WriteFile(src, []byte(preloadSource), 0o644); err != nil {
@@ -58,7 +56,7 @@ func buildPreload(t *testing.T, ws string) {
 // command, and cannot lift a ceiling.
 func TestClientEnvironmentReachesOnlyTheCommand(t *testing.T) {
 	t.Parallel()
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	buildPreload(t, ws)
 	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
 	for _, v := range []string{"LD_PRELOAD", "LD_AUDIT"} {
@@ -122,7 +120,7 @@ func TestStoppedInitEndsWithTheCommand(t *testing.T) {
 	if l.events == nil {
 		t.Skip("needs process events to tell the command's exit")
 	}
-	ws := testDir(t)
+	ws := sandboxtest.Dir(t)
 	proc, err := l.Start(t.Context(), Policy{Command: sh("read line; exit 3"), Workspace: ws}, Stdio{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package session
+package session_test
 
 import (
 	"bytes"
@@ -16,14 +16,14 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	. "github.com/termgate/termgate/session" // the tests read as the package's own
+	"github.com/termgate/termgate/session/sessiontest"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if integrationLauncher != nil {
-		integrationLauncher.Close()
-	}
+	integrationLauncher.Release()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -44,7 +44,7 @@ func untimed(cmd ...string) Spec {
 	return sp
 }
 
-func newFake(t *testing.T, l *fakeLauncher, cfg Config) *Supervisor {
+func newFake(t *testing.T, l *sessiontest.Launcher, cfg Config) *Supervisor {
 	t.Helper()
 	cfg.Launcher = l
 	s, err := New(cfg)
@@ -95,21 +95,21 @@ func drainErr(sub *Subscription) ([]byte, []replay.Event, error) {
 
 func TestStartIsIdempotentByOwnerAndID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &fakeLauncher{script: untilStopped}
+		l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
 		s := newFake(t, l, Config{})
 		a, err := s.Start(t.Context(), "acme", "build-1", spec("make"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, err := s.Start(t.Context(), "acme", "build-1", spec("make"))
-		if err != nil || b.ID != a.ID || len(l.procs) != 1 {
-			t.Fatalf("retried start: %+v, %v, %d processes", b, err, len(l.procs))
+		if err != nil || b.ID != a.ID || len(l.Procs()) != 1 {
+			t.Fatalf("retried start: %+v, %v, %d processes", b, err, len(l.Procs()))
 		}
 		if _, err := s.Start(t.Context(), "acme", "build-1", spec("make", "install")); !errors.Is(err, ErrConflict) {
 			t.Fatalf("same id, other spec: %v", err)
 		}
 		// Another owner's ID is unknown to this one: a start creates its own.
-		if _, err := s.Start(t.Context(), "other", "build-1", spec("make", "install")); err != nil || len(l.procs) != 2 {
+		if _, err := s.Start(t.Context(), "other", "build-1", spec("make", "install")); err != nil || len(l.Procs()) != 2 {
 			t.Fatalf("other owner's start: %v", err)
 		}
 		if _, err := s.Get("other", "nope"); !errors.Is(err, ErrNotFound) {
@@ -130,7 +130,7 @@ func TestStartIsIdempotentByOwnerAndID(t *testing.T) {
 
 func TestInvalidIDsAndSpecs(t *testing.T) {
 	t.Parallel()
-	s := newFake(t, &fakeLauncher{}, Config{})
+	s := newFake(t, &sessiontest.Launcher{}, Config{})
 	for _, id := range []string{"-x", ".x", "a/b", strings.Repeat("a", 129), "a b", "é"} {
 		if _, err := s.Start(t.Context(), "o", id, spec("true")); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("id %q: %v", id, err)
@@ -140,7 +140,7 @@ func TestInvalidIDsAndSpecs(t *testing.T) {
 		t.Errorf("empty spec: %v (%s)", err, Code(err))
 	}
 	info, err := s.Start(t.Context(), "o", "", spec("true"))
-	if err != nil || !idPattern.MatchString(info.ID) {
+	if err != nil || !IDPattern.MatchString(info.ID) {
 		t.Errorf("generated id %q: %v", info.ID, err)
 	}
 }
@@ -148,23 +148,23 @@ func TestInvalidIDsAndSpecs(t *testing.T) {
 func TestLifecycleStatuses(t *testing.T) {
 	cases := []struct {
 		name   string
-		script func(*fakeProc) sandbox.Exit
+		script func(*sessiontest.Proc) sandbox.Exit
 		act    func(s *Supervisor, id string)
 		want   Status
 		reason string
 	}{
-		{"exited", sleepFor(time.Second, 3), nil, StatusExited, "exited with code 3"},
-		{"cancelled", untilStopped, func(s *Supervisor, id string) { s.Cancel("o", id) }, StatusCancelled, "cancelled"},
-		{"timed out", untilStopped, nil, StatusTimedOut, "timed out after 2m0s"},
-		{"limit", func(*fakeProc) sandbox.Exit {
+		{"exited", sessiontest.SleepFor(time.Second, 3), nil, StatusExited, "exited with code 3"},
+		{"cancelled", sessiontest.UntilStopped, func(s *Supervisor, id string) { s.Cancel("o", id) }, StatusCancelled, "cancelled"},
+		{"timed out", sessiontest.UntilStopped, nil, StatusTimedOut, "timed out after 2m0s"},
+		{"limit", func(*sessiontest.Proc) sandbox.Exit {
 			return sandbox.Exit{Code: -1, Signal: syscall.SIGKILL, Limit: sandbox.LimitMemory}
 		}, nil, StatusLimit, "memory ceiling"},
-		{"failed", func(*fakeProc) sandbox.Exit { return sandbox.Exit{Code: -1, SetupError: "bwrap: boom"} }, nil, StatusFailed, "bwrap: boom"},
+		{"failed", func(*sessiontest.Proc) sandbox.Exit { return sandbox.Exit{Code: -1, SetupError: "bwrap: boom"} }, nil, StatusFailed, "bwrap: boom"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := newFake(t, &fakeLauncher{script: c.script}, Config{})
+				s := newFake(t, &sessiontest.Launcher{Script: c.script}, Config{})
 				start := time.Now()
 				info, err := s.Start(t.Context(), "o", "x", spec("cmd"))
 				if err != nil {
@@ -193,7 +193,7 @@ func TestLifecycleStatuses(t *testing.T) {
 
 func TestLaunchFailures(t *testing.T) {
 	t.Parallel()
-	l := &fakeLauncher{err: fmt.Errorf("%w: workspace: no such directory", sandbox.ErrInvalidPolicy)}
+	l := &sessiontest.Launcher{Err: fmt.Errorf("%w: workspace: no such directory", sandbox.ErrInvalidPolicy)}
 	s := newFake(t, l, Config{})
 	if _, err := s.Start(t.Context(), "o", "a", spec("x")); !errors.Is(err, sandbox.ErrInvalidPolicy) {
 		t.Fatalf("invalid policy: %v", err)
@@ -201,7 +201,7 @@ func TestLaunchFailures(t *testing.T) {
 	if _, err := s.Get("o", "a"); !errors.Is(err, ErrNotFound) || s.Stats().StartedTotal != 0 {
 		t.Fatalf("a refused spec must leave nothing behind: %v, %+v", err, s.Stats())
 	}
-	l.err = errors.New("bwrap exploded")
+	l.Err = errors.New("bwrap exploded")
 	info, err := s.Start(t.Context(), "o", "b", spec("x"))
 	if err != nil || info.Status != StatusFailed || !strings.Contains(info.Result.Reason, "bwrap exploded") {
 		t.Fatalf("failed start: %+v, %v", info, err)
@@ -210,7 +210,7 @@ func TestLaunchFailures(t *testing.T) {
 
 func TestRetentionExpiresByTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newFake(t, &fakeLauncher{script: sleepFor(time.Second, 0)}, Config{})
+		s := newFake(t, &sessiontest.Launcher{Script: sessiontest.SleepFor(time.Second, 0)}, Config{})
 		sp := spec("x")
 		sp.Retention = time.Minute
 		info, _ := s.Start(t.Context(), "o", "r", sp)
@@ -232,7 +232,7 @@ func TestRetentionExpiresByTimer(t *testing.T) {
 
 func TestCapacity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newFake(t, &fakeLauncher{script: sleepArg}, Config{MaxRunning: 3, MaxRunningPerOwner: 2, MaxRetained: 4})
+		s := newFake(t, &sessiontest.Launcher{Script: sessiontest.SleepArg}, Config{MaxRunning: 3, MaxRunningPerOwner: 2, MaxRetained: 4})
 		for i, owner := range []string{"a", "a", "b"} {
 			if _, err := s.Start(t.Context(), owner, fmt.Sprint("x", i), untimed("sleep", fmt.Sprint(i+1, "h"))); err != nil {
 				t.Fatal(err)
@@ -246,7 +246,7 @@ func TestCapacity(t *testing.T) {
 		}
 		time.Sleep(3*time.Hour + time.Second) // x0, x1, x2 end an hour apart
 		synctest.Wait()
-		for _, k := range []key{{"c", "y0"}, {"c", "y1"}, {"d", "z0"}} {
+		for _, k := range []struct{ owner, id string }{{"c", "y0"}, {"c", "y1"}, {"d", "z0"}} {
 			if _, err := s.Start(t.Context(), k.owner, k.id, untimed("sleep", "1h")); err != nil {
 				t.Fatalf("start %v: %v", k, err)
 			}
@@ -271,7 +271,7 @@ func TestCapacity(t *testing.T) {
 
 func TestCapacityAllRunning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newFake(t, &fakeLauncher{script: untilStopped}, Config{MaxRetained: 2})
+		s := newFake(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, Config{MaxRetained: 2})
 		s.Start(t.Context(), "o", "a", spec("x"))
 		s.Start(t.Context(), "o", "b", spec("x"))
 		_, err := s.Start(t.Context(), "o", "c", spec("x"))
@@ -283,7 +283,7 @@ func TestCapacityAllRunning(t *testing.T) {
 
 func TestInputByOffsetIsAppliedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &fakeLauncher{script: untilStopped}
+		l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
 		s := newFake(t, l, Config{InputBuffer: 8})
 		info, _ := s.Start(t.Context(), "o", "in", spec("cat"))
 		steps := []struct {
@@ -305,14 +305,14 @@ func TestInputByOffsetIsAppliedOnce(t *testing.T) {
 			}
 			synctest.Wait()
 		}
-		if got, _ := l.procs[0].input(); got != "abcdef" {
+		if got, _ := l.Procs()[0].Input(); got != "abcdef" {
 			t.Errorf("stdin got %q, want abcdef", got)
 		}
 		if err := s.CloseStdin("o", info.ID); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if _, closed := l.procs[0].input(); !closed {
+		if _, closed := l.Procs()[0].Input(); !closed {
 			t.Error("stdin not closed")
 		}
 		s.Cancel("o", info.ID)
@@ -321,7 +321,7 @@ func TestInputByOffsetIsAppliedOnce(t *testing.T) {
 
 func TestResizeSignalAndEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &fakeLauncher{script: untilStopped}
+		l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
 		s := newFake(t, l, Config{})
 		sp := spec("bash")
 		sp.Policy.TTY = &sandbox.WindowSize{Rows: 24, Cols: 80}
@@ -351,9 +351,9 @@ func TestResizeSignalAndEvents(t *testing.T) {
 		if evs[0].Rows != 24 || evs[1].Rows != 1 || evs[1].Cols != 1000 || evs[2].Signal != int(syscall.SIGINT) {
 			t.Errorf("event payloads: %+v", evs[:3])
 		}
-		p := l.procs[0]
-		if len(p.sizes) != 1 || p.sizes[0] != (sandbox.WindowSize{Rows: 1, Cols: 1000}) || p.signals[0] != syscall.SIGINT {
-			t.Errorf("process saw sizes %v, signals %v", p.sizes, p.signals)
+		p := l.Procs()[0]
+		if sizes, signals := p.Sizes(), p.Signals(); len(sizes) != 1 || sizes[0] != (sandbox.WindowSize{Rows: 1, Cols: 1000}) || len(signals) == 0 || signals[0] != syscall.SIGINT {
+			t.Errorf("process saw sizes %v, signals %v", sizes, signals)
 		}
 		if err := s.Resize("o", info.ID, 10, 10); !errors.Is(err, ErrNotRunning) {
 			t.Errorf("resize after exit: %v", err)
@@ -363,9 +363,9 @@ func TestResizeSignalAndEvents(t *testing.T) {
 
 func TestSplitCharacterArrivesIntact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &fakeLauncher{script: func(p *fakeProc) sandbox.Exit {
-			p.stdio.Stdout.Write([]byte("price: \xe2\x82"))
-			p.stdio.Stdout.Write([]byte("\xac\n"))
+		l := &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
+			p.Stdio.Stdout.Write([]byte("price: \xe2\x82"))
+			p.Stdio.Stdout.Write([]byte("\xac\n"))
 			return sandbox.Exit{}
 		}}
 		s := newFake(t, l, Config{})
@@ -381,9 +381,9 @@ func TestSplitCharacterArrivesIntact(t *testing.T) {
 
 func TestFinalOutputKeepsHeadAndTail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &fakeLauncher{script: func(p *fakeProc) sandbox.Exit {
-			p.stdio.Stdout.Write([]byte(strings.Repeat("é", 100))) // 200 bytes
-			p.stdio.Stderr.Write([]byte("warn\n"))
+		l := &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
+			p.Stdio.Stdout.Write([]byte(strings.Repeat("é", 100))) // 200 bytes
+			p.Stdio.Stderr.Write([]byte("warn\n"))
 			return sandbox.Exit{Code: 1}
 		}}
 		s := newFake(t, l, Config{})
@@ -392,7 +392,7 @@ func TestFinalOutputKeepsHeadAndTail(t *testing.T) {
 		info, _ := s.Start(t.Context(), "o", "h", sp)
 		sub, _, _ := s.Attach("o", info.ID, 0)
 		drain(t, sub)
-		res := s.mustGet(t, "o", info.ID).Result
+		res := mustGet(t, s, "o", info.ID).Result
 		o := res.Stdout
 		if string(o.Head) != strings.Repeat("é", 8) || string(o.Tail) != strings.Repeat("é", 8) || !o.Truncated ||
 			o.Original != 200 || o.Retained != 32 || o.Omitted != 168 {
@@ -404,7 +404,7 @@ func TestFinalOutputKeepsHeadAndTail(t *testing.T) {
 	})
 }
 
-func (s *Supervisor) mustGet(t *testing.T, owner, id string) Info {
+func mustGet(t *testing.T, s *Supervisor, owner, id string) Info {
 	t.Helper()
 	info, err := s.Get(owner, id)
 	if err != nil {
@@ -419,14 +419,14 @@ func TestReplayThenLiveUnderLoad(t *testing.T) {
 	t.Parallel()
 	const chunks = 20000
 	started := make(chan struct{})
-	l := &fakeLauncher{script: func(p *fakeProc) sandbox.Exit {
+	l := &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
 		buf := make([]byte, 100)
 		for i := range chunks {
 			if i == 1000 {
 				close(started)
 			}
 			copy(buf, fmt.Sprintf("%099d\n", i))
-			p.stdio.Stdout.Write(buf)
+			p.Stdio.Stdout.Write(buf)
 		}
 		return sandbox.Exit{}
 	}}
@@ -493,10 +493,10 @@ func continuity(evs []replay.Event) error {
 // falls behind; the ring stays within its bound and the reader sees a gap.
 func TestSlowSubscriberDoesNotGrowMemory(t *testing.T) {
 	t.Parallel()
-	l := &fakeLauncher{script: func(p *fakeProc) sandbox.Exit {
+	l := &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
 		b := bytes.Repeat([]byte("x"), 4096)
 		for range 4096 { // 16 MiB
-			p.stdio.Stdout.Write(b)
+			p.Stdio.Stdout.Write(b)
 		}
 		return sandbox.Exit{}
 	}}
@@ -510,11 +510,10 @@ func TestSlowSubscriberDoesNotGrowMemory(t *testing.T) {
 	if _, err := s.Wait(ctx, "o", info.ID, 1<<62, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	for s.mustGet(t, "o", info.ID).Result == nil {
+	for mustGet(t, s, "o", info.ID).Result == nil {
 		time.Sleep(time.Millisecond)
 	}
-	e, _ := s.lookup("o", info.ID)
-	if st := e.ring.Stats(); st.Bytes > 256<<10 || st.OutputBytes != 16<<20 {
+	if st := RingStats(s, "o", info.ID); st.Bytes > 256<<10 || st.OutputBytes != 16<<20 {
 		t.Fatalf("ring holds %d bytes after %d appended", st.Bytes, st.OutputBytes)
 	}
 	_, gap, err := sub.Next(ctx)
@@ -525,9 +524,9 @@ func TestSlowSubscriberDoesNotGrowMemory(t *testing.T) {
 
 func TestWaitLongPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newFake(t, &fakeLauncher{script: func(p *fakeProc) sandbox.Exit {
+		s := newFake(t, &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
 			time.Sleep(10 * time.Second)
-			p.stdio.Stdout.Write([]byte("tick"))
+			p.Stdio.Stdout.Write([]byte("tick"))
 			time.Sleep(10 * time.Second)
 			return sandbox.Exit{}
 		}}, Config{})
@@ -554,7 +553,7 @@ func TestWaitLongPoll(t *testing.T) {
 
 func TestCloseStopsEverything(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &fakeLauncher{script: untilStopped}
+		l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
 		s, _ := New(Config{Launcher: l})
 		for i := range 3 {
 			s.Start(t.Context(), "o", fmt.Sprint("c", i), spec("x"))
@@ -575,7 +574,7 @@ func TestCloseStopsEverything(t *testing.T) {
 // evicts its own results, not another tenant's.
 func TestEvictionSparesOtherTenants(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newFake(t, &fakeLauncher{script: sleepFor(time.Second, 0)}, Config{MaxRetained: 4})
+		s := newFake(t, &sessiontest.Launcher{Script: sessiontest.SleepFor(time.Second, 0)}, Config{MaxRetained: 4})
 		s.Start(t.Context(), "quiet", "keep", spec("x"))
 		time.Sleep(2 * time.Second) // quiet's result is now the oldest
 		for i := range 10 {
@@ -599,7 +598,7 @@ func TestEvictionSparesOtherTenants(t *testing.T) {
 // all of its executions run it is at capacity.
 func TestRetainedPerOwnerCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newFake(t, &fakeLauncher{script: sleepArg}, Config{MaxRetained: 100, MaxRetainedPerOwner: 3})
+		s := newFake(t, &sessiontest.Launcher{Script: sessiontest.SleepArg}, Config{MaxRetained: 100, MaxRetainedPerOwner: 3})
 		for i := range 3 {
 			if _, err := s.Start(t.Context(), "busy", fmt.Sprint("b", i), untimed("sleep", fmt.Sprint(i+1, "s"))); err != nil {
 				t.Fatal(err)
@@ -631,9 +630,9 @@ func TestRetainedPerOwnerCap(t *testing.T) {
 }
 
 func TestRetainedPerOwnerDefault(t *testing.T) {
-	s := newFake(t, &fakeLauncher{script: sleepArg}, Config{})
-	if s.cfg.MaxRetainedPerOwner != DefaultMaxRetainedPerOwner || DefaultMaxRetainedPerOwner != 128 {
-		t.Fatalf("default per-owner retention %d", s.cfg.MaxRetainedPerOwner)
+	s := newFake(t, &sessiontest.Launcher{Script: sessiontest.SleepArg}, Config{})
+	if ConfigOf(s).MaxRetainedPerOwner != DefaultMaxRetainedPerOwner || DefaultMaxRetainedPerOwner != 128 {
+		t.Fatalf("default per-owner retention %d", ConfigOf(s).MaxRetainedPerOwner)
 	}
 }
 
@@ -655,7 +654,7 @@ func TestDescriptorExhaustionIsCapacity(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			l := &fakeLauncher{err: tt.err}
+			l := &sessiontest.Launcher{Err: tt.err}
 			s := newFake(t, l, Config{})
 			_, err := s.Start(t.Context(), "o", "a", spec("x"))
 			if !errors.Is(err, ErrCapacity) || Code(err) != "capacity" {
@@ -667,7 +666,7 @@ func TestDescriptorExhaustionIsCapacity(t *testing.T) {
 			if _, err := s.Get("o", "a"); !errors.Is(err, ErrNotFound) || s.Stats().StartedTotal != 0 {
 				t.Fatalf("a start out of descriptors left something behind: %v, %+v", err, s.Stats())
 			}
-			l.err = nil
+			l.Err = nil
 			if info, err := s.Start(t.Context(), "o", "a", spec("x")); err != nil || info.Status == StatusFailed {
 				t.Fatalf("retry: %+v, %v", info, err)
 			}

@@ -21,7 +21,9 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/web"
 )
 
@@ -33,10 +35,7 @@ func needBrowser(t *testing.T) context.Context {
 	path, err := exec.LookPath("chromium")
 	if err != nil || !web.Built() {
 		msg := "the browser tests need Debian's chromium and the built page (make test does both)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		sandboxtest.Unavailable(t, "%s", msg)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
@@ -84,17 +83,17 @@ func saveScreenshot(t *testing.T, ctx context.Context) {
 // poll evaluates js until cond holds for its result, or fails.
 func poll[T any](t *testing.T, ctx context.Context, what, js string, cond func(T) bool) T {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	var v T
+	var err error
+	if !gatewaytest.Eventually(t, 90*time.Second, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		v, err := chromedp.Run(cctx, chromedp.Evaluate[T](js))
-		cancel()
-		if err == nil && cond(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: last %v, %v", what, v, err)
-		}
+		defer cancel()
+		v, err = chromedp.Run(cctx, chromedp.Evaluate[T](js))
+		return err == nil && cond(v)
+	}) {
+		t.Fatalf("waiting for %s: last %v, %v", what, v, err)
 	}
+	return v
 }
 
 func transcript(t *testing.T, ctx context.Context, what string, cond func(string) bool) string {
@@ -194,7 +193,7 @@ func TestBrowserResumesAfterServerDrops(t *testing.T) {
 	g := startGateway(t, "--ring-bytes", "32M")
 	proxy := newDroppingProxySized(t, strings.TrimPrefix(g.url, "http://"), 16<<10)
 	ctx := needBrowser(t)
-	openPage(t, ctx, "http://"+proxy.addr()+"/#token="+g.token(t, "acme", allScopes))
+	openPage(t, ctx, "http://"+proxy.Addr()+"/#token="+g.token(t, "acme", allScopes))
 	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
 	// The terminal does not echo while seq runs, so the lines typed
 	// meanwhile stay out of seq's output; the shell runs them after it.
@@ -209,7 +208,7 @@ func TestBrowserResumesAfterServerDrops(t *testing.T) {
 		typeKeys(t, ctx, fmt.Sprintf("echo typed-%d-$((6*7))\r", i))
 	}
 	poll(t, ctx, "all of seq", `window.__termgate.transcript().includes("\nseq-done")`, func(done bool) bool { return done })
-	t.Logf("seq arrived in %v through %d cuts", time.Since(began).Round(time.Millisecond), proxy.cuts())
+	t.Logf("seq arrived in %v through %d cuts", time.Since(began).Round(time.Millisecond), proxy.Cuts())
 	out, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__termgate.transcript()`))
 	lines := strings.Split(strings.ReplaceAll(out, "\r\n", "\n"), "\n")
 	next := 1
@@ -234,8 +233,8 @@ func TestBrowserResumesAfterServerDrops(t *testing.T) {
 			t.Errorf("%s ran %d times", want, n)
 		}
 	}
-	if proxy.cuts() < 2 {
-		t.Fatalf("only %d cuts: resume was not exercised", proxy.cuts())
+	if proxy.Cuts() < 2 {
+		t.Fatalf("only %d cuts: resume was not exercised", proxy.Cuts())
 	}
 	conns, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.connections()`))
 	if conns < 2 {
@@ -250,14 +249,14 @@ func TestBrowserShowsReconnecting(t *testing.T) {
 	g := startGateway(t)
 	proxy := newDroppingProxySized(t, strings.TrimPrefix(g.url, "http://"), 1<<30)
 	ctx := needBrowser(t)
-	openPage(t, ctx, "http://"+proxy.addr()+"/#token="+g.token(t, "acme", allScopes))
+	openPage(t, ctx, "http://"+proxy.Addr()+"/#token="+g.token(t, "acme", allScopes))
 	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
 	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
 	typeKeys(t, ctx, "x=$((6*7))\r")
-	proxy.refuse(true)
+	proxy.Refuse(true)
 	countdown := regexp.MustCompile(`^reconnecting in \d+ s$`)
 	poll(t, ctx, "the countdown", `document.getElementById("status").textContent`, countdown.MatchString)
-	proxy.refuse(false)
+	proxy.Refuse(false)
 	poll(t, ctx, "live again", `window.__termgate.status()`, func(s string) bool { return s == "live" })
 	typeKeys(t, ctx, "echo back-$x\r") // the same shell: x is still set
 	transcript(t, ctx, "the shell's answer", func(s string) bool { return strings.Contains(s, "back-42") })
@@ -475,7 +474,7 @@ func TestBrowserShowsGap(t *testing.T) {
 	g := startGateway(t, "--ring-bytes", "64K")
 	proxy := newDroppingProxy(t, strings.TrimPrefix(g.url, "http://"))
 	ctx := needBrowser(t)
-	openPage(t, ctx, "http://"+proxy.addr()+"/#token="+g.token(t, "acme", allScopes))
+	openPage(t, ctx, "http://"+proxy.Addr()+"/#token="+g.token(t, "acme", allScopes))
 	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
 	typeKeys(t, ctx, "seq 1 3000000 > /dev/tty; echo gap-done\r")
 	poll(t, ctx, "a gap notice", `document.querySelectorAll("#notices .gap-notice").length`, func(n int) bool { return n > 0 })

@@ -7,16 +7,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/gateway/gatewaytest"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // gatewayUnderTest is a real `termgate serve` on 127.0.0.1.
@@ -34,7 +34,7 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	secret := filepath.Join(dir, "secret")
 	os.WriteFile(secret, []byte("a-test-secret-of-more-than-32-bytes-0123456789"), 0o600)
 	ctx, stop := context.WithCancel(context.Background())
-	var errs syncWriter
+	var errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", secret,
 		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", testCgroupParent(t)}, extra...)
@@ -48,19 +48,20 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 		}
 	})
 	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if m := addr.FindStringSubmatch(errs.String()); m != nil {
-			return gatewayUnderTest{url: "http://" + m[1], secretFile: secret}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("serve ended: %v: %s", err, errs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start: %s", errs.String())
-		}
+	var m []string
+	gatewaytest.Eventually(t, 20*time.Second, func() bool {
+		m = addr.FindStringSubmatch(errs.String())
+		return m != nil || len(done) > 0
+	})
+	if m == nil && len(done) > 0 {
+		err := <-done
+		done <- err // for the cleanup
+		t.Fatalf("serve ended: %v: %s", err, errs.String())
 	}
+	if m == nil {
+		t.Fatalf("serve did not start: %s", errs.String())
+	}
+	return gatewayUnderTest{url: "http://" + m[1], secretFile: secret}
 }
 
 func (g gatewayUnderTest) token(t *testing.T, tenant, scope string) string {
@@ -123,7 +124,7 @@ func TestRunSurvivesDroppedConnections(t *testing.T) {
 	g := startGateway(t, "--command", "/bin/bash", "--command", "/bin/sh", "--command", "/usr/bin/seq", "--ring-bytes", "8M")
 	tok := g.token(t, "acme", allScopes)
 	proxy := newDroppingProxy(t, strings.TrimPrefix(g.url, "http://"))
-	code, out, stderr := runCLI(t, "", "run", "--id", "seq", "--url", "http://"+proxy.addr(), "--token", tok, "--", "seq", "1", "300000")
+	code, out, stderr := runCLI(t, "", "run", "--id", "seq", "--url", "http://"+proxy.Addr(), "--token", tok, "--", "seq", "1", "300000")
 	if code != 0 {
 		t.Fatalf("status %d, stderr %q", code, stderr)
 	}
@@ -138,8 +139,8 @@ func TestRunSurvivesDroppedConnections(t *testing.T) {
 		t.Fatalf("output differs: %d bytes, want %d, %s; the gateway holds %d bytes, %s (stderr %q)",
 			len(out), want.Len(), firstDifference(out, want.String()), len(kept), firstDifference(kept, want.String()), stderr)
 	}
-	if proxy.cuts() < 2 {
-		t.Fatalf("only %d cuts: resume was not exercised", proxy.cuts())
+	if proxy.Cuts() < 2 {
+		t.Fatalf("only %d cuts: resume was not exercised", proxy.Cuts())
 	}
 }
 
@@ -187,16 +188,14 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 		owner <- out.String()
 	}()
 	g.waitListed(t, tok, "typed")
-	var viewerOut, viewerErr syncWriter
+	var viewerOut, viewerErr sandboxtest.SyncBuffer
 	viewerDone := make(chan struct{})
 	go func() {
 		defer close(viewerDone)
 		run(t.Context(), []string{"attach", "--id", "typed", "--url", g.url, "--token", viewer}, strings.NewReader("intruder\n"), &viewerOut, &viewerErr)
 	}()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(viewerErr.String(), "exec:write"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the viewer's input was never refused; stderr %q", viewerErr.String())
-		}
+	if !gatewaytest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(viewerErr.String(), "exec:write") }) {
+		t.Fatalf("the viewer's input was never refused; stderr %q", viewerErr.String())
 	}
 	io.WriteString(hold, "owner\n")
 	<-viewerDone
@@ -209,127 +208,26 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 // started in the background creates at some point.
 func (g gatewayUnderTest) waitListed(t *testing.T, tok, id string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, out, _ := runCLI(t, "", "ls", "--url", g.url, "--token", tok)
-		if strings.Contains(out, id) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never listed: %q", id, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// droppingProxy forwards to target and cuts connections after a random
-// number of bytes from the server.
-type droppingProxy struct {
-	ln       net.Listener
-	mu       sync.Mutex
-	n        int
-	rng      *rand.Rand
-	conns    map[net.Conn]struct{}
-	refusing bool // WebSocket connections are closed at once
-	wg       sync.WaitGroup
-}
-
-// refuse cuts every connection and closes new WebSocket connections at
-// once while on: the gateway looks gone.
-func (p *droppingProxy) refuse(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refusing = on
-	for c := range p.conns {
-		if on {
-			c.Close()
-		}
+	var out string
+	if !gatewaytest.Eventually(t, 30*time.Second, func() bool {
+		_, out, _ = runCLI(t, "", "ls", "--url", g.url, "--token", tok)
+		return strings.Contains(out, id)
+	}) {
+		t.Fatalf("%s never listed: %q", id, out)
 	}
 }
 
 // newDroppingProxy cuts WebSocket connections after 64 KiB to 576 KiB
 // from the server; see newDroppingProxySized.
-func newDroppingProxy(t *testing.T, target string) *droppingProxy {
+func newDroppingProxy(t *testing.T, target string) *gatewaytest.CuttingProxy {
 	return newDroppingProxySized(t, target, 64<<10)
 }
 
 // newDroppingProxySized cuts WebSocket connections after minBudget to
-// 9*minBudget bytes from the server.
-func newDroppingProxySized(t *testing.T, target string, minBudget int64) *droppingProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &droppingProxy{ln: ln, rng: rand.New(rand.NewPCG(7, 8)), conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			budget := minBudget + p.rng.Int64N(8*minBudget)
-			p.conns[c] = struct{}{}
-			p.mu.Unlock()
-			p.wg.Add(1)
-			go p.forward(c, target, budget)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for c := range p.conns {
-			c.Close() // a browser may still hold its connection
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *droppingProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *droppingProxy) cuts() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.n
-}
-
-func (p *droppingProxy) forward(c net.Conn, target string, budget int64) {
-	defer p.wg.Done()
-	defer c.Close()
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	// Only WebSocket connections are cut: a page's scripts must load whole.
-	head := make([]byte, 64)
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, _ := io.ReadAtLeast(c, head, 20)
-	c.SetReadDeadline(time.Time{})
-	if !bytes.Contains(head[:n], []byte("/v1/connect")) {
-		budget = 1 << 40
-	} else {
-		p.mu.Lock()
-		refusing := p.refusing
-		p.mu.Unlock()
-		if refusing {
-			return
-		}
-	}
-	up.Write(head[:n])
-	go func() {
-		io.Copy(up, c)
-		up.Close()
-	}()
-	if n, _ := io.Copy(c, io.LimitReader(up, budget)); n == budget {
-		p.mu.Lock()
-		p.n++
-		p.mu.Unlock()
-	}
+// 9*minBudget bytes from the server; other connections (a page and its
+// scripts) pass whole.
+func newDroppingProxySized(t *testing.T, target string, minBudget int64) *gatewaytest.CuttingProxy {
+	return gatewaytest.NewCuttingProxy(t, target, gatewaytest.ProxyConfig{MinBudget: minBudget, Spread: 8 * minBudget, Seed: 7, Path: "/v1/connect"})
 }
 
 func TestLsAndLogs(t *testing.T) {

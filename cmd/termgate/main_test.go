@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 func TestParseSize(t *testing.T) {
@@ -67,10 +69,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 func needBwrap(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("bwrap missing under CI")
-		}
-		t.Skip("bwrap not installed")
+		sandboxtest.Unavailable(t, "bwrap not installed")
 	}
 }
 
@@ -142,6 +141,8 @@ func TestImportDirection(t *testing.T) {
 		"gateway/auth":   {"gateway/wire"},
 		"gateway":        {"session", "replay", "sandbox", "gateway/wire", "gateway/auth"},
 		"gateway/client": {"gateway/wire"},
+		// The test kits serve tests only (TestKitsServeTestsOnly).
+		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {}, "session/sessiontest": {"session", "replay", "sandbox"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {
@@ -167,6 +168,30 @@ func TestImportDirection(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestKitsServeTestsOnly: no package's own code imports a test kit
+// (sandboxtest, sessiontest, gatewaytest); only tests do.
+func TestKitsServeTestsOnly(t *testing.T) {
+	t.Parallel()
+	out, err := exec.CommandContext(context.Background(), "go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "../../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, " ")
+		for _, imp := range strings.Fields(imports) {
+			if isKit(imp) && !isKit(pkg) {
+				t.Errorf("%s imports the test kit %s", pkg, imp)
+			}
+		}
+	}
+}
+
+// isKit reports whether pkg is one of termgate's test kits.
+func isKit(pkg string) bool {
+	name, ours := strings.CutPrefix(pkg, "github.com/termgate/termgate/")
+	return ours && strings.HasSuffix(name, "test") && strings.Contains(name, "/")
 }
 
 func contains(xs []string, x string) bool {

@@ -19,36 +19,19 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 	"golang.org/x/sys/unix"
 )
-
-// syncWriter lets the test read what the server prints while it runs.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // TestServeDevEndToEnd runs `termgate serve --dev` on 127.0.0.1, connects
 // with the printed token, runs a command, then stops the server as
@@ -60,7 +43,7 @@ func TestServeDevEndToEnd(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", state)
 	parent := testCgroupParent(t)
 	ctx, stop := context.WithCancel(t.Context())
-	var out, errs syncWriter
+	var out, errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--cgroup-parent", parent}, strings.NewReader(""), &out, &errs)
@@ -68,11 +51,9 @@ func TestServeDevEndToEnd(t *testing.T) {
 
 	url := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=(\S+)`)
 	var m []string
-	for deadline := time.Now().Add(20 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {
-		if m = url.FindStringSubmatch(out.String()); m == nil && time.Now().After(deadline) {
-			stop()
-			t.Fatalf("no URL printed; stdout %q, stderr %q", out.String(), errs.String())
-		}
+	if !gatewaytest.Eventually(t, 20*time.Second, func() bool { m = url.FindStringSubmatch(out.String()); return m != nil }) {
+		stop()
+		t.Fatalf("no URL printed; stdout %q, stderr %q", out.String(), errs.String())
 	}
 	// The README's next step: the printed exports point the client commands here.
 	exports := regexp.MustCompile(`(?m)^  export TERMGATE_URL=(\S+)\n  export TERMGATE_TOKEN=(\S+)$`).FindStringSubmatch(out.String())
@@ -395,7 +376,7 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 	cmd.Env = append(os.Environ(), "TERMGATE_TEST_SERVE_CHILD="+dir, "TERMGATE_CGROUP_PARENT="+testCgroupParent(t))
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 40 * time.Second
-	var logs syncWriter
+	var logs sandboxtest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -480,17 +461,14 @@ func serveAtLowDescriptorLimit(t *testing.T) {
 	}
 }
 
-func waitListening(t *testing.T, logs *syncWriter) string {
+func waitListening(t *testing.T, logs *sandboxtest.SyncBuffer) string {
 	t.Helper()
 	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if m := addr.FindStringSubmatch(logs.String()); m != nil {
-			return m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start: %s", logs.String())
-		}
+	var m []string
+	if !gatewaytest.Eventually(t, 60*time.Second, func() bool { m = addr.FindStringSubmatch(logs.String()); return m != nil }) {
+		t.Fatalf("serve did not start: %s", logs.String())
 	}
+	return m[1]
 }
 
 // flood opens n connections that send one request each and stay open.

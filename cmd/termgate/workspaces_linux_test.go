@@ -8,18 +8,14 @@ import (
 	"testing"
 
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // TestWorkspacesListsUsageAgainstQuota: the operator sees each tenant's
 // uid and its bytes and inodes used and allowed, as text and as JSON,
 // while the store holds the root.
 func TestWorkspacesListsUsageAgainstQuota(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI must run as root")
-		}
-		t.Skip("quotas need root")
-	}
+	sandboxtest.NeedRoot(t) // quotas need root
 	root := filepath.Join(t.TempDir(), "ws")
 	w, err := sandbox.OpenWorkspaces(sandbox.WorkspacesConfig{Root: root, TenantUIDs: sandbox.UIDRange{First: 3980000, Count: 10}, Bytes: 8 << 20, Inodes: 128})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 const (
@@ -130,12 +131,7 @@ func writeSecretMode(t testing.TB, dir, name string, perm os.FileMode) string {
 // secret another user owns could have been written by them.
 func TestSecretOwnedByAnotherUserIsRefused(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI must run as root")
-		}
-		t.Skip("needs root to give a file away")
-	}
+	sandboxtest.NeedRoot(t) // to give a file away
 	path := writeSecretMode(t, t.TempDir(), "theirs.key", 0o600)
 	if err := os.Chown(path, 4242, 4242); err != nil {
 		t.Fatal(err)

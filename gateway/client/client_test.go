@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,24 +23,25 @@ import (
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/client"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 	"go.uber.org/goleak"
 )
 
-var (
-	launcherOnce sync.Once
-	launcher     *sandbox.Launcher
-	launcherErr  error
-)
+// launcher is the real sandbox the tests' gateways share.
+var launcher = sandboxtest.Shared[*sandbox.Launcher]{
+	What:  "sandbox (install bubblewrap)",
+	New:   func() (*sandbox.Launcher, error) { return sandbox.NewLauncher(sandbox.Config{}) },
+	Close: func(l *sandbox.Launcher) { l.Close() },
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if launcher != nil {
-		launcher.Close()
-	}
+	launcher.Release()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -56,23 +55,15 @@ func TestMain(m *testing.M) {
 // token for tenant acme.
 func newGateway(t *testing.T) (string, string) {
 	t.Helper()
-	launcherOnce.Do(func() { launcher, launcherErr = sandbox.NewLauncher(sandbox.Config{}) })
-	if launcherErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("sandbox unavailable under CI: %v", launcherErr)
-		}
-		t.Skipf("sandbox unavailable: %v", launcherErr)
-	}
-	dir := t.TempDir()
-	os.Chmod(filepath.Dir(dir), 0o711)
-	os.Chmod(dir, 0o711)
+	l := launcher.Get(t)
+	dir := sandboxtest.Dir(t)
 	secret := filepath.Join(dir, "secret")
 	os.WriteFile(secret, []byte("client-test-secret-0123456789-0123456789"), 0o600)
 	authn, err := auth.New(auth.Config{HS256SecretFile: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, _ := session.New(session.Config{Launcher: session.SandboxLauncher(launcher)})
+	sup, _ := session.New(session.Config{Launcher: session.SandboxLauncher(l)})
 	srv, err := gateway.NewServer(gateway.Config{Supervisor: sup, Auth: authn, WorkspaceRoot: filepath.Join(dir, "ws"),
 		Commands: []string{"/bin/sh", "/usr/bin/seq", "/bin/cat"}, DefaultCommand: []string{"/bin/sh"},
 		Ring: replay.Config{MaxBytes: 8 << 20}})
@@ -147,8 +138,8 @@ func collect(t *testing.T, e *client.Execution) (string, client.Exit) {
 func TestClientResumesAcrossDroppedConnections(t *testing.T) {
 	t.Parallel()
 	url, tok := newGateway(t)
-	proxy := newProxy(t, strings.TrimPrefix(url, "http://"), 32<<10)
-	c := dial(t, "http://"+proxy.ln.Addr().String(), tok)
+	proxy := newProxy(t, url, 32<<10)
+	c := dial(t, "http://"+proxy.Addr(), tok)
 	e, err := c.Start(t.Context(), wire.Request{Command: "seq", Args: []string{"1", "150000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -161,16 +152,16 @@ func TestClientResumesAcrossDroppedConnections(t *testing.T) {
 	if out != want.String() || exit.Code != 0 {
 		t.Fatalf("got %d bytes (want %d), exit %+v", len(out), want.Len(), exit)
 	}
-	if proxy.count() < 3 {
-		t.Fatalf("only %d cuts", proxy.count())
+	if proxy.Cuts() < 3 {
+		t.Fatalf("only %d cuts", proxy.Cuts())
 	}
 }
 
 func TestClientResendsInputByOffset(t *testing.T) {
 	t.Parallel()
 	url, tok := newGateway(t)
-	proxy := newProxy(t, strings.TrimPrefix(url, "http://"), 300)
-	c := dial(t, "http://"+proxy.ln.Addr().String(), tok)
+	proxy := newProxy(t, url, 300)
+	c := dial(t, "http://"+proxy.Addr(), tok)
 	e, err := c.Start(t.Context(), wire.Request{Command: "/bin/cat"})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +187,7 @@ func TestClientResendsInputByOffset(t *testing.T) {
 		t.Fatalf("cat echoed %d bytes, want %d; exit %+v; first difference at %d: got %q, want %q", len(out), want.Len(), exit, i,
 			out[i:min(len(out), i+40)], want.String()[i:min(want.Len(), i+40)])
 	}
-	if proxy.count() < 1 {
+	if proxy.Cuts() < 1 {
 		t.Fatal("no connection was cut: resending was not exercised")
 	}
 }
@@ -233,7 +224,7 @@ func TestClientWritesLargeInput(t *testing.T) {
 func TestClientBatchesSmallWrites(t *testing.T) {
 	t.Parallel()
 	url, tok := newGateway(t)
-	var logs syncBuffer
+	var logs sandboxtest.SyncBuffer
 	c, err := client.Dial(t.Context(), client.Config{URL: url, Token: func(context.Context) (string, error) { return tok, nil },
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -278,88 +269,12 @@ func TestClientReportsServerErrors(t *testing.T) {
 	}
 }
 
-// proxy forwards 127.0.0.1 connections and cuts each after a random
-// number of server bytes around budget, up to maxCuts times: a message
-// larger than every budget would otherwise never get through.
-type proxy struct {
-	ln   net.Listener
-	mu   sync.Mutex
-	cuts int
-	rng  *rand.Rand
-	wg   sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string, budget int64) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, rng: rand.New(rand.NewPCG(3, 4))}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			n := budget + p.rng.Int64N(4*budget)
-			if p.cuts >= maxCuts {
-				n = 1 << 40
-			}
-			p.mu.Unlock()
-			p.wg.Add(1)
-			go p.forward(conn, target, n)
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
-	return p
-}
-
-const maxCuts = 25
-
-func (p *proxy) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cuts
-}
-
-func (p *proxy) forward(conn net.Conn, target string, budget int64) {
-	defer p.wg.Done()
-	defer conn.Close()
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() {
-		io.Copy(up, conn)
-		up.Close()
-	}()
-	if n, _ := io.Copy(conn, io.LimitReader(up, budget)); n == budget {
-		p.mu.Lock()
-		p.cuts++
-		p.mu.Unlock()
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// newProxy cuts connections to the gateway at url after budget to
+// 5*budget bytes from the server, up to 25 times: a message larger than
+// every budget must get through.
+func newProxy(t *testing.T, url string, budget int64) *gatewaytest.CuttingProxy {
+	return gatewaytest.NewCuttingProxy(t, strings.TrimPrefix(url, "http://"),
+		gatewaytest.ProxyConfig{MinBudget: budget, Spread: 4 * budget, MaxCuts: 25, Seed: 3})
 }
 
 // TestSequenceJumpResumes: a server that skips an event (messages lost on

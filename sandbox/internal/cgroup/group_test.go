@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"maps"
@@ -18,37 +17,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 const testRoot = "/sys/fs/cgroup"
 
-// inCI reports whether a missing prerequisite must fail the test: a
-// silently skipped sandbox test is worse than a red one.
-func inCI() bool { return os.Getenv("CI") == "true" }
-
-// requireRoot skips (or fails in CI) unless the test may create cgroups.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if inCI() {
-		t.Fatal("CI=true but not running as root: cgroup tests need root")
-	}
-	t.Skip("not root: cgroup tests need root to create cgroups")
-}
-
 // require skips (or fails in CI) when the host lacks a feature.
 func require(t testing.TB, have bool, what string, info Info) {
 	t.Helper()
-	if have {
-		return
+	if !have {
+		sandboxtest.Unavailable(t, "host cgroups (%+v) cannot enforce %s", info, what)
 	}
-	msg := fmt.Sprintf("host cgroups (%+v) cannot enforce %s", info, what)
-	if inCI() {
-		t.Fatal("CI=true: " + msg)
-	}
-	t.Skip(msg)
 }
 
 // testName derives a unique, valid cgroup name from the test name.
@@ -345,7 +325,7 @@ func TestCPUShares(t *testing.T) {
 
 func TestWritesLimits(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
+	sandboxtest.NeedRoot(t)
 	h := detect(testRoot)
 	info := h.Info()
 	tests := []struct {
@@ -425,7 +405,7 @@ func assertNoSwap(t *testing.T, c *Group) {
 
 func TestKillChild(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
+	sandboxtest.NeedRoot(t)
 	h := detect(testRoot)
 	require(t, h.Info().Kill, "a group kill", h.Info())
 	c := testCreate(t, h, Limits{})
@@ -459,7 +439,7 @@ func TestKillChild(t *testing.T) {
 
 func TestPidsLimit(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
+	sandboxtest.NeedRoot(t)
 	h := detect(testRoot)
 	require(t, h.Info().Pids, "a pids ceiling", h.Info())
 	c := testCreate(t, h, Limits{Pids: 5})
@@ -484,7 +464,7 @@ func TestPidsLimit(t *testing.T) {
 
 func TestMemoryOOM(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
+	sandboxtest.NeedRoot(t)
 	h := detect(testRoot)
 	require(t, h.Info().Memory, "a memory ceiling", h.Info())
 	c := testCreate(t, h, Limits{MemoryBytes: 32 << 20})
@@ -523,7 +503,7 @@ func poll(f func() int64) int64 {
 
 func TestKillV1Fallbacks(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
+	sandboxtest.NeedRoot(t)
 	real := detect(testRoot)
 	if len(real.v1) == 0 {
 		// A pure v2 host never takes these paths, so even CI skips.

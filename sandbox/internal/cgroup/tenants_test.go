@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,7 +84,7 @@ func testRemoveTree(dir string) error {
 // of the test's own.
 func testTenants(t *testing.T, lim Limits) *Tenants {
 	t.Helper()
-	requireRoot(t)
+	sandboxtest.NeedRoot(t)
 	h := detect(testRoot)
 	h.parent = testParent(t)
 	return NewTenants(h, lim)

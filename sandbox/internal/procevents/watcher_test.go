@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
@@ -19,25 +20,15 @@ import (
 // testTimeout bounds every wait on the kernel in these tests.
 const testTimeout = 10 * time.Second
 
-// skipOrFail skips locally but fails in CI: a silently skipped sandbox
-// test is worse than a red one.
-func skipOrFail(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(reason)
-	}
-	t.Skip(reason)
-}
-
 // newTestWatcher returns a watcher on the real kernel, closed at cleanup.
 func newTestWatcher(t testing.TB) *Watcher {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "process events need root (CAP_NET_ADMIN in the initial namespaces)")
+		sandboxtest.Unavailable(t, "%s", "process events need root (CAP_NET_ADMIN in the initial namespaces)")
 	}
 	w, err := New(slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
-		skipOrFail(t, fmt.Sprintf("process event connector unavailable: %v", err))
+		sandboxtest.Unavailable(t, "%s", fmt.Sprintf("process event connector unavailable: %v", err))
 	}
 	t.Cleanup(func() { w.Close() })
 	return w

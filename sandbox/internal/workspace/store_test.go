@@ -13,22 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// needRoot skips tests of root-only guarantees, failing under CI.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI must run as root")
-		}
-		t.Skip("needs root")
-	}
-}
 
 // testIDs is a range no other test of termgate uses.
 var testIDs = IDRange{First: 3950000, Count: 1000}
@@ -61,7 +51,7 @@ func prepare(t *testing.T, s *Store, tenant string) Workspace {
 
 func TestTenantsGetOwnPersistedUIDs(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	root := filepath.Join(t.TempDir(), "ws")
 	s := openStore(t, Config{Root: root})
 	a, b := prepare(t, s, "acme"), prepare(t, s, "globex")
@@ -107,7 +97,7 @@ func checkOwner(t *testing.T, p string, uid uint32, mode uint32) {
 
 func TestConcurrentPrepareOneWorkspace(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	s := openStore(t, Config{})
 	var wg sync.WaitGroup
 	got := make([]Workspace, 16)
@@ -124,7 +114,7 @@ func TestConcurrentPrepareOneWorkspace(t *testing.T) {
 
 func TestRangeExhausted(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	s := openStore(t, Config{IDs: IDRange{First: 3960000, Count: 2}})
 	prepare(t, s, "a")
 	prepare(t, s, "b")
@@ -175,7 +165,7 @@ func quotaConfig() Config { return Config{Bytes: 8 << 20, Inodes: 128} }
 
 func TestQuotaBytesAndInodes(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	s := openStore(t, quotaConfig())
 	ws := prepare(t, s, "acme")
 	if _, err := os.Stat(filepath.Join(ws.Path, "lost+found")); err == nil {
@@ -235,7 +225,7 @@ func fillInodes(dir string, most int) (int, error) {
 // names them, and the tenant's files survive in its image.
 func TestReopenAfterCrashRemovesStaleMounts(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	cfg := quotaConfig()
 	cfg.Root, cfg.IDs = filepath.Join(t.TempDir(), "ws"), testIDs
 	s, err := Open(cfg)
@@ -290,7 +280,7 @@ func loopsOf(t *testing.T, root string) []string {
 
 func TestQuotaThatCannotBeEnforcedFailsOpen(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	fake := filepath.Join(t.TempDir(), "mkfs.ext4")
 	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -319,7 +309,7 @@ func TestQuotaThatCannotBeEnforcedFailsOpen(t *testing.T) {
 
 func TestQuotaOnAWorkspaceMadeWithoutOne(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	s := openStore(t, Config{})
 	prepare(t, s, "acme")
 	root := s.Root()
@@ -335,7 +325,7 @@ func TestQuotaOnAWorkspaceMadeWithoutOne(t *testing.T) {
 
 func TestListReadsMountedAndUnmountedImages(t *testing.T) {
 	t.Parallel()
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	s := openStore(t, quotaConfig())
 	ws := prepare(t, s, "acme")
 	if err := writeFile(filepath.Join(ws.Path, "f"), 2<<20); err != nil {
@@ -398,7 +388,7 @@ func FuzzParseSuperblock(f *testing.F) {
 // TestLoopOfADeletedImageIsNotReused: a loop device still bound to an
 // image deleted since is not the image made again at the same path.
 func TestLoopOfADeletedImageIsNotReused(t *testing.T) {
-	needRoot(t)
+	sandboxtest.NeedRoot(t)
 	dir := t.TempDir()
 	image := filepath.Join(dir, "x.img")
 	if err := os.WriteFile(image, make([]byte, 1<<20), 0o600); err != nil {

@@ -1,0 +1,18 @@
+package session
+
+import "github.com/termgate/termgate/replay"
+
+// What the external tests (package session_test, which can use the
+// sessiontest fake) look at inside a supervisor.
+
+// RingStats returns the event ring's statistics of an execution.
+func RingStats(s *Supervisor, owner, id string) replay.Stats {
+	e, _ := s.lookup(owner, id)
+	return e.ring.Stats()
+}
+
+// IDPattern is what an execution id must match.
+var IDPattern = idPattern
+
+// ConfigOf returns the configuration s runs with, defaults applied.
+func ConfigOf(s *Supervisor) Config { return s.cfg }

@@ -1,0 +1,182 @@
+// Package sessiontest provides a fake session.Launcher that runs a script
+// instead of a sandbox, so the supervisor and the gateway above it can be
+// tested fast, anywhere, and under testing/synctest with fake time.
+//
+// It is for tests only.
+package sessiontest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+)
+
+// Launcher is a fake session.Launcher. Its zero value starts processes
+// that exit 0 at once.
+type Launcher struct {
+	// Script runs on its own goroutine for each process and returns its
+	// exit; nil exits 0 at once.
+	Script func(p *Proc) sandbox.Exit
+	// Err, when set, is returned by Start.
+	Err error
+
+	mu    sync.Mutex
+	procs []*Proc
+}
+
+// Start records a process and runs the script for it.
+func (l *Launcher) Start(_ context.Context, pol sandbox.Policy, stdio sandbox.Stdio) (session.Process, error) {
+	if l.Err != nil {
+		return nil, l.Err
+	}
+	p := &Proc{Policy: pol, Stdio: stdio, stopped: make(chan sandbox.Stop, 1), done: make(chan struct{})}
+	l.mu.Lock()
+	l.procs = append(l.procs, p)
+	l.mu.Unlock()
+	go func() {
+		exit := sandbox.Exit{Code: 0, Exact: true}
+		if l.Script != nil {
+			exit = l.Script(p)
+		}
+		p.mu.Lock()
+		p.exit = exit
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Procs returns the processes started so far, oldest first.
+func (l *Launcher) Procs() []*Proc {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*Proc(nil), l.procs...)
+}
+
+// Proc is a fake session.Process: it records what the supervisor did to
+// it. A script writes output to Stdio and learns of a stop on Stopped.
+type Proc struct {
+	Policy sandbox.Policy // as started
+	Stdio  sandbox.Stdio  // as started
+
+	stopped chan sandbox.Stop
+	done    chan struct{}
+
+	mu      sync.Mutex
+	stdin   bytes.Buffer
+	closed  bool
+	signals []syscall.Signal
+	sizes   []sandbox.WindowSize
+	exit    sandbox.Exit
+}
+
+// Stopped delivers the reason of the first Stop.
+func (p *Proc) Stopped() <-chan sandbox.Stop { return p.stopped }
+
+// Input returns the input written so far and whether stdin was closed.
+func (p *Proc) Input() (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdin.String(), p.closed
+}
+
+// Signals returns the signals sent so far.
+func (p *Proc) Signals() []syscall.Signal {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]syscall.Signal(nil), p.signals...)
+}
+
+// Sizes returns the window sizes set so far.
+func (p *Proc) Sizes() []sandbox.WindowSize {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]sandbox.WindowSize(nil), p.sizes...)
+}
+
+// Stdin returns the process's recorded input.
+func (p *Proc) Stdin() io.WriteCloser { return stdin{p} }
+
+// Resize records ws.
+func (p *Proc) Resize(ws sandbox.WindowSize) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sizes = append(p.sizes, ws)
+	return nil
+}
+
+// Signal records s; the script decides what it does.
+func (p *Proc) Signal(s syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.signals = append(p.signals, s)
+	return nil
+}
+
+// Stop tells the script why it should end, once.
+func (p *Proc) Stop(why sandbox.Stop) {
+	select {
+	case p.stopped <- why:
+	default:
+	}
+}
+
+// Wait returns the script's exit once it returned.
+func (p *Proc) Wait() sandbox.Exit {
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit
+}
+
+type stdin struct{ p *Proc }
+
+func (w stdin) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	if w.p.closed {
+		return 0, errors.New("sessiontest: stdin closed")
+	}
+	return w.p.stdin.Write(b)
+}
+
+func (w stdin) Close() error {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	w.p.closed = true
+	return nil
+}
+
+// UntilStopped is a script that runs until stopped and then exits by
+// SIGTERM, like a process without a TERM handler.
+func UntilStopped(p *Proc) sandbox.Exit {
+	why := <-p.stopped
+	return sandbox.Exit{Code: -1, Signal: syscall.SIGTERM, Stopped: why, Exact: true}
+}
+
+// SleepArg is a script that exits 0 after the duration in the policy's
+// second argument ("sleep 2s"), unless stopped first.
+func SleepArg(p *Proc) sandbox.Exit {
+	d, _ := time.ParseDuration(p.Policy.Command[1])
+	return SleepFor(d, 0)(p)
+}
+
+// SleepFor is a script that exits with code after d of (possibly fake)
+// time, unless stopped first.
+func SleepFor(d time.Duration, code int) func(*Proc) sandbox.Exit {
+	return func(p *Proc) sandbox.Exit {
+		select {
+		case <-time.After(d):
+			return sandbox.Exit{Code: code, Exact: true}
+		case why := <-p.stopped:
+			return sandbox.Exit{Code: -1, Signal: syscall.SIGTERM, Stopped: why, Exact: true}
+		}
+	}
+}
