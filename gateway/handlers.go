@@ -2,18 +2,12 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path"
-	"strings"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
-	"github.com/termgate/termgate/sandbox"
-	"github.com/termgate/termgate/session"
-	"golang.org/x/sys/unix"
 )
 
 // handle answers one control message. Every message is authorised by the
@@ -245,107 +239,4 @@ func (c *conn) reauth(req wire.Request) {
 		c.armExpiry()
 	} // else the warning stands: warning again at once would invite the same reauth
 	c.send(wire.Message{Type: wire.MsgOK, Req: req.Req, ExpiresAt: claims.ExpiresAt.UTC().Format(time.RFC3339)})
-}
-
-// spec builds an execution's spec from the server's policy and what the
-// client may choose: command (from the allowlist), arguments, environment,
-// cwd, terminal, timeout and ceilings up to the server's maximum.
-func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
-	cmd := append([]string(nil), s.cfg.DefaultCommand...)
-	if req.Command != "" {
-		c, ok := s.resolveCommand(req.Command)
-		if !ok {
-			return session.Spec{}, fmt.Errorf("%w: command %q is not allowed", session.ErrInvalidSpec, req.Command)
-		}
-		cmd = []string{c}
-	}
-	ws, err := s.workspace(tenant)
-	if err != nil {
-		return session.Spec{}, err
-	}
-	sb := s.cfg.Sandbox
-	p := sandbox.Policy{
-		Command: append(cmd, req.Args...), Env: map[string]string{}, Workspace: ws.Path, Cwd: req.Cwd,
-		UID: ws.UID, GID: ws.GID, Tenant: tenant,
-		Network: sb.Network, Proc: sb.Proc, TmpSize: sb.TmpSize, PTYs: sb.PTYs,
-	}
-	for k, v := range req.Env {
-		p.Env[k] = v
-	}
-	setDefault(p.Env, "HOME", sandbox.DefaultWorkspaceMount)
-	setDefault(p.Env, "LANG", "C.UTF-8")
-	if req.PTY != nil {
-		size := sandbox.ClampWindowSize(req.PTY.Rows, req.PTY.Cols)
-		p.TTY = &size
-		setDefault(p.Env, "TERM", "xterm-256color")
-	}
-	if p.Limits, err = limits(sb, req.Limits); err != nil {
-		return session.Spec{}, err
-	}
-	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	if timeout < 0 || timeout > sb.MaxTimeout {
-		return session.Spec{}, fmt.Errorf("%w: timeout must be between 0 and %v", session.ErrInvalidSpec, sb.MaxTimeout)
-	}
-	if timeout == 0 {
-		timeout = sb.DefaultTimeout
-	}
-	return session.Spec{Policy: p, Timeout: timeout, Ring: s.cfg.Ring}, nil
-}
-
-// resolveCommand maps a requested command to an allowed program: an
-// absolute path must be on the list; a bare name matches the first listed
-// program of that name ("bash" is /bin/bash).
-func (s *Server) resolveCommand(name string) (string, bool) {
-	if strings.Contains(name, "/") {
-		return name, allowed(s.cfg.Commands, name)
-	}
-	for _, c := range s.cfg.Commands {
-		if path.Base(c) == name {
-			return c, true
-		}
-	}
-	return "", false
-}
-
-func setDefault(env map[string]string, k, v string) {
-	if _, ok := env[k]; !ok {
-		env[k] = v
-	}
-}
-
-// limits applies the client's ceilings, each at most the server's.
-func limits(sb SandboxConfig, asked *wire.Limits) (sandbox.Limits, error) {
-	out := sb.Limits
-	if asked == nil {
-		return out, nil
-	}
-	ceil := sb.MaxLimits
-	var err error
-	pickU := func(name string, v, def, ceiling uint64) uint64 {
-		switch {
-		case v == 0:
-			return def
-		case ceiling != 0 && v > ceiling || ceiling == 0 && def != 0 && v > def:
-			err = errors.Join(err, fmt.Errorf("%w: %s %d is above the server's ceiling", session.ErrInvalidSpec, name, v))
-		}
-		return v
-	}
-	pickI := func(name string, v, def, ceiling int64) int64 {
-		return int64(pickU(name, uint64(max(v, 0)), uint64(def), uint64(ceiling)))
-	}
-	out.CPUSeconds = pickU("cpu_seconds", asked.CPUSeconds, out.CPUSeconds, ceil.CPUSeconds)
-	out.OpenFiles = pickU("open_files", asked.OpenFiles, out.OpenFiles, ceil.OpenFiles)
-	out.FileSize = pickU("file_size", asked.FileSize, out.FileSize, ceil.FileSize)
-	out.AddressSpace = pickU("address_space", asked.AddressSpace, out.AddressSpace, ceil.AddressSpace)
-	out.Memory = pickI("memory", asked.Memory, out.Memory, ceil.Memory)
-	out.Pids = pickI("pids", asked.Pids, out.Pids, ceil.Pids)
-	return out, err
-}
-
-// signalName turns a signal number into its name ("SIGTERM"), or "".
-func signalName(n int) string {
-	if n == 0 {
-		return ""
-	}
-	return unix.SignalName(unix.Signal(n))
 }

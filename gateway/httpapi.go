@@ -18,7 +18,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
@@ -472,58 +471,4 @@ func (p *apiEvents) fill(ctx context.Context, sub *session.Subscription, last ui
 		}
 	}
 	return nil
-}
-
-// subjectLimits keeps a token bucket per (tenant, subject). A bucket unused
-// for as long as it takes to refill is full, the same as a new one, so
-// such buckets are dropped whenever the map has doubled: memory follows
-// the subjects active lately, not every subject ever seen.
-type subjectLimits struct {
-	rate   float64
-	burst  int
-	refill time.Duration
-
-	mu    sync.Mutex
-	m     map[string]*subjectBucket
-	sweep int // the size at which idle buckets are dropped next
-}
-
-type subjectBucket struct {
-	*bucket
-	used time.Time
-}
-
-const minSubjectSweep = 1024
-
-func newSubjectLimits(rate float64, burst int) *subjectLimits {
-	refill := time.Duration(float64(burst) / rate * float64(time.Second))
-	return &subjectLimits{rate: rate, burst: burst, refill: refill, m: map[string]*subjectBucket{}, sweep: minSubjectSweep}
-}
-
-// allow takes a token from c's subject's bucket if one is left.
-func (l *subjectLimits) allow(c auth.Claims) bool {
-	key := c.Tenant + "\x00" + c.Subject
-	now := time.Now()
-	l.mu.Lock()
-	b, ok := l.m[key]
-	if !ok {
-		if len(l.m) >= l.sweep {
-			l.dropIdle(now)
-		}
-		b = &subjectBucket{bucket: newBucket(l.rate, l.burst)}
-		l.m[key] = b
-	}
-	b.used = now
-	l.mu.Unlock()
-	return b.allow()
-}
-
-// dropIdle removes the buckets that have refilled. Called with l.mu held.
-func (l *subjectLimits) dropIdle(now time.Time) {
-	for k, b := range l.m {
-		if now.Sub(b.used) >= l.refill {
-			delete(l.m, k)
-		}
-	}
-	l.sweep = max(minSubjectSweep, 2*len(l.m))
 }
