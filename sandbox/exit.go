@@ -99,7 +99,7 @@ type exitFacts struct {
 	outer     unix.WaitStatus // bwrap's own status
 	workload  unix.WaitStatus // the command's status from process events
 	exact     bool            // workload is known
-	execed    bool            // the command (or its helper) was executed; meaningful when exact
+	execed    bool            // the command was executed (not only the init); meaningful when exact
 	setupMsg  string          // bwrap's message, when one was seen
 	oomKills  int64
 	pidsHits  int64

@@ -55,8 +55,8 @@ func (p *Process) runsCommand(pid int) bool {
 		return false
 	}
 	n := len(argv)
-	helper := n > len(p.policy.Command) && n <= len(p.argv) && slices.Equal(argv, p.argv[len(p.argv)-n:])
-	return !helper
+	isInit := n > len(p.policy.Command) && n <= len(p.argv) && slices.Equal(argv, p.argv[len(p.argv)-n:])
+	return !isInit
 }
 
 // firstChild scans /proc for the lowest pid whose parent is ppid.
