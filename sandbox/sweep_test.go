@@ -30,7 +30,7 @@ func cgroupTestCrash(t *testing.T, parent string) ([]string, *exec.Cmd) {
 	}
 	t.Cleanup(func() { _ = sleep.Process.Kill() })
 	var made []string
-	for _, hier := range cgroupTestHierarchies(t) {
+	for _, hier := range sandboxtest.CgroupHierarchies(t) {
 		execDir := filepath.Join(hier, parent, "x00000000000000aa")
 		tenant := filepath.Join(hier, parent, "tenant-gone")
 		for _, dir := range []string{filepath.Join(hier, parent), execDir, tenant, filepath.Join(tenant, "x00000000000000bb")} {
@@ -55,7 +55,7 @@ func cgroupTestCrash(t *testing.T, parent string) ([]string, *exec.Cmd) {
 func cgroupTestUnrelated(t *testing.T, parent string) []string {
 	t.Helper()
 	var dirs []string
-	for _, hier := range cgroupTestHierarchies(t) {
+	for _, hier := range sandboxtest.CgroupHierarchies(t) {
 		sibling := filepath.Join(hier, parent+"-other")
 		for _, dir := range []string{sibling, filepath.Join(sibling, "x00000000000000cc")} {
 			if err := os.Mkdir(dir, 0o755); err != nil {
@@ -64,7 +64,7 @@ func cgroupTestUnrelated(t *testing.T, parent string) []string {
 			dirs = append(dirs, dir)
 		}
 		t.Cleanup(func() {
-			if err := cgroupTestRemoveTree(sibling); err != nil {
+			if err := sandboxtest.RemoveCgroupTree(sibling); err != nil {
 				t.Errorf("remove %s: %v", sibling, err)
 			}
 		})
@@ -75,7 +75,7 @@ func cgroupTestUnrelated(t *testing.T, parent string) []string {
 func TestSweepRemovesWhatACrashLeft(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
-	parent := cgroupTestParent(t)
+	parent := sandboxtest.CgroupParent(t)
 	made, sleep := cgroupTestCrash(t, parent)
 	unrelated := cgroupTestUnrelated(t, parent)
 	var logs sandboxtest.SyncBuffer
@@ -115,7 +115,7 @@ func TestSweepRemovesWhatACrashLeft(t *testing.T) {
 func TestSweepRefusesWhileAnotherInstanceRuns(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
-	parent := cgroupTestParent(t)
+	parent := sandboxtest.CgroupParent(t)
 	running := cgroupTestLauncher(t, Config{CgroupParent: parent})
 	r := startHeld(t, running, Policy{Command: sh("echo held; read x")})
 	restarted := cgroupTestLauncher(t, Config{CgroupParent: parent})
@@ -191,7 +191,7 @@ func TestSweepAfterKill9(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
 	needLauncher(t)
-	parent := cgroupTestParent(t)
+	parent := sandboxtest.CgroupParent(t)
 	var out sandboxtest.SyncBuffer
 	server := exec.Command(os.Args[0], "-test.run=^TestCrashHelperInstance$", "-test.count=1")
 	server.Env = append(os.Environ(), crashHelperEnv+"="+parent, crashWorkspaceEnv+"="+sandboxtest.Dir(t))
@@ -202,8 +202,8 @@ func TestSweepAfterKill9(t *testing.T) {
 	t.Cleanup(func() { _ = server.Process.Kill() })
 	waitFor(t, &out, "started")
 	var left []string
-	for _, hier := range cgroupTestHierarchies(t) {
-		dirs, err := cgroupTestTree(filepath.Join(hier, parent))
+	for _, hier := range sandboxtest.CgroupHierarchies(t) {
+		dirs, err := sandboxtest.CgroupTree(filepath.Join(hier, parent))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func cgroupTestLauncher(t testing.TB, cfg Config) *Launcher {
 	t.Helper()
 	sandboxtest.NeedRoot(t)
 	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = cgroupTestParent(t)
+		cfg.CgroupParent = sandboxtest.CgroupParent(t)
 	}
 	if cfg.KillGrace == 0 {
 		cfg.KillGrace = 2 * time.Second
@@ -86,7 +86,7 @@ func cgroupAssertUnder(t *testing.T, l *Launcher, proc *Process, tenant string) 
 // hierarchy after its last execution ended.
 func cgroupAssertTenantGone(t *testing.T, l *Launcher, tenant string) {
 	t.Helper()
-	for _, hier := range cgroupTestHierarchies(t) {
+	for _, hier := range sandboxtest.CgroupHierarchies(t) {
 		dir := filepath.Join(hier, l.cfg.CgroupParent, "tenant-"+tenant)
 		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s is left after the tenant's last execution (stat: %v)", dir, err)

@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +34,7 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	var errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", secret,
-		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", testCgroupParent(t)}, extra...)
+		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", sandboxtest.CgroupParent(t)}, extra...)
 	go func() { done <- run(ctx, args, strings.NewReader(""), io.Discard, &errs) }()
 	t.Cleanup(func() {
 		stop()
@@ -262,25 +259,3 @@ func TestLsAndLogs(t *testing.T) {
 		t.Fatalf("logs of an unknown id: %d %q", code, stderr)
 	}
 }
-
-// testCgroupParent gives one in-process gateway a cgroup parent of its
-// own (two servers on one host must not share one: the second refuses to
-// start) and removes it from every hierarchy once the test ended.
-func testCgroupParent(t *testing.T) string {
-	t.Helper()
-	parent := fmt.Sprintf("tgtest-%d-%d", os.Getpid(), cgroupParents.Add(1))
-	t.Cleanup(func() {
-		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + parent)
-		for _, d := range append(dirs, "/sys/fs/cgroup/"+parent) {
-			for i := 0; i < 50; i++ { // killed tasks leave a group a moment later
-				if err := os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-	})
-	return parent
-}
-
-var cgroupParents atomic.Int64

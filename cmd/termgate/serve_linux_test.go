@@ -41,7 +41,7 @@ func TestServeDevEndToEnd(t *testing.T) {
 	state := t.TempDir()
 	os.Chmod(filepath.Dir(state), 0o711)
 	t.Setenv("XDG_STATE_HOME", state)
-	parent := testCgroupParent(t)
+	parent := sandboxtest.CgroupParent(t)
 	ctx, stop := context.WithCancel(t.Context())
 	var out, errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
@@ -373,7 +373,7 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 180*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestServeOutlivesAConnectionFloodAtALowDescriptorLimit$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "TERMGATE_TEST_SERVE_CHILD="+dir, "TERMGATE_CGROUP_PARENT="+testCgroupParent(t))
+	cmd.Env = append(os.Environ(), "TERMGATE_TEST_SERVE_CHILD="+dir, "TERMGATE_CGROUP_PARENT="+sandboxtest.CgroupParent(t))
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 40 * time.Second
 	var logs sandboxtest.SyncBuffer

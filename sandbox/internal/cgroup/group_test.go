@@ -4,8 +4,6 @@ package cgroup
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
@@ -31,30 +29,11 @@ func require(t testing.TB, have bool, what string, info Info) {
 	}
 }
 
-// testName derives a unique, valid cgroup name from the test name.
-func testName(t testing.TB) string {
-	t.Helper()
-	base := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '-'
-	}, t.Name())
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	suffix := make([]byte, 6)
-	if _, err := rand.Read(suffix); err != nil {
-		t.Fatalf("read random suffix: %v", err)
-	}
-	return base + "-" + hex.EncodeToString(suffix)
-}
-
 // testCreate creates a group on the real host and removes it when the
 // test ends, whatever happened.
 func testCreate(t *testing.T, h *Host, lim Limits) *Group {
 	t.Helper()
-	c, err := h.Create(testName(t), lim)
+	c, err := h.Create(sandboxtest.CgroupName(t), lim)
 	if err != nil {
 		t.Fatalf("create(%+v): %v", lim, err)
 	}
@@ -346,7 +325,7 @@ func TestWritesLimits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			require(t, tt.have, tt.name, info)
-			c, err := h.Create(testName(t), tt.lim)
+			c, err := h.Create(sandboxtest.CgroupName(t), tt.lim)
 			if err != nil {
 				t.Fatalf("create: %v", err)
 			}

@@ -8,77 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
-	"golang.org/x/sys/unix"
 )
-
-// testHierarchies lists the cgroup hierarchies mounted under the
-// test root, found by filesystem type rather than by the code under test.
-func testHierarchies(t testing.TB) []string {
-	t.Helper()
-	var dirs []string
-	for _, name := range []string{"unified", "memory", "pids", "cpu", "cpuacct", "freezer"} {
-		dir, err := filepath.EvalSymlinks(filepath.Join(testRoot, name))
-		if err != nil || slices.Contains(dirs, dir) {
-			continue
-		}
-		if typ := fsType(dir); typ == unix.CGROUP_SUPER_MAGIC || typ == unix.CGROUP2_SUPER_MAGIC {
-			dirs = append(dirs, dir)
-		}
-	}
-	if fsType := fsType(testRoot); fsType == unix.CGROUP2_SUPER_MAGIC {
-		dirs = append(dirs, testRoot)
-	}
-	return dirs
-}
-
-// testParent returns a cgroup parent name unique to the test, and
-// removes that parent in every hierarchy when the test ends, failing the
-// test if something of it could not be removed.
-func testParent(t testing.TB) string {
-	t.Helper()
-	parent := "tgtest-" + testName(t)
-	t.Cleanup(func() {
-		for _, hier := range testHierarchies(t) {
-			if err := testRemoveTree(filepath.Join(hier, parent)); err != nil {
-				t.Errorf("remove the test's cgroup parent: %v", err)
-			}
-		}
-	})
-	return parent
-}
-
-// testRemoveTree kills what runs below dir, then removes dir and
-// what is below it, deepest first, retrying briefly while killed tasks
-// still count as members. A failed test leaves nothing behind.
-func testRemoveTree(dir string) error {
-	var dirs []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, path)
-		}
-		return err
-	})
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	killErr := (&Group{name: dir, dirs: dirs}).killEach()
-	deadline := time.Now().Add(5 * time.Second)
-	errs := []error{killErr}
-	for _, d := range slices.Backward(dirs) {
-		errs = append(errs, rmdir(d, deadline))
-	}
-	return errors.Join(errs...)
-}
 
 // testTenants returns a tenant set on the real host under a parent
 // of the test's own.
@@ -86,7 +21,7 @@ func testTenants(t *testing.T, lim Limits) *Tenants {
 	t.Helper()
 	sandboxtest.NeedRoot(t)
 	h := detect(testRoot)
-	h.parent = testParent(t)
+	h.parent = sandboxtest.CgroupParent(t)
 	return NewTenants(h, lim)
 }
 
