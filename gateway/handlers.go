@@ -24,6 +24,8 @@ func (c *conn) handle(req wire.Request) {
 		c.attach(req, req.ID, req.After, req.ReadOnly)
 	case wire.TypeDetach:
 		c.detachChannel(req)
+	case wire.TypeAck:
+		c.ack(req)
 	default:
 		c.modify(req)
 	}

@@ -25,6 +25,9 @@ const (
 	CodeNoPipes          = "no_pipes"           // close-stdin of an execution on a terminal
 	CodeSignalNotAllowed = "signal_not_allowed" // a signal clients may not send
 	CodeClosed           = "closed"             // the server is shutting down
+	CodeInvalidAfter     = "invalid_after"      // attach after a sequence the execution has not reached
+	CodeInvalidRequest   = "invalid_request"    // a request with missing or invalid fields
+	CodeUnsupported      = "unsupported"        // a request type this server does not know
 	CodeInternal         = "internal"           // details only in the server log
 )
 
@@ -41,7 +44,7 @@ var codes = []string{
 	CodeUnauthorized, CodeForbidden, CodeNotFound, CodeConflict, CodeCapacity, CodeInvalidID,
 	CodeInvalidSpec, CodeUnenforceable, CodeNotRunning, CodeNotAttached, CodeReadOnly, CodeTooManyChannels,
 	CodeRateLimited, CodeInputOffset, CodeInputFull, CodeNotPTY, CodeNoPipes, CodeSignalNotAllowed,
-	CodeClosed, CodeInternal,
+	CodeClosed, CodeInvalidAfter, CodeInvalidRequest, CodeUnsupported, CodeInternal,
 	CodeBadRequest, CodeTooLarge, CodeRequestTimeout, CodeTooManyConnections,
 }
 

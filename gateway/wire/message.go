@@ -16,6 +16,15 @@ type Message struct {
 	LastSeq     uint64 `json:"last_seq,omitempty"`
 	InputOffset uint64 `json:"input_offset,omitempty"`
 	ReadOnly    bool   `json:"read_only,omitempty"`
+	// Incarnation tells apart the executions one ID named over time (an
+	// ID is reused after retention): a client that kept an after for
+	// another incarnation starts over from 0.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Ack is set in attached when the channel is served with acknowledged
+	// delivery: the server holds output until the client acks it.
+	Ack bool `json:"ack,omitempty"`
+	// Flow is the execution's output flow: FlowHold or FlowLive.
+	Flow string `json:"flow,omitempty"`
 
 	// event, exit
 	Seq    uint64 `json:"seq,omitempty"`
@@ -30,6 +39,17 @@ type Message struct {
 	From  uint64 `json:"from,omitempty"`
 	To    uint64 `json:"to,omitempty"`
 	Bytes uint64 `json:"bytes,omitempty"`
+	// Inexact is set on a gap whose Bytes is an upper bound: the attach
+	// gave an evicted after without seen.
+	Inexact bool `json:"inexact,omitempty"`
+	// Cause says why output was lost (gap): one of the Loss constants.
+	Cause string `json:"cause,omitempty"`
+
+	// input-ack: InputOffset is the input the execution accepted;
+	// InputEnd is the end offset of the newest input frame processed, so
+	// InputEnd > InputOffset means frames were refused (Error says why)
+	// and the client resends from InputOffset after a pause.
+	InputEnd uint64 `json:"input_end,omitempty"`
 
 	// error
 	Error   string `json:"error,omitempty"` // a stable code
@@ -37,7 +57,53 @@ type Message struct {
 
 	// auth-expiring, reauthed
 	ExpiresAt string `json:"expires_at,omitempty"`
+
+	// hello: what the server is and supports.
+	Server   string   `json:"server,omitempty"`   // "termgate" and its version
+	Protocol int      `json:"protocol,omitempty"` // 1
+	Features []string `json:"features,omitempty"` // the Feature constants it supports
+	Limits   *Bounds  `json:"limits,omitempty"`
 }
+
+// Bounds are the server's limits as a hello states them. Durations are
+// in milliseconds, sizes in bytes; zero means none or not stated.
+type Bounds struct {
+	MaxMessageBytes  int   `json:"max_message_bytes,omitempty"`
+	MaxChannels      int   `json:"max_channels,omitempty"`
+	RingBytes        int   `json:"ring_bytes,omitempty"`
+	RingEvents       int   `json:"ring_events,omitempty"`
+	HoldMS           int64 `json:"hold_ms,omitempty"`
+	InputBufferBytes int   `json:"input_buffer_bytes,omitempty"`
+	InputFrameBytes  int   `json:"input_frame_bytes,omitempty"`
+	InputPerSecond   int   `json:"input_per_second,omitempty"`
+	PingIntervalMS   int64 `json:"ping_interval_ms,omitempty"`
+	PongTimeoutMS    int64 `json:"pong_timeout_ms,omitempty"`
+	WriteTimeoutMS   int64 `json:"write_timeout_ms,omitempty"`
+	DefaultTimeoutMS int64 `json:"default_timeout_ms,omitempty"`
+	RetentionMS      int64 `json:"retention_ms,omitempty"`
+}
+
+// Features a hello may list.
+const (
+	FeatureAck      = "ack"       // attach with ack; the ack request; held output
+	FeatureInputAck = "input-ack" // input-ack messages on acknowledging channels
+	FeatureSeen     = "seen"      // attach with seen: exact gap bytes after a reconnect
+	FeatureFlow     = "flow"      // start with flow and hold_ms
+)
+
+// Output flows of an execution.
+const (
+	FlowHold = "hold" // output an acknowledging writer has not acked is held; the program waits
+	FlowLive = "live" // the program never waits; slow readers get gaps
+)
+
+// Causes of lost output, in a gap's Cause.
+const (
+	LossReadOnly    = "read_only"    // a read-only viewer never holds output
+	LossLive        = "live"         // the execution runs with flow live
+	LossHoldExpired = "hold_expired" // no acknowledging writer came back within the hold
+	LossUnheld      = "unheld"       // evicted while no acknowledging writer was attached
+)
 
 // Message types.
 const (
@@ -51,4 +117,6 @@ const (
 	MsgPong         = "pong"
 	MsgOK           = "ok"
 	MsgAuthExpiring = "auth-expiring"
+	MsgHello        = "hello"     // the first message on every connection
+	MsgInputAck     = "input-ack" // input accepted on an acknowledging channel
 )

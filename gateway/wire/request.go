@@ -56,9 +56,25 @@ type Request struct {
 	// exactly this many input bytes (CodeInputOffset otherwise).
 	InputOffset *uint64 `json:"input_offset,omitempty"`
 
+	// start: the output flow (FlowHold, the default, or FlowLive) and how
+	// long held output waits for a writer to come back.
+	Flow   string `json:"flow,omitempty"`
+	HoldMS int64  `json:"hold_ms,omitempty"`
+
 	// attach
 	After    uint64 `json:"after,omitempty"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// Ack: this client acknowledges output (the ack request) and wants
+	// input-ack messages. Seen is the output bytes up to and including
+	// After as the client counted them (events' data plus gaps' bytes), so
+	// that a gap's bytes are exact. Incarnation is the one the client's
+	// After belongs to (from attached).
+	Ack         bool   `json:"ack,omitempty"`
+	Seen        uint64 `json:"seen,omitempty"`
+	Incarnation string `json:"incarnation,omitempty"`
+
+	// ack: the last sequence the client processed on Channel.
+	Seq uint64 `json:"seq,omitempty"`
 
 	// resize
 	Rows int `json:"rows,omitempty"`
@@ -99,6 +115,7 @@ const (
 	TypeCancel     = "cancel"
 	TypeReauth     = "reauth"
 	TypePing       = "ping"
+	TypeAck        = "ack"
 )
 
 // DecodeRequest parses and checks one control message.
@@ -146,7 +163,7 @@ func (r Request) check() error {
 		return nil
 	case TypeAttach:
 		return need(r.ID != "", "id")
-	case TypeDetach, TypeCloseStdin, TypeSignal:
+	case TypeDetach, TypeCloseStdin, TypeSignal, TypeAck:
 		return need(r.Channel != 0, "channel")
 	case TypeResize:
 		return need(r.Channel != 0 && r.Rows > 0 && r.Cols > 0, "channel, rows and cols")
