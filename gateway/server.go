@@ -33,6 +33,8 @@ const (
 	DefaultWriteTimeout       = 30 * time.Second
 	DefaultMaxTimeout         = 24 * time.Hour
 	DefaultRequestReadTimeout = 30 * time.Second
+	DefaultHold               = 5 * time.Minute
+	DefaultMaxHold            = time.Hour
 )
 
 // Config configures a Server. Zero fields take the defaults.
@@ -61,6 +63,14 @@ type Config struct {
 	Sandbox SandboxConfig
 	// Ring bounds each execution's replayable history (replay defaults).
 	Ring replay.Config
+	// Flow is the output flow of a start that names none: wire.FlowHold
+	// (the default: output an acknowledging writer has not acked is held,
+	// and the program waits) or wire.FlowLive (the program never waits).
+	Flow string
+	// Hold is how long held output waits for a writer to come back
+	// (DefaultHold); MaxHold bounds a start's hold_ms (DefaultMaxHold).
+	Hold    time.Duration
+	MaxHold time.Duration
 
 	MaxMessageBytes    int64
 	MaxChannels        int
@@ -176,6 +186,11 @@ func applyDefaults(c *Config) {
 	defDur(&c.WriteTimeout, DefaultWriteTimeout)
 	defDur(&c.RequestReadTimeout, DefaultRequestReadTimeout)
 	defDur(&c.Sandbox.MaxTimeout, DefaultMaxTimeout)
+	defDur(&c.Hold, DefaultHold)
+	defDur(&c.MaxHold, DefaultMaxHold)
+	if c.Flow == "" {
+		c.Flow = wire.FlowHold
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
