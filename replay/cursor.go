@@ -21,36 +21,42 @@ type Cursor struct {
 	after uint64
 	// seen is the output bytes appended up to and including after, so that
 	// a gap's Bytes is exact. It is a lower bound (and gaps over-count) only
-	// for a cursor created at an evicted or future sequence, until its
+	// for a cursor created by Cursor at an evicted sequence, until its
 	// first gap.
-	seen uint64
-	held []*slab // slabs lent to the last batch, returned by the next Next
+	seen  uint64
+	guess bool    // seen is a lower bound: the next gap's Bytes is Inexact
+	held  []*slab // slabs lent to the last batch, returned by the next Next
 }
 
 // Cursor returns a cursor positioned after sequence after: its first batch
 // starts at after+1 (0 for everything retained).
 func (r *Ring) Cursor(after uint64) *Cursor {
-	return &Cursor{ring: r, after: after, seen: r.seenThrough(after)}
+	seen, known := r.seenThrough(after)
+	return &Cursor{ring: r, after: after, seen: seen, guess: !known}
+}
+
+// CursorSeen is Cursor for a reader that counted seen, the output bytes
+// up to and including after (the Data of the events it received plus
+// the Bytes of its gaps), so that a gap is exact even when after was
+// evicted. Where the ring still knows, its own count wins.
+func (r *Ring) CursorSeen(after, seen uint64) *Cursor {
+	if own, known := r.seenThrough(after); known {
+		seen = own
+	}
+	return &Cursor{ring: r, after: after, seen: seen}
 }
 
 // seenThrough returns the output bytes appended up to and including
-// sequence after, or a lower bound (0 or all output so far) when after
-// is evicted or in the future. It sums the shorter side of the retained
-// events, since a reconnecting reader is usually near the end.
-func (r *Ring) seenThrough(after uint64) uint64 {
+// sequence after, and whether the ring knows: it does not for an
+// evicted after (0 is returned). An after in the future counts all
+// output so far.
+func (r *Ring) seenThrough(after uint64) (uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if after >= r.last {
-		return r.outputBytes
+	if after > 0 && after+1 < r.first() && after < r.last {
+		return 0, false
 	}
-	if after+1 < r.first() {
-		return 0
-	}
-	k := int(after + 1 - r.first()) // retained events up to after
-	if k <= r.n/2 {
-		return r.evictedBytes + r.dataBytes(0, k)
-	}
-	return r.outputBytes - r.dataBytes(k, r.n)
+	return r.cumThrough(after), true
 }
 
 // Next waits as Wait does, then returns the next batch: up to 256 events
@@ -72,6 +78,7 @@ func (c *Cursor) Next(ctx context.Context) ([]Event, *Gap, error) {
 	case gap != nil:
 		c.after = gap.To - 1
 		c.seen += gap.Bytes
+		c.guess = false
 		return nil, gap, nil
 	case len(evs) == 0:
 		// Wait returned without events: the ring is closed and the exit event
@@ -90,7 +97,7 @@ func (c *Cursor) read() ([]Event, *Gap) {
 	r := c.ring
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	i, n, gap := r.span(c.after, c.seen, cursorMaxEvents, cursorMaxBytes)
+	i, n, gap := r.span(c.after, c.seen, c.guess, cursorMaxEvents, cursorMaxBytes)
 	r.eachSlab(i, n, func(s *slab) {
 		s.leases++
 		c.held = append(c.held, s)

@@ -55,15 +55,24 @@ type Ring struct {
 
 	outputBytes  uint64 // output bytes ever appended
 	evictedBytes uint64 // output bytes evicted
+	forcedBytes  uint64 // output bytes evicted although held (beyond twice the bounds)
+
+	holds    []*Hold       // see hold.go
+	floor    uint64        // the lowest acknowledged sequence of holds, while pinned
+	unpinned bool          // Unpin was called: holds restrict nothing
+	room     chan struct{} // closed by the next change of holds; nil until a writer waits
 
 	cur   *slab // where output is copied; nil until the first output
 	spare *slab // a free full-size slab, reused before allocating
 }
 
 // slot is a retained event and the slab its Data is in (nil if none).
+// end is the output bytes appended up to and including the event, so
+// that what a reader has seen is known in constant time.
 type slot struct {
 	ev   Event
 	slab *slab
+	end  uint64
 }
 
 // New returns an empty ring bounded by cfg. It allocates nothing for
@@ -124,14 +133,18 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 	if ev.Kind == KindOutput {
 		r.output(&sl)
 	}
+	sl.end = r.outputBytes
 	r.closed = ev.Kind == KindExit
 	r.push(sl)
-	for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) {
+	for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) && r.evictable() {
 		r.evictOldest()
 	}
 	if r.wake != nil {
 		close(r.wake)
 		r.wake = nil
+	}
+	if r.closed {
+		r.refloor() // a writer waiting for room has nothing left to wait for
 	}
 	return ev.Seq, nil
 }
@@ -148,9 +161,10 @@ func (r *Ring) output(sl *slot) {
 }
 
 // push stores sl as the newest event, first evicting the oldest when the
-// ring holds MaxEvents, and growing the slot slice when it is full.
+// ring holds MaxEvents (unless a hold keeps it), and growing the slot
+// slice when it is full.
 func (r *Ring) push(sl slot) {
-	if r.n == r.maxEvents {
+	if r.n >= r.maxEvents && r.evictable() {
 		r.evictOldest()
 	}
 	if r.n == len(r.slots) {
@@ -161,7 +175,11 @@ func (r *Ring) push(sl slot) {
 }
 
 func (r *Ring) grow() {
-	slots := make([]slot, min(max(2*len(r.slots), initialSlots), r.maxEvents))
+	limit := r.maxEvents
+	if r.n >= limit {
+		limit = 2 * r.maxEvents // holds keep more than MaxEvents; see evictable
+	}
+	slots := make([]slot, min(max(2*len(r.slots), initialSlots), limit))
 	for k := range r.n {
 		slots[k] = r.slots[r.index(k)]
 	}
@@ -171,6 +189,9 @@ func (r *Ring) grow() {
 func (r *Ring) evictOldest() {
 	old := &r.slots[r.head]
 	r.evictedBytes += uint64(len(old.ev.Data))
+	if r.pinned() && old.ev.Seq > r.floor {
+		r.forcedBytes += uint64(len(old.ev.Data))
+	}
 	if s := old.slab; s != nil {
 		s.events--
 		r.recycle(s)
@@ -208,6 +229,22 @@ func (r *Ring) dataBytes(i, j int) uint64 {
 
 func (r *Ring) retainedBytes() uint64 { return r.outputBytes - r.evictedBytes }
 
+// cumThrough returns the output bytes appended up to and including seq,
+// exact from the event before the oldest retained one on; for an older
+// seq it returns the evicted bytes, an upper bound.
+func (r *Ring) cumThrough(seq uint64) uint64 {
+	switch first := r.first(); {
+	case seq == 0:
+		return 0
+	case seq >= r.last:
+		return r.outputBytes
+	case seq+1 <= first:
+		return r.evictedBytes
+	default:
+		return r.slots[r.index(int(seq-first))].end
+	}
+}
+
 // first returns the sequence of the oldest retained event; last+1 when
 // the ring is empty.
 func (r *Ring) first() uint64 { return r.last - uint64(r.n) + 1 }
@@ -220,6 +257,9 @@ type Gap struct {
 	From  uint64 `json:"from"`  // first missing sequence (the reader's after+1)
 	To    uint64 `json:"to"`    // first sequence still available
 	Bytes uint64 `json:"bytes"` // output bytes in the missing events; see Read and Cursor
+	// Inexact marks a Bytes that is an upper bound: the reader's position
+	// was evicted and it did not say how much output it had seen.
+	Inexact bool `json:"inexact,omitempty"`
 }
 
 // Read returns the events with Seq > after, appended to dst[:0]: at most
@@ -238,24 +278,26 @@ type Gap struct {
 // The gap's Bytes is exact when after is 0. Otherwise the ring no longer
 // knows how much output preceded after, because remembering that for every
 // evicted event would make it unbounded, so Bytes counts all evicted
-// output: an upper bound. A Cursor keeps track and is always exact.
+// output: an upper bound, marked Inexact. A Cursor keeps track and is
+// exact, and so is one made by CursorSeen with what the reader counted.
 func (r *Ring) Read(dst []Event, after uint64, max, maxBytes int) ([]Event, *Gap) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	i, n, gap := r.span(after, 0, max, maxBytes)
+	i, n, gap := r.span(after, 0, after > 0, max, maxBytes)
 	r.eachSlab(i, n, func(s *slab) { s.pinned = true })
 	return r.appendEvents(dst[:0], i, n), gap
 }
 
 // span locates what a reader after after gets: n retained events from the
 // i-th, or a gap. seen is the output bytes up to and including after as
-// far as the reader knows (0 when it does not), for the gap's Bytes.
-func (r *Ring) span(after, seen uint64, max, maxBytes int) (i, n int, gap *Gap) {
+// far as the reader knows, for the gap's Bytes; guess says it does not
+// know (seen is then a lower bound).
+func (r *Ring) span(after, seen uint64, guess bool, max, maxBytes int) (i, n int, gap *Gap) {
 	if after >= r.last {
 		return 0, 0, nil
 	}
 	if first := r.first(); after+1 < first {
-		return 0, 0, &Gap{From: after + 1, To: first, Bytes: r.evictedBytes - min(seen, r.evictedBytes)}
+		return 0, 0, &Gap{From: after + 1, To: first, Bytes: r.evictedBytes - min(seen, r.evictedBytes), Inexact: guess}
 	}
 	i = int(after + 1 - r.first())
 	return i, r.batchLen(i, max, maxBytes), nil
@@ -306,14 +348,25 @@ type Stats struct {
 	Appended     uint64 `json:"appended"`      // events ever appended
 	OutputBytes  uint64 `json:"output_bytes"`  // output bytes ever appended
 	EvictedBytes uint64 `json:"evicted_bytes"` // output bytes evicted
+	// HeldBytes is the output after the holds' lowest acknowledged
+	// sequence: what the ring may not evict. ForcedBytes is held output
+	// evicted anyway, beyond twice the bounds.
+	HeldBytes   uint64 `json:"held_bytes"`
+	Holds       int    `json:"holds"`
+	ForcedBytes uint64 `json:"forced_bytes"`
 }
 
 // Stats returns the ring's current Stats.
 func (r *Ring) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return Stats{
+	st := Stats{
 		Bytes: int(r.retainedBytes()), Events: r.n, Appended: r.last,
 		OutputBytes: r.outputBytes, EvictedBytes: r.evictedBytes,
+		Holds: len(r.holds), ForcedBytes: r.forcedBytes,
 	}
+	if r.pinned() {
+		st.HeldBytes = r.outputBytes - r.cumThrough(r.floor)
+	}
+	return st
 }
