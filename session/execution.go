@@ -20,6 +20,7 @@ type execution struct {
 	key         key
 	spec        Spec
 	fingerprint string
+	incarnation string
 	ring        *replay.Ring
 	stdout      *headTail
 	stderr      *headTail
@@ -34,11 +35,12 @@ type execution struct {
 	stopping  Status // cancelled or timed_out, once termgate decided to stop it
 	res       *Result
 	retention *time.Timer
+	flow      flow
 }
 
 func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *execution {
-	return &execution{
-		s: s, key: k, spec: spec, fingerprint: fingerprint,
+	e := &execution{
+		s: s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
 		ring:     replay.New(spec.Ring),
 		stdout:   newHeadTail(spec.OutputBudget),
 		stderr:   newHeadTail(spec.OutputBudget),
@@ -47,6 +49,9 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *executio
 		done:     make(chan struct{}),
 		started:  time.Now(),
 	}
+	// Output waits for the first acknowledging writer as for one who left.
+	e.parkLocked(0)
+	return e
 }
 
 // launch starts the sandbox. The started event comes first, so output the
@@ -62,8 +67,8 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 		out = replay.StreamPTY
 	}
 	proc, err := s.cfg.Launcher.Start(s.ctx, e.spec.Policy, sandbox.Stdio{
-		Stdout: outputWriter{e.ring, out, e.stdout},
-		Stderr: outputWriter{e.ring, replay.StreamStderr, e.stderr},
+		Stdout: outputWriter{s.ctx, e.ring, out, e.stdout},
+		Stderr: outputWriter{s.ctx, e.ring, replay.StreamStderr, e.stderr},
 	})
 	if err != nil {
 		return s.launchFailed(e, err)
@@ -91,6 +96,7 @@ func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 	}
 	if errors.Is(err, ErrCapacity) || errors.Is(err, sandbox.ErrInvalidPolicy) || errors.Is(err, sandbox.ErrUnenforceable) {
 		s.forget(e)
+		e.unpin()
 		e.launchErr = err
 		close(e.launched)
 		close(e.done)
@@ -136,6 +142,7 @@ func (e *execution) stop(why Status) error {
 	if !first {
 		return nil // already stopping: one signal event, one escalation
 	}
+	e.unpin()
 	e.ring.Append(replay.Event{Kind: replay.KindSignal, Signal: int(unix.SIGTERM)})
 	reason := sandbox.StopCancel
 	if why == StatusTimedOut {
@@ -160,6 +167,7 @@ func (e *execution) finish(exit sandbox.Exit) {
 		res.Signal = unix.SignalName(exit.Signal)
 	}
 	e.res = res
+	e.unparkLocked()
 	e.mu.Unlock()
 	ringReason := string(status)
 	if status == StatusLimit {
@@ -225,6 +233,7 @@ func (e *execution) info() Info {
 	in := Info{
 		ID: e.key.id, Owner: e.key.owner, Status: StatusRunning, PTY: e.spec.Policy.TTY != nil,
 		Started: e.started, FirstSeq: first, LastSeq: last, InputOffset: offset, Result: e.res,
+		Incarnation: e.incarnation, Live: e.spec.Live,
 	}
 	if e.res != nil {
 		in.Status = e.res.Status
@@ -243,8 +252,12 @@ func (e *execution) running() (Process, error) {
 }
 
 // outputWriter appends a stream's bytes to the ring and the final output.
-// It never blocks: the ring evicts instead of waiting for readers.
+// Then, while the ring is full of output that acknowledging writers hold,
+// it waits (flow.go): the sandbox reads no more of the stream, and the
+// program waits in write(2). Otherwise it never blocks; ctx (the
+// supervisor's) ends any wait.
 type outputWriter struct {
+	ctx     context.Context
 	ring    *replay.Ring
 	stream  replay.Stream
 	capture *headTail
@@ -253,6 +266,7 @@ type outputWriter struct {
 func (w outputWriter) Write(p []byte) (int, error) {
 	w.ring.AppendOutput(w.stream, p)
 	w.capture.Write(p)
+	w.ring.WaitRoom(w.ctx)
 	return len(p), nil
 }
 

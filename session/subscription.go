@@ -2,6 +2,9 @@ package session
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/termgate/termgate/replay"
 )
@@ -9,21 +12,74 @@ import (
 // Subscription follows one execution's events: first the retained history
 // after the sequence it was attached at, then live events, with no
 // duplicate and no gap across that switch, or an explicit gap when the
-// ring no longer holds what was asked for. Not safe for concurrent use.
+// ring no longer holds what was asked for. Next is not safe for
+// concurrent use; Ack and Close may be called from another goroutine.
 type Subscription struct {
-	id     string
-	cursor *replay.Cursor
+	id       string
+	e        *execution
+	cursor   *replay.Cursor
+	readOnly bool
+	hold     *replay.Hold // nil unless an acknowledging writer of a holding execution
+	close    sync.Once
 }
 
-// Attach subscribes to owner's execution id after sequence after (0 for
-// everything retained). Detach by dropping the subscription: it holds
-// nothing but its cursor.
+// AttachOptions say how a subscription reads.
+type AttachOptions struct {
+	// After is the last sequence the reader has (0 for everything
+	// retained). Beyond the newest event it is ErrAfter.
+	After uint64
+	// Seen, when set, is the output bytes up to and including After as the
+	// reader counted them (events' data plus gaps' bytes), which makes a
+	// gap exact even when After was evicted.
+	Seen *uint64
+	// Incarnation is the one After belongs to; when it is set and is not
+	// the execution's, the reader's position means nothing here and it
+	// reads from the start.
+	Incarnation string
+	// Writer: the reader may write to the execution (not read-only).
+	Writer bool
+	// Ack: the reader acknowledges what it processed (Ack). A writer that
+	// does, holds the output it has not acknowledged; one that does not
+	// releases the parked hold and is served free running (flow.go).
+	Ack bool
+}
+
+// Attach subscribes a viewer to owner's execution id after sequence after
+// (0 for everything retained): Subscribe with only After. Close it when
+// done.
 func (s *Supervisor) Attach(owner, id string, after uint64) (*Subscription, Info, error) {
+	return s.Subscribe(owner, id, AttachOptions{After: after})
+}
+
+// Subscribe subscribes to owner's execution id as o says. Close the
+// subscription when done: an acknowledging writer's hold is parked then.
+func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription, Info, error) {
 	e, err := s.lookup(owner, id)
 	if err != nil {
 		return nil, Info{}, err
 	}
-	return &Subscription{id: id, cursor: e.ring.Cursor(after)}, e.info(), nil
+	if o.Incarnation != "" && o.Incarnation != e.incarnation {
+		o.After, o.Seen = 0, nil
+	}
+	if _, last := e.ring.Bounds(); o.After > last {
+		return nil, Info{}, fmt.Errorf("%w: after %d, newest is %d", ErrAfter, o.After, last)
+	}
+	sub := &Subscription{id: id, e: e, readOnly: !o.Writer}
+	if o.Seen != nil {
+		sub.cursor = e.ring.CursorSeen(o.After, *o.Seen)
+	} else {
+		sub.cursor = e.ring.Cursor(o.After)
+	}
+	if o.Writer {
+		e.mu.Lock()
+		if o.Ack {
+			sub.hold = e.holdLocked(o.After)
+		} else {
+			e.unparkLocked()
+		}
+		e.mu.Unlock()
+	}
+	return sub, e.info(), nil
 }
 
 // Next waits for and returns the next batch: events, or a gap after which
@@ -32,6 +88,41 @@ func (s *Supervisor) Attach(owner, id string, after uint64) (*Subscription, Info
 // events' Data belongs to the ring: copy it to keep it.
 func (sub *Subscription) Next(ctx context.Context) ([]replay.Event, *replay.Gap, error) {
 	return sub.cursor.Next(ctx)
+}
+
+// Ack acknowledges the events up to and including seq: the execution
+// may drop them and read on. Without a hold it does nothing; beyond the
+// newest event it is ErrAck.
+func (sub *Subscription) Ack(seq uint64) error {
+	if sub.hold == nil {
+		return nil
+	}
+	if err := sub.hold.Ack(seq); err != nil {
+		if errors.Is(err, replay.ErrAckAhead) {
+			return fmt.Errorf("%w: %w", ErrAck, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Holds reports whether the subscription holds output it has not
+// acknowledged.
+func (sub *Subscription) Holds() bool { return sub.hold != nil }
+
+// LossCause says why a gap this subscription met lost output: one of the
+// Loss constants.
+func (sub *Subscription) LossCause() string { return sub.e.lossCause(sub.readOnly) }
+
+// Close ends the subscription. The output an acknowledging writer had
+// not acknowledged stays held for the execution's hold window when it
+// was the last. Closing twice is harmless.
+func (sub *Subscription) Close() {
+	sub.close.Do(func() {
+		if sub.hold != nil {
+			sub.e.unhold(sub.hold)
+		}
+	})
 }
 
 // After returns the last sequence delivered (or skipped by a gap).

@@ -22,6 +22,7 @@ const (
 	DefaultMaxRetained         = 1024
 	DefaultMaxRetainedPerOwner = 128
 	DefaultInputBuffer         = 64 << 10
+	DefaultHold                = 5 * time.Minute
 )
 
 // Config configures a Supervisor. Zero fields take the defaults.
@@ -38,6 +39,8 @@ type Config struct {
 	DefaultRetention    time.Duration
 	DefaultOutputBudget int
 	InputBuffer         int // input bytes queued per execution before ErrInputFull
+	// DefaultHold is Spec.Hold when zero (DefaultHold).
+	DefaultHold time.Duration
 	Logger              *slog.Logger
 }
 
@@ -74,6 +77,7 @@ func New(cfg Config) (*Supervisor, error) {
 	setDefault(&cfg.InputBuffer, DefaultInputBuffer)
 	setDefault(&cfg.DefaultTimeout, DefaultTimeout)
 	setDefault(&cfg.DefaultRetention, DefaultRetention)
+	setDefault(&cfg.DefaultHold, DefaultHold)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,6 +147,9 @@ func (s *Supervisor) normalize(spec Spec) (Spec, error) {
 	}
 	if spec.OutputBudget <= 0 {
 		spec.OutputBudget = s.cfg.DefaultOutputBudget
+	}
+	if spec.Hold <= 0 {
+		spec.Hold = s.cfg.DefaultHold
 	}
 	if spec.OutputBudget < 16 {
 		return spec, fmt.Errorf("%w: output budget %d is below 16 bytes", ErrInvalidSpec, spec.OutputBudget)
@@ -361,4 +368,11 @@ func newID() string {
 	var b [10]byte
 	rand.Read(b[:])
 	return "x-" + idEncoding.EncodeToString(b[:])
+}
+
+// newIncarnation returns a random name for one execution's lifetime.
+func newIncarnation() string {
+	var b [10]byte
+	rand.Read(b[:])
+	return idEncoding.EncodeToString(b[:])
 }

@@ -489,8 +489,9 @@ func continuity(evs []replay.Event) error {
 	return nil
 }
 
-// TestSlowSubscriberDoesNotGrowMemory: a subscriber that never reads only
-// falls behind; the ring stays within its bound and the reader sees a gap.
+// TestSlowSubscriberDoesNotGrowMemory: with Live flow, a subscriber that
+// never reads only falls behind; the ring stays within its bound and the
+// reader sees a gap.
 func TestSlowSubscriberDoesNotGrowMemory(t *testing.T) {
 	t.Parallel()
 	l := &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
@@ -503,6 +504,7 @@ func TestSlowSubscriberDoesNotGrowMemory(t *testing.T) {
 	s := newFake(t, l, Config{})
 	sp := spec("x")
 	sp.Ring = replay.Config{MaxBytes: 256 << 10}
+	sp.Live = true
 	info, _ := s.Start(t.Context(), "o", "slow", sp)
 	sub, _, _ := s.Attach("o", info.ID, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

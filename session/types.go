@@ -27,6 +27,8 @@ var (
 	ErrNoPipes     = errors.New("session: execution has no stdin pipe")
 	ErrSignal      = errors.New("session: signal not allowed")
 	ErrClosed      = errors.New("session: supervisor is closed")
+	ErrAfter       = errors.New("session: after is beyond the execution's newest event")
+	ErrAck         = errors.New("session: ack beyond the newest event")
 )
 
 // ErrOutOfDescriptors is the capacity error of a start that ran out of
@@ -56,6 +58,7 @@ func Code(err error) string {
 		{sandbox.ErrUnenforceable, "unenforceable"}, {ErrNotRunning, "not_running"},
 		{ErrInputOffset, "input_offset"}, {ErrInputFull, "input_full"}, {ErrNotPTY, "not_pty"},
 		{ErrNoPipes, "no_pipes"}, {ErrSignal, "signal_not_allowed"}, {ErrClosed, "closed"},
+		{ErrAfter, "invalid_after"}, {ErrAck, "invalid_request"},
 	} {
 		if errors.Is(err, c.err) {
 			return c.code
@@ -95,6 +98,14 @@ type Spec struct {
 	// OutputBudget bounds the final output kept per stream, head plus tail
 	// (Config.DefaultOutputBudget).
 	OutputBudget int `json:"output_budget"`
+	// Live runs the program free: it never waits for a reader, and output
+	// nobody read in time is evicted. Otherwise output an acknowledging
+	// writer has not acknowledged is held, and the program waits while
+	// the ring is full of it (see flow.go).
+	Live bool `json:"live,omitempty"`
+	// Hold is how long held output waits for an acknowledging writer to
+	// come back once none is attached (Config.DefaultHold).
+	Hold time.Duration `json:"hold"`
 }
 
 // Output is the retained part of one stream, cut on UTF-8 boundaries.
@@ -133,6 +144,10 @@ type Info struct {
 	// client resends its input from here after a reconnect.
 	InputOffset uint64  `json:"input_offset"`
 	Result      *Result `json:"result,omitempty"`
+	// Incarnation tells this execution from others that had its ID
+	// before or will after it (IDs are reused once retention ends).
+	Incarnation string `json:"incarnation"`
+	Live        bool   `json:"live,omitempty"`
 }
 
 // Stats counts executions.
