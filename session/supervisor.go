@@ -41,7 +41,7 @@ type Config struct {
 	InputBuffer         int // input bytes queued per execution before ErrInputFull
 	// DefaultHold is Spec.Hold when zero (DefaultHold).
 	DefaultHold time.Duration
-	Logger              *slog.Logger
+	Logger      *slog.Logger
 }
 
 // Supervisor owns executions. It is safe for concurrent use.
