@@ -1,11 +1,27 @@
 package gateway
 
-import "github.com/termgate/termgate/gateway/wire"
+import (
+	"fmt"
+
+	"github.com/termgate/termgate/gateway/wire"
+)
 
 // ack records that the client processed its channel's events up to
-// req.Seq, which lets the execution drop them and read on.
+// req.Seq, which lets a held execution drop them and read on. It has no
+// answer unless it is wrong: a channel attached without ack, or a
+// sequence the channel was not sent.
 func (c *conn) ack(req wire.Request) {
-	if _, ok := c.channel(req.Channel); !ok {
+	ch, ok := c.channel(req.Channel)
+	switch {
+	case !ok:
 		c.fail(req, req.Channel, wire.CodeNotAttached, "no such channel")
+	case !ch.ack:
+		c.fail(req, ch.id, wire.CodeInvalidRequest, "the channel was attached without ack")
+	case req.Seq > ch.sent.Load():
+		c.fail(req, ch.id, wire.CodeInvalidRequest, fmt.Sprintf("ack of %d, but the channel was sent up to %d", req.Seq, ch.sent.Load()))
+	default:
+		if err := ch.sub.Ack(req.Seq); err != nil {
+			c.failErr(req, ch.id, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/termgate/termgate/replay"
@@ -20,9 +21,15 @@ type channel struct {
 	execID   string
 	readOnly bool
 	pty      bool
-	sub      *session.Subscription
-	ctx      context.Context    // ends with the connection or on detach
-	detach   context.CancelFunc // stops the pump
+	// ack: the client acknowledges what it processed (the ack request)
+	// and gets input-ack messages.
+	ack bool
+	sub *session.Subscription
+	// sent is the newest sequence the writer sent on the channel: the
+	// most a client may acknowledge.
+	sent   atomic.Uint64
+	ctx    context.Context    // ends with the connection or on detach
+	detach context.CancelFunc // stops the pump
 	// inputRefused: an input refusal was sent and no input accepted
 	// since; further refusals stay silent (read loop only).
 	inputRefused bool
@@ -52,6 +59,7 @@ func (c *conn) pump(ch *channel) {
 	defer c.pumps.Done()
 	defer c.dropChannel(ch.id)
 	defer ch.detach()
+	defer ch.sub.Close()
 	ctx := ch.ctx
 	for {
 		evs, gap, err := ch.sub.Next(ctx)

@@ -239,7 +239,12 @@ func (c *conn) writeBatch(ch *channel) bool {
 		return true // detached while queued
 	}
 	if b.gap != nil {
-		return c.writeJSON(wire.Message{Type: wire.MsgGap, Channel: ch.id, From: b.gap.From, To: b.gap.To, Bytes: b.gap.Bytes})
+		ch.sent.Store(b.gap.To - 1)
+		return c.writeJSON(wire.Message{Type: wire.MsgGap, Channel: ch.id, From: b.gap.From, To: b.gap.To,
+			Bytes: b.gap.Bytes, Inexact: b.gap.Inexact, Cause: ch.sub.LossCause()})
+	}
+	if n := len(b.events); n > 0 {
+		ch.sent.Store(b.events[n-1].Seq) // before the client can ack it
 	}
 	for _, ev := range b.events {
 		if ev.Kind == replay.KindOutput {

@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/session"
 )
 
 // handle answers one control message. Every message is authorised by the
@@ -85,13 +86,17 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
 		return
 	}
-	sub, info, err := c.s.cfg.Supervisor.Attach(claims.Tenant, id, after)
+	opts := session.AttachOptions{After: after, Incarnation: req.Incarnation, Writer: !readOnly, Ack: req.Ack}
+	if req.Ack {
+		opts.Seen = &req.Seen // a client that acknowledges counts what it saw
+	}
+	sub, info, err := c.s.cfg.Supervisor.Subscribe(claims.Tenant, id, opts)
 	if err != nil {
 		c.failErr(req, 0, err)
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	ch := &channel{execID: info.ID, readOnly: readOnly, pty: info.PTY, sub: sub, ctx: ctx, detach: cancel, taken: make(chan struct{}, 1)}
+	ch := &channel{execID: info.ID, readOnly: readOnly, pty: info.PTY, ack: req.Ack && !readOnly, sub: sub, ctx: ctx, detach: cancel, taken: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.next++
 	ch.id = c.next
@@ -101,8 +106,17 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 	c.send(wire.Message{
 		Type: wire.MsgAttached, Req: req.Req, Channel: ch.id, ID: info.ID, Status: string(info.Status), PTY: info.PTY,
 		FirstSeq: info.FirstSeq, LastSeq: info.LastSeq, InputOffset: info.InputOffset, ReadOnly: readOnly,
+		Incarnation: info.Incarnation, Ack: sub.Holds(), Flow: flowName(info.Live),
 	})
 	go c.pump(ch)
+}
+
+// flowName is an execution's flow on the wire.
+func flowName(live bool) string {
+	if live {
+		return wire.FlowLive
+	}
+	return wire.FlowHold
 }
 
 func (c *conn) detachChannel(req wire.Request) {

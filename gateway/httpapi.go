@@ -39,6 +39,7 @@ var apiStatus = map[string]int{
 	wire.CodeInvalidSpec: http.StatusBadRequest, wire.CodeInputOffset: http.StatusBadRequest,
 	wire.CodeNotPTY: http.StatusBadRequest, wire.CodeNoPipes: http.StatusBadRequest,
 	wire.CodeSignalNotAllowed: http.StatusBadRequest, wire.CodeUnenforceable: http.StatusUnprocessableEntity,
+	wire.CodeInvalidAfter: http.StatusBadRequest, wire.CodeInvalidRequest: http.StatusBadRequest,
 	wire.CodeUnauthorized: http.StatusUnauthorized, wire.CodeForbidden: http.StatusForbidden,
 	wire.CodeNotFound: http.StatusNotFound, wire.CodeConflict: http.StatusConflict, wire.CodeNotRunning: http.StatusConflict,
 	wire.CodeTooLarge: http.StatusRequestEntityTooLarge, wire.CodeCapacity: http.StatusTooManyRequests,
@@ -224,13 +225,15 @@ type apiStart struct {
 	Cwd       string            `json:"cwd"`
 	PTY       *wire.Size        `json:"pty"`
 	TimeoutMS int64             `json:"timeout_ms"`
+	Flow      string            `json:"flow"`
+	HoldMS    int64             `json:"hold_ms"`
 	Limits    *wire.Limits      `json:"limits"`
 }
 
 func (b apiStart) request() wire.Request {
 	return wire.Request{
 		Type: wire.TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
-		PTY: b.PTY, TimeoutMS: b.TimeoutMS, Limits: b.Limits,
+		PTY: b.PTY, TimeoutMS: b.TimeoutMS, Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS,
 	}
 }
 
@@ -402,6 +405,9 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 		defer a.s.release(subjectKey(c))
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
+	if err := a.ackPoll(c, id, after); err != nil {
+		return err
+	}
 	info, err := sup.Wait(r.Context(), c.Tenant, id, after, wait)
 	if err != nil {
 		return err
@@ -412,6 +418,7 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 		if err != nil {
 			return err
 		}
+		defer sub.Close()
 		if err := page.fill(r.Context(), sub, info.LastSeq); err != nil {
 			return err
 		}
@@ -423,6 +430,24 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	page.Ended = info.Result != nil && page.NextAfter >= info.LastSeq
 	a.respond(w, http.StatusOK, page)
 	return nil
+}
+
+// ackPoll refuses an after the execution has not reached, and counts a
+// writer's poll as its acknowledgement of the events up to after, so an
+// execution polled within its hold window loses nothing.
+func (a *httpAPI) ackPoll(c auth.Claims, id string, after uint64) error {
+	sup := a.s.cfg.Supervisor
+	info, err := sup.Get(c.Tenant, id)
+	if err != nil {
+		return err
+	}
+	if after > info.LastSeq {
+		return fmt.Errorf("%w: after %d, newest is %d", session.ErrAfter, after, info.LastSeq)
+	}
+	if !c.Has(auth.ScopeWrite) {
+		return nil
+	}
+	return sup.AckPoll(c.Tenant, id, after)
 }
 
 // pollQuery parses ?after= (default 0) and ?wait= (a Go duration, default

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -55,7 +56,30 @@ func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 	if timeout == 0 {
 		timeout = sb.DefaultTimeout
 	}
-	return session.Spec{Policy: p, Timeout: timeout, Ring: s.cfg.Ring}, nil
+	sp := session.Spec{Policy: p, Timeout: timeout, Ring: s.cfg.Ring}
+	if sp.Live, sp.Hold, err = s.flow(req); err != nil {
+		return session.Spec{}, err
+	}
+	return sp, nil
+}
+
+// flow is a start's output flow: whether it runs live, and its hold
+// window (the server's unless the start asks for one, at most MaxHold).
+func (s *Server) flow(req wire.Request) (live bool, hold time.Duration, err error) {
+	switch f := cmp.Or(req.Flow, s.cfg.Flow); f {
+	case wire.FlowHold, wire.FlowLive:
+		live = f == wire.FlowLive
+	default:
+		return false, 0, fmt.Errorf("%w: flow must be %q or %q", session.ErrInvalidSpec, wire.FlowHold, wire.FlowLive)
+	}
+	hold = s.cfg.Hold
+	if req.HoldMS != 0 {
+		hold = time.Duration(req.HoldMS) * time.Millisecond
+		if hold <= 0 || hold > s.cfg.MaxHold {
+			return false, 0, fmt.Errorf("%w: hold_ms must be between 1 and %d", session.ErrInvalidSpec, s.cfg.MaxHold.Milliseconds())
+		}
+	}
+	return live, hold, nil
 }
 
 // resolveCommand maps a requested command to an allowed program: an
