@@ -134,6 +134,12 @@ func NewServer(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("gateway: config: command %q must be an absolute path", c)
 		}
 	}
+	if cfg.Flow != wire.FlowHold && cfg.Flow != wire.FlowLive {
+		return nil, fmt.Errorf("gateway: config: flow must be %q or %q, not %q", wire.FlowHold, wire.FlowLive, cfg.Flow)
+	}
+	if cfg.Hold > cfg.MaxHold {
+		return nil, fmt.Errorf("gateway: config: hold %v is longer than the max hold %v", cfg.Hold, cfg.MaxHold)
+	}
 	if !allowed(cfg.Commands, cfg.DefaultCommand[0]) {
 		return nil, fmt.Errorf("gateway: config: default command %q is not among the allowed commands", cfg.DefaultCommand[0])
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -150,6 +152,9 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.parsed("max-retained-per-tenant", "executions one tenant keeps, running or finished (default 128)", intPtr(&o.session.MaxRetainedPerOwner, session.DefaultMaxRetainedPerOwner))
 	e.parsed("ring-bytes", "replayable output kept per execution, in bytes (default 1M)", ringBytes(&o.server.Ring.MaxBytes))
 	e.parsed("ring-events", "replayable events kept per execution (default 4096)", intPtr(&o.server.Ring.MaxEvents, replay.DefaultMaxEvents))
+	e.str(&o.server.Flow, "flow", wire.FlowHold, "output flow of a start that names none: hold (the program waits for acknowledging writers; nothing is lost) or live (it never waits; slow readers see gaps)")
+	e.duration(&o.server.Hold, "hold", gateway.DefaultHold, "how long held output waits for an acknowledging writer who left to come back, before the execution runs free")
+	e.duration(&o.server.MaxHold, "max-hold", gateway.DefaultMaxHold, "longest hold a start may ask for (hold_ms)")
 	e.parsed("max-message-bytes", "largest WebSocket message (larger closes with 1009)", sizeFlag(&o.server.MaxMessageBytes))
 	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
 	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
@@ -561,6 +566,9 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"timeout", o.policy.DefaultTimeout.String(), "max_timeout", o.policy.MaxTimeout.String(), "retention", o.session.DefaultRetention.String(),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
 		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,
+		"flow", o.server.Flow, "hold", o.server.Hold.String(), "max_hold", o.server.MaxHold.String(),
+		"ring_bytes", sizeText(uint64(cmp.Or(o.server.Ring.MaxBytes, replay.DefaultMaxBytes))),
+		"ring_events", cmp.Or(o.server.Ring.MaxEvents, replay.DefaultMaxEvents),
 		"idle_timeout", o.idleTimeout.String(), "read_header_timeout", o.headerTimeout.String(), "read_timeout", o.server.RequestReadTimeout.String(),
 		"max_conns", o.listener.MaxConns, "max_conns_per_addr", o.listener.MaxConnsPerAddr, "fd_headroom", o.fdHeadroom,
 		"max_conns_per_subject", o.server.MaxConnsPerSubject, "starts_per_minute", o.server.StartsPerMinute, "input_per_second", o.server.InputPerSecond,
