@@ -156,3 +156,13 @@ func (s *Supervisor) AckPoll(owner, id string, after uint64) error {
 	f.touched = time.Now()
 	return nil
 }
+
+// RingStats returns the state of an execution's event history: what it
+// retains, holds and evicted.
+func (s *Supervisor) RingStats(owner, id string) (replay.Stats, error) {
+	e, err := s.lookup(owner, id)
+	if err != nil {
+		return replay.Stats{}, err
+	}
+	return e.ring.Stats(), nil
+}
