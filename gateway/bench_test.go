@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"github.com/coder/websocket"
+	"hash"
 	"io"
 	"os"
 	"os/exec"
@@ -26,23 +28,27 @@ import (
 const benchOutput = `yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz | head -c 64M`
 
 // BenchmarkPTYThroughput measures PTY output delivered to one WebSocket
-// client, beside the same command read from a PTY directly in one process.
+// client, beside the same command read from a PTY directly in one
+// process: a client that acknowledges (termgate's own clients; the
+// program waits for it) and one that does not (served free running).
 func BenchmarkPTYThroughput(b *testing.B) {
-	b.Run("gateway", func(b *testing.B) {
-		e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.Ring = replay.Config{MaxBytes: 16 << 20} })
-		c := e.dial(b, e.token(b, "bench", allScopes...))
-		defer c.close()
-		b.SetBytes(64 << 20)
-		i := 0
-		for b.Loop() {
-			i++
-			c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput}, PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true})
-			n := drainOutput(b, c)
-			if n < 64<<20 {
-				b.Fatalf("got %d bytes", n)
+	for _, ack := range []bool{true, false} {
+		b.Run(map[bool]string{true: "gateway-acked", false: "gateway"}[ack], func(b *testing.B) {
+			e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour })
+			c := e.dial(b, e.token(b, "bench", allScopes...))
+			defer c.close()
+			b.SetBytes(64 << 20)
+			i := 0
+			for b.Loop() {
+				i++
+				c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput},
+					PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: ack})
+				if n := drain(b, c, drainOptions{ack: ack}); n < 64<<20 {
+					b.Fatalf("got %d bytes", n)
+				}
 			}
-		}
-	})
+		})
+	}
 	b.Run("direct", func(b *testing.B) {
 		b.SetBytes(64 << 20)
 		for b.Loop() {
@@ -69,14 +75,106 @@ func BenchmarkPTYThroughput(b *testing.B) {
 	})
 }
 
-// drainOutput reads one channel to its exit and counts output bytes. It
-// reads into one reused buffer, so the client costs the shared CPUs as
-// little as a real client in another process would.
-func drainOutput(b *testing.B, c *client) int {
+// pipeOutput is what the pipe benchmark prints: 256 MiB.
+const pipeOutput = `head -c 256M /dev/zero`
+
+// BenchmarkPipeThroughput measures pipe output delivered to an
+// acknowledging client that hashes what it receives (every byte
+// delivered: the program waits for the client), beside the same command's
+// pipe read and hashed directly in one process.
+func BenchmarkPipeThroughput(b *testing.B) {
+	b.Run("gateway-live", func(b *testing.B) {
+		e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.Ring = replay.Config{MaxBytes: 512 << 20} })
+		c := e.dial(b, e.token(b, "bench", allScopes...))
+		defer c.close()
+		b.SetBytes(256 << 20)
+		i := 0
+		for b.Loop() {
+			i++
+			c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("pipe-", i), Command: "/bin/sh", Args: []string{"-c", pipeOutput}, Attach: true, Flow: wire.FlowLive})
+			if n := drain(b, c, drainOptions{hash: sha256.New()}); n != 256<<20 {
+				b.Fatalf("got %d bytes", n)
+			}
+		}
+	})
+	b.Run("gateway-acked", func(b *testing.B) {
+		e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour })
+		c := e.dial(b, e.token(b, "bench", allScopes...))
+		defer c.close()
+		b.SetBytes(256 << 20)
+		i := 0
+		for b.Loop() {
+			i++
+			c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("pipe-", i), Command: "/bin/sh", Args: []string{"-c", pipeOutput}, Attach: true, Ack: true})
+			if n := drain(b, c, drainOptions{ack: true, hash: sha256.New()}); n != 256<<20 {
+				b.Fatalf("got %d bytes", n)
+			}
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		b.SetBytes(256 << 20)
+		for b.Loop() {
+			cmd := exec.Command("/bin/sh", "-c", pipeOutput)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			h := sha256.New()
+			n, _ := io.CopyBuffer(h, out, make([]byte, 32<<10))
+			cmd.Wait()
+			if n != 256<<20 {
+				b.Fatalf("got %d bytes", n)
+			}
+		}
+	})
+}
+
+// BenchmarkSlowReader measures a client that reads a terminal at 10
+// MiB/s while the program could print far faster: acknowledging, it must
+// receive every byte at about its own rate (delivered-% and MB/s); one
+// that does not is served free running and loses what the ring evicts.
+func BenchmarkSlowReader(b *testing.B) {
+	b.Run("acked", func(b *testing.B) { benchSlowReader(b, true) })
+	b.Run("unacked", func(b *testing.B) { benchSlowReader(b, false) })
+}
+
+func benchSlowReader(b *testing.B, ack bool) {
+	const size, rate = 32 << 20, 10 << 20
+	e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour })
+	c := e.dial(b, e.token(b, "bench", allScopes...))
+	defer c.close()
+	b.SetBytes(size)
+	i, total := 0, 0
+	for b.Loop() {
+		i++
+		c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("slow-", i), Command: "/bin/sh",
+			Args: []string{"-c", `head -c 32M /dev/zero | tr '\0' x`}, PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: ack})
+		total += drain(b, c, drainOptions{ack: ack, rate: rate, gapsOK: true})
+	}
+	b.ReportMetric(100*float64(total)/float64(i*size), "delivered-%")
+}
+
+// drainOptions say how drain reads.
+type drainOptions struct {
+	ack    bool      // acknowledge every frame, as termgate's clients do
+	hash   hash.Hash // hash the output
+	rate   float64   // read at most this many bytes per second
+	gapsOK bool      // count gaps instead of failing
+}
+
+// drain reads one channel to its exit and counts output bytes. It reads
+// into one reused buffer, so the client costs the shared CPUs as little
+// as a real client in another process would.
+func drain(b *testing.B, c *client, o drainOptions) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	buf := make([]byte, 1<<20)
-	n := 0
+	var ack []byte
+	n, start := 0, time.Now()
+	var channel uint32
 	for {
 		typ, r, err := c.ws.Reader(ctx)
 		if err != nil {
@@ -87,15 +185,36 @@ func drainOutput(b *testing.B, c *client) int {
 			b.Fatalf("read frame: %v", err)
 		}
 		if typ == websocket.MessageBinary {
-			n += m - wire.OutputHeaderLen
+			out, err := wire.DecodeOutput(buf[:m])
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(out.Data)
+			if o.hash != nil {
+				o.hash.Write(out.Data)
+			}
+			if o.rate > 0 {
+				if ahead := time.Duration(float64(n)/o.rate*float64(time.Second)) - time.Since(start); ahead > 0 {
+					time.Sleep(ahead)
+				}
+			}
+			if o.ack {
+				ack = fmt.Appendf(ack[:0], `{"type":"ack","channel":%d,"seq":%d}`, channel, out.Seq)
+				if err := c.ws.Write(ctx, websocket.MessageText, ack); err != nil {
+					b.Fatal(err)
+				}
+			}
 			continue
 		}
 		var msg wire.Message
 		json.Unmarshal(buf[:m], &msg)
-		switch msg.Type {
-		case wire.MsgExit:
+		switch {
+		case msg.Type == wire.MsgAttached:
+			channel = msg.Channel
+		case msg.Type == wire.MsgExit:
 			return n
-		case wire.MsgGap, wire.MsgError:
+		case msg.Type == wire.MsgGap && o.gapsOK:
+		case msg.Type == wire.MsgGap, msg.Type == wire.MsgError:
 			b.Fatalf("%+v", msg)
 		}
 	}
@@ -158,7 +277,7 @@ func BenchmarkResume1MiB(b *testing.B) {
 	b.SetBytes(1 << 20)
 	for b.Loop() {
 		c.send(b, wire.Request{Type: wire.TypeAttach, ID: "mib"})
-		if n := drainOutput(b, c); n != 1<<20 {
+		if n := drain(b, c, drainOptions{}); n != 1<<20 {
 			b.Fatalf("resumed %d bytes", n)
 		}
 	}
@@ -261,7 +380,7 @@ func BenchmarkFanOut100(b *testing.B) {
 				}
 			}()
 		}
-		drainOutput(b, owner)
+		drain(b, owner, drainOptions{})
 		wg.Wait()
 	}
 	b.SetBytes(100 * 4 << 20)
