@@ -223,10 +223,17 @@ func drain(b *testing.B, c *client, o drainOptions) int {
 // BenchmarkEcho measures a keystroke's round trip: input frame in, the
 // PTY's echo out, through the sandbox. Reports p50 and p99.
 func BenchmarkEcho(b *testing.B) {
+	b.Run("acked", func(b *testing.B) { benchEcho(b, true) })
+	b.Run("unacked", func(b *testing.B) { benchEcho(b, false) })
+}
+
+// benchEcho measures keystrokes; with ack, the client acknowledges each
+// echo at once (termgate's clients ack less often: this is the worst case).
+func benchEcho(b *testing.B, ack bool) {
 	e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.InputPerSecond = 1 << 20 })
 	c := e.dial(b, e.token(b, "bench", allScopes...))
 	defer c.close()
-	c.send(b, wire.Request{Type: wire.TypeStart, ID: "echo", Command: "/bin/sh", Args: []string{"-c", "stty raw -echo; cat"}, PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, TimeoutMS: 3600_000})
+	c.send(b, wire.Request{Type: wire.TypeStart, ID: "echo", Command: "/bin/sh", Args: []string{"-c", "stty raw -echo; cat"}, PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: ack, TimeoutMS: 3600_000})
 	att, _ := c.expect(b, wire.MsgAttached)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -237,6 +244,9 @@ func BenchmarkEcho(b *testing.B) {
 				b.Fatal(err)
 			}
 			if f.out != nil && len(f.out.Data) > 0 && f.out.Data[len(f.out.Data)-1] == want {
+				if ack {
+					c.send(b, wire.Request{Type: wire.TypeAck, Channel: att.Channel, Seq: f.out.Seq})
+				}
 				return
 			}
 		}
