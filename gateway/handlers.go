@@ -97,6 +97,7 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	ch := &channel{execID: info.ID, readOnly: readOnly, pty: info.PTY, ack: req.Ack && !readOnly, sub: sub, ctx: ctx, detach: cancel, taken: make(chan struct{}, 1)}
+	ch.sent.Store(sub.After()) // the client has those: it may ack them again
 	c.mu.Lock()
 	c.next++
 	ch.id = c.next

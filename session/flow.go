@@ -35,6 +35,7 @@ const (
 // flow is an execution's hold state, guarded by execution.mu.
 type flow struct {
 	holders  int          // subscriptions holding output
+	free     int          // writers attached that do not acknowledge
 	parked   *replay.Hold // holds for writers who are away; nil when none
 	timer    *time.Timer  // expires parked
 	touched  time.Time    // when parked was made or last acknowledged
@@ -46,8 +47,8 @@ type flow struct {
 // is not attached. Called with e.mu held.
 func (e *execution) parkLocked(acked uint64) {
 	f := &e.flow
-	if e.spec.Live || f.unpinned || f.parked != nil || e.ring.Closed() {
-		return
+	if e.spec.Live || f.unpinned || f.parked != nil || f.free > 0 || e.ring.Closed() {
+		return // a writer that does not acknowledge is served free running
 	}
 	h := e.ring.Hold(acked)
 	f.parked, f.touched = h, time.Now()
@@ -106,6 +107,17 @@ func (e *execution) unhold(h *replay.Hold) {
 	}
 	e.mu.Unlock()
 	h.Release()
+}
+
+// unfree counts out a writer that did not acknowledge; with the last one
+// gone, the output after acked is parked unless a writer holds it.
+func (e *execution) unfree(acked uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.flow.free--
+	if e.flow.free == 0 && e.flow.holders == 0 {
+		e.parkLocked(acked)
+	}
 }
 
 // unpin stops holding output for good: the execution is being stopped.

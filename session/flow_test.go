@@ -284,3 +284,26 @@ func TestAckPoll(t *testing.T) {
 		}
 	})
 }
+
+// TestOldWriterKeepsItFree: while a writer that does not acknowledge is
+// attached, an acknowledging writer leaving parks nothing: the old client
+// is served free running, as before acknowledgements.
+func TestOldWriterKeepsItFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var wrote atomic.Int64
+		s := newFake(t, &sessiontest.Launcher{Script: flood(64, 4096, &wrote)}, Config{})
+		info, _ := s.Start(t.Context(), "o", "mixed", ringSpec(16<<10))
+		acker, _, _ := s.Subscribe("o", info.ID, AttachOptions{Writer: true, Ack: true})
+		old, _, _ := s.Subscribe("o", info.ID, AttachOptions{Writer: true})
+		defer old.Close()
+		synctest.Wait()
+		if n := wrote.Load(); n != 4 {
+			t.Fatalf("with an acknowledging writer the program wrote %d chunks, want 4", n)
+		}
+		acker.Close()
+		synctest.Wait()
+		if n := wrote.Load(); n != 64 {
+			t.Fatalf("with only the old writer left the program wrote %d chunks, want 64", n)
+		}
+	})
+}

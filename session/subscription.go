@@ -20,6 +20,7 @@ type Subscription struct {
 	cursor   *replay.Cursor
 	readOnly bool
 	hold     *replay.Hold // nil unless an acknowledging writer of a holding execution
+	free     bool         // a writer that does not acknowledge: nothing is held while it is attached
 	close    sync.Once
 }
 
@@ -75,6 +76,8 @@ func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription
 		if o.Ack {
 			sub.hold = e.holdLocked(o.After)
 		} else {
+			sub.free = true
+			e.flow.free++
 			e.unparkLocked()
 		}
 		e.mu.Unlock()
@@ -121,6 +124,9 @@ func (sub *Subscription) Close() {
 	sub.close.Do(func() {
 		if sub.hold != nil {
 			sub.e.unhold(sub.hold)
+		}
+		if sub.free {
+			sub.e.unfree(sub.cursor.After())
 		}
 	})
 }
