@@ -94,16 +94,16 @@ type Execution struct {
 	gen     uint64 // counts incarnation changes: events of an older one are not acked
 	in      input  // guarded by mu
 
-	ack       bool   // the channel is served with acknowledged delivery
-	processed uint64 // the last sequence Next handed to the caller
-	acked     uint64 // the last sequence acked
-	unacked   int    // output bytes handed since the last ack
-	ackArmed  bool   // an ack timer is due
+	ack       bool       // the channel is served with acknowledged delivery
+	processed uint64     // the last sequence Next handed to the caller
+	acked     uint64     // the last sequence acked
+	unacked   int        // output bytes handed since the last ack
+	ackArmed  bool       // an ack timer is due
 	ackMu     sync.Mutex // held while an ack is written: acks leave in order
-	ended   bool
-	err     error
-	closed  chan struct{}
-	endOnce sync.Once
+	ended     bool
+	err       error
+	closed    chan struct{}
+	endOnce   sync.Once
 }
 
 // ID is the execution's canonical ID.
