@@ -151,7 +151,7 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 // attachOptions are the flags of termgate attach.
 type attachOptions struct {
 	clientFlags
-	id       string
+	id        string
 	after     uint64
 	readOnly  bool
 	allowLoss bool
