@@ -19,6 +19,10 @@ import (
 // then "d", as documented in README.md.
 var detachKeys = []byte{0x1d, 'd'}
 
+// exitOutputLost is the status of run and attach when output was lost
+// and the command exited 0: EX_IOERR of sysexits.h.
+const exitOutputLost = 74
+
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
 	url, token string
@@ -91,6 +95,7 @@ type runOptions struct {
 	clientFlags
 	id, cwd    string
 	pty, noPTY bool
+	allowLoss  bool
 	timeout    time.Duration
 	env        map[string]string
 }
@@ -102,6 +107,7 @@ func runFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.noPTY, "no-pty", false, "use pipes even when stdin is a terminal")
 	fs.StringVar(&o.cwd, "cwd", "", "working directory inside the sandbox")
 	fs.DurationVar(&o.timeout, "timeout", 0, "execution timeout (server default when 0)")
+	fs.BoolVar(&o.allowLoss, "allow-loss", false, "exit with the command's status even when output was lost (else 74)")
 	o.env = map[string]string{}
 	fs.Func("env", "`K=V` for the command (repeatable)", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
@@ -139,15 +145,16 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	return stream(ctx, e, stdin, in, tty, stdout, stderr, false)
+	return stream(ctx, e, stdin, in, tty, stdout, stderr, streamOptions{allowLoss: o.allowLoss})
 }
 
 // attachOptions are the flags of termgate attach.
 type attachOptions struct {
 	clientFlags
-	id       string
-	after    uint64
-	readOnly bool
+	id        string
+	after     uint64
+	readOnly  bool
+	allowLoss bool
 }
 
 func attachFlags(o *attachOptions) *flag.FlagSet {
@@ -155,6 +162,7 @@ func attachFlags(o *attachOptions) *flag.FlagSet {
 	fs.StringVar(&o.id, "id", "", "execution `ID`")
 	fs.Uint64Var(&o.after, "after", 0, "resume after this sequence number (0: all retained output)")
 	fs.BoolVar(&o.readOnly, "read-only", false, "watch without typing")
+	fs.BoolVar(&o.allowLoss, "allow-loss", false, "exit with the command's status even when output was lost (else 74)")
 	return fs
 }
 
@@ -183,12 +191,19 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 			e.Resize(ctx, size.Rows, size.Cols)
 		}
 	}
-	return stream(ctx, e, stdin, in, tty, stdout, stderr, o.readOnly)
+	return stream(ctx, e, stdin, in, tty, stdout, stderr, streamOptions{readOnly: o.readOnly, allowLoss: o.allowLoss})
+}
+
+// streamOptions say how stream follows an execution.
+type streamOptions struct {
+	readOnly  bool // no input is sent
+	allowLoss bool // lost output does not change the exit status
 }
 
 // stream copies an execution's output to the local streams and local
-// input to it, and returns its exit status as an exitError.
-func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.File, tty bool, stdout, stderr io.Writer, readOnly bool) error {
+// input to it, and returns its exit status as an exitError: 74 when the
+// command exited 0 but output was lost, unless so.allowLoss.
+func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.File, tty bool, stdout, stderr io.Writer, so streamOptions) error {
 	restore := func() {}
 	if tty {
 		if r, err := makeRaw(in); err == nil {
@@ -199,9 +214,10 @@ func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.Fi
 		defer stop()
 	}
 	detached := make(chan struct{})
-	if !readOnly {
+	if !so.readOnly {
 		go forwardInput(ctx, e, stdin, tty, detached)
 	}
+	lost := false
 	for {
 		ev, err := e.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -217,8 +233,15 @@ func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.Fi
 			}
 			return err
 		}
+		if ev.Gap != nil {
+			lost = true
+		}
 		if done, err := show(ev, stdout, stderr, tty); done {
 			restore()
+			if err == nil && lost && !so.allowLoss {
+				fmt.Fprintf(stderr, "termgate: the command exited 0, but output was lost: exiting %d (--allow-loss keeps the command's status)\n", exitOutputLost)
+				return exitError{exitOutputLost}
+			}
 			return err
 		}
 	}
@@ -234,7 +257,7 @@ func show(ev client.Event, stdout, stderr io.Writer, tty bool) (bool, error) {
 			stdout.Write(ev.Data)
 		}
 	case "gap":
-		fmt.Fprintf(stderr, "\r\ntermgate: %d bytes of output were lost while disconnected\r\n", ev.Gap.Bytes)
+		fmt.Fprintf(stderr, "\r\ntermgate: %s\r\n", lossMessage(*ev.Gap))
 	case "error":
 		fmt.Fprintf(stderr, "\r\ntermgate: %s\r\n", ev.Err.Message)
 	case "exit":
@@ -247,6 +270,28 @@ func show(ev client.Event, stdout, stderr io.Writer, tty bool) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// lossCauses say why output was lost, by a gap's cause.
+var lossCauses = map[string]string{
+	wire.LossHoldExpired: "the hold expired before a writer came back",
+	wire.LossUnheld:      "they were evicted while no acknowledging writer was attached",
+	wire.LossReadOnly:    "a read-only viewer does not hold output, and this one fell behind",
+	wire.LossLive:        "the execution runs with flow live, which never waits for a slow reader",
+	"":                   "the server no longer held them",
+}
+
+// lossMessage says how much output a gap lost, and why.
+func lossMessage(g client.Gap) string {
+	n := fmt.Sprintf("%d bytes", g.Bytes)
+	if g.Inexact {
+		n = "up to " + n
+	}
+	why, ok := lossCauses[g.Cause]
+	if !ok {
+		why = "cause " + g.Cause
+	}
+	return fmt.Sprintf("%s of output were lost: %s", n, why)
 }
 
 // forwardInput sends local input; with a terminal, the detach keys end

@@ -142,7 +142,7 @@ func TestImportDirection(t *testing.T) {
 		"gateway":        {"session", "replay", "sandbox", "gateway/wire", "gateway/auth"},
 		"gateway/client": {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
-		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {}, "session/sessiontest": {"session", "replay", "sandbox"},
+		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "replay", "sandbox"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,6 +77,39 @@ type Client struct {
 	pending  map[string]*pending
 	nextReq  uint64
 	fatal    error
+	hello    Hello // of the current (or the last) connection
+}
+
+// Hello is what the server said of itself when a connection opened: its
+// name and version, its protocol, the features and limits it has. A
+// server from before acknowledged delivery says nothing: a zero Hello.
+type Hello struct {
+	Server   string
+	Protocol int
+	Features []string
+	Limits   wire.Bounds
+}
+
+// Has reports whether the server listed feature (a wire.Feature constant).
+func (h Hello) Has(feature string) bool { return slices.Contains(h.Features, feature) }
+
+// hello turns a hello message into a Hello.
+func hello(m wire.Message) Hello {
+	h := Hello{Server: m.Server, Protocol: m.Protocol, Features: slices.Clone(m.Features)}
+	if m.Limits != nil {
+		h.Limits = *m.Limits
+	}
+	return h
+}
+
+// Server returns what the server said of itself on the current
+// connection, or on the last one while the client reconnects.
+func (c *Client) Server() Hello {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.hello
+	h.Features = slices.Clone(h.Features)
+	return h
 }
 
 // Dial connects to the gateway and keeps the connection up until Close.
@@ -107,7 +141,14 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		cancel()
 		return nil, err
 	}
-	go c.run(ws)
+	h, err := c.handshake(ctx, ws)
+	if err != nil {
+		ws.CloseNow()
+		cancel()
+		return nil, err
+	}
+	c.hello = h
+	go c.run(ws, h)
 	return c, nil
 }
 
@@ -143,12 +184,45 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 	return ws, nil
 }
 
+// handshakeReq is the req of the ping that opens every connection.
+const handshakeReq = "hello"
+
+// handshake learns what the server supports before anything is sent
+// that depends on it: a server with acknowledged delivery sends hello
+// before any answer, one from before sends none. So the client pings
+// and reads until the hello or the pong, whichever comes first; a pong
+// left behind is ignored. Only hello or pong can come before a request.
+func (c *Client) handshake(ctx context.Context, ws *websocket.Conn) (Hello, error) {
+	b, _ := json.Marshal(wire.Request{Type: wire.TypePing, Req: handshakeReq})
+	if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
+		return Hello{}, fmt.Errorf("client: connect: %w", err)
+	}
+	for {
+		typ, b, err := ws.Read(ctx)
+		if err != nil {
+			return Hello{}, fmt.Errorf("client: connect: %w", err)
+		}
+		var m wire.Message
+		if typ != websocket.MessageText || json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		switch {
+		case m.Type == wire.MsgHello:
+			return hello(m), nil
+		case m.Type == wire.MsgPong && m.Req == handshakeReq:
+			return Hello{}, nil
+		case m.Type == wire.MsgError && m.Req == handshakeReq:
+			return Hello{}, &Error{Code: m.Error, Message: m.Message}
+		}
+	}
+}
+
 // run owns the connection: it reads until the connection breaks, then
 // reconnects with backoff and reattaches, until Close.
-func (c *Client) run(ws *websocket.Conn) {
+func (c *Client) run(ws *websocket.Conn, h Hello) {
 	defer close(c.done)
 	for attempt := 0; ; {
-		c.up(ws)
+		c.up(ws, h)
 		err := c.readLoop(ws)
 		ws.CloseNow()
 		c.down(err)
@@ -162,8 +236,11 @@ func (c *Client) run(ws *websocket.Conn) {
 			attempt++
 			var derr error
 			if ws, derr = c.dial(c.ctx); derr == nil {
-				attempt = 0
-				break
+				if h, derr = c.handshake(c.ctx, ws); derr == nil {
+					attempt = 0
+					break
+				}
+				ws.CloseNow()
 			}
 			var te *Error
 			if errors.As(derr, &te) {
@@ -197,9 +274,9 @@ func (c *Client) sleep(d time.Duration) bool {
 
 // up installs a fresh connection and reattaches every live execution
 // after the last sequence it delivered.
-func (c *Client) up(ws *websocket.Conn) {
+func (c *Client) up(ws *websocket.Conn, h Hello) {
 	c.mu.Lock()
-	c.ws = ws
+	c.ws, c.hello = ws, h
 	c.channels = map[uint32]*Execution{}
 	execs := make([]*Execution, 0, len(c.execs))
 	for e := range c.execs {
@@ -305,7 +382,11 @@ func (c *Client) dispatch(m wire.Message) {
 		}
 		c.route(m.Channel, Event{Seq: m.Seq, Kind: "exit", Exit: &Exit{Code: code, Signal: m.Signal, Reason: m.Reason}})
 	case wire.MsgGap:
-		c.route(m.Channel, Event{Kind: "gap", Gap: &Gap{From: m.From, To: m.To, Bytes: m.Bytes}})
+		c.route(m.Channel, Event{Kind: "gap", Gap: &Gap{From: m.From, To: m.To, Bytes: m.Bytes, Cause: m.Cause, Inexact: m.Inexact}})
+	case wire.MsgInputAck:
+		if e := c.channel(m.Channel); e != nil {
+			e.inputAcked(m.InputOffset, m.InputEnd)
+		}
 	case wire.MsgAuthExpiring:
 		go c.reauth()
 	case wire.MsgError:
@@ -315,13 +396,16 @@ func (c *Client) dispatch(m wire.Message) {
 }
 
 func (c *Client) route(channel uint32, ev Event) {
-	c.mu.Lock()
-	e := c.channels[channel]
-	c.mu.Unlock()
-
-	if e != nil {
+	if e := c.channel(channel); e != nil {
 		e.deliver(ev)
 	}
+}
+
+// channel returns the execution attached on channel of this connection.
+func (c *Client) channel(channel uint32) *Execution {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.channels[channel]
 }
 
 // reauth sends a fresh token before the current one expires.

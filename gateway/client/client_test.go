@@ -4,22 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/client"
@@ -283,57 +278,19 @@ func newProxy(t *testing.T, url string, budget int64) *gatewaytest.CuttingProxy 
 // server is scripted: no real gateway skips.
 func TestSequenceJumpResumes(t *testing.T) {
 	t.Parallel()
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	afters := make(chan uint64, 2)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conns.Add(1)
-		defer conns.Done()
-		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol}})
-		if err != nil {
-			return
-		}
-		defer ws.CloseNow()
-		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
-		defer cancel()
-		_, b, err := ws.Read(ctx)
-		var req wire.Request
-		if err != nil || json.Unmarshal(b, &req) != nil {
-			return
-		}
-		afters <- req.After
-		reply, _ := json.Marshal(wire.Message{Type: wire.MsgAttached, Req: req.Req, Channel: 1, ID: "job", Status: "running"})
-		ws.Write(ctx, websocket.MessageText, reply)
-		send := func(seq uint64, data string) {
-			f := binary.BigEndian.AppendUint32([]byte{1}, 1)
-			f = binary.BigEndian.AppendUint64(f, seq)
-			f = binary.BigEndian.AppendUint64(append(f, 2), seq-1)
-			f = append(binary.BigEndian.AppendUint32(f, uint32(len(data))), data...)
-			ws.Write(ctx, websocket.MessageBinary, f)
-		}
-		if req.After == 0 {
-			send(1, "a")
-			send(3, "c") // 2 was lost on the way
-		} else {
-			send(2, "b")
-			send(3, "c")
-			code := 0
-			exit, _ := json.Marshal(wire.Message{Type: wire.MsgExit, Channel: 1, Seq: 4, Code: &code, Reason: "exited"})
-			ws.Write(ctx, websocket.MessageText, exit)
-		}
-		ws.Read(ctx) // until the client leaves
-	}))
-	defer srv.Close()
-	c, err := client.Dial(t.Context(), client.Config{URL: srv.URL, Token: func(context.Context) (string, error) { return "t", nil },
-		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	e, err := c.Attach(t.Context(), "job", 0, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s, conn := scripted(t, wire.Message{})
+	e, first := attachJob(t, c, conn, wire.Message{})
+	conn.SendOutput(t, 1, 1, 2, 0, []byte("a"))
+	conn.SendOutput(t, 1, 3, 2, 2, []byte("c")) // 2 was lost on the way
+	<-conn.Done()
+	conn = s.Accept(t)
+	conn.Handshake(t, wire.Message{})
+	second := conn.Request(t, wire.TypeAttach)
+	conn.Attached(t, second, 1, wire.Message{})
+	conn.SendOutput(t, 1, 2, 2, 1, []byte("b"))
+	conn.SendOutput(t, 1, 3, 2, 2, []byte("c"))
+	code := 0
+	conn.Send(t, wire.Message{Type: wire.MsgExit, Channel: 1, Seq: 4, Code: &code, Reason: "exited"})
 	var out string
 	for {
 		ev, err := e.Next(t.Context())
@@ -345,7 +302,7 @@ func TestSequenceJumpResumes(t *testing.T) {
 	if out != "abc" {
 		t.Errorf("delivered %q, want abc", out)
 	}
-	if first, second := <-afters, <-afters; first != 0 || second != 1 {
-		t.Errorf("attached after %d, then after %d; want 0, then 1", first, second)
+	if first.After != 0 || second.After != 1 {
+		t.Errorf("attached after %d, then after %d; want 0, then 1", first.After, second.After)
 	}
 }

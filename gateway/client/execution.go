@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"sync"
@@ -26,6 +27,8 @@ type Event struct {
 	Exit   *Exit
 	Gap    *Gap
 	Err    *Error
+
+	gen uint64 // the execution's incarnation count when delivered
 }
 
 // Exit is how an execution ended.
@@ -52,8 +55,23 @@ func (e Exit) Status() int {
 var signalNumbers = map[string]int{"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGKILL": 9, "SIGUSR1": 10,
 	"SIGUSR2": 12, "SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15, "SIGXCPU": 24, "SIGXFSZ": 25, "SIGSEGV": 11, "SIGABRT": 6, "SIGBUS": 7}
 
-// Gap reports events the server no longer held when the client resumed.
-type Gap struct{ From, To, Bytes uint64 }
+// Gap reports events the server no longer held for this client: the
+// sequences From up to (not including) To, and the output bytes in them.
+type Gap struct {
+	From, To, Bytes uint64
+	// Cause says why they were lost: a wire.Loss constant (read_only,
+	// live, hold_expired, unheld), or "" from a server that does not say.
+	Cause string
+	// Inexact is set when Bytes is only an upper bound.
+	Inexact bool
+}
+
+// Acknowledgement of output: a channel served with ack gets an ack once
+// the caller has taken ackBytes of output from Next since the last one,
+// or ackDelay after the first event taken since it, whichever is first.
+const ackBytes = 64 << 10
+
+var ackDelay = 25 * time.Millisecond // a variable for tests (export_test.go)
 
 // Execution is one execution followed by the client across reconnects.
 type Execution struct {
@@ -70,11 +88,22 @@ type Execution struct {
 	ws      *websocket.Conn // the connection channel belongs to
 	channel uint32
 	last    uint64 // last sequence delivered
+	seen    uint64 // output bytes up to last: events' data and gaps' bytes, as replay.Cursor counts
+	known   bool   // seen is exact: counted from the first event, or from a gap
+	inc     string // the incarnation last and seen belong to
+	gen     uint64 // counts incarnation changes: events of an older one are not acked
 	in      input  // guarded by mu
-	ended   bool
-	err     error
-	closed  chan struct{}
-	endOnce sync.Once
+
+	ack       bool       // the channel is served with acknowledged delivery
+	processed uint64     // the last sequence Next handed to the caller
+	acked     uint64     // the last sequence acked
+	unacked   int        // output bytes handed since the last ack
+	ackArmed  bool       // an ack timer is due
+	ackMu     sync.Mutex // held while an ack is written: acks leave in order
+	ended     bool
+	err       error
+	closed    chan struct{}
+	endOnce   sync.Once
 }
 
 // ID is the execution's canonical ID.
@@ -96,7 +125,7 @@ func (c *Client) Start(ctx context.Context, r wire.Request) (*Execution, error) 
 
 // Attach follows an execution from after sequence after.
 func (c *Client) Attach(ctx context.Context, id string, after uint64, readOnly bool) (*Execution, error) {
-	e := &Execution{c: c, id: id, readOnly: readOnly, last: after, events: make(chan Event, 256),
+	e := &Execution{c: c, id: id, readOnly: readOnly, last: after, known: after == 0, events: make(chan Event, 256),
 		closed: make(chan struct{}), ready: make(chan struct{})}
 	if _, err := c.request(ctx, e.attachRequest(), e.attached); err != nil {
 		return nil, err
@@ -107,10 +136,29 @@ func (c *Client) Attach(ctx context.Context, id string, after uint64, readOnly b
 	return e, nil
 }
 
-func (e *Execution) attachRequest() wire.Request {
+// Incarnation is the execution's incarnation as the server last named it
+// ("" from a server that does not).
+func (e *Execution) Incarnation() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return wire.Request{Type: wire.TypeAttach, ID: e.id, After: e.last, ReadOnly: e.readOnly}
+	return e.inc
+}
+
+// attachRequest asks to follow after the last event delivered; with a
+// server that acknowledges, it asks for ack and says what was seen and of
+// which incarnation.
+func (e *Execution) attachRequest() wire.Request {
+	h := e.c.Server()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := wire.Request{Type: wire.TypeAttach, ID: e.id, After: e.last, ReadOnly: e.readOnly}
+	if h.Has(wire.FeatureAck) {
+		r.Ack, r.Incarnation = true, e.inc
+	}
+	if h.Has(wire.FeatureSeen) && e.known {
+		r.Seen = e.seen
+	}
+	return r
 }
 
 // attached runs in the read loop when the server answers an attach: it
@@ -124,10 +172,20 @@ func (e *Execution) attached(m wire.Message) {
 	e.c.channels[m.Channel] = e
 	ws := e.c.ws
 	e.c.mu.Unlock()
+	inputAck := e.c.Server().Has(wire.FeatureInputAck)
 	e.mu.Lock()
 	e.channel, e.pty, e.readOnly, e.ws = m.Channel, m.PTY, m.ReadOnly, ws
+	var lost uint64
+	if e.inc != "" && m.Incarnation != "" && m.Incarnation != e.inc {
+		lost = e.restartLocked(m.InputOffset)
+	}
+	if m.Incarnation != "" {
+		e.inc = m.Incarnation
+	}
+	e.ack, e.in.acking = m.Ack, m.Ack && inputAck
+	e.processed, e.acked, e.unacked = max(e.processed, e.last), max(e.processed, e.last), 0
 	e.in.stopPacing()
-	lost := e.in.rewind(m.InputOffset)
+	lost += e.in.rewind(m.InputOffset)
 	e.mu.Unlock()
 	if lost > 0 {
 		e.inputLost(lost)
@@ -143,6 +201,16 @@ func (e *Execution) attached(m wire.Message) {
 	}
 	e.mu.Unlock()
 	e.kick() // input written meanwhile, which saw no pacer and no readiness
+}
+
+// restartLocked starts over with a new incarnation of the ID: the server
+// serves it from its first event, and input kept for the old one is not
+// sent to the new one. It returns the input bytes the old one never got.
+func (e *Execution) restartLocked(received uint64) (lost uint64) {
+	e.c.log.Warn("the execution ID names a new execution: following it from the start", "execution", e.id, "incarnation", e.inc)
+	e.last, e.seen, e.known, e.processed, e.acked = 0, 0, true, 0, 0
+	e.gen++
+	return e.in.reset(received)
 }
 
 // unready marks the execution detached from a lost connection: input is
@@ -199,6 +267,8 @@ func (e *Execution) deliver(ev Event) {
 		return
 	case ev.Gap != nil:
 		e.last = ev.Gap.To - 1
+		e.seen += ev.Gap.Bytes
+		e.known = true
 	case ev.Seq != 0 && ev.Seq <= e.last:
 		e.mu.Unlock()
 		return
@@ -215,13 +285,21 @@ func (e *Execution) deliver(ev Event) {
 		return
 	case ev.Seq != 0:
 		e.last = ev.Seq
+		e.seen += uint64(len(ev.Data))
 	}
 	if ev.Data != nil {
 		ev.Data = append([]byte(nil), ev.Data...)
 	}
+	ev.gen = e.gen
 	e.mu.Unlock()
 	if ev.Err != nil && wire.InputRefused(ev.Err.Code) {
 		e.refused(ev.Offset)
+		return
+	}
+	if ev.Err != nil && (ev.Err.Code == wire.CodeNotAttached || ev.Err.Code == wire.CodeInvalidRequest) {
+		// Unasked for: the answer to an ack or input frame on a channel a
+		// reconnect replaced. The reattach covers both.
+		e.c.log.Warn("the server refused an ack or input", "execution", e.id, "code", ev.Err.Code, "err", ev.Err.Message)
 		return
 	}
 	select {
@@ -253,16 +331,16 @@ func (e *Execution) finish(err error) {
 func (e *Execution) Next(ctx context.Context) (Event, error) {
 	select {
 	case ev := <-e.events:
-		return ev, nil
+		return e.took(ev), nil
 	default:
 	}
 	select {
 	case ev := <-e.events:
-		return ev, nil
+		return e.took(ev), nil
 	case <-e.closed:
 		select {
 		case ev := <-e.events:
-			return ev, nil
+			return e.took(ev), nil
 		default:
 		}
 		e.mu.Lock()
@@ -274,6 +352,63 @@ func (e *Execution) Next(ctx context.Context) (Event, error) {
 	case <-ctx.Done():
 		return Event{}, context.Cause(ctx)
 	}
+}
+
+// took records that the caller processed ev and acks it when due: at
+// once after ackBytes of output, else by a timer ackDelay later.
+func (e *Execution) took(ev Event) Event {
+	seq := ev.Seq
+	if ev.Gap != nil {
+		seq = ev.Gap.To - 1
+	}
+	if seq == 0 || ev.Exit != nil {
+		return ev // the exit needs no ack
+	}
+	e.mu.Lock()
+	if !e.ack || ev.gen != e.gen || e.ended {
+		e.mu.Unlock()
+		return ev
+	}
+	e.processed = max(e.processed, seq)
+	e.unacked += len(ev.Data)
+	now := e.unacked >= ackBytes
+	if !now && !e.ackArmed {
+		e.ackArmed = true
+		time.AfterFunc(ackDelay, e.ackDue)
+	}
+	e.mu.Unlock()
+	if now {
+		e.sendAck()
+	}
+	return ev
+}
+
+// ackDue runs when the ack timer fires.
+func (e *Execution) ackDue() {
+	e.mu.Lock()
+	e.ackArmed = false
+	e.mu.Unlock()
+	e.sendAck()
+}
+
+// sendAck acks the last sequence processed, if it was not acked yet, on
+// the channel's connection. An ack lost with its connection needs no
+// resend: the reattach's after tells the server as much.
+func (e *Execution) sendAck() {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	e.mu.Lock()
+	seq, ws, channel := e.processed, e.ws, e.channel
+	if e.ended || !e.ack || ws == nil || !e.readyLocked() || seq <= e.acked {
+		e.mu.Unlock()
+		return
+	}
+	e.acked, e.unacked = seq, 0
+	e.mu.Unlock()
+	b, _ := json.Marshal(wire.Request{Type: wire.TypeAck, Channel: channel, Seq: seq})
+	ctx, cancel := context.WithTimeout(e.c.ctx, frameTimeout)
+	defer cancel()
+	ws.Write(ctx, websocket.MessageText, b)
 }
 
 // control sends a request about this execution's channel.

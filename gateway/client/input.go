@@ -11,6 +11,15 @@ import (
 	"github.com/termgate/termgate/gateway/wire"
 )
 
+// Input is kept until the server has it. On a channel served with ack by
+// a server with input-ack, a byte is freed only when an input-ack's
+// input_offset covers it, and Write waits while 1 MiB is kept; a refusal
+// there shows as an input-ack whose input_end is beyond its
+// input_offset, and the input is resent from input_offset after the
+// pause below. With other servers, sent bytes beyond 1 MiB are dropped
+// (a reconnect may then report them lost) and Write waits only while
+// 1 MiB is unsent.
+//
 // Input pacing, as PROTOCOL.md describes it: frames of at most 16 KiB, at
 // most a window of 64 KiB (the gateway's input queue) per send, sends at
 // least 20 ms apart (writes meanwhile go out together); after a refusal,
@@ -18,7 +27,7 @@ import (
 // was sent. The pause is 200 ms after a refusal that shows progress and
 // doubles, to 3.2 s, after one that does not.
 const (
-	maxInputBuffer = 1 << 20 // unsent input beyond this makes Write wait
+	maxInputBuffer = 1 << 20 // kept (acking) or unsent input beyond this makes Write wait
 	maxInputFrame  = 16 << 10
 	inputWindow    = 64 << 10
 	inputGap       = 20 * time.Millisecond
@@ -37,6 +46,10 @@ type input struct {
 	end   uint64
 	acked uint64 // the largest offset the server reported having
 
+	// acking: the server acknowledges input (input-ack), so nothing is
+	// dropped before it has it, and Write waits while maxInputBuffer is kept.
+	acking bool
+
 	gen        uint64        // pacer generation: an older pacer's firing does nothing
 	armed      bool          // a pacer is due
 	pause      time.Duration // between windows while recovering
@@ -48,12 +61,13 @@ type input struct {
 	wake chan struct{} // closed and replaced when next, armed or refused change
 }
 
-// keep appends p. Bytes already sent are dropped beyond maxInputBuffer;
-// unsent ones never are (Write waits instead).
+// keep appends p. Without acking, bytes already sent are dropped beyond
+// maxInputBuffer; unsent ones never are (Write waits instead). With
+// acking, nothing is dropped here: only release frees bytes.
 func (in *input) keep(p []byte) {
 	in.buf = append(in.buf, p...)
 	in.end += uint64(len(p))
-	if over := len(in.buf) - maxInputBuffer; over > 0 {
+	if over := len(in.buf) - maxInputBuffer; over > 0 && !in.acking {
 		drop := min(uint64(over), in.next-in.base)
 		in.buf, in.base = in.buf[drop:], in.base+drop
 	}
@@ -78,6 +92,40 @@ func (in *input) rewind(received uint64) (lost uint64) {
 		in.buf, in.base = in.buf[received-in.base:], received
 	}
 	in.next = in.base
+	in.changed()
+	return lost
+}
+
+// room is how many bytes Write may keep now.
+func (in *input) room() int {
+	if in.acking {
+		return maxInputBuffer - int(in.end-in.base)
+	}
+	if in.end-in.next > maxInputBuffer {
+		return 0
+	}
+	return maxInputBuffer // and a little more: as before, a Write is taken whole
+}
+
+// release frees the bytes below received, which the server acknowledged
+// having. Bytes not sent yet that it has (another writer's) are skipped.
+func (in *input) release(received uint64) {
+	in.acked = max(in.acked, received)
+	to := min(received, in.end)
+	if to <= in.base {
+		return
+	}
+	in.buf, in.base = in.buf[to-in.base:], to
+	in.next = max(in.next, in.base)
+	in.changed()
+}
+
+// reset forgets the input of an incarnation that ended: the next bytes
+// follow received, what the new one has. It returns the bytes the old
+// one never acknowledged.
+func (in *input) reset(received uint64) (lost uint64) {
+	lost = in.end - max(in.base, min(in.acked, in.end))
+	in.buf, in.base, in.next, in.end, in.acked = in.buf[:0], received, received, received, received
 	in.changed()
 	return lost
 }
@@ -127,18 +175,38 @@ func (e *Execution) armLocked(d time.Duration) {
 // Write sends input. It is kept until the server has it: after a
 // reconnect or a refusal, whatever the server lacks is resent by offset,
 // so nothing is typed twice or lost. Input goes out paced to the server's
-// input queue; Write waits while more than 1 MiB is unsent.
+// input queue. Write waits while the buffer is full (1 MiB kept until
+// acknowledged, or unsent with a server without input-ack), until the
+// execution ends; WriteContext also until ctx ends.
 func (e *Execution) Write(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
+	return e.WriteContext(context.Background(), p)
+}
+
+// WriteContext is Write, waiting for room only until ctx ends. It
+// returns how many bytes of p it kept: they will be sent.
+func (e *Execution) WriteContext(ctx context.Context, p []byte) (int, error) {
+	written := 0
+	for written < len(p) {
+		n, err := e.writeSome(ctx, p[written:])
+		written += n
+		if err != nil {
+			return written, err
+		}
 	}
+	return written, nil
+}
+
+// writeSome keeps as much of p as there is room for, once there is some.
+func (e *Execution) writeSome(ctx context.Context, p []byte) (int, error) {
 	e.mu.Lock()
-	for !e.ended && e.in.end-e.in.next > maxInputBuffer {
+	for !e.ended && e.in.room() <= 0 {
 		wake := e.in.waitChan()
 		e.mu.Unlock()
 		select {
 		case <-wake:
 		case <-e.closed:
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
 		}
 		e.mu.Lock()
 	}
@@ -146,13 +214,33 @@ func (e *Execution) Write(p []byte) (int, error) {
 		e.mu.Unlock()
 		return 0, io.ErrClosedPipe
 	}
-	e.in.keep(p)
+	n := len(p)
+	if e.in.acking {
+		n = min(n, e.in.room())
+	}
+	e.in.keep(p[:n])
 	send := !e.in.armed && e.readyLocked()
 	e.mu.Unlock()
 	if send {
 		e.flush()
 	}
-	return len(p), nil
+	return n, nil
+}
+
+// inputAcked handles an input-ack: the server has the input below
+// received, and refused frames up to end when end is beyond it; those
+// are resent from received after a pause.
+func (e *Execution) inputAcked(received, end uint64) {
+	e.mu.Lock()
+	if e.ended {
+		e.mu.Unlock()
+		return
+	}
+	e.in.release(received)
+	e.mu.Unlock()
+	if end > received {
+		e.refused(received)
+	}
 }
 
 // flush sends the next window of input on the connection the channel

@@ -3,5 +3,8 @@
 // so resume is exercised over real sockets, and Eventually, the one
 // polling loop for conditions that come true at some point.
 //
-// It is for tests only and imports nothing of termgate's.
+// It also holds Scripted, a WebSocket server a test plays step by step, so
+// clients are tested against exact protocol exchanges.
+//
+// It is for tests only and imports nothing of termgate's but gateway/wire.
 package gatewaytest

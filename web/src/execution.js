@@ -32,7 +32,16 @@ import { STREAMS, FATAL_ERRORS, INPUT_REFUSED_ERRORS, encodeInput } from './wire
  * @property {(bytes: Uint8Array<ArrayBuffer>) => void} sendBinary sends a binary frame likewise
  * @property {(why: string) => void} drop abandons the connection: events were lost on the way
  * @property {(ex: Execution) => void} forget the execution is closed: stop following it
+ * @property {() => string[]} features the features the gateway's hello listed on this connection
  */
+
+/**
+ * Acknowledgement of output: on a channel served with ack, the client
+ * acks once listeners were handed ACK_BYTES of output since the last
+ * ack, or ACK_DELAY_MS after the first event handed since it.
+ */
+const ACK_BYTES = 64 << 10;
+const ACK_DELAY_MS = 25;
 
 const FATAL = new Set(FATAL_ERRORS);
 const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
@@ -44,7 +53,10 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
  * Events (subscribe with on):
  *  - 'output' (bytes: Uint8Array, stream: 'pty'|'stdout'|'stderr', seq: number)
  *  - 'event' (msg): started, resize, stdin-closed, signal events
- *  - 'gap' ({from, to, bytes}): output the gateway no longer held
+ *  - 'gap' ({from, to, bytes, cause, inexact}): output the gateway no
+ *    longer held for this client; cause says why (read_only, live,
+ *    hold_expired, unheld, or '' from a gateway that does not say),
+ *    inexact that bytes is only an upper bound
  *  - 'exit' ({code, signal, reason, seq})
  *  - 'attached' (msg): on every (re)attach; replay runs until msg.last_seq
  *  - 'replay' (replaying: boolean): history replay began or caught up
@@ -79,6 +91,18 @@ export class Execution extends Emitter {
     this.status = '';
     /** Last sequence number delivered to listeners. */
     this.lastSeq = how.after ?? 0;
+    /** Output bytes up to lastSeq (events' data plus gaps' bytes), as the gateway counts them. */
+    this.seen = 0;
+    /** Whether seen is exact: counted from the first event, or from a gap. */
+    this._seenKnown = !how.after;
+    /** The incarnation the gateway named at the last attach ('' if none). */
+    this.incarnation = '';
+    /** Whether the channel is served with acknowledged delivery. */
+    this.ack = false;
+    this._acked = 0;
+    this._unacked = 0;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this._ackTimer = undefined;
     /** @type {number | null} channel on the current connection */
     this.channel = null;
     /** Whether events up to the attach's last_seq are still being replayed. */
@@ -117,6 +141,19 @@ export class Execution extends Emitter {
       return false;
     }
     return true;
+  }
+
+  /**
+   * writeAsync sends input like write, but waits for room when the input
+   * kept is at its bound (backpressure): the promise resolves true once
+   * the input was taken, false if the execution closed first.
+   * @param {string | Uint8Array} data
+   * @returns {Promise<boolean>}
+   */
+  writeAsync(data) {
+    if (this.closed || this.readOnly || this._input.stdinClosed) return Promise.resolve(false);
+    const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
+    return this._input.writeWhenRoom(bytes);
   }
 
   /** closeStdin ends the execution's input after everything written (pipes only). */
@@ -162,6 +199,12 @@ export class Execution extends Emitter {
     /** @type {Record<string, unknown>} */
     const m = { type: 'attach', id: this.id, after: this.lastSeq };
     if (this.wantReadOnly) m.read_only = true;
+    const features = this._link.features();
+    if (features.includes('ack')) {
+      m.ack = true;
+      if (this.incarnation) m.incarnation = this.incarnation;
+    }
+    if (features.includes('seen') && this._seenKnown && this.seen > 0) m.seen = this.seen;
     return m;
   }
 
@@ -180,6 +223,19 @@ export class Execution extends Emitter {
     this.pty = !!msg.pty;
     this.readOnly = !!msg.read_only;
     this._startedKnown = true;
+    let inputLost = 0;
+    if (this.incarnation && msg.incarnation && msg.incarnation !== this.incarnation) {
+      // The ID names a new execution: follow it from its first event.
+      this.lastSeq = this.seen = this._acked = 0;
+      this._seenKnown = true;
+      inputLost = this._input.reset(msg.input_offset ?? 0);
+    }
+    if (msg.incarnation) this.incarnation = msg.incarnation;
+    this.ack = !!msg.ack;
+    this._input.acking = this.ack && this._link.features().includes('input-ack');
+    this._acked = Math.max(this._acked, this.lastSeq);
+    this._unacked = 0;
+    if (inputLost > 0) this._emit('error', { error: 'input_lost', message: `${inputLost} bytes of input were meant for an execution that ended`, fatal: false });
     this._replayUntil = msg.last_seq ?? 0;
     this._setReplaying(this._replayUntil > this.lastSeq);
     this._emit('attached', msg);
@@ -194,8 +250,9 @@ export class Execution extends Emitter {
   _onOutput(frame) {
     if (!this._advance(frame.seq)) return;
     const stream = /** @type {Record<number, string>} */ (STREAMS)[frame.stream] ?? String(frame.stream);
+    this.seen += frame.data.length;
     this._emit('output', frame.data, stream, frame.seq);
-    this._afterEvent();
+    this._afterEvent(frame.data.length);
   }
 
   /** @param {Message} msg */
@@ -211,7 +268,9 @@ export class Execution extends Emitter {
     const to = msg.to ?? 0;
     // The events before msg.to are gone: resume after them next time.
     if (to - 1 > this.lastSeq) this.lastSeq = to - 1;
-    this._emit('gap', { from, to, bytes: msg.bytes ?? 0 });
+    this.seen += msg.bytes ?? 0;
+    this._seenKnown = true;
+    this._emit('gap', { from, to, bytes: msg.bytes ?? 0, cause: msg.cause ?? '', inexact: !!msg.inexact });
     this._afterEvent();
   }
 
@@ -238,12 +297,22 @@ export class Execution extends Emitter {
       if (this.channel !== null && !this.closed) this._input.refused(code, msg.input_offset ?? 0);
       return;
     }
+    if (msg.req === undefined && this.channel !== null && (code === 'not_attached' || code === 'invalid_request')) {
+      return; // the answer to an ack or input frame on a replaced channel: the reattach covers it
+    }
     const fatal = FATAL.has(code) && this.channel === null;
     this._emit('error', { error: msg.error, message: msg.message ?? '', fatal });
     if (fatal) this._close();
   }
 
+  /** @param {Message} msg an input-ack */
+  _onInputAck(msg) {
+    if (this.channel !== null && !this.closed) this._input.acked(msg.input_offset ?? 0, msg.input_end ?? 0);
+  }
+
   _onDisconnect() {
+    clearTimeout(this._ackTimer);
+    this._ackTimer = undefined;
     this.channel = null;
     this._setReplaying(false);
     this._input.pause(); // the reattach resends from what the gateway has
@@ -276,8 +345,27 @@ export class Execution extends Emitter {
     return true;
   }
 
-  _afterEvent() {
+  /**
+   * _afterEvent runs once listeners were handed an event (processed it):
+   * it acks when due, at once after ACK_BYTES, else by a timer.
+   * @param {number} [bytes] output bytes in the event
+   */
+  _afterEvent(bytes = 0) {
     if (this.replaying && this.lastSeq >= this._replayUntil) this._setReplaying(false);
+    if (!this.ack || this.closed || this.channel === null) return;
+    this._unacked += bytes;
+    if (this._unacked >= ACK_BYTES) this._sendAck();
+    else if (this._ackTimer === undefined) this._ackTimer = setTimeout(() => this._sendAck(), ACK_DELAY_MS);
+  }
+
+  /** _sendAck acks the last sequence handed to listeners, if not acked yet. */
+  _sendAck() {
+    clearTimeout(this._ackTimer);
+    this._ackTimer = undefined;
+    if (!this.ack || this.closed || this.channel === null || this.lastSeq <= this._acked) return;
+    this._acked = this.lastSeq;
+    this._unacked = 0;
+    this._link.send({ type: 'ack', channel: this.channel, seq: this.lastSeq });
   }
 
   /**
@@ -297,6 +385,8 @@ export class Execution extends Emitter {
   _close() {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this._ackTimer);
+    this._ackTimer = undefined;
     this._input.stop();
     this.channel = null;
     this._link.forget(this);

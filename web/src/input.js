@@ -2,6 +2,9 @@
 // client's (gateway/client/input.go): written bytes kept by offset until
 // the gateway has them, sent paced to its input queue, resent from what it
 // reports after a reconnect or a refusal, and close-stdin after the last.
+// On a channel with acknowledged input (input-ack), bytes are kept until
+// an input-ack covers them and at most max of them are kept: writes
+// beyond wait (writeWhenRoom) or are refused (write).
 
 // Input pacing (PROTOCOL.md): frames of at most 16 KiB, at most a window
 // of 64 KiB (the gateway's input queue) per send, sends at least 20 ms
@@ -63,6 +66,91 @@ export class InputQueue {
     this._refusedAt = -1;
     /** Offset the previous round of refusals reported: progress shows here. */
     this._lastRound = -1;
+    /** Whether the gateway acknowledges input: nothing unacknowledged is dropped. */
+    this.acking = false;
+    /** @type {{bytes: Uint8Array, resolve: (taken: boolean) => void}[]} writes waiting for room, in order */
+    this._waiting = [];
+  }
+
+  /** @returns {number} bytes a write may add now */
+  _room() {
+    return this.acking ? this._max - (this._end - this._base) : this._max - (this._end - this._next);
+  }
+
+  /**
+   * writeWhenRoom queues bytes once there is room for them, after the
+   * writes waiting before it: the promise resolves true when they were
+   * taken, false when the queue stopped first.
+   * @param {Uint8Array} bytes
+   * @returns {Promise<boolean>}
+   */
+  writeWhenRoom(bytes) {
+    return new Promise((resolve) => {
+      this._waiting.push({ bytes, resolve });
+      this._takeWaiting();
+    });
+  }
+
+  /** _takeWaiting takes the waiting writes there is room for, in order. */
+  _takeWaiting() {
+    while (this._waiting.length > 0) {
+      const w = this._waiting[0];
+      const n = Math.min(w.bytes.length, this._room());
+      if (n <= 0) return;
+      if (n < w.bytes.length && !this.acking) return; // without acks a write is taken whole
+      this._waiting[0] = { ...w, bytes: w.bytes.subarray(n) };
+      this._keep(w.bytes.subarray(0, n));
+      if (n === w.bytes.length) {
+        this._waiting.shift();
+        w.resolve(true);
+      }
+      if (this._timer === undefined) this._flush();
+    }
+  }
+
+  /**
+   * acked handles an input-ack: the gateway has the input below received
+   * (it may be freed), and it refused frames up to end when end is beyond
+   * received: those are resent from received after a pause.
+   * @param {number} received input_offset
+   * @param {number} end input_end
+   */
+  acked(received, end) {
+    this._release(received);
+    if (end > received) this.refused('input_full', received);
+    this._takeWaiting();
+  }
+
+  /**
+   * _release frees the kept bytes below received.
+   * @param {number} received
+   */
+  _release(received) {
+    this._acked = Math.max(this._acked, received);
+    const to = Math.min(received, this._end);
+    while (this._chunks.length > 0 && this._base < to) {
+      const first = this._chunks[0];
+      const n = Math.min(first.length, to - this._base);
+      if (n === first.length) this._chunks.shift();
+      else this._chunks[0] = first.subarray(n);
+      this._base += n;
+    }
+    if (this._next < this._base) this._next = this._base;
+  }
+
+  /**
+   * reset forgets the input of an execution that ended (a new incarnation
+   * of its ID): the next bytes follow received. It returns the bytes the
+   * old one never acknowledged.
+   * @param {number} received
+   * @returns {number}
+   */
+  reset(received) {
+    const lost = this._end - Math.max(this._base, Math.min(this._acked, this._end));
+    this._chunks = [];
+    this._tail = null;
+    this._base = this._next = this._end = this._acked = received;
+    return lost;
   }
 
   /**
@@ -72,7 +160,7 @@ export class InputQueue {
    * @returns {boolean} whether the bytes were taken
    */
   write(bytes) {
-    if (this._end - this._next + bytes.length > this._max) return false;
+    if (this._waiting.length > 0 || bytes.length > this._room()) return false;
     this._keep(bytes);
     if (this._timer === undefined) this._flush();
     return true;
@@ -108,6 +196,7 @@ export class InputQueue {
   stop() {
     this.pause();
     this._chunks = [];
+    for (const w of this._waiting.splice(0)) w.resolve(false);
   }
 
   /**
@@ -152,7 +241,7 @@ export class InputQueue {
       at += n;
     }
     this._end += bytes.length;
-    while (this._end - this._base > this._max && this._chunks.length > 1 &&
+    while (!this.acking && this._end - this._base > this._max && this._chunks.length > 1 &&
       this._base + this._chunks[0].length <= this._next) {
       this._base += this._chunks[0].length;
       this._chunks.shift();
@@ -195,6 +284,7 @@ export class InputQueue {
   _rewindAndReport(received) {
     const lost = this._rewind(received);
     if (lost > 0) this._sink.lost(lost);
+    this._takeWaiting();
   }
 
   /**
@@ -236,6 +326,8 @@ export class InputQueue {
       const gap = this._recovering ? this._pause : INPUT_GAP_MS;
       if (this._next === this._end) this._recovering = false;
       this._arm(gap);
+      if (!this.acking) this._takeWaiting(); // sent bytes make room
+
     } else if (this._closePending) {
       this._closePending = false;
       this._sink.closeStdin(this._end);

@@ -18,7 +18,7 @@ const RESIZE_DEBOUNCE_MS = 150;
  * @typedef {import('./termgate-client.js').StatusChange} StatusChange
  * @typedef {{id: string | null, readOnly: boolean}} Fragment what location.hash asked for
  * @typedef {{id?: string, readOnly?: boolean}} TabTarget attach to id, or start one
- * @typedef {{from: number, to: number, bytes: number}} GapInfo output the gateway no longer held
+ * @typedef {{from: number, to: number, bytes: number, cause: string, inexact: boolean}} GapInfo output the gateway no longer held
  * @typedef {{error?: string, message: string, fatal?: boolean}} ErrorInfo an
  *   'error' event of the client or of an execution
  * @typedef {ExitInfo & {error?: boolean}} TabExit how a tab's execution
@@ -214,7 +214,7 @@ class Tab {
       this.transcript?.add(bytes);
       this.term.write(bytes); // xterm decodes UTF-8 statefully across writes
     });
-    ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', `${g.bytes} bytes of output were lost`));
+    ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', lossText(g)));
     ex.on('exit', /** @param {ExitInfo} x */ (x) => {
       this.exit = x;
       this.button.classList.add('exited');
@@ -266,7 +266,9 @@ class Tab {
   input(data) {
     if (this.readOnly || this.ex.closed) return;
     if (this.muted && this.answering) return;
-    this.ex.write(data);
+    // Waits, in order, while the input the gateway has not acknowledged
+    // is at its bound: a large paste is delivered whole, never dropped.
+    this.ex.writeAsync(data);
   }
 
   /**
@@ -333,6 +335,25 @@ function showNotice(cls, text) {
   n.textContent = text;
   notices.append(n);
   while (notices.children.length > 5) notices.firstElementChild?.remove();
+}
+
+/** Why output was lost, by a gap's cause. */
+const LOSS_CAUSES = /** @type {Record<string, string>} */ ({
+  hold_expired: 'the hold expired before a writer came back',
+  unheld: 'they were evicted while no acknowledging writer was attached',
+  read_only: 'a read-only viewer does not hold output, and this one fell behind',
+  live: 'the execution runs with flow live, which never waits for a slow reader',
+  '': 'the gateway no longer held them',
+});
+
+/**
+ * lossText says how much output a gap lost, and why.
+ * @param {GapInfo} g
+ * @returns {string}
+ */
+function lossText(g) {
+  const n = `${g.inexact ? 'up to ' : ''}${g.bytes} bytes`;
+  return `${n} of output were lost: ${LOSS_CAUSES[g.cause ?? ''] ?? `cause ${g.cause}`}`;
 }
 
 /**

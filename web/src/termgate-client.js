@@ -38,7 +38,8 @@ export { Execution } from './execution.js';
  * @property {number} [maxDelay] largest reconnect delay bound in ms (10000).
  * @property {number} [pingInterval] ms between the client's own pings (20000); a
  *   missing pong after another interval drops the socket.
- * @property {number} [maxUnackedInput] bytes of sent input kept for resending (4 MiB).
+ * @property {number} [maxUnackedInput] bytes of input kept until the gateway has them (1 MiB):
+ *   with input-ack, write() refuses and writeAsync() waits beyond it.
  * @property {typeof WebSocket} [WebSocket] constructor to use (tests, node).
  */
 
@@ -75,7 +76,7 @@ export class TermgateClient extends Emitter {
   constructor(opts) {
     super();
     const o = {
-      minDelay: 250, maxDelay: 10000, pingInterval: 20000, maxUnackedInput: 4 << 20,
+      minDelay: 250, maxDelay: 10000, pingInterval: 20000, maxUnackedInput: 1 << 20,
       url: defaultURL(), WebSocket: globalThis.WebSocket, ...opts,
     };
     if (typeof o.getToken !== 'function') throw new TypeError('termgate: getToken is required');
@@ -93,6 +94,7 @@ export class TermgateClient extends Emitter {
       sendBinary: (bytes) => this._transport.sendBinary(bytes),
       drop: (why) => this._transport.drop(why),
       forget: (ex) => this._forget(ex),
+      features: () => this._transport.hello?.features ?? [],
     };
     this._transport = new Transport(o, {
       opened: () => { for (const ex of this._executions) this._sendAttach(ex); },
@@ -108,6 +110,15 @@ export class TermgateClient extends Emitter {
   /** The connection's state, as the last 'status' event said. */
   get status() {
     return this._transport.status;
+  }
+
+  /**
+   * The gateway's hello on the current connection (server, protocol,
+   * features, limits), or null from a gateway that sends none.
+   * @returns {Message | null}
+   */
+  get hello() {
+    return this._transport.hello;
   }
 
   /** How many WebSocket connections this client has opened. */
@@ -194,6 +205,9 @@ export class TermgateClient extends Emitter {
       case 'gap':
         byChannel?._onGap(msg);
         break;
+      case 'input-ack':
+        byChannel?._onInputAck(msg);
+        break;
       case 'exit':
         if (byChannel && msg.channel) {
           this._channels.delete(msg.channel);
@@ -207,7 +221,7 @@ export class TermgateClient extends Emitter {
         this._transport.reauth();
         break;
       default:
-        break; // pong, ok, detached; unknown types are ignored, as the protocol asks
+        break; // pong, ok, detached, a late hello; unknown types are ignored, as the protocol asks
     }
   }
 

@@ -27,22 +27,38 @@ class FakeSocket {
 
 const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
 
-async function connected(client) {
+/** HELLO is a gateway's hello with every feature of acknowledged delivery. */
+const HELLO = { type: 'hello', server: 'termgate test', protocol: 1, features: ['ack', 'input-ack', 'seen', 'flow'], limits: { ring_bytes: 1 << 20 } };
+
+/**
+ * connected opens the client's newest socket and plays the handshake: the
+ * hello when given, else the pong of a gateway from before hello.
+ */
+async function connected(client, hello = null) {
   await tick();
   const ws = FakeSocket.all.at(-1);
   ws.open();
+  const ping = ws.controls().find((m) => m.type === 'ping');
+  assert.ok(ping, 'the client pings at open');
+  assert.equal(ws.controls().length, 1, 'nothing but the ping before the handshake');
+  if (hello) ws.text(hello);
+  else ws.text({ type: 'pong', req: ping.req });
   return ws;
 }
 
-/** attachedJob: a client whose execution "job" is attached on channel 2. */
-async function attachedJob() {
+/**
+ * attachedJob: a client whose execution "job" is attached on channel 2;
+ * with hello, by a gateway that acknowledges (attached with ack).
+ */
+async function attachedJob(hello = null, opts = {}) {
   FakeSocket.all = [];
-  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
-  const ws = await connected(client);
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2, ...opts });
+  const ws = await connected(client, hello);
   const ex = client.attach('job');
   const attach = ws.controls().find((m) => m.type === 'attach');
-  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0 });
-  return { client, ws, ex };
+  const ack = hello ? { ack: true, incarnation: 'i1', flow: 'hold' } : {};
+  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0, ...ack });
+  return { client, ws, ex, attach };
 }
 
 test('reconnect reattaches after the last seq and resends input by offset', async () => {
@@ -174,8 +190,8 @@ test('a large write is paced: 64 KiB windows; a refusal pauses, longer without p
   assert.equal(sent().length, n, 'no progress: the pause doubled to 400 ms');
   await tick(200);
   assert.deepEqual(sent()[n], [65536, 16384]);
-  // More than 4 MiB unsent: the write is dropped whole and said so.
-  assert.equal(ex.write(new Uint8Array(4 << 20)), false);
+  // More than 1 MiB unsent: the write is dropped whole and said so.
+  assert.equal(ex.write(new Uint8Array(1 << 20)), false);
   assert.equal(overflow?.error, 'input_overflow');
   client.close();
 });
@@ -216,5 +232,110 @@ test('a jump in sequence numbers drops the socket and resumes after the last eve
   ws2.binary(outputFrame(1, 2, 1, 1, new TextEncoder().encode('b')));
   ws2.binary(outputFrame(1, 3, 1, 2, new TextEncoder().encode('c')));
   assert.deepEqual(out, [['a', 1], ['b', 2], ['c', 3]]);
+  client.close();
+});
+
+const enc = (t) => new TextEncoder().encode(t);
+
+test('hello: attach asks for ack; a reattach says seen and the incarnation', async () => {
+  const { client, ws, ex, attach } = await attachedJob(HELLO);
+  assert.deepEqual(client.hello.features, HELLO.features);
+  assert.equal(attach.ack, true);
+  assert.equal(attach.seen, undefined);
+  assert.equal(ex.ack, true);
+  const gaps = [];
+  ex.on('gap', (g) => gaps.push(g));
+  ws.binary(outputFrame(2, 1, 1, 0, enc('abc')));
+  ws.text({ type: 'gap', channel: 2, from: 2, to: 5, bytes: 10, cause: 'hold_expired' });
+  ws.text({ type: 'gap', channel: 2, from: 5, to: 6, bytes: 0, cause: 'unheld', inexact: true });
+  ws.binary(outputFrame(2, 6, 1, 13, enc('de')));
+  assert.deepEqual(gaps, [{ from: 2, to: 5, bytes: 10, cause: 'hold_expired', inexact: false }, { from: 5, to: 6, bytes: 0, cause: 'unheld', inexact: true }]);
+  ws.drop();
+  const ws2 = await connected(client, HELLO);
+  const again = ws2.controls().find((m) => m.type === 'attach');
+  assert.deepEqual({ ...again, req: undefined }, { type: 'attach', id: 'job', after: 6, ack: true, seen: 15, incarnation: 'i1', req: undefined });
+  client.close();
+});
+
+test('acks: at once after 64 KiB handed to listeners, else 25 ms after', async () => {
+  const { client, ws, ex } = await attachedJob(HELLO);
+  ex.on('output', () => {});
+  const acks = () => ws.controls().filter((m) => m.type === 'ack');
+  ws.binary(outputFrame(2, 1, 1, 0, new Uint8Array(40 << 10)));
+  assert.equal(acks().length, 0);
+  ws.binary(outputFrame(2, 2, 1, 40 << 10, new Uint8Array(30 << 10)));
+  assert.deepEqual(acks(), [{ type: 'ack', channel: 2, seq: 2 }], 'by bytes, without waiting');
+  ws.binary(outputFrame(2, 3, 1, 70 << 10, enc('x')));
+  ws.text({ type: 'event', channel: 2, seq: 4, event: 'resize', rows: 3, cols: 4 });
+  assert.equal(acks().length, 1);
+  await tick(60);
+  assert.deepEqual(acks().at(-1), { type: 'ack', channel: 2, seq: 4 }, 'by the timer');
+  ws.text({ type: 'exit', channel: 2, seq: 5, code: 0, reason: 'exited' });
+  await tick(60);
+  assert.equal(acks().length, 2, 'the exit is not acked');
+  client.close();
+});
+
+test('no hello: attach and input as before, no acks', async () => {
+  const { client, ws, ex, attach } = await attachedJob();
+  assert.equal(client.hello, null);
+  assert.deepEqual(Object.keys(attach).sort(), ['after', 'id', 'req', 'type']);
+  ws.binary(outputFrame(2, 1, 1, 0, enc('abc')));
+  await tick(60);
+  assert.equal(ws.controls().some((m) => m.type === 'ack'), false);
+  assert.equal(ex.ack, false);
+  client.close();
+});
+
+test('a new incarnation is followed from its first event', async () => {
+  const { client, ws, ex } = await attachedJob(HELLO);
+  const out = [];
+  ex.on('output', (b) => out.push(new TextDecoder().decode(b)));
+  ws.binary(outputFrame(2, 1, 1, 0, enc('old')));
+  ws.drop();
+  const ws2 = await connected(client, HELLO);
+  const again = ws2.controls().find((m) => m.type === 'attach');
+  assert.equal(again.incarnation, 'i1');
+  ws2.text({ type: 'attached', req: again.req, channel: 3, id: 'job', status: 'running', last_seq: 1, ack: true, incarnation: 'i2' });
+  ws2.binary(outputFrame(3, 1, 1, 0, enc('new')));
+  assert.deepEqual(out, ['old', 'new']);
+  assert.equal(ex.incarnation, 'i2');
+  assert.equal(ex.seen, 3);
+  client.close();
+});
+
+test('input-ack: input is kept until acknowledged, resent after a refusal, writeAsync waits at the bound', async () => {
+  const { client, ws, ex } = await attachedJob(HELLO, { maxUnackedInput: 64 << 10 });
+  const sent = () => ws.inputs().map((i) => [i.offset, i.text.length]);
+  ex.write('a'.repeat(40 << 10));
+  await tick(30);
+  let taken = false;
+  const p = ex.writeAsync('b'.repeat(40 << 10)).then((ok) => { taken = ok; });
+  await tick(30);
+  assert.equal(ex.write('c'), false, 'write refuses while writes wait');
+  await tick(30);
+  assert.equal(sent().reduce((n, [, l]) => n + l, 0), 64 << 10, 'only 64 KiB kept and sent');
+  assert.equal(taken, false, 'writeAsync waits while 64 KiB are unacknowledged');
+  ws.text({ type: 'input-ack', channel: 2, input_offset: 16 << 10, input_end: 16 << 10 });
+  await p;
+  assert.equal(taken, true);
+  await tick(30);
+  assert.equal(sent().reduce((n, [, l]) => n + l, 0), 80 << 10);
+  // Frames refused: resent from input_offset after the pause.
+  const n = sent().length;
+  ws.text({ type: 'input-ack', channel: 2, input_offset: 20 << 10, input_end: 80 << 10, error: 'input_full' });
+  await tick(120);
+  assert.equal(sent().length, n, 'paused');
+  await tick(150);
+  assert.deepEqual(sent()[n], [20 << 10, 16 << 10]);
+  // A reconnect resends everything not acknowledged, however much was sent.
+  ws.drop();
+  const ws2 = await connected(client, HELLO);
+  const again = ws2.controls().find((m) => m.type === 'attach');
+  ws2.text({ type: 'attached', req: again.req, channel: 4, id: 'job', status: 'running', ack: true, incarnation: 'i1', input_offset: 20 << 10 });
+  await tick(100);
+  const resent = ws2.inputs();
+  assert.equal(resent[0].offset, 20 << 10);
+  assert.equal(resent.map((i) => i.text).join(''), 'a'.repeat(20 << 10) + 'b'.repeat(40 << 10));
   client.close();
 });

@@ -53,6 +53,9 @@ export function backoffDelay(attempt, min = 250, max = 10000, random = Math.rand
   return Math.floor(random() * bound);
 }
 
+/** The req of the ping that opens every socket. */
+const HANDSHAKE_REQ = 'hello';
+
 /** Transport is the client's one connection at a time to the gateway. */
 export class Transport {
   /**
@@ -78,6 +81,10 @@ export class Transport {
     /** @type {ReturnType<typeof setInterval> | undefined} */
     this._pingTimer = undefined;
     this._awaitingPong = false;
+    /** Whether the open socket waits for the hello or the handshake's pong. */
+    this._handshaking = false;
+    /** @type {Message | null} the hello of the current socket; null from a gateway that sends none */
+    this.hello = null;
   }
 
   /** start connects; after a failure it reconnects until close(). */
@@ -119,6 +126,7 @@ export class Transport {
     const ws = this._ws;
     this._ws = null;
     this.live = false;
+    this._handshaking = false;
     this._stopPing();
     if (ws && ws.readyState <= 1) {
       try { ws.close(1000); } catch { /* already failing */ }
@@ -182,12 +190,37 @@ export class Transport {
     ws.onerror = () => this._ws === ws && this.drop('socket error');
   }
 
+  /**
+   * _onOpen starts the handshake: a gateway with acknowledged delivery
+   * sends hello before any answer, one from before sends none. So the
+   * client pings and the socket counts as opened at the hello or at the
+   * pong, whichever comes first; only then is anything sent that depends
+   * on what the gateway supports.
+   */
   _onOpen() {
     this.live = true;
+    this.hello = null;
+    this._handshaking = true;
+    this.send({ type: 'ping', req: HANDSHAKE_REQ });
+  }
+
+  /**
+   * _handshake consumes the messages of the handshake; false for others.
+   * @param {Message} msg
+   */
+  _handshake(msg) {
+    if (msg.type === 'pong' && msg.req === HANDSHAKE_REQ) {
+      if (!this._handshaking) return true; // left behind by a hello
+    } else if (msg.type !== 'hello' || !this._handshaking) {
+      return false;
+    }
+    if (msg.type === 'hello') this.hello = msg;
+    this._handshaking = false;
     this._attempt = 0;
     this._setStatus({ state: 'live' });
     this._startPing();
     this._handler.opened();
+    return true;
   }
 
   /** @param {string} [why] */
@@ -232,6 +265,7 @@ export class Transport {
         this.drop('malformed control message');
         return;
       }
+      if (this._handshake(msg)) return;
       this._handler.control(msg);
       return;
     }

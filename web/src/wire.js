@@ -56,6 +56,16 @@ export const INPUT_REFUSED_ERRORS = Object.freeze([
  * @property {string} [reason]
  * @property {string} [error]
  * @property {string} [message]
+ * @property {string} [incarnation] attached: which execution the ID names now
+ * @property {boolean} [ack] attached: output is acknowledged on this channel
+ * @property {string} [flow] attached: hold or live
+ * @property {string} [cause] gap: read_only, live, hold_expired or unheld
+ * @property {boolean} [inexact] gap: bytes is only an upper bound
+ * @property {number} [input_end] input-ack: end of the newest input frame processed
+ * @property {string} [server] hello
+ * @property {number} [protocol] hello
+ * @property {string[]} [features] hello: ack, input-ack, seen, flow
+ * @property {Record<string, number>} [limits] hello
  */
 
 /**

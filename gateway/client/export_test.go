@@ -1,0 +1,11 @@
+package client
+
+import "time"
+
+// SetAckDelay sets the ack timer's delay until the returned func restores
+// it. Not for parallel tests.
+func SetAckDelay(d time.Duration) (restore func()) {
+	old := ackDelay
+	ackDelay = d
+	return func() { ackDelay = old }
+}
