@@ -3,9 +3,12 @@ package replay
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // holdStep is one action of a hold test, applied in order to the ring
@@ -343,5 +346,174 @@ func applyStep(t *testing.T, r *Ring, holds *[]*Hold, s holdStep) {
 	}
 	if err != nil {
 		t.Fatalf("%+v: %v", s, err)
+	}
+}
+
+// TestCursorSeenGap checks the Bytes of gaps: exact for a reader that
+// says what it counted (CursorSeen) or whose position is retained, an
+// upper bound marked Inexact only for Read or Cursor at an evicted after.
+func TestCursorSeenGap(t *testing.T) {
+	t.Parallel()
+	// Events 1..5 of 1..5 bytes; MaxEvents 3 keeps 3..5: 3 bytes evicted.
+	setup := []Event{sized(1), sized(2), sized(3), sized(4), sized(5)}
+	tests := []struct {
+		name   string
+		cursor func(r *Ring) *Cursor // nil: Read after after
+		after  uint64
+		rest   []Event // appended before the first Next
+		want   *Gap
+		events []uint64 // when no gap
+	}{
+		{"Read from the start", nil, 0, nil, &Gap{From: 1, To: 3, Bytes: 3}, nil},
+		{"Read at an evicted after", nil, 1, nil, &Gap{From: 2, To: 3, Bytes: 3, Inexact: true}, nil},
+		{"Read just before the oldest", nil, 2, nil, nil, []uint64{3, 4, 5}},
+		{"Cursor from the start", cur(0), 0, nil, &Gap{From: 1, To: 3, Bytes: 3}, nil},
+		{"Cursor at an evicted after", cur(1), 1, nil, &Gap{From: 2, To: 3, Bytes: 3, Inexact: true}, nil},
+		{"CursorSeen at an evicted after", curSeen(1, 1), 1, nil, &Gap{From: 2, To: 3, Bytes: 2}, nil},
+		{"CursorSeen beyond the evicted output", curSeen(1, 99), 1, nil, &Gap{From: 2, To: 3, Bytes: 0}, nil},
+		{"CursorSeen at zero", curSeen(0, 7), 0, nil, &Gap{From: 1, To: 3, Bytes: 3}, nil},
+		{"CursorSeen at a retained after", curSeen(3, 0), 3, nil, nil, []uint64{4, 5}},
+		// Where the ring knows the count, a wrong seen changes nothing.
+		{"the ring's own count wins", curSeen(2, 999), 2,
+			[]Event{sized(6), sized(7), sized(8)}, &Gap{From: 3, To: 6, Bytes: 12}, nil},
+		{"a reader that counted resumes exactly", curSeen(2, 3), 2,
+			[]Event{sized(6), sized(7), sized(8)}, &Gap{From: 3, To: 6, Bytes: 12}, nil},
+		{"a reader that did not count over-counts", cur(2), 2,
+			[]Event{sized(6), sized(7), sized(8)}, &Gap{From: 3, To: 6, Bytes: 12}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := filled(t, Config{MaxEvents: 3}, setup...)
+			var c *Cursor
+			if tt.cursor != nil {
+				c = tt.cursor(r)
+			}
+			for _, ev := range tt.rest {
+				r.Append(ev)
+			}
+			var got []Event
+			var gap *Gap
+			if c == nil {
+				got, gap = r.Read(nil, tt.after, 0, 0)
+			} else {
+				var err error
+				if got, gap, err = c.Next(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !equalGap(gap, tt.want) || !slices.Equal(seqs(got), tt.events) {
+				t.Errorf("gap %+v, seqs %v; want %+v, %v", gap, seqs(got), tt.want, tt.events)
+			}
+		})
+	}
+}
+
+func cur(after uint64) func(*Ring) *Cursor { return func(r *Ring) *Cursor { return r.Cursor(after) } }
+
+func curSeen(after, seen uint64) func(*Ring) *Cursor {
+	return func(r *Ring) *Cursor { return r.CursorSeen(after, seen) }
+}
+
+// TestHeldReaderLosesNothing runs a writer that respects holds (WaitRoom
+// before each append) against an acknowledging reader that holds the
+// ring: megabytes pass through a 64 KiB ring with no gap, every byte
+// arrives exactly once, and the ring never retains more than MaxBytes
+// plus one append.
+func TestHeldReaderLosesNothing(t *testing.T) {
+	t.Parallel()
+	const appends = 2000 // about 6 MiB of output
+	cfg := Config{MaxBytes: 64 << 10, MaxEvents: 256}
+	r := New(cfg)
+	h := r.Hold(0)
+	c := r.Cursor(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var waits int
+	wg.Go(func() { waits = writeHeld(ctx, t, r, appends) })
+	read := readHeld(ctx, t, c, h)
+	wg.Wait()
+	st := r.Stats()
+	if read != st.OutputBytes || st.ForcedBytes != 0 {
+		t.Errorf("read %d bytes; stats %+v", read, st)
+	}
+	if st.OutputBytes < 4<<20 {
+		t.Errorf("only %d bytes written", st.OutputBytes)
+	}
+	t.Logf("%d bytes through a %d byte ring; the writer found it full %d times", read, cfg.MaxBytes, waits)
+}
+
+// writeHeld appends n outputs of up to 8 KiB on two streams and some
+// resizes, each after WaitRoom, then the exit. It checks the ring's
+// memory after every append and returns how often the ring was full.
+func writeHeld(ctx context.Context, t *testing.T, r *Ring, n int) (waits int) {
+	var offsets [StreamStderr + 1]uint64
+	buf := make([]byte, 8<<10)
+	for i := range n {
+		if r.Full() {
+			waits++
+		}
+		if err := r.WaitRoom(ctx); err != nil {
+			t.Errorf("append %d: WaitRoom: %v", i, err)
+			return waits
+		}
+		if i%50 == 0 {
+			r.Append(Event{Kind: KindResize, Rows: 24, Cols: uint16(80 + i%7)})
+			continue
+		}
+		s := StreamStdout + Stream(i%2)
+		p := buf[:1+(i*2731)%len(buf)]
+		for k := range p {
+			p[k] = pattern(s, offsets[s]+uint64(k))
+		}
+		if _, err := r.AppendOutput(s, p); err != nil {
+			t.Errorf("append %d: %v", i, err)
+			return waits
+		}
+		offsets[s] += uint64(len(p))
+		if st := r.Stats(); st.Bytes >= r.maxBytes+len(p) {
+			t.Errorf("append %d of %d bytes: the ring retains %d", i, len(p), st.Bytes)
+		}
+	}
+	if _, err := r.Append(exitEvent(0)); err != nil {
+		t.Errorf("exit: %v", err)
+	}
+	return waits
+}
+
+// readHeld reads c to the end, checking every byte and acking every
+// batch on h, and returns the output bytes read. A gap is an error.
+func readHeld(ctx context.Context, t *testing.T, c *Cursor, h *Hold) uint64 {
+	defer h.Release()
+	var sc streamCheck
+	var last uint64
+	for {
+		evs, gap, err := c.Next(ctx)
+		switch {
+		case errors.Is(err, io.EOF):
+			return sc.seen
+		case err != nil || gap != nil:
+			t.Errorf("after seq %d: gap %+v, err %v", last, gap, err)
+			return sc.seen
+		}
+		for i := range evs {
+			ev := &evs[i]
+			if ev.Seq != last+1 {
+				t.Errorf("seq %d after %d", ev.Seq, last)
+				return sc.seen
+			}
+			last = ev.Seq
+			if ev.Kind != KindOutput {
+				continue
+			}
+			if err := sc.output(ev); err != nil {
+				t.Errorf("seq %d, %s at %d: %v", ev.Seq, ev.Stream, ev.Offset, err)
+				return sc.seen
+			}
+		}
+		if err := h.Ack(last); err != nil {
+			t.Errorf("ack %d: %v", last, err)
+		}
 	}
 }
