@@ -288,6 +288,8 @@ func TestWaitRoomBlocksUntilRoom(t *testing.T) {
 			func(r *Ring, _ []*Hold, _ context.CancelCauseFunc) { r.Unpin() }, nil},
 		{"exit", 1, addN(sized(4), 3), []holdStep{add(Event{Kind: KindSignal, Signal: 15})},
 			func(r *Ring, _ []*Hold, _ context.CancelCauseFunc) { r.Append(exitEvent(-1)) }, nil},
+		{"the ceiling evicts below the bounds", 1, addN(sized(30), 1), nil,
+			func(r *Ring, _ []*Hold, _ context.CancelCauseFunc) { r.Append(sized(1)) }, nil},
 		{"context done", 1, addN(sized(4), 3), nil,
 			func(_ *Ring, _ []*Hold, cancel context.CancelCauseFunc) { cancel(errStopped) }, errStopped},
 	}

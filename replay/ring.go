@@ -143,8 +143,10 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 		close(r.wake)
 		r.wake = nil
 	}
-	if r.closed {
-		r.refloor() // a writer waiting for room has nothing left to wait for
+	if r.room != nil && !r.fullLocked() {
+		// The exit, or the hard ceiling evicting held output, made room.
+		close(r.room)
+		r.room = nil
 	}
 	return ev.Seq, nil
 }
