@@ -76,6 +76,80 @@ func BenchmarkAppendFollow32K(b *testing.B) {
 	b.ReportMetric(float64(read)/float64(b.N*len(p)), "read/written")
 }
 
+// BenchmarkAppendHeld32K is BenchmarkAppendFollow32K with one hold that
+// the writer acks after each append, and WaitRoom before each: the cost
+// of holds on the hot path, which should not be measurable.
+func BenchmarkAppendHeld32K(b *testing.B) {
+	r := New(Config{})
+	h := r.Hold(0)
+	p := make([]byte, 32<<10)
+	var wg sync.WaitGroup
+	var read uint64
+	c := r.Cursor(0)
+	wg.Go(func() {
+		for {
+			evs, _, err := c.Next(b.Context())
+			if err != nil {
+				return
+			}
+			for i := range evs {
+				read += uint64(len(evs[i].Data))
+			}
+		}
+	})
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.WaitRoom(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		seq, _ := r.AppendOutput(StreamPTY, p)
+		if err := h.Ack(seq); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r.Append(exitEvent(0))
+	wg.Wait()
+	h.Release()
+	b.ReportMetric(float64(read)/float64(b.N*len(p)), "read/written")
+}
+
+// BenchmarkAppendHeldReader32K is flow control end to end: the reader
+// holds the ring and acks each batch, the writer waits for room before
+// each 32 KiB append, so every byte is delivered (gaps must be 0).
+func BenchmarkAppendHeldReader32K(b *testing.B) {
+	r := New(Config{})
+	h := r.Hold(0)
+	p := make([]byte, 32<<10)
+	var wg sync.WaitGroup
+	var gaps int
+	c := r.Cursor(0)
+	wg.Go(func() {
+		defer h.Release()
+		for {
+			_, gap, err := c.Next(b.Context())
+			if err != nil {
+				return
+			}
+			if gap != nil {
+				gaps++
+			}
+			h.Ack(c.After())
+		}
+	})
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.WaitRoom(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		r.AppendOutput(StreamPTY, p)
+	}
+	r.Append(exitEvent(0))
+	wg.Wait()
+	b.ReportMetric(float64(gaps), "gaps")
+}
+
 // BenchmarkAppendOutputSmall is the interactive case: short PTY writes
 // with nobody reading.
 func BenchmarkAppendOutputSmall(b *testing.B) {

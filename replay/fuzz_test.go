@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"testing"
 	"time"
 )
 
-// FuzzRing runs a random sequence of appends, reads and cursor reads on a
-// small ring and checks every result against model, which keeps every
-// event ever appended and recomputes what the bounds retain.
+// FuzzRing runs a random sequence of appends, reads, cursor reads and hold
+// operations (create, ack, release, unpin) on a small ring and checks
+// every result against model, which keeps every event ever appended and
+// evicts as the bounds and the holds allow.
 func FuzzRing(f *testing.F) {
 	f.Add([]byte{10, 3, 0, 1, 5, 0, 2, 9, 6, 0, 1, 0})
 	f.Add([]byte{0, 0, 0, 1, 200, 1, 2, 3, 3, 1, 1, 4, 2, 5, 6, 0, 0, 0})
@@ -20,12 +23,23 @@ func FuzzRing(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0, 1, 30, 6, 2, 3, 4, 7, 0, 3}, 20))
 	// Cursors only: a lent batch, then enough output to evict it.
 	f.Add(append([]byte{63, 15, 1, 6, 0, 0, 1, 10, 0, 1, 10, 0, 1, 10, 7, 0}, bytes.Repeat([]byte{0, 2, 50}, 20)...))
+	// Holds: a hold at 0 fills the ring past its bounds, WaitRoom, acks,
+	// a second hold, release, a cursor that counted, Unpin.
+	f.Add(slices.Concat([]byte{9, 3, 0, 8, 0}, bytes.Repeat([]byte{0, 1, 4}, 6),
+		[]byte{11, 1, 9, 0, 3, 8, 2, 0, 1, 4, 9, 1, 7, 6, 1, 1, 7, 0, 10, 0, 0, 1, 4, 7, 0, 11, 0, 0, 1, 4, 7, 0}))
+	// The hard ceiling by events, then by bytes, then an ack back to the
+	// bounds; cursors from an evicted after, with and without a count.
+	f.Add(slices.Concat([]byte{9, 1, 1, 8, 0}, bytes.Repeat([]byte{2, 1, 1}, 5), bytes.Repeat([]byte{0, 2, 5}, 3),
+		[]byte{6, 1, 0, 6, 1, 1, 9, 0, 7, 0, 1, 1, 7, 0, 0, 7, 1, 0, 7, 1}))
+	// Found by fuzzing: at the event bound, an oldest event acked exactly
+	// (the hold's floor) was kept as if held.
+	f.Add([]byte("\t0080010010010000010010\"00108001\x0491900000000000001\x040"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := &fuzzInput{data: data}
 		cfg := Config{MaxBytes: 1 + int(in.byte()%64), MaxEvents: 1 + int(in.byte()%16)}
 		// Read pins the slabs it returns, which would hide mistakes in the
 		// cursors' leases, so some runs use cursors only.
-		h := &harness{t: t, ring: New(cfg), model: model{cfg: cfg, cum: []uint64{0}}, reads: in.byte()%2 == 0}
+		h := &harness{t: t, ring: New(cfg), model: model{cfg: cfg, cum: []uint64{0}, lo: 1}, reads: in.byte()%2 == 0}
 		for !in.done() {
 			h.step(in)
 			h.checkState()
@@ -48,30 +62,80 @@ func (in *fuzzInput) byte() byte {
 	return in.data[in.pos-1]
 }
 
-// model is the obvious implementation: all events ever appended, and the
-// retained ones recomputed from the bounds each time.
+// model is the obvious implementation: all events ever appended, the
+// oldest retained one, and the holds, evicting after each append exactly
+// as the bounds and the holds require.
 type model struct {
-	cfg     Config
-	all     []Event
-	cum     []uint64 // cum[i]: output bytes in all[:i], so sums stay O(1)
-	offsets [StreamStderr + 1]uint64
-	closed  bool
+	cfg      Config
+	all      []Event
+	cum      []uint64 // cum[i]: output bytes in all[:i], so sums stay O(1)
+	offsets  [StreamStderr + 1]uint64
+	closed   bool
+	lo       uint64 // the oldest retained event; last+1 while empty
+	holds    []modelHold
+	unpinned bool
+	forced   uint64 // held output bytes evicted beyond twice the bounds
+}
+
+// modelHold is what the model knows of one Hold.
+type modelHold struct {
+	acked    uint64
+	released bool
 }
 
 func (m *model) last() uint64 { return uint64(len(m.all)) }
 
-// first is the first event of the longest suffix within both bounds, or the
-// last event alone when it exceeds MaxBytes by itself.
-func (m *model) first() uint64 {
-	n, size := 0, 0
-	for i := len(m.all) - 1; i >= 0; i-- {
-		size += len(m.all[i].Data)
-		if n > 0 && (n+1 > m.cfg.MaxEvents || size > m.cfg.MaxBytes) {
-			break
+func (m *model) first() uint64 { return m.lo }
+
+// floor returns the lowest acknowledged sequence of the holds, and whether
+// holds restrict eviction at all.
+func (m *model) floor() (floor uint64, pinned bool) {
+	floor = math.MaxUint64
+	for _, h := range m.holds {
+		if !h.released {
+			floor, pinned = min(floor, h.acked), true
 		}
-		n++
 	}
-	return m.last() - uint64(n) + 1
+	return floor, pinned && !m.unpinned
+}
+
+// evict drops the oldest events while the ring is beyond a bound: an
+// event no hold keeps goes, a held one only beyond twice a bound. The
+// newest event always stays.
+func (m *model) evict() {
+	floor, pinned := m.floor()
+	maxEvents, maxBytes := uint64(m.cfg.MaxEvents), uint64(m.cfg.MaxBytes)
+	for m.lo < m.last() {
+		events, size := m.last()-m.lo+1, m.outputBytes(m.lo, m.last()+1)
+		if events <= maxEvents && size <= maxBytes {
+			return
+		}
+		held := pinned && m.lo > floor
+		if held && events <= 2*maxEvents && size <= 2*maxBytes {
+			return
+		}
+		if held {
+			m.forced += uint64(len(m.all[m.lo-1].Data))
+		}
+		m.lo++
+	}
+}
+
+// held returns the retained output bytes and events after the holds'
+// floor, and whether holds restrict eviction.
+func (m *model) held() (size, events uint64, pinned bool) {
+	floor, pinned := m.floor()
+	if !pinned {
+		return 0, 0, false
+	}
+	from := max(floor, m.lo-1)
+	return m.outputBytes(from+1, m.last()+1), m.last() - from, true
+}
+
+// full reports what Ring.Full must.
+func (m *model) full() bool {
+	size, events, pinned := m.held()
+	return pinned && !m.closed && (size >= uint64(m.cfg.MaxBytes) || events >= uint64(m.cfg.MaxEvents))
 }
 
 // outputBytes returns the output bytes in events from up to to (exclusive).
@@ -93,10 +157,12 @@ func (m *model) append(ev Event) (uint64, error) {
 	m.closed = ev.Kind == KindExit
 	m.all = append(m.all, ev)
 	m.cum = append(m.cum, m.cum[len(m.cum)-1]+uint64(len(ev.Data)))
+	m.evict()
 	return ev.Seq, nil
 }
 
-// read returns what Read returns, with the exact Bytes of a gap.
+// read returns what Read returns, with the exact Bytes of a gap (which
+// Read itself knows only for after 0).
 func (m *model) read(after uint64, max, maxBytes int) ([]Event, *Gap) {
 	first := m.first()
 	if after >= m.last() {
@@ -118,9 +184,15 @@ func (m *model) read(after uint64, max, maxBytes int) ([]Event, *Gap) {
 }
 
 type fuzzCursor struct {
-	c     *Cursor
-	exact bool    // whether the cursor knows the output before its position
-	lent  []Event // the last batch, whose Data must hold until the next call
+	c *Cursor
+	// seen is the output the cursor counts up to its position: exact,
+	// except before the first gap of a cursor made by Cursor at an evicted
+	// after (guess: it counts 0, and that gap is Inexact) or in the future
+	// (it counts the output appended when it was made).
+	seen   uint64
+	guess  bool
+	future bool
+	lent   []Event // the last batch, whose Data must hold until the next call
 }
 
 type harness struct {
@@ -128,12 +200,13 @@ type harness struct {
 	ring    *Ring
 	model   model
 	cursors []fuzzCursor
+	holds   []*Hold   // holds[i] is model.holds[i]
 	kept    [][]Event // results of Read, whose Data must hold forever
 	reads   bool      // whether Read is used at all
 }
 
 func (h *harness) step(in *fuzzInput) {
-	switch op := in.byte() % 8; op {
+	switch op := in.byte() % 12; op {
 	case 0:
 		s, p := Stream(in.byte()%4), h.data(in.byte())
 		seq, err := h.ring.AppendOutput(s, p)
@@ -148,19 +221,89 @@ func (h *harness) step(in *fuzzInput) {
 		h.appendEvent(exitEvent(int(in.byte())))
 	case 5:
 		if !h.reads {
-			h.newCursor(uint64(in.byte()) % (h.model.last() + 3))
+			h.newCursor(h.after(in), false)
 			return
 		}
-		after := uint64(in.byte()) % (h.model.last() + 3)
-		h.read(after, int(in.byte()%6)-1, int(in.byte()%100)-1)
+		h.read(h.after(in), int(in.byte()%6)-1, int(in.byte()%100)-1)
 	case 6:
-		h.newCursor(uint64(in.byte()) % (h.model.last() + 3))
+		h.newCursor(h.after(in), in.byte()%2 == 0)
 	case 7:
 		if len(h.cursors) > 0 {
 			h.next(&h.cursors[int(in.byte())%len(h.cursors)])
 		}
+	case 8:
+		h.newHold(h.after(in))
+	case 9:
+		if len(h.holds) > 0 {
+			h.ack(int(in.byte())%len(h.holds), h.after(in))
+		}
+	case 10:
+		if len(h.holds) > 0 {
+			h.release(int(in.byte()) % len(h.holds))
+		}
+	case 11:
+		if in.byte()%8 == 0 {
+			h.ring.Unpin()
+			h.model.unpinned = true
+			return
+		}
+		h.waitRoom()
 	}
 }
+
+// after returns a sequence for a read, a cursor, a hold or an ack: up to
+// two beyond the newest.
+func (h *harness) after(in *fuzzInput) uint64 { return uint64(in.byte()) % (h.model.last() + 3) }
+
+func (h *harness) newHold(after uint64) {
+	if len(h.holds) == 4 {
+		return
+	}
+	m := &h.model
+	h.holds = append(h.holds, h.ring.Hold(after))
+	m.holds = append(m.holds, modelHold{acked: min(max(after, m.first()-1), m.last())})
+	h.checkAcked(len(h.holds) - 1)
+}
+
+func (h *harness) ack(i int, seq uint64) {
+	err := h.holds[i].Ack(seq)
+	mh := &h.model.holds[i]
+	switch {
+	case seq > h.model.last():
+		if !errors.Is(err, ErrAckAhead) {
+			h.t.Fatalf("hold %d: ack %d beyond %d: %v, want ErrAckAhead", i, seq, h.model.last(), err)
+		}
+	case err != nil:
+		h.t.Fatalf("hold %d: ack %d: %v", i, seq, err)
+	case !mh.released:
+		mh.acked = max(mh.acked, seq)
+	}
+	h.checkAcked(i)
+}
+
+func (h *harness) release(i int) {
+	h.holds[i].Release()
+	h.model.holds[i].released = true
+}
+
+func (h *harness) checkAcked(i int) {
+	if got, want := h.holds[i].Acked(), h.model.holds[i].acked; got != want {
+		h.t.Fatalf("hold %d acked %d, want %d", i, got, want)
+	}
+}
+
+// waitRoom checks WaitRoom without blocking: with a done context it
+// returns nil exactly when the ring is not full.
+func (h *harness) waitRoom() {
+	ctx, cancel := context.WithCancelCause(h.t.Context())
+	cancel(errFuzzDone)
+	err := h.ring.WaitRoom(ctx)
+	if full := h.model.full(); (err == nil) == full || (full && !errors.Is(err, errFuzzDone)) {
+		h.t.Fatalf("WaitRoom: %v, want full %v", err, full)
+	}
+}
+
+var errFuzzDone = errors.New("test: done")
 
 // data returns up to 79 bytes that differ from those of other events, so
 // that reused memory shows.
@@ -189,7 +332,7 @@ func (h *harness) read(after uint64, max, maxBytes int) {
 	want, wantGap := h.model.read(after, max, maxBytes)
 	if wantGap != nil && after > 0 {
 		// Read cannot know the output before an evicted after: all evicted.
-		wantGap.Bytes = h.model.outputBytes(1, wantGap.To)
+		wantGap.Bytes, wantGap.Inexact = h.model.outputBytes(1, wantGap.To), true
 	}
 	where := fmt.Sprintf("read after %d max %d maxBytes %d", after, max, maxBytes)
 	h.compare(where, got, gap, want, wantGap)
@@ -198,12 +341,23 @@ func (h *harness) read(after uint64, max, maxBytes int) {
 	}
 }
 
-func (h *harness) newCursor(after uint64) {
+// newCursor makes a cursor with Cursor, or with CursorSeen and the
+// output the model counts up to after.
+func (h *harness) newCursor(after uint64, counted bool) {
 	if len(h.cursors) == 4 {
 		return
 	}
-	exact := after <= h.model.last() && (after == 0 || after+1 >= h.model.first())
-	h.cursors = append(h.cursors, fuzzCursor{c: h.ring.Cursor(after), exact: exact})
+	m := &h.model
+	c := fuzzCursor{seen: m.cum[min(after, m.last())], future: after > m.last()}
+	if counted {
+		c.c = h.ring.CursorSeen(after, c.seen)
+	} else {
+		c.c = h.ring.Cursor(after)
+		if after > 0 && after+1 < m.first() {
+			c.seen, c.guess = 0, true
+		}
+	}
+	h.cursors = append(h.cursors, c)
 }
 
 // next calls Next on c when it would not block.
@@ -223,16 +377,19 @@ func (h *harness) next(c *fuzzCursor) {
 		}
 		return
 	}
-	if gap != nil && wantGap != nil && !c.exact {
-		// Before its first gap an inexact cursor over-counts, never under.
-		if gap.Bytes < wantGap.Bytes || gap.Bytes > h.model.outputBytes(1, wantGap.To) {
-			h.t.Fatalf("%s: gap bytes %d, want between %d and all evicted", where, gap.Bytes, wantGap.Bytes)
-		}
-		wantGap.Bytes = gap.Bytes
+	if wantGap != nil && (c.guess || c.future) {
+		// Before its first gap, a cursor that did not know its position
+		// counts what it knew: nothing when after was evicted.
+		all := h.model.outputBytes(1, wantGap.To)
+		wantGap.Bytes, wantGap.Inexact = all-min(c.seen, all), c.guess
 	}
 	h.compare(where, got, gap, want, wantGap)
 	if gap != nil {
-		c.exact = true
+		c.seen += gap.Bytes
+		c.guess, c.future = false, false
+	}
+	for i := range got {
+		c.seen += uint64(len(got[i].Data))
 	}
 	c.lent = got
 }
@@ -274,13 +431,26 @@ func (h *harness) checkState() {
 	var want Stats
 	want.Appended = m.last()
 	want.OutputBytes = m.outputBytes(1, m.last()+1)
-	if m.last() > 0 {
-		want.EvictedBytes = m.outputBytes(1, m.first())
-		want.Events = int(m.last() - m.first() + 1)
-	}
+	want.EvictedBytes = m.outputBytes(1, m.first())
+	want.Events = int(m.last() - m.first() + 1)
 	want.Bytes = int(want.OutputBytes - want.EvictedBytes)
-	if st := h.ring.Stats(); st != want {
+	want.HeldBytes, _, _ = m.held()
+	want.ForcedBytes = m.forced
+	for _, mh := range m.holds {
+		if !mh.released {
+			want.Holds++
+		}
+	}
+	st := h.ring.Stats()
+	if st != want {
 		h.t.Fatalf("stats %+v, want %+v", st, want)
+	}
+	// The hard ceiling: whatever holds keep, memory stays bounded.
+	if st.Events > 2*m.cfg.MaxEvents || (st.Bytes > 2*m.cfg.MaxBytes && st.Events > 1) {
+		h.t.Fatalf("stats %+v beyond twice the bounds %+v", st, m.cfg)
+	}
+	if h.ring.Full() != m.full() {
+		h.t.Fatalf("Full %v, want %v (stats %+v)", h.ring.Full(), m.full(), st)
 	}
 	first, last := h.ring.Bounds()
 	wantFirst := m.first()

@@ -136,8 +136,15 @@ func (r *Ring) fullLocked() bool {
 	if !r.pinned() || r.closed {
 		return false
 	}
-	return r.outputBytes-r.cumThrough(r.floor) >= uint64(r.maxBytes) || r.last-r.floor >= uint64(r.maxEvents)
+	from := r.heldFrom()
+	return r.outputBytes-r.cumThrough(from) >= uint64(r.maxBytes) || r.last-from >= uint64(r.maxEvents)
 }
+
+// heldFrom returns the sequence after which the retained events are held:
+// the floor, or the event before the oldest retained when the hard
+// ceiling evicted held events, which no longer count. Called with r.mu
+// held, while pinned.
+func (r *Ring) heldFrom() uint64 { return max(r.floor, r.first()-1) }
 
 // pinned reports whether holds restrict eviction.
 func (r *Ring) pinned() bool { return len(r.holds) > 0 && !r.unpinned }
@@ -158,15 +165,15 @@ func (r *Ring) refloor() {
 }
 
 // evictable reports whether the oldest retained event may go to keep the
-// ring within its bounds: nothing holds it, or the ring is beyond twice
-// its bounds, the hard ceiling that keeps memory bounded whatever happens.
-func (r *Ring) evictable() bool {
-	if !r.pinned() || r.first() <= r.floor {
+// ring within its bounds, when the ring would hold events events: nothing
+// holds it, or the ring is beyond twice its bounds, the hard ceiling that
+// keeps memory bounded whatever happens (evictOldest counts what it
+// forces out). The oldest is read from its slot, not from first(): push
+// calls this after Append counted the new event in last but before it
+// counts it in n.
+func (r *Ring) evictable(events int) bool {
+	if !r.pinned() || r.slots[r.head].ev.Seq <= r.floor {
 		return true
 	}
-	if r.retainedBytes() > 2*uint64(r.maxBytes) || r.n >= 2*r.maxEvents {
-		r.forcedBytes += uint64(len(r.slots[r.head].ev.Data))
-		return true
-	}
-	return false
+	return r.retainedBytes() > 2*uint64(r.maxBytes) || events > 2*r.maxEvents
 }

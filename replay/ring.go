@@ -136,15 +136,17 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 	sl.end = r.outputBytes
 	r.closed = ev.Kind == KindExit
 	r.push(sl)
-	for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) && r.evictable() {
+	for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) && r.evictable(r.n) {
 		r.evictOldest()
 	}
 	if r.wake != nil {
 		close(r.wake)
 		r.wake = nil
 	}
-	if r.closed {
-		r.refloor() // a writer waiting for room has nothing left to wait for
+	if r.room != nil && !r.fullLocked() {
+		// The exit, or the hard ceiling evicting held output, made room.
+		close(r.room)
+		r.room = nil
 	}
 	return ev.Seq, nil
 }
@@ -160,11 +162,12 @@ func (r *Ring) output(sl *slot) {
 	r.outputBytes += uint64(len(ev.Data))
 }
 
-// push stores sl as the newest event, first evicting the oldest when the
-// ring holds MaxEvents (unless a hold keeps it), and growing the slot
+// push stores sl as the newest event, first evicting the oldest events
+// while the ring holds MaxEvents (unless a hold keeps them: after holds
+// kept more, this returns the ring to its bound), and growing the slot
 // slice when it is full.
 func (r *Ring) push(sl slot) {
-	if r.n >= r.maxEvents && r.evictable() {
+	for r.n >= r.maxEvents && r.evictable(r.n+1) {
 		r.evictOldest()
 	}
 	if r.n == len(r.slots) {
@@ -348,9 +351,10 @@ type Stats struct {
 	Appended     uint64 `json:"appended"`      // events ever appended
 	OutputBytes  uint64 `json:"output_bytes"`  // output bytes ever appended
 	EvictedBytes uint64 `json:"evicted_bytes"` // output bytes evicted
-	// HeldBytes is the output after the holds' lowest acknowledged
-	// sequence: what the ring may not evict. ForcedBytes is held output
-	// evicted anyway, beyond twice the bounds.
+	// HeldBytes is the retained output after the holds' lowest
+	// acknowledged sequence: what the ring may not evict. ForcedBytes is
+	// held output evicted anyway, beyond twice the bounds; it no longer
+	// counts as held.
 	HeldBytes   uint64 `json:"held_bytes"`
 	Holds       int    `json:"holds"`
 	ForcedBytes uint64 `json:"forced_bytes"`
@@ -366,7 +370,7 @@ func (r *Ring) Stats() Stats {
 		Holds: len(r.holds), ForcedBytes: r.forcedBytes,
 	}
 	if r.pinned() {
-		st.HeldBytes = r.outputBytes - r.cumThrough(r.floor)
+		st.HeldBytes = r.outputBytes - r.cumThrough(r.heldFrom())
 	}
 	return st
 }
