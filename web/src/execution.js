@@ -103,6 +103,12 @@ export class Execution extends Emitter {
     this._unacked = 0;
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     this._ackTimer = undefined;
+    /** The newest sequence processed, in order: what may be acked. */
+    this._processed = 0;
+    /** @type {{seq: number, bytes: number, done: boolean}[]} handed, not all processed */
+    this._pending = [];
+    /** @type {{seq: number, bytes: number, done: boolean} | null} the event being handed */
+    this._handing = null;
     /** @type {number | null} channel on the current connection */
     this.channel = null;
     /** Whether events up to the attach's last_seq are still being replayed. */
@@ -226,7 +232,8 @@ export class Execution extends Emitter {
     let inputLost = 0;
     if (this.incarnation && msg.incarnation && msg.incarnation !== this.incarnation) {
       // The ID names a new execution: follow it from its first event.
-      this.lastSeq = this.seen = this._acked = 0;
+      this.lastSeq = this.seen = this._acked = this._processed = 0;
+      this._pending = [];
       this._seenKnown = true;
       inputLost = this._input.reset(msg.input_offset ?? 0);
     }
@@ -246,19 +253,45 @@ export class Execution extends Emitter {
     }
   }
 
+  /**
+   * defer, called by an 'output' listener, makes the event count as
+   * processed only once the returned function is called, for example from
+   * xterm's write callback once the terminal has drawn it. The gateway
+   * then holds the program back while the terminal is behind, instead of
+   * letting its write queue grow. Events are processed in order: a later
+   * event is acknowledged only after every earlier one was.
+   * @returns {() => void}
+   */
+  defer() {
+    const entry = this._handing;
+    if (!entry) return () => {};
+    entry.done = false;
+    return () => {
+      entry.done = true;
+      this._drainProcessed();
+    };
+  }
+
   /** @param {OutputFrame} frame */
   _onOutput(frame) {
     if (!this._advance(frame.seq)) return;
     const stream = /** @type {Record<number, string>} */ (STREAMS)[frame.stream] ?? String(frame.stream);
     this.seen += frame.data.length;
-    this._emit('output', frame.data, stream, frame.seq);
-    this._afterEvent(frame.data.length);
+    this._handing = { seq: frame.seq, bytes: frame.data.length, done: true };
+    try {
+      this._emit('output', frame.data, stream, frame.seq);
+    } finally {
+      this._pending.push(this._handing);
+      this._handing = null;
+    }
+    this._afterEvent();
   }
 
   /** @param {Message} msg */
   _onEvent(msg) {
     if (!this._advance(msg.seq ?? 0)) return;
     this._emit('event', msg);
+    this._pending.push({ seq: this.lastSeq, bytes: 0, done: true });
     this._afterEvent();
   }
 
@@ -271,6 +304,7 @@ export class Execution extends Emitter {
     this.seen += msg.bytes ?? 0;
     this._seenKnown = true;
     this._emit('gap', { from, to, bytes: msg.bytes ?? 0, cause: msg.cause ?? '', inexact: !!msg.inexact });
+    this._pending.push({ seq: this.lastSeq, bytes: 0, done: true });
     this._afterEvent();
   }
 
@@ -345,27 +379,37 @@ export class Execution extends Emitter {
     return true;
   }
 
-  /**
-   * _afterEvent runs once listeners were handed an event (processed it):
-   * it acks when due, at once after ACK_BYTES, else by a timer.
-   * @param {number} [bytes] output bytes in the event
-   */
-  _afterEvent(bytes = 0) {
+  /** _afterEvent runs once listeners were handed an event. */
+  _afterEvent() {
     if (this.replaying && this.lastSeq >= this._replayUntil) this._setReplaying(false);
-    if (!this.ack || this.closed || this.channel === null) return;
+    this._drainProcessed();
+  }
+
+  /**
+   * _drainProcessed moves past the events processed in order and acks
+   * when due: at once after ACK_BYTES, else by a timer.
+   */
+  _drainProcessed() {
+    let bytes = 0;
+    while (this._pending.length > 0 && this._pending[0].done) {
+      const e = /** @type {{seq: number, bytes: number}} */ (this._pending.shift());
+      this._processed = Math.max(this._processed, e.seq);
+      bytes += e.bytes;
+    }
+    if (!this.ack || this.closed || this.channel === null || this._processed <= this._acked) return;
     this._unacked += bytes;
     if (this._unacked >= ACK_BYTES) this._sendAck();
     else if (this._ackTimer === undefined) this._ackTimer = setTimeout(() => this._sendAck(), ACK_DELAY_MS);
   }
 
-  /** _sendAck acks the last sequence handed to listeners, if not acked yet. */
+  /** _sendAck acks the newest sequence processed, if not acked yet. */
   _sendAck() {
     clearTimeout(this._ackTimer);
     this._ackTimer = undefined;
-    if (!this.ack || this.closed || this.channel === null || this.lastSeq <= this._acked) return;
-    this._acked = this.lastSeq;
+    if (!this.ack || this.closed || this.channel === null || this._processed <= this._acked) return;
+    this._acked = this._processed;
     this._unacked = 0;
-    this._link.send({ type: 'ack', channel: this.channel, seq: this.lastSeq });
+    this._link.send({ type: 'ack', channel: this.channel, seq: this._processed });
   }
 
   /**

@@ -212,7 +212,10 @@ class Tab {
     });
     ex.on('output', /** @param {Uint8Array} bytes */ (bytes) => {
       this.transcript?.add(bytes);
-      this.term.write(bytes); // xterm decodes UTF-8 statefully across writes
+      // xterm decodes UTF-8 statefully across writes. The output counts as
+      // processed once xterm has parsed it: a program that outruns the
+      // browser waits, instead of xterm's write queue growing.
+      this.term.write(bytes, ex.defer());
     });
     ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', lossText(g)));
     ex.on('exit', /** @param {ExitInfo} x */ (x) => {

@@ -276,6 +276,25 @@ test('acks: at once after 64 KiB handed to listeners, else 25 ms after', async (
   client.close();
 });
 
+test('defer: output counts as processed, and is acked, only once its listener says so, in order', async () => {
+  const { client, ws, ex } = await attachedJob(HELLO);
+  /** @type {(() => void)[]} */
+  const dones = [];
+  ex.on('output', () => dones.push(ex.defer()));
+  const acks = () => ws.controls().filter((m) => m.type === 'ack');
+  ws.binary(outputFrame(2, 1, 1, 0, new Uint8Array(40 << 10)));
+  ws.binary(outputFrame(2, 2, 1, 40 << 10, new Uint8Array(30 << 10)));
+  ws.text({ type: 'event', channel: 2, seq: 3, event: 'resize', rows: 3, cols: 4 });
+  await tick(60);
+  assert.equal(acks().length, 0, 'nothing processed yet');
+  dones[1]();
+  await tick(60);
+  assert.equal(acks().length, 0, 'seq 2 is done but seq 1 is not');
+  dones[0]();
+  assert.deepEqual(acks(), [{ type: 'ack', channel: 2, seq: 3 }], 'both done: 70 KiB processed, and the resize after them');
+  client.close();
+});
+
 test('no hello: attach and input as before, no acks', async () => {
   const { client, ws, ex, attach } = await attachedJob();
   assert.equal(client.hello, null);
