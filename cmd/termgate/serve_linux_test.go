@@ -181,7 +181,7 @@ func TestServeDefaultCeilings(t *testing.T) {
 }
 
 // TestServeConfigLogShowsCeilings: the startup log states each ceiling
-// in units people read.
+// in units people read, defaults as what applies.
 func TestServeConfigLogShowsCeilings(t *testing.T) {
 	o, err := parseServe([]string{"--dev"}, io.Discard)
 	if err != nil {
@@ -189,7 +189,7 @@ func TestServeConfigLogShowsCeilings(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	o.logConfig(slog.New(slog.NewJSONHandler(&buf, nil)))
-	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`} {
+	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`, `"tmp_size":"64M"`} {
 		if !strings.Contains(buf.String(), w) {
 			t.Errorf("config log lacks %s: %s", w, buf.String())
 		}
