@@ -205,20 +205,30 @@ func TestBashCompletesFlagValues(t *testing.T) {
 	}
 }
 
+// shellWithScript finds shell, skipping the test where it is missing (an
+// optional shell: bash is tested everywhere), and writes its generated
+// script as name in home, a directory of its own for the shell's state.
+// dir is completionDir's.
+func shellWithScript(t *testing.T, shell, name string) (path, dir, home, file string) {
+	t.Helper()
+	path, err := exec.LookPath(shell)
+	if err != nil {
+		t.Skipf("%s not installed (apt-get install %s): its script is checked as text only", shell, shell)
+	}
+	_, script, _ := runCLI(t, "", "completion", shell)
+	dir, home = completionDir(t), t.TempDir()
+	file = filepath.Join(home, name)
+	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, dir, home, file
+}
+
 // TestFishCompletesFlagValues asks fish itself (complete -C) what it
 // offers with the generated completions loaded.
 func TestFishCompletesFlagValues(t *testing.T) {
 	t.Parallel()
-	fish, err := exec.LookPath("fish")
-	if err != nil {
-		t.Skip("fish not installed (apt-get install fish): its script is checked as text only")
-	}
-	_, script, _ := runCLI(t, "", "completion", "fish")
-	dir, home := completionDir(t), t.TempDir() // fish writes its state in home
-	file := filepath.Join(home, "termgate.fish")
-	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fish, dir, home, file := shellWithScript(t, "fish", "termgate.fish")
 	for _, c := range completionCases {
 		if skipOffLinux(c.line) || c.want == nil {
 			continue // fish adds its own file completion where the script offers nothing
@@ -248,16 +258,7 @@ func TestFishCompletesFlagValues(t *testing.T) {
 // shows on the screen: the one completion written out, or the list.
 func TestZshCompletesFlagValues(t *testing.T) {
 	t.Parallel()
-	zsh, err := exec.LookPath("zsh")
-	if err != nil {
-		t.Skip("zsh not installed (apt-get install zsh): its script is checked as text only")
-	}
-	_, script, _ := runCLI(t, "", "completion", "zsh")
-	dir, home := completionDir(t), t.TempDir()
-	file := filepath.Join(home, "_termgate")
-	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	zsh, dir, home, file := shellWithScript(t, "zsh", "_termgate")
 	for _, c := range completionCases {
 		if skipOffLinux(c.line) || c.want == nil {
 			continue
