@@ -39,12 +39,13 @@ check:
 
 # cross builds the client side for the systems users attach from: the
 # command line (whose sandbox commands say there that they need Linux) and
-# the Go client package.
+# the Go client package; vet type-checks their tests there too.
 CROSS := darwin/amd64 darwin/arm64 windows/amd64
 cross:
 	@for t in $(CROSS); do \
-	  echo "build $$t"; \
+	  echo "build and vet $$t"; \
 	  GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build -o /dev/null ./cmd/termgate ./gateway/client || exit 1; \
+	  GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) vet ./cmd/termgate ./gateway/client || exit 1; \
 	done
 
 unit:

@@ -14,8 +14,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
-	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session/sessiontest"
 )
 
@@ -384,10 +384,10 @@ func TestHeartbeatClosesSilentClient(t *testing.T) {
 	defer c.ws.CloseNow()
 	// Never reading means never answering pings. The server counts the
 	// connection only after its handshake answer, which the dial returns on.
-	if !gatewaytest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() > 0 }) {
+	if !sandboxtest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() > 0 }) {
 		t.Fatal("the connection was never counted")
 	}
-	if !gatewaytest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() == 0 }) {
+	if !sandboxtest.Eventually(t, 15*time.Second, func() bool { return e.srv.connections() == 0 }) {
 		t.Fatal("a client that answers no ping is still connected")
 	}
 	// A reading client answers pings and stays.

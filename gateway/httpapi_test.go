@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
-	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 )
 
@@ -662,7 +662,7 @@ func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
 	ws := e.dial(t, tok)
 	defer ws.close()
 	held := e.pollAsync(t, tok, "quiet", 1, "60s")
-	if !gatewaytest.Eventually(t, 20*time.Second, func() bool { return e.srv.subjectHeld(claims) >= 2 }) {
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return e.srv.subjectHeld(claims) >= 2 }) {
 		t.Fatalf("a held long poll is not counted: %d of the subject's budget in use, want 2", e.srv.subjectHeld(claims))
 	}
 	p := <-e.pollAsync(t, tok, "quiet", 1, "60s")
@@ -681,7 +681,7 @@ func TestLongPollsShareTheSubjectsConnectionBudget(t *testing.T) {
 	if p := <-held; p.err != nil || p.status != 200 {
 		t.Fatalf("held poll: %d %v: %s", p.status, p.err, p.body)
 	}
-	if !gatewaytest.Eventually(t, 20*time.Second, func() bool { return e.srv.subjectHeld(claims) == 1 }) {
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return e.srv.subjectHeld(claims) == 1 }) {
 		t.Fatalf("a finished long poll still holds its place: %d in use", e.srv.subjectHeld(claims))
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -198,26 +197,30 @@ func (l *Launcher) ceilings() map[string]bool {
 	}
 }
 
+// probeRun runs the probe script and returns what it printed. Each
+// stream has a buffer of its own, written by that stream's copier alone
+// and read only after Wait, which returns once the copiers have ended: no
+// buffer is shared between goroutines.
 func (l *Launcher) probeRun(ctx context.Context) (string, Exit, error) {
 	dir, err := os.MkdirTemp("", "termgate-probe-")
 	if err != nil {
 		return "", Exit{}, fmt.Errorf("create probe workspace: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	var out syncBuffer
+	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	proc, err := l.Start(ctx, Policy{
 		Command: []string{"/bin/sh", "-c", probeScript}, Workspace: dir, Proc: ProcPrivate, PTYs: probePTYs,
-	}, Stdio{Stdout: &out, Stderr: &out})
+	}, Stdio{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
 		return "", Exit{}, err
 	}
 	exit := proc.Wait()
 	if !exit.Success() {
-		return out.String(), exit, fmt.Errorf("probe command %s: %q", exit, out.String())
+		return stdout.String(), exit, fmt.Errorf("probe command %s: stdout %q, stderr %q", exit, stdout.String(), stderr.String())
 	}
-	return out.String(), exit, nil
+	return stdout.String(), exit, nil
 }
 
 func parseFacts(out string) map[string]string {
@@ -236,22 +239,4 @@ func (id identity) String() string {
 		s += " (dropped from root)"
 	}
 	return s
-}
-
-// syncBuffer is a bytes.Buffer safe for the two output copiers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -517,18 +517,13 @@ func TestSignalsReachOnlyTheCommand(t *testing.T) {
 			}
 			defer proc.Wait()
 			defer proc.Kill()
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
-				pid, err := proc.workload()
-				if err == nil {
-					cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-					if got := string(cmdline); got != "sleep\x00"+marker+"\x00" {
-						t.Fatalf("a signal would reach %q, not the command", got)
-					}
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the command never became signalable: %v", err)
-				}
+			var pid int
+			if !sandboxtest.Eventually(t, 20*time.Second, func() bool { pid, err = proc.workload(); return err == nil }) {
+				t.Fatalf("the command never became signalable: %v", err)
+			}
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if got := string(cmdline); got != "sleep\x00"+marker+"\x00" {
+				t.Fatalf("a signal would reach %q, not the command", got)
 			}
 		})
 	}
@@ -637,12 +632,8 @@ func TestDaemonDoesNotOutliveExecution(t *testing.T) {
 
 func waitFor(t *testing.T, out *sandboxtest.SyncBuffer, s string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in output %q", s, out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(out.String(), s) }) {
+		t.Fatalf("no %q in output %q", s, out.String())
 	}
 }
 

@@ -125,16 +125,9 @@ func TestStoppedInitEndsWithTheCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := proc.workload(); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			proc.Kill()
-			t.Fatal("the command never started")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { _, err := proc.workload(); return err == nil }) {
+		proc.Kill()
+		t.Fatal("the command never started")
 	}
 	init, ok := proc.sandboxInit()
 	if !ok {

@@ -22,7 +22,29 @@ type command struct {
 	// flags returns a fresh flag set bound to throwaway options: the
 	// same set run parses, for help and completion.
 	flags func() *flag.FlagSet
+	// values says what shell completion offers for a flag's value, by
+	// flag name; other flags take any value.
+	values map[string]completes
+	// operands, when set, lists the words completion offers after the
+	// flags (otherwise files: a command and its arguments).
+	operands func() []string
 }
+
+// completes is what a flag's value completes to: one of a few words, a
+// file or a directory.
+type completes struct {
+	words []string
+	file  bool
+	dir   bool
+}
+
+// oneOf completes a flag's value to one of words, the values it accepts.
+func oneOf(words ...string) completes { return completes{words: words} }
+
+var (
+	aFile = completes{file: true}
+	aDir  = completes{dir: true}
+)
 
 // commands lists termgate's commands in the order help shows them. A
 // function, not a variable: help and completion are commands themselves.
@@ -40,6 +62,12 @@ func commands() []command {
 				return runServe(ctx, args, stdout, stderr)
 			},
 			flags: serveFlagSet,
+			values: map[string]completes{
+				"network": oneOf("none", "host"), "proc": oneOf("none", "private"),
+				"log-level": oneOf("debug", "info", "warn", "error"),
+				"tls-cert":  aFile, "tls-key": aFile, "jwt-secret-file": aFile, "jwt-public-key": aFile,
+				"workspace-root": aDir,
+			},
 		},
 		{
 			name: "exec", args: "[flags] -- CMD [ARGS...]", linux: true,
@@ -50,6 +78,11 @@ func commands() []command {
 				"termgate exec --memory 256M --pids 64 --timeout 30s -- python3 job.py",
 			},
 			run: runExec, flags: execFlagSet,
+			// --proc self-exe=PATH is typed: bash splits words at '='.
+			values: map[string]completes{
+				"network": oneOf("none", "host"), "proc": oneOf("none", "private"),
+				"workspace": aDir, "ro": aFile, "rw": aFile,
+			},
 		},
 		{
 			name: "verify", args: "[--json]", linux: true,
@@ -70,7 +103,8 @@ func commands() []command {
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return runWorkspaces(args, stdout, stderr)
 			},
-			flags: workspacesFlagSet,
+			flags:  workspacesFlagSet,
+			values: map[string]completes{"workspace-root": aDir},
 		},
 		{
 			name: "run", args: "[flags] -- CMD [ARGS...]",
@@ -136,7 +170,8 @@ func commands() []command {
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return runToken(args, stdout, stderr)
 			},
-			flags: func() *flag.FlagSet { return tokenFlags(new(tokenOptions)) },
+			flags:  func() *flag.FlagSet { return tokenFlags(new(tokenOptions)) },
+			values: map[string]completes{"secret-file": aFile},
 		},
 		{
 			name: "completion", args: "bash|zsh|fish",
@@ -149,7 +184,8 @@ func commands() []command {
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 				return runCompletion(args, stdout)
 			},
-			flags: func() *flag.FlagSet { return newFlagSet("completion") },
+			flags:    func() *flag.FlagSet { return newFlagSet("completion") },
+			operands: func() []string { return shells },
 		},
 		{
 			name: "version", summary: "print the version and commit (also --version)",
@@ -169,7 +205,8 @@ func commands() []command {
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 				return runHelp(args, stdout)
 			},
-			flags: func() *flag.FlagSet { return newFlagSet("help") },
+			flags:    func() *flag.FlagSet { return newFlagSet("help") },
+			operands: commandNames,
 		},
 	}
 }

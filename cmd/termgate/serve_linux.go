@@ -130,6 +130,7 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.str(&o.defaultCommand, "default-command", "/bin/bash -l", "command run when a client names none (space-separated)")
 	e.str(&o.network, "network", "none", "sandbox network: none or host")
 	e.str(&o.proc, "proc", "none", "sandbox procfs: none or private")
+	o.policy.TmpSize = sandbox.DefaultTmpSize // what applies, for the startup log
 	e.parsed("tmp-size", "size of /tmp, /run and /dev/shm in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
 	e.parsed("ptys", "terminals each sandbox may open itself, for tmux or script (0: none)", ptysFlag(&o.policy.PTYs))
 	o.policy.Limits, o.sandbox.TenantLimits = defaultServeLimits, defaultTenantLimits

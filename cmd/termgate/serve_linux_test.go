@@ -25,7 +25,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
-	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
@@ -51,7 +50,7 @@ func TestServeDevEndToEnd(t *testing.T) {
 
 	url := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=(\S+)`)
 	var m []string
-	if !gatewaytest.Eventually(t, 20*time.Second, func() bool { m = url.FindStringSubmatch(out.String()); return m != nil }) {
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { m = url.FindStringSubmatch(out.String()); return m != nil }) {
 		stop()
 		t.Fatalf("no URL printed; stdout %q, stderr %q", out.String(), errs.String())
 	}
@@ -182,7 +181,7 @@ func TestServeDefaultCeilings(t *testing.T) {
 }
 
 // TestServeConfigLogShowsCeilings: the startup log states each ceiling
-// in units people read.
+// in units people read, defaults as what applies.
 func TestServeConfigLogShowsCeilings(t *testing.T) {
 	o, err := parseServe([]string{"--dev"}, io.Discard)
 	if err != nil {
@@ -190,7 +189,7 @@ func TestServeConfigLogShowsCeilings(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	o.logConfig(slog.New(slog.NewJSONHandler(&buf, nil)))
-	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`} {
+	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`, `"tmp_size":"64M"`} {
 		if !strings.Contains(buf.String(), w) {
 			t.Errorf("config log lacks %s: %s", w, buf.String())
 		}
@@ -429,18 +428,17 @@ func TestServeOutlivesAConnectionFloodAtALowDescriptorLimit(t *testing.T) {
 		}
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
-	for i := 0; ; i++ {
-		resp, err := client.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
+	healthy := func() bool {
+		var resp *http.Response
+		if resp, err = client.Get("http://" + addr + "/healthz"); err != nil {
+			return false
 		}
-		if i == 30 {
-			t.Fatalf("/healthz after the flood went idle: %v", err)
-		}
-		time.Sleep(time.Second)
+		resp.Body.Close()
+		err = fmt.Errorf("status %s", resp.Status)
+		return resp.StatusCode == http.StatusOK
+	}
+	if !sandboxtest.Eventually(t, time.Minute, healthy) {
+		t.Fatalf("/healthz after the flood went idle: %v", err)
 	}
 }
 
@@ -465,7 +463,7 @@ func waitListening(t *testing.T, logs *sandboxtest.SyncBuffer) string {
 	t.Helper()
 	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
 	var m []string
-	if !gatewaytest.Eventually(t, 60*time.Second, func() bool { m = addr.FindStringSubmatch(logs.String()); return m != nil }) {
+	if !sandboxtest.Eventually(t, 60*time.Second, func() bool { m = addr.FindStringSubmatch(logs.String()); return m != nil }) {
 		t.Fatalf("serve did not start: %s", logs.String())
 	}
 	return m[1]

@@ -1,7 +1,7 @@
 // Package gatewaytest holds what tests of the gateway, its clients and the
 // command line share: a TCP proxy that cuts connections at random points,
-// so resume is exercised over real sockets, and Eventually, the one
-// polling loop for conditions that come true at some point.
+// so resume is exercised over real sockets. Their polling loop is
+// sandboxtest.Eventually.
 //
 // It also holds Scripted, a WebSocket server a test plays step by step, so
 // clients are tested against exact protocol exchanges.

@@ -427,7 +427,7 @@ func TestPidsLimit(t *testing.T) {
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatalf("release sh: %v", err)
 	}
-	hits := poll(func() int64 { return c.Events().PidsMaxHits })
+	hits := poll(t, func() int64 { return c.Events().PidsMaxHits })
 	if hits == 0 {
 		t.Errorf("events().PidsMaxHits = 0 after forking 10 children under pids.max 5")
 	}
@@ -470,14 +470,10 @@ func TestMemoryOOM(t *testing.T) {
 
 // poll returns f's first non-zero value, checking for at most 5s:
 // counters move asynchronously to the process that triggers them.
-func poll(f func() int64) int64 {
-	for range 100 {
-		if v := f(); v != 0 {
-			return v
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return f()
+func poll(t *testing.T, f func() int64) int64 {
+	var v int64
+	sandboxtest.Eventually(t, 5*time.Second, func() bool { v = f(); return v != 0 })
+	return v
 }
 
 func TestKillV1Fallbacks(t *testing.T) {
@@ -516,7 +512,7 @@ func TestKillV1Fallbacks(t *testing.T) {
 			if _, err := io.WriteString(stdin, "go\n"); err != nil {
 				t.Fatalf("release sh: %v", err)
 			}
-			if n := poll(func() int64 { return int64(len(c.Pids())) / 4 }); n == 0 {
+			if n := poll(t, func() int64 { return int64(len(c.Pids())) / 4 }); n == 0 {
 				t.Fatalf("pids() = %v, want sh and 3 sleeps", c.Pids())
 			}
 			if err := c.Kill(); err != nil {

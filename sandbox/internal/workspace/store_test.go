@@ -340,14 +340,12 @@ func TestListReadsMountedAndUnmountedImages(t *testing.T) {
 	// namespace for a moment, which delays the superblock's last write
 	// after the unmount: read it again until it has settled.
 	var unmountedList []Entry
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	sandboxtest.Eventually(t, 5*time.Second, func() bool {
 		if unmountedList, err = List(s.Root()); err != nil || len(unmountedList) != 1 {
 			t.Fatalf("list: %v %v", unmountedList, err)
 		}
-		if unmountedList[0].Usage.BytesUsed == mountedList[0].Usage.BytesUsed || time.Now().After(deadline) {
-			break
-		}
-	}
+		return unmountedList[0].Usage.BytesUsed == mountedList[0].Usage.BytesUsed
+	})
 	m, u := mountedList[0].Usage, unmountedList[0].Usage
 	if !m.Mounted || u.Mounted || m.BytesUsed < 2<<20 || u.BytesUsed != m.BytesUsed || u.BytesAllowed != m.BytesAllowed || u.InodesUsed != m.InodesUsed {
 		t.Errorf("mounted %+v, unmounted %+v", m, u)

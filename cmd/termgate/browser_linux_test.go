@@ -21,7 +21,6 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/termgate/termgate/gateway/client"
-	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/web"
@@ -85,7 +84,7 @@ func poll[T any](t *testing.T, ctx context.Context, what, js string, cond func(T
 	t.Helper()
 	var v T
 	var err error
-	if !gatewaytest.Eventually(t, 90*time.Second, func() bool {
+	if !sandboxtest.Eventually(t, 90*time.Second, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		v, err = chromedp.Run(cctx, chromedp.Evaluate[T](js))

@@ -46,7 +46,7 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	})
 	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
 	var m []string
-	gatewaytest.Eventually(t, 20*time.Second, func() bool {
+	sandboxtest.Eventually(t, 20*time.Second, func() bool {
 		m = addr.FindStringSubmatch(errs.String())
 		return m != nil || len(done) > 0
 	})
@@ -191,7 +191,7 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 		defer close(viewerDone)
 		run(t.Context(), []string{"attach", "--id", "typed", "--url", g.url, "--token", viewer}, strings.NewReader("intruder\n"), &viewerOut, &viewerErr)
 	}()
-	if !gatewaytest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(viewerErr.String(), "exec:write") }) {
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(viewerErr.String(), "exec:write") }) {
 		t.Fatalf("the viewer's input was never refused; stderr %q", viewerErr.String())
 	}
 	io.WriteString(hold, "owner\n")
@@ -206,7 +206,7 @@ func TestAttachFromSecondCLIAndReadOnly(t *testing.T) {
 func (g gatewayUnderTest) waitListed(t *testing.T, tok, id string) {
 	t.Helper()
 	var out string
-	if !gatewaytest.Eventually(t, 30*time.Second, func() bool {
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
 		_, out, _ = runCLI(t, "", "ls", "--url", g.url, "--token", tok)
 		return strings.Contains(out, id)
 	}) {
