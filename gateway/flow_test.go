@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // follower is an acknowledging client of one execution across
@@ -298,7 +299,7 @@ func TestHoldExpiryGivesAnExactGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.quitAt = 0
-	gatewaytest.Eventually(t, 30*time.Second, func() bool {
+	sandboxtest.Eventually(t, 30*time.Second, func() bool {
 		info, _ := e.sup.Get("acme", "expire")
 		return info.Result != nil
 	})
