@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,10 @@ import (
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
 )
+
+// DefaultCommands are the programs clients may start when Config.Commands
+// is empty.
+var DefaultCommands = []string{"/bin/bash", "/bin/sh"}
 
 // Defaults of Config.
 const (
@@ -164,7 +169,7 @@ func NewServer(cfg Config) (*Server, error) {
 
 func applyDefaults(c *Config) {
 	if len(c.Commands) == 0 {
-		c.Commands = []string{"/bin/bash", "/bin/sh"}
+		c.Commands = slices.Clone(DefaultCommands)
 	}
 	if len(c.DefaultCommand) == 0 {
 		c.DefaultCommand = []string{"/bin/bash", "-l"}

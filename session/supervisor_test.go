@@ -16,6 +16,7 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	. "github.com/termgate/termgate/session" // the tests read as the package's own
 	"github.com/termgate/termgate/session/sessiontest"
 	"go.uber.org/goleak"
@@ -512,8 +513,8 @@ func TestSlowSubscriberDoesNotGrowMemory(t *testing.T) {
 	if _, err := s.Wait(ctx, "o", info.ID, 1<<62, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	for mustGet(t, s, "o", info.ID).Result == nil {
-		time.Sleep(time.Millisecond)
+	if !sandboxtest.Eventually(t, time.Minute, func() bool { return mustGet(t, s, "o", info.ID).Result != nil }) {
+		t.Fatal("the execution did not end")
 	}
 	if st := RingStats(s, "o", info.ID); st.Bytes > 256<<10 || st.OutputBytes != 16<<20 {
 		t.Fatalf("ring holds %d bytes after %d appended", st.Bytes, st.OutputBytes)

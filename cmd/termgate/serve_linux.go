@@ -560,22 +560,42 @@ func (o *serveOptions) httpServer(base context.Context, h http.Handler, log *slo
 // logConfig prints the effective configuration; it holds file paths, never secrets.
 func (o *serveOptions) logConfig(log *slog.Logger) {
 	log.Info("config", "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
-		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", o.leeway.String(),
+		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", durationText(o.leeway),
 		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
-		"workspace_root", o.workspaceRoot, "commands", o.commands, "default_command", o.defaultCommand,
+		"workspace_root", o.workspaceRoot, "commands", commandsLog(o.commands), "default_command", o.defaultCommand,
 		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tenant_limits", limitsLog(o.sandbox.TenantLimits), "cgroup_parent", o.sandbox.CgroupParent, "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
-		"timeout", o.policy.DefaultTimeout.String(), "max_timeout", o.policy.MaxTimeout.String(), "retention", o.session.DefaultRetention.String(),
+		"timeout", durationText(o.policy.DefaultTimeout), "max_timeout", durationText(o.policy.MaxTimeout), "retention", durationText(o.session.DefaultRetention),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
 		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,
-		"flow", o.server.Flow, "hold", o.server.Hold.String(), "max_hold", o.server.MaxHold.String(),
+		"flow", o.server.Flow, "hold", durationText(o.server.Hold), "max_hold", durationText(o.server.MaxHold),
 		"ring_bytes", sizeText(uint64(cmp.Or(o.server.Ring.MaxBytes, replay.DefaultMaxBytes))),
 		"ring_events", cmp.Or(o.server.Ring.MaxEvents, replay.DefaultMaxEvents),
-		"idle_timeout", o.idleTimeout.String(), "read_header_timeout", o.headerTimeout.String(), "read_timeout", o.server.RequestReadTimeout.String(),
+		"idle_timeout", durationText(o.idleTimeout), "read_header_timeout", durationText(o.headerTimeout), "read_timeout", durationText(o.server.RequestReadTimeout),
 		"max_conns", o.listener.MaxConns, "max_conns_per_addr", o.listener.MaxConnsPerAddr, "fd_headroom", o.fdHeadroom,
 		"max_conns_per_subject", o.server.MaxConnsPerSubject, "starts_per_minute", o.server.StartsPerMinute, "input_per_second", o.server.InputPerSecond,
 		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),
 		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes),
 		"dev", o.dev)
+}
+
+// commandsLog is the programs clients may start, the default included.
+func commandsLog(list []string) []string {
+	if len(list) == 0 {
+		return gateway.DefaultCommands
+	}
+	return list
+}
+
+// durationText is d as people write it: 15m, 12h, 1m30s, not 15m0s.
+func durationText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // limitsLog is an execution's ceilings as the startup log shows them:

@@ -189,7 +189,7 @@ func TestServeConfigLogShowsCeilings(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	o.logConfig(slog.New(slog.NewJSONHandler(&buf, nil)))
-	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`, `"tmp_size":"64M"`} {
+	for _, w := range []string{`"memory":"1G"`, `"pids":512`, `"file_size":"1G"`, `"cpu_weight":100`, `"max_running_per_tenant":16`, `"max_retained_per_tenant":128`, `"tmp_size":"64M"`, `"retention":"15m"`, `"timeout":"2m"`, `"max_timeout":"24h"`, `"hold":"5m"`, `"flow":"hold"`, `"commands":["/bin/bash","/bin/sh"]`, `"ring_bytes":"1M"`} {
 		if !strings.Contains(buf.String(), w) {
 			t.Errorf("config log lacks %s: %s", w, buf.String())
 		}
