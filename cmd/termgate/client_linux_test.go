@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -117,8 +119,9 @@ func TestRunRefusesBadInput(t *testing.T) {
 // cuts the connection repeatedly: the local output must equal seq's.
 func TestRunSurvivesDroppedConnections(t *testing.T) {
 	t.Parallel()
-	// The ring holds all of seq's 2 MB, so no reconnect can outlast it.
-	g := startGateway(t, "--command", "/bin/bash", "--command", "/bin/sh", "--command", "/usr/bin/seq", "--ring-bytes", "8M")
+	// At the default ring (1 MiB, half of seq's output): the gateway holds
+	// what the CLI has not acknowledged, so no reconnect loses any.
+	g := startGateway(t, "--command", "/bin/bash", "--command", "/bin/sh", "--command", "/usr/bin/seq")
 	tok := g.token(t, "acme", allScopes)
 	proxy := newDroppingProxy(t, strings.TrimPrefix(g.url, "http://"))
 	code, out, stderr := runCLI(t, "", "run", "--id", "seq", "--url", "http://"+proxy.Addr(), "--token", tok, "--", "seq", "1", "300000")
@@ -139,6 +142,52 @@ func TestRunSurvivesDroppedConnections(t *testing.T) {
 	if proxy.Cuts() < 2 {
 		t.Fatalf("only %d cuts: resume was not exercised", proxy.Cuts())
 	}
+}
+
+// TestRunIsLosslessAtTheDefaults: termgate run -- seq 1 3000000 prints
+// seq's 22.9 MB exactly and exits 0, at the server's defaults, whether its
+// stdout is fast or slow.
+func TestRunIsLosslessAtTheDefaults(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "--command", "/bin/bash", "--command", "/usr/bin/seq")
+	tok := g.token(t, "acme", allScopes)
+	want := sha256.Sum256([]byte(seqText(3000000)))
+	for _, slow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("slow=%v", slow), func(t *testing.T) {
+			t.Parallel()
+			out := &hashWriter{h: sha256.New()}
+			if slow {
+				out.pause = time.Millisecond // per write of up to 32 KiB: about 20 MB/s
+			}
+			var errb bytes.Buffer
+			err := run(t.Context(), []string{"run", "--url", g.url, "--token", tok, "--", "seq", "1", "3000000"}, strings.NewReader(""), out, &errb)
+			if code := exitCode(err, &errb); code != 0 || !bytes.Equal(out.h.Sum(nil), want[:]) {
+				t.Fatalf("status %d, %d bytes, transcript differs: %v; stderr %q", code, out.n, !bytes.Equal(out.h.Sum(nil), want[:]), errb.String())
+			}
+		})
+	}
+}
+
+// hashWriter hashes what is written to it, pausing after each write.
+type hashWriter struct {
+	h     hash.Hash
+	n     int
+	pause time.Duration
+}
+
+func (w *hashWriter) Write(p []byte) (int, error) {
+	w.h.Write(p)
+	w.n += len(p)
+	time.Sleep(w.pause)
+	return len(p), nil
+}
+
+func seqText(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	return b.String()
 }
 
 // firstDifference says where got first departs from want, for a failure
