@@ -107,6 +107,7 @@ const (
 	LossLive        = "live"         // the execution runs with flow live
 	LossHoldExpired = "hold_expired" // no acknowledging writer came back within the hold
 	LossUnheld      = "unheld"       // evicted while no acknowledging writer was attached
+	LossStopped     = "stopped"      // evicted after the execution was cancelled or timed out
 )
 
 // Message types.
