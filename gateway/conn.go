@@ -37,10 +37,11 @@ type conn struct {
 	expiry   *time.Timer
 	warning  *time.Timer
 
-	control chan wire.Message
-	ready   chan *channel // channels holding a batch for the writer, FIFO: fair
-	frame   []byte        // the writer's output frame buffer, reused
-	pumps   sync.WaitGroup
+	control   chan wire.Message
+	ready     chan *channel // channels holding a batch for the writer, FIFO: fair
+	inputAcks inputAcks     // input-acks waiting for the writer, at most one per channel
+	frame     []byte        // the writer's output frame buffer, reused
+	pumps     sync.WaitGroup
 
 	closeOnce    sync.Once
 	closeStarted chan struct{} // closed when close was called
@@ -55,6 +56,7 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		channels:     map[uint32]*channel{},
 		control:      make(chan wire.Message, controlQueue),
 		ready:        make(chan *channel, s.cfg.MaxChannels),
+		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}, wake: make(chan struct{}, 1)},
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
 	}
@@ -97,11 +99,16 @@ func (c *conn) readLoop() error {
 			continue
 		}
 		req, err := wire.DecodeRequest(b)
-		if err != nil {
+		var refused *wire.RequestError
+		switch {
+		case errors.As(err, &refused):
+			c.fail(req, req.Channel, refused.Code, refused.Msg)
+		case err != nil:
 			c.close(wire.CloseProtocolError, "malformed control message")
 			return err
+		default:
+			c.handle(req)
 		}
-		c.handle(req)
 	}
 }
 
@@ -168,8 +175,9 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 	})
 }
 
-// writer is the connection's only writer. Control messages go first;
-// channel batches are taken in the order they became ready, one batch per
+// writer is the connection's only writer. The hello goes first, before
+// any answer. Then control messages go first; input-acks and channel
+// batches follow, batches in the order they became ready, one batch per
 // channel at a time, so every channel gets its turn.
 //
 // A channel's attached answer is queued before its pump starts, so it is
@@ -178,12 +186,19 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 // again before a batch is written, or a client would receive output of a
 // channel it does not know yet, drop it, and lose those bytes.
 func (c *conn) writer() {
+	if !c.writeJSON(c.s.hello()) {
+		return
+	}
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case m := <-c.control:
 			if !c.writeJSON(m) {
+				return
+			}
+		case <-c.inputAcks.wake:
+			if !c.writeControl() || !c.writeInputAcks() {
 				return
 			}
 		case ch := <-c.ready:

@@ -34,16 +34,25 @@ func (c *conn) handle(req wire.Request) {
 
 // need checks a scope; a missing scope is answered, not fatal.
 func (c *conn) need(req wire.Request, scope string) bool {
-	claims := c.currentClaims()
-	if !time.Now().Before(claims.ExpiresAt) {
-		c.fail(req, req.Channel, wire.CodeUnauthorized, "the token expired; reauth or reconnect")
-		return false
-	}
-	if claims.Has(scope) {
+	code, msg := c.denied(scope)
+	if code == "" {
 		return true
 	}
-	c.fail(req, req.Channel, wire.CodeForbidden, "the token lacks the "+scope+" scope")
+	c.fail(req, req.Channel, code, msg)
 	return false
+}
+
+// denied is the code and message refusing a request that needs scope,
+// or empty when the connection's current token allows it.
+func (c *conn) denied(scope string) (code, msg string) {
+	claims := c.currentClaims()
+	switch {
+	case !time.Now().Before(claims.ExpiresAt):
+		return wire.CodeUnauthorized, "the token expired; reauth or reconnect"
+	case !claims.Has(scope):
+		return wire.CodeForbidden, "the token lacks the " + scope + " scope"
+	}
+	return "", ""
 }
 
 func (c *conn) start(req wire.Request) {
@@ -197,14 +206,20 @@ func (c *conn) answer(req wire.Request, channel uint32, err error) {
 }
 
 // input applies a binary input frame. Offsets make retries harmless, so
-// a full input queue is an answer, never a wait. A refusal says what the
-// execution has received, and only the first after accepted input is
-// sent: the frames a client sent meanwhile are refused silently, so a
-// burst of them cannot flood the connection with errors.
+// a full input queue is an answer, never a wait. On a channel attached
+// with ack every frame is answered by a coalesced input-ack (refusals
+// included, and only there). Otherwise a refusal says what the execution
+// has received, and only the first after accepted input is sent: the
+// frames a client sent meanwhile are refused silently, so a burst of them
+// cannot flood the connection with errors.
 func (c *conn) input(b []byte) {
 	in, err := wire.DecodeInput(b)
 	if err != nil {
 		c.close(wire.CloseProtocolError, "malformed input frame")
+		return
+	}
+	if ch, ok := c.channel(in.Channel); ok && ch.ack {
+		c.ackedInput(ch, in)
 		return
 	}
 	req := wire.Request{Type: "input", Channel: in.Channel}
@@ -212,19 +227,40 @@ func (c *conn) input(b []byte) {
 	if !ok {
 		return
 	}
-	sup, tenant := c.s.cfg.Supervisor, c.currentClaims().Tenant
-	if !c.s.inputs.allow(c.currentClaims()) {
-		received, _ := sup.Input(tenant, ch.execID, 0, nil) // empty input only reads the offset
-		c.refuseInput(ch, received, wire.CodeRateLimited, "too many input messages; resend from the execution's input offset")
-		return
-	}
-	received, err := sup.Input(tenant, ch.execID, in.Offset, in.Data)
-	if err != nil {
-		code, msg := c.errorText(req, err)
+	received, code, msg := c.applyInput(req, ch, in)
+	if code != "" {
 		c.refuseInput(ch, received, code, msg)
 		return
 	}
 	ch.inputRefused = false
+}
+
+// ackedInput applies a frame on an acknowledging channel and reports it,
+// accepted or refused, through the channel's input-ack.
+func (c *conn) ackedInput(ch *channel, in wire.Input) {
+	var received uint64
+	code, msg := c.denied(auth.ScopeWrite)
+	if code == "" {
+		received, code, msg = c.applyInput(wire.Request{Type: "input", Channel: ch.id}, ch, in)
+	}
+	c.inputAcks.add(ch.id, received, inputEnd(in), code, msg)
+}
+
+// applyInput hands a frame to the execution within the subject's input
+// rate. It returns the input the execution has received and, when the
+// frame was refused, the code and message saying why.
+func (c *conn) applyInput(req wire.Request, ch *channel, in wire.Input) (received uint64, code, msg string) {
+	sup, tenant := c.s.cfg.Supervisor, c.currentClaims().Tenant
+	if !c.s.inputs.allow(c.currentClaims()) {
+		received, _ = sup.Input(tenant, ch.execID, 0, nil) // empty input only reads the offset
+		return received, wire.CodeRateLimited, "too many input messages; resend from the execution's input offset"
+	}
+	received, err := sup.Input(tenant, ch.execID, in.Offset, in.Data)
+	if err != nil {
+		code, msg = c.errorText(req, err)
+		return received, code, msg
+	}
+	return received, "", ""
 }
 
 func (c *conn) refuseInput(ch *channel, received uint64, code, msg string) {

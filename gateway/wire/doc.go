@@ -11,10 +11,14 @@
 // (web/src) keeps its code lists in step with Fatal and InputRefused (a test
 // here reads them).
 //
-// Control messages are JSON text frames. DecodeRequest refuses unknown
-// fields and types, so a typo fails loudly. Binary frames start with a kind
-// byte: FrameInput (AppendInput, DecodeInput) from a client, FrameOutput
-// (AppendOutputHeader, DecodeOutput) from the server. Every decoding error
-// wraps ErrProtocol; the server answers one with close code
-// CloseProtocolError.
+// Control messages are JSON text frames. DecodeRequest ignores unknown
+// fields, so a newer client's optional fields reach an older server
+// harmlessly, and answers a message it parsed but refuses (a missing or
+// over-long field, an unknown type) with a *RequestError carrying the code
+// the server answers with; the connection stays open. Only what it cannot
+// parse (not one JSON object) wraps ErrProtocol, as does every error of
+// the binary frames, which start with a kind byte: FrameInput
+// (AppendInput, DecodeInput) from a client, FrameOutput
+// (AppendOutputHeader, DecodeOutput) from the server. The server answers
+// ErrProtocol with close code CloseProtocolError.
 package wire

@@ -16,6 +16,10 @@ const (
 const (
 	OutputHeaderLen = 1 + 4 + 8 + 1 + 8 + 4 // kind, channel, seq, stream, offset, length
 	InputHeaderLen  = 1 + 4 + 8             // kind, channel, offset
+	// MaxInputFrameBytes is the most input data a client sends in one
+	// frame (a hello states it). The server takes larger frames whose
+	// new bytes fit the execution's input buffer, for older clients.
+	MaxInputFrameBytes = 16 << 10
 )
 
 // Input is a decoded input frame.

@@ -83,6 +83,10 @@ type Bounds struct {
 	RetentionMS      int64 `json:"retention_ms,omitempty"`
 }
 
+// ProtocolVersion is the protocol a hello states: v1, grown compatibly
+// by the features it lists.
+const ProtocolVersion = 1
+
 // Features a hello may list.
 const (
 	FeatureAck      = "ack"       // attach with ack; the ack request; held output
@@ -103,6 +107,7 @@ const (
 	LossLive        = "live"         // the execution runs with flow live
 	LossHoldExpired = "hold_expired" // no acknowledging writer came back within the hold
 	LossUnheld      = "unheld"       // evicted while no acknowledging writer was attached
+	LossStopped     = "stopped"      // evicted after the execution was cancelled or timed out
 )
 
 // Message types.

@@ -19,21 +19,43 @@ const BearerPrefix = "termgate.bearer."
 // the server parses anywhere; longer ones are refused before parsing.
 const MaxTokenBytes = 8 << 10
 
-// Bounds of the request fields an answer may repeat (DecodeRequest).
+// Bounds of the request fields an answer may repeat or the server keeps
+// (DecodeRequest answers a longer one with the code in parentheses).
 const (
-	MaxReqBytes     = 64   // req, the correlation id
-	MaxIDBytes      = 128  // id, an execution ID
-	MaxSignalBytes  = 16   // signal, a name such as TERM
-	MaxCommandBytes = 4096 // command
-	MaxCwdBytes     = 4096 // cwd
+	MaxReqBytes         = 64        // req, the correlation id (invalid_request, not echoed)
+	MaxIDBytes          = 128       // id, an execution ID (invalid_id)
+	MaxSignalBytes      = 16        // signal, a name such as TERM (signal_not_allowed)
+	MaxCommandBytes     = 4096      // command (invalid_spec)
+	MaxCwdBytes         = 4096      // cwd (invalid_spec)
+	MaxArgs             = 4096      // args, counted with the command (invalid_spec)
+	MaxArgsBytes        = 256 << 10 // args and command together (invalid_spec)
+	MaxIncarnationBytes = 64        // incarnation (invalid_request)
 )
 
-// ErrProtocol is wrapped by every decoding error.
+// ErrProtocol is wrapped by every error of framing the server cannot
+// parse: a control message that is not one JSON object, or a malformed
+// binary frame. The server closes the connection with CloseProtocolError.
 var ErrProtocol = errors.New("wire: protocol error")
 
+// RequestError is a control message the server parsed but refuses: a
+// missing or invalid field, an over-long value, an unknown type. It
+// carries the stable code the server answers with in an error message;
+// the connection stays open.
+type RequestError struct {
+	Code string // one of the Code constants
+	Msg  string // safe to show
+}
+
+func (e *RequestError) Error() string { return "wire: " + e.Msg }
+
+// refuse returns a RequestError with code and a formatted message.
+func refuse(code, format string, args ...any) *RequestError {
+	return &RequestError{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
 // Request is a client's control message (a JSON text frame). Type selects
-// which fields matter; unknown fields are an error, so typos do not pass
-// silently.
+// which fields matter; unknown fields are ignored, so a newer client's
+// optional fields reach an older server harmlessly.
 type Request struct {
 	Type string `json:"type"`
 	// Req is the client's correlation id, echoed in the answer.
@@ -118,16 +140,35 @@ const (
 	TypeAck        = "ack"
 )
 
-// DecodeRequest parses and checks one control message.
+// DecodeRequest parses and checks one control message. A message that is
+// not one JSON object (trailing data included) is an error wrapping
+// ErrProtocol. A parsed message the server refuses is a *RequestError with
+// the code to answer; the returned Request then holds what could be read,
+// with Req cleared when it is too long to echo. Unknown fields are
+// ignored.
 func DecodeRequest(b []byte) (Request, error) {
 	var r Request
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return r, fmt.Errorf("%w: %v", ErrProtocol, err)
+	if !isObject(b) {
+		return r, fmt.Errorf("%w: a control message must be one JSON object", ErrProtocol)
 	}
-	if dec.More() {
-		return r, fmt.Errorf("%w: trailing data after the message", ErrProtocol)
+	err := json.Unmarshal(b, &r)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typeErr):
+		// A field of the wrong type: the rest was read, so the answer can
+		// echo req and channel.
+	case err != nil:
+		return Request{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if len(r.Req) > MaxReqBytes {
+		r.Req = ""
+		return r, refuse(CodeInvalidRequest, "req is longer than %d bytes", MaxReqBytes)
+	}
+	if err := r.checkType(); err != nil {
+		return r, err
+	}
+	if typeErr != nil {
+		return r, refuse(CodeInvalidRequest, "field %s must be of type %s", typeErr.Field, typeErr.Type)
 	}
 	if err := r.checkLengths(); err != nil {
 		return r, err
@@ -135,44 +176,90 @@ func DecodeRequest(b []byte) (Request, error) {
 	return r, r.check()
 }
 
-// checkLengths bounds the fields an answer may repeat, so that errors
-// echoing them cannot make the server buffer large messages.
+// isObject reports whether b, past JSON whitespace, starts an object; the
+// parser checks the rest (json.Unmarshal also refuses trailing data).
+func isObject(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{'
+}
+
+// checkType answers a message without a type, or of a type this server
+// does not know.
+func (r Request) checkType() error {
+	switch r.Type {
+	case TypeStart, TypeAttach, TypeDetach, TypeCloseStdin, TypeResize, TypeSignal, TypeCancel,
+		TypeReauth, TypePing, TypeAck:
+		return nil
+	case "":
+		return refuse(CodeInvalidRequest, "message has no type")
+	}
+	return refuse(CodeUnsupported, "unknown message type %q", truncate(r.Type, 32))
+}
+
+// truncate cuts s to at most n bytes for a message that repeats it.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// checkLengths bounds the fields an answer may repeat or the server
+// keeps, so that a message cannot make the server buffer or store large
+// values; each is answered with the code the field's own check would give.
 func (r Request) checkLengths() error {
 	for _, f := range []struct {
 		name  string
 		value string
 		max   int
-	}{{"req", r.Req, MaxReqBytes}, {"id", r.ID, MaxIDBytes}, {"signal", r.Signal, MaxSignalBytes},
-		{"command", r.Command, MaxCommandBytes}, {"cwd", r.Cwd, MaxCwdBytes}, {"token", r.Token, MaxTokenBytes}} {
+		code  string
+	}{
+		{"id", r.ID, MaxIDBytes, CodeInvalidID}, {"signal", r.Signal, MaxSignalBytes, CodeSignalNotAllowed},
+		{"command", r.Command, MaxCommandBytes, CodeInvalidSpec}, {"cwd", r.Cwd, MaxCwdBytes, CodeInvalidSpec},
+		{"token", r.Token, MaxTokenBytes, CodeUnauthorized}, {"incarnation", r.Incarnation, MaxIncarnationBytes, CodeInvalidRequest},
+	} {
 		if len(f.value) > f.max {
-			return fmt.Errorf("%w: %s is longer than %d bytes", ErrProtocol, f.name, f.max)
+			return refuse(f.code, "%s is longer than %d bytes", f.name, f.max)
 		}
+	}
+	if len(r.Args)+1 > MaxArgs {
+		return refuse(CodeInvalidSpec, "at most %d arguments", MaxArgs-1)
+	}
+	total := len(r.Command)
+	for _, a := range r.Args {
+		total += len(a)
+	}
+	if total > MaxArgsBytes {
+		return refuse(CodeInvalidSpec, "command and arguments take more than %d bytes", MaxArgsBytes)
 	}
 	return nil
 }
 
+// check answers a message that lacks a field its type needs, or whose
+// flow is unknown. Resize takes any rows and cols: the server clamps them.
 func (r Request) check() error {
 	need := func(ok bool, what string) error {
 		if !ok {
-			return fmt.Errorf("%w: %s needs %s", ErrProtocol, r.Type, what)
+			return refuse(CodeInvalidRequest, "%s needs %s", r.Type, what)
 		}
 		return nil
 	}
 	switch r.Type {
-	case TypeStart, TypePing:
-		return nil
+	case TypeStart:
+		if r.Flow != "" && r.Flow != FlowHold && r.Flow != FlowLive {
+			return refuse(CodeInvalidSpec, "flow must be %q or %q", FlowHold, FlowLive)
+		}
+		if r.HoldMS < 0 {
+			return refuse(CodeInvalidSpec, "hold_ms must not be negative")
+		}
 	case TypeAttach:
 		return need(r.ID != "", "id")
-	case TypeDetach, TypeCloseStdin, TypeSignal, TypeAck:
+	case TypeDetach, TypeCloseStdin, TypeSignal, TypeAck, TypeResize:
 		return need(r.Channel != 0, "channel")
-	case TypeResize:
-		return need(r.Channel != 0 && r.Rows > 0 && r.Cols > 0, "channel, rows and cols")
 	case TypeCancel:
 		return need(r.Channel != 0 || r.ID != "", "channel or id")
 	case TypeReauth:
 		return need(r.Token != "", "token")
-	case "":
-		return fmt.Errorf("%w: message has no type", ErrProtocol)
 	}
-	return fmt.Errorf("%w: unknown message type %q", ErrProtocol, r.Type)
+	return nil
 }

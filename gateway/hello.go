@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"runtime/debug"
+	"slices"
+	"sync"
+
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session"
+)
+
+// features are what this server supports, as its hello lists them.
+var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow}
+
+// hello is the first message on every connection: what the server is,
+// what it supports and its limits, so a client adapts without guessing.
+func (s *Server) hello() wire.Message {
+	b := s.bounds()
+	return wire.Message{
+		Type: wire.MsgHello, Server: "termgate " + version(), Protocol: wire.ProtocolVersion,
+		Features: slices.Clone(features), Limits: &b,
+	}
+}
+
+// bounds are the limits a hello states, from the server's configuration
+// after its defaults. The supervisor's input buffer and retention are its
+// defaults: the supervisor does not tell its configuration.
+func (s *Server) bounds() wire.Bounds {
+	cfg := s.cfg
+	return wire.Bounds{
+		MaxMessageBytes:  int(cfg.MaxMessageBytes),
+		MaxChannels:      cfg.MaxChannels,
+		RingBytes:        positiveOr(cfg.Ring.MaxBytes, replay.DefaultMaxBytes),
+		RingEvents:       positiveOr(cfg.Ring.MaxEvents, replay.DefaultMaxEvents),
+		HoldMS:           cfg.Hold.Milliseconds(),
+		InputBufferBytes: session.DefaultInputBuffer,
+		InputFrameBytes:  wire.MaxInputFrameBytes,
+		InputPerSecond:   cfg.InputPerSecond,
+		PingIntervalMS:   cfg.PingInterval.Milliseconds(),
+		PongTimeoutMS:    cfg.PongTimeout.Milliseconds(),
+		WriteTimeoutMS:   cfg.WriteTimeout.Milliseconds(),
+		DefaultTimeoutMS: positiveOr(cfg.Sandbox.DefaultTimeout, session.DefaultTimeout).Milliseconds(),
+		RetentionMS:      session.DefaultRetention.Milliseconds(),
+	}
+}
+
+func positiveOr[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// version is the module version the binary was built as, as
+// `termgate --version` reports it.
+var version = sync.OnceValue(func() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
+})

@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"sync"
+
+	"github.com/termgate/termgate/gateway/wire"
+)
+
+// inputAcks are a connection's input-acks waiting for its writer: at most
+// one per channel, into which a newer one is merged, so a burst of input
+// frames yields few messages and what waits is bounded by the channels.
+// The read loop adds; the writer takes.
+type inputAcks struct {
+	mu      sync.Mutex
+	pending map[uint32]*wire.Message
+	order   []uint32      // the channels in pending, oldest first
+	wake    chan struct{} // holds a token while something may be pending
+}
+
+// add reports an input frame processed on channel: the input the
+// execution has received and the frame's end offset; code and msg say
+// why it was refused, empty when it was accepted. Offsets merge as
+// maxima; the refusal kept is the newest, dropped once received covers
+// every frame's end.
+func (a *inputAcks) add(channel uint32, received, end uint64, code, msg string) {
+	a.mu.Lock()
+	m, ok := a.pending[channel]
+	if !ok {
+		m = &wire.Message{Type: wire.MsgInputAck, Channel: channel}
+		a.pending[channel] = m
+		a.order = append(a.order, channel)
+	}
+	m.InputOffset, m.InputEnd = max(m.InputOffset, received), max(m.InputEnd, end)
+	if code != "" {
+		m.Error, m.Message = code, msg
+	}
+	if m.InputEnd <= m.InputOffset {
+		m.Error, m.Message = "", ""
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default: // the writer was woken already and will take this one too
+	}
+}
+
+// take removes and returns the pending input-acks, oldest first.
+func (a *inputAcks) take() []wire.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]wire.Message, 0, len(a.order))
+	for _, ch := range a.order {
+		out = append(out, *a.pending[ch])
+	}
+	clear(a.pending)
+	a.order = a.order[:0]
+	return out
+}
+
+// writeInputAcks writes the pending input-acks of channels still
+// attached (writer only).
+func (c *conn) writeInputAcks() bool {
+	for _, m := range c.inputAcks.take() {
+		if _, ok := c.channel(m.Channel); !ok {
+			continue // detached meanwhile: its detached answer ended it
+		}
+		if !c.writeJSON(m) {
+			return false
+		}
+	}
+	return true
+}
+
+// inputEnd is the end offset of an input frame, saturating: an offset
+// that large is refused anyway.
+func inputEnd(in wire.Input) uint64 {
+	end := in.Offset + uint64(len(in.Data))
+	if end < in.Offset {
+		return ^uint64(0)
+	}
+	return end
+}
