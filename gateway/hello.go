@@ -7,7 +7,6 @@ import (
 
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
-	"github.com/termgate/termgate/session"
 )
 
 // features are what this server supports, as its hello lists them.
@@ -23,25 +22,24 @@ func (s *Server) hello() wire.Message {
 	}
 }
 
-// bounds are the limits a hello states, from the server's configuration
-// after its defaults. The supervisor's input buffer and retention are its
-// defaults: the supervisor does not tell its configuration.
+// bounds are the limits a hello states, from the server's and the
+// supervisor's configuration after their defaults.
 func (s *Server) bounds() wire.Bounds {
-	cfg := s.cfg
+	cfg, sup := s.cfg, s.cfg.Supervisor.Config()
 	return wire.Bounds{
 		MaxMessageBytes:  int(cfg.MaxMessageBytes),
 		MaxChannels:      cfg.MaxChannels,
 		RingBytes:        positiveOr(cfg.Ring.MaxBytes, replay.DefaultMaxBytes),
 		RingEvents:       positiveOr(cfg.Ring.MaxEvents, replay.DefaultMaxEvents),
 		HoldMS:           cfg.Hold.Milliseconds(),
-		InputBufferBytes: session.DefaultInputBuffer,
+		InputBufferBytes: sup.InputBuffer,
 		InputFrameBytes:  wire.MaxInputFrameBytes,
 		InputPerSecond:   cfg.InputPerSecond,
 		PingIntervalMS:   cfg.PingInterval.Milliseconds(),
 		PongTimeoutMS:    cfg.PongTimeout.Milliseconds(),
 		WriteTimeoutMS:   cfg.WriteTimeout.Milliseconds(),
-		DefaultTimeoutMS: positiveOr(cfg.Sandbox.DefaultTimeout, session.DefaultTimeout).Milliseconds(),
-		RetentionMS:      session.DefaultRetention.Milliseconds(),
+		DefaultTimeoutMS: positiveOr(cfg.Sandbox.DefaultTimeout, sup.DefaultTimeout).Milliseconds(),
+		RetentionMS:      sup.DefaultRetention.Milliseconds(),
 	}
 }
 

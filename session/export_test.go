@@ -15,4 +15,4 @@ func RingStats(s *Supervisor, owner, id string) replay.Stats {
 var IDPattern = idPattern
 
 // ConfigOf returns the configuration s runs with, defaults applied.
-func ConfigOf(s *Supervisor) Config { return s.cfg }
+func ConfigOf(s *Supervisor) Config { return s.Config() }

@@ -376,3 +376,6 @@ func newIncarnation() string {
 	rand.Read(b[:])
 	return idEncoding.EncodeToString(b[:])
 }
+
+// Config returns the configuration s runs with, defaults applied.
+func (s *Supervisor) Config() Config { return s.cfg }
