@@ -18,7 +18,7 @@ func TestSessionCodesAreWireCodes(t *testing.T) {
 		session.ErrNotFound, session.ErrConflict, session.ErrCapacity, session.ErrInvalidID,
 		session.ErrInvalidSpec, session.ErrNotRunning, session.ErrInputOffset, session.ErrInputFull,
 		session.ErrNotPTY, session.ErrNoPipes, session.ErrSignal, session.ErrClosed,
-		session.ErrOutOfDescriptors, sandbox.ErrInvalidPolicy, sandbox.ErrUnenforceable, errors.New("other"),
+		session.ErrAfter, session.ErrAck, session.ErrOutOfDescriptors, sandbox.ErrInvalidPolicy, sandbox.ErrUnenforceable, errors.New("other"),
 	} {
 		if code := session.Code(err); !slices.Contains(wire.Codes(), code) {
 			t.Errorf("session.Code(%v) = %q, not a wire code", err, code)
@@ -27,6 +27,22 @@ func TestSessionCodesAreWireCodes(t *testing.T) {
 	for code := range apiStatus {
 		if !slices.Contains(wire.Codes(), code) {
 			t.Errorf("apiStatus has %q, not a wire code", code)
+		}
+	}
+}
+
+// TestLossCausesAreWireCauses: the causes the supervisor gives a gap are
+// the ones the protocol names.
+func TestLossCausesAreWireCauses(t *testing.T) {
+	t.Parallel()
+	pairs := [][2]string{
+		{session.LossReadOnly, wire.LossReadOnly}, {session.LossLive, wire.LossLive},
+		{session.LossHoldExpired, wire.LossHoldExpired}, {session.LossStopped, wire.LossStopped},
+		{session.LossUnheld, wire.LossUnheld},
+	}
+	for _, p := range pairs {
+		if p[0] != p[1] {
+			t.Errorf("session cause %q, wire cause %q", p[0], p[1])
 		}
 	}
 }

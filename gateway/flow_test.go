@@ -55,6 +55,7 @@ func (f *follower) follow(ctx context.Context, url, tok string, readOnly bool) (
 		return false, nil
 	}
 	var channel uint32
+	acked := false
 	for {
 		fr, err := c.read(ctx)
 		if err != nil {
@@ -68,7 +69,7 @@ func (f *follower) follow(ctx context.Context, url, tok string, readOnly bool) (
 		case fr.out != nil:
 			seq = fr.out.Seq
 		case fr.msg.Type == wire.MsgAttached:
-			channel, f.incarnation = fr.msg.Channel, fr.msg.Incarnation
+			channel, f.incarnation, acked = fr.msg.Channel, fr.msg.Incarnation, fr.msg.Ack
 			continue
 		case fr.msg.Type == wire.MsgError:
 			return false, fmt.Errorf("error %s: %s", fr.msg.Error, fr.msg.Message)
@@ -103,6 +104,9 @@ func (f *follower) follow(ctx context.Context, url, tok string, readOnly bool) (
 		}
 		if fr.msg != nil && fr.msg.Type == wire.MsgExit {
 			return true, nil
+		}
+		if !acked {
+			continue
 		}
 		ack, _ := json.Marshal(wire.Request{Type: wire.TypeAck, Channel: channel, Seq: seq})
 		if ws.Write(ctx, websocket.MessageText, ack) != nil {
@@ -307,5 +311,43 @@ func TestHoldExpiryGivesAnExactGap(t *testing.T) {
 	total := uint64(len(seqLines(n)))
 	if f.lost == 0 || f.got+f.lost != total || len(f.causes) != 1 || f.causes[0] != wire.LossHoldExpired {
 		t.Fatalf("got %d + lost %d (%v), want %d in all with one hold_expired gap", f.got, f.lost, f.causes, total)
+	}
+}
+
+// TestSlowViewerDoesNotSlowTheDriver: a read-only viewer that reads one
+// frame a second does not hold the program: the acknowledging driver gets
+// all 22.9 MB exactly, and the viewer, reading on, is told what it lost
+// and that it was read-only.
+func TestSlowViewerDoesNotSlowTheDriver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", allScopes...)
+	const n = 3_000_000
+	seqStart(t, e, tok, "viewed", n, false, 0)
+	viewer := newFollower("viewed")
+	viewer.pace = func(int) { time.Sleep(time.Second) }
+	slow, stop := context.WithCancel(t.Context())
+	viewerDone := make(chan error, 1)
+	go func() {
+		_, err := viewer.follow(slow, e.url(), tok, true)
+		viewerDone <- err
+	}()
+	driver := newFollower("viewed")
+	driver.run(t, e.url(), tok, 1)
+	if driver.lost != 0 || !bytes.Equal(driver.sum.Sum(nil), sha(seqLines(n))) {
+		t.Fatalf("driver: %d bytes, lost %d (%v)", driver.got, driver.lost, driver.causes)
+	}
+	stop()
+	if err := <-viewerDone; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	viewer.pace = nil
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if done, err := viewer.follow(ctx, e.url(), tok, true); !done || err != nil {
+		t.Fatalf("the viewer did not reach the exit: %v", err)
+	}
+	if viewer.got+viewer.lost != uint64(len(seqLines(n))) || len(viewer.causes) == 0 || viewer.causes[0] != wire.LossReadOnly {
+		t.Fatalf("viewer: got %d + lost %d of %d, causes %v; want read_only", viewer.got, viewer.lost, len(seqLines(n)), viewer.causes)
 	}
 }
