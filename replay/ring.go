@@ -221,15 +221,6 @@ func (r *Ring) appendEvents(dst []Event, i, n int) []Event {
 	return dst
 }
 
-// dataBytes sums the Data of the retained events i up to j (exclusive).
-func (r *Ring) dataBytes(i, j int) uint64 {
-	var n uint64
-	for k := i; k < j; k++ {
-		n += uint64(len(r.slots[r.index(k)].ev.Data))
-	}
-	return n
-}
-
 func (r *Ring) retainedBytes() uint64 { return r.outputBytes - r.evictedBytes }
 
 // cumThrough returns the output bytes appended up to and including seq,
