@@ -406,7 +406,8 @@ func TestHTTPRefusals(t *testing.T) {
 	e.must(t, 201, "POST", "/v1/executions", all, shStart("job", "sleep 30"), nil)
 	t.Cleanup(func() { // after the parallel subtests, when t.Context is done
 		if status, _, b, err := e.do(context.Background(), "POST", "/v1/executions/job/cancel", all, nil); status != 202 {
-			t.Errorf("cancel: %d %s %v", status, b, err)
+			info, _ := e.sup.Get("acme", "job")
+			t.Errorf("cancel: %d %s %v; the job: %+v", status, b, err, info.Result)
 		}
 	})
 	attachOnly := e.token(t, "acme", auth.ScopeAttach)
