@@ -34,7 +34,12 @@ const benchOutput = `yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghi
 func BenchmarkPTYThroughput(b *testing.B) {
 	for _, ack := range []bool{true, false} {
 		b.Run(map[bool]string{true: "gateway-acked", false: "gateway"}[ack], func(b *testing.B) {
-			e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour })
+			e := newEnv(b, func(c *Config) {
+				c.Sandbox.MaxTimeout = time.Hour
+				if !ack { // served free running: a ring that holds it all, so no gap
+					c.Ring = replay.Config{MaxBytes: 16 << 20}
+				}
+			})
 			c := e.dial(b, e.token(b, "bench", allScopes...))
 			defer c.close()
 			b.SetBytes(64 << 20)
@@ -84,7 +89,7 @@ const pipeOutput = `head -c 256M /dev/zero`
 // pipe read and hashed directly in one process.
 func BenchmarkPipeThroughput(b *testing.B) {
 	b.Run("gateway-live", func(b *testing.B) {
-		e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.Ring = replay.Config{MaxBytes: 512 << 20} })
+		e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.Ring = replay.Config{MaxBytes: 512 << 20, MaxEvents: 1 << 16} })
 		c := e.dial(b, e.token(b, "bench", allScopes...))
 		defer c.close()
 		b.SetBytes(256 << 20)
