@@ -89,7 +89,10 @@ const pipeOutput = `head -c 256M /dev/zero`
 // pipe read and hashed directly in one process.
 func BenchmarkPipeThroughput(b *testing.B) {
 	b.Run("gateway-live", func(b *testing.B) {
-		e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.Ring = replay.Config{MaxBytes: 512 << 20, MaxEvents: 1 << 16} })
+		e := newEnv(b, func(c *Config) {
+			c.Sandbox.MaxTimeout = time.Hour
+			c.Ring = replay.Config{MaxBytes: 512 << 20, MaxEvents: 1 << 16}
+		})
 		c := e.dial(b, e.token(b, "bench", allScopes...))
 		defer c.close()
 		b.SetBytes(256 << 20)
