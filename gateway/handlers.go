@@ -95,7 +95,7 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
 		return
 	}
-	opts := session.AttachOptions{After: after, Incarnation: req.Incarnation, Writer: !readOnly, Ack: req.Ack}
+	opts := session.AttachOptions{After: after, Incarnation: req.Incarnation, Writer: !readOnly, Ack: req.Ack, Snapshot: req.Snapshot}
 	if req.Ack {
 		opts.Seen = &req.Seen // a client that acknowledges counts what it saw
 	}
@@ -118,6 +118,12 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 		FirstSeq: info.FirstSeq, LastSeq: info.LastSeq, InputOffset: info.InputOffset, ReadOnly: readOnly,
 		Incarnation: info.Incarnation, Ack: sub.Holds(), Flow: flowName(info.Live),
 	})
+	if snap := sub.Snapshot(); snap != nil {
+		c.send(wire.Message{
+			Type: wire.MsgSnapshot, Channel: ch.id, Seq: snap.Seq, Seen: snap.Seen, Rows: snap.Rows, Cols: snap.Cols,
+			Data: string(snap.Data), From: snap.From, To: snap.To, Bytes: snap.Bytes, Inexact: snap.Inexact, Cause: sub.LossCause(),
+		})
+	}
 	go c.pump(ch)
 }
 

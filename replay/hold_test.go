@@ -522,3 +522,28 @@ func readHeld(ctx context.Context, t *testing.T, c *Cursor, h *Hold) uint64 {
 		}
 	}
 }
+
+// TestOnEvict: the hook sees every evicted event, oldest first, with its
+// data, and nothing that is still retained.
+func TestOnEvict(t *testing.T) {
+	t.Parallel()
+	r := New(Config{MaxBytes: 8})
+	var seen []uint64
+	var data []byte
+	r.OnEvict(func(ev Event) {
+		seen = append(seen, ev.Seq)
+		data = append(data, ev.Data...)
+	})
+	for _, p := range []string{"abcd", "efgh", "ijkl", "mnop"} {
+		if _, err := r.AppendOutput(StreamPTY, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := r.Bounds()
+	if !slices.Equal(seen, []uint64{1, 2}) || string(data) != "abcdefgh" || first != 3 {
+		t.Fatalf("evicted %v with %q, first retained %d; want [1 2], abcdefgh, 3", seen, data, first)
+	}
+	if n, ok := r.OutputThrough(2); !ok || n != 8 {
+		t.Fatalf("OutputThrough(2) = %d, %v; want 8, true", n, ok)
+	}
+}

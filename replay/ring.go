@@ -57,6 +57,8 @@ type Ring struct {
 	evictedBytes uint64 // output bytes evicted
 	forcedBytes  uint64 // output bytes evicted although held (beyond twice the bounds)
 
+	onEvict func(Event) // see OnEvict
+
 	holds    []*Hold       // see hold.go
 	floor    uint64        // the lowest acknowledged sequence of holds, while pinned
 	unpinned bool          // Unpin was called: holds restrict nothing
@@ -191,6 +193,9 @@ func (r *Ring) grow() {
 
 func (r *Ring) evictOldest() {
 	old := &r.slots[r.head]
+	if r.onEvict != nil {
+		r.onEvict(old.ev)
+	}
 	r.evictedBytes += uint64(len(old.ev.Data))
 	if r.pinned() && old.ev.Seq > r.floor {
 		r.forcedBytes += uint64(len(old.ev.Data))
@@ -316,6 +321,22 @@ func (r *Ring) batchLen(i, max, maxBytes int) int {
 	}
 	return n
 }
+
+// OnEvict makes f see every event the ring evicts, oldest first, as it
+// evicts it: a reader that must know all history (a terminal's state)
+// follows what falls out of the ring. f runs with the ring locked, so it
+// must be quick and must not call the ring; the event's Data is valid
+// only during the call. Set it before the first Append.
+func (r *Ring) OnEvict(f func(Event)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onEvict = f
+}
+
+// OutputThrough returns the output bytes appended up to and including
+// sequence seq, and whether the ring knows: it does not for a seq older
+// than the event before the oldest retained one.
+func (r *Ring) OutputThrough(seq uint64) (uint64, bool) { return r.seenThrough(seq) }
 
 // Bounds returns the first and last retained sequence numbers, or 0, 0
 // when nothing was appended.

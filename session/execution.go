@@ -22,6 +22,7 @@ type execution struct {
 	fingerprint string
 	incarnation string
 	ring        *replay.Ring
+	screen      *screenState // a PTY's emulator behind the ring; nil for pipes
 	stdout      *headTail
 	stderr      *headTail
 	in          *inputQueue
@@ -49,6 +50,10 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *executio
 		done:     make(chan struct{}),
 		started:  time.Now(),
 	}
+	if tty := spec.Policy.TTY; tty != nil && newTerminal != nil {
+		e.screen = newScreenState(int(tty.Rows), int(tty.Cols), s.cfg.Scrollback)
+		e.ring.OnEvict(e.screen.evicted)
+	}
 	// Output waits for the first acknowledging writer as for one who left.
 	e.parkLocked(0)
 	return e
@@ -67,8 +72,8 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 		out = replay.StreamPTY
 	}
 	proc, err := s.cfg.Launcher.Start(s.ctx, e.spec.Policy, sandbox.Stdio{
-		Stdout: outputWriter{s.ctx, e.ring, out, e.stdout},
-		Stderr: outputWriter{s.ctx, e.ring, replay.StreamStderr, e.stderr},
+		Stdout: outputWriter{s.ctx, e.ring, out, e.stdout, e.screen},
+		Stderr: outputWriter{s.ctx, e.ring, replay.StreamStderr, e.stderr, nil},
 	})
 	if err != nil {
 		return s.launchFailed(e, err)
@@ -261,11 +266,15 @@ type outputWriter struct {
 	ring    *replay.Ring
 	stream  replay.Stream
 	capture *headTail
+	screen  *screenState // fed what the append evicted; nil for pipes
 }
 
 func (w outputWriter) Write(p []byte) (int, error) {
 	w.ring.AppendOutput(w.stream, p)
 	w.capture.Write(p)
+	if w.screen != nil {
+		w.screen.feed()
+	}
 	w.ring.WaitRoom(w.ctx)
 	return len(p), nil
 }

@@ -16,3 +16,14 @@ var IDPattern = idPattern
 
 // ConfigOf returns the configuration s runs with, defaults applied.
 func ConfigOf(s *Supervisor) Config { return s.Config() }
+
+// Terminal is the emulator interface the supervisor uses.
+type Terminal = terminal
+
+// SetNewTerminal replaces the emulator constructor until restore is
+// called. Tests that use it must not run in parallel with other tests.
+func SetNewTerminal(f func(rows, cols, scrollback int) Terminal) (restore func()) {
+	old := newTerminal
+	newTerminal = func(rows, cols, scrollback int) terminal { return f(rows, cols, scrollback) }
+	return func() { newTerminal = old }
+}

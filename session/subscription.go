@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/termgate/termgate/replay"
 )
@@ -19,8 +20,10 @@ type Subscription struct {
 	e        *execution
 	cursor   *replay.Cursor
 	readOnly bool
-	hold     *replay.Hold // nil unless an acknowledging writer of a holding execution
-	free     bool         // a writer that does not acknowledge: nothing is held while it is attached
+	hold     *replay.Hold                // nil unless an acknowledging writer of a holding execution
+	snapshot *Snapshot                   // in place of evicted history; nil when none
+	pin      atomic.Pointer[replay.Hold] // keeps the events after the snapshot until the first batch
+	free     bool                        // a writer that does not acknowledge: nothing is held while it is attached
 	close    sync.Once
 }
 
@@ -43,6 +46,10 @@ type AttachOptions struct {
 	// does, holds the output it has not acknowledged; one that does not
 	// releases the parked hold and is served free running (flow.go).
 	Ack bool
+	// Snapshot: when the execution is a terminal and history after After
+	// was evicted, start with a snapshot of its screen in its place
+	// (Subscription.Snapshot) and continue after it.
+	Snapshot bool
 }
 
 // Attach subscribes a viewer to owner's execution id after sequence after
@@ -66,6 +73,13 @@ func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription
 		return nil, Info{}, fmt.Errorf("%w: after %d, newest is %d", ErrAfter, o.After, last)
 	}
 	sub := &Subscription{id: id, e: e, readOnly: !o.Writer}
+	if o.Snapshot && e.screen != nil {
+		var pin *replay.Hold
+		if sub.snapshot, pin = e.snapshotFor(o.After, o.Seen); sub.snapshot != nil {
+			sub.pin.Store(pin)
+			o.After, o.Seen = sub.snapshot.Seq, &sub.snapshot.Seen
+		}
+	}
 	if o.Seen != nil {
 		sub.cursor = e.ring.CursorSeen(o.After, *o.Seen)
 	} else {
@@ -90,7 +104,21 @@ func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription
 // io.EOF after the exit event, and context.Cause(ctx) when ctx ends. The
 // events' Data belongs to the ring: copy it to keep it.
 func (sub *Subscription) Next(ctx context.Context) ([]replay.Event, *replay.Gap, error) {
-	return sub.cursor.Next(ctx)
+	evs, gap, err := sub.cursor.Next(ctx)
+	sub.unpinSnapshot()
+	return evs, gap, err
+}
+
+// Snapshot returns the screen that stands in for evicted history, to be
+// applied before the first batch; nil when none (AttachOptions.Snapshot).
+func (sub *Subscription) Snapshot() *Snapshot { return sub.snapshot }
+
+// unpinSnapshot lets the ring evict the events after the snapshot once the
+// reader has had its first batch of them.
+func (sub *Subscription) unpinSnapshot() {
+	if pin := sub.pin.Swap(nil); pin != nil {
+		pin.Release()
+	}
 }
 
 // Ack acknowledges the events up to and including seq: the execution
@@ -122,6 +150,7 @@ func (sub *Subscription) LossCause() string { return sub.e.lossCause(sub.readOnl
 // was the last. Closing twice is harmless.
 func (sub *Subscription) Close() {
 	sub.close.Do(func() {
+		sub.unpinSnapshot()
 		if sub.hold != nil {
 			sub.e.unhold(sub.hold)
 		}

@@ -23,6 +23,7 @@ const (
 	DefaultMaxRetainedPerOwner = 128
 	DefaultInputBuffer         = 64 << 10
 	DefaultHold                = 5 * time.Minute
+	DefaultScrollback          = 1000
 )
 
 // Config configures a Supervisor. Zero fields take the defaults.
@@ -41,7 +42,10 @@ type Config struct {
 	InputBuffer         int // input bytes queued per execution before ErrInputFull
 	// DefaultHold is Spec.Hold when zero (DefaultHold).
 	DefaultHold time.Duration
-	Logger      *slog.Logger
+	// Scrollback is the lines of history a terminal's screen state keeps
+	// above the screen for snapshots (DefaultScrollback).
+	Scrollback int
+	Logger     *slog.Logger
 }
 
 // Supervisor owns executions. It is safe for concurrent use.
@@ -78,6 +82,7 @@ func New(cfg Config) (*Supervisor, error) {
 	setDefault(&cfg.DefaultTimeout, DefaultTimeout)
 	setDefault(&cfg.DefaultRetention, DefaultRetention)
 	setDefault(&cfg.DefaultHold, DefaultHold)
+	setDefault(&cfg.Scrollback, DefaultScrollback)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -39,6 +39,13 @@ type Message struct {
 	From  uint64 `json:"from,omitempty"`
 	To    uint64 `json:"to,omitempty"`
 	Bytes uint64 `json:"bytes,omitempty"`
+	// snapshot: Data is the escape sequences that reproduce the terminal
+	// as it was after event Seq, for a fresh terminal of Rows x Cols; Seen
+	// is the output bytes up to and including Seq. From, To, Bytes,
+	// Inexact and Cause describe the history it stands in for.
+	Data string `json:"data,omitempty"`
+	Seen uint64 `json:"seen,omitempty"`
+
 	// Inexact is set on a gap whose Bytes is an upper bound: the attach
 	// gave an evicted after without seen.
 	Inexact bool `json:"inexact,omitempty"`
@@ -93,6 +100,7 @@ const (
 	FeatureInputAck = "input-ack" // input-ack messages on acknowledging channels
 	FeatureSeen     = "seen"      // attach with seen: exact gap bytes after a reconnect
 	FeatureFlow     = "flow"      // start with flow and hold_ms
+	FeatureSnapshot = "snapshot"  // attach with snapshot: a screen snapshot in place of evicted terminal history
 )
 
 // Output flows of an execution.
@@ -124,4 +132,5 @@ const (
 	MsgAuthExpiring = "auth-expiring"
 	MsgHello        = "hello"     // the first message on every connection
 	MsgInputAck     = "input-ack" // input accepted on an acknowledging channel
+	MsgSnapshot     = "snapshot"  // a terminal's screen in place of history it no longer holds
 )

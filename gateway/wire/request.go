@@ -94,6 +94,10 @@ type Request struct {
 	Ack         bool   `json:"ack,omitempty"`
 	Seen        uint64 `json:"seen,omitempty"`
 	Incarnation string `json:"incarnation,omitempty"`
+	// Snapshot: for a terminal whose history after After was evicted, send
+	// a screen snapshot in its place (MsgSnapshot), then the retained
+	// events after it.
+	Snapshot bool `json:"snapshot,omitempty"`
 
 	// ack: the last sequence the client processed on Channel.
 	Seq uint64 `json:"seq,omitempty"`
