@@ -180,7 +180,10 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	defer c.Close()
-	e, err := c.Attach(ctx, o.id, o.after, o.readOnly)
+	// A terminal shows the screen: a snapshot redraws it where history was
+	// evicted. Anything else keeps a transcript, and a gap says what it lacks.
+	out, _ := stdout.(*os.File)
+	e, err := c.AttachWith(ctx, o.id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
 	if err != nil {
 		return err
 	}
@@ -233,8 +236,8 @@ func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.Fi
 			}
 			return err
 		}
-		if ev.Gap != nil {
-			lost = true
+		if ev.Gap != nil && ev.Kind != "snapshot" {
+			lost = true // a snapshot redraws the screen the lost history drew
 		}
 		if done, err := show(ev, stdout, stderr, tty); done {
 			restore()
@@ -258,6 +261,8 @@ func show(ev client.Event, stdout, stderr io.Writer, tty bool) (bool, error) {
 		}
 	case "gap":
 		fmt.Fprintf(stderr, "\r\ntermgate: %s\r\n", lossMessage(*ev.Gap))
+	case "snapshot":
+		stdout.Write(ev.Data) // it resets the terminal first
 	case "error":
 		fmt.Fprintf(stderr, "\r\ntermgate: %s\r\n", ev.Err.Message)
 	case "exit":

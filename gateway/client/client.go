@@ -383,6 +383,9 @@ func (c *Client) dispatch(m wire.Message) {
 		c.route(m.Channel, Event{Seq: m.Seq, Kind: "exit", Exit: &Exit{Code: code, Signal: m.Signal, Reason: m.Reason}})
 	case wire.MsgGap:
 		c.route(m.Channel, Event{Kind: "gap", Gap: &Gap{From: m.From, To: m.To, Bytes: m.Bytes, Cause: m.Cause, Inexact: m.Inexact}})
+	case wire.MsgSnapshot:
+		c.route(m.Channel, Event{Seq: m.Seq, Kind: "snapshot", Offset: m.Seen, Data: []byte(m.Data), Rows: m.Rows, Cols: m.Cols,
+			Gap: &Gap{From: m.From, To: m.To, Bytes: m.Bytes, Cause: m.Cause, Inexact: m.Inexact}})
 	case wire.MsgInputAck:
 		if e := c.channel(m.Channel); e != nil {
 			e.inputAcked(m.InputOffset, m.InputEnd)

@@ -17,9 +17,14 @@ import (
 // server reported about the execution, and finally exit.
 type Event struct {
 	Seq    uint64
-	Kind   string // output, started, resize, stdin-closed, signal, exit, gap, error
+	Kind   string // output, started, resize, stdin-closed, signal, exit, gap, error, snapshot
 	Stream uint8  // output: 1 pty, 2 stdout, 3 stderr
-	Offset uint64 // output: of Data in its stream; error refusing input: input received
+	// Offset: output: of Data in its stream; error refusing input: input
+	// received; snapshot: the output bytes up to Seq.
+	Offset uint64
+	// Data: output: the bytes; snapshot: the escape sequences that redraw
+	// the screen as it was after event Seq on a fresh terminal of Rows x
+	// Cols (Gap then says what history it stands in for).
 	Data   []byte
 	Rows   int
 	Cols   int
@@ -79,6 +84,7 @@ type Execution struct {
 	id       string
 	pty      bool
 	readOnly bool
+	snapshot bool       // ask for a screen snapshot in place of evicted history
 	events   chan Event // bounded: a caller that stops reading stops the connection's reads
 
 	sendMu sync.Mutex // held while input frames are written: they leave in offset order
@@ -125,8 +131,24 @@ func (c *Client) Start(ctx context.Context, r wire.Request) (*Execution, error) 
 
 // Attach follows an execution from after sequence after.
 func (c *Client) Attach(ctx context.Context, id string, after uint64, readOnly bool) (*Execution, error) {
-	e := &Execution{c: c, id: id, readOnly: readOnly, last: after, known: after == 0, events: make(chan Event, 256),
-		closed: make(chan struct{}), ready: make(chan struct{})}
+	return c.AttachWith(ctx, id, AttachOptions{After: after, ReadOnly: readOnly})
+}
+
+// AttachOptions say how AttachWith follows an execution.
+type AttachOptions struct {
+	After    uint64 // the last sequence the caller has; 0 for everything retained
+	ReadOnly bool
+	// Snapshot: for a terminal whose history the server no longer holds,
+	// deliver a "snapshot" event that redraws its screen in place of that
+	// history (from a server that offers snapshots), not a gap. For a
+	// caller that shows the terminal, not one that keeps a transcript.
+	Snapshot bool
+}
+
+// AttachWith follows an execution as o says.
+func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*Execution, error) {
+	e := &Execution{c: c, id: id, readOnly: o.ReadOnly, snapshot: o.Snapshot, last: o.After, known: o.After == 0,
+		events: make(chan Event, 256), closed: make(chan struct{}), ready: make(chan struct{})}
 	if _, err := c.request(ctx, e.attachRequest(), e.attached); err != nil {
 		return nil, err
 	}
@@ -158,6 +180,7 @@ func (e *Execution) attachRequest() wire.Request {
 	if h.Has(wire.FeatureSeen) && e.known {
 		r.Seen = e.seen
 	}
+	r.Snapshot = e.snapshot && h.Has(wire.FeatureSnapshot)
 	return r
 }
 
@@ -265,6 +288,12 @@ func (e *Execution) deliver(ev Event) {
 	case e.ended:
 		e.mu.Unlock()
 		return
+	case ev.Kind == "snapshot":
+		if ev.Seq <= e.last {
+			e.mu.Unlock()
+			return
+		}
+		e.last, e.seen, e.known = ev.Seq, ev.Offset, true
 	case ev.Gap != nil:
 		e.last = ev.Gap.To - 1
 		e.seen += ev.Gap.Bytes

@@ -58,6 +58,9 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
  *    hold_expired, unheld, or '' from a gateway that does not say),
  *    inexact that bytes is only an upper bound
  *  - 'exit' ({code, signal, reason, seq})
+ *  - 'snapshot' ({data, rows, cols, seq, from, to, bytes, cause}): with the
+ *    snapshot option, the terminal's screen in place of history the gateway
+ *    no longer holds: reset the terminal and write data, then what follows
  *  - 'attached' (msg): on every (re)attach; replay runs until msg.last_seq
  *  - 'replay' (replaying: boolean): history replay began or caught up
  *  - 'error' ({error, message, fatal}): fatal ends the execution here
@@ -70,7 +73,7 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
 export class Execution extends Emitter {
   /**
    * @param {Link} link
-   * @param {{start?: StartMessage, id?: string, readOnly?: boolean, after?: number}} how
+   * @param {{start?: StartMessage, id?: string, readOnly?: boolean, after?: number, snapshot?: boolean}} how
    * @param {number} maxUnackedInput bytes of input kept (ClientOptions)
    */
   constructor(link, how, maxUnackedInput) {
@@ -83,6 +86,8 @@ export class Execution extends Emitter {
     this.id = how.start ? how.start.id : (how.id ?? '');
     /** Whether this client asked to attach read-only. */
     this.wantReadOnly = !!how.readOnly;
+    /** Whether to ask for a screen snapshot in place of evicted terminal history. */
+    this.wantSnapshot = !!how.snapshot;
     /** Whether the gateway attached the channel read-only. */
     this.readOnly = this.wantReadOnly;
     /** Whether the execution has a PTY (known once attached). */
@@ -201,17 +206,42 @@ export class Execution extends Emitter {
 
   /** @returns {Record<string, unknown>} the message that (re)attaches this execution */
   _attachMessage() {
-    if (this._start && !this._startedKnown) return { ...this._start };
+    const features = this._link.features();
+    if (this._start && !this._startedKnown) {
+      /** @type {Record<string, unknown>} */
+      const start = { ...this._start };
+      if (features.includes('ack')) start.ack = true; // the start's attach acknowledges too
+      return start;
+    }
     /** @type {Record<string, unknown>} */
     const m = { type: 'attach', id: this.id, after: this.lastSeq };
     if (this.wantReadOnly) m.read_only = true;
-    const features = this._link.features();
     if (features.includes('ack')) {
       m.ack = true;
       if (this.incarnation) m.incarnation = this.incarnation;
     }
     if (features.includes('seen') && this._seenKnown && this.seen > 0) m.seen = this.seen;
+    if (this.wantSnapshot && features.includes('snapshot')) m.snapshot = true;
     return m;
+  }
+
+  /**
+   * _onSnapshot applies a screen snapshot: it stands in for the history
+   * the gateway no longer holds, and the execution continues after it.
+   * @param {Message} msg
+   */
+  _onSnapshot(msg) {
+    const seq = msg.seq ?? 0;
+    if (seq <= this.lastSeq) return;
+    this.lastSeq = seq;
+    this.seen = msg.seen ?? 0;
+    this._seenKnown = true;
+    this._emit('snapshot', {
+      data: msg.data ?? '', rows: msg.rows ?? 0, cols: msg.cols ?? 0, seq,
+      from: msg.from ?? 0, to: msg.to ?? 0, bytes: msg.bytes ?? 0, cause: msg.cause ?? '',
+    });
+    this._pending.push({ seq, bytes: 0, done: true });
+    this._afterEvent();
   }
 
   /** @param {Message} msg */

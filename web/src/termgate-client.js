@@ -54,10 +54,13 @@ export { Execution } from './execution.js';
  * @property {{rows: number, cols: number}} [pty] a terminal of this size; pipes when absent.
  * @property {number} [timeout_ms]
  * @property {Record<string, number>} [limits]
+ * @property {'hold'|'live'} [flow] whether the program waits for a slow writer (hold, the default)
+ * @property {number} [hold_ms] how long held output waits for this client to come back
+ * @property {boolean} [snapshot] after a reconnect, a 'snapshot' of the screen in place of evicted history
  */
 
 /** The StartOptions a start message carries besides its id. */
-const START_FIELDS = new Set(['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits']);
+const START_FIELDS = new Set(['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits', 'flow', 'hold_ms']);
 
 function randomID() {
   const b = new Uint8Array(12);
@@ -132,23 +135,24 @@ export class TermgateClient extends Emitter {
    * @returns {Execution}
    */
   start(spec = {}) {
-    const { id, ...rest } = spec;
+    const { id, snapshot, ...rest } = spec;
     /** @type {StartMessage} */
     const msg = { type: 'start', id: id ?? randomID(), attach: true };
     for (const [k, v] of Object.entries(rest)) {
       if (START_FIELDS.has(k) && v !== undefined) Object.assign(msg, { [k]: v });
     }
-    return this._follow(new Execution(this._link, { start: msg }, this._maxUnackedInput));
+    return this._follow(new Execution(this._link, { start: msg, snapshot }, this._maxUnackedInput));
   }
 
   /**
    * attach follows an existing execution from its first retained event.
    * @param {string} id
-   * @param {{readOnly?: boolean, after?: number}} [opts]
+   * @param {{readOnly?: boolean, after?: number, snapshot?: boolean}} [opts] snapshot: a
+   *   terminal shown on screen gets a 'snapshot' in place of evicted history
    * @returns {Execution}
    */
   attach(id, opts = {}) {
-    return this._follow(new Execution(this._link, { id, readOnly: opts.readOnly, after: opts.after }, this._maxUnackedInput));
+    return this._follow(new Execution(this._link, { id, readOnly: opts.readOnly, after: opts.after, snapshot: opts.snapshot }, this._maxUnackedInput));
   }
 
   /** close detaches everything and stops reconnecting. */
@@ -204,6 +208,9 @@ export class TermgateClient extends Emitter {
         break;
       case 'gap':
         byChannel?._onGap(msg);
+        break;
+      case 'snapshot':
+        byChannel?._onSnapshot(msg);
         break;
       case 'input-ack':
         byChannel?._onInputAck(msg);

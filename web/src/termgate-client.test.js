@@ -295,6 +295,37 @@ test('defer: output counts as processed, and is acked, only once its listener sa
   client.close();
 });
 
+test('snapshot: asked for when offered; it stands in for history and the execution continues after it', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client, { ...HELLO, features: [...HELLO.features, 'snapshot'] });
+  const ex = client.attach('tui', { snapshot: true });
+  const attach = ws.controls().find((m) => m.type === 'attach');
+  assert.equal(attach.snapshot, true);
+  /** @type {unknown[]} */
+  const got = [];
+  ex.on('snapshot', (s) => got.push(['snapshot', s.data, s.seq]));
+  ex.on('output', (b, _stream, seq) => got.push(['output', new TextDecoder().decode(b), seq]));
+  ws.text({ type: 'attached', req: attach.req, channel: 2, id: 'tui', status: 'running', pty: true, first_seq: 41, last_seq: 42, ack: true, incarnation: 'i1' });
+  ws.text({ type: 'snapshot', channel: 2, seq: 40, seen: 900, rows: 24, cols: 80, data: '\x1bc screen', from: 1, to: 41, bytes: 900 });
+  ws.binary(outputFrame(2, 41, 1, 900, enc('x')));
+  assert.deepEqual(got, [['snapshot', '\x1bc screen', 40], ['output', 'x', 41]]);
+  assert.equal(ex.lastSeq, 41);
+  assert.equal(ex.seen, 901);
+  client.close();
+});
+
+test('start asks for ack on its attach when the gateway offers it', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  const ws = await connected(client, HELLO);
+  client.start({ pty: { rows: 24, cols: 80 }, flow: 'live' });
+  const start = ws.controls().find((m) => m.type === 'start');
+  assert.equal(start.ack, true);
+  assert.equal(start.flow, 'live');
+  client.close();
+});
+
 test('no hello: attach and input as before, no acks', async () => {
   const { client, ws, ex, attach } = await attachedJob();
   assert.equal(client.hello, null);

@@ -62,6 +62,10 @@ export const INPUT_REFUSED_ERRORS = Object.freeze([
  * @property {string} [cause] gap: read_only, live, hold_expired or unheld
  * @property {boolean} [inexact] gap: bytes is only an upper bound
  * @property {number} [input_end] input-ack: end of the newest input frame processed
+ * @property {string} [data] snapshot: the escape sequences that redraw the screen
+ * @property {number} [seen] snapshot: the output bytes up to seq
+ * @property {number} [rows] started, resize, snapshot
+ * @property {number} [cols] started, resize, snapshot
  * @property {string} [server] hello
  * @property {number} [protocol] hello
  * @property {string[]} [features] hello: ack, input-ack, seen, flow
