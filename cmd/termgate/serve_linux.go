@@ -156,6 +156,7 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.str(&o.server.Flow, "flow", wire.FlowHold, "output flow of a start that names none: hold (the program waits for acknowledging writers; nothing is lost) or live (it never waits; slow readers see gaps)")
 	e.duration(&o.server.Hold, "hold", gateway.DefaultHold, "how long held output waits for an acknowledging writer who left to come back, before the execution runs free")
 	e.duration(&o.server.MaxHold, "max-hold", gateway.DefaultMaxHold, "longest hold a start may ask for (hold_ms)")
+	e.parsed("scrollback", fmt.Sprintf("lines of history above the screen a terminal's state keeps for snapshots, 1..%d (default 1000)", maxScrollback), scrollbackFlag(&o.session.Scrollback))
 	e.parsed("max-message-bytes", "largest WebSocket message (larger closes with 1009)", sizeFlag(&o.server.MaxMessageBytes))
 	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
 	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
@@ -293,6 +294,22 @@ func nonNegative(dst *int, def int) func(string) error {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 0 {
 			return fmt.Errorf("want a non-negative integer, got %q", s)
+		}
+		*dst = v
+		return nil
+	}
+}
+
+// maxScrollback bounds --scrollback: each line of a 250-column terminal
+// costs a few KiB of the emulator's memory per execution.
+const maxScrollback = 100_000
+
+func scrollbackFlag(dst *int) func(string) error {
+	*dst = session.DefaultScrollback
+	return func(s string) error {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > maxScrollback {
+			return fmt.Errorf("want lines between 1 and %d, got %q", maxScrollback, s)
 		}
 		*dst = v
 		return nil
@@ -567,7 +584,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"timeout", durationText(o.policy.DefaultTimeout), "max_timeout", durationText(o.policy.MaxTimeout), "retention", durationText(o.session.DefaultRetention),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
 		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,
-		"flow", o.server.Flow, "hold", durationText(o.server.Hold), "max_hold", durationText(o.server.MaxHold),
+		"scrollback", cmp.Or(o.session.Scrollback, session.DefaultScrollback), "flow", o.server.Flow, "hold", durationText(o.server.Hold), "max_hold", durationText(o.server.MaxHold),
 		"ring_bytes", sizeText(uint64(cmp.Or(o.server.Ring.MaxBytes, replay.DefaultMaxBytes))),
 		"ring_events", cmp.Or(o.server.Ring.MaxEvents, replay.DefaultMaxEvents),
 		"idle_timeout", durationText(o.idleTimeout), "read_header_timeout", durationText(o.headerTimeout), "read_timeout", durationText(o.server.RequestReadTimeout),
