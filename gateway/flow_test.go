@@ -17,6 +17,7 @@ import (
 	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
+	"github.com/termgate/termgate/session/sessiontest"
 )
 
 // follower is an acknowledging client of one execution across
@@ -349,5 +350,28 @@ func TestSlowViewerDoesNotSlowTheDriver(t *testing.T) {
 	}
 	if viewer.got+viewer.lost != uint64(len(seqLines(n))) || len(viewer.causes) == 0 || viewer.causes[0] != wire.LossReadOnly {
 		t.Fatalf("viewer: got %d + lost %d of %d, causes %v; want read_only", viewer.got, viewer.lost, len(seqLines(n)), viewer.causes)
+	}
+}
+
+// TestFlowConfigIsChecked: a server refuses a flow it does not know and a
+// hold beyond its maximum; a start is refused a flow or hold_ms out of
+// bounds, and answered, not closed.
+func TestFlowConfigIsChecked(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, &sessiontest.Launcher{}, nil)
+	for _, cfg := range []Config{{Flow: "fast"}, {Hold: 2 * time.Hour, MaxHold: time.Hour}} {
+		cfg.Supervisor, cfg.Auth, cfg.WorkspaceRoot = e.sup, e.authn, t.TempDir()
+		if _, err := NewServer(cfg); err == nil {
+			t.Errorf("flow %q, hold %v, max hold %v accepted", cfg.Flow, cfg.Hold, cfg.MaxHold)
+		}
+	}
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	for i, r := range []wire.Request{{Flow: "fast"}, {HoldMS: -1}, {HoldMS: (2 * DefaultMaxHold).Milliseconds()}} {
+		r.Type, r.Req = wire.TypeStart, fmt.Sprint(i)
+		c.send(t, r)
+		if m, _ := c.expect(t, wire.MsgError); m.Error != wire.CodeInvalidSpec {
+			t.Errorf("start %+v: %+v, want invalid_spec", r, m)
+		}
 	}
 }

@@ -178,6 +178,11 @@ func TestServeDefaultCeilings(t *testing.T) {
 			t.Errorf("--cpu-weight %s accepted", bad)
 		}
 	}
+	for _, bad := range []string{"0", "100001", "x"} {
+		if _, err := parseServe([]string{"--dev", "--scrollback", bad}, io.Discard); err == nil {
+			t.Errorf("--scrollback %s accepted", bad)
+		}
+	}
 }
 
 // TestServeConfigLogShowsCeilings: the startup log states each ceiling
