@@ -43,6 +43,7 @@ export const INPUT_REFUSED_ERRORS = Object.freeze([
  * @property {number} [channel]
  * @property {string} [id]
  * @property {number} [seq]
+ * @property {string} [event] event: started, resize, stdin-closed, signal, notice
  * @property {string} [status]
  * @property {boolean} [pty]
  * @property {boolean} [read_only]
@@ -62,6 +63,7 @@ export const INPUT_REFUSED_ERRORS = Object.freeze([
  * @property {string} [cause] gap: read_only, live, hold_expired or unheld
  * @property {boolean} [inexact] gap: bytes is only an upper bound
  * @property {number} [input_end] input-ack: end of the newest input frame processed
+ * @property {string} [at] notice event: when the timeout it announces fires (RFC 3339), absent when nothing is due
  * @property {string} [server] hello
  * @property {number} [protocol] hello
  * @property {string[]} [features] hello: ack, input-ack, seen, flow
