@@ -285,6 +285,8 @@ func eventMessage(channel uint32, ev replay.Event) wire.Message {
 		m.Rows, m.Cols = int(ev.Rows), int(ev.Cols)
 	case replay.KindSignal:
 		m.Signal = signalName(ev.Signal)
+	case replay.KindNotice:
+		m.Reason, m.Message, m.At = ev.Notice.Reason, ev.Notice.Message, noticeTime(ev.Notice.At)
 	case replay.KindExit:
 		m.Type, m.Event = wire.MsgExit, ""
 		code := ev.Exit.Code
@@ -292,6 +294,15 @@ func eventMessage(channel uint32, ev replay.Event) wire.Message {
 		m.Signal = signalName(ev.Exit.Signal)
 	}
 	return m
+}
+
+// noticeTime is a notice's At as the wire gives it: RFC 3339 in UTC, or
+// "" when nothing is due.
+func noticeTime(at time.Time) string {
+	if at.IsZero() {
+		return ""
+	}
+	return at.UTC().Format(time.RFC3339)
 }
 
 // heartbeat pings every PingInterval; no pong within PongTimeout closes

@@ -225,15 +225,19 @@ type apiStart struct {
 	Cwd       string            `json:"cwd"`
 	PTY       *wire.Size        `json:"pty"`
 	TimeoutMS int64             `json:"timeout_ms"`
-	Flow      string            `json:"flow"`
-	HoldMS    int64             `json:"hold_ms"`
-	Limits    *wire.Limits      `json:"limits"`
+	// IdleTimeoutMS and Interactive are the start request's.
+	IdleTimeoutMS int64        `json:"idle_timeout_ms"`
+	Interactive   bool         `json:"interactive"`
+	Flow          string       `json:"flow"`
+	HoldMS        int64        `json:"hold_ms"`
+	Limits        *wire.Limits `json:"limits"`
 }
 
 func (b apiStart) request() wire.Request {
 	return wire.Request{
 		Type: wire.TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
-		PTY: b.PTY, TimeoutMS: b.TimeoutMS, Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS,
+		PTY: b.PTY, TimeoutMS: b.TimeoutMS, IdleTimeoutMS: b.IdleTimeoutMS, Interactive: b.Interactive,
+		Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS,
 	}
 }
 
@@ -354,16 +358,24 @@ type apiEvents struct {
 // apiEvent is a ring event as JSON. Data is base64, as encoding/json
 // writes []byte; encoding it at once also copies it out of the ring.
 type apiEvent struct {
-	Seq    uint64    `json:"seq"`
-	Kind   string    `json:"kind"`
-	Time   time.Time `json:"time"`
-	Stream string    `json:"stream,omitempty"`
-	Offset *uint64   `json:"offset,omitempty"` // output only, where 0 is a value
-	Data   string    `json:"data,omitempty"`
-	Rows   int       `json:"rows,omitempty"`
-	Cols   int       `json:"cols,omitempty"`
-	Signal string    `json:"signal,omitempty"`
-	Exit   *apiExit  `json:"exit,omitempty"`
+	Seq    uint64     `json:"seq"`
+	Kind   string     `json:"kind"`
+	Time   time.Time  `json:"time"`
+	Stream string     `json:"stream,omitempty"`
+	Offset *uint64    `json:"offset,omitempty"` // output only, where 0 is a value
+	Data   string     `json:"data,omitempty"`
+	Rows   int        `json:"rows,omitempty"`
+	Cols   int        `json:"cols,omitempty"`
+	Signal string     `json:"signal,omitempty"`
+	Exit   *apiExit   `json:"exit,omitempty"`
+	Notice *apiNotice `json:"notice,omitempty"`
+}
+
+// apiNotice is a notice event's payload; At as in the wire's notice.
+type apiNotice struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	At      string `json:"at,omitempty"`
 }
 
 type apiExit struct {
@@ -381,6 +393,9 @@ func newAPIEvent(ev replay.Event) apiEvent {
 	}
 	if x := ev.Exit; x != nil {
 		out.Exit = &apiExit{Code: x.Code, Signal: signalName(x.Signal), Reason: x.Reason, DurationMS: x.Duration.Milliseconds()}
+	}
+	if n := ev.Notice; n != nil {
+		out.Notice = &apiNotice{Reason: n.Reason, Message: n.Message, At: noticeTime(n.At)}
 	}
 	return out
 }

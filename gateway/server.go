@@ -103,6 +103,11 @@ type SandboxConfig struct {
 	MaxLimits      sandbox.Limits // the most a client may ask for; zero: no ceiling above Limits
 	DefaultTimeout time.Duration  // session default when zero
 	MaxTimeout     time.Duration  // DefaultMaxTimeout
+	// InteractiveTimeout is the absolute timeout of an interactive
+	// execution that names none, IdleTimeout its idle timeout (session
+	// defaults when zero). See spec.go, timeouts.
+	InteractiveTimeout time.Duration
+	IdleTimeout        time.Duration
 }
 
 // Server is termgate's HTTP and WebSocket front end.

@@ -49,18 +49,36 @@ func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 	if p.Limits, err = limits(sb, req.Limits); err != nil {
 		return session.Spec{}, err
 	}
-	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	if timeout < 0 || timeout > sb.MaxTimeout {
-		return session.Spec{}, fmt.Errorf("%w: timeout must be between 0 and %v", session.ErrInvalidSpec, sb.MaxTimeout)
+	sp := session.Spec{Policy: p, Interactive: req.PTY != nil || req.Interactive, Ring: s.cfg.Ring}
+	if sp.Timeout, sp.IdleTimeout, err = s.timeouts(req, sp.Interactive); err != nil {
+		return session.Spec{}, err
 	}
-	if timeout == 0 {
-		timeout = sb.DefaultTimeout
-	}
-	sp := session.Spec{Policy: p, Timeout: timeout, Ring: s.cfg.Ring}
 	if sp.Live, sp.Hold, err = s.flow(req); err != nil {
 		return session.Spec{}, err
 	}
 	return sp, nil
+}
+
+// timeouts are a start's absolute and idle timeouts: timeout_ms and
+// idle_timeout_ms, each at most MaxTimeout, or else the server's defaults
+// for its kind (a zero default leaves it to the supervisor's). Only an
+// interactive execution has an idle timeout.
+func (s *Server) timeouts(req wire.Request, interactive bool) (timeout, idle time.Duration, err error) {
+	sb := s.cfg.Sandbox
+	timeout = time.Duration(req.TimeoutMS) * time.Millisecond
+	idle = time.Duration(req.IdleTimeoutMS) * time.Millisecond
+	switch {
+	case timeout < 0 || timeout > sb.MaxTimeout:
+		return 0, 0, fmt.Errorf("%w: timeout must be between 0 and %v", session.ErrInvalidSpec, sb.MaxTimeout)
+	case idle < 0 || idle > sb.MaxTimeout:
+		return 0, 0, fmt.Errorf("%w: idle_timeout_ms must be between 0 and %d", session.ErrInvalidSpec, sb.MaxTimeout.Milliseconds())
+	case idle != 0 && !interactive:
+		return 0, 0, fmt.Errorf("%w: idle_timeout_ms needs an interactive execution: a pty, or interactive", session.ErrInvalidSpec)
+	}
+	if !interactive {
+		return cmp.Or(timeout, sb.DefaultTimeout), 0, nil
+	}
+	return cmp.Or(timeout, sb.InteractiveTimeout), cmp.Or(idle, sb.IdleTimeout), nil
 }
 
 // flow is a start's output flow: whether it runs live, and its hold

@@ -17,6 +17,7 @@ const (
 	KindStdinClosed                 // no payload
 	KindSignal                      // Signal: the signal number sent
 	KindExit                        // Exit set; always the last event
+	KindNotice                      // Notice set: a message for people, e.g. that a timeout is near
 )
 
 var kindNames = [...]string{
@@ -26,6 +27,7 @@ var kindNames = [...]string{
 	KindStdinClosed: "stdin-closed",
 	KindSignal:      "signal",
 	KindExit:        "exit",
+	KindNotice:      "notice",
 }
 
 // String returns the kind's wire name, e.g. "stdin-closed".
@@ -36,7 +38,7 @@ func (k Kind) String() string {
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-func (k Kind) valid() bool { return k >= KindStarted && k <= KindExit }
+func (k Kind) valid() bool { return k >= KindStarted && k <= KindNotice }
 
 // Stream names the output a KindOutput event came from.
 type Stream uint8
@@ -68,13 +70,21 @@ type ExitInfo struct {
 	Duration time.Duration `json:"duration"`         // from start to exit
 }
 
+// NoticeInfo is the payload of KindNotice: something readers should
+// know, such as a timeout about to stop the execution.
+type NoticeInfo struct {
+	Reason  string    `json:"reason"`      // stable, for programs: e.g. "timeout", "idle_timeout"
+	Message string    `json:"message"`     // for people
+	At      time.Time `json:"at,omitzero"` // when what it announces happens; zero when nothing is due
+}
+
 // Event is one entry of a Ring. The ring sets Seq, Offset and (when zero)
 // Time; the other fields are the caller's, and only those of its Kind may
-// be set. Data and Exit are owned by the ring and must not be modified by
+// be set. Data, Exit and Notice are owned by the ring and must not be modified by
 // readers.
 //
 // The fields are ordered so the small ones share a word: a ring holds up
-// to MaxEvents of these, and this saves 16 of 104 bytes each.
+// to MaxEvents of these, and this saves 16 of 112 bytes each.
 type Event struct {
 	Seq    uint64 // 1 for the first event, then +1 for each
 	Kind   Kind
@@ -86,6 +96,7 @@ type Event struct {
 	Data   []byte // output: never empty
 	Signal int    // signal: the signal number sent
 	Exit   *ExitInfo
+	Notice *NoticeInfo
 }
 
 // check rejects events the ring cannot number or that carry fields of
@@ -112,6 +123,10 @@ func (ev *Event) check() error {
 		return invalid(k, "signal must be set exactly on a signal event")
 	case (k == KindExit) != (ev.Exit != nil):
 		return invalid(k, "exit info must be set exactly on an exit event")
+	case (k == KindNotice) != (ev.Notice != nil):
+		return invalid(k, "notice info must be set exactly on a notice event")
+	case k == KindNotice && ev.Notice.Reason == "":
+		return invalid(k, "needs a reason")
 	}
 	return nil
 }

@@ -90,10 +90,10 @@ func New(cfg Config) *Ring {
 }
 
 // Append records ev and returns its sequence number. The ring sets Seq,
-// the Offset of output, and Time when it is zero; it copies Data and Exit,
-// so the caller may reuse them. To stay within its bounds it evicts the
-// oldest events, but never the one just appended: an output larger than
-// MaxBytes is kept alone. Append never blocks on readers.
+// the Offset of output, and Time when it is zero; it copies Data, Exit and
+// Notice, so the caller may reuse them. To stay within its bounds it
+// evicts the oldest events, but never the one just appended: an output
+// larger than MaxBytes is kept alone. Append never blocks on readers.
 func (r *Ring) Append(ev Event) (uint64, error) {
 	if err := ev.check(); err != nil {
 		return 0, err
@@ -101,6 +101,10 @@ func (r *Ring) Append(ev Event) (uint64, error) {
 	if ev.Exit != nil {
 		exit := *ev.Exit
 		ev.Exit = &exit
+	}
+	if ev.Notice != nil {
+		notice := *ev.Notice
+		ev.Notice = &notice
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -62,7 +62,8 @@ func TestKindAndStreamNames(t *testing.T) {
 		{KindSignal.String(), "signal"},
 		{KindExit.String(), "exit"},
 		{Kind(0).String(), "kind(0)"},
-		{Kind(7).String(), "kind(7)"},
+		{KindNotice.String(), "notice"},
+		{Kind(8).String(), "kind(8)"},
 		{StreamPTY.String(), "pty"},
 		{StreamStdout.String(), "stdout"},
 		{StreamStderr.String(), "stderr"},
@@ -192,7 +193,7 @@ func TestAppendInvalid(t *testing.T) {
 		ev   Event
 	}{
 		{"zero event", Event{}},
-		{"unknown kind", Event{Kind: KindExit + 1}},
+		{"unknown kind", Event{Kind: KindNotice + 1}},
 		{"sequence set", Event{Kind: KindStdinClosed, Seq: 1}},
 		{"output without stream", Event{Kind: KindOutput, Data: []byte("x")}},
 		{"output with unknown stream", Event{Kind: KindOutput, Stream: StreamStderr + 1, Data: []byte("x")}},

@@ -37,6 +37,7 @@ type execution struct {
 	res       *Result
 	retention *time.Timer
 	flow      flow
+	timeouts  timeouts
 }
 
 func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *execution {
@@ -113,18 +114,14 @@ func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 	return e.info(), nil
 }
 
-// run is the owner goroutine: it enforces the timeout, feeds input, and
-// finalises once the process tree is gone and all output is in the ring.
+// run is the owner goroutine: it enforces the timeouts (timeout.go),
+// feeds input, and finalises once the process tree is gone and all output
+// is in the ring.
 func (e *execution) run(proc Process) {
-	var timer *time.Timer
-	if t := e.spec.Timeout; t > 0 {
-		timer = time.AfterFunc(t-time.Since(e.started), func() { e.stop(StatusTimedOut) })
-	}
+	e.armTimeouts()
 	e.in.attach(proc.Stdin())
 	exit := proc.Wait()
-	if timer != nil {
-		timer.Stop()
-	}
+	e.disarmTimeouts()
 	e.in.shutdown()
 	e.in.wait()
 	e.finish(exit)
@@ -132,7 +129,10 @@ func (e *execution) run(proc Process) {
 
 // stop asks the process to end: SIGTERM, then SIGKILL after the grace
 // period. The first reason given is the one reported.
-func (e *execution) stop(why Status) error {
+func (e *execution) stop(why Status) error { return e.stopAs(why, false) }
+
+// stopAs is stop; idle says that the idle timeout stops it.
+func (e *execution) stopAs(why Status, idle bool) error {
 	e.mu.Lock()
 	proc := e.proc
 	if e.res != nil || proc == nil {
@@ -142,6 +142,7 @@ func (e *execution) stop(why Status) error {
 	first := e.stopping == ""
 	if first {
 		e.stopping = why
+		e.timeouts.idleStop = idle
 	}
 	e.mu.Unlock()
 	if !first {
@@ -161,7 +162,7 @@ func (e *execution) stop(why Status) error {
 // and starts the retention timer.
 func (e *execution) finish(exit sandbox.Exit) {
 	e.mu.Lock()
-	status, reason := e.classify(exit)
+	status, reason, ringReason := e.classify(exit)
 	res := &Result{
 		Status: status, ExitCode: exit.Code, Reason: reason,
 		Started: e.started, Ended: time.Now(),
@@ -174,10 +175,6 @@ func (e *execution) finish(exit sandbox.Exit) {
 	e.res = res
 	e.unparkLocked()
 	e.mu.Unlock()
-	ringReason := string(status)
-	if status == StatusLimit {
-		ringReason += ":" + string(exit.Limit)
-	}
 	e.ring.Append(replay.Event{Kind: replay.KindExit, Exit: &replay.ExitInfo{
 		Code: exit.Code, Signal: int(exit.Signal), Reason: ringReason, Duration: res.Duration,
 	}})
@@ -188,20 +185,21 @@ func (e *execution) finish(exit sandbox.Exit) {
 	close(e.done)
 }
 
-// classify maps a sandbox exit to a status and a reason for people.
-// Called with e.mu held.
-func (e *execution) classify(exit sandbox.Exit) (Status, string) {
+// classify maps a sandbox exit to a status, a reason for people, and the
+// exit event's reason. Called with e.mu held.
+func (e *execution) classify(exit sandbox.Exit) (status Status, reason, ringReason string) {
 	switch {
 	case exit.SetupError != "":
-		return StatusFailed, "could not start: " + exit.SetupError
+		return StatusFailed, "could not start: " + exit.SetupError, string(StatusFailed)
 	case e.stopping == StatusTimedOut:
-		return StatusTimedOut, fmt.Sprintf("timed out after %v; %s", e.spec.Timeout, exit)
+		reason, ringReason := e.timeoutReason(exit)
+		return StatusTimedOut, reason, ringReason
 	case e.stopping == StatusCancelled || exit.Stopped == sandbox.StopCancel:
-		return StatusCancelled, "cancelled; " + exit.String()
+		return StatusCancelled, "cancelled; " + exit.String(), string(StatusCancelled)
 	case exit.Limit != "":
-		return StatusLimit, string(exit.Limit) + " ceiling; " + exit.String()
+		return StatusLimit, string(exit.Limit) + " ceiling; " + exit.String(), string(StatusLimit) + ":" + string(exit.Limit)
 	}
-	return StatusExited, exit.String()
+	return StatusExited, exit.String(), string(StatusExited)
 }
 
 // startRetention removes the execution when its retention expires.
@@ -345,7 +343,11 @@ func (s *Supervisor) Input(owner, id string, offset uint64, p []byte) (uint64, e
 	if _, err := e.running(); err != nil {
 		return 0, err
 	}
-	return e.in.write(offset, p)
+	received, err := e.in.write(offset, p)
+	if err == nil {
+		e.inputArrived()
+	}
+	return received, err
 }
 
 // CloseStdin delivers end of file to a pipe execution's stdin once the

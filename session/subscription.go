@@ -87,6 +87,7 @@ func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription
 	}
 	if o.Writer {
 		e.mu.Lock()
+		e.writerAttachedLocked()
 		if o.Ack {
 			sub.hold = e.holdLocked(o.After)
 		} else {
@@ -156,6 +157,9 @@ func (sub *Subscription) Close() {
 		}
 		if sub.free {
 			sub.e.unfree(sub.cursor.After())
+		}
+		if !sub.readOnly {
+			sub.e.writerDetached()
 		}
 	})
 }

@@ -36,10 +36,19 @@ type Config struct {
 	// or settled, so one tenant cannot hold every retained slot (each
 	// costs up to its ring's bytes plus its final output).
 	MaxRetainedPerOwner int
-	DefaultTimeout      time.Duration
-	DefaultRetention    time.Duration
-	DefaultOutputBudget int
-	InputBuffer         int // input bytes queued per execution before ErrInputFull
+	// DefaultTimeout is the absolute timeout of a batch execution
+	// (DefaultTimeout); DefaultInteractiveTimeout that of an interactive
+	// one (DefaultInteractiveTimeout), whose DefaultIdleTimeout is its
+	// idle timeout (DefaultIdleTimeout). TimeoutWarning is how long before
+	// a timeout fires its notice warns (DefaultTimeoutWarning; negative:
+	// no warning). See timeout.go.
+	DefaultTimeout            time.Duration
+	DefaultInteractiveTimeout time.Duration
+	DefaultIdleTimeout        time.Duration
+	TimeoutWarning            time.Duration
+	DefaultRetention          time.Duration
+	DefaultOutputBudget       int
+	InputBuffer               int // input bytes queued per execution before ErrInputFull
 	// DefaultHold is Spec.Hold when zero (DefaultHold).
 	DefaultHold time.Duration
 	// Scrollback is the lines of history a terminal's screen state keeps
@@ -80,6 +89,9 @@ func New(cfg Config) (*Supervisor, error) {
 	setDefault(&cfg.DefaultOutputBudget, DefaultOutputBudget)
 	setDefault(&cfg.InputBuffer, DefaultInputBuffer)
 	setDefault(&cfg.DefaultTimeout, DefaultTimeout)
+	setDefault(&cfg.DefaultInteractiveTimeout, DefaultInteractiveTimeout)
+	setDefault(&cfg.DefaultIdleTimeout, DefaultIdleTimeout)
+	setDefault(&cfg.TimeoutWarning, DefaultTimeoutWarning)
 	setDefault(&cfg.DefaultRetention, DefaultRetention)
 	setDefault(&cfg.DefaultHold, DefaultHold)
 	setDefault(&cfg.Scrollback, DefaultScrollback)
@@ -144,8 +156,8 @@ func (s *Supervisor) normalize(spec Spec) (Spec, error) {
 	if spec.Policy.Timeout != 0 {
 		return spec, fmt.Errorf("%w: set Spec.Timeout, not Policy.Timeout", ErrInvalidSpec)
 	}
-	if spec.Timeout == 0 {
-		spec.Timeout = s.cfg.DefaultTimeout
+	if err := s.normalizeTimeouts(&spec); err != nil {
+		return spec, err
 	}
 	if spec.Retention <= 0 {
 		spec.Retention = s.cfg.DefaultRetention

@@ -88,9 +88,18 @@ const (
 // owner and ID are the same execution only when their specs are equal.
 type Spec struct {
 	Policy sandbox.Policy `json:"policy"`
-	// Timeout is wall-clock time from start (Config.DefaultTimeout when 0;
-	// negative means none).
+	// Timeout is the absolute timeout, wall-clock time from start
+	// (Config.DefaultTimeout when 0, or Config.DefaultInteractiveTimeout
+	// for an interactive execution; negative means none). See timeout.go.
 	Timeout time.Duration `json:"timeout"`
+	// Interactive: a person works in it, so the idle timeout applies.
+	// Every PTY execution is interactive.
+	Interactive bool `json:"interactive,omitempty"`
+	// IdleTimeout stops an interactive execution once no writer has been
+	// attached and no input has arrived for this long
+	// (Config.DefaultIdleTimeout when 0; negative means none). A batch
+	// execution has none: setting it is ErrInvalidSpec.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// Retention is how long the final result is kept (Config.DefaultRetention).
 	Retention time.Duration `json:"retention"`
 	// Ring bounds the execution's event history.

@@ -265,6 +265,13 @@ func show(ev client.Event, stdout, stderr io.Writer, tty bool) (bool, error) {
 		stdout.Write(ev.Data) // it resets the terminal first
 	case "error":
 		fmt.Fprintf(stderr, "\r\ntermgate: %s\r\n", ev.Err.Message)
+	case "notice":
+		// On a raw terminal the cursor may be anywhere in a line.
+		if tty {
+			fmt.Fprintf(stderr, "\r\ntermgate: %s\r\n", noticeText(*ev.Notice, "shell"))
+		} else {
+			fmt.Fprintf(stderr, "termgate: %s\n", noticeText(*ev.Notice, "command"))
+		}
 	case "exit":
 		if ev.Exit.Reason != "exited" {
 			fmt.Fprintf(stderr, "termgate: %s\n", ev.Exit.Reason)
@@ -275,6 +282,19 @@ func show(ev client.Event, stdout, stderr io.Writer, tty bool) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// noticeText says what a notice announces, with the time in local time:
+// "this shell will be stopped at 14:05:09 (its timeout ends)".
+func noticeText(n client.Notice, noun string) string {
+	why := map[string]string{wire.NoticeTimeout: "its timeout ends", wire.NoticeIdleTimeout: "idle: no writer attached and no input"}[n.Reason]
+	switch {
+	case n.Reason == wire.NoticeIdleCancelled:
+		return "no longer idle: this " + noun + " keeps running"
+	case why != "" && !n.At.IsZero():
+		return fmt.Sprintf("this %s will be stopped at %s (%s)", noun, n.At.Local().Format("15:04:05"), why)
+	}
+	return n.Message
 }
 
 // lossCauses say why output was lost, by a gap's cause.

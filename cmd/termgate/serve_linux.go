@@ -44,6 +44,7 @@ type serveOptions struct {
 	leeway                        time.Duration
 	workspaces                    workspaceOptions
 	idleTimeout, headerTimeout    time.Duration
+	timeoutWarning                time.Duration
 	listener                      gateway.ListenerConfig
 	fdHeadroom                    int
 }
@@ -144,8 +145,11 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.str(&o.sandbox.CgroupParent, "cgroup-parent", "termgate", "cgroup directory of this server's executions in every hierarchy; two servers on one host need two")
 	e.parsed("open-files", "open files per process: default and ceiling (0: none)", uintFlag(&o.policy.Limits.OpenFiles))
 	e.parsed("file-size", "largest file written, in bytes: default and ceiling (default 1G; 0: none)", usizeFlag(&o.policy.Limits.FileSize))
-	e.duration(&o.policy.DefaultTimeout, "timeout", session.DefaultTimeout, "default execution timeout")
-	e.duration(&o.policy.MaxTimeout, "max-timeout", gateway.DefaultMaxTimeout, "longest timeout a client may ask for")
+	e.duration(&o.policy.DefaultTimeout, "timeout", session.DefaultTimeout, "absolute timeout of a batch execution (pipes) that names none")
+	e.duration(&o.policy.InteractiveTimeout, "interactive-timeout", session.DefaultInteractiveTimeout, "absolute timeout of an interactive execution (a terminal, or interactive pipes) that names none")
+	e.duration(&o.policy.IdleTimeout, "interactive-idle-timeout", session.DefaultIdleTimeout, "stop an interactive execution after this long with no writer attached and no input")
+	e.duration(&o.timeoutWarning, "timeout-warning", session.DefaultTimeoutWarning, "warn attached clients this long before a timeout fires (at most half the timeout; 0: no warning)")
+	e.duration(&o.policy.MaxTimeout, "max-timeout", gateway.DefaultMaxTimeout, "longest timeout or idle timeout a client may ask for")
 	e.duration(&o.session.DefaultRetention, "retention", session.DefaultRetention, "how long a finished execution's result is kept")
 	e.parsed("max-running", "running executions in total", intPtr(&o.session.MaxRunning, session.DefaultMaxRunning))
 	e.parsed("max-running-per-tenant", "running executions per tenant (default 16)", intPtr(&o.session.MaxRunningPerOwner, defaultMaxRunningPerTenant))
@@ -361,6 +365,10 @@ func (o *serveOptions) check() error {
 		return usageError{fmt.Errorf("serve: --proc: want none or private, got %q", o.proc)}
 	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:
 		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
+	case o.policy.InteractiveTimeout <= 0 || o.policy.IdleTimeout <= 0 || o.timeoutWarning < 0:
+		return usageError{errors.New("serve: --interactive-timeout and --interactive-idle-timeout must be positive, --timeout-warning not negative")}
+	case o.policy.InteractiveTimeout > o.policy.MaxTimeout:
+		return usageError{fmt.Errorf("serve: --interactive-timeout %v is longer than --max-timeout %v", o.policy.InteractiveTimeout, o.policy.MaxTimeout)}
 	case len(o.publicKeys) > 0 && o.audience == "":
 		return usageError{errors.New("serve: --jwt-public-key needs --jwt-audience: without it, any token the identity provider signs for another service is accepted")}
 	case o.dev:
@@ -479,7 +487,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 		return nil, fmt.Errorf("serve: refusing to start: %w", err)
 	}
 	o.session.Launcher, o.session.Logger = session.SandboxLauncher(l), log
-	o.session.DefaultTimeout = o.policy.DefaultTimeout
+	o.wireTimeouts()
 	sup, err := session.New(o.session)
 	if err != nil {
 		ws.Close()
@@ -574,6 +582,17 @@ func (o *serveOptions) httpServer(base context.Context, h http.Handler, log *slo
 	}
 }
 
+// wireTimeouts hands the timeouts to the supervisor, which applies them
+// to every start, the HTTP API's included.
+func (o *serveOptions) wireTimeouts() {
+	o.session.DefaultTimeout = o.policy.DefaultTimeout
+	o.session.DefaultInteractiveTimeout, o.session.DefaultIdleTimeout = o.policy.InteractiveTimeout, o.policy.IdleTimeout
+	o.session.TimeoutWarning = o.timeoutWarning
+	if o.timeoutWarning == 0 {
+		o.session.TimeoutWarning = -1 // the supervisor's zero is its default
+	}
+}
+
 // logConfig prints the effective configuration; it holds file paths, never secrets.
 func (o *serveOptions) logConfig(log *slog.Logger) {
 	log.Info("config", "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
@@ -582,6 +601,8 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"workspace_root", o.workspaceRoot, "commands", commandsLog(o.commands), "default_command", o.defaultCommand,
 		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tenant_limits", limitsLog(o.sandbox.TenantLimits), "cgroup_parent", o.sandbox.CgroupParent, "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
 		"timeout", durationText(o.policy.DefaultTimeout), "max_timeout", durationText(o.policy.MaxTimeout), "retention", durationText(o.session.DefaultRetention),
+		"interactive_timeout", durationText(o.policy.InteractiveTimeout), "interactive_idle_timeout", durationText(o.policy.IdleTimeout),
+		"timeout_warning", durationText(o.timeoutWarning),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
 		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,
 		"scrollback", cmp.Or(o.session.Scrollback, session.DefaultScrollback), "flow", o.server.Flow, "hold", durationText(o.server.Hold), "max_hold", durationText(o.server.MaxHold),
@@ -654,9 +675,6 @@ func sizeText(v uint64) string {
 	return strconv.FormatUint(v, 10)
 }
 
-// devTimeout is the default execution timeout in dev mode.
-const devTimeout = 12 * time.Hour
-
 // devDefaults fills in what --dev provides: a generated secret and a
 // workspace root in the state directory.
 func (o *serveOptions) devDefaults() error {
@@ -666,10 +684,6 @@ func (o *serveOptions) devDefaults() error {
 	}
 	if o.workspaceRoot == "" {
 		o.workspaceRoot = filepath.Join(state, "workspaces")
-	}
-	if o.policy.DefaultTimeout == session.DefaultTimeout {
-		// A terminal someone works in should not end after two minutes.
-		o.policy.DefaultTimeout = devTimeout
 	}
 	if o.secretFile == "" && len(o.publicKeys) == 0 {
 		o.secretFile = filepath.Join(state, "dev-secret")

@@ -374,7 +374,11 @@ func (c *Client) dispatch(m wire.Message) {
 	}
 	switch m.Type {
 	case wire.MsgEvent:
-		c.route(m.Channel, Event{Seq: m.Seq, Kind: m.Event, Rows: m.Rows, Cols: m.Cols, Signal: m.Signal})
+		ev := Event{Seq: m.Seq, Kind: m.Event, Rows: m.Rows, Cols: m.Cols, Signal: m.Signal}
+		if m.Event == wire.EventNotice {
+			ev.Notice = newNotice(m)
+		}
+		c.route(m.Channel, ev)
 	case wire.MsgExit:
 		code := -1
 		if m.Code != nil {

@@ -13,11 +13,11 @@ import (
 )
 
 // Event is one event of an execution, in order: output, the other ring
-// events (started, resize, stdin-closed, signal), a gap, an error the
-// server reported about the execution, and finally exit.
+// events (started, resize, stdin-closed, signal, notice), a gap, an error
+// the server reported about the execution, and finally exit.
 type Event struct {
 	Seq    uint64
-	Kind   string // output, started, resize, stdin-closed, signal, exit, gap, error, snapshot
+	Kind   string // output, started, resize, stdin-closed, signal, notice, exit, gap, error, snapshot
 	Stream uint8  // output: 1 pty, 2 stdout, 3 stderr
 	// Offset: output: of Data in its stream; error refusing input: input
 	// received; snapshot: the output bytes up to Seq.
@@ -32,6 +32,7 @@ type Event struct {
 	Exit   *Exit
 	Gap    *Gap
 	Err    *Error
+	Notice *Notice
 
 	gen uint64 // the execution's incarnation count when delivered
 }
@@ -41,6 +42,27 @@ type Exit struct {
 	Code   int // -1 without a normal exit
 	Signal string
 	Reason string // exited, cancelled, timed_out, failed, limit:...
+}
+
+// Notice is a message for people about the execution, such as a timeout
+// about to stop it.
+type Notice struct {
+	// Reason is a wire.Notice constant: timeout, idle_timeout, or
+	// idle_timeout_cancelled (an idle warning no longer holds).
+	Reason  string
+	Message string
+	// At is when what the notice announces happens (the timeout fires);
+	// zero when nothing is due, or the server sent no valid time.
+	At time.Time
+}
+
+// newNotice reads a notice event's fields.
+func newNotice(m wire.Message) *Notice {
+	n := &Notice{Reason: m.Reason, Message: m.Message}
+	if at, err := time.Parse(time.RFC3339, m.At); err == nil {
+		n.At = at
+	}
+	return n
 }
 
 // Status returns a shell-style status: the code, or 128+n for a signal.

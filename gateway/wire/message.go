@@ -26,9 +26,9 @@ type Message struct {
 	// Flow is the execution's output flow: FlowHold or FlowLive.
 	Flow string `json:"flow,omitempty"`
 
-	// event, exit
+	// event, exit; a notice event also has Reason, Message and At.
 	Seq    uint64 `json:"seq,omitempty"`
-	Event  string `json:"event,omitempty"` // started, resize, stdin-closed, signal
+	Event  string `json:"event,omitempty"` // started, resize, stdin-closed, signal, notice
 	Rows   int    `json:"rows,omitempty"`
 	Cols   int    `json:"cols,omitempty"`
 	Signal string `json:"signal,omitempty"`
@@ -64,6 +64,10 @@ type Message struct {
 
 	// auth-expiring, reauthed
 	ExpiresAt string `json:"expires_at,omitempty"`
+
+	// At is when what a notice event announces happens (RFC 3339, UTC);
+	// absent when nothing is due.
+	At string `json:"at,omitempty"`
 
 	// hello: what the server is and supports.
 	Server   string   `json:"server,omitempty"`   // "termgate" and its version
@@ -116,6 +120,17 @@ const (
 	LossHoldExpired = "hold_expired" // no acknowledging writer came back within the hold
 	LossUnheld      = "unheld"       // evicted while no acknowledging writer was attached
 	LossStopped     = "stopped"      // evicted after the execution was cancelled or timed out
+)
+
+// EventNotice is the event of a notice: Reason (a Notice constant),
+// Message for people, and At.
+const EventNotice = "notice"
+
+// Reasons of a notice event.
+const (
+	NoticeTimeout       = "timeout"                // the absolute timeout stops the execution at At
+	NoticeIdleTimeout   = "idle_timeout"           // the idle timeout stops it at At, unless input arrives or a writer attaches
+	NoticeIdleCancelled = "idle_timeout_cancelled" // input arrived or a writer attached: the idle warning no longer holds
 )
 
 // Message types.

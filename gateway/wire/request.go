@@ -65,14 +65,20 @@ type Request struct {
 	Channel uint32 `json:"channel,omitempty"` // detach, close-stdin, resize, signal, cancel
 
 	// start
-	Command   string            `json:"command,omitempty"`
-	Args      []string          `json:"args,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"`
-	PTY       *Size             `json:"pty,omitempty"` // nil: pipes
-	TimeoutMS int64             `json:"timeout_ms,omitempty"`
-	Limits    *Limits           `json:"limits,omitempty"`
-	Attach    bool              `json:"attach,omitempty"` // also attach a channel to the new execution
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	PTY     *Size             `json:"pty,omitempty"` // nil: pipes
+	// TimeoutMS is the absolute timeout; IdleTimeoutMS the idle timeout
+	// of an interactive execution (a PTY, or Interactive pipes): it stops
+	// once no writer has been attached and no input has arrived for so
+	// long. Zero takes the server's default for the kind of execution.
+	TimeoutMS     int64   `json:"timeout_ms,omitempty"`
+	IdleTimeoutMS int64   `json:"idle_timeout_ms,omitempty"`
+	Interactive   bool    `json:"interactive,omitempty"`
+	Limits        *Limits `json:"limits,omitempty"`
+	Attach        bool    `json:"attach,omitempty"` // also attach a channel to the new execution
 
 	// close-stdin: when set, close only once the execution has received
 	// exactly this many input bytes (CodeInputOffset otherwise).

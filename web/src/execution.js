@@ -52,7 +52,11 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
  *
  * Events (subscribe with on):
  *  - 'output' (bytes: Uint8Array, stream: 'pty'|'stdout'|'stderr', seq: number)
- *  - 'event' (msg): started, resize, stdin-closed, signal events
+ *  - 'event' (msg): started, resize, stdin-closed, signal and notice events;
+ *    a notice (msg.event 'notice') has reason ('timeout', 'idle_timeout',
+ *    'idle_timeout_cancelled', or another to show by its message), message
+ *    (for people) and at (RFC 3339: when the timeout fires; absent when
+ *    nothing is due)
  *  - 'gap' ({from, to, bytes, cause, inexact}): output the gateway no
  *    longer held for this client; cause says why (read_only, live,
  *    hold_expired, unheld, or '' from a gateway that does not say),

@@ -43,6 +43,7 @@ export const INPUT_REFUSED_ERRORS = Object.freeze([
  * @property {number} [channel]
  * @property {string} [id]
  * @property {number} [seq]
+ * @property {string} [event] event: started, resize, stdin-closed, signal, notice
  * @property {string} [status]
  * @property {boolean} [pty]
  * @property {boolean} [read_only]
@@ -66,6 +67,7 @@ export const INPUT_REFUSED_ERRORS = Object.freeze([
  * @property {number} [seen] snapshot: the output bytes up to seq
  * @property {number} [rows] started, resize, snapshot
  * @property {number} [cols] started, resize, snapshot
+ * @property {string} [at] notice event: when the timeout it announces fires (RFC 3339), absent when nothing is due
  * @property {string} [server] hello
  * @property {number} [protocol] hello
  * @property {string[]} [features] hello: ack, input-ack, seen, flow
