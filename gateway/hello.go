@@ -27,19 +27,21 @@ func (s *Server) hello() wire.Message {
 func (s *Server) bounds() wire.Bounds {
 	cfg, sup := s.cfg, s.cfg.Supervisor.Config()
 	return wire.Bounds{
-		MaxMessageBytes:  int(cfg.MaxMessageBytes),
-		MaxChannels:      cfg.MaxChannels,
-		RingBytes:        positiveOr(cfg.Ring.MaxBytes, replay.DefaultMaxBytes),
-		RingEvents:       positiveOr(cfg.Ring.MaxEvents, replay.DefaultMaxEvents),
-		HoldMS:           cfg.Hold.Milliseconds(),
-		InputBufferBytes: sup.InputBuffer,
-		InputFrameBytes:  wire.MaxInputFrameBytes,
-		InputPerSecond:   cfg.InputPerSecond,
-		PingIntervalMS:   cfg.PingInterval.Milliseconds(),
-		PongTimeoutMS:    cfg.PongTimeout.Milliseconds(),
-		WriteTimeoutMS:   cfg.WriteTimeout.Milliseconds(),
-		DefaultTimeoutMS: positiveOr(cfg.Sandbox.DefaultTimeout, sup.DefaultTimeout).Milliseconds(),
-		RetentionMS:      sup.DefaultRetention.Milliseconds(),
+		MaxMessageBytes:      int(cfg.MaxMessageBytes),
+		MaxChannels:          cfg.MaxChannels,
+		RingBytes:            positiveOr(cfg.Ring.MaxBytes, replay.DefaultMaxBytes),
+		RingEvents:           positiveOr(cfg.Ring.MaxEvents, replay.DefaultMaxEvents),
+		HoldMS:               cfg.Hold.Milliseconds(),
+		InputBufferBytes:     sup.InputBuffer,
+		InputFrameBytes:      wire.MaxInputFrameBytes,
+		InputPerSecond:       cfg.InputPerSecond,
+		PingIntervalMS:       cfg.PingInterval.Milliseconds(),
+		PongTimeoutMS:        cfg.PongTimeout.Milliseconds(),
+		WriteTimeoutMS:       cfg.WriteTimeout.Milliseconds(),
+		DefaultTimeoutMS:     positiveOr(cfg.Sandbox.DefaultTimeout, sup.DefaultTimeout).Milliseconds(),
+		RetentionMS:          sup.DefaultRetention.Milliseconds(),
+		InteractiveTimeoutMS: positiveOr(cfg.Sandbox.InteractiveTimeout, sup.DefaultInteractiveTimeout).Milliseconds(),
+		IdleTimeoutMS:        positiveOr(cfg.Sandbox.IdleTimeout, sup.DefaultIdleTimeout).Milliseconds(),
 	}
 }
 

@@ -100,18 +100,21 @@ func TestHelloComesFirst(t *testing.T) {
 			InputBufferBytes: session.DefaultInputBuffer, InputFrameBytes: wire.MaxInputFrameBytes, InputPerSecond: DefaultInputPerSecond,
 			PingIntervalMS: DefaultPingInterval.Milliseconds(), PongTimeoutMS: DefaultPongTimeout.Milliseconds(),
 			WriteTimeoutMS: DefaultWriteTimeout.Milliseconds(), DefaultTimeoutMS: session.DefaultTimeout.Milliseconds(),
-			RetentionMS: session.DefaultRetention.Milliseconds(),
+			RetentionMS:          session.DefaultRetention.Milliseconds(),
+			InteractiveTimeoutMS: session.DefaultInteractiveTimeout.Milliseconds(), IdleTimeoutMS: session.DefaultIdleTimeout.Milliseconds(),
 		}},
 		{"configured", func(c *Config) {
 			c.Ring = replay.Config{MaxBytes: 1 << 16, MaxEvents: 100}
 			c.Hold, c.MaxMessageBytes, c.MaxChannels, c.InputPerSecond = 7*time.Second, 1<<19, 5, 77
 			c.PingInterval, c.PongTimeout, c.WriteTimeout = 11*time.Second, 33*time.Second, 22*time.Second
 			c.Sandbox.DefaultTimeout = 44 * time.Second
+			c.Sandbox.InteractiveTimeout, c.Sandbox.IdleTimeout = 55*time.Second, 66*time.Second
 		}, wire.Bounds{
 			MaxMessageBytes: 1 << 19, MaxChannels: 5, RingBytes: 1 << 16, RingEvents: 100, HoldMS: 7000,
 			InputBufferBytes: session.DefaultInputBuffer, InputFrameBytes: wire.MaxInputFrameBytes, InputPerSecond: 77,
 			PingIntervalMS: 11000, PongTimeoutMS: 33000, WriteTimeoutMS: 22000, DefaultTimeoutMS: 44000,
-			RetentionMS: session.DefaultRetention.Milliseconds(),
+			RetentionMS:          session.DefaultRetention.Milliseconds(),
+			InteractiveTimeoutMS: 55000, IdleTimeoutMS: 66000,
 		}},
 	}
 	for _, tc := range cases {

@@ -91,7 +91,11 @@ type Bounds struct {
 	PongTimeoutMS    int64 `json:"pong_timeout_ms,omitempty"`
 	WriteTimeoutMS   int64 `json:"write_timeout_ms,omitempty"`
 	DefaultTimeoutMS int64 `json:"default_timeout_ms,omitempty"`
-	RetentionMS      int64 `json:"retention_ms,omitempty"`
+	// The absolute and idle timeouts of an interactive execution that
+	// names none.
+	InteractiveTimeoutMS int64 `json:"interactive_timeout_ms,omitempty"`
+	IdleTimeoutMS        int64 `json:"idle_timeout_ms,omitempty"`
+	RetentionMS          int64 `json:"retention_ms,omitempty"`
 }
 
 // ProtocolVersion is the protocol a hello states: v1, grown compatibly
