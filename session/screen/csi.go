@@ -327,7 +327,7 @@ func (s *Screen) dispatchOSC(data []byte) {
 // no C1 controls (a terminal may take U+009C for the string terminator),
 // at most MaxTitle bytes cut at a character boundary.
 func cleanTitle(text []byte) string {
-	t := []rune(string(bytes.ToValidUTF8(text, []byte("\uFFFD"))))
+	t := string(bytes.ToValidUTF8(text, []byte("\uFFFD")))
 	out := make([]byte, 0, min(len(text), MaxTitle))
 	for _, r := range t {
 		if r >= 0x80 && r < 0xa0 {

@@ -34,7 +34,7 @@ func skipRun(p []byte) (n, newlines int) {
 // Write does not look at its bytes again.
 func (s *Screen) skip(p []byte) (skipped, scanned int) {
 	run, newlines := skipRun(p)
-	if s.p.u8n > 0 || s.top != 0 || s.bot != s.rows-1 || s.modes.origin || s.modes.insert {
+	if s.skipOff || s.p.u8n > 0 || s.top != 0 || s.bot != s.rows-1 || s.modes.origin || s.modes.insert {
 		return 0, run
 	}
 	keep := s.rows

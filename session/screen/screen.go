@@ -55,7 +55,8 @@ type Screen struct {
 	graphic    bool // G0 is the DEC special graphics set
 	last       rune // last printed character, for REP
 	p          parser
-	skipped    int // bytes the fast path skipped, for tests
+	skipped    int  // bytes the fast path skipped, for tests
+	skipOff    bool // turns the fast path off, for tests and benchmarks
 }
 
 // New returns a blank Screen sized by cfg.

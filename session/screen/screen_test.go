@@ -185,8 +185,8 @@ func (w writer) Write(p []byte) (int, error) { w.s.Write(p); return len(p), nil 
 func TestConfigBounds(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		cfg              Config
-		rows, cols, sb   int
+		cfg            Config
+		rows, cols, sb int
 	}{
 		{Config{}, DefaultRows, DefaultCols, DefaultScrollback},
 		{Config{Rows: -1, Cols: -5, Scrollback: -1}, DefaultRows, DefaultCols, 0},

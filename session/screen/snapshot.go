@@ -56,7 +56,7 @@ func (s *Screen) appendNormal(dst []byte) []byte {
 func (s *Screen) appendLines(dst []byte, sb []*sbLine, ls []line) []byte {
 	last := len(ls) - 1
 	if len(sb) == 0 {
-		for last >= 0 && !ls[last].wraps && lineEmpty(&ls[last]) {
+		for last >= 0 && !ls[last].wraps && lineEmpty(&ls[last]) && (last == 0 || !ls[last-1].wraps) {
 			last--
 		}
 	}

@@ -18,8 +18,12 @@ func (s *Screen) Write(p []byte) {
 			}
 			p = s.ground(p)
 		} else {
-			s.sequence(p[0])
-			p = p[1:]
+			i := 0
+			for i < len(p) && s.p.state != stGround {
+				s.sequence(p[i])
+				i++
+			}
+			p = p[i:]
 		}
 		noSkip -= n - len(p)
 	}
