@@ -231,3 +231,22 @@ func TestNoQueriesCheckerCatches(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
+	s := New(cfgSmall)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			fmt.Fprintf(writer{s}, "\x1b[3%dmline %d\r\n", i%8, i)
+		}
+	}()
+	for range 50 {
+		if snap := s.Snapshot(nil); len(snap) == 0 {
+			t.Fatal("empty snapshot")
+		}
+		_ = s.MemoryBytes()
+	}
+	<-done
+}
