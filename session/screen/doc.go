@@ -1,0 +1,57 @@
+// Package screen keeps the state of the terminal of one PTY execution and
+// serializes it as escape sequences, so a client that reattaches after its
+// history was evicted sees the screen a client that never left sees.
+//
+// A Screen is fed the program's output with Write, in any pieces: a
+// sequence or a UTF-8 character split across calls is handled as if it came
+// whole. Snapshot appends the sequences that, applied to a fresh terminal of
+// the same size (xterm.js, or xterm and tmux behind the CLI), reproduce:
+// the normal buffer with its bounded scrollback and the alternate buffer,
+// which one is active, the cursor position, its visibility and shape, the
+// pending wrap, colours (16, 256 and truecolor) and attributes (bold, dim,
+// italic, underline, blink, inverse, hidden, strike) of every cell, the
+// current pen, the cursors saved with DECSC, the scroll region, origin mode,
+// autowrap, insert mode, application cursor keys and keypad, bracketed
+// paste, mouse reporting (9, 1000, 1002, 1003 with encodings 1005, 1006,
+// 1015), focus reporting, tab stops, the G0 charset (ASCII or DEC line
+// drawing) and the window title (OSC 0 and 2). A snapshot starts with RIS
+// (ESC c) and never holds a query (DA, DSR, DECRQM, OSC queries, XTVERSION,
+// window reports), so the client never answers into the shell; the Screen
+// itself ignores queries and never answers either.
+//
+// Wide characters (East Asian Wide and Fullwidth, emoji with emoji
+// presentation, by Unicode 11 widths as in xterm.js's unicode11 addon) take
+// two cells; a combining mark joins the cell before it (one per cell). The
+// alternate buffer behaves as in xterm.js: it is cleared on every switch,
+// has no scrollback, and the cursor position carries over.
+//
+// Not reproduced: the character REP repeats; underline styles (4:3 and
+// others are kept as plain underline); the wrap flag of the last line of a
+// buffer; a cursor restored outside the scroll region in origin mode (it is
+// kept inside); tab stops are shared by both buffers. Resize cuts or pads
+// lines and does not reflow them.
+//
+// # Bounds
+//
+// Rows and Cols are at most MaxRows and MaxCols, Scrollback at most
+// MaxScrollback lines, a title MaxTitle bytes. The memory of a Screen is
+// about 2 * rows * cols * 24 bytes for the two buffers (the alternate one
+// only once used) plus its scrollback, whose lines are kept encoded as the
+// sequences that draw them: as many bytes as characters for plain text, a
+// few more per change of colour, at most about 50 bytes per cell. MemoryBytes
+// reports it.
+//
+// # Fast path
+//
+// A fast program's output is mostly text that scrolls away. When one Write
+// holds a run of bytes with no ESC and no C0 control other than \r \n \t \b,
+// with more than rows+scrollback newlines (rows in the alternate buffer),
+// while no scroll region, origin mode or insert mode is set, everything that
+// run draws before its last rows+scrollback newlines leaves the scrollback
+// before the run ends. Write then only follows the cursor over that part,
+// without drawing it, and emulates the rest. The resulting state is the
+// same as without the skip (the pen cannot change inside such a run); a
+// test compares both on random output. Larger writes skip more.
+//
+// All methods of Screen are safe for concurrent use.
+package screen

@@ -1,0 +1,142 @@
+package screen
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// sbLine is one line of scrollback, kept as the sequences that draw it
+// (see appendLine): a line costs about as many bytes as it shows.
+type sbLine struct {
+	data  []byte
+	width int  // columns the line covers
+	wraps bool // autowrap continued it on the next line
+}
+
+// scrollback is a ring of the newest max lines that left the top of the
+// normal buffer. Until it is full, start is 0 and lines grows.
+type scrollback struct {
+	max      int
+	lines    []sbLine
+	start, n int
+}
+
+// push encodes l as the newest line, dropping the oldest when full.
+func (sb *scrollback) push(l *line) {
+	if sb.max == 0 {
+		return
+	}
+	var slot *sbLine
+	if sb.n < sb.max {
+		if sb.n == len(sb.lines) {
+			sb.lines = append(sb.lines, sbLine{})
+		}
+		slot = &sb.lines[sb.n]
+		sb.n++
+	} else {
+		slot = &sb.lines[sb.start]
+		sb.start = (sb.start + 1) % sb.max
+	}
+	data := slot.data[:0]
+	if cap(data) > 1024 {
+		data = nil // do not keep the buffer of one long line forever
+	}
+	slot.data, slot.width = appendLine(data, l)
+	slot.wraps = l.wraps
+}
+
+// at returns the i-th oldest line.
+func (sb *scrollback) at(i int) *sbLine { return &sb.lines[(sb.start+i)%max(1, len(sb.lines))] }
+
+// clear drops every line.
+func (sb *scrollback) clear() { sb.lines, sb.start, sb.n = nil, 0, 0 }
+
+// memory is the bytes held by the lines.
+func (sb *scrollback) memory() int {
+	n := cap(sb.lines) * 48
+	for i := range sb.lines {
+		n += cap(sb.lines[i].data)
+	}
+	return n
+}
+
+// isDefaultBlank reports whether c looks like a cell never written.
+func isDefaultBlank(c *cell) bool { return *c == cell{r: ' '} }
+
+// appendLine appends the sequences that draw l from its first column on a
+// terminal whose pen is the default, and leave the pen the default. A line
+// that wraps is drawn to its last column, so the next character printed
+// wraps as the original did; otherwise trailing default blanks are left
+// out. It returns the columns covered.
+func appendLine(dst []byte, l *line) ([]byte, int) {
+	n := len(l.cells)
+	if !l.wraps {
+		for n > 0 && isDefaultBlank(&l.cells[n-1]) {
+			n--
+		}
+	}
+	cur := pen{}
+	for i := 0; i < n; i++ {
+		c := &l.cells[i]
+		if c.kind == cellWideTail {
+			continue
+		}
+		if c.pen != cur {
+			dst = appendSGR(dst, c.pen)
+			cur = c.pen
+		}
+		dst = utf8.AppendRune(dst, c.r)
+		if c.comb != 0 {
+			dst = utf8.AppendRune(dst, c.comb)
+		}
+	}
+	if cur != (pen{}) {
+		dst = append(dst, "\x1b[m"...)
+	}
+	return dst, n
+}
+
+// appendSGR appends one SGR sequence that sets exactly the pen p.
+func appendSGR(dst []byte, p pen) []byte {
+	dst = append(dst, "\x1b[0"...)
+	for i, code := range [...]byte{1, 2, 3, 4, 5, 7, 8, 9} {
+		if p.attr&(1<<i) != 0 {
+			dst = append(dst, ';', '0'+code)
+		}
+	}
+	dst = appendColor(dst, p.fg, 30)
+	dst = appendColor(dst, p.bg, 40)
+	return append(dst, 'm')
+}
+
+// appendColor appends the SGR parameters for c as a foreground (base 30)
+// or background (base 40) colour.
+func appendColor(dst []byte, c color, base int) []byte {
+	v := int(c &^ colorKind)
+	switch c & colorKind {
+	case colorIndexed:
+		switch {
+		case v < 8:
+			dst = append(dst, ';')
+			dst = strconv.AppendInt(dst, int64(base+v), 10)
+		case v < 16:
+			dst = append(dst, ';')
+			dst = strconv.AppendInt(dst, int64(base+60+v-8), 10)
+		default:
+			dst = append(dst, ';')
+			dst = strconv.AppendInt(dst, int64(base+8), 10)
+			dst = append(dst, ";5;"...)
+			dst = strconv.AppendInt(dst, int64(v), 10)
+		}
+	case colorRGB:
+		dst = append(dst, ';')
+		dst = strconv.AppendInt(dst, int64(base+8), 10)
+		dst = append(dst, ";2;"...)
+		dst = strconv.AppendInt(dst, int64(v>>16), 10)
+		dst = append(dst, ';')
+		dst = strconv.AppendInt(dst, int64(v>>8&0xff), 10)
+		dst = append(dst, ';')
+		dst = strconv.AppendInt(dst, int64(v&0xff), 10)
+	}
+	return dst
+}
