@@ -32,9 +32,14 @@ const benchOutput = `yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghi
 // process: a client that acknowledges (termgate's own clients; the
 // program waits for it) and one that does not (served free running).
 func BenchmarkPTYThroughput(b *testing.B) {
-	for _, ack := range []bool{true, false} {
-		b.Run(map[bool]string{true: "gateway-acked", false: "gateway"}[ack], func(b *testing.B) {
-			e := newEnv(b, func(c *Config) {
+	for _, v := range []struct {
+		name          string
+		ack, noScreen bool
+	}{{"gateway-acked", true, false}, {"gateway-acked-no-screen-state", true, true}, {"gateway", false, false}} {
+		ack := v.ack
+		b.Run(v.name, func(b *testing.B) {
+			sc := session.Config{Launcher: session.SandboxLauncher(needLauncher(b)), NoScreenState: v.noScreen}
+			e := newEnvSession(b, sc, func(c *Config) {
 				c.Sandbox.MaxTimeout = time.Hour
 				if !ack { // served free running: a ring that holds it all, so no gap
 					c.Ring = replay.Config{MaxBytes: 16 << 20}

@@ -75,6 +75,12 @@ func newFakeEnv(t testing.TB, l *sessiontest.Launcher, tweak func(*Config)) *tes
 
 func newEnvOn(t testing.TB, l session.Launcher, tweak func(*Config)) *testEnv {
 	t.Helper()
+	return newEnvSession(t, session.Config{Launcher: l}, tweak)
+}
+
+// newEnvSession starts a gateway over a supervisor configured as sc.
+func newEnvSession(t testing.TB, sc session.Config, tweak func(*Config)) *testEnv {
+	t.Helper()
 	dir := sandboxtest.Dir(t)
 	secret := []byte("0123456789abcdef0123456789abcdef-test-secret")
 	secretFile := filepath.Join(dir, "secret")
@@ -86,7 +92,7 @@ func newEnvOn(t testing.TB, l session.Launcher, tweak func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := session.New(session.Config{Launcher: l})
+	sup, err := session.New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}

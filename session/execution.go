@@ -51,7 +51,7 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *executio
 		done:     make(chan struct{}),
 		started:  time.Now(),
 	}
-	if tty := spec.Policy.TTY; tty != nil && newTerminal != nil {
+	if tty := spec.Policy.TTY; tty != nil && newTerminal != nil && !s.cfg.NoScreenState {
 		e.screen = newScreenState(int(tty.Rows), int(tty.Cols), s.cfg.Scrollback)
 		e.ring.OnEvict(e.screen.evicted)
 	}

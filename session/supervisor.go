@@ -54,7 +54,10 @@ type Config struct {
 	// Scrollback is the lines of history a terminal's screen state keeps
 	// above the screen for snapshots (DefaultScrollback).
 	Scrollback int
-	Logger     *slog.Logger
+	// NoScreenState keeps no terminal state behind the rings: a terminal
+	// whose history was evicted is followed with a gap, not a snapshot.
+	NoScreenState bool
+	Logger        *slog.Logger
 }
 
 // Supervisor owns executions. It is safe for concurrent use.
