@@ -42,6 +42,7 @@ func (s *Server) bounds() wire.Bounds {
 		RetentionMS:          sup.DefaultRetention.Milliseconds(),
 		InteractiveTimeoutMS: positiveOr(cfg.Sandbox.InteractiveTimeout, sup.DefaultInteractiveTimeout).Milliseconds(),
 		IdleTimeoutMS:        positiveOr(cfg.Sandbox.IdleTimeout, sup.DefaultIdleTimeout).Milliseconds(),
+		Scrollback:           sup.Scrollback,
 	}
 }
 

@@ -102,6 +102,7 @@ func TestHelloComesFirst(t *testing.T) {
 			WriteTimeoutMS: DefaultWriteTimeout.Milliseconds(), DefaultTimeoutMS: session.DefaultTimeout.Milliseconds(),
 			RetentionMS:          session.DefaultRetention.Milliseconds(),
 			InteractiveTimeoutMS: session.DefaultInteractiveTimeout.Milliseconds(), IdleTimeoutMS: session.DefaultIdleTimeout.Milliseconds(),
+			Scrollback: session.DefaultScrollback,
 		}},
 		{"configured", func(c *Config) {
 			c.Ring = replay.Config{MaxBytes: 1 << 16, MaxEvents: 100}
@@ -114,7 +115,7 @@ func TestHelloComesFirst(t *testing.T) {
 			InputBufferBytes: session.DefaultInputBuffer, InputFrameBytes: wire.MaxInputFrameBytes, InputPerSecond: 77,
 			PingIntervalMS: 11000, PongTimeoutMS: 33000, WriteTimeoutMS: 22000, DefaultTimeoutMS: 44000,
 			RetentionMS:          session.DefaultRetention.Milliseconds(),
-			InteractiveTimeoutMS: 55000, IdleTimeoutMS: 66000,
+			InteractiveTimeoutMS: 55000, IdleTimeoutMS: 66000, Scrollback: session.DefaultScrollback,
 		}},
 	}
 	for _, tc := range cases {

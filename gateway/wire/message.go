@@ -95,7 +95,10 @@ type Bounds struct {
 	// names none.
 	InteractiveTimeoutMS int64 `json:"interactive_timeout_ms,omitempty"`
 	IdleTimeoutMS        int64 `json:"idle_timeout_ms,omitempty"`
-	RetentionMS          int64 `json:"retention_ms,omitempty"`
+	// Scrollback is the lines above the screen a snapshot may hold: a
+	// terminal that applies snapshots keeps at least that many.
+	Scrollback  int   `json:"scrollback,omitempty"`
+	RetentionMS int64 `json:"retention_ms,omitempty"`
 }
 
 // ProtocolVersion is the protocol a hello states: v1, grown compatibly
