@@ -2,9 +2,11 @@ package main
 
 import (
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 )
 
@@ -40,5 +42,35 @@ func TestServeProcDefaultsToPrivateWhereSafe(t *testing.T) {
 	}
 	if _, err := parseServe([]string{"--dev", "--proc", "self-exe"}, io.Discard); err == nil || !strings.Contains(err.Error(), "auto, none or private") {
 		t.Errorf("--proc self-exe: %v", err)
+	}
+}
+
+// TestServeDefaultShellIsUsable: in serve's default configuration, the
+// default shell shows a prompt that says where it is, ps lists its
+// processes and none of the host's, and localhost resolves.
+func TestServeDefaultShellIsUsable(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	e, err := g.owner(t).Start(t.Context(), wire.Request{ID: "newcomer", PTY: &wire.Size{Rows: 24, Cols: 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Write([]byte(`ps -e -o comm= > /tmp/ps; echo "PS=[$(sort /tmp/ps | tr '\n' ,)]"; ` +
+		`echo "HOSTS=[$(getent hosts localhost | tr -s ' \t' ' ')]"; cd /tmp` + "\nexit\n"))
+	var out strings.Builder
+	for {
+		ev, err := e.Next(t.Context())
+		if err != nil {
+			t.Fatalf("shell: %v; output %q", err, out.String())
+		}
+		out.Write(ev.Data)
+		if ev.Kind == "exit" {
+			break
+		}
+	}
+	for _, want := range []string{`sandbox@termgate:~\$ `, `PS=\[bash,bwrap,ps,\]`, `HOSTS=\[(127\.0\.0\.1|::1) localhost`, `sandbox@termgate:/tmp\$ `} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("want %s in the shell's output %q", want, out.String())
+		}
 	}
 }
