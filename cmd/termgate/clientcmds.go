@@ -159,7 +159,7 @@ type attachOptions struct {
 
 func attachFlags(o *attachOptions) *flag.FlagSet {
 	fs := newClientFlagSet("attach", &o.clientFlags)
-	fs.StringVar(&o.id, "id", "", "execution `ID`")
+	fs.StringVar(&o.id, "id", "", "execution `ID` (on a terminal, without it: pick one from a list)")
 	fs.Uint64Var(&o.after, "after", 0, "resume after this sequence number (0: all retained output)")
 	fs.BoolVar(&o.readOnly, "read-only", false, "watch without typing")
 	fs.BoolVar(&o.allowLoss, "allow-loss", false, "exit with the command's status even when output was lost (else 74)")
@@ -172,8 +172,9 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err := parseFlags(attachFlags(&o), args); err != nil {
 		return err
 	}
-	if o.id == "" {
-		return usageError{errors.New("attach: --id is required")}
+	id, err := o.attachID(ctx, stdin, stderr)
+	if err != nil {
+		return err
 	}
 	c, err := o.dial(ctx)
 	if err != nil {
@@ -183,7 +184,7 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	// A terminal shows the screen: a snapshot redraws it where history was
 	// evicted. Anything else keeps a transcript, and a gap says what it lacks.
 	out, _ := stdout.(*os.File)
-	e, err := c.AttachWith(ctx, o.id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
+	e, err := c.AttachWith(ctx, id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
 	if err != nil {
 		return err
 	}
