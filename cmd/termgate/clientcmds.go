@@ -195,13 +195,17 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 			e.Resize(ctx, size.Rows, size.Cols)
 		}
 	}
-	return stream(ctx, e, stdin, in, tty, stdout, stderr, streamOptions{readOnly: o.readOnly, allowLoss: o.allowLoss})
+	so := streamOptions{readOnly: o.readOnly, allowLoss: o.allowLoss, replay: newReplayFilter(o.after, e.HistoryEnd())}
+	return stream(ctx, e, stdin, in, tty, stdout, stderr, so)
 }
 
 // streamOptions say how stream follows an execution.
 type streamOptions struct {
 	readOnly  bool // no input is sent
 	allowLoss bool // lost output does not change the exit status
+	// replay drops the local terminal's answers to replayed queries; nil
+	// for a new execution, whose queries are live and want their answers.
+	replay *replayFilter
 }
 
 // stream copies an execution's output to the local streams and local
@@ -216,6 +220,7 @@ func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.Fi
 		defer restore()
 		stop := followLocalSize(ctx, e, in)
 		defer stop()
+		stdin = so.replay.reader(stdin)
 	}
 	detached := make(chan struct{})
 	if !so.readOnly {
@@ -240,7 +245,9 @@ func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.Fi
 		if ev.Gap != nil && ev.Kind != "snapshot" {
 			lost = true // a snapshot redraws the screen the lost history drew
 		}
-		if done, err := show(ev, stdout, stderr, tty); done {
+		done, err := show(ev, stdout, stderr, tty)
+		so.replay.shown(ev)
+		if done {
 			restore()
 			if err == nil && lost && !so.allowLoss {
 				fmt.Fprintf(stderr, "termgate: the command exited 0, but output was lost: exiting %d (--allow-loss keeps the command's status)\n", exitOutputLost)
