@@ -192,7 +192,10 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	tty := e.PTY() && in != nil && isTerminal(in)
 	if tty && !o.readOnly {
 		if size := terminalSize(in); size != nil {
-			e.Resize(ctx, size.Rows, size.Cols)
+			// Not waited for: its answer comes after the replayed events,
+			// which only stream takes, and more than the client buffers
+			// would hold the answer back for ever. It ends when answered.
+			go e.Resize(ctx, size.Rows, size.Cols)
 		}
 	}
 	so := streamOptions{readOnly: o.readOnly, allowLoss: o.allowLoss, replay: newReplayFilter(o.after, e.HistoryEnd())}
