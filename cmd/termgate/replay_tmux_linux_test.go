@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -25,7 +24,7 @@ const cliInTerminalEnv = "TERMGATE_TEST_CLI_ARGS"
 // tmuxTerminal is a tmux server of the test's own, with one window.
 type tmuxTerminal struct {
 	t      *testing.T
-	socket string
+	socket string // the server's socket, in the test's directory
 	stderr string // the file the CLI's stderr goes to
 }
 
@@ -37,19 +36,19 @@ func startCLIInTmux(t *testing.T, args ...string) *tmuxTerminal {
 		sandboxtest.Unavailable(t, "tmux not found (install tmux): %v", err)
 	}
 	enc, _ := json.Marshal(args)
-	tm := &tmuxTerminal{t: t, socket: "termgate-test-" + rand.Text()[:12]}
+	dir := t.TempDir()
+	tm := &tmuxTerminal{t: t, socket: filepath.Join(dir, "tmux"), stderr: filepath.Join(dir, "stderr")}
 	// The window stays after the CLI ends, showing how it ended.
-	tm.stderr = filepath.Join(t.TempDir(), "stderr")
 	self := fmt.Sprintf("'%s' '-test.run=^%s$' 2>'%s'; echo \"[exit $?]\"; sleep 600", os.Args[0], t.Name(), tm.stderr)
 	tm.run("-f", "/dev/null", "new-session", "-d", "-x", "100", "-y", "30", "-e", cliInTerminalEnv+"="+string(enc), self)
-	t.Cleanup(func() { exec.Command("tmux", "-L", tm.socket, "kill-server").Run() })
+	t.Cleanup(func() { exec.Command("tmux", "-S", tm.socket, "kill-server").Run() })
 	return tm
 }
 
 // run runs a tmux command on the test's server.
 func (tm *tmuxTerminal) run(args ...string) string {
 	tm.t.Helper()
-	out, err := exec.Command("tmux", append([]string{"-L", tm.socket}, args...)...).CombinedOutput()
+	out, err := exec.Command("tmux", append([]string{"-S", tm.socket}, args...)...).CombinedOutput()
 	if err != nil {
 		tm.t.Fatalf("tmux %q: %v: %s", args, err, out)
 	}
