@@ -14,6 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// DefaultPS1 is the prompt of an interactive bash whose client sets no
+// PS1: the sandbox has no /etc/bash.bashrc to set one, and bash's own
+// ("bash-5.2$ ") says neither who nor where. It shows "sandbox@termgate:~$ "
+// in the workspace, and the directory elsewhere.
+const DefaultPS1 = `\u@termgate:\w\$ `
+
 // spec builds an execution's spec from the server's policy and what the
 // client may choose: command (from the allowlist), arguments, environment,
 // cwd, terminal, timeout and ceilings up to the server's maximum.
@@ -45,6 +51,9 @@ func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 		size := sandbox.ClampWindowSize(req.PTY.Rows, req.PTY.Cols)
 		p.TTY = &size
 		setDefault(p.Env, "TERM", "xterm-256color")
+		if path.Base(cmd[0]) == "bash" {
+			setDefault(p.Env, "PS1", DefaultPS1)
+		}
 	}
 	if p.Limits, err = limits(sb, req.Limits); err != nil {
 		return session.Spec{}, err

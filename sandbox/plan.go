@@ -182,13 +182,26 @@ func (pl *plan) etc(p Policy, host hostLayout) {
 	}
 	pl.addData("/etc/passwd", passwdFile(p.WorkspaceMount))
 	pl.addData("/etc/group", groupFile())
+	pl.addData("/etc/hostname", []byte(DefaultHostname+"\n"))
+	hosts := hostsFile()
 	if p.Network == NetworkHost {
 		for _, e := range hostNetEntries {
-			if data, ok := host.hostNet[e]; ok {
+			if data, ok := host.hostNet[e]; ok && e != "/etc/hosts" {
 				pl.addData(e, data)
 			}
 		}
+		if data, ok := host.hostNet["/etc/hosts"]; ok {
+			hosts = data // the host's network, the host's names
+		}
 	}
+	pl.addData("/etc/hosts", hosts)
+}
+
+// hostsFile is the sandbox's /etc/hosts without host networking: only
+// loopback names, so that localhost resolves (glibc has no built-in
+// entry for it) and so does the sandbox's hostname.
+func hostsFile() []byte {
+	return []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + DefaultHostname + "\n")
 }
 
 func (pl *plan) addData(dest string, data []byte) {

@@ -48,8 +48,8 @@ func TestPlanDefaults(t *testing.T) {
 		{"--cap-drop", "ALL"}, {"--new-session"}, {"--ro-bind", "/usr", "/usr"}, {"--symlink", "usr/bin", "/bin"},
 		{"--symlink", "/usr/share/zoneinfo/Etc/UTC", "/etc/localtime"}, {"--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"},
 		{"--dev", "/dev"}, {"--size", "67108864", "--tmpfs", "/tmp"}, {"--size", "67108864", "--tmpfs", "/run"},
-		{"--bind-fd", "7", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
-		{"--seccomp", "9", "--clearenv", "--setenv", "GOMAXPROCS", "1"},
+		{"--bind-fd", "9", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
+		{"--seccomp", "11", "--clearenv", "--setenv", "GOMAXPROCS", "1"},
 	} {
 		if !hasSeq(pl.opts, seq...) {
 			t.Errorf("options lack %q:\n%q", seq, pl.opts)
@@ -123,7 +123,7 @@ func TestPlanModes(t *testing.T) {
 		{"self-exe", Policy{Command: []string{"x"}, Proc: ProcSelfExe, SelfExe: "/opt/app"},
 			[][]string{{"--symlink", "/opt/app", "/proc/self/exe"}}, []string{"--proc"}, nil},
 		{"read-only workspace", Policy{Command: []string{"x"}, WorkspaceReadOnly: true},
-			[][]string{{"--ro-bind-fd", "7", "/workspace"}}, []string{"--bind-fd"}, nil},
+			[][]string{{"--ro-bind-fd", "9", "/workspace"}}, []string{"--bind-fd"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -159,7 +159,7 @@ type attachOptions struct {
 
 func attachFlags(o *attachOptions) *flag.FlagSet {
 	fs := newClientFlagSet("attach", &o.clientFlags)
-	fs.StringVar(&o.id, "id", "", "execution `ID`")
+	fs.StringVar(&o.id, "id", "", "execution `ID` (on a terminal, without it: pick one from a list)")
 	fs.Uint64Var(&o.after, "after", 0, "resume after this sequence number (0: all retained output)")
 	fs.BoolVar(&o.readOnly, "read-only", false, "watch without typing")
 	fs.BoolVar(&o.allowLoss, "allow-loss", false, "exit with the command's status even when output was lost (else 74)")
@@ -172,8 +172,9 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err := parseFlags(attachFlags(&o), args); err != nil {
 		return err
 	}
-	if o.id == "" {
-		return usageError{errors.New("attach: --id is required")}
+	id, err := o.attachID(ctx, stdin, stderr)
+	if err != nil {
+		return err
 	}
 	c, err := o.dial(ctx)
 	if err != nil {
@@ -183,7 +184,7 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	// A terminal shows the screen: a snapshot redraws it where history was
 	// evicted. Anything else keeps a transcript, and a gap says what it lacks.
 	out, _ := stdout.(*os.File)
-	e, err := c.AttachWith(ctx, o.id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
+	e, err := c.AttachWith(ctx, id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
 	if err != nil {
 		return err
 	}
@@ -191,16 +192,23 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	tty := e.PTY() && in != nil && isTerminal(in)
 	if tty && !o.readOnly {
 		if size := terminalSize(in); size != nil {
-			e.Resize(ctx, size.Rows, size.Cols)
+			// Not waited for: its answer comes after the replayed events,
+			// which only stream takes, and more than the client buffers
+			// would hold the answer back for ever. It ends when answered.
+			go e.Resize(ctx, size.Rows, size.Cols)
 		}
 	}
-	return stream(ctx, e, stdin, in, tty, stdout, stderr, streamOptions{readOnly: o.readOnly, allowLoss: o.allowLoss})
+	so := streamOptions{readOnly: o.readOnly, allowLoss: o.allowLoss, replay: newReplayFilter(o.after, e.HistoryEnd())}
+	return stream(ctx, e, stdin, in, tty, stdout, stderr, so)
 }
 
 // streamOptions say how stream follows an execution.
 type streamOptions struct {
 	readOnly  bool // no input is sent
 	allowLoss bool // lost output does not change the exit status
+	// replay drops the local terminal's answers to replayed queries; nil
+	// for a new execution, whose queries are live and want their answers.
+	replay *replayFilter
 }
 
 // stream copies an execution's output to the local streams and local
@@ -215,6 +223,7 @@ func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.Fi
 		defer restore()
 		stop := followLocalSize(ctx, e, in)
 		defer stop()
+		stdin = so.replay.reader(stdin)
 	}
 	detached := make(chan struct{})
 	if !so.readOnly {
@@ -239,7 +248,9 @@ func stream(ctx context.Context, e *client.Execution, stdin io.Reader, in *os.Fi
 		if ev.Gap != nil && ev.Kind != "snapshot" {
 			lost = true // a snapshot redraws the screen the lost history drew
 		}
-		if done, err := show(ev, stdout, stderr, tty); done {
+		done, err := show(ev, stdout, stderr, tty)
+		so.replay.shown(ev)
+		if done {
 			restore()
 			if err == nil && lost && !so.allowLoss {
 				fmt.Fprintf(stderr, "termgate: the command exited 0, but output was lost: exiting %d (--allow-loss keeps the command's status)\n", exitOutputLost)

@@ -63,7 +63,7 @@ func commands() []command {
 			},
 			flags: serveFlagSet,
 			values: map[string]completes{
-				"network": oneOf("none", "host"), "proc": oneOf("none", "private"),
+				"network": oneOf("none", "host"), "proc": oneOf("auto", "none", "private"),
 				"log-level": oneOf("debug", "info", "warn", "error"),
 				"tls-cert":  aFile, "tls-key": aFile, "jwt-secret-file": aFile, "jwt-public-key": aFile,
 				"workspace-root": aDir,

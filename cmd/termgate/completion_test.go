@@ -139,7 +139,7 @@ var completionCases = []struct {
 	{"termgate exec --network=", []string{"none", "host"}},
 	{"termgate exec --network=h", []string{"host"}},
 	{"termgate exec --proc p", []string{"private"}},
-	{"termgate serve --proc ", []string{"none", "private"}},
+	{"termgate serve --proc ", []string{"auto", "none", "private"}},
 	{"termgate serve --log-level w", []string{"warn"}},
 	{"termgate completion z", []string{"zsh"}},
 	{"termgate help at", []string{"attach"}},

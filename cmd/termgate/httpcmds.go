@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"text/tabwriter"
-	"time"
 )
 
 // apiGet calls the gateway's HTTP API and decodes its JSON answer.
@@ -53,24 +51,11 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(newClientFlagSet("ls", &cf), args); err != nil {
 		return err
 	}
-	var list struct {
-		Executions []struct {
-			ID      string    `json:"id"`
-			Status  string    `json:"status"`
-			PTY     bool      `json:"pty"`
-			Started time.Time `json:"started"`
-			LastSeq uint64    `json:"last_seq"`
-		} `json:"executions"`
-	}
-	if err := cf.apiGet(ctx, "/v1/executions", &list); err != nil {
+	list, err := cf.listExecutions(ctx)
+	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tPTY\tSTARTED\tLAST SEQ")
-	for _, e := range list.Executions {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\n", e.ID, e.Status, e.PTY, e.Started.Local().Format(time.DateTime), e.LastSeq)
-	}
-	return tw.Flush()
+	return printExecutions(stdout, list, false)
 }
 
 // logsOptions are the flags of termgate logs.

@@ -130,7 +130,7 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.list(&o.commands, "command", "program clients may start (default /bin/bash, /bin/sh)")
 	e.str(&o.defaultCommand, "default-command", "/bin/bash -l", "command run when a client names none (space-separated)")
 	e.str(&o.network, "network", "none", "sandbox network: none or host")
-	e.str(&o.proc, "proc", "none", "sandbox procfs: none or private")
+	e.str(&o.proc, "proc", "auto", "sandbox procfs: private (ps and top work; needs Landlock), none, or auto: private where the host has Landlock, else none")
 	o.policy.TmpSize = sandbox.DefaultTmpSize // what applies, for the startup log
 	e.parsed("tmp-size", "size of /tmp, /run and /dev/shm in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
 	e.parsed("ptys", "terminals each sandbox may open itself, for tmux or script (0: none)", ptysFlag(&o.policy.PTYs))
@@ -258,6 +258,22 @@ func checkProc(proc string, report sandbox.Report) error {
 	return nil
 }
 
+// resolveProc turns --proc into the procfs sandboxes get: auto is private
+// where the probe found the sandbox's pid 1 out of reach, else none, with
+// a warning saying what that costs; private where it is not is refused.
+func resolveProc(asked string, report sandbox.Report) (proc, warning string, err error) {
+	if asked != "auto" {
+		if err := checkProc(asked, report); err != nil {
+			return "", "", err
+		}
+		return asked, "", nil
+	}
+	if report.Checks["init_out_of_reach"] {
+		return "private", "", nil
+	}
+	return "none", "--proc auto: sandboxes get no /proc, so ps and top do not work in them: this host has no Landlock to keep the sandbox's pid 1 (and /proc/1/mem) out of the command's reach; --proc none says so and silences this", nil
+}
+
 // checkTerminalPool refuses a configuration whose running executions could
 // together take every terminal the kernel has for sandboxes: a tenant at
 // its ceiling would then leave none for the others.
@@ -361,8 +377,8 @@ func (o *serveOptions) check() error {
 		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
 	case o.network != "none" && o.network != "host":
 		return usageError{fmt.Errorf("serve: --network: want none or host, got %q", o.network)}
-	case o.proc != "none" && o.proc != "private":
-		return usageError{fmt.Errorf("serve: --proc: want none or private, got %q", o.proc)}
+	case o.proc != "auto" && o.proc != "none" && o.proc != "private":
+		return usageError{fmt.Errorf("serve: --proc: want auto, none or private, got %q", o.proc)}
 	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:
 		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
 	case o.policy.InteractiveTimeout <= 0 || o.policy.IdleTimeout <= 0 || o.timeoutWarning < 0:
@@ -463,11 +479,20 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 		return nil, fmt.Errorf("serve: refusing to start: %w", err)
 	}
 	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings),
-		checkTerminalPool(o.policy.PTYs, o.session.MaxRunning), checkProc(o.proc, report)); err != nil {
+		checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
 		l.Close()
 		return nil, err
 	}
-	log.Info("sandbox verified", "bwrap", report.Version, "identity", report.Identity, "cgroups", report.Cgroups.Version, "exact_exit_status", report.ExactStatus)
+	proc, warning, err := resolveProc(o.proc, report)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	o.proc = proc
+	log.Info("sandbox verified", "bwrap", report.Version, "identity", report.Identity, "cgroups", report.Cgroups.Version, "exact_exit_status", report.ExactStatus, "proc", proc)
+	if warning != "" {
+		log.Warn("sandbox", "warning", warning)
+	}
 	for _, w := range report.Warnings {
 		log.Warn("sandbox", "warning", w)
 	}

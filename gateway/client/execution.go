@@ -132,10 +132,17 @@ type Execution struct {
 	err       error
 	closed    chan struct{}
 	endOnce   sync.Once
+	history   uint64 // the newest sequence held when Attach was answered; set once, before Attach returns
 }
 
 // ID is the execution's canonical ID.
 func (e *Execution) ID() string { return e.id }
+
+// HistoryEnd is the newest sequence the server held when Attach was
+// answered: the events up to it are history, replayed, and those after it
+// are new. A terminal that replays history answers the terminal queries in
+// it, and such answers are not the user's input.
+func (e *Execution) HistoryEnd() uint64 { return e.history }
 
 // PTY reports whether the execution runs on a terminal.
 func (e *Execution) PTY() bool { return e.pty }
@@ -171,9 +178,11 @@ type AttachOptions struct {
 func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*Execution, error) {
 	e := &Execution{c: c, id: id, readOnly: o.ReadOnly, snapshot: o.Snapshot, last: o.After, known: o.After == 0,
 		events: make(chan Event, 256), closed: make(chan struct{}), ready: make(chan struct{})}
-	if _, err := c.request(ctx, e.attachRequest(), e.attached); err != nil {
+	m, err := c.request(ctx, e.attachRequest(), e.attached)
+	if err != nil {
 		return nil, err
 	}
+	e.history = m.LastSeq
 	c.mu.Lock()
 	c.execs[e] = struct{}{}
 	c.mu.Unlock()
