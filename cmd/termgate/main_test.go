@@ -61,22 +61,23 @@ func TestUsageErrorsExit2(t *testing.T) {
 }
 
 // TestImportDirection keeps the package graph one-way: cmd -> gateway ->
-// session -> (replay, sandbox), gateway -> gateway/wire <- gateway/client,
-// gateway -> gateway/auth -> gateway/wire, cmd -> web; replay, sandbox and
-// gateway/wire import nothing of termgate's, gateway/client and gateway/auth
+// session -> (replay, sandbox, session/screen), gateway -> gateway/wire <- gateway/client,
+// gateway -> gateway/auth -> gateway/wire, cmd -> web; replay, sandbox,
+// session/screen and gateway/wire import nothing of termgate's, gateway/client and gateway/auth
 // nothing but gateway/wire.
 func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{
 		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
-		"session":        {"replay", "sandbox"},
+		"session/screen": {},
+		"session":        {"replay", "sandbox", "session/screen"},
 		"gateway/wire":   {},
 		"gateway/auth":   {"gateway/wire"},
-		"gateway":        {"session", "replay", "sandbox", "gateway/wire", "gateway/auth"},
+		"gateway":        {"session", "session/screen", "replay", "sandbox", "gateway/wire", "gateway/auth"},
 		"gateway/client": {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
-		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "replay", "sandbox"},
+		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {
