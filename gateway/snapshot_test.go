@@ -3,13 +3,18 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/creack/pty"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session/screen"
 )
@@ -103,4 +108,169 @@ func ptyOutput(t *testing.T, script string, rows, cols uint16) []byte {
 	out, _ := io.ReadAll(f) // EIO once the program is gone
 	cmd.Wait()
 	return out
+}
+
+// watcher follows a terminal execution on its own connection into a
+// screen, acknowledging what it processed, as a client would.
+type watcher struct {
+	c       *client
+	scr     *screen.Screen
+	mu      sync.Mutex
+	last    uint64
+	channel uint32
+	snap    *wire.Message
+	done    chan error
+}
+
+// watch attaches to id (with a snapshot when asked) and follows it.
+func watch(t *testing.T, e *testEnv, tok, id string, snapshot bool) *watcher {
+	t.Helper()
+	w := &watcher{c: e.dial(t, tok), scr: screen.New(screen.Config{Rows: 24, Cols: 80}), done: make(chan error, 1)}
+	t.Cleanup(w.c.close)
+	w.c.send(t, wire.Request{Type: wire.TypeAttach, ID: id, Ack: true, Snapshot: snapshot})
+	go func() { w.done <- w.follow() }()
+	return w
+}
+
+func (w *watcher) follow() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for {
+		f, err := w.c.read(ctx)
+		if err != nil {
+			return err
+		}
+		var seq uint64
+		w.mu.Lock()
+		switch {
+		case f.out != nil:
+			w.scr.Write(f.out.Data)
+			seq = f.out.Seq
+		case f.msg.Type == wire.MsgAttached:
+			w.channel = f.msg.Channel
+		case f.msg.Type == wire.MsgSnapshot:
+			w.snap = f.msg
+			w.scr.Resize(f.msg.Rows, f.msg.Cols) // a terminal of the snapshot's size
+			w.scr.Write([]byte(f.msg.Data))
+			w.last = f.msg.Seq
+		case f.msg.Type == wire.MsgGap:
+			w.mu.Unlock()
+			return fmt.Errorf("gap %+v", *f.msg)
+		case f.msg.Type == wire.MsgEvent:
+			if f.msg.Event == "resize" {
+				w.scr.Resize(f.msg.Rows, f.msg.Cols)
+			}
+			seq = f.msg.Seq
+		case f.msg.Type == wire.MsgExit:
+			w.mu.Unlock()
+			return nil
+		}
+		if seq != 0 {
+			if seq != w.last+1 {
+				w.mu.Unlock()
+				return fmt.Errorf("seq %d after %d", seq, w.last)
+			}
+			w.last = seq
+		}
+		last, ch := w.last, w.channel
+		w.mu.Unlock()
+		if seq != 0 {
+			b, _ := json.Marshal(wire.Request{Type: wire.TypeAck, Channel: ch, Seq: last})
+			if err := w.c.ws.Write(ctx, websocket.MessageText, b); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// state returns the watcher's screen as a snapshot and the last sequence
+// it processed.
+func (w *watcher) state() ([]byte, uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.scr.Snapshot(nil), w.last
+}
+
+// TestReattachAfterEvictionMatchesAWatcher: vim after thousands of
+// keystrokes and less after thousands of pages, with the history that drew
+// their screens evicted: a client that reattaches with a snapshot sees
+// exactly what a client that watched every byte sees, resizes included.
+func TestReattachAfterEvictionMatchesAWatcher(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, script string
+		key          func(i int) string
+		keys         int
+	}{
+		{"vim", "exec vim -u NONE -N -i NONE -n /tmp/notes", func(i int) string {
+			if i == 0 {
+				return "i"
+			}
+			return fmt.Sprintf("line %d \033[Dx\r", i)
+		}, 3000},
+		{"less", "seq 1 500000 | exec less", func(i int) string { return " " }, 4000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, func(c *Config) { c.InputPerSecond, c.Ring = 1<<20, replay.Config{MaxBytes: 64 << 10, MaxEvents: 256} })
+			tok := e.token(t, "acme", allScopes...)
+			c := e.dial(t, tok)
+			defer c.close()
+			c.send(t, wire.Request{Type: wire.TypeStart, ID: tc.name, Command: "/bin/sh", Args: []string{"-c", tc.script},
+				PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: true})
+			att, _ := c.expect(t, wire.MsgAttached)
+			first := watch(t, e, tok, tc.name, false)
+			var offset uint64
+			for i := range tc.keys {
+				k := tc.key(i)
+				c.sendInput(t, att.Channel, offset, k)
+				offset += uint64(len(k))
+				if i == tc.keys/2 {
+					c.send(t, wire.Request{Type: wire.TypeResize, Channel: att.Channel, Rows: 30, Cols: 100})
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+			c.close() // the driver leaves; the watcher holds the history
+			quiet(t, e, tc.name)
+			if st, _ := e.sup.RingStats("acme", tc.name); st.EvictedBytes == 0 {
+				t.Fatalf("nothing was evicted (%+v): the test would test nothing", st)
+			}
+			late := watch(t, e, tok, tc.name, true)
+			info, _ := e.sup.Get("acme", tc.name)
+			if !sandboxtest.Eventually(t, time.Minute, func() bool {
+				_, a := first.state()
+				_, b := late.state()
+				return a >= info.LastSeq && b >= info.LastSeq
+			}) {
+				t.Fatal("the watchers did not catch up")
+			}
+			want, _ := first.state()
+			got, _ := late.state()
+			if late.snap == nil {
+				t.Fatal("no snapshot for a reattach after eviction")
+			}
+			if !bytes.Equal(want, got) {
+				t.Fatalf("the reattached screen differs from the watcher's:\n got %q\nwant %q", tail(got), tail(want))
+			}
+		})
+	}
+}
+
+// quiet waits until execution id has printed nothing for half a second.
+func quiet(t *testing.T, e *testEnv, id string) {
+	t.Helper()
+	var last uint64
+	steady := 0
+	for range 600 {
+		info, _ := e.sup.Get("acme", id)
+		if info.LastSeq == last {
+			if steady++; steady == 10 {
+				return
+			}
+		} else {
+			steady, last = 0, info.LastSeq
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never went quiet", id)
 }
