@@ -139,3 +139,51 @@ func TestAttachTypesNoReplayedAnswers(t *testing.T) {
 		t.Log("the replay ended before the first keys were typed: only the dropped answers were checked")
 	}
 }
+
+// TestAttachAfterEvictionShowsTheScreen: a TUI drew its screen (asking the
+// terminal questions on the way) and then made 60,000 small updates, so
+// the ring no longer holds what drew it. termgate attach in a real
+// terminal (tmux) shows the whole screen from a snapshot, and nothing is
+// typed into the program.
+func TestAttachAfterEvictionShowsTheScreen(t *testing.T) {
+	runCLIFromEnv()
+	t.Parallel()
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes)
+	script := `printf '\033[?1049h\033[2J\033[H\033[6n\033[c'
+i=1; while [ $i -le 20 ]; do printf 'line %d \033[1;3%dmcolour\033[0m\r\n' $i $((i % 8)); i=$((i+1)); done
+i=0; while [ $i -lt 60000 ]; do printf '\033[22;1H\033[7mcounter %d\033[0m' $i; i=$((i+1)); done
+stty raw -echo; printf ' ready'; exec cat -v > /workspace/typed`
+	e, err := g.owner(t).Start(t.Context(), wire.Request{ID: "tui", Command: "/bin/sh", Args: []string{"-c", script}, PTY: &wire.Size{Rows: 30, Cols: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tailOut []byte
+	for !strings.Contains(string(tailOut), "ready") {
+		ev, err := e.Next(t.Context())
+		if err != nil {
+			t.Fatalf("owner: %v", err)
+		}
+		tailOut = append(tailOut, ev.Data...)
+		tailOut = tailOut[max(0, len(tailOut)-64):]
+	}
+	e.Detach(t.Context())
+	tm := startCLIInTmux(t, "attach", "--id", "tui", "--url", g.url, "--token", tok)
+	want := []string{"line 1 colour", "line 20 colour", "counter 59999 ready"}
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		s := tm.screen()
+		for _, w := range want {
+			if !strings.Contains(s, w) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the screen did not come back: %v", tm)
+	}
+	time.Sleep(time.Second) // what tmux would answer has arrived by now
+	_, typed, _ := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "cat /workspace/typed")
+	if typed != "" {
+		t.Errorf("the program received %q from the reattaching terminal, want nothing (%v)", typed, tm)
+	}
+}
