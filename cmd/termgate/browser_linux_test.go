@@ -575,6 +575,30 @@ func (g gatewayUnderTest) executionsOf(t *testing.T, tenant string) []struct{ ID
 	return body.Executions
 }
 
+// signalsTo returns the signals execution id of tenant got, from its
+// events over the HTTP API.
+func (g gatewayUnderTest) signalsTo(t *testing.T, tenant, id string) []string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", g.url+"/v1/executions/"+id+"/events?after=0", nil)
+	req.Header.Set("Authorization", "Bearer "+g.token(t, tenant, allScopes))
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	defer r.Body.Close()
+	var body struct{ Events []struct{ Kind, Signal string } }
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.StatusCode != 200 {
+		t.Fatalf("events: %d %v", r.StatusCode, err)
+	}
+	var signals []string
+	for _, e := range body.Events {
+		if e.Kind == "signal" {
+			signals = append(signals, e.Signal)
+		}
+	}
+	return signals
+}
+
 // click clicks the first element matching the CSS selector sel once it is visible.
 func click(t *testing.T, ctx context.Context, sel string) {
 	t.Helper()
@@ -644,6 +668,12 @@ func TestBrowserListReattachesAClosedTab(t *testing.T) {
 	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
 	typeKeys(t, ctx, "echo back-$x\r") // the same shell: x is still set
 	transcript(t, ctx, "the shell's answer", func(s string) bool { return strings.Contains(s, "back-42") })
+	// An interactive shell ignores SIGTERM, so check what it was sent: the
+	// page's requests on its connection are handled in order, so a cancel
+	// sent as the tab closed was handled before the input typed since.
+	if sig := g.signalsTo(t, "acme", id); len(sig) != 0 {
+		t.Errorf("closing the tab sent the shell %v", sig)
+	}
 }
 
 // TestBrowserCancelsFromList: the list's Cancel stops another shell of
@@ -665,6 +695,29 @@ func TestBrowserCancelsFromList(t *testing.T) {
 	if ex := g.executionsOf(t, "acme"); len(ex) != 1 || ex[0].Status != "cancelled" {
 		t.Fatalf("the gateway has %v", ex)
 	}
+}
+
+// TestBrowserListWithoutWriteScope: a token without exec:write lists the
+// tenant's shells without Cancel and watches one read-only.
+func TestBrowserListWithoutWriteScope(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	owner := g.owner(t)
+	e, err := owner.Start(t.Context(), wire.Request{ID: "watched", Command: "/bin/sh",
+		Args: []string{"-c", "echo watched-$((6*7)); sleep 600"}, PTY: &wire.Size{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Detach(t.Context())
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", "exec:attach"))
+	poll(t, ctx, "the shell listed", rowJS("watched"), func(r []string) bool { return len(r) == 2 && r[0] == "running" })
+	buttons, _ := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#executions tr[data-id="watched"] button')].map((b) => b.textContent)`))
+	if fmt.Sprint(buttons) != "[Watch]" {
+		t.Errorf("the row offers %q", buttons)
+	}
+	click(t, ctx, `#executions tr[data-id="watched"] .attach`)
+	poll(t, ctx, "read-only", `window.__termgate.status()`, func(s string) bool { return s == "read-only" })
+	transcript(t, ctx, "the shell's output", func(s string) bool { return strings.Contains(s, "watched-42") })
 }
 
 // TestBrowserTitleAndWideCharacters: the title a program sets names its
