@@ -586,7 +586,9 @@ func (g gatewayUnderTest) signalsTo(t *testing.T, tenant, id string) []string {
 		t.Fatalf("events: %v", err)
 	}
 	defer r.Body.Close()
-	var body struct{ Events []struct{ Kind, Signal string } }
+	var body struct {
+		Events []struct{ Kind, Signal string }
+	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.StatusCode != 200 {
 		t.Fatalf("events: %d %v", r.StatusCode, err)
 	}
