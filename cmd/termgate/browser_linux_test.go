@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -181,6 +182,14 @@ func TestBrowserRunsACommand(t *testing.T) {
 	code, _ := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#status"), "data-exit-code"))
 	if code.Value != "3" {
 		t.Errorf("exit code shown: %q", code.Value)
+	}
+	// The exited tab offers a new shell, in its place.
+	id, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__termgate.execution()`))
+	click(t, ctx, ".term:not([hidden]) .new-shell")
+	poll(t, ctx, "a new shell", `window.__termgate.execution() ?? ""`, func(s string) bool { return s != "" && s != id })
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.tabs().length`)); n != 1 {
+		t.Errorf("%d tabs after the new shell, want 1", n)
 	}
 }
 
@@ -444,6 +453,21 @@ if (navigator.clipboard) navigator.clipboard.writeText = (s) => { window.__copie
 	if _, copied := recorded(); len(copied) != 1 || strings.TrimSpace(copied[0]) != "copy-me-42" {
 		t.Errorf("Ctrl+Shift+C copied %q", copied)
 	}
+
+	// Copy on select, once chosen, copies a selection at once, and the
+	// choice is kept.
+	click(t, ctx, "#copy-on-select")
+	x, y = at("copy-me-42")
+	if _, err := chromedp.Run(ctx, chromedp.MouseClickXY(x, y, chromedp.ClickCount(2))); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the copy on select", `window.__copied.length`, func(n int) bool { return n > 1 })
+	if _, copied := recorded(); len(copied) < 2 || copied[1] != "copy-me-42" {
+		t.Errorf("the selection copied %q", copied)
+	}
+	if kept, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`localStorage.getItem('termgate.copyOnSelect') ?? ''`)); kept != "1" {
+		t.Errorf("copy on select kept as %q", kept)
+	}
 }
 
 // TestBrowserLargeInputArrivesWhole: 200,000 characters typed at once, far
@@ -532,4 +556,308 @@ func (g gatewayUnderTest) owner(t *testing.T) *client.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// executionsOf lists tenant's executions over the HTTP API, as the page does.
+func (g gatewayUnderTest) executionsOf(t *testing.T, tenant string) []struct{ ID, Status string } {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", g.url+"/v1/executions", nil)
+	req.Header.Set("Authorization", "Bearer "+g.token(t, tenant, allScopes))
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	defer r.Body.Close()
+	var body struct{ Executions []struct{ ID, Status string } }
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.StatusCode != 200 {
+		t.Fatalf("list: %d %v", r.StatusCode, err)
+	}
+	return body.Executions
+}
+
+// signalsTo returns the signals execution id of tenant got, from its
+// events over the HTTP API.
+func (g gatewayUnderTest) signalsTo(t *testing.T, tenant, id string) []string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", g.url+"/v1/executions/"+id+"/events?after=0", nil)
+	req.Header.Set("Authorization", "Bearer "+g.token(t, tenant, allScopes))
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	defer r.Body.Close()
+	var body struct {
+		Events []struct{ Kind, Signal string }
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.StatusCode != 200 {
+		t.Fatalf("events: %d %v", r.StatusCode, err)
+	}
+	var signals []string
+	for _, e := range body.Events {
+		if e.Kind == "signal" {
+			signals = append(signals, e.Signal)
+		}
+	}
+	return signals
+}
+
+// click clicks the first element matching the CSS selector sel once it is visible.
+func click(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(cctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
+		t.Fatalf("click %s: %v", sel, err)
+	}
+}
+
+// rowJS is a script whose value is the list's row of execution id as
+// [status, title], or [] while the list does not show it.
+func rowJS(id string) string {
+	return fmt.Sprintf(`(() => {
+  const list = document.getElementById('executions');
+  const tr = list && !list.hidden && [...list.querySelectorAll('tr[data-id]')].find((r) => r.dataset.id === %q);
+  return tr ? [tr.querySelector('.status').textContent, tr.querySelector('.title').textContent] : [];
+})()`, id)
+}
+
+// TestBrowserListReattachesAClosedTab: closing a tab leaves its shell
+// running, named by its title in the list, which reattaches it; the page
+// opened afresh while it runs lists it instead of starting another shell.
+func TestBrowserListReattachesAClosedTab(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	link := g.url + "/#token=" + g.token(t, "acme", allScopes)
+	openPage(t, ctx, link)
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	id := poll(t, ctx, "the execution", `window.__termgate.execution() ?? ""`, func(s string) bool { return s != "" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	typeKeys(t, ctx, `x=$((6*7)); printf '\033]0;kept-%s\007' $x`+"\r")
+	poll(t, ctx, "the tab named by the title", `window.__termgate.tabs().map((t) => t.label).join()`,
+		func(s string) bool { return s == "kept-42" })
+	click(t, ctx, ".tab .close")
+	row := poll(t, ctx, "the closed tab's shell in the list", rowJS(id), func(r []string) bool { return len(r) == 2 })
+	if row[0] != "running" || row[1] != "kept-42" {
+		t.Errorf("the list shows %q", row)
+	}
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.tabs().length`)); n != 0 {
+		t.Errorf("closing the last tab left %d tabs", n)
+	}
+	if ex := g.executionsOf(t, "acme"); len(ex) != 1 || ex[0].ID != id || ex[0].Status != "running" {
+		t.Fatalf("after the tab closed the gateway has %v", ex)
+	}
+
+	// The page opened again in another browser tab (nothing in its
+	// session) lists the running shell and starts none.
+	tab2, cancel := chromedp.NewContext(ctx)
+	defer cancel()
+	// The first Run opens the tab, which lives as long as that call's context.
+	if _, err := chromedp.Run(tab2, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("open another tab: %v", err)
+	}
+	openPage(t, tab2, link)
+	poll(t, tab2, "the running shell listed", rowJS(id), func(r []string) bool { return len(r) == 2 })
+	if n, _ := chromedp.Run(tab2, chromedp.Evaluate[int](`window.__termgate.tabs().length`)); n != 0 {
+		t.Errorf("the page opened afresh has %d tabs", n)
+	}
+	if ex := g.executionsOf(t, "acme"); len(ex) != 1 {
+		t.Fatalf("the page opened afresh started a shell: %v", ex)
+	}
+	cancel()
+
+	click(t, ctx, fmt.Sprintf(`#executions tr[data-id=%q] .attach`, id))
+	poll(t, ctx, "reattached", `window.__termgate.execution() ?? ""`, func(s string) bool { return s == id })
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	typeKeys(t, ctx, "echo back-$x\r") // the same shell: x is still set
+	transcript(t, ctx, "the shell's answer", func(s string) bool { return strings.Contains(s, "back-42") })
+	// An interactive shell ignores SIGTERM, so check what it was sent: the
+	// page's requests on its connection are handled in order, so a cancel
+	// sent as the tab closed was handled before the input typed since.
+	if sig := g.signalsTo(t, "acme", id); len(sig) != 0 {
+		t.Errorf("closing the tab sent the shell %v", sig)
+	}
+}
+
+// TestBrowserCancelsFromList: the list's Cancel stops another shell of
+// the tenant.
+func TestBrowserCancelsFromList(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	owner := g.owner(t)
+	e, err := owner.Start(t.Context(), wire.Request{ID: "victim", Command: "/bin/sh",
+		Args: []string{"-c", "sleep 600"}, PTY: &wire.Size{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Detach(t.Context())
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
+	poll(t, ctx, "the shell listed", rowJS("victim"), func(r []string) bool { return len(r) == 2 && r[0] == "running" })
+	click(t, ctx, `#executions tr[data-id="victim"] .cancel`)
+	poll(t, ctx, "the shell cancelled", rowJS("victim"), func(r []string) bool { return len(r) == 2 && r[0] == "cancelled" })
+	if ex := g.executionsOf(t, "acme"); len(ex) != 1 || ex[0].Status != "cancelled" {
+		t.Fatalf("the gateway has %v", ex)
+	}
+}
+
+// TestBrowserListWithoutWriteScope: a token without exec:write lists the
+// tenant's shells without Cancel and watches one read-only.
+func TestBrowserListWithoutWriteScope(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	owner := g.owner(t)
+	e, err := owner.Start(t.Context(), wire.Request{ID: "watched", Command: "/bin/sh",
+		Args: []string{"-c", "echo watched-$((6*7)); sleep 600"}, PTY: &wire.Size{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Detach(t.Context())
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", "exec:attach"))
+	poll(t, ctx, "the shell listed", rowJS("watched"), func(r []string) bool { return len(r) == 2 && r[0] == "running" })
+	buttons, _ := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#executions tr[data-id="watched"] button')].map((b) => b.textContent)`))
+	if fmt.Sprint(buttons) != "[Watch]" {
+		t.Errorf("the row offers %q", buttons)
+	}
+	click(t, ctx, `#executions tr[data-id="watched"] .attach`)
+	poll(t, ctx, "read-only", `window.__termgate.status()`, func(s string) bool { return s == "read-only" })
+	transcript(t, ctx, "the shell's output", func(s string) bool { return strings.Contains(s, "watched-42") })
+}
+
+// TestBrowserTitleAndWideCharacters: the title a program sets names its
+// tab as text; East Asian wide characters and emoji take two cells.
+func TestBrowserTitleAndWideCharacters(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	typeKeys(t, ctx, `printf '\033]0;hello\007'`+"\r")
+	poll(t, ctx, "the tab named hello", `window.__termgate.tabs().map((t) => t.label).join()`, func(s string) bool { return s == "hello" })
+	typeKeys(t, ctx, `printf '\033]2;<img src=x onerror=alert(1)>&amp;\007'`+"\r")
+	label := poll(t, ctx, "the tab renamed", `window.__termgate.tabs().map((t) => t.label).join()`, func(s string) bool { return s != "hello" })
+	if label != "<img src=x onerror=alert(1)>&amp;" {
+		t.Errorf("tab label %q", label)
+	}
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#tabs img').length`)); n != 0 {
+		t.Errorf("the title became markup: %d img elements", n)
+	}
+	// 漢 and 😀 typed as octal escapes: the line of output starts with W:.
+	typeKeys(t, ctx, `printf 'W:\346\274\242\360\237\230\200|\n'`+"\r")
+	cells := poll(t, ctx, "the wide characters", `window.__termgate.cells('W:')`, func(c [][]any) bool { return len(c) >= 7 })
+	want := "[[W 1] [: 1] [漢 2] [ 0] [😀 2] [ 0] [| 1]]"
+	if got := fmt.Sprint(cells[:7]); got != want {
+		t.Errorf("cells %s, want %s", got, want)
+	}
+}
+
+// TestBrowserSearchesScrollback: the search bar finds a line that
+// scrolled far out of view.
+func TestBrowserSearchesScrollback(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	typeKeys(t, ctx, "echo needle-$((6*7)); seq 1 2000; echo seq-$((6*7))\r")
+	transcript(t, ctx, "all of seq", func(s string) bool { return strings.Contains(s, "\nseq-42") })
+	click(t, ctx, "#search-toggle")
+	if _, err := chromedp.Run(ctx, chromedp.Focus(chromedp.CSS("#search-input"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := chromedp.Run(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, input.InsertText, input.InsertTextParams{Text: "needle-42"})
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pressEnter(t, ctx)
+	poll(t, ctx, "the match selected", `window.__termgate.selection()`, func(s string) bool { return s == "needle-42" })
+	poll(t, ctx, "the match in view", `document.querySelector('.term:not([hidden]) .xterm-rows').textContent.includes('needle-42')`,
+		func(b bool) bool { return b })
+	count, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('search-count').textContent`))
+	if count != "1 of 1" {
+		t.Errorf("search count %q", count)
+	}
+}
+
+// TestBrowserBareURL: a page opened without a token says how to get one,
+// and does not try the gateway.
+func TestBrowserBareURL(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	openPage(t, ctx, g.url+"/")
+	poll(t, ctx, "no token", `window.__termgate.status()`, func(s string) bool { return s == "no-token" })
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent + '\n' + document.getElementById('empty').innerText`))
+	for _, want := range []string{"no token", "termgate token", "termgate serve --dev"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page %q does not say %s", text, want)
+		}
+	}
+	if strings.Contains(text, "refused") {
+		t.Errorf("the page %q speaks of a refusal", text)
+	}
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__termgate.connections()`)); n != 0 {
+		t.Errorf("the page opened %d connections without a token", n)
+	}
+}
+
+// TestBrowserForeignTokenAsks: a link with another tenant's token shows
+// both identities and replaces the stored token only when confirmed; one
+// of the same tenant and subject replaces it at once. The page never
+// shows a token.
+func TestBrowserForeignTokenAsks(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	mine, evil := g.token(t, "acme", allScopes), g.token(t, "evil", allScopes)
+	openPage(t, ctx, g.url+"/#token="+mine)
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	stored := `localStorage.getItem('termgate.token')`
+	dialog := `(() => { const d = document.getElementById('token-confirm'); return d.hidden ? '' : d.textContent; })()`
+	check := func(when, want string) {
+		t.Helper()
+		if got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](stored)); got != want {
+			t.Errorf("%s the stored token changed (%d bytes, want %d)", when, len(got), len(want))
+		}
+		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML + location.href`))
+		if strings.Contains(body, strings.Split(mine, ".")[2]) || strings.Contains(body, strings.Split(evil, ".")[2]) {
+			t.Errorf("%s the page shows a token", when)
+		}
+	}
+	for _, how := range []string{"in the page", "loaded afresh"} {
+		if how == "in the page" {
+			chromedp.Run(ctx, chromedp.Evaluate[any](`location.hash = '#token=' + `+strconv.Quote(evil)))
+		} else {
+			openPage(t, ctx, "about:blank")
+			openPage(t, ctx, g.url+"/#token="+evil)
+		}
+		text := poll(t, ctx, "the question "+how, dialog, func(s string) bool { return s != "" })
+		for _, want := range []string{"tenant acme, subject acme", "tenant evil, subject evil"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: the question %q does not show %s", how, text, want)
+			}
+		}
+		check("while asking "+how, mine)
+		click(t, ctx, "#token-keep")
+		poll(t, ctx, "the question gone", dialog, func(s string) bool { return s == "" })
+		check("kept "+how, mine)
+		poll(t, ctx, "live with the stored token", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	}
+	// The same tenant and subject: a newer token replaces the stored one.
+	newer := g.token(t, "acme", "exec:attach exec:write exec:create")
+	openPage(t, ctx, "about:blank")
+	openPage(t, ctx, g.url+"/#token="+newer)
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	if d, _ := chromedp.Run(ctx, chromedp.Evaluate[string](dialog)); d != "" {
+		t.Errorf("a token of the same identity asked: %q", d)
+	}
+	mine = newer
+	check("after a token of the same identity", newer)
+
+	openPage(t, ctx, "about:blank")
+	openPage(t, ctx, g.url+"/#token="+evil)
+	poll(t, ctx, "the question", dialog, func(s string) bool { return s != "" })
+	click(t, ctx, "#token-accept")
+	poll(t, ctx, "the identity switched", `document.getElementById('identity').textContent`,
+		func(s string) bool { return s == "tenant evil, subject evil" })
+	check("confirmed", evil)
 }

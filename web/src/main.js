@@ -1,22 +1,40 @@
 // main.js: the termgate browser terminal. Tabs of xterm.js terminals, each
-// bound to one execution followed by the shared TermgateClient.
+// bound to one execution followed by the shared TermgateClient, and the
+// list of the tenant's executions to reattach or cancel.
 import '@xterm/xterm/css/xterm.css';
 import './style.css';
 import { Terminal } from '@xterm/xterm';
 import { FitAddon } from '@xterm/addon-fit';
 import { WebLinksAddon } from '@xterm/addon-web-links';
+import { SearchAddon } from '@xterm/addon-search';
+import { Unicode11Addon } from '@xterm/addon-unicode11';
 import { TermgateClient } from './termgate-client.js';
 import { TESTING, Transcript, installTestHooks } from './testhooks.js';
+import { readClaims, sameIdentity, expired, canWrite, whoText, shown } from './claims.js';
+import { ExecutionsAPI, ExecutionsError } from './executions.js';
+import { ExecutionList } from './list.js';
+import { Flag, Titles } from './prefs.js';
+import { noticeLine, noticeText } from './notices.js';
+import { SearchBar } from './search.js';
 
+/** The token, in localStorage: every page of this origin uses one, and a link that would replace it with another identity's asks first. */
 const TOKEN_KEY = 'termgate.token';
+/** The executions this browser tab shows, in sessionStorage: a reload follows them again. */
 const TABS_KEY = 'termgate.tabs';
+const TITLES_KEY = 'termgate.titles';
+const COPY_KEY = 'termgate.copyOnSelect';
 const RESIZE_DEBOUNCE_MS = 150;
+/** Longest tab label; the whole title is the tab's tooltip. */
+const LABEL_MAX = 40;
+/** What a page without a token says in place of the terminals. */
+const NO_TOKEN_TEXT = 'This page needs a token: run `termgate token --secret-file FILE --tenant TENANT` and open' +
+  ' this page with #token=<the token> after its address, or open the URL `termgate serve --dev` printed.';
 
 /**
  * @typedef {import('./termgate-client.js').Message} Message
  * @typedef {import('./termgate-client.js').ExitInfo} ExitInfo
  * @typedef {import('./termgate-client.js').StatusChange} StatusChange
- * @typedef {{id: string | null, readOnly: boolean}} Fragment what location.hash asked for
+ * @typedef {{token: string | null, id: string | null, readOnly: boolean}} Fragment what location.hash asked for
  * @typedef {{id?: string, readOnly?: boolean}} TabTarget attach to id, or start one
  * @typedef {{from: number, to: number, bytes: number, cause: string, inexact: boolean}} GapInfo output the gateway no longer held
  * @typedef {{error?: string, message: string, fatal?: boolean}} ErrorInfo an
@@ -62,34 +80,29 @@ const ANSWERED_DCS = [{ intermediates: '$', final: 'q' }];
 const ANSWERED_OSC = [4, 10, 11, 12];
 
 /**
- * readFragment takes the parameters from location.hash, keeps the token in
- * sessionStorage only and removes the fragment from the address bar, so the
- * token never lands in history, bookmarks or a Referer.
+ * storedToken is the page's token, or null without one. A token kept by
+ * an older page in sessionStorage moves to localStorage.
+ * @returns {string | null}
+ */
+function storedToken() {
+  const old = sessionStorage.getItem(TOKEN_KEY);
+  if (old !== null) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (!localStorage.getItem(TOKEN_KEY)) localStorage.setItem(TOKEN_KEY, old);
+  }
+  return localStorage.getItem(TOKEN_KEY) || null;
+}
+
+/**
+ * readFragment takes the parameters from location.hash and removes the
+ * fragment from the address bar, so the token never lands in history,
+ * bookmarks or a Referer. The token is not stored here: see App.offerToken.
  * @returns {Fragment}
  */
 function readFragment() {
   const params = new URLSearchParams(location.hash.replace(/^#/, ''));
-  const token = params.get('token');
-  if (token) sessionStorage.setItem(TOKEN_KEY, token);
   if (location.hash) history.replaceState(history.state, '', location.pathname + location.search);
-  return { id: params.get('id'), readOnly: params.get('readonly') === '1' };
-}
-
-/**
- * tokenExpired reports whether a token's exp claim has passed. The claim
- * is read, not verified, and only to say why the gateway refused the
- * token: the gateway decides, with its own clock.
- * @param {string} token
- * @returns {boolean}
- */
-function tokenExpired(token) {
-  try {
-    const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
-    const { exp } = JSON.parse(atob(part));
-    return typeof exp === 'number' && exp * 1000 <= Date.now();
-  } catch {
-    return false;
-  }
+  return { token: params.get('token') || null, id: params.get('id'), readOnly: params.get('readonly') === '1' };
 }
 
 /**
@@ -138,6 +151,8 @@ class Tab {
     this.readOnly = !!how.readOnly;
     /** @type {TabExit | null} */
     this.exit = null;
+    /** The terminal's title (OSC 0 or 2), as text; '' until a program sets one. */
+    this.title = '';
     /** Whether history is being replayed (xterm's answers are dropped). */
     this.muted = false;
     /** Whether xterm is parsing a query it answers through onData. */
@@ -149,10 +164,20 @@ class Tab {
       fontSize: 14,
       disableStdin: this.readOnly,
       theme: { background: '#1e1e1e' },
+      // The unicode version API (wide characters) and the search's
+      // decorations are proposed APIs.
+      allowProposedApi: true,
     });
     this.fit = new FitAddon();
     this.term.loadAddon(this.fit);
     this.term.loadAddon(new WebLinksAddon(openLink));
+    // East Asian wide characters and emoji take two cells, as in the
+    // programs' own wcwidth (Unicode 11 widths rather than xterm's 6).
+    this.term.loadAddon(new Unicode11Addon());
+    this.term.unicode.activeVersion = '11';
+    this.search = new SearchAddon();
+    this.term.loadAddon(this.search);
+    this.search.onDidChangeResults((r) => this.app.active === this && this.app.searchBar.results(r));
     // A program must not write the viewer's clipboard (OSC 52).
     this.term.parser.registerOscHandler(52, () => true);
     this.watchQueries();
@@ -171,6 +196,7 @@ class Tab {
       ? app.client.attach(how.id, { readOnly: this.readOnly })
       : app.client.start({ pty: { rows: this.term.rows, cols: this.term.cols } });
     this.bind();
+    this.label();
   }
 
   makeButton() {
@@ -180,11 +206,10 @@ class Tab {
     b.setAttribute('role', 'tab');
     const label = document.createElement('span');
     label.className = 'label';
-    label.textContent = 'terminal';
     const close = document.createElement('span');
     close.className = 'close';
     close.textContent = '\u00d7';
-    close.title = 'Close (stops the command)';
+    close.title = 'Close the tab (the command keeps running: reattach it from Executions)';
     b.append(label, close);
     b.addEventListener('click', (e) => {
       if (e.target === close) this.app.closeTab(this);
@@ -194,13 +219,27 @@ class Tab {
     return b;
   }
 
+  /** labelText is what the tab shows: the title, else the execution's ID. */
+  labelText() {
+    const name = shown(this.title, LABEL_MAX) || this.ex.id || 'terminal';
+    return name + (this.readOnly ? ' (read-only)' : '');
+  }
+
+  /** label shows labelText on the tab (as text: a title is the program's). */
+  label() {
+    const label = required(this.button.querySelector('.label'), 'tab label');
+    const text = this.labelText();
+    if (label.textContent !== text) label.textContent = text;
+    this.button.title = [shown(this.title, 200), this.ex.id].filter(Boolean).join('\n');
+  }
+
   bind() {
     const ex = this.ex;
-    ex.on('attached', /** @param {Message} m */ (m) => {
+    ex.on('attached', () => {
       this.readOnly = ex.readOnly;
       this.term.options.disableStdin = this.readOnly;
-      const label = required(this.button.querySelector('.label'), 'tab label');
-      label.textContent = m.id + (this.readOnly ? ' (read-only)' : '');
+      if (!this.title) this.title = this.app.titleOf(ex.id ?? '');
+      this.label();
       this.app.saveTabs();
       this.app.render();
     });
@@ -217,26 +256,53 @@ class Tab {
       // browser waits, instead of xterm's write queue growing.
       this.term.write(bytes, ex.defer());
     });
+    ex.on('event', /** @param {Message & {event?: string, at?: string | number}} m */ (m) => {
+      if (m.event !== 'notice') return;
+      this.term.write(noticeLine(m));
+      showNotice('warn-notice', (ex.id ? ex.id + ': ' : '') + noticeText(m));
+    });
     ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', lossText(g)));
     ex.on('exit', /** @param {ExitInfo} x */ (x) => {
-      this.exit = x;
-      this.button.classList.add('exited');
       this.term.write(`\r\n\x1b[2m[termgate: ${exitText(x)}]\x1b[0m\r\n`);
-      this.app.saveTabs();
-      this.app.render();
+      this.ended(x);
     });
     ex.on('error', /** @param {ErrorInfo} e */ (e) => {
       this.notice('error-notice', e.message || e.error || '');
-      if (e.fatal) {
-        this.exit = this.exit ?? { code: -1, signal: '', reason: e.error ?? '', seq: 0, error: true };
-        this.button.classList.add('exited');
-        this.app.saveTabs();
-        this.app.render();
-      }
+      if (e.fatal) this.ended(this.exit ?? { code: -1, signal: '', reason: e.error ?? '', seq: 0, error: true });
     });
     this.term.onData((d) => this.input(d));
     this.term.onBinary((d) => this.input(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)));
     this.term.onResize(debounce(({ rows, cols }) => this.ex.resize(rows, cols), RESIZE_DEBOUNCE_MS));
+    this.term.onTitleChange((title) => {
+      this.title = title;
+      this.label();
+      if (ex.id) this.app.titles.set(this.app.identity(), ex.id, title);
+    });
+    this.term.onSelectionChange(() => {
+      const sel = this.term.getSelection();
+      // A match the search selects is not the viewer's selection.
+      if (sel && this.app.copyOnSelect.get() && !this.app.searchBar.finding) navigator.clipboard?.writeText(sel).catch(() => {});
+    });
+  }
+
+  /**
+   * ended marks the tab's execution as over and offers a new shell in its place.
+   * @param {TabExit} x
+   */
+  ended(x) {
+    this.exit = x;
+    this.button.classList.add('exited');
+    if (!this.el.querySelector('.new-shell')) {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'new-shell';
+      b.textContent = 'New shell';
+      b.title = 'Start a new shell in this tab';
+      b.addEventListener('click', () => this.app.replaceTab(this));
+      this.el.append(b);
+    }
+    this.app.saveTabs();
+    this.app.render();
   }
 
   /**
@@ -275,7 +341,8 @@ class Tab {
   }
 
   /**
-   * onKey maps Ctrl+Shift+C to copy and leaves Ctrl+Shift+V to the browser's paste.
+   * onKey maps Ctrl+Shift+C to copy and Ctrl+Shift+F to search, and
+   * leaves Ctrl+Shift+V to the browser's paste.
    * @param {KeyboardEvent} e
    * @returns {boolean} whether xterm handles the key
    */
@@ -284,6 +351,11 @@ class Tab {
     if (e.code === 'KeyC') {
       const sel = this.term.getSelection();
       if (sel) navigator.clipboard?.writeText(sel).catch(() => {});
+      e.preventDefault();
+      return false;
+    }
+    if (e.code === 'KeyF') {
+      this.app.searchBar.open();
       e.preventDefault();
       return false;
     }
@@ -318,6 +390,7 @@ class Tab {
     }
   }
 
+  /** dispose detaches (the execution keeps running) and removes the tab. */
   dispose() {
     this.ex.detach();
     this.term.dispose();
@@ -328,7 +401,7 @@ class Tab {
 
 /**
  * showNotice adds a notice above the terminals, keeping the newest five.
- * @param {'gap-notice' | 'error-notice'} cls
+ * @param {'gap-notice' | 'error-notice' | 'warn-notice' | 'info-notice'} cls
  * @param {string} text
  */
 function showNotice(cls, text) {
@@ -371,7 +444,7 @@ function exitText(x) {
   return s;
 }
 
-/** App holds the client, the tabs and the status line. */
+/** App holds the client, the tabs, the list and the status line. */
 class App {
   /** @param {Fragment} fragment */
   constructor(fragment) {
@@ -385,9 +458,15 @@ class App {
     /** Whether the gateway refused the token (see checkToken). */
     this.refused = false;
     this.checking = false;
+    /** A link's token of another identity, waiting for the user's answer. */
+    this.offered = /** @type {{token: string, fragment: Fragment} | null} */ (null);
+    this.titles = new Titles(localStorage, TITLES_KEY);
+    this.copyOnSelect = new Flag(localStorage, COPY_KEY);
+    // The link's token is stored (or asked about) before the client asks for one.
+    if (fragment.token) this.offerToken(fragment.token, fragment);
     this.client = new TermgateClient({
-      // null stops the reconnecting: the gateway refused this token.
-      getToken: () => (this.refused ? null : sessionStorage.getItem(TOKEN_KEY) ?? ''),
+      // null stops the reconnecting: no token, or the gateway refused it.
+      getToken: () => (this.refused ? null : storedToken()),
     });
     this.client.on('status', /** @param {StatusChange} s */ (s) => {
       if (s.state === 'reconnecting' && this.conn.state === 'connecting') this.checkToken();
@@ -396,10 +475,119 @@ class App {
       this.render();
     });
     this.client.on('error', /** @param {ErrorInfo} e */ (e) => this.notice(e.message || e.error || ''));
+    this.api = new ExecutionsAPI(() => storedToken());
+    this.list = new ExecutionList(byId('executions'), {
+      api: this.api,
+      titleOf: (id) => this.titleOf(id),
+      isOpen: (id) => this.tabs.some((t) => t.ex.id === id),
+      canWrite: () => canWrite(storedToken() ?? ''),
+      attach: (id) => this.open({ id }),
+      refused: () => this.refuse(),
+    });
+    this.searchBar = new SearchBar(byId('search'), () => this.active && {
+      search: this.active.search, focus: () => this.active?.term.focus(),
+    });
+    this.bindControls();
     setInterval(() => this.reconnectAt && this.render(), 250);
-    byId('new-tab').addEventListener('click', () => this.activate(this.addTab({})));
     window.addEventListener('resize', debounce(() => this.active?.fitNow(), RESIZE_DEBOUNCE_MS));
+    window.addEventListener('hashchange', () => this.follow(readFragment()));
     this.openInitial(fragment);
+  }
+
+  /** bindControls wires the bar's buttons, the empty page and the token question. */
+  bindControls() {
+    byId('new-tab').addEventListener('click', () => this.newShell());
+    byId('empty-new').addEventListener('click', () => this.newShell());
+    byId('list-toggle').addEventListener('click', () => this.showList(!this.list.shown));
+    byId('list-refresh').addEventListener('click', () => this.list.refresh());
+    byId('search-toggle').addEventListener('click', () => this.searchBar.toggle());
+    const copy = /** @type {HTMLInputElement} */ (byId('copy-on-select'));
+    copy.checked = this.copyOnSelect.get();
+    copy.addEventListener('change', () => this.copyOnSelect.set(copy.checked));
+    byId('token-accept').addEventListener('click', () => this.acceptOffered());
+    byId('token-keep').addEventListener('click', () => this.keepStored());
+  }
+
+  /** identity is the stored token's identity, which scopes the titles kept. */
+  identity() {
+    return readClaims(storedToken())?.identity ?? '';
+  }
+
+  /**
+   * titleOf is the last title this browser saw for an execution.
+   * @param {string} id
+   */
+  titleOf(id) {
+    return this.titles.get(this.identity(), id);
+  }
+
+  /**
+   * offerToken stores a link's token when no token is stored or the
+   * stored one is of the same tenant and subject; for another identity it
+   * asks first (an attacker's link would otherwise put the page in the
+   * attacker's tenant) and the stored token stays meanwhile.
+   * @param {string} token
+   * @param {Fragment} fragment what else the link asked for
+   * @returns {boolean} whether the token was stored
+   */
+  offerToken(token, fragment) {
+    const current = storedToken();
+    if (!current || sameIdentity(current, token)) {
+      localStorage.setItem(TOKEN_KEY, token);
+      return true;
+    }
+    this.offered = { token, fragment };
+    byId('token-current').textContent = whoText(current);
+    byId('token-offered').textContent = whoText(token);
+    byId('token-confirm').hidden = false;
+    return false;
+  }
+
+  /**
+   * acceptOffered replaces the stored token with the link's and starts
+   * the page again in that identity: the tabs of the other are forgotten
+   * (their executions keep running in their tenant).
+   */
+  acceptOffered() {
+    const o = this.offered;
+    if (!o) return;
+    localStorage.setItem(TOKEN_KEY, o.token);
+    sessionStorage.removeItem(TABS_KEY);
+    const rest = new URLSearchParams();
+    if (o.fragment.id) rest.set('id', o.fragment.id);
+    if (o.fragment.readOnly) rest.set('readonly', '1');
+    const hash = rest.toString();
+    history.replaceState(history.state, '', location.pathname + location.search + (hash ? '#' + hash : ''));
+    location.reload();
+  }
+
+  /** keepStored answers the question with the stored token: the link's is dropped. */
+  keepStored() {
+    this.offered = null;
+    byId('token-confirm').hidden = true;
+    byId('token-current').textContent = '';
+    byId('token-offered').textContent = '';
+  }
+
+  /**
+   * follow acts on a fragment set while the page is open (a link into
+   * this page, or one typed in the address bar).
+   * @param {Fragment} fragment
+   */
+  follow(fragment) {
+    if (fragment.token) {
+      const had = storedToken();
+      const stored = this.offerToken(fragment.token, fragment);
+      // A page without a token, or with a refused one, has stopped
+      // connecting: it starts again with the new one.
+      if (stored && (!had || this.refused || this.client.status.state === 'closed')) {
+        if (fragment.id) history.replaceState(history.state, '', '#id=' + encodeURIComponent(fragment.id));
+        location.reload();
+        return;
+      }
+      if (!stored) return; // the question decides
+    }
+    if (fragment.id) this.open({ id: fragment.id, readOnly: fragment.readOnly });
   }
 
   /**
@@ -411,23 +599,29 @@ class App {
     if (this.checking || this.refused) return;
     this.checking = true;
     try {
-      const token = sessionStorage.getItem(TOKEN_KEY) ?? '';
-      const r = await fetch('/v1/executions', { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
-      if (r.status === 401) {
-        this.refused = true;
-        this.render();
-      }
-    } catch {
-      // The gateway is unreachable: the client keeps trying.
+      await this.api.list();
+    } catch (err) {
+      // Anything but a refusal: the gateway is unreachable or busy, and the client keeps trying.
+      if (err instanceof ExecutionsError && err.status === 401) this.refuse();
     } finally {
       this.checking = false;
     }
   }
 
+  /** refuse records that the gateway refused the token. */
+  refuse() {
+    this.refused = true;
+    this.render();
+  }
+
   /** @param {Fragment} fragment */
   openInitial(fragment) {
+    if (!storedToken()) {
+      this.render();
+      return;
+    }
     if (fragment.id) {
-      this.activate(this.addTab({ id: fragment.id, readOnly: fragment.readOnly }));
+      this.open({ id: fragment.id, readOnly: fragment.readOnly });
       return;
     }
     // After a reload, follow the executions this browser tab had open
@@ -438,35 +632,97 @@ class App {
     } catch {
       saved = [];
     }
+    if (!Array.isArray(saved)) saved = [];
     for (const t of saved) if (t && typeof t.id === 'string') this.addTab({ id: t.id, readOnly: !!t.readOnly });
-    if (this.tabs.length === 0) this.addTab({});
-    this.activate(this.tabs[this.tabs.length - 1]);
+    if (this.tabs.length > 0) {
+      this.activate(this.tabs[this.tabs.length - 1]);
+      return;
+    }
+    this.firstShell();
+  }
+
+  /**
+   * firstShell starts a shell for a page opened afresh, unless shells of
+   * the tenant run already: then it shows them to reattach instead of
+   * leaving them behind, unseen, and starting one more.
+   */
+  async firstShell() {
+    this.render();
+    const list = await this.list.refresh();
+    if (this.refused || this.tabs.length > 0) return;
+    if (list?.some((r) => r.running && r.pty)) {
+      this.showList(true);
+      return;
+    }
+    this.newShell();
+  }
+
+  /** newShell starts a shell in a new tab. */
+  newShell() {
+    if (!storedToken()) return;
+    this.activate(this.addTab({}));
+  }
+
+  /**
+   * open shows execution how.id: its tab when one has it, else a new tab
+   * (read-only when the token lacks exec:write).
+   * @param {{id: string, readOnly?: boolean}} how
+   */
+  open(how) {
+    const tab = this.tabs.find((t) => t.ex.id === how.id) ?? this.addTab({
+      id: how.id, readOnly: how.readOnly || !canWrite(storedToken() ?? ''),
+    });
+    this.activate(tab);
   }
 
   /** @param {TabTarget} how */
   addTab(how) {
     const tab = new Tab(this, how);
     this.tabs.push(tab);
+    this.list.rerender();
     return tab;
   }
 
-  /** @param {Tab} tab */
+  /** @param {Tab | null} tab */
   activate(tab) {
     this.active = tab;
     for (const t of this.tabs) t.show(t === tab);
     this.render();
   }
 
-  /** @param {Tab} tab */
+  /**
+   * closeTab removes a tab; its execution keeps running on the gateway
+   * (the list shows it, to reattach or cancel).
+   * @param {Tab} tab
+   */
   closeTab(tab) {
-    if (!tab.exit && !tab.readOnly) tab.ex.cancel();
+    const running = !tab.exit && tab.ex.id;
     tab.dispose();
     this.tabs = this.tabs.filter((t) => t !== tab);
     this.saveTabs();
-    if (this.active === tab) {
-      if (this.tabs.length === 0) this.addTab({});
-      this.activate(this.tabs[this.tabs.length - 1]);
-    }
+    if (running) showNotice('info-notice', `${tab.ex.id} keeps running: reattach or cancel it under Executions`);
+    if (this.active === tab) this.activate(this.tabs[this.tabs.length - 1] ?? null);
+    if (this.tabs.length === 0) this.showList(true);
+    else if (this.list.shown) this.list.refresh();
+  }
+
+  /**
+   * replaceTab puts a new shell in the place of an exited tab.
+   * @param {Tab} tab
+   */
+  replaceTab(tab) {
+    const next = new Tab(this, {});
+    tab.button.after(next.button);
+    this.tabs[this.tabs.indexOf(tab)] = next;
+    tab.dispose();
+    this.saveTabs();
+    this.activate(next);
+  }
+
+  /** @param {boolean} on */
+  showList(on) {
+    this.list.show(on);
+    byId('list-toggle').setAttribute('aria-expanded', String(on));
   }
 
   saveTabs() {
@@ -482,9 +738,11 @@ class App {
   /** state is the status line's data-state for the active tab. */
   state() {
     const tab = this.active;
+    const token = storedToken();
+    if (!token) return 'no-token';
     if (tab?.exit) return 'exited';
     if (this.conn.state === 'live' && tab?.readOnly) return 'read-only';
-    if (this.refused) return tokenExpired(sessionStorage.getItem(TOKEN_KEY) ?? '') ? 'expired' : 'refused';
+    if (this.refused) return expired(token) ? 'expired' : 'refused';
     return this.conn.state === 'closed' ? 'refused' : this.conn.state;
   }
 
@@ -506,10 +764,58 @@ class App {
       text = 'token expired: open a new link (the commands keep running)';
     } else if (state === 'refused') {
       text = 'token refused by the gateway: open a new link';
+    } else if (state === 'no-token') {
+      text = 'no token';
     }
     el.dataset.state = state;
     if (el.textContent !== text) el.textContent = text;
+    this.renderEmpty(state);
+    const token = storedToken();
+    const who = token ? whoText(token) : '';
+    const identity = byId('identity');
+    if (identity.textContent !== who) identity.textContent = who;
   }
+
+  /**
+   * renderEmpty shows the empty page while no tab is open: how to get a
+   * token, or how to open a shell.
+   * @param {string} state
+   */
+  renderEmpty(state) {
+    const empty = byId('empty');
+    empty.hidden = this.tabs.length > 0;
+    const text = state === 'no-token' ? NO_TOKEN_TEXT
+      : 'No terminal is open here. Start a new shell, or reattach one under Executions.';
+    const p = byId('empty-text');
+    if (p.textContent !== text) p.textContent = text;
+    byId('empty-new').hidden = state === 'no-token';
+    byId('new-tab').hidden = state === 'no-token';
+  }
+}
+
+/**
+ * cellsOf reads the newest line of the terminal's buffer that starts with
+ * prefix, as [characters, width] per cell (width 0 after a wide character),
+ * without the empty cells at its end; [] when none does.
+ * @param {Terminal} term
+ * @param {string} prefix
+ * @returns {[string, number][]}
+ */
+function cellsOf(term, prefix) {
+  const b = term.buffer.active;
+  for (let y = b.length - 1; y >= 0; y--) {
+    const line = b.getLine(y);
+    if (!line || !line.translateToString(true).startsWith(prefix)) continue;
+    /** @type {[string, number][]} */
+    const out = [];
+    for (let x = 0; x < line.length; x++) {
+      const c = line.getCell(x);
+      if (c) out.push([c.getChars(), c.getWidth()]);
+    }
+    while (out.length && out[out.length - 1][0] === '' && out[out.length - 1][1] === 1) out.pop();
+    return out;
+  }
+  return [];
 }
 
 const app = new App(readFragment());
@@ -521,5 +827,8 @@ if (TESTING) {
     connections: () => app.client.connections,
     execution: () => app.active?.ex.id ?? null,
     replaying: () => !!app.active?.muted,
+    tabs: () => app.tabs.map((t) => ({ id: t.ex.id, label: t.labelText(), exited: !!t.exit })),
+    cells: (prefix) => (app.active ? cellsOf(app.active.term, prefix) : []),
+    selection: () => app.active?.term.getSelection() ?? '',
   });
 }

@@ -58,6 +58,12 @@ export class Transcript {
  * @property {() => number} connections WebSockets the client has opened
  * @property {() => string | null} execution the active tab's execution ID
  * @property {() => boolean} replaying whether the active tab is replaying history
+ * @property {() => {id: string | null, label: string, exited: boolean}[]} tabs the
+ *   tabs in order: execution ID, the label shown, whether it ended
+ * @property {(prefix: string) => [string, number][]} cells the newest line of
+ *   the active terminal's buffer that starts with prefix: characters and
+ *   width of each cell
+ * @property {() => string} selection the active terminal's selected text
  */
 
 /**

@@ -1,0 +1,132 @@
+// executions.js: the tenant's executions as the page lists them, over
+// the gateway's HTTP API (gateway/PROTOCOL.md, "HTTP API"): list them and
+// cancel one. Reattaching goes over the WebSocket, as every tab does.
+
+import { shown } from './claims.js';
+
+/**
+ * @typedef {object} ExecutionInfo an execution as GET /v1/executions
+ *   answers it (the fields the page uses).
+ * @property {string} id
+ * @property {string} status running, exited, failed, cancelled, timed_out or limit
+ * @property {boolean} [pty]
+ * @property {string} [started] RFC 3339
+ * @property {string} [title] the terminal's title, from a gateway that keeps it
+ */
+
+/**
+ * @typedef {object} Row one line of the list, ready to show as text.
+ * @property {string} id
+ * @property {string} title the terminal's title when known, else ''
+ * @property {string} status
+ * @property {boolean} running
+ * @property {boolean} pty
+ * @property {string} started when it started, in the viewer's time zone ('' unknown)
+ */
+
+/** ExecutionsError is a refusal of the HTTP API: its status and stable code. */
+export class ExecutionsError extends Error {
+  /**
+   * @param {number} status
+   * @param {string} code
+   * @param {string} message safe to show
+   */
+  constructor(status, code, message) {
+    super(message || `the gateway answered ${status}`);
+    this.name = 'ExecutionsError';
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** Longest title shown in the list. */
+const TITLE_MAX = 80;
+
+/**
+ * ExecutionsAPI lists and cancels the tenant's executions with the page's
+ * token (Authorization: Bearer, the only way the HTTP API takes it).
+ */
+export class ExecutionsAPI {
+  /**
+   * @param {() => string | null} getToken the token to send; null: none
+   * @param {typeof fetch} [fetchFn]
+   */
+  constructor(getToken, fetchFn = globalThis.fetch.bind(globalThis)) {
+    this.getToken = getToken;
+    this.fetch = fetchFn;
+  }
+
+  /**
+   * list returns the tenant's executions, oldest first.
+   * @returns {Promise<ExecutionInfo[]>}
+   */
+  async list() {
+    const body = await this.call('GET', '/v1/executions');
+    return Array.isArray(body?.executions) ? body.executions : [];
+  }
+
+  /**
+   * cancel asks the gateway to stop an execution (SIGTERM, then it ends
+   * as cancelled) and returns it as the gateway answered.
+   * @param {string} id
+   * @returns {Promise<ExecutionInfo>}
+   */
+  async cancel(id) {
+    return this.call('POST', `/v1/executions/${encodeURIComponent(id)}/cancel`);
+  }
+
+  /**
+   * @param {string} method
+   * @param {string} path
+   */
+  async call(method, path) {
+    const token = this.getToken();
+    if (token === null) throw new ExecutionsError(401, 'unauthorized', 'no token');
+    const r = await this.fetch(path, { method, headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+    let body = null;
+    try {
+      body = await r.json();
+    } catch {
+      body = null;
+    }
+    if (!r.ok) throw new ExecutionsError(r.status, body?.error ?? '', body?.message ?? '');
+    return body;
+  }
+}
+
+/**
+ * rows makes the list's lines, newest first (the shell just closed is
+ * on top), running ones before ended ones.
+ * @param {ExecutionInfo[]} list
+ * @param {(id: string) => string} titleOf a title this browser saw for id ('' none)
+ * @returns {Row[]}
+ */
+export function rows(list, titleOf) {
+  return list
+    .filter((e) => e && typeof e.id === 'string')
+    .map((e) => ({
+      id: e.id,
+      title: shown(typeof e.title === 'string' && e.title ? e.title : titleOf(e.id), TITLE_MAX),
+      status: typeof e.status === 'string' ? e.status.replace(/_/g, ' ') : '',
+      running: e.status === 'running',
+      pty: !!e.pty,
+      started: startedText(e.started),
+      at: Date.parse(e.started ?? '') || 0,
+    }))
+    .sort((a, b) => Number(b.running) - Number(a.running) || b.at - a.at)
+    .map(({ at, ...row }) => row);
+}
+
+/**
+ * startedText is a start time for people: the time alone today, else the
+ * date and time.
+ * @param {string | undefined} started
+ * @param {Date} [now]
+ * @returns {string}
+ */
+export function startedText(started, now = new Date()) {
+  const at = new Date(started ?? '');
+  if (Number.isNaN(at.getTime())) return '';
+  const time = at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  return at.toDateString() === now.toDateString() ? time : `${at.toLocaleDateString()} ${time}`;
+}
