@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,7 +199,7 @@ func TestBrowserRunsACommand(t *testing.T) {
 // and more lines are typed; every line of seq must arrive exactly once,
 // and every line typed must run exactly once.
 func TestBrowserResumesAfterServerDrops(t *testing.T) {
-	g := startGateway(t, "--ring-bytes", "32M")
+	g := startGateway(t) // the default ring: the page acknowledges, the gateway holds the rest
 	proxy := newDroppingProxySized(t, strings.TrimPrefix(g.url, "http://"), 16<<10)
 	ctx := needBrowser(t)
 	openPage(t, ctx, "http://"+proxy.Addr()+"/#token="+g.token(t, "acme", allScopes))
@@ -226,7 +227,9 @@ func TestBrowserResumesAfterServerDrops(t *testing.T) {
 		}
 		if n, err := strconv.Atoi(l); err == nil && n > 0 && n <= 200000 {
 			if n != next {
-				t.Fatalf("line %d arrived where %d was due", n, next)
+				notices, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#notices").textContent`))
+				at := strings.Index(out, fmt.Sprintf("\n%d\r", next-1))
+				t.Fatalf("line %d arrived where %d was due (notices %q) around %q", n, next, notices, out[max(0, at-100):min(len(out), at+300)])
 			}
 			next++
 		}
@@ -493,8 +496,11 @@ func TestBrowserLargeInputArrivesWhole(t *testing.T) {
 	t.Logf("200,000 characters typed at once reached the program in %v", time.Since(began).Round(time.Millisecond))
 }
 
+// TestBrowserShowsGap: with flow live (the program never waits), output
+// lost through cuts shows as a notice. With the default flow nothing is
+// lost: TestBrowserResumesAfterServerDrops.
 func TestBrowserShowsGap(t *testing.T) {
-	g := startGateway(t, "--ring-bytes", "64K")
+	g := startGateway(t, "--ring-bytes", "64K", "--flow", "live")
 	proxy := newDroppingProxy(t, strings.TrimPrefix(g.url, "http://"))
 	ctx := needBrowser(t)
 	openPage(t, ctx, "http://"+proxy.Addr()+"/#token="+g.token(t, "acme", allScopes))
@@ -860,4 +866,68 @@ func TestBrowserForeignTokenAsks(t *testing.T) {
 	poll(t, ctx, "the identity switched", `document.getElementById('identity').textContent`,
 		func(s string) bool { return s == "tenant evil, subject evil" })
 	check("confirmed", evil)
+}
+
+// browserScreen is what the page's active terminal shows.
+type browserScreen struct {
+	Lines  []string `json:"lines"`
+	Cursor [2]int   `json:"cursor"`
+	Buffer string   `json:"buffer"`
+}
+
+// TestBrowserReloadRestoresTheTUI: a page watches a TUI draw 20 lines and
+// then make 60,000 small updates, more than the ring keeps; after a
+// reload the page shows exactly the same screen, cursor and buffer.
+func TestBrowserReloadRestoresTheTUI(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	owner := g.owner(t)
+	script := `read go; printf '\033[?1049h\033[2J\033[H\033]0;the tui\007'
+i=1; while [ $i -le 20 ]; do printf 'line %d \033[1;3%dmcolour\033[0m\r\n' $i $((i % 8)); i=$((i+1)); done
+i=0; while [ $i -lt 60000 ]; do printf '\033[22;1H\033[7mcounter %d\033[0m' $i; i=$((i+1)); done
+printf '\033[12;30H'; exec sleep 600`
+	e, err := owner.Start(t.Context(), wire.Request{ID: "tui", Command: "/bin/sh", Args: []string{"-c", script}, PTY: &wire.Size{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes)+"&id=tui")
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	e.Write([]byte("go\r"))
+	e.Detach(t.Context())
+	done := func(s browserScreen) bool {
+		return s.Buffer == "alternate" && len(s.Lines) > 21 && strings.HasPrefix(s.Lines[21], "counter 59999") && s.Cursor == [2]int{29, 11}
+	}
+	before := poll(t, ctx, "the TUI drawn", `window.__termgate.screen()`, done)
+	if first := g.firstSeq(t, "tui"); first <= 1 {
+		t.Fatalf("the ring holds everything from %d: the reload would replay it all", first)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	after := poll(t, ctx, "the TUI after the reload", `window.__termgate.screen()`, done)
+	if !slices.Equal(before.Lines, after.Lines) || before.Cursor != after.Cursor {
+		t.Fatalf("after the reload the screen is\n%q, cursor %v\nbefore it was\n%q, cursor %v", after.Lines, after.Cursor, before.Lines, before.Cursor)
+	}
+	if before.Lines[0] != "line 1 colour" || before.Lines[19] != "line 20 colour" {
+		t.Fatalf("the TUI drew %q", before.Lines)
+	}
+}
+
+// firstSeq is the oldest sequence execution id's ring retains.
+func (g gatewayUnderTest) firstSeq(t *testing.T, id string) uint64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", g.url+"/v1/executions/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+g.token(t, "acme", "exec:attach"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		FirstSeq uint64 `json:"first_seq"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	return info.FirstSeq
 }

@@ -193,8 +193,8 @@ class Tab {
     this.fitNow();
     this.el.hidden = true;
     this.ex = how.id
-      ? app.client.attach(how.id, { readOnly: this.readOnly })
-      : app.client.start({ pty: { rows: this.term.rows, cols: this.term.cols } });
+      ? app.client.attach(how.id, { readOnly: this.readOnly, snapshot: true })
+      : app.client.start({ pty: { rows: this.term.rows, cols: this.term.cols }, snapshot: true });
     this.bind();
     this.label();
   }
@@ -262,6 +262,14 @@ class Tab {
       showNotice('warn-notice', (ex.id ? ex.id + ': ' : '') + noticeText(m));
     });
     ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', lossText(g)));
+    // The screen in place of history the gateway no longer holds: drawn on
+    // a fresh terminal of its size, then fitted back to the window, which
+    // tells the program the window's size.
+    ex.on('snapshot', /** @param {{data: string, rows: number, cols: number}} s */ (s) => {
+      this.term.reset();
+      if (s.rows > 0 && s.cols > 0) this.term.resize(s.cols, s.rows);
+      this.term.write(s.data, () => { if (!this.el.hidden) this.fitNow(); });
+    });
     ex.on('exit', /** @param {ExitInfo} x */ (x) => {
       this.term.write(`\r\n\x1b[2m[termgate: ${exitText(x)}]\x1b[0m\r\n`);
       this.ended(x);
@@ -818,6 +826,19 @@ function cellsOf(term, prefix) {
   return [];
 }
 
+/**
+ * screenOf is what a terminal shows: the visible lines of its active
+ * buffer, the cursor and which buffer is active.
+ * @param {Terminal} term
+ * @returns {{lines: string[], cursor: [number, number], buffer: string}}
+ */
+function screenOf(term) {
+  const b = term.buffer.active;
+  const lines = [];
+  for (let y = 0; y < term.rows; y++) lines.push(b.getLine(b.viewportY + y)?.translateToString(true) ?? '');
+  return { lines, cursor: [b.cursorX, b.cursorY], buffer: b.type };
+}
+
 const app = new App(readFragment());
 
 if (TESTING) {
@@ -830,5 +851,6 @@ if (TESTING) {
     tabs: () => app.tabs.map((t) => ({ id: t.ex.id, label: t.labelText(), exited: !!t.exit })),
     cells: (prefix) => (app.active ? cellsOf(app.active.term, prefix) : []),
     selection: () => app.active?.term.getSelection() ?? '',
+    screen: () => (app.active ? screenOf(app.active.term) : null),
   });
 }

@@ -165,7 +165,7 @@ export class TermgateClient extends Emitter {
   /** @param {Execution} ex */
   _follow(ex) {
     this._executions.add(ex);
-    if (this._transport.live) this._sendAttach(ex);
+    if (this._transport.ready) this._sendAttach(ex); // else opened() sends it after the handshake
     return ex;
   }
 

@@ -315,6 +315,21 @@ test('snapshot: asked for when offered; it stands in for history and the executi
   client.close();
 });
 
+test('a start made during the handshake waits for the hello, and then acknowledges', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });
+  await tick();
+  const ws = FakeSocket.all.at(-1);
+  ws.open();
+  client.start({ pty: { rows: 24, cols: 80 } });
+  assert.equal(ws.controls().filter((m) => m.type === 'start').length, 0, 'nothing is sent before the hello');
+  ws.text(HELLO);
+  const start = ws.controls().find((m) => m.type === 'start');
+  assert.ok(start, 'the start goes once the hello arrived');
+  assert.equal(start.ack, true);
+  client.close();
+});
+
 test('start asks for ack on its attach when the gateway offers it', async () => {
   FakeSocket.all = [];
   const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 2 });

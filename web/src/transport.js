@@ -197,6 +197,14 @@ export class Transport {
    * pong, whichever comes first; only then is anything sent that depends
    * on what the gateway supports.
    */
+  /**
+   * ready is whether the handshake is done: what the client sends now may
+   * depend on what the gateway supports (its hello).
+   */
+  get ready() {
+    return this.live && !this._handshaking;
+  }
+
   _onOpen() {
     this.live = true;
     this.hello = null;
