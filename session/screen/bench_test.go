@@ -16,6 +16,13 @@ func scrollingLines() []byte {
 	return []byte(b.String()[:32<<10])
 }
 
+// yesLines is 32 KiB of the 74-byte lines (72 characters, \r\n) that
+// the gateway's throughput benchmark prints with yes.
+func yesLines() []byte {
+	line := "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz\r\n"
+	return []byte(strings.Repeat(line, 32<<10/len(line)+1)[:32<<10])
+}
+
 // cursorUpdates is 32 KiB of cursor-addressed coloured updates.
 func cursorUpdates() []byte {
 	var b strings.Builder
@@ -33,6 +40,7 @@ func BenchmarkWrite(b *testing.B) {
 	}{
 		{"scrolling/scrollback=1000", scrollingLines(), Config{Rows: 24, Cols: 80, Scrollback: 1000}},
 		{"scrolling/scrollback=100", scrollingLines(), Config{Rows: 24, Cols: 80, Scrollback: 100}},
+		{"yes/scrollback=1000", yesLines(), Config{Rows: 24, Cols: 80, Scrollback: 1000}},
 		{"cursor/scrollback=1000", cursorUpdates(), Config{Rows: 24, Cols: 80, Scrollback: 1000}},
 	} {
 		for _, fast := range []bool{true, false} {
