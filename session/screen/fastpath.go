@@ -5,8 +5,8 @@ import (
 	"unicode/utf8"
 )
 
-// skipRun returns the length of the run at the start of p that the skip
-// may cover (bytes other than ESC and C0 controls, except \r \n \t \b)
+// skipRun returns the length of the plain run at the start of p, the
+// bytes the skip may cover (bytes other than ESC and C0 controls, except \r \n \t \b)
 // and how many newlines it holds.
 func skipRun(p []byte) (n, newlines int) {
 	for n < len(p) {
@@ -23,35 +23,61 @@ func skipRun(p []byte) (n, newlines int) {
 	return n, newlines
 }
 
-// skip is the fast path for bulk output. When p starts with a run (see
-// skipRun) holding more than keep = rows+scrollback newlines (rows alone in
-// the alternate buffer), while no scroll region, origin mode or insert mode
-// is set and no UTF-8 character is pending, everything the run draws before
-// its last keep newlines scrolls out of the scrollback: skip then only
-// computes where that part leaves the cursor (and the last character, for
-// REP) and returns its length, and Write emulates the rest. The state is
-// the same as without the skip. It also returns the length of the run, so
-// Write does not look at its bytes again.
-func (s *Screen) skip(p []byte) (skipped, scanned int) {
-	run, newlines := skipRun(p)
-	if s.skipOff || s.p.u8n > 0 || s.top != 0 || s.bot != s.rows-1 || s.modes.origin || s.modes.insert {
-		return 0, run
+// canSkip reports whether the fast path may apply to plain text written
+// now: no scroll region, origin mode or insert mode is set (none of them
+// can change inside a plain run) and no UTF-8 character is pending.
+func (s *Screen) canSkip() bool {
+	return !s.skipOff && s.p.u8n == 0 && s.top == 0 && s.bot == s.rows-1 && !s.modes.origin && !s.modes.insert
+}
+
+// keep is how many newlines at the end of a plain run may still draw
+// what is visible at its end: rows+scrollback, rows alone in the
+// alternate buffer. What a plain run draws before its last keep newlines
+// has left the scrollback by the time the run ends.
+func (s *Screen) keep() int {
+	if s.altActive {
+		return s.rows
 	}
-	keep := s.rows
-	if !s.altActive {
-		keep += s.sb.max
-	}
+	return s.rows + s.sb.max
+}
+
+// cut skips the head of the plain run p, which holds newlines, down to
+// its last keep newlines: it moves the cursor over the head without
+// drawing it and returns the rest and its newlines.
+func (s *Screen) cut(p []byte, newlines int) ([]byte, int) {
+	keep := s.keep()
 	if newlines <= keep {
-		return 0, run
+		return p, newlines
 	}
-	start := run
-	for range keep + 1 {
-		start = bytes.LastIndexByte(p[:start], '\n')
+	i := afterNewlines(p, newlines-keep)
+	s.skipHead(p[:i])
+	return p[i:], keep
+}
+
+// skipHead moves the cursor over p, the head of a plain run whose rest
+// holds at least keep newlines, without drawing it.
+func (s *Screen) skipHead(p []byte) {
+	s.cur, s.last = s.follow(p, s.cur, s.last)
+	s.skipped += len(p)
+}
+
+// afterNewlines returns the index just after the n-th newline of p,
+// which holds at least n.
+func afterNewlines(p []byte, n int) int {
+	i := 0
+	for range n {
+		i += bytes.IndexByte(p[i:], '\n') + 1
 	}
-	start++
-	s.cur, s.last = s.follow(p[:start], s.cur, s.last)
-	s.skipped += start
-	return start, run
+	return i
+}
+
+// emulatePlain emulates the plain run p, which holds newlines, skipping
+// what it draws before its last keep newlines.
+func (s *Screen) emulatePlain(p []byte, newlines int) {
+	p, _ = s.cut(p, newlines)
+	for len(p) > 0 {
+		p = s.ground(p)
+	}
 }
 
 // follow moves cursor c over the run p as Screen.Write would, without

@@ -141,6 +141,7 @@ func TestEmulation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(cfgSmall)
 			s.Write([]byte(tc.in))
+			settle(s)
 			got := tc.check(s)
 			want := map[string]string{
 				"wide takes two cells": "日1 2 x 3", "emoji takes two cells": "2", "split utf8": "2",
