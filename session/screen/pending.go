@@ -46,8 +46,21 @@ func (s *Screen) pendPlain(p []byte, newlines int) {
 			return
 		}
 	}
+	s.growPending(len(p), limit)
 	s.pend = append(s.pend, p...)
 	s.pendNL += newlines
+}
+
+// growPending makes room for n more bytes in the pending run, doubling
+// its buffer but never beyond limit, so the buffer stays within the bound.
+func (s *Screen) growPending(n, limit int) {
+	need := len(s.pend) + n
+	if need <= cap(s.pend) {
+		return
+	}
+	buf := make([]byte, len(s.pend), max(need, min(limit, 2*cap(s.pend))))
+	copy(buf, s.pend)
+	s.pend = buf
 }
 
 // trimPending skips the head of the pending run followed by p down to

@@ -224,6 +224,41 @@ func TestMemoryBound(t *testing.T) {
 	}
 }
 
+func TestPendingBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, text string }{
+		{"lines", strings.Repeat("0123456789abcdefghijklmnopqrstuvwxyz", 2) + "\r\n"},
+		{"one long line", "no newline "},
+		{"wide lines", strings.Repeat("日本語", 20) + "\r\n"},
+		{"newlines", "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := New(Config{Rows: 24, Cols: 80, Scrollback: 1000})
+			limit := s.maxPending()
+			in := []byte(strings.Repeat(tc.text, 400_000/len(tc.text)))
+			for len(in) > 0 {
+				n := min(len(in), 1000)
+				s.Write(in[:n])
+				in = in[n:]
+				if cap(s.pend) > limit {
+					t.Fatalf("pending run holds %d bytes (%d newlines), the bound is %d", cap(s.pend), s.pendNL, limit)
+				}
+			}
+			if tc.name == "lines" && (s.skipped == 0 || len(s.pend) < 1000*len(tc.text)) {
+				t.Fatalf("skipped %d bytes, %d pending: the skip did not work across writes", s.skipped, len(s.pend))
+			}
+			if m := s.MemoryBytes(); m < cap(s.pend) {
+				t.Fatalf("MemoryBytes %d does not count the pending %d bytes", m, cap(s.pend))
+			}
+			s.Write([]byte("\x1b[m"))
+			if len(s.pend) != 0 || cap(s.pend) > maxIdlePending {
+				t.Fatalf("after an escape, %d bytes pending in a buffer of %d", len(s.pend), cap(s.pend))
+			}
+		})
+	}
+}
+
 func TestNoQueriesCheckerCatches(t *testing.T) {
 	t.Parallel()
 	for _, q := range []string{"\x1b[c", "\x1b[>c", "\x1b[6n", "\x1b[?2004$p", "\x1b]10;?\x1b\\", "\x1bP$qm\x1b\\", "\x1b[14t", "\x1bZ"} {
