@@ -2,25 +2,54 @@ package screen
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
 // skipRun returns the length of the plain run at the start of p, the
-// bytes the skip may cover (bytes other than ESC and C0 controls, except \r \n \t \b)
-// and how many newlines it holds.
+// bytes the skip may cover (bytes other than ESC and C0 controls, except
+// \r \n \t \b), and how many newlines it holds.
 func skipRun(p []byte) (n, newlines int) {
-	for n < len(p) {
-		b := p[n]
-		if b < 0x20 {
-			if b == '\n' {
-				newlines++
-			} else if b != '\r' && b != '\t' && b != '\b' {
-				break
-			}
+	for {
+		n = nextControl(p, n)
+		if n == len(p) {
+			return n, newlines
+		}
+		switch p[n] {
+		case '\n':
+			newlines++
+		case '\r', '\t', '\b':
+		default:
+			return n, newlines
 		}
 		n++
 	}
-	return n, newlines
+}
+
+// Word masks for nextControl.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// nextControl returns the index of the first C0 control (a byte below
+// 0x20) in p from i on, or len(p). It tests eight bytes at a time: in
+// (x - 0x20 per byte) &^ x, the high bit of the lowest byte below 0x20
+// is set, and no lower byte's is.
+func nextControl(p []byte, i int) int {
+	for ; i+8 <= len(p); i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
+		if t := (x - 0x20*ones) &^ x & highs; t != 0 {
+			return i + bits.TrailingZeros64(t)/8
+		}
+	}
+	for ; i < len(p); i++ {
+		if p[i] < 0x20 {
+			return i
+		}
+	}
+	return i
 }
 
 // canSkip reports whether the fast path may apply to plain text written
@@ -80,9 +109,49 @@ func (s *Screen) emulatePlain(p []byte, newlines int) {
 	}
 }
 
-// follow moves cursor c over the run p as Screen.Write would, without
-// drawing, and returns it with the last character drawn.
+// follow moves cursor c over the plain run p as Screen.Write would,
+// without drawing, and returns it with the last character drawn.
+//
+// Once the cursor is on the last row it stays there (nothing in a plain
+// run moves it up), and \r puts it in the first column: when the
+// newlines before the last \r of p take the cursor to the last row, only
+// what follows that \r places it, and the characters before it only
+// matter for the last one drawn. Bulk output has a \r on every line, so
+// this looks at the end of p alone.
 func (s *Screen) follow(p []byte, c cursor, last rune) (cursor, rune) {
+	r := bytes.LastIndexByte(p, '\r')
+	if r < 0 || c.y+bytes.Count(p[:r], []byte{'\n'}) < s.rows-1 {
+		return s.followAll(p, c, last)
+	}
+	c, l := s.followAll(p[r+1:], cursor{y: s.rows - 1}, noRune)
+	if l == noRune {
+		l = s.lastDrawn(p[:r], last)
+	}
+	return c, l
+}
+
+// noRune stands for no character drawn.
+const noRune rune = -1
+
+// lastDrawn returns the last character the plain run p draws, or last if
+// it draws none. It follows p from its end one \r-separated segment at a
+// time: a segment starts a fresh UTF-8 decoding (\r is ASCII) and what
+// it draws does not depend on the cursor.
+func (s *Screen) lastDrawn(p []byte, last rune) rune {
+	for {
+		i := bytes.LastIndexByte(p, '\r')
+		if _, l := s.followAll(p[i+1:], cursor{}, noRune); l != noRune {
+			return l
+		}
+		if i < 0 {
+			return last
+		}
+		p = p[:i]
+	}
+}
+
+// followAll is follow, one byte or run of ASCII at a time.
+func (s *Screen) followAll(p []byte, c cursor, last rune) (cursor, rune) {
 	for len(p) > 0 {
 		b := p[0]
 		switch {

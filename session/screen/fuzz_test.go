@@ -1,6 +1,7 @@
 package screen
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -171,6 +172,61 @@ func TestSkipApplies(t *testing.T) {
 			}
 			if got := s.skipped > 0; got != tc.skip {
 				t.Errorf("%s, writes of %d bytes: skipped %d bytes, want skip %v", tc.name, size, s.skipped, tc.skip)
+			}
+		}
+	}
+}
+
+func TestFollowShortcut(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(13, 3))
+	plain := pieces[:16] // text and the controls a plain run holds
+	shortcuts := 0
+	for i := range 3000 {
+		s := New(Config{Rows: 1 + r.IntN(8), Cols: 1 + r.IntN(14)})
+		s.modes.autowrap, s.graphic = r.IntN(4) != 0, r.IntN(4) == 0
+		var b strings.Builder
+		for range r.IntN(40) {
+			b.WriteString(plain[r.IntN(len(plain))])
+		}
+		p := []byte(b.String())
+		if n, _ := skipRun(p); n != len(p) {
+			t.Fatalf("%q is not a plain run", p)
+		}
+		c := cursor{x: r.IntN(s.cols), y: r.IntN(s.rows)}
+		c.wrapNext = c.x == s.cols-1 && r.IntN(2) == 0
+		last := rune(r.IntN(2) * 'q')
+		wantC, wantL := s.followAll(p, c, last)
+		gotC, gotL := s.follow(p, c, last)
+		if gotC != wantC || gotL != wantL {
+			t.Fatalf("case %d, %dx%d autowrap=%v graphic=%v, from %+v over %q: got %+v %q, want %+v %q",
+				i, s.rows, s.cols, s.modes.autowrap, s.graphic, c, p, gotC, gotL, wantC, wantL)
+		}
+		if bytes.Contains(p, []byte{'\r'}) && c.y+bytes.Count(p, []byte{'\n'}) >= s.rows+2 {
+			shortcuts++
+		}
+	}
+	if shortcuts < 100 {
+		t.Fatalf("the shortcut applied about %d times: the test tests little", shortcuts)
+	}
+}
+
+func TestNextControl(t *testing.T) {
+	t.Parallel()
+	for n := range 40 {
+		for at := range n + 1 {
+			p := []byte(strings.Repeat("\x7f~ \xff\x80\x9f\xa0!", 5)[:n])
+			if at < n {
+				p[at] = byte(at % 0x20)
+			}
+			for from := range n + 1 {
+				want := n
+				if at >= from && at < n {
+					want = at
+				}
+				if got := nextControl(p, from); got != want {
+					t.Fatalf("nextControl(%q, %d) = %d, want %d", p, from, got, want)
+				}
 			}
 		}
 	}
