@@ -32,7 +32,8 @@ func (s *Screen) maxPending() int {
 // than maxPending bytes, their head is skipped down to the last keep
 // newlines; if what remains is still too long, it is emulated.
 func (s *Screen) pendPlain(p []byte, newlines int) {
-	keep, limit := s.keep(), s.maxPending()
+	// Room is left for completeRune's bytes.
+	keep, limit := s.keep(), s.maxPending()-utf8.UTFMax
 	if total := s.pendNL + newlines; total > keep+keep/pendingSlack || len(s.pend)+len(p) > limit {
 		p, newlines = s.trimPending(p, newlines)
 	}
@@ -92,6 +93,7 @@ func (s *Screen) completeRune(p []byte) []byte {
 	for i < len(p) && i < utf8.UTFMax-1 && !utf8.RuneStart(p[i]) {
 		i++
 	}
+	s.growPending(i, s.maxPending())
 	s.pend = append(s.pend, p[:i]...)
 	return p[i:]
 }

@@ -236,9 +236,9 @@ func TestPendingBound(t *testing.T) {
 			t.Parallel()
 			s := New(Config{Rows: 24, Cols: 80, Scrollback: 1000})
 			limit := s.maxPending()
-			in := []byte(strings.Repeat(tc.text, 400_000/len(tc.text)))
-			for len(in) > 0 {
-				n := min(len(in), 1000)
+			in := []byte(strings.Repeat(tc.text, 1_000_000/len(tc.text)))
+			for i := 0; len(in) > 0; i++ {
+				n := min(len(in), []int{1000, 7, 1000, 250_000}[i%4])
 				s.Write(in[:n])
 				in = in[n:]
 				if cap(s.pend) > limit {
