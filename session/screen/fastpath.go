@@ -91,9 +91,19 @@ func (s *Screen) skipHead(p []byte) {
 }
 
 // afterNewlines returns the index just after the n-th newline of p,
-// which holds at least n.
+// which holds at least n. It counts whole blocks first: bytes.Count is
+// much faster than a call of bytes.IndexByte per line.
 func afterNewlines(p []byte, n int) int {
+	const block = 2048
 	i := 0
+	for i+block <= len(p) {
+		k := bytes.Count(p[i:i+block], []byte{'\n'})
+		if k >= n {
+			break
+		}
+		n -= k
+		i += block
+	}
 	for range n {
 		i += bytes.IndexByte(p[i:], '\n') + 1
 	}

@@ -231,3 +231,24 @@ func TestNextControl(t *testing.T) {
 		}
 	}
 }
+
+func TestAfterNewlines(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(13, 4))
+	for range 200 {
+		p := make([]byte, r.IntN(10_000))
+		var at []int
+		for i := range p {
+			p[i] = 'x'
+			if r.IntN(1+r.IntN(300)) == 0 {
+				p[i] = '\n'
+				at = append(at, i+1)
+			}
+		}
+		for n := 1; n <= len(at); n += 1 + r.IntN(20) {
+			if got := afterNewlines(p, n); got != at[n-1] {
+				t.Fatalf("afterNewlines(%d bytes, %d) = %d, want %d", len(p), n, got, at[n-1])
+			}
+		}
+	}
+}
