@@ -21,6 +21,7 @@ var features = []struct{ name, in string }{
 	{"256 colours", "\x1b[38;5;196m\x1b[48;5;21mx\x1b[38:5:100my"},
 	{"truecolor", "\x1b[38;2;1;2;3m\x1b[48;2;250;128;0mx\x1b[38:2::9:8:7my\x1b[38:2:4:5:6mz"},
 	{"attributes", "\x1b[1mb\x1b[2md\x1b[3mi\x1b[4mu\x1b[5mk\x1b[7mv\x1b[8mh\x1b[9ms\x1b[22;23;24;25;27;28;29mn"},
+	{"long pen", "\x1b[1;2;3;4;5;7;8;9m\x1b[38;2;1;2;3m\x1b[48;2;4;5;6mx\r\n\x1b[m" + strings.Repeat("\r\n", 12) + "\x1b[1;2;3;4;5;7;8;9m\x1b[38;2;1;2;3m\x1b[48;2;4;5;6m"},
 	{"underline styles", "\x1b[4:3mcurly\x1b[4:0mnone\x1b[21mdouble"},
 	{"pen", "\x1b[1;3;35;48;5;200m"},
 	{"erase with colour", "text\x1b[44m\x1b[2J\x1b[3;3Hx\x1b[K"},
