@@ -48,17 +48,10 @@ type Snapshot struct {
 type screenState struct {
 	rows, cols, scrollback int // the size the emulator starts with
 
-	mu           sync.Mutex
-	term         terminal       // nil until the first eviction
-	pending      []replay.Event // evicted, not fed yet; Data owned
-	pendingBytes int
+	mu      sync.Mutex
+	term    terminal       // nil until the first eviction
+	pending []replay.Event // evicted, not fed yet; Data owned
 }
-
-// feedBatch is how much evicted output waits before the emulator is fed:
-// a long run of plain text in one write lets it skip the lines that
-// scroll out of its scrollback unseen (a 1000-line scrollback of 80-byte
-// lines is 80 KB). It bounds the extra memory of a busy terminal.
-const feedBatch = 128 << 10
 
 func newScreenState(rows, cols, scrollback int) *screenState {
 	return &screenState{rows: rows, cols: cols, scrollback: scrollback}
@@ -75,17 +68,17 @@ func (s *screenState) evicted(ev replay.Event) {
 	ev.Data = append([]byte(nil), ev.Data...)
 	s.mu.Lock()
 	s.pending = append(s.pending, ev)
-	s.pendingBytes += len(ev.Data)
 	s.mu.Unlock()
 }
 
-// feed gives the emulator what was evicted, once there is a batch of it.
+// feed gives the emulator what the append evicted. It is fed each
+// eviction at once, not in batches: the emulator skips the text a long
+// run of plain text scrolls out of its scrollback unseen across writes,
+// so batching would only hold evicted output in memory longer.
 func (s *screenState) feed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pendingBytes >= feedBatch || len(s.pending) >= feedBatch/1024 {
-		s.feedLocked()
-	}
+	s.feedLocked()
 }
 
 func (s *screenState) feedLocked() {
@@ -95,23 +88,15 @@ func (s *screenState) feedLocked() {
 	if s.term == nil {
 		s.term = newTerminal(s.rows, s.cols, s.scrollback)
 	}
-	// Contiguous output goes in one write: the emulator skips what a long
-	// run of plain text scrolls out of its scrollback unseen.
-	var run []byte
 	for i, ev := range s.pending {
 		if ev.Kind == replay.KindResize {
-			s.term.Write(run)
-			run = run[:0]
 			s.term.Resize(int(ev.Rows), int(ev.Cols))
-		} else if len(run) == 0 {
-			run = ev.Data
 		} else {
-			run = append(run, ev.Data...)
+			s.term.Write(ev.Data)
 		}
 		s.pending[i] = replay.Event{}
 	}
-	s.term.Write(run)
-	s.pending, s.pendingBytes = s.pending[:0], 0
+	s.pending = s.pending[:0]
 }
 
 // snapshot returns the screen after every event evicted so far.

@@ -132,3 +132,48 @@ func mustBounds(t *testing.T, s *Supervisor, id string) (uint64, uint64) {
 	info := mustGet(t, s, "o", id)
 	return info.FirstSeq, info.LastSeq
 }
+
+// TestEmulatorFedAtEachEviction: the emulator is fed what the ring evicts
+// as the ring evicts it (it skips scrolled-away text across writes), so
+// no evicted output waits in memory for a batch.
+func TestEmulatorFedAtEachEviction(t *testing.T) {
+	var term *recorder
+	restore := SetNewTerminal(func(rows, cols, _ int) Terminal {
+		term = &recorder{rows: rows, cols: cols}
+		return term
+	})
+	defer restore()
+	synctest.Test(t, func(t *testing.T) {
+		done := make(chan struct{})
+		l := &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
+			for i := range 64 {
+				p.Stdio.Stdout.Write(fmt.Appendf(nil, "%03d:%s\r\n", i, bytes.Repeat([]byte{'x'}, 250)))
+			}
+			<-done
+			return sandbox.Exit{Exact: true}
+		}}
+		s := newFake(t, l, Config{})
+		sp := ringSpec(4 << 10)
+		sp.Live = true
+		sp.Policy.TTY = &sandbox.WindowSize{Rows: 24, Cols: 80}
+		info, err := s.Start(t.Context(), "o", "fed", sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer close(done)
+		synctest.Wait()
+		evicted := RingStats(s, "o", info.ID).EvictedBytes
+		if evicted == 0 {
+			t.Fatal("nothing was evicted: the test tests nothing")
+		}
+		fed := 0
+		if term != nil {
+			term.mu.Lock()
+			fed = term.fed.Len()
+			term.mu.Unlock()
+		}
+		if uint64(fed) != evicted {
+			t.Fatalf("the emulator was fed %d bytes of the %d evicted", fed, evicted)
+		}
+	})
+}

@@ -38,20 +38,31 @@
 // about 2 * rows * cols * 24 bytes for the two buffers (the alternate one
 // only once used) plus its scrollback, whose lines are kept encoded as the
 // sequences that draw them: as many bytes as characters for plain text, a
-// few more per change of colour, at most about 50 bytes per cell. MemoryBytes
-// reports it.
+// few more per change of colour, at most about 50 bytes per cell, and the
+// pending plain run (see Fast path). MemoryBytes reports it.
 //
 // # Fast path
 //
-// A fast program's output is mostly text that scrolls away. When one Write
-// holds a run of bytes with no ESC and no C0 control other than \r \n \t \b,
-// with more than rows+scrollback newlines (rows in the alternate buffer),
-// while no scroll region, origin mode or insert mode is set, everything that
-// run draws before its last rows+scrollback newlines leaves the scrollback
-// before the run ends. Write then only follows the cursor over that part,
-// without drawing it, and emulates the rest. The resulting state is the
-// same as without the skip (the pen cannot change inside such a run); a
-// test compares both on random output. Larger writes skip more.
+// A fast program's output is mostly text that scrolls away. A plain run
+// is bytes with no ESC and no C0 control other than \r \n \t \b; while no
+// scroll region, origin mode or insert mode is set (none can change inside
+// a plain run), everything such a run draws before its last keep =
+// rows+scrollback newlines (rows in the alternate buffer) leaves the
+// scrollback before the run ends. The Screen follows the cursor over that
+// part without drawing it, and emulates the rest.
+//
+// The run need not come in one Write: plain text at the end of a Write is
+// kept pending, and its head is skipped as more newlines come. It is
+// emulated when a byte that is not plain text comes, and before Snapshot
+// and Resize; Title and Size do not depend on it, and MemoryBytes counts
+// it. The pending run holds at most (keep + keep/4 + 2) * (cols+2)
+// bytes, about as much as a full scrollback of plain text and a quarter
+// more (103 KiB for 80 columns and 1000 lines of scrollback); lines
+// longer than that on average (wrapping, or of multi-byte characters)
+// are emulated beyond it, and its buffer is dropped when emulated if it
+// is over 16 KiB. The resulting state is the same as emulating every byte
+// (the pen cannot change inside a plain run); tests compare both on
+// random output written in random pieces.
 //
 // All methods of Screen are safe for concurrent use.
 package screen

@@ -1,6 +1,7 @@
 package screen
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -24,6 +25,15 @@ func FuzzSnapshotRoundTrip(f *testing.F) {
 		two.Write(in[k:])
 		if got := dump(two, true); got != dump(s, true) {
 			t.Fatalf("split at %d: %s", k, diff(dump(s, true), got))
+		}
+		ref, pieces := emulated(cfg), New(cfg)
+		ref.Write(in)
+		writeInPieces(rand.New(rand.NewPCG(uint64(split), 7)), pieces, nil, in)
+		if want, got := dump(ref, true), dump(s, true); got != want {
+			t.Fatalf("skip in one write: %s", diff(want, got))
+		}
+		if want, got := dump(ref, true), dump(pieces, true); got != want {
+			t.Fatalf("skip across writes: %s", diff(want, got))
 		}
 	})
 }
@@ -57,22 +67,79 @@ func randomOutput(r *rand.Rand, n int) []byte {
 	return []byte(b.String())
 }
 
+// writeInPieces writes in to s in pieces of random length, mostly small,
+// and sometimes resizes both s and ref (which was fed the same bytes so
+// far) to the same random size. It returns how many pieces it wrote.
+func writeInPieces(r *rand.Rand, s, ref *Screen, in []byte) int {
+	n := 0
+	for i := 0; i < len(in); n++ {
+		k := 1 + r.IntN(16)
+		if r.IntN(8) == 0 {
+			k = 1 + r.IntN(256)
+		}
+		k = min(k, len(in)-i)
+		s.Write(in[i : i+k])
+		if ref != nil {
+			ref.Write(in[i : i+k])
+			if r.IntN(40) == 0 {
+				rows, cols := 1+r.IntN(8), 1+r.IntN(14)
+				s.Resize(rows, cols)
+				ref.Resize(rows, cols)
+			}
+		}
+		i += k
+	}
+	return n
+}
+
+// emulated is a Screen that emulates every byte: the reference the
+// skip must agree with.
+func emulated(cfg Config) *Screen {
+	s := New(cfg)
+	s.skipOff = true
+	return s
+}
+
 func TestSkipSameState(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(13, 1))
-	skipped := 0
+	var skipped, skippedSplit int
 	for i := range 400 {
 		cfg := Config{Rows: 1 + r.IntN(8), Cols: 1 + r.IntN(14), Scrollback: r.IntN(6) - 1}
 		in := randomOutput(r, 5+r.IntN(60))
+		slow := emulated(cfg)
+		slow.Write(in)
 		fast := New(cfg)
 		fast.Write(in)
-		slow := New(cfg)
-		for j := range in {
-			slow.Write(in[j : j+1]) // one byte never holds enough newlines to skip
+		split := New(cfg)
+		writeInPieces(r, split, nil, in)
+		skipped += fast.skipped
+		skippedSplit += split.skipped
+		for name, s := range map[string]*Screen{"one write": fast, "many writes": split} {
+			// Snapshot first: it must emulate what is pending by itself.
+			if want, got := slow.Snapshot(nil), s.Snapshot(nil); string(want) != string(got) {
+				t.Fatalf("case %d %+v, %s, input %q: snapshots differ:\n%q\n%q", i, cfg, name, in, want, got)
+			}
+			if want, got := dump(slow, true), dump(s, true); want != got {
+				t.Fatalf("case %d %+v, %s, input %q:\n%s", i, cfg, name, in, diff(want, got))
+			}
 		}
-		if slow.skipped != 0 {
-			t.Fatal("byte-by-byte writes skipped")
-		}
+	}
+	if skipped == 0 || skippedSplit == 0 {
+		t.Fatalf("skipped %d bytes in one write, %d in many: the test tests nothing", skipped, skippedSplit)
+	}
+	t.Logf("skipped %d bytes in one write, %d in many", skipped, skippedSplit)
+}
+
+func TestSkipSameStateResized(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(13, 2))
+	skipped := 0
+	for i := range 300 {
+		cfg := Config{Rows: 1 + r.IntN(8), Cols: 1 + r.IntN(14), Scrollback: r.IntN(6) - 1}
+		in := randomOutput(r, 5+r.IntN(60))
+		slow, fast := emulated(cfg), New(cfg)
+		writeInPieces(r, fast, slow, in)
 		skipped += fast.skipped
 		if want, got := dump(slow, true), dump(fast, true); want != got {
 			t.Fatalf("case %d %+v, input %q:\n%s", i, cfg, in, diff(want, got))
@@ -81,7 +148,6 @@ func TestSkipSameState(t *testing.T) {
 	if skipped == 0 {
 		t.Fatal("the skip never applied: the test tests nothing")
 	}
-	t.Logf("skipped %d bytes", skipped)
 }
 
 func TestSkipApplies(t *testing.T) {
@@ -98,11 +164,91 @@ func TestSkipApplies(t *testing.T) {
 		{"insert", "\x1b[4h", false},
 		{"alternate buffer", "\x1b[?1049h", true},
 	} {
-		s := New(cfg)
-		s.Write([]byte(tc.before))
-		s.Write(in)
-		if got := s.skipped > 0; got != tc.skip {
-			t.Errorf("%s: skipped %d bytes, want skip %v", tc.name, s.skipped, tc.skip)
+		for _, size := range []int{len(in), 4096, 100, 1} {
+			s := New(cfg)
+			s.Write([]byte(tc.before))
+			for p := in; len(p) > 0; p = p[min(size, len(p)):] {
+				s.Write(p[:min(size, len(p))])
+			}
+			if got := s.skipped > 0; got != tc.skip {
+				t.Errorf("%s, writes of %d bytes: skipped %d bytes, want skip %v", tc.name, size, s.skipped, tc.skip)
+			}
+		}
+	}
+}
+
+func TestFollowShortcut(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(13, 3))
+	plain := pieces[:16] // text and the controls a plain run holds
+	shortcuts := 0
+	for i := range 3000 {
+		s := New(Config{Rows: 1 + r.IntN(8), Cols: 1 + r.IntN(14)})
+		s.modes.autowrap, s.graphic = r.IntN(4) != 0, r.IntN(4) == 0
+		var b strings.Builder
+		for range r.IntN(40) {
+			b.WriteString(plain[r.IntN(len(plain))])
+		}
+		p := []byte(b.String())
+		if n, _ := skipRun(p); n != len(p) {
+			t.Fatalf("%q is not a plain run", p)
+		}
+		c := cursor{x: r.IntN(s.cols), y: r.IntN(s.rows)}
+		c.wrapNext = c.x == s.cols-1 && r.IntN(2) == 0
+		last := rune(r.IntN(2) * 'q')
+		wantC, wantL := s.followAll(p, c, last)
+		gotC, gotL := s.follow(p, c, last)
+		if gotC != wantC || gotL != wantL {
+			t.Fatalf("case %d, %dx%d autowrap=%v graphic=%v, from %+v over %q: got %+v %q, want %+v %q",
+				i, s.rows, s.cols, s.modes.autowrap, s.graphic, c, p, gotC, gotL, wantC, wantL)
+		}
+		if bytes.Contains(p, []byte{'\r'}) && c.y+bytes.Count(p, []byte{'\n'}) >= s.rows+2 {
+			shortcuts++
+		}
+	}
+	if shortcuts < 100 {
+		t.Fatalf("the shortcut applied about %d times: the test tests little", shortcuts)
+	}
+}
+
+func TestNextControl(t *testing.T) {
+	t.Parallel()
+	for n := range 40 {
+		for at := range n + 1 {
+			p := []byte(strings.Repeat("\x7f~ \xff\x80\x9f\xa0!", 5)[:n])
+			if at < n {
+				p[at] = byte(at % 0x20)
+			}
+			for from := range n + 1 {
+				want := n
+				if at >= from && at < n {
+					want = at
+				}
+				if got := nextControl(p, from); got != want {
+					t.Fatalf("nextControl(%q, %d) = %d, want %d", p, from, got, want)
+				}
+			}
+		}
+	}
+}
+
+func TestAfterNewlines(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(13, 4))
+	for range 200 {
+		p := make([]byte, r.IntN(10_000))
+		var at []int
+		for i := range p {
+			p[i] = 'x'
+			if r.IntN(1+r.IntN(300)) == 0 {
+				p[i] = '\n'
+				at = append(at, i+1)
+			}
+		}
+		for n := 1; n <= len(at); n += 1 + r.IntN(20) {
+			if got := afterNewlines(p, n); got != at[n-1] {
+				t.Fatalf("afterNewlines(%d bytes, %d) = %d, want %d", len(p), n, got, at[n-1])
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // one item per line, so two states compare as text. With last it also
 // includes the character REP repeats, which a snapshot cannot carry.
 func dump(s *Screen, last bool) string {
+	settle(s)
 	var b strings.Builder
 	fmt.Fprintf(&b, "size %dx%d alt=%v cur=%+v pen=%+v region=%d-%d\n", s.rows, s.cols, s.altActive, s.cur, s.pen, s.top, s.bot)
 	fmt.Fprintf(&b, "modes %+v graphic=%v title=%q tabs=%v\n", s.modes, s.graphic, s.title, boolBytes(s.tabs))
@@ -33,6 +34,13 @@ func dump(s *Screen, last bool) string {
 		dumpLines(&b, "alt", s.alt.lines)
 	}
 	return b.String()
+}
+
+// settle emulates what s holds pending, so its fields show its state.
+func settle(s *Screen) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.emulatePending()
 }
 
 // dumpLines describes every cell of ls; the wrap flag of the last line

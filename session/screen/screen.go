@@ -55,8 +55,10 @@ type Screen struct {
 	graphic    bool // G0 is the DEC special graphics set
 	last       rune // last printed character, for REP
 	p          parser
-	skipped    int  // bytes the fast path skipped, for tests
-	skipOff    bool // turns the fast path off, for tests and benchmarks
+	pend       []byte // the pending plain run (pending.go)
+	pendNL     int    // newlines in pend
+	skipped    int    // bytes the fast path skipped, for tests
+	skipOff    bool   // turns the fast path off, for tests and benchmarks
 }
 
 // New returns a blank Screen sized by cfg.
@@ -149,6 +151,7 @@ func (s *Screen) Resize(rows, cols int) {
 	if rows == s.rows && cols == s.cols {
 		return
 	}
+	s.emulatePending()
 	s.resizeBuffer(s.normal, rows, cols, !s.altActive)
 	if s.alt != nil {
 		s.resizeBuffer(s.alt, rows, cols, s.altActive)
@@ -194,7 +197,7 @@ func (s *Screen) resizeBuffer(b *buffer, rows, cols int, active bool) {
 func (s *Screen) MemoryBytes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := int(unsafe.Sizeof(*s)) + len(s.tabs) + len(s.title) + s.p.memory()
+	n := int(unsafe.Sizeof(*s)) + len(s.tabs) + len(s.title) + s.p.memory() + cap(s.pend)
 	for _, b := range []*buffer{s.normal, s.alt} {
 		if b != nil {
 			n += len(b.lines) * (int(unsafe.Sizeof(line{})) + s.cols*cellBytes)

@@ -21,6 +21,7 @@ var features = []struct{ name, in string }{
 	{"256 colours", "\x1b[38;5;196m\x1b[48;5;21mx\x1b[38:5:100my"},
 	{"truecolor", "\x1b[38;2;1;2;3m\x1b[48;2;250;128;0mx\x1b[38:2::9:8:7my\x1b[38:2:4:5:6mz"},
 	{"attributes", "\x1b[1mb\x1b[2md\x1b[3mi\x1b[4mu\x1b[5mk\x1b[7mv\x1b[8mh\x1b[9ms\x1b[22;23;24;25;27;28;29mn"},
+	{"long pen", "\x1b[1;2;3;4;5;7;8;9m\x1b[38;2;1;2;3m\x1b[48;2;4;5;6mx\r\n\x1b[m" + strings.Repeat("\r\n", 12) + "\x1b[1;2;3;4;5;7;8;9m\x1b[38;2;1;2;3m\x1b[48;2;4;5;6m"},
 	{"underline styles", "\x1b[4:3mcurly\x1b[4:0mnone\x1b[21mdouble"},
 	{"pen", "\x1b[1;3;35;48;5;200m"},
 	{"erase with colour", "text\x1b[44m\x1b[2J\x1b[3;3Hx\x1b[K"},
@@ -141,6 +142,7 @@ func TestEmulation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(cfgSmall)
 			s.Write([]byte(tc.in))
+			settle(s)
 			got := tc.check(s)
 			want := map[string]string{
 				"wide takes two cells": "日1 2 x 3", "emoji takes two cells": "2", "split utf8": "2",
@@ -220,6 +222,41 @@ func TestMemoryBound(t *testing.T) {
 	snap := s.Snapshot(nil)
 	if bytes.Count(snap, []byte("\r\n")) < cfg.Scrollback {
 		t.Fatalf("snapshot has %d lines", bytes.Count(snap, []byte("\r\n")))
+	}
+}
+
+func TestPendingBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, text string }{
+		{"lines", strings.Repeat("0123456789abcdefghijklmnopqrstuvwxyz", 2) + "\r\n"},
+		{"one long line", "no newline "},
+		{"wide lines", strings.Repeat("日本語", 20) + "\r\n"},
+		{"newlines", "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := New(Config{Rows: 24, Cols: 80, Scrollback: 1000})
+			limit := s.maxPending()
+			in := []byte(strings.Repeat(tc.text, 1_000_000/len(tc.text)))
+			for i := 0; len(in) > 0; i++ {
+				n := min(len(in), []int{1000, 7, 1000, 250_000}[i%4])
+				s.Write(in[:n])
+				in = in[n:]
+				if cap(s.pend) > limit {
+					t.Fatalf("pending run holds %d bytes (%d newlines), the bound is %d", cap(s.pend), s.pendNL, limit)
+				}
+			}
+			if tc.name == "lines" && (s.skipped == 0 || len(s.pend) < 1000*len(tc.text)) {
+				t.Fatalf("skipped %d bytes, %d pending: the skip did not work across writes", s.skipped, len(s.pend))
+			}
+			if m := s.MemoryBytes(); m < cap(s.pend) {
+				t.Fatalf("MemoryBytes %d does not count the pending %d bytes", m, cap(s.pend))
+			}
+			s.Write([]byte("\x1b[m"))
+			if len(s.pend) != 0 || cap(s.pend) > maxIdlePending {
+				t.Fatalf("after an escape, %d bytes pending in a buffer of %d", len(s.pend), cap(s.pend))
+			}
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package screen
 
 import (
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 )
@@ -96,7 +97,10 @@ func appendLine(dst []byte, l *line) ([]byte, int) {
 	return dst, n
 }
 
-// appendSGR appends one SGR sequence that sets exactly the pen p.
+// appendSGR appends the SGR sequence that sets exactly the pen p: one,
+// or two when it takes more than maxParams parameters (every attribute
+// and two truecolors take 19), since a terminal (this one included)
+// ignores a sequence with too many.
 func appendSGR(dst []byte, p pen) []byte {
 	dst = append(dst, "\x1b[0"...)
 	for i, code := range [...]byte{1, 2, 3, 4, 5, 7, 8, 9} {
@@ -105,8 +109,28 @@ func appendSGR(dst []byte, p pen) []byte {
 		}
 	}
 	dst = appendColor(dst, p.fg, 30)
+	if 1+bits.OnesCount16(uint16(p.attr))+colorParams(p.fg)+colorParams(p.bg) <= maxParams {
+		dst = appendColor(dst, p.bg, 40)
+		return append(dst, 'm')
+	}
+	dst = append(dst, "m\x1b["...)
+	mark := len(dst)
 	dst = appendColor(dst, p.bg, 40)
+	dst = append(dst[:mark], dst[mark+1:]...) // the ';' before the first parameter
 	return append(dst, 'm')
+}
+
+// colorParams is how many SGR parameters appendColor uses for c.
+func colorParams(c color) int {
+	switch {
+	case c&colorKind == colorRGB:
+		return 5
+	case c&colorKind == colorIndexed && c&^colorKind >= 16:
+		return 3
+	case c&colorKind == colorIndexed:
+		return 1
+	}
+	return 0
 }
 
 // appendColor appends the SGR parameters for c as a foreground (base 30)

@@ -23,6 +23,7 @@ import (
 func (s *Screen) Snapshot(dst []byte) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.emulatePending()
 	dst = append(dst, "\x1bc"...)
 	dst = s.appendNormal(dst)
 	dst = appendSaved(dst, s.normal.saved)
@@ -112,6 +113,7 @@ func (s *Screen) appendScrollbackLine(dst []byte, l *sbLine) []byte {
 	}
 	t := New(Config{Rows: 1, Cols: l.width, Scrollback: -1})
 	t.Write(l.data)
+	t.emulatePending()
 	ln := &t.normal.lines[0]
 	ln.resize(s.cols)
 	ln.wraps = false

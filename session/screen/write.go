@@ -4,29 +4,48 @@ import "unicode/utf8"
 
 // Write feeds program output to the terminal. A sequence or a UTF-8
 // character split across calls is handled as if it came in one call.
+//
+// A run of plain text that reaches the end of p may be kept pending
+// rather than emulated (see the package documentation, Fast path); every
+// method that reads the state emulates it first.
 func (s *Screen) Write(p []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	noSkip := 0 // bytes at the front of p known not to start a skippable run
 	for len(p) > 0 {
-		n := len(p)
-		if s.p.state == stGround {
-			if noSkip <= 0 {
-				var skipped int
-				skipped, noSkip = s.skip(p)
-				p = p[skipped:]
-			}
-			p = s.ground(p)
-		} else {
+		switch {
+		case s.p.state != stGround:
 			i := 0
 			for i < len(p) && s.p.state != stGround {
 				s.sequence(p[i])
 				i++
 			}
 			p = p[i:]
+		case s.canSkip():
+			p = s.plain(p)
+		default:
+			p = s.ground(p)
 		}
-		noSkip -= n - len(p)
 	}
+}
+
+// plain handles p in the ground state while the fast path may apply: the
+// plain run at its start goes to the pending run, or is emulated at once
+// (skipping what it scrolls away) when it ends inside p and nothing is
+// pending; a byte after the run emulates the pending run first. It
+// returns the rest of p.
+func (s *Screen) plain(p []byte) []byte {
+	n, newlines := skipRun(p)
+	switch {
+	case n == len(p):
+		s.pendPlain(p, newlines)
+		return nil
+	case len(s.pend) == 0:
+		s.emulatePlain(p[:n], newlines)
+	default:
+		s.pendPlain(p[:n], newlines)
+		s.emulatePending()
+	}
+	return s.ground(p[n:])
 }
 
 // ground handles the bytes at the start of p in the ground state: a run of
