@@ -931,3 +931,64 @@ func (g gatewayUnderTest) firstSeq(t *testing.T, id string) uint64 {
 	}
 	return info.FirstSeq
 }
+
+// TestBrowserReloadRestoresVimAndLess: vim after thousands of lines typed
+// and less after thousands of pages, their drawing evicted from the ring:
+// a reload shows the page exactly the screen it showed before.
+func TestBrowserReloadRestoresVimAndLess(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		keys         func(e *client.Execution)
+		done         func(s browserScreen) bool
+	}{
+		{"vim", "exec vim -u NONE -N -i NONE -n /tmp/notes", func(e *client.Execution) {
+			e.Write([]byte("i"))
+			for i := range 8000 {
+				e.Write(fmt.Appendf(nil, "line %d of the notes, typed one after another\r", i))
+			}
+			e.Write([]byte("\x1bgg"))
+		}, func(s browserScreen) bool {
+			return s.Buffer == "alternate" && len(s.Lines) > 0 && s.Lines[0] == "line 0 of the notes, typed one after another" && s.Cursor == [2]int{0, 0}
+		}},
+		{"less", "seq 1 500000 | exec less", func(e *client.Execution) {
+			for range 4000 {
+				e.Write([]byte(" "))
+			}
+			e.Write([]byte("/99999\r"))
+		}, func(s browserScreen) bool {
+			return s.Buffer == "alternate" && slices.Contains(s.Lines, "99999") && strings.HasPrefix(s.Lines[len(s.Lines)-1], ":")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGateway(t, "--input-per-second", "100000")
+			ctx := needBrowser(t)
+			e, err := g.owner(t).Start(t.Context(), wire.Request{ID: tc.name, Command: "/bin/sh", Args: []string{"-c", tc.script}, PTY: &wire.Size{Rows: 24, Cols: 80}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { // the owner reads (and so acknowledges) what it is sent
+				for {
+					if _, err := e.Next(t.Context()); err != nil {
+						return
+					}
+				}
+			}()
+			openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes)+"&id="+tc.name)
+			poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+			tc.keys(e)
+			before := poll(t, ctx, tc.name+" drawn", `window.__termgate.screen()`, tc.done)
+			time.Sleep(time.Second) // anything still on its way has arrived
+			before = poll(t, ctx, tc.name+" drawn", `window.__termgate.screen()`, tc.done)
+			if first := g.firstSeq(t, tc.name); first <= 1 {
+				t.Fatalf("the ring holds everything from %d: the reload would replay it all", first)
+			}
+			if _, err := chromedp.Run(ctx, chromedp.Reload()); err != nil {
+				t.Fatal(err)
+			}
+			after := poll(t, ctx, tc.name+" after the reload", `window.__termgate.screen()`, tc.done)
+			if !slices.Equal(before.Lines, after.Lines) || before.Cursor != after.Cursor {
+				t.Fatalf("after the reload the screen is\n%q, cursor %v\nbefore it was\n%q, cursor %v", after.Lines, after.Cursor, before.Lines, before.Cursor)
+			}
+		})
+	}
+}
