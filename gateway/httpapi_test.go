@@ -403,8 +403,9 @@ func TestHTTPRefusals(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t, func(c *Config) { c.MaxMessageBytes = 1024; c.QueryToken = true })
 	all := e.token(t, "acme", allScopes...)
-	e.must(t, 201, "POST", "/v1/executions", all, shStart("job", "sleep 600"), nil) // cancelled at the end
-	t.Cleanup(func() {                                                              // after the parallel subtests, when t.Context is done
+	// The job outlives the test however slow the machine; cancelled at the end.
+	e.must(t, 201, "POST", "/v1/executions", all, shStart("job", "sleep 600"), nil)
+	t.Cleanup(func() { // after the parallel subtests, when t.Context is done
 		if status, _, b, err := e.do(context.Background(), "POST", "/v1/executions/job/cancel", all, nil); status != 202 {
 			info, _ := e.sup.Get("acme", "job")
 			t.Errorf("cancel: %d %s %v; the job: %+v", status, b, err, info.Result)
