@@ -43,32 +43,35 @@ type Snapshot struct {
 	Inexact         bool
 }
 
-// screenState is an execution's emulator and the evicted events it has
+// screenState is an execution's emulator and the evicted output it has
 // not been fed yet.
 type screenState struct {
 	rows, cols, scrollback int // the size the emulator starts with
 
 	mu      sync.Mutex
-	term    terminal       // nil until the first eviction
-	pending []replay.Event // evicted, not fed yet; Data owned
+	term    terminal // nil until the first eviction
+	pending []byte   // evicted output not fed yet; its memory is reused
+	resizes []resize // evicted resizes, at their places in pending
 }
+
+// resize is an evicted resize: it applies after pending[:at].
+type resize struct{ at, rows, cols int }
 
 func newScreenState(rows, cols, scrollback int) *screenState {
 	return &screenState{rows: rows, cols: cols, scrollback: scrollback}
 }
 
 // evicted queues an event the ring evicts. It runs under the ring's
-// lock: it only copies.
+// lock: it only copies, into memory it reuses.
 func (s *screenState) evicted(ev replay.Event) {
-	switch ev.Kind {
-	case replay.KindOutput, replay.KindResize:
-	default:
-		return
-	}
-	ev.Data = append([]byte(nil), ev.Data...)
 	s.mu.Lock()
-	s.pending = append(s.pending, ev)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	switch ev.Kind {
+	case replay.KindOutput:
+		s.pending = append(s.pending, ev.Data...)
+	case replay.KindResize:
+		s.resizes = append(s.resizes, resize{len(s.pending), int(ev.Rows), int(ev.Cols)})
+	}
 }
 
 // feed gives the emulator what the append evicted. It is fed each
@@ -81,22 +84,27 @@ func (s *screenState) feed() {
 	s.feedLocked()
 }
 
+// maxPendingCap is the most memory the queue keeps for reuse.
+const maxPendingCap = 256 << 10
+
 func (s *screenState) feedLocked() {
-	if len(s.pending) == 0 {
+	if len(s.pending) == 0 && len(s.resizes) == 0 {
 		return
 	}
 	if s.term == nil {
 		s.term = newTerminal(s.rows, s.cols, s.scrollback)
 	}
-	for i, ev := range s.pending {
-		if ev.Kind == replay.KindResize {
-			s.term.Resize(int(ev.Rows), int(ev.Cols))
-		} else {
-			s.term.Write(ev.Data)
-		}
-		s.pending[i] = replay.Event{}
+	from := 0
+	for _, r := range s.resizes {
+		s.term.Write(s.pending[from:r.at])
+		s.term.Resize(r.rows, r.cols)
+		from = r.at
 	}
-	s.pending = s.pending[:0]
+	s.term.Write(s.pending[from:])
+	s.pending, s.resizes = s.pending[:0], s.resizes[:0]
+	if cap(s.pending) > maxPendingCap {
+		s.pending = nil
+	}
 }
 
 // snapshot returns the screen after every event evicted so far.
