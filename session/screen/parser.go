@@ -35,6 +35,43 @@ type parser struct {
 	osc     []byte
 	u8      [utf8.UTFMax]byte
 	u8n     int
+	// raw is the bytes of the escape or control sequence under way (or
+	// the introducer of a string), so that a snapshot taken in its middle
+	// ends with them and the sequence completes on the client as here.
+	raw  [maxRaw]byte
+	rawN int
+}
+
+// maxRaw bounds raw: a longer sequence has more than maxParams
+// parameters and is ignored anyway.
+const maxRaw = 96
+
+// record keeps b as part of the sequence under way.
+func (p *parser) record(b byte) {
+	if p.rawN < maxRaw {
+		p.raw[p.rawN] = b
+		p.rawN++
+	}
+}
+
+// partial returns the bytes that put a fresh parser in p's state: the
+// sequence or UTF-8 character under way, an OSC string with what it
+// holds so far, or a string's introducer.
+func (p *parser) partial(dst []byte) []byte {
+	switch p.state {
+	case stGround:
+		return append(dst, p.u8[:p.u8n]...)
+	case stEsc, stCSI:
+		return append(dst, p.raw[:p.rawN]...)
+	}
+	dst = append(dst, p.raw[:min(p.rawN, 2)]...) // ESC and its introducer
+	if p.state == stOSC {
+		dst = append(dst, p.osc...)
+	}
+	if p.strEsc {
+		dst = append(dst, 0x1b)
+	}
+	return dst
 }
 
 // memory is the bytes the parser holds beyond its struct.

@@ -39,7 +39,10 @@ func (s *Screen) Snapshot(dst []byte) []byte {
 	}
 	dst = s.appendTabs(dst)
 	dst = s.appendCursor(dst)
-	return s.appendModes(dst)
+	dst = s.appendModes(dst)
+	// Last, a sequence or character the output is in the middle of: the
+	// events that follow the snapshot complete it.
+	return s.p.partial(dst)
 }
 
 // appendNormal draws the scrollback and the normal buffer.

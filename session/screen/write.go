@@ -111,6 +111,8 @@ func (s *Screen) execute(b byte) {
 		s.cur.x, s.cur.wrapNext = 0, false
 	case 0x1b:
 		s.p.state, s.p.inter = stEsc, 0
+		s.p.rawN = 0
+		s.p.record(0x1b)
 	}
 }
 
@@ -144,11 +146,14 @@ func (s *Screen) sequence(b byte) {
 		return
 	case b == 0x1b:
 		p.state, p.inter = stEsc, 0
+		p.rawN = 0
+		p.record(0x1b)
 		return
 	case b < 0x20:
 		s.execute(b)
 		return
 	}
+	p.record(b)
 	if p.state == stEsc {
 		s.escByte(b)
 		return
@@ -170,6 +175,8 @@ func (s *Screen) stringByte(b byte) {
 		}
 		p.state = stEsc // ESC began another sequence: the string is dropped
 		p.inter = 0
+		p.rawN = 0
+		p.record(0x1b)
 		s.sequence(b)
 		return
 	}
