@@ -995,3 +995,34 @@ func TestBrowserReloadRestoresVimAndLess(t *testing.T) {
 		})
 	}
 }
+
+// TestBrowserIdleShellWarnedThenStopped: an interactive shell outlives the
+// batch timeout; with no writer attached it is warned, in a read-only
+// viewer's page, and then stopped at the idle timeout.
+func TestBrowserIdleShellWarnedThenStopped(t *testing.T) {
+	g := startGateway(t, "--timeout", "2s", "--interactive-idle-timeout", "8s", "--timeout-warning", "4s")
+	ctx := needBrowser(t)
+	began := time.Now()
+	e, err := g.owner(t).Start(t.Context(), wire.Request{ID: "idle", Command: "/bin/sh", PTY: &wire.Size{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Detach(t.Context()) // no writer attached: the idle clock runs
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", "exec:attach")+"&id=idle")
+	poll(t, ctx, "the warning", `document.querySelector("#notices").textContent`, func(s string) bool {
+		return strings.Contains(s, "will be stopped")
+	})
+	warned := time.Since(began)
+	if warned < 2*time.Second {
+		t.Fatalf("warned after %v: the shell may have died at the batch timeout", warned)
+	}
+	tabs := poll(t, ctx, "the shell stopped", `window.__termgate.tabs()`, func(tabs []map[string]any) bool {
+		return len(tabs) == 1 && tabs[0]["exited"] == true
+	})
+	if stopped := time.Since(began); stopped < 7*time.Second {
+		t.Fatalf("the shell stopped after %v, before its idle timeout of 8s (tabs %v)", stopped, tabs)
+	}
+	poll(t, ctx, "the exit shown", `window.__termgate.screen()`, func(s browserScreen) bool {
+		return slices.ContainsFunc(s.Lines, func(l string) bool { return strings.Contains(l, "timed out:idle") })
+	})
+}
