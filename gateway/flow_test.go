@@ -35,6 +35,9 @@ type follower struct {
 	pace func(n int)
 	// quitAt, when set, drops the connection once got reaches it.
 	quitAt uint64
+	// old makes it a client of the protocol before acknowledgements: it
+	// attaches with after alone, and never acks.
+	old bool
 }
 
 func newFollower(id string) *follower { return &follower{id: id, sum: sha256.New()} }
@@ -52,6 +55,9 @@ func (f *follower) follow(ctx context.Context, url, tok string, readOnly bool) (
 	ws.SetReadLimit(4 << 20)
 	c := &client{ws: ws}
 	att := wire.Request{Type: wire.TypeAttach, ID: f.id, After: f.after, Seen: f.seen, Incarnation: f.incarnation, Ack: true, ReadOnly: readOnly}
+	if f.old {
+		att = wire.Request{Type: wire.TypeAttach, ID: f.id, After: f.after, ReadOnly: readOnly}
+	}
 	if b, _ := json.Marshal(att); ws.Write(ctx, websocket.MessageText, b) != nil {
 		return false, nil
 	}

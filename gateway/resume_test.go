@@ -1,15 +1,11 @@
 package gateway
 
 import (
-	"context"
-	"errors"
+	"bytes"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
@@ -30,77 +26,18 @@ func TestResumeAcrossCutConnections(t *testing.T) {
 	c.expect(t, wire.MsgStarted)
 	c.close()
 
-	var transcript strings.Builder
-	var last uint64
-	done := false
-	for attempt := 0; !done && attempt < 2000; attempt++ {
-		var err error
-		done, err = resumeOnce(t, url, tok, &last, &transcript)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !done {
-		t.Fatalf("no exit after 2000 connections; %d bytes so far", transcript.Len())
-	}
-	want := seqLines(200000)
-	if transcript.String() != want {
-		t.Fatalf("transcript differs: %d bytes, want %d", transcript.Len(), len(want))
+	// A client of the protocol before acknowledgements: served free
+	// running, and resuming from its last sequence every time.
+	f := newFollower("seq")
+	f.old = true
+	f.run(t, url, tok, 2000)
+	if f.lost != 0 || !bytes.Equal(f.sum.Sum(nil), sha(seqLines(200000))) {
+		t.Fatalf("transcript differs: %d bytes, lost %d, want %d exactly", f.got, f.lost, len(seqLines(200000)))
 	}
 	if cuts := proxy.Cuts(); cuts < 3 {
 		t.Fatalf("only %d connections were cut: the test did not exercise resume", cuts)
 	} else {
 		t.Logf("%d cuts", cuts)
-	}
-}
-
-// resumeOnce attaches after *last and reads until the exit (done) or
-// until the connection breaks. Any duplicate or missing event is an error.
-func resumeOnce(t *testing.T, url, tok string, last *uint64, out *strings.Builder) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{
-		Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
-	})
-	if err != nil {
-		return false, nil // the proxy may cut the handshake itself
-	}
-	defer ws.CloseNow()
-	ws.SetReadLimit(4 << 20)
-	c := &client{ws: ws}
-	b := fmt.Appendf(nil, `{"type":"attach","id":"seq","after":%d}`, *last)
-	if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
-		return false, nil
-	}
-	for {
-		f, err := c.read(ctx)
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return false, err
-			}
-			return false, nil
-		}
-		var seq uint64
-		switch {
-		case f.out != nil:
-			seq = f.out.Seq
-		case f.msg.Type == wire.MsgGap:
-			return false, fmt.Errorf("unexpected gap %+v", *f.msg)
-		case f.msg.Type == wire.MsgEvent || f.msg.Type == wire.MsgExit:
-			seq = f.msg.Seq
-		default:
-			continue
-		}
-		if seq != *last+1 {
-			return false, fmt.Errorf("got seq %d after %d", seq, *last)
-		}
-		*last = seq
-		if f.out != nil {
-			out.Write(f.out.Data)
-		}
-		if f.msg != nil && f.msg.Type == wire.MsgExit {
-			return true, nil
-		}
 	}
 }
 
