@@ -35,13 +35,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// gatewayCgroups is the shared launcher's cgroup parent, not a real
+// server's default.
+var gatewayCgroups = sandboxtest.SharedCgroupParent("gateway")
+
 // sharedLauncher is the real sandbox the tests' gateways share.
 var sharedLauncher = sandboxtest.Shared[*sandbox.Launcher]{
 	What: "sandbox (install bubblewrap)",
 	New: func() (*sandbox.Launcher, error) {
-		return sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond})
+		return sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond, CgroupParent: gatewayCgroups})
 	},
-	Close: func(l *sandbox.Launcher) { l.Close() },
+	Close: func(l *sandbox.Launcher) {
+		l.Close()
+		sandboxtest.RemoveCgroupParent(gatewayCgroups)
+	},
 }
 
 func needLauncher(t testing.TB) *sandbox.Launcher {

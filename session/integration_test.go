@@ -20,12 +20,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// integrationLauncher is the real sandbox the integration tests share.
+// integrationLauncher is the real sandbox the integration tests share,
+// under a cgroup parent of its own.
 var integrationLauncher = sandboxtest.Shared[*sandbox.Launcher]{
-	What:  "sandbox (install bubblewrap)",
-	New:   func() (*sandbox.Launcher, error) { return sandbox.NewLauncher(sandbox.Config{KillGrace: testGrace}) },
-	Close: func(l *sandbox.Launcher) { l.Close() },
+	What: "sandbox (install bubblewrap)",
+	New: func() (*sandbox.Launcher, error) {
+		return sandbox.NewLauncher(sandbox.Config{KillGrace: testGrace, CgroupParent: sessionCgroups})
+	},
+	Close: func(l *sandbox.Launcher) {
+		l.Close()
+		sandboxtest.RemoveCgroupParent(sessionCgroups)
+	},
 }
+
+var sessionCgroups = sandboxtest.SharedCgroupParent("session")
 
 const testGrace = 500 * time.Millisecond
 

@@ -32,12 +32,20 @@ import (
 	"go.uber.org/goleak"
 )
 
-// launcher is the real sandbox the tests' gateways share.
+// launcher is the real sandbox the tests' gateways share, under a
+// cgroup parent of its own.
 var launcher = sandboxtest.Shared[*sandbox.Launcher]{
-	What:  "sandbox (install bubblewrap)",
-	New:   func() (*sandbox.Launcher, error) { return sandbox.NewLauncher(sandbox.Config{}) },
-	Close: func(l *sandbox.Launcher) { l.Close() },
+	What: "sandbox (install bubblewrap)",
+	New: func() (*sandbox.Launcher, error) {
+		return sandbox.NewLauncher(sandbox.Config{CgroupParent: clientCgroups})
+	},
+	Close: func(l *sandbox.Launcher) {
+		l.Close()
+		sandboxtest.RemoveCgroupParent(clientCgroups)
+	},
 }
+
+var clientCgroups = sandboxtest.SharedCgroupParent("client")
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -56,6 +56,25 @@ func fsType(dir string) int64 {
 // test root, found by filesystem type rather than by the code under test.
 func CgroupHierarchies(t testing.TB) []string {
 	t.Helper()
+	return cgroupHierarchies()
+}
+
+// SharedCgroupParent returns the cgroup parent of a launcher shared by a
+// test binary's tests (pkg names the package), unique to this process,
+// so that tests never share the default parent of a real server.
+func SharedCgroupParent(pkg string) string { return fmt.Sprintf("tgtest-%s-%d", pkg, os.Getpid()) }
+
+// RemoveCgroupParent removes parent and what is below it in every
+// hierarchy: the end of a shared launcher.
+func RemoveCgroupParent(parent string) error {
+	var errs []error
+	for _, hier := range cgroupHierarchies() {
+		errs = append(errs, RemoveCgroupTree(filepath.Join(hier, parent)))
+	}
+	return errors.Join(errs...)
+}
+
+func cgroupHierarchies() []string {
 	var dirs []string
 	for _, name := range []string{"unified", "memory", "pids", "cpu", "cpuacct", "freezer"} {
 		dir, err := filepath.EvalSymlinks(filepath.Join(cgroupRoot, name))
