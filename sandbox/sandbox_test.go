@@ -38,10 +38,17 @@ var testLauncher = sandboxtest.Shared[*Launcher]{
 	What: "sandbox (install bubblewrap to run this test)",
 	New: func() (*Launcher, error) {
 		// A grace long enough for a TERM handler to run on a loaded machine.
-		return NewLauncher(Config{KillGrace: 2 * time.Second, TenantUIDs: testTenantUIDs})
+		return NewLauncher(Config{KillGrace: 2 * time.Second, TenantUIDs: testTenantUIDs, CgroupParent: testCgroups})
 	},
-	Close: func(l *Launcher) { l.Close() },
+	Close: func(l *Launcher) {
+		l.Close()
+		sandboxtest.RemoveCgroupParent(testCgroups)
+	},
 }
+
+// testCgroups is the shared launcher's cgroup parent, not a real
+// server's default.
+var testCgroups = sandboxtest.SharedCgroupParent("sandbox")
 
 // needLauncher returns the shared launcher, skipping when this host cannot
 // sandbox, except under CI, where a missing sandbox is a failure.
@@ -495,7 +502,7 @@ func TestOpenFilesCeiling(t *testing.T) {
 func TestSignalsReachOnlyTheCommand(t *testing.T) {
 	t.Parallel()
 	events := needLauncher(t)
-	blind, err := NewLauncher(Config{KillGrace: 2 * time.Second})
+	blind, err := NewLauncher(Config{KillGrace: 2 * time.Second, CgroupParent: sandboxtest.CgroupParent(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func TestStaleInitCopiesAreRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Close()
-	l, err := NewLauncher(Config{})
+	l, err := NewLauncher(Config{CgroupParent: sandboxtest.CgroupParent(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -610,9 +610,15 @@ func (g gatewayUnderTest) signalsTo(t *testing.T, tenant, id string) []string {
 // click clicks the first element matching the CSS selector sel once it is visible.
 func click(t *testing.T, ctx context.Context, sel string) {
 	t.Helper()
-	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(cctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
+	// The list redraws itself every few seconds: a node found may be gone
+	// by the click, so a failed click is tried again on the new node.
+	var err error
+	if !sandboxtest.Eventually(t, 60*time.Second, func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err = chromedp.Run(cctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+		return err == nil
+	}) {
 		t.Fatalf("click %s: %v", sel, err)
 	}
 }

@@ -305,7 +305,7 @@ func TestCPUShares(t *testing.T) {
 func TestWritesLimits(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
-	h := detect(testRoot)
+	h := Detect(testRoot, sandboxtest.CgroupParent(t)) // not a real server's parent
 	info := h.Info()
 	tests := []struct {
 		name  string
@@ -385,7 +385,7 @@ func assertNoSwap(t *testing.T, c *Group) {
 func TestKillChild(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
-	h := detect(testRoot)
+	h := Detect(testRoot, sandboxtest.CgroupParent(t)) // not a real server's parent
 	require(t, h.Info().Kill, "a group kill", h.Info())
 	c := testCreate(t, h, Limits{})
 
@@ -419,7 +419,7 @@ func TestKillChild(t *testing.T) {
 func TestPidsLimit(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
-	h := detect(testRoot)
+	h := Detect(testRoot, sandboxtest.CgroupParent(t)) // not a real server's parent
 	require(t, h.Info().Pids, "a pids ceiling", h.Info())
 	c := testCreate(t, h, Limits{Pids: 5})
 
@@ -444,7 +444,7 @@ func TestPidsLimit(t *testing.T) {
 func TestMemoryOOM(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
-	h := detect(testRoot)
+	h := Detect(testRoot, sandboxtest.CgroupParent(t)) // not a real server's parent
 	require(t, h.Info().Memory, "a memory ceiling", h.Info())
 	c := testCreate(t, h, Limits{MemoryBytes: 32 << 20})
 
@@ -479,7 +479,7 @@ func poll(t *testing.T, f func() int64) int64 {
 func TestKillV1Fallbacks(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
-	real := detect(testRoot)
+	real := Detect(testRoot, sandboxtest.CgroupParent(t)) // not a real server's parent
 	if len(real.v1) == 0 {
 		// A pure v2 host never takes these paths, so even CI skips.
 		t.Skip("no v1 hierarchies: the freezer and signal fallbacks do not apply")
