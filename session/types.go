@@ -16,6 +16,7 @@ import (
 // Errors returned by the Supervisor. Each has a stable code (Code).
 var (
 	ErrNotFound    = errors.New("session: execution not found")
+	ErrGone        = errors.New("session: execution is gone: the restarted server no longer has it")
 	ErrConflict    = errors.New("session: execution id already used with a different spec")
 	ErrCapacity    = errors.New("session: at capacity")
 	ErrInvalidID   = errors.New("session: invalid execution id")

@@ -9,6 +9,7 @@ const (
 	CodeUnauthorized     = "unauthorized"       // no valid token, or it expired
 	CodeForbidden        = "forbidden"          // the token lacks the scope
 	CodeNotFound         = "not_found"          // unknown, expired, or another tenant's execution
+	CodeGone             = "gone"               // the execution existed, but the restarted server no longer has it
 	CodeConflict         = "conflict"           // an execution ID reused with another spec
 	CodeCapacity         = "capacity"           // the server is full for now; retry later
 	CodeInvalidID        = "invalid_id"         // a malformed execution ID
@@ -41,7 +42,7 @@ const (
 
 // codes lists every code above, in the order PROTOCOL.md names them.
 var codes = []string{
-	CodeUnauthorized, CodeForbidden, CodeNotFound, CodeConflict, CodeCapacity, CodeInvalidID,
+	CodeUnauthorized, CodeForbidden, CodeNotFound, CodeGone, CodeConflict, CodeCapacity, CodeInvalidID,
 	CodeInvalidSpec, CodeUnenforceable, CodeNotRunning, CodeNotAttached, CodeReadOnly, CodeTooManyChannels,
 	CodeRateLimited, CodeInputOffset, CodeInputFull, CodeNotPTY, CodeNoPipes, CodeSignalNotAllowed,
 	CodeClosed, CodeInvalidAfter, CodeInvalidRequest, CodeUnsupported, CodeInternal,
@@ -56,7 +57,7 @@ func Codes() []string { return slices.Clone(codes) }
 // new connection would be answered the same way, or must not happen
 // unasked (a start refused for capacity is retried by the caller).
 var fatal = []string{
-	CodeNotFound, CodeForbidden, CodeConflict, CodeInvalidID, CodeInvalidSpec, CodeUnenforceable,
+	CodeNotFound, CodeGone, CodeForbidden, CodeConflict, CodeInvalidID, CodeInvalidSpec, CodeUnenforceable,
 	CodeCapacity, CodeTooManyChannels, CodeUnauthorized,
 }
 
@@ -81,3 +82,7 @@ const (
 	CloseLimit            = 4003 // control messages sent without reading the answers
 	CloseHeartbeatTimeout = 4004 // no pong in time
 )
+
+// CloseServiceRestart is RFC 6455's 1012: the server is restarting and its
+// executions live on; reconnect and resume (PROTOCOL.md, "Restarts").
+const CloseServiceRestart = 1012

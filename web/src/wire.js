@@ -22,7 +22,7 @@ export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
  * this list with the Go side: keep it one sorted array of quoted codes.
  */
 export const FATAL_ERRORS = Object.freeze([
-  'capacity', 'conflict', 'forbidden', 'invalid_id', 'invalid_spec', 'not_found',
+  'capacity', 'conflict', 'forbidden', 'gone', 'invalid_id', 'invalid_spec', 'not_found',
   'too_many_channels', 'unauthorized', 'unenforceable',
 ]);
 
