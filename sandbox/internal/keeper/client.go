@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -31,7 +32,7 @@ type SpawnRequest struct {
 	Env     []string            // exactly this environment (empty: none)
 	Dir     string              // working directory ("": the keeper's)
 	Cred    *syscall.Credential // nil: the keeper's own
-	Files   []*os.File          // become the child's descriptors 0..len-1 (the keeper closes its copies after the fork)
+	Files   []*os.File          // become the child's descriptors 0..len-1, in blocking mode (the keeper closes its copies after the fork)
 	Held    []*os.File          // kept by the keeper, handed back on adoption (PTY master, pipe parent ends, init control)
 	Cgroups []string            // cgroup directories (below /sys/fs/cgroup) the keeper kills and removes when it stops an orphan
 	Remove  []string            // paths below the keeper's Dir it removes after that (the execution's state directory)
@@ -150,7 +151,7 @@ func (c *Client) handshake(ctx context.Context) error {
 		return err
 	}
 	m, files, err := c.c.recv()
-	closeAll(files)
+	closeFds(files)
 	switch {
 	case err != nil:
 		return err
@@ -177,18 +178,28 @@ func (c *Client) readListing() error {
 		case opReady:
 			return nil
 		case opChild:
-			c.children = append(c.children, Child{Key: m.Key, Pid: m.Pid, Meta: m.Meta, Held: files,
+			c.children = append(c.children, Child{Key: m.Key, Pid: m.Pid, Meta: m.Meta, Held: heldFiles(m.Key, files),
 				Exited: m.Exited, Status: unix.WaitStatus(m.Status)})
 			st := &exitState{done: m.Exited, status: unix.WaitStatus(m.Status)}
 			c.exits[m.Key] = st
 		case opExit:
-			closeAll(files)
+			closeFds(files)
 			c.recordExit(m.Key, unix.WaitStatus(m.Status))
 		default:
-			closeAll(files) // a newer keeper's message
+			closeFds(files) // a newer keeper's message
 		}
 	}
 	return fmt.Errorf("%w: listing of more than %d children", ErrInvalid, MaxChildren)
+}
+
+// heldFiles wraps received descriptors; a non-blocking one (a PTY master
+// opened for the poller) becomes pollable again.
+func heldFiles(key string, fds []int) []*os.File {
+	files := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		files[i] = os.NewFile(uintptr(fd), fmt.Sprintf("keeper-%s-%d", key, i))
+	}
+	return files
 }
 
 func (c *Client) held() []*os.File {
@@ -210,7 +221,7 @@ func (c *Client) read() {
 		if err != nil {
 			break
 		}
-		closeAll(files)
+		closeFds(files)
 		switch m.Op {
 		case opReply:
 			c.mu.Lock()
@@ -263,7 +274,7 @@ func (c *Client) recordExit(key string, ws unix.WaitStatus) {
 }
 
 // request sends m and waits for its reply.
-func (c *Client) request(ctx context.Context, m message, fds []*os.File) (message, error) {
+func (c *Client) request(ctx context.Context, m message, fds []int) (message, error) {
 	reply := make(chan message, 1)
 	c.mu.Lock()
 	if c.gone {
@@ -274,7 +285,8 @@ func (c *Client) request(ctx context.Context, m message, fds []*os.File) (messag
 	m.Seq = c.seq
 	c.pending[m.Seq] = reply
 	c.mu.Unlock()
-	if err := c.c.send(m, fds...); err != nil {
+	err := c.c.send(m, fds...)
+	if err != nil {
 		c.abandon(m.Seq)
 		return message{}, err
 	}
@@ -309,7 +321,13 @@ func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (pid int, err erro
 	if err := m.check(); err != nil {
 		return 0, err
 	}
-	r, err := c.request(ctx, m, append(append([]*os.File{}, req.Files...), req.Held...))
+	files := append(append([]*os.File{}, req.Files...), req.Held...)
+	fds, err := rawFds(files)
+	if err != nil {
+		return 0, err
+	}
+	r, err := c.request(ctx, m, fds)
+	runtime.KeepAlive(files)
 	if err != nil {
 		return 0, err
 	}

@@ -24,7 +24,7 @@ var forker struct {
 
 type forkRequest struct {
 	m     *message
-	files []*os.File // the child's descriptors 0..n-1
+	files []int // the child's descriptors 0..n-1
 	reply chan forkResult
 }
 
@@ -35,7 +35,7 @@ type forkResult struct {
 }
 
 // fork starts the child described by m on the forking thread.
-func fork(m *message, files []*os.File) (int, *os.File, error) {
+func fork(m *message, files []int) (int, *os.File, error) {
 	forker.once.Do(func() {
 		forker.reqs = make(chan forkRequest)
 		go forkLoop(forker.reqs)
@@ -55,12 +55,17 @@ func forkLoop(reqs <-chan forkRequest) {
 }
 
 // forkExec starts the program in a session of its own, killed when the
-// keeper dies, with exactly the given environment, descriptors and
-// credentials. It returns a non-blocking pidfd for the runtime poller.
-func forkExec(m *message, files []*os.File) (int, *os.File, error) {
+// keeper dies, with exactly the given environment, descriptors (in
+// blocking mode) and credentials. It returns a non-blocking pidfd for the runtime poller.
+func forkExec(m *message, files []int) (int, *os.File, error) {
 	fds := make([]uintptr, len(files))
-	for i, f := range files {
-		fds[i] = f.Fd()
+	for i, fd := range files {
+		// A program expects blocking stdio (exec.Cmd gives it that too);
+		// os.Pipe and os.OpenFile hand out non-blocking descriptors.
+		if err := unix.SetNonblock(fd, false); err != nil {
+			return 0, nil, fmt.Errorf("keeper: descriptor %d: %w", i, err)
+		}
+		fds[i] = uintptr(fd)
 	}
 	argv := m.Args
 	if len(argv) == 0 {
@@ -79,7 +84,6 @@ func forkExec(m *message, files []*os.File) (int, *os.File, error) {
 		},
 	}
 	pid, err := syscall.ForkExec(m.Path, argv, attr)
-	runtime.KeepAlive(files)
 	if err != nil {
 		return 0, nil, fmt.Errorf("keeper: start %s: %w", m.Path, err)
 	}

@@ -96,7 +96,7 @@ type keeper struct {
 type child struct {
 	key     string
 	pid     int
-	held    []*os.File
+	held    []int // descriptors kept for the gateway
 	cgroups []string
 	remove  []string
 	meta    []byte
@@ -280,7 +280,7 @@ func (k *keeper) handshake(c *conn) (*session, int, error) {
 	}
 	c.c.SetReadDeadline(time.Now().Add(HelloTimeout))
 	m, files, err := c.recv()
-	closeAll(files)
+	closeFds(files)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -336,7 +336,7 @@ func (k *keeper) attach(s *session, version int) error {
 	k.cur = s
 	k.stopTimers()
 	list := make([]message, 0, len(k.order))
-	held := make([][]*os.File, 0, len(k.order))
+	held := make([][]int, 0, len(k.order))
 	for _, key := range k.order {
 		ch := k.children[key]
 		if ch.pid == 0 {
@@ -353,7 +353,7 @@ func (k *keeper) attach(s *session, version int) error {
 }
 
 // sendListing writes welcome, the children and ready; s.c.mu is held.
-func (k *keeper) sendListing(s *session, version int, list []message, held [][]*os.File) error {
+func (k *keeper) sendListing(s *session, version int, list []message, held [][]int) error {
 	welcome, _ := encode(message{Op: opWelcome, Version: version, Pid: os.Getpid(), Count: len(list)})
 	if err := s.c.sendLocked(welcome, nil); err != nil {
 		return err
@@ -409,20 +409,20 @@ func (k *keeper) serveRequests(s *session) {
 }
 
 // handle carries out one request; it owns files.
-func (k *keeper) handle(s *session, m *message, files []*os.File) message {
+func (k *keeper) handle(s *session, m *message, files []int) message {
 	var err error
 	var pid int
 	switch m.Op {
 	case opSpawn:
 		pid, err = k.spawn(s, m, files)
 	case opAnnotate:
-		closeAll(files)
+		closeFds(files)
 		err = k.annotate(m.Key, m.Meta)
 	case opForget:
-		closeAll(files)
+		closeFds(files)
 		err = k.forget(m.Key)
 	default:
-		closeAll(files)
+		closeFds(files)
 		err = fmt.Errorf("%w: unknown operation %q", ErrInvalid, m.Op)
 	}
 	if err != nil {
@@ -432,16 +432,16 @@ func (k *keeper) handle(s *session, m *message, files []*os.File) message {
 }
 
 // spawn forks the child and registers it.
-func (k *keeper) spawn(s *session, m *message, files []*os.File) (int, error) {
+func (k *keeper) spawn(s *session, m *message, files []int) (int, error) {
 	childFiles, held := files[:m.Files], files[m.Files:]
-	defer closeAll(childFiles)
+	defer closeFds(childFiles)
 	if err := k.admit(m); err != nil {
-		closeAll(held)
+		closeFds(held)
 		return 0, err
 	}
 	pid, pidfd, err := fork(m, childFiles)
 	if err != nil {
-		closeAll(held)
+		closeFds(held)
 		k.release(m.Key)
 		return 0, err
 	}
@@ -534,7 +534,7 @@ func (k *keeper) forget(key string) error {
 	case !ch.exited:
 		return fmt.Errorf("%w: %s", ErrStillRunning, key)
 	}
-	closeAll(ch.held)
+	closeFds(ch.held)
 	k.dropLocked(key)
 	return nil
 }

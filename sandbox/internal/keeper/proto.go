@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -223,7 +222,7 @@ type conn struct {
 }
 
 // send writes one message with fds as SCM_RIGHTS.
-func (c *conn) send(m message, fds ...*os.File) error {
+func (c *conn) send(m message, fds ...int) error {
 	b, err := encode(m)
 	if err != nil {
 		return err
@@ -233,19 +232,12 @@ func (c *conn) send(m message, fds ...*os.File) error {
 	return c.sendLocked(b, fds)
 }
 
-func (c *conn) sendLocked(b []byte, fds []*os.File) error {
+func (c *conn) sendLocked(b []byte, fds []int) error {
 	var oob []byte
 	if len(fds) > 0 {
-		nums := make([]int, len(fds))
-		for i, f := range fds {
-			nums[i] = int(f.Fd())
-		}
-		oob = unix.UnixRights(nums...)
+		oob = unix.UnixRights(fds...)
 	}
 	_, _, err := c.c.WriteMsgUnix(b, oob, nil)
-	for _, f := range fds {
-		runtime.KeepAlive(f)
-	}
 	if err != nil {
 		return fmt.Errorf("keeper: send: %w", err)
 	}
@@ -258,7 +250,7 @@ var errClosed = errors.New("keeper: connection closed")
 // recv reads one message and the descriptors riding on it. A malformed
 // message returns an error wrapping ErrInvalid, its descriptors closed;
 // errClosed or another error means the connection is unusable.
-func (c *conn) recv() (message, []*os.File, error) {
+func (c *conn) recv() (message, []int, error) {
 	b := make([]byte, MaxMessage+1)
 	oob := make([]byte, unix.CmsgSpace(MaxFiles*4))
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(b, oob)
@@ -284,15 +276,17 @@ func (c *conn) recv() (message, []*os.File, error) {
 		err = fmt.Errorf("%w: %s carries %d descriptors, announced %d", ErrInvalid, m.Op, len(files), m.Files+m.Held)
 	}
 	if err != nil {
-		closeAll(files)
+		closeFds(files)
 		return m, nil, err
 	}
 	return m, files, nil
 }
 
-// parseRights turns the SCM_RIGHTS of a control message into files (the
-// socket receives them close-on-exec).
-func parseRights(oob []byte) ([]*os.File, error) {
+// parseRights returns the descriptors of a control message's SCM_RIGHTS
+// (the socket receives them close-on-exec). They stay plain numbers: an
+// *os.File of a non-blocking descriptor would join the runtime poller, and
+// the keeper would wake up for every byte its children write.
+func parseRights(oob []byte) ([]int, error) {
 	if len(oob) == 0 {
 		return nil, nil
 	}
@@ -300,17 +294,41 @@ func parseRights(oob []byte) ([]*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: control message: %w", ErrInvalid, err)
 	}
-	var files []*os.File
+	var all []int
 	for _, s := range scms {
 		fds, err := unix.ParseUnixRights(&s)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("keeper-fd-%d", fd)))
+		if err == nil {
+			all = append(all, fds...)
 		}
 	}
-	return files, nil
+	return all, nil
+}
+
+// closeFds closes descriptors the keeper holds as numbers.
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// rawFds returns the descriptors of files without File.Fd, which would
+// switch a non-blocking descriptor (and so everyone's copy) to blocking.
+// The caller keeps files alive until the descriptors were used.
+func rawFds(files []*os.File) ([]int, error) {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		if f == nil {
+			return nil, fmt.Errorf("%w: descriptor %d is nil", ErrInvalid, i)
+		}
+		raw, err := f.SyscallConn()
+		if err != nil {
+			return nil, fmt.Errorf("keeper: descriptor %d: %w", i, err)
+		}
+		if err := raw.Control(func(fd uintptr) { fds[i] = int(fd) }); err != nil {
+			return nil, fmt.Errorf("keeper: descriptor %d: %w", i, err)
+		}
+	}
+	return fds, nil
 }
 
 func closeAll(files []*os.File) {

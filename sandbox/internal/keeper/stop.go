@@ -63,15 +63,19 @@ func (k *keeper) stopAll(reason string) {
 func (k *keeper) signalAll(list []*child, sig unix.Signal) {
 	for _, ch := range list {
 		k.mu.Lock()
-		if !ch.exited { // a zombie keeps its pid, and so its session id
+		alive := !ch.exited // a zombie keeps its pid, and so its session id
+		if alive {
 			unix.Kill(-ch.pid, sig)
 		}
 		k.mu.Unlock()
-		for _, cg := range ch.cgroups {
-			n := signalCgroup(cg, sig)
-			k.log.Info("signalled cgroup", "key", ch.key, "cgroup", cg, "signal", sig.String(), "processes", n)
+		if alive {
+			k.log.Info("signalled", "key", ch.key, "pid", ch.pid, "signal", sig.String())
 		}
-		k.log.Info("signalled", "key", ch.key, "pid", ch.pid, "signal", sig.String())
+		for _, cg := range ch.cgroups {
+			if n := signalCgroup(cg, sig); n > 0 {
+				k.log.Info("signalled cgroup", "key", ch.key, "cgroup", cg, "signal", sig.String(), "processes", n)
+			}
+		}
 	}
 }
 
@@ -115,7 +119,7 @@ func (k *keeper) cleanUp(ch *child) {
 		}
 	}
 	k.mu.Lock()
-	closeAll(ch.held)
+	closeFds(ch.held)
 	ch.held = nil
 	k.mu.Unlock()
 }
