@@ -353,3 +353,9 @@ func shSpawn(t *testing.T, c *Client, key, script string, extra ...func(*SpawnRe
 	}
 	return pid
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func credNobody() *syscall.Credential {
+	return &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+}

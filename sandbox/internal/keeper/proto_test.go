@@ -1,0 +1,292 @@
+//go:build linux
+
+package keeper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawConn speaks the protocol by hand, to send what a Client never would.
+type rawConn struct {
+	t *testing.T
+	c *conn
+}
+
+func dialRaw(t *testing.T, dir string) *rawConn {
+	t.Helper()
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: filepath.Join(dir, SocketName), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	uc.SetDeadline(time.Now().Add(20 * time.Second))
+	return &rawConn{t: t, c: &conn{c: uc}}
+}
+
+func (r *rawConn) write(b []byte) {
+	r.t.Helper()
+	if _, err := r.c.c.Write(b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rawConn) read() message {
+	r.t.Helper()
+	m, fds, err := r.c.recv()
+	closeFds(fds)
+	if err != nil {
+		r.t.Fatalf("read: %v", err)
+	}
+	return m
+}
+
+// hello says hello and reads the (empty) listing.
+func (r *rawConn) hello() {
+	r.t.Helper()
+	r.write([]byte(`{"op":"hello","version":1,"min_version":1}`))
+	if m := r.read(); m.Op != opWelcome {
+		r.t.Fatalf("hello answered with %+v", m)
+	}
+	for m := r.read(); m.Op != opReady; m = r.read() {
+	}
+}
+
+// startKeeper starts a keeper on a fresh directory and waits until it listens.
+func startKeeper(t *testing.T) (string, *keeperProcs) {
+	t.Helper()
+	dir := stateDir(t)
+	ks := newKeepers(t, dir, time.Minute, time.Second, 5*time.Second)
+	ks.dial(t).Detach()
+	return dir, ks
+}
+
+// TestMalformedMessages: each bad message gets a clear refusal and the
+// connection goes on.
+func TestMalformedMessages(t *testing.T) {
+	t.Parallel()
+	dir, _ := startKeeper(t)
+	r := dialRaw(t, dir)
+	r.hello()
+	cases := []struct {
+		name string
+		msg  []byte
+		code string
+		text string
+	}{
+		{"not json", []byte(`{"op":`), "invalid", "decode message"},
+		{"no op", []byte(`{"seq":3}`), "invalid", "without op"},
+		{"unknown op", []byte(`{"op":"explode","seq":4}`), "invalid", `unknown operation "explode"`},
+		{"second hello", []byte(`{"op":"hello","version":1,"seq":5}`), "invalid", `unknown operation "hello"`},
+		{"too large", bytes.Repeat([]byte(" "), MaxMessage+1), "invalid", "exceeds"},
+		{"bad key", []byte(`{"op":"forget","seq":6,"key":"../x"}`), "invalid", "does not match"},
+		{"relative path", []byte(`{"op":"spawn","seq":7,"key":"k","path":"sh"}`), "invalid", "not absolute"},
+		{"descriptors announced", []byte(`{"op":"spawn","seq":8,"key":"k","path":"/bin/true","files":3}`), "invalid", "carries 0 descriptors, announced 3"},
+		{"too many descriptors", []byte(`{"op":"spawn","seq":9,"key":"k","path":"/bin/true","held":65}`), "invalid", "descriptors (at most 64)"},
+		{"meta too large", []byte(`{"op":"annotate","seq":10,"key":"k","meta":"` + strings.Repeat("A", (MaxMeta+3)/3*4+4) + `"}`), "invalid", "meta of"},
+		{"cgroup elsewhere", []byte(`{"op":"spawn","seq":11,"key":"k","path":"/bin/true","cgroups":["/etc"]}`), "invalid", "not below /sys/fs/cgroup"},
+		{"remove outside", []byte(`{"op":"spawn","seq":12,"key":"k","path":"/bin/true","remove":["/tmp/x"]}`), "invalid", "not below"},
+		{"remove the socket", []byte(`{"op":"spawn","seq":13,"key":"k","path":"/bin/true","remove":["` + filepath.Join(dir, SocketName) + `"]}`), "invalid", "not below"},
+		{"unknown child", []byte(`{"op":"forget","seq":14,"key":"k"}`), "unknown", "no such child"},
+	}
+	for _, tc := range cases {
+		r.write(tc.msg)
+		m := r.read()
+		if m.Op != opReply || m.Code != tc.code || !strings.Contains(m.Error, tc.text) {
+			t.Errorf("%s: got %+v, want code %q mentioning %q", tc.name, m, tc.code, tc.text)
+		}
+	}
+}
+
+// TestHello: a newer gateway (higher version, unknown fields) is served
+// at the keeper's version; a gateway needing a newer one is refused; a
+// connection must start with hello.
+func TestHello(t *testing.T) {
+	t.Parallel()
+	dir, _ := startKeeper(t)
+	cases := []struct {
+		name  string
+		hello string
+		op    string
+		code  string
+		text  string
+	}{
+		{"newer gateway", `{"op":"hello","version":7,"min_version":1,"future":{"x":1}}`, opWelcome, "", ""},
+		{"too new", `{"op":"hello","version":9,"min_version":8}`, opRefuse, "version", "speaks 8..9, this keeper 1..1"},
+		{"too old", `{"op":"hello","version":0}`, opRefuse, "version", "this keeper 1..1"},
+		{"no hello", `{"op":"forget","key":"x"}`, opRefuse, "invalid", `first message is "forget"`},
+		{"garbage", `hello`, opRefuse, "invalid", "decode message"},
+	}
+	for _, tc := range cases {
+		r := dialRaw(t, dir)
+		r.write([]byte(tc.hello))
+		m := r.read()
+		if m.Op != tc.op || m.Code != tc.code || !strings.Contains(m.Error, tc.text) {
+			t.Errorf("%s: got %+v, want %s with code %q mentioning %q", tc.name, m, tc.op, tc.code, tc.text)
+		}
+		if m.Op == opWelcome && m.Version != Version {
+			t.Errorf("%s: served version %d, want %d", tc.name, m.Version, Version)
+		}
+		r.c.c.Close()
+		if m.Op == opWelcome {
+			waitFor(5*time.Second, func() bool { return dialAttach(dir) == nil }) // let it detach
+		}
+	}
+	// The client maps a version refusal to ErrVersion.
+	if err := (&message{Op: opRefuse, Code: "version", Error: "keeper: unsupported protocol version: x"}).refusal(); !errors.Is(err, ErrVersion) {
+		t.Errorf("refusal: %v, want ErrVersion", err)
+	}
+}
+
+// dialAttach attaches once and detaches.
+func dialAttach(dir string) error {
+	c, err := Dial(context.Background(), dir, nil)
+	if err == nil {
+		c.Detach()
+	}
+	return err
+}
+
+// TestSpawnRefusals: requests a keeper must refuse, through the Client.
+func TestSpawnRefusals(t *testing.T) {
+	t.Parallel()
+	dir, ks := startKeeper(t)
+	c := ks.dial(t)
+	defer c.Detach()
+	shSpawn(t, c, "dup", `exit 0`)
+	<-c.Exit("dup")
+	cases := []struct {
+		name string
+		req  SpawnRequest
+		want error
+		text string
+	}{
+		{"key in use", SpawnRequest{Key: "dup", Path: "/bin/true"}, ErrExists, "dup"},
+		{"bad key", SpawnRequest{Key: "a/b", Path: "/bin/true"}, ErrInvalid, "does not match"},
+		{"empty key", SpawnRequest{Path: "/bin/true"}, ErrInvalid, "does not match"},
+		{"long key", SpawnRequest{Key: strings.Repeat("k", 129), Path: "/bin/true"}, ErrInvalid, "does not match"},
+		{"meta", SpawnRequest{Key: "m", Path: "/bin/true", Meta: make([]byte, MaxMeta+1)}, ErrInvalid, "meta of 65537 bytes"},
+		{"remove outside", SpawnRequest{Key: "r", Path: "/bin/true", Remove: []string{"/var/tmp"}}, ErrInvalid, "not below " + dir},
+		{"remove the dir", SpawnRequest{Key: "r", Path: "/bin/true", Remove: []string{dir}}, ErrInvalid, "not below"},
+		{"remove unclean", SpawnRequest{Key: "r", Path: "/bin/true", Remove: []string{dir + "/a/../../x"}}, ErrInvalid, "not below"},
+		{"env", SpawnRequest{Key: "e", Path: "/bin/true", Env: []string{"NOEQUALS"}}, ErrInvalid, "no '='"},
+		{"missing program", SpawnRequest{Key: "p", Path: "/nonexistent/prog"}, nil, "no such file"},
+		{"nil file", SpawnRequest{Key: "n", Path: "/bin/true", Files: []*os.File{nil}}, ErrInvalid, "nil"},
+	}
+	for _, tc := range cases {
+		_, err := c.Spawn(t.Context(), tc.req)
+		if err == nil || tc.want != nil && !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("%s: %v, want %v mentioning %q", tc.name, err, tc.want, tc.text)
+		}
+	}
+	// A failed fork leaves the key free.
+	if _, err := c.Spawn(t.Context(), SpawnRequest{Key: "p", Path: "/bin/true"}); err != nil {
+		t.Errorf("spawn after a failed fork: %v", err)
+	}
+	// Annotate replaces the meta the next gateway gets.
+	if err := c.Annotate("dup", []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Annotate("none", nil); !errors.Is(err, ErrUnknown) {
+		t.Errorf("annotate unknown: %v", err)
+	}
+	c.Detach()
+	c = ks.dial(t)
+	for _, ch := range c.Children() {
+		if ch.Key == "dup" && string(ch.Meta) != "v2" {
+			t.Errorf("meta %q after Annotate, want v2", ch.Meta)
+		}
+	}
+}
+
+// TestEnvironmentAndCredentials: the child gets exactly Env (none when
+// empty), Dir, and Cred.
+func TestEnvironmentAndCredentials(t *testing.T) {
+	t.Parallel()
+	dir, ks := startKeeper(t)
+	c := ks.dial(t)
+	defer c.Detach()
+	out := filepath.Join(filepath.Dir(dir), "out")
+	cases := []struct {
+		name string
+		req  func(*SpawnRequest)
+		want string
+	}{
+		{"empty env", func(r *SpawnRequest) {}, "env=[] dir=/ id=" + itoa(os.Geteuid())},
+		{"given env", func(r *SpawnRequest) { r.Env = []string{"A=1", "B=two"} }, "env=[A=1 B=two] dir=/ id=" + itoa(os.Geteuid())},
+		{"dir", func(r *SpawnRequest) { r.Dir = "/tmp" }, "env=[] dir=/tmp id=" + itoa(os.Geteuid())},
+	}
+	if os.Geteuid() == 0 {
+		cases = append(cases, struct {
+			name string
+			req  func(*SpawnRequest)
+			want string
+		}{"cred", func(r *SpawnRequest) { r.Cred = credNobody() }, "env=[] dir=/ id=65534"})
+	}
+	for i, tc := range cases {
+		f, err := os.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(out, 0o666)
+		key := "env" + itoa(i)
+		null := devNull(t)
+		req := SpawnRequest{Key: key, Path: "/bin/sh", Dir: "/",
+			Args:  []string{"sh", "-c", `echo "env=[$(env | grep -v '^PWD=' | sort | tr '\n' ' ' | sed 's/ $//')] dir=$(pwd) id=$(id -u)"`},
+			Files: []*os.File{null, f, f}}
+		tc.req(&req)
+		if _, err := c.Spawn(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		<-c.Exit(key)
+		got, _ := os.ReadFile(out)
+		if strings.TrimSpace(string(got)) != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, strings.TrimSpace(string(got)), tc.want)
+		}
+	}
+}
+
+// FuzzDecode: the decoder never panics, and what it accepts survives a
+// round trip unchanged.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"hello","version":1,"min_version":1}`,
+		`{"op":"spawn","seq":1,"key":"k","path":"/bin/sh","args":["sh","-c","x"],"env":["A=1"],"files":3,"held":1,"cgroups":["/sys/fs/cgroup/a"],"remove":["/s/x"],"meta":"AAEC","cred":{"uid":1,"gid":2,"groups":[3]}}`,
+		`{"op":"exit","key":"k","status":256}`,
+		`{"op":"child","key":"k","pid":5,"exited":true,"held":2}`,
+		`{"op":"reply","seq":9,"code":"busy","error":"keeper: another gateway is attached: pid 1"}`,
+		`{"op":"forget","key":"../.."}`, `{}`, `[]`, `null`, `{"op":"spawn","files":-1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		enc, err := encode(m)
+		if err != nil {
+			return // JSON escaping may grow a message past the limit
+		}
+		m2, err := decode(enc)
+		if err != nil {
+			t.Fatalf("re-decode of %s: %v", enc, err)
+		}
+		enc2, _ := json.Marshal(m2)
+		if !bytes.Equal(enc, enc2) {
+			t.Fatalf("round trip changed %s into %s", enc, enc2)
+		}
+	})
+}
