@@ -316,7 +316,13 @@ func TestKeeperKilled(t *testing.T) {
 	ks := newKeepers(t, dir, time.Minute, time.Second, 5*time.Second)
 	c := ks.dial(t)
 	defer c.Detach()
-	pid := shSpawn(t, c, "s", `sleep 1000`)
+	// Pdeathsig reaches the keeper's child alone (in production bwrap,
+	// whose sandbox dies with it): the child here is sleep itself.
+	null := devNull(t)
+	pid, err := c.Spawn(t.Context(), SpawnRequest{Key: "s", Path: "/bin/sleep", Args: []string{"sleep", "1000"}, Files: []*os.File{null, null, null}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	exit := c.Exit("s")
 	if err := ks.last().cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -329,8 +335,8 @@ func TestKeeperKilled(t *testing.T) {
 	if ws, ok := <-exit; ok {
 		t.Errorf("exit status %v delivered for a child of a killed keeper", ws)
 	}
-	if !waitFor(10*time.Second, func() bool { return !running(pid) }) {
-		t.Fatalf("child %d outlived its keeper", pid)
+	if !waitFor(10*time.Second, func() bool { return len(sessionMembers(pid)) == 0 }) {
+		t.Fatalf("processes %v of child %d's session outlived its keeper", sessionMembers(pid), pid)
 	}
 	if _, err := c.Spawn(t.Context(), SpawnRequest{Key: "t", Path: "/bin/true"}); !errors.Is(err, ErrLost) {
 		t.Errorf("Spawn after the keeper died: %v, want ErrLost", err)
@@ -463,4 +469,20 @@ func TestIdleKeeperExits(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, SocketName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the socket outlived its keeper: %v", err)
 	}
+}
+
+// sessionMembers lists the live processes in session sid.
+func sessionMembers(sid int) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if s, err := unix.Getsid(pid); err == nil && s == sid && running(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
