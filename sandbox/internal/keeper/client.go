@@ -106,9 +106,11 @@ func Dial(ctx context.Context, dir string, start func() error) (*Client, error) 
 }
 
 // retryable reports whether no keeper serves the socket (yet): none
-// listens, or the one there is exiting.
+// listens, the one there is exiting, or it dropped the connection
+// (too many handshakes at once).
 func retryable(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) ||
+		errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) ||
 		errors.Is(err, errExiting) || errors.Is(err, errClosed)
 }
 

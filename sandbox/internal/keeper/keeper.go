@@ -62,8 +62,12 @@ var (
 
 func init() { codes["exiting"] = errExiting }
 
-// idleLinger is Linger; the package's tests shorten it.
-var idleLinger = Linger
+// idleLinger and childLimit are Linger and MaxChildren; the package's
+// tests lower them.
+var (
+	idleLinger = Linger
+	childLimit = MaxChildren
+)
 
 // Config configures Serve.
 type Config struct {
@@ -470,8 +474,8 @@ func (k *keeper) admit(m *message) error {
 		return errExiting
 	case k.children[m.Key] != nil:
 		return fmt.Errorf("%w: %s", ErrExists, m.Key)
-	case len(k.children) >= MaxChildren:
-		return fmt.Errorf("%w: %d", ErrFull, MaxChildren)
+	case len(k.children) >= childLimit:
+		return fmt.Errorf("%w: it holds %d (exited ones count until forgotten)", ErrFull, childLimit)
 	}
 	k.children[m.Key] = &child{key: m.Key, reaped: make(chan struct{})} // placeholder until forked
 	k.order = append(k.order, m.Key)

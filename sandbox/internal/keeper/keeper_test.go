@@ -486,3 +486,27 @@ func sessionMembers(sid int) []int {
 	}
 	return pids
 }
+
+// TestChildLimit: a keeper holds at most its limit of children, exited
+// ones included until they are forgotten.
+func TestChildLimit(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	ks := newKeepers(t, dir, time.Minute, time.Second, 5*time.Second)
+	ks.env = append(ks.env, limitEnv+"=2")
+	c := ks.dial(t)
+	defer c.Detach()
+	shSpawn(t, c, "one", `exit 0`)
+	shSpawn(t, c, "two", `exit 0`)
+	<-c.Exit("one")
+	_, err := c.Spawn(t.Context(), SpawnRequest{Key: "three", Path: "/bin/true"})
+	if !errors.Is(err, ErrFull) {
+		t.Fatalf("third spawn: %v, want ErrFull", err)
+	}
+	if err := c.Forget("one"); err != nil {
+		t.Fatal(err)
+	}
+	shSpawn(t, c, "three", `exit 0`)
+	<-c.Exit("two")
+	<-c.Exit("three")
+}

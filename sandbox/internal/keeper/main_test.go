@@ -33,6 +33,7 @@ const (
 	graceEnv     = "KEEPER_TEST_ORPHAN_GRACE"
 	killGraceEnv = "KEEPER_TEST_KILL_GRACE"
 	lingerEnv    = "KEEPER_TEST_LINGER"
+	limitEnv     = "KEEPER_TEST_MAX_CHILDREN"
 )
 
 // TestMain runs a role, or the tests with a check that no goroutine
@@ -53,6 +54,9 @@ func runKeeper() int {
 	killGrace, _ := time.ParseDuration(os.Getenv(killGraceEnv))
 	if d, err := time.ParseDuration(os.Getenv(lingerEnv)); err == nil {
 		idleLinger = d
+	}
+	if n, err := strconv.Atoi(os.Getenv(limitEnv)); err == nil {
+		childLimit = n
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	err := Serve(context.Background(), Config{Dir: os.Getenv(dirEnv), OrphanGrace: grace, KillGrace: killGrace, Logger: log})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -254,6 +255,9 @@ func (c *conn) recv() (message, []int, error) {
 	b := make([]byte, MaxMessage+1)
 	oob := make([]byte, unix.CmsgSpace(MaxFiles*4))
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(b, oob)
+	if errors.Is(err, io.EOF) {
+		return message{}, nil, errClosed
+	}
 	if err != nil {
 		return message{}, nil, fmt.Errorf("keeper: receive: %w", err)
 	}

@@ -95,6 +95,8 @@ func TestMalformedMessages(t *testing.T) {
 		{"cgroup elsewhere", []byte(`{"op":"spawn","seq":11,"key":"k","path":"/bin/true","cgroups":["/etc"]}`), "invalid", "not below /sys/fs/cgroup"},
 		{"remove outside", []byte(`{"op":"spawn","seq":12,"key":"k","path":"/bin/true","remove":["/tmp/x"]}`), "invalid", "not below"},
 		{"remove the socket", []byte(`{"op":"spawn","seq":13,"key":"k","path":"/bin/true","remove":["` + filepath.Join(dir, SocketName) + `"]}`), "invalid", "not below"},
+		{"too many arguments", []byte(`{"op":"spawn","seq":15,"key":"k","path":"/bin/true","args":[` + strings.Repeat(`"a",`, MaxArgs) + `"a"]}`), "invalid", "arguments and variables (at most 4096)"},
+		{"too many paths", []byte(`{"op":"spawn","seq":16,"key":"k","path":"/bin/true","cgroups":[` + strings.Repeat(`"/sys/fs/cgroup/a",`, MaxPaths) + `"/sys/fs/cgroup/a"]}`), "invalid", "(at most 16)"},
 		{"unknown child", []byte(`{"op":"forget","seq":14,"key":"k"}`), "unknown", "no such child"},
 	}
 	for _, tc := range cases {
@@ -104,6 +106,41 @@ func TestMalformedMessages(t *testing.T) {
 			t.Errorf("%s: got %+v, want code %q mentioning %q", tc.name, m, tc.code, tc.text)
 		}
 	}
+}
+
+// TestHandshakeLimit: connections that never say hello are bounded in
+// number and time.
+func TestHandshakeLimit(t *testing.T) {
+	t.Parallel()
+	dir, ks := startKeeper(t)
+	c := ks.dial(t)
+	shSpawn(t, c, "keep", `exec sleep 1000`) // keeps the keeper from its idle exit
+	keeperPid := c.Pid()
+	c.Detach()
+	for range maxHandshakes {
+		dialRaw(t, dir)
+	}
+	waitFor(time.Second, func() bool { return false }) // let the keeper accept them
+	extra := dialRaw(t, dir)
+	start := time.Now()
+	if _, _, err := extra.c.recv(); !errors.Is(err, errClosed) {
+		t.Fatalf("connection beyond %d handshakes: %v, want it closed", maxHandshakes, err)
+	}
+	if waited := time.Since(start); waited > HelloTimeout/2 {
+		t.Logf("closed after %v: refused late, by the hello timeout", waited)
+	}
+	// A client gets through once the silent ones timed out.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*HelloTimeout)
+	defer cancel()
+	c, err := Dial(ctx, dir, func() error { return nil })
+	if err != nil {
+		t.Fatalf("dial after the silent connections: %v", err)
+	}
+	defer c.Detach()
+	if c.Pid() != keeperPid {
+		t.Errorf("keeper %d, want the same %d", c.Pid(), keeperPid)
+	}
+	stopChildren(t, c, c.Children())
 }
 
 // TestHello: a newer gateway (higher version, unknown fields) is served
