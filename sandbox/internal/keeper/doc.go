@@ -35,5 +35,21 @@
 // A keeper killed with SIGKILL takes its children with it (Pdeathsig);
 // the gateway sees end of file on the socket (Client.Lost).
 //
+// Children get SpawnRequest.Files as descriptors 0..n-1 switched to
+// blocking mode (as exec.Cmd gives them), exactly SpawnRequest.Env (none
+// when empty), a session of their own and Pdeathsig SIGKILL. Pdeathsig
+// reaches the keeper's child alone: what it starts must die with it by
+// other means (bwrap's --die-with-parent and its PID namespace). The
+// keeper keeps descriptors it holds as plain numbers, outside its runtime
+// poller, so the children's output never wakes it.
+//
+// Limits, each refused with ErrInvalid (or ErrFull): MaxMessage bytes per
+// message, MaxMeta bytes of meta, MaxFiles descriptors per spawn,
+// MaxArgs arguments plus variables, MaxPaths cgroups plus Remove paths
+// (cgroups below /sys/fs/cgroup, Remove paths strictly below Dir),
+// MaxChildren children (exited ones count until forgotten), keys of
+// [A-Za-z0-9._-]{1,128}. At most 8 connections may be in their hello at
+// once, each for HelloTimeout.
+//
 // The package imports nothing of termgate.
 package keeper

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,7 @@ func TestMalformedMessages(t *testing.T) {
 		{"too many arguments", []byte(`{"op":"spawn","seq":15,"key":"k","path":"/bin/true","args":[` + strings.Repeat(`"a",`, MaxArgs) + `"a"]}`), "invalid", "arguments and variables (at most 4096)"},
 		{"too many paths", []byte(`{"op":"spawn","seq":16,"key":"k","path":"/bin/true","cgroups":[` + strings.Repeat(`"/sys/fs/cgroup/a",`, MaxPaths) + `"/sys/fs/cgroup/a"]}`), "invalid", "(at most 16)"},
 		{"unknown child", []byte(`{"op":"forget","seq":14,"key":"k"}`), "unknown", "no such child"},
+		{"largest message", append([]byte(`{"op":"forget","seq":17,"key":"k"}`), bytes.Repeat([]byte(" "), MaxMessage-34)...), "unknown", "no such child"},
 	}
 	for _, tc := range cases {
 		r.write(tc.msg)
@@ -224,6 +226,12 @@ func TestSpawnRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want %v mentioning %q", tc.name, err, tc.want, tc.text)
 		}
 	}
+	// The largest meta goes through and comes back on adoption.
+	big := bytes.Repeat([]byte{0xff}, MaxMeta)
+	args := append([]string{"true"}, slices.Repeat([]string{strings.Repeat("a", 40)}, 1000)...)
+	if _, err := c.Spawn(t.Context(), SpawnRequest{Key: "big", Path: "/bin/true", Args: args, Meta: big}); err != nil {
+		t.Errorf("spawn with %d bytes of meta and %d arguments: %v", MaxMeta, len(args), err)
+	}
 	// A failed fork leaves the key free.
 	if _, err := c.Spawn(t.Context(), SpawnRequest{Key: "p", Path: "/bin/true"}); err != nil {
 		t.Errorf("spawn after a failed fork: %v", err)
@@ -237,9 +245,13 @@ func TestSpawnRefusals(t *testing.T) {
 	}
 	c.Detach()
 	c = ks.dial(t)
+	defer c.Detach()
 	for _, ch := range c.Children() {
 		if ch.Key == "dup" && string(ch.Meta) != "v2" {
 			t.Errorf("meta %q after Annotate, want v2", ch.Meta)
+		}
+		if ch.Key == "big" && !bytes.Equal(ch.Meta, big) {
+			t.Errorf("meta of %d bytes came back as %d", len(big), len(ch.Meta))
 		}
 	}
 }
