@@ -155,6 +155,7 @@ type backing struct {
 	lastPos  uint32 // record of the newest event; noPos before the first
 	sel      uint64 // current first block
 	pend     *pending
+	step     func() // see stepped; nil but in tests
 }
 
 // pending is an outstanding reservation.
@@ -182,13 +183,11 @@ func (b *backing) word(off int) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&b.mem[off]))
 }
 
-// step is called between the stores that publish an event, in tests, to
-// stop the writer there (crash_test.go); nil otherwise.
-var step func()
-
-func stepped() {
-	if step != nil {
-		step()
+// stepped calls the test hook step between the stores that publish an
+// event (crash_test.go stops the writer there).
+func (b *backing) stepped() {
+	if b.step != nil {
+		b.step()
 	}
 }
 
@@ -206,7 +205,7 @@ func newBacking(mem []byte, l layout) *backing {
 	b.word(offLastPos).Store(noPos)
 	b.word(offFirst).Store(1)
 	b.word(offFirst + firstBlock).Store(1)
-	stepped()
+	b.stepped()
 	copy(mem, magic[:])
 	return b
 }
@@ -232,7 +231,7 @@ func memoryError(mem []byte, l layout) error {
 }
 
 func headerSum(mem []byte) uint32 {
-	return crc32.Update(crc32.Checksum(mem[:offHdrCRC], castagnoli), castagnoli, mem[offMaxBytes:offCommit])
+	return crc32.Update(crc32.Checksum(mem[offVersion:offHdrCRC], castagnoli), castagnoli, mem[offMaxBytes:offCommit])
 }
 
 // put writes rc as the record at pos; the payload after it is in place.
@@ -241,6 +240,7 @@ func (b *backing) put(pos uint32, rc *record) {
 	le := binary.LittleEndian
 	le.PutUint64(p[rSeq:], rc.seq)
 	le.PutUint64(p[rTime:], uint64(rc.time))
+	b.stepped() // a torn record
 	for i, e := range rc.ends {
 		le.PutUint64(p[rEnds+8*i:], e)
 	}
@@ -250,6 +250,7 @@ func (b *backing) put(pos uint32, rc *record) {
 	le.PutUint16(p[rRows:], rc.rows)
 	le.PutUint16(p[rCols:], rc.cols)
 	p[rKind], p[rStream], p[58], p[59] = byte(rc.kind), byte(rc.stream), 0, 0
+	b.stepped()
 	le.PutUint32(p[rCRC:], b.sum(pos, rc))
 }
 
@@ -351,19 +352,19 @@ func (b *backing) publishFirst(first uint64, ends [3]uint64) {
 	for i, e := range ends {
 		b.word(off + 8 + 8*i).Store(e)
 	}
-	stepped()
+	b.stepped()
 	b.word(offSel).Store(next)
 	b.sel = next
 }
 
 // publish makes the record at pos, of sequence seq, the newest event.
 func (b *backing) publish(pos uint32, seq uint64) {
-	stepped()
+	b.stepped()
 	b.word(offLastPos).Store(uint64(pos))
-	stepped()
+	b.stepped()
 	if b.pend != nil {
 		b.word(offIntent).Store(seq + 1) // the reservation moves on
-		stepped()
+		b.stepped()
 	}
 	b.word(offCommit).Store(seq)
 	b.lastPos = pos

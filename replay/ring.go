@@ -85,8 +85,8 @@ type Ring struct {
 	cur   *slab // where output is copied; nil until the first output
 	spare *slab // a free full-size slab, reused before allocating
 
-	b     *backing             // the events of a backed ring (Config.Memory); nil in memory
-	resv  *memReservation      // an outstanding Reserve of a ring in memory
+	b     *backing                // the events of a backed ring (Config.Memory); nil in memory
+	resv  *memReservation         // an outstanding Reserve of a ring in memory
 	words [numWords]atomic.Uint64 // Word of a ring in memory
 }
 
@@ -184,29 +184,46 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 			return 0, err
 		}
 	}
-	r.makeRoom(len(ev.Data))
 	ev.Seq = r.last + 1
 	if ev.Time.IsZero() {
 		// Stamped under the lock so that Time never goes backwards along Seq.
 		ev.Time = time.Now()
 	}
 	if r.b != nil {
+		r.makeRoom(len(ev.Data))
 		r.storeBacked(ev, payload)
+		r.appended(ev.Kind)
 	} else {
+		// In memory the new output is stored first, so that slabs the
+		// eviction frees become the spare, not the current slab.
+		r.makeRoomEvents(len(ev.Data))
 		r.storeMemory(ev)
+		r.last++
+		r.closed = ev.Kind == KindExit
+		for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) && r.evictable(r.n, 0) {
+			r.evictOldest()
+		}
+		r.woken()
 	}
-	r.appended(ev.Kind)
 	return ev.Seq, nil
 }
 
 // makeRoom evicts what an append of an event with n bytes of output must
-// evict to stay within the bounds (unless holds keep it): by events, then
-// by bytes, never making room for more than one event.
+// evict to stay within the bounds (unless holds keep it), before it is
+// stored: by events, then by bytes, never making room for more than one
+// event. A backed ring must: the new event may take the old ones' memory.
 func (r *Ring) makeRoom(n int) {
-	for r.n >= r.maxEvents && r.evictable(r.n+1) {
+	r.makeRoomEvents(n)
+	for r.n > 0 && r.retainedBytes()+uint64(n) > uint64(r.maxBytes) && r.evictable(r.n+1, n) {
 		r.evictOldest()
 	}
-	for r.n > 0 && r.retainedBytes()+uint64(n) > uint64(r.maxBytes) && r.evictable(r.n+1) {
+}
+
+// makeRoomEvents evicts the oldest events while the ring holds MaxEvents
+// (unless a hold keeps them: after holds kept more, this returns the ring
+// to its bound).
+func (r *Ring) makeRoomEvents(n int) {
+	for r.n >= r.maxEvents && r.evictable(r.n+1, n) {
 		r.evictOldest()
 	}
 }
@@ -227,6 +244,12 @@ func (r *Ring) storeMemory(ev *Event) {
 func (r *Ring) appended(k Kind) {
 	r.last++
 	r.closed = k == KindExit
+	r.woken()
+}
+
+// woken wakes the readers waiting for an event, and the writers waiting
+// for room if there is some now.
+func (r *Ring) woken() {
 	if r.wake != nil {
 		close(r.wake)
 		r.wake = nil

@@ -18,7 +18,10 @@ func (r *Ring) storeBacked(ev *Event, payload []byte) {
 	}
 	size := uint32(recSize + align8(len(body)))
 	pos := r.allocate(size)
-	copy(b.log[pos+recSize:], body)
+	half := len(body) / 2
+	copy(b.log[pos+recSize:], body[:half])
+	b.stepped() // torn data
+	copy(b.log[pos+recSize+uint32(half):], body[half:])
 	rc := record{
 		seq: ev.Seq, time: ev.Time.UnixNano(), prev: b.lastPos, len: uint32(len(body)),
 		signal: int32(ev.Signal), rows: ev.Rows, cols: ev.Cols, kind: ev.Kind, stream: ev.Stream,
@@ -149,7 +152,7 @@ func (r *Ring) Reserve(s Stream, n int) ([]byte, error) {
 	b.word(offIntentLen).Store(uint64(n))
 	b.word(offIntentStr).Store(uint64(s))
 	b.word(offIntentT).Store(uint64(time.Now().UnixNano()))
-	stepped()
+	b.stepped()
 	b.word(offIntent).Store(r.last + 1)
 	return mem, nil
 }
@@ -181,7 +184,7 @@ func (r *Ring) Commit(s Stream, n int) (uint64, error) {
 	}
 	b := r.b
 	b.word(offIntentLen).Store(uint64(n) | intentDone)
-	stepped()
+	b.stepped()
 	r.makeRoom(n) // in case other events were appended since Reserve
 	seq := r.last + 1
 	rc := record{seq: seq, time: time.Now().UnixNano(), prev: b.lastPos, len: uint32(n), kind: KindOutput, stream: s}
