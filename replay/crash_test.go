@@ -110,10 +110,10 @@ type crashModel struct {
 	ring  *Ring
 	all   map[uint64]Event // every event published, deep copies
 	snaps []snapshot
-	read  bool // see snapshot
+	read  bool   // see snapshot
 	resv  []byte // what the reservation publishes if recovered
 	rs    Stream
-	short int  // Commit of this many (when it began: shortens resv)
+	short int // Commit of this many (when it began: shortens resv)
 	holds []*Hold
 }
 
