@@ -152,6 +152,7 @@ type backing struct {
 	ext      []extent // circular, indexed as Ring.slots is
 	arcs     []arc
 	frontier uint32 // end of the newest allocation
+	live     uint32 // log bytes of the retained events and the reservation
 	lastPos  uint32 // record of the newest event; noPos before the first
 	sel      uint64 // current first block
 	pend     *pending
@@ -387,16 +388,18 @@ func (b *backing) fits(p, size uint32) bool {
 
 // place finds free log memory for size bytes, or reports that the oldest
 // events must go first. It appends after the newest allocation, and goes
-// back to the start of the log once past the soft limit if the start is
-// free: without holds, a ring retains at most soft - 2*maxRecord, so the
-// start is free by then, and the memory touched stays within soft. Holds
-// may keep up to twice the bounds; then it fills any free stretch.
+// back to the start of the log when the start is free once past what the
+// ring retains plus two largest records: so the memory touched stays near
+// what the ring holds, and within soft, since without holds a ring
+// retains at most soft - 2*maxRecord. When the ring grows after that (or
+// holds keep up to twice the bounds), it fills any free stretch.
 func (b *backing) place(size uint32) (uint32, bool) {
 	f := b.frontier
+	wrap := min(uint64(b.soft), uint64(b.live)+uint64(size)+2*maxRecord)
 	switch {
 	case len(b.arcs) == 0 && b.pend == nil:
 		return 0, true
-	case uint64(f)+uint64(size) > uint64(b.soft) && b.fits(0, size):
+	case uint64(f)+uint64(size) > wrap && b.fits(0, size):
 		return 0, true
 	case b.fits(f, size):
 		return f, true
@@ -420,6 +423,7 @@ func (b *backing) took(pos, size uint32) { b.frontier = pos + size }
 
 // retain adds the extent of the newest event.
 func (b *backing) retain(e extent) {
+	b.live += e.size
 	if n := len(b.arcs); n > 0 && b.arcs[n-1].end == e.pos {
 		b.arcs[n-1].end += e.size
 		return
@@ -429,6 +433,7 @@ func (b *backing) retain(e extent) {
 
 // release frees the extent of the oldest event.
 func (b *backing) release(e extent) {
+	b.live -= e.size
 	a := &b.arcs[0]
 	if a.start != e.pos {
 		panic(fmt.Sprintf("replay: evicting the record at %d, the oldest arc starts at %d", e.pos, a.start))

@@ -142,6 +142,7 @@ func (r *Ring) Reserve(s Stream, n int) ([]byte, error) {
 	pos := r.allocate(size)
 	b := r.b
 	b.pend = &pending{ext: extent{pos, size}, stream: s, n: n}
+	b.live += size
 	mem := b.log[pos+recSize : pos+recSize+uint32(n) : pos+recSize+uint32(n)]
 	canary := rand.Uint64()
 	var c [8]byte
@@ -192,6 +193,7 @@ func (r *Ring) Commit(s Stream, n int) (uint64, error) {
 	rc.ends = r.ends()
 	b.put(p.ext.pos, &rc)
 	b.pend = nil
+	b.live -= p.ext.size
 	r.retain(p.ext)
 	b.publish(p.ext.pos, seq)
 	r.appended(KindOutput)
@@ -202,9 +204,11 @@ func (r *Ring) Commit(s Stream, n int) (uint64, error) {
 func (r *Ring) cancel() {
 	b := r.b
 	b.word(offIntent).Store(0)
-	if e := b.pend.ext; b.frontier == e.pos+e.size {
+	e := b.pend.ext
+	if b.frontier == e.pos+e.size {
 		b.frontier = e.pos
 	}
+	b.live -= e.size
 	b.pend = nil
 }
 
