@@ -151,11 +151,12 @@ type backing struct {
 	soft     uint32
 	ext      []extent // circular, indexed as Ring.slots is
 	arcs     []arc
-	frontier uint32 // end of the newest allocation
-	live     uint32 // log bytes of the retained events and the reservation
-	lastPos  uint32 // record of the newest event; noPos before the first
-	sel      uint64 // current first block
-	pend     *pending
+	frontier uint32   // end of the newest allocation
+	live     uint32   // log bytes of the retained events and the reservation
+	lastPos  uint32   // record of the newest event; noPos before the first
+	sel      uint64   // current first block
+	pend     *pending // an outstanding reservation, &reserved; nil when none
+	reserved pending
 	step     func() // see stepped; nil but in tests
 }
 

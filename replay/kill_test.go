@@ -84,9 +84,9 @@ func TestKillWriterChild(t *testing.T) {
 			if _, err := pw.Write(gen(s, n)); err != nil {
 				t.Fatal(err)
 			}
-			mem, err := r.Reserve(s, n)
-			if err != nil {
-				t.Fatal(err)
+			mem, rerr := r.Reserve(s, n)
+			if rerr != nil {
+				t.Fatal(rerr)
 			}
 			if got, err := syscall.Read(int(pr.Fd()), mem); got != n || err != nil {
 				t.Fatalf("read %d of %d: %v", got, n, err)
@@ -117,7 +117,9 @@ func TestKillWriter(t *testing.T) {
 		rounds = 10
 	}
 	ahead, events := 0, uint64(0)
-	defer func() { t.Logf("%d rounds, %d events recovered, %d rounds with one more event than logged", rounds, events, ahead) }()
+	defer func() {
+		t.Logf("%d rounds, %d events recovered, %d rounds with one more event than logged", rounds, events, ahead)
+	}()
 	for round := range rounds {
 		path := filepath.Join(dir, fmt.Sprint("ring", round))
 		size := MemorySize(killCfg)

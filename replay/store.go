@@ -141,7 +141,8 @@ func (r *Ring) Reserve(s Stream, n int) ([]byte, error) {
 	size := uint32(recSize + align8(n))
 	pos := r.allocate(size)
 	b := r.b
-	b.pend = &pending{ext: extent{pos, size}, stream: s, n: n}
+	b.reserved = pending{ext: extent{pos, size}, stream: s, n: n}
+	b.pend = &b.reserved
 	b.live += size
 	mem := b.log[pos+recSize : pos+recSize+uint32(n) : pos+recSize+uint32(n)]
 	canary := rand.Uint64()
