@@ -16,16 +16,18 @@ func pattern(s Stream, o uint64) byte { return byte(o*7 + o>>8 + uint64(s)) }
 // continuous, offsets and bytes are right per stream, and that gaps account
 // exactly for what it missed.
 func TestConcurrentReaders(t *testing.T) {
-	t.Parallel()
-	const events = 20000
-	r := New(Config{MaxBytes: 64 << 10, MaxEvents: 512})
-	var wg sync.WaitGroup
-	for range 8 {
-		c := r.Cursor(0)
-		wg.Go(func() { checkReader(t, c) })
-	}
-	write(t, r, events)
-	wg.Wait()
+	eachMode(t, func(t *testing.T, m mode) {
+		t.Parallel()
+		const events = 20000
+		r := m.new(Config{MaxBytes: 64 << 10, MaxEvents: 512})
+		var wg sync.WaitGroup
+		for range 8 {
+			c := r.Cursor(0)
+			wg.Go(func() { checkReader(t, c) })
+		}
+		write(t, r, events)
+		wg.Wait()
+	})
 }
 
 // write appends n events: output of varying size on two streams, with an

@@ -26,6 +26,10 @@ type Cursor struct {
 	seen  uint64
 	guess bool    // seen is a lower bound: the next gap's Bytes is Inexact
 	held  []*slab // slabs lent to the last batch, returned by the next Next
+	// buf holds the last batch's Data in a backed ring, whose log the
+	// writer reuses at once: a copy costs less than keeping the writer
+	// off leased log memory, which would make the log unbounded.
+	buf []byte
 }
 
 // Cursor returns a cursor positioned after sequence after: its first batch
@@ -105,7 +109,9 @@ func (c *Cursor) read() ([]Event, *Gap) {
 	if n == 0 {
 		return nil, gap
 	}
-	return r.appendEvents(nil, i, n), gap
+	var evs []Event
+	evs, c.buf = r.appendEvents(nil, i, n, c.buf[:0])
+	return evs, gap
 }
 
 // release returns the slabs lent to the last batch.

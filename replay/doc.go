@@ -25,6 +25,19 @@
 // All methods of Ring are safe for concurrent use; a Cursor belongs to one
 // reader.
 //
+// A backed ring (Config.Memory) keeps its events in memory the caller
+// provides, usually a MAP_SHARED mapping of a file on tmpfs, written so
+// that Recover rebuilds the ring exactly after the writer was killed at
+// any instruction (backed.go describes the layout and publish order).
+// Reserve and Commit let a reader read straight into that memory, so a
+// byte the kernel handed over is in the ring even if the writer dies
+// before it commits. Word keeps a few words of the caller's state there.
+// Its limits: output events of at most MaxReserve bytes (longer output is
+// split), exit and notice text of at most MaxPayload, MemorySize(cfg) of
+// memory (sparse: an idle ring touches a page, a busy one about what it
+// retains plus 128 KiB), and Data that readers get is a copy (Read: theirs
+// to keep; Cursor.Next: reused by the cursor's next call).
+//
 // Output is copied once, into slabs of memory that the ring reuses, so a
 // busy ring allocates nothing. The Data of a returned event is shared with
 // the ring and other readers and must never be modified. Data returned by

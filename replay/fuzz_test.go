@@ -35,14 +35,19 @@ func FuzzRing(f *testing.F) {
 	// (the hold's floor) was kept as if held.
 	f.Add([]byte("\t0080010010010000010010\"00108001\x0491900000000000001\x040"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		in := &fuzzInput{data: data}
-		cfg := Config{MaxBytes: 1 + int(in.byte()%64), MaxEvents: 1 + int(in.byte()%16)}
-		// Read pins the slabs it returns, which would hide mistakes in the
-		// cursors' leases, so some runs use cursors only.
-		h := &harness{t: t, ring: New(cfg), model: model{cfg: cfg, cum: []uint64{0}, lo: 1}, reads: in.byte()%2 == 0}
-		for !in.done() {
-			h.step(in)
-			h.checkState()
+		for _, m := range modes {
+			in := &fuzzInput{data: data}
+			cfg := Config{MaxBytes: 1 + int(in.byte()%64), MaxEvents: 1 + int(in.byte()%16)}
+			// Read pins the slabs it returns, which would hide mistakes in the
+			// cursors' leases, so some runs use cursors only.
+			h := &harness{t: t, ring: m.new(cfg), model: model{cfg: cfg, cum: []uint64{0}, lo: 1}, reads: in.byte()%2 == 0}
+			for !in.done() {
+				h.step(in)
+				h.checkState()
+				if m.backed {
+					checkRecovered(t, h.ring, cfg)
+				}
+			}
 		}
 	})
 }

@@ -168,12 +168,11 @@ func (r *Ring) refloor() {
 // ring within its bounds, when the ring would hold events events: nothing
 // holds it, or the ring is beyond twice its bounds, the hard ceiling that
 // keeps memory bounded whatever happens (evictOldest counts what it
-// forces out). The oldest is read from its slot, not from first(): push
-// calls this after Append counted the new event in last but before it
-// counts it in n.
-func (r *Ring) evictable(events int) bool {
-	if !r.pinned() || r.slots[r.head].ev.Seq <= r.floor {
+// forces out). Called before the new event is stored, with events and
+// incoming (its output bytes) counting it.
+func (r *Ring) evictable(events, incoming int) bool {
+	if !r.pinned() || r.first() <= r.floor {
 		return true
 	}
-	return r.retainedBytes() > 2*uint64(r.maxBytes) || events > 2*r.maxEvents
+	return r.retainedBytes()+uint64(incoming) > 2*uint64(r.maxBytes) || events > 2*r.maxEvents
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,6 +33,23 @@ var (
 type Config struct {
 	MaxBytes  int `json:"max_bytes"`  // sum of len(Data) retained; default DefaultMaxBytes
 	MaxEvents int `json:"max_events"` // events retained; default DefaultMaxEvents
+	// Memory, when set, holds the ring's events instead of the Go heap, so
+	// that Recover can rebuild the ring from it after the writer died (see
+	// backed.go): usually a MAP_SHARED mapping of a file on tmpfs. Its
+	// length is MemorySize(cfg); New lays out a fresh ring in it whatever it
+	// held, Recover reads the ring a previous writer left.
+	Memory []byte `json:"-"`
+}
+
+// normal returns c with the defaults in place of zero bounds.
+func (c Config) normal() Config {
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.MaxEvents <= 0 {
+		c.MaxEvents = DefaultMaxEvents
+	}
+	return c
 }
 
 // Ring is the bounded event log of one execution. Create it with New. All
@@ -66,6 +84,10 @@ type Ring struct {
 
 	cur   *slab // where output is copied; nil until the first output
 	spare *slab // a free full-size slab, reused before allocating
+
+	b     *backing                // the events of a backed ring (Config.Memory); nil in memory
+	resv  *memReservation         // an outstanding Reserve of a ring in memory
+	words [numWords]atomic.Uint64 // Word of a ring in memory
 }
 
 // slot is a retained event and the slab its Data is in (nil if none).
@@ -78,15 +100,16 @@ type slot struct {
 }
 
 // New returns an empty ring bounded by cfg. It allocates nothing for
-// events until the first Append.
+// events until the first Append. With cfg.Memory it lays out a fresh
+// backed ring there; it panics when that memory is not MemorySize(cfg)
+// bytes long or not 8-byte aligned, or the bounds need more than 4 GiB.
 func New(cfg Config) *Ring {
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = DefaultMaxBytes
+	cfg = cfg.normal()
+	r := &Ring{maxBytes: cfg.MaxBytes, maxEvents: cfg.MaxEvents, slabMax: slabLimit(cfg.MaxBytes)}
+	if cfg.Memory != nil {
+		r.b = newBacking(cfg.Memory, layoutOf(cfg))
 	}
-	if cfg.MaxEvents <= 0 {
-		cfg.MaxEvents = DefaultMaxEvents
-	}
-	return &Ring{maxBytes: cfg.MaxBytes, maxEvents: cfg.MaxEvents, slabMax: slabLimit(cfg.MaxBytes)}
+	return r
 }
 
 // Append records ev and returns its sequence number. The ring sets Seq,
@@ -94,6 +117,10 @@ func New(cfg Config) *Ring {
 // Notice, so the caller may reuse them. To stay within its bounds it
 // evicts the oldest events, but never the one just appended: an output
 // larger than MaxBytes is kept alone. Append never blocks on readers.
+//
+// A backed ring records output longer than MaxReserve as consecutive
+// events of at most MaxReserve bytes and returns the last one's sequence,
+// and refuses an exit or notice whose text exceeds MaxPayload.
 func (r *Ring) Append(ev Event) (uint64, error) {
 	if err := ev.check(); err != nil {
 		return 0, err
@@ -108,6 +135,9 @@ func (r *Ring) Append(ev Event) (uint64, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ev.Kind == KindOutput {
+		return r.outputLocked(&ev)
+	}
 	return r.appendLocked(&ev)
 }
 
@@ -120,7 +150,26 @@ func (r *Ring) AppendOutput(s Stream, p []byte) (uint64, error) {
 	ev := Event{Kind: KindOutput, Stream: s, Data: p}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.appendLocked(&ev)
+	return r.outputLocked(&ev)
+}
+
+// outputLocked appends the output ev, in pieces of at most MaxReserve
+// bytes in a backed ring.
+func (r *Ring) outputLocked(ev *Event) (uint64, error) {
+	if r.b == nil {
+		return r.appendLocked(ev)
+	}
+	data := ev.Data
+	for len(data) > MaxReserve {
+		piece := *ev
+		piece.Data = data[:MaxReserve]
+		if _, err := r.appendLocked(&piece); err != nil {
+			return 0, err
+		}
+		data = data[MaxReserve:]
+	}
+	ev.Data = data
+	return r.appendLocked(ev)
 }
 
 // appendLocked appends ev, whose Data is still the caller's.
@@ -128,23 +177,79 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 	if r.closed {
 		return 0, ErrClosed
 	}
-	r.last++
-	ev.Seq = r.last
+	var payload []byte
+	if r.b != nil {
+		var err error
+		if payload, err = payloadOf(ev); err != nil {
+			return 0, err
+		}
+	}
+	ev.Seq = r.last + 1
 	if ev.Time.IsZero() {
 		// Stamped under the lock so that Time never goes backwards along Seq.
 		ev.Time = time.Now()
 	}
+	if r.b != nil {
+		r.makeRoom(len(ev.Data))
+		r.storeBacked(ev, payload)
+		r.appended(ev.Kind)
+	} else {
+		// In memory the new output is stored first, so that slabs the
+		// eviction frees become the spare, not the current slab.
+		r.makeRoomEvents(len(ev.Data))
+		r.storeMemory(ev)
+		r.last++
+		r.closed = ev.Kind == KindExit
+		for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) && r.evictable(r.n, 0) {
+			r.evictOldest()
+		}
+		r.woken()
+	}
+	return ev.Seq, nil
+}
+
+// makeRoom evicts what an append of an event with n bytes of output must
+// evict to stay within the bounds (unless holds keep it), before it is
+// stored: by events, then by bytes, never making room for more than one
+// event. A backed ring must: the new event may take the old ones' memory.
+func (r *Ring) makeRoom(n int) {
+	r.makeRoomEvents(n)
+	for r.n > 0 && r.retainedBytes()+uint64(n) > uint64(r.maxBytes) && r.evictable(r.n+1, n) {
+		r.evictOldest()
+	}
+}
+
+// makeRoomEvents evicts the oldest events while the ring holds MaxEvents
+// (unless a hold keeps them: after holds kept more, this returns the ring
+// to its bound).
+func (r *Ring) makeRoomEvents(n int) {
+	for r.n >= r.maxEvents && r.evictable(r.n+1, n) {
+		r.evictOldest()
+	}
+}
+
+// storeMemory stores ev, numbered, as the newest event of a ring in memory.
+func (r *Ring) storeMemory(ev *Event) {
 	sl := slot{ev: *ev}
 	sl.ev.Offset = 0
 	if ev.Kind == KindOutput {
 		r.output(&sl)
 	}
 	sl.end = r.outputBytes
-	r.closed = ev.Kind == KindExit
 	r.push(sl)
-	for r.n > 1 && r.retainedBytes() > uint64(r.maxBytes) && r.evictable(r.n) {
-		r.evictOldest()
-	}
+}
+
+// appended counts the event just stored, which has its slot, and wakes
+// whoever waits.
+func (r *Ring) appended(k Kind) {
+	r.last++
+	r.closed = k == KindExit
+	r.woken()
+}
+
+// woken wakes the readers waiting for an event, and the writers waiting
+// for room if there is some now.
+func (r *Ring) woken() {
 	if r.wake != nil {
 		close(r.wake)
 		r.wake = nil
@@ -154,7 +259,6 @@ func (r *Ring) appendLocked(ev *Event) (uint64, error) {
 		close(r.room)
 		r.room = nil
 	}
-	return ev.Seq, nil
 }
 
 // output copies the caller's Data into ring memory and gives the event its
@@ -168,34 +272,39 @@ func (r *Ring) output(sl *slot) {
 	r.outputBytes += uint64(len(ev.Data))
 }
 
-// push stores sl as the newest event, first evicting the oldest events
-// while the ring holds MaxEvents (unless a hold keeps them: after holds
-// kept more, this returns the ring to its bound), and growing the slot
-// slice when it is full.
+// push stores sl as the newest event (makeRoom evicted what had to go),
+// growing the slot slice when it is full.
 func (r *Ring) push(sl slot) {
-	for r.n >= r.maxEvents && r.evictable(r.n+1) {
-		r.evictOldest()
-	}
 	if r.n == len(r.slots) {
-		r.grow()
+		r.slots, r.head = grown(r.slots, r.head, r.n, r.maxEvents), 0
 	}
 	r.slots[r.index(r.n)] = sl
 	r.n++
 }
 
-func (r *Ring) grow() {
-	limit := r.maxEvents
-	if r.n >= limit {
-		limit = 2 * r.maxEvents // holds keep more than MaxEvents; see evictable
+// grown returns a larger copy of the circular slice s, whose n elements
+// start at head, the oldest first.
+func grown[T any](s []T, head, n, maxEvents int) []T {
+	limit := maxEvents
+	if n >= limit {
+		limit = 2 * maxEvents // holds keep more than MaxEvents; see evictable
 	}
-	slots := make([]slot, min(max(2*len(r.slots), initialSlots), limit))
-	for k := range r.n {
-		slots[k] = r.slots[r.index(k)]
+	bigger := make([]T, min(max(2*len(s), initialSlots), limit))
+	for k := range n {
+		j := head + k
+		if j >= len(s) {
+			j -= len(s)
+		}
+		bigger[k] = s[j]
 	}
-	r.slots, r.head = slots, 0
+	return bigger
 }
 
 func (r *Ring) evictOldest() {
+	if r.b != nil {
+		r.evictBacked()
+		return
+	}
 	old := &r.slots[r.head]
 	if r.onEvict != nil {
 		r.onEvict(old.ev)
@@ -215,19 +324,58 @@ func (r *Ring) evictOldest() {
 
 // index maps the i-th retained event (0 is the oldest) to its slot.
 func (r *Ring) index(i int) int {
-	if j := r.head + i; j < len(r.slots) {
+	size := len(r.slots)
+	if r.b != nil {
+		size = len(r.b.ext)
+	}
+	if j := r.head + i; j < size {
 		return j
 	}
-	return r.head + i - len(r.slots)
+	return r.head + i - size
 }
 
 // appendEvents appends the retained events i up to i+n (exclusive) to dst.
-func (r *Ring) appendEvents(dst []Event, i, n int) []Event {
+// A backed ring copies their Data to buf, or to fresh memory when buf is
+// nil, and returns buf.
+func (r *Ring) appendEvents(dst []Event, i, n int, buf []byte) ([]Event, []byte) {
 	dst = slices.Grow(dst, n)
-	for k := range n {
-		dst = append(dst, r.slots[r.index(i+k)].ev)
+	if r.b == nil {
+		for k := range n {
+			dst = append(dst, r.slots[r.index(i+k)].ev)
+		}
+		return dst, buf
 	}
-	return dst
+	total := 0
+	for k := range n {
+		total += r.dataLen(i + k)
+	}
+	if buf == nil {
+		buf = make([]byte, 0, total)
+	}
+	buf = slices.Grow(buf, total)
+	for k := range n {
+		dst = append(dst, r.b.event(r.b.ext[r.index(i+k)].pos, &buf))
+	}
+	return dst, buf
+}
+
+// dataLen returns the output bytes of the i-th retained event.
+func (r *Ring) dataLen(i int) int {
+	if r.b == nil {
+		return len(r.slots[r.index(i)].ev.Data)
+	}
+	rc := r.b.get(r.b.ext[r.index(i)].pos)
+	return rc.dataLen()
+}
+
+// endAt returns the output bytes appended up to and including the i-th
+// retained event.
+func (r *Ring) endAt(i int) uint64 {
+	if r.b == nil {
+		return r.slots[r.index(i)].end
+	}
+	rc := r.b.get(r.b.ext[r.index(i)].pos)
+	return rc.total()
 }
 
 func (r *Ring) retainedBytes() uint64 { return r.outputBytes - r.evictedBytes }
@@ -244,7 +392,7 @@ func (r *Ring) cumThrough(seq uint64) uint64 {
 	case seq+1 <= first:
 		return r.evictedBytes
 	default:
-		return r.slots[r.index(int(seq-first))].end
+		return r.endAt(int(seq - first))
 	}
 }
 
@@ -288,7 +436,8 @@ func (r *Ring) Read(dst []Event, after uint64, max, maxBytes int) ([]Event, *Gap
 	defer r.mu.Unlock()
 	i, n, gap := r.span(after, 0, after > 0, max, maxBytes)
 	r.eachSlab(i, n, func(s *slab) { s.pinned = true })
-	return r.appendEvents(dst[:0], i, n), gap
+	evs, _ := r.appendEvents(dst[:0], i, n, nil)
+	return evs, gap
 }
 
 // span locates what a reader after after gets: n retained events from the
@@ -318,7 +467,7 @@ func (r *Ring) batchLen(i, max, maxBytes int) int {
 	}
 	total := 0
 	for k := range n {
-		total += len(r.slots[r.index(i+k)].ev.Data)
+		total += r.dataLen(i + k)
 		if total > maxBytes && k > 0 {
 			return k
 		}

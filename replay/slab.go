@@ -91,6 +91,9 @@ func (r *Ring) recycle(s *slab) {
 // i+n (exclusive) point into. Those slabs are consecutive, so comparing
 // with the previous one suffices.
 func (r *Ring) eachSlab(i, n int, f func(*slab)) {
+	if r.b != nil {
+		return // a backed ring copies what it hands out
+	}
 	var prev *slab
 	for k := range n {
 		if s := r.slots[r.index(i+k)].slab; s != nil && s != prev {

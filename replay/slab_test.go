@@ -52,14 +52,16 @@ func TestLargeOutputHasItsOwnMemory(t *testing.T) {
 // TestSteadyStateAppendsDoNotAllocate: once slabs cycle, appending output
 // allocates nothing, which is what makes the ring fast.
 func TestSteadyStateAppendsDoNotAllocate(t *testing.T) {
-	r := New(Config{MaxBytes: 64 << 10})
-	p := make([]byte, 1000)
-	for range 1000 {
-		r.AppendOutput(StreamStdout, p)
-	}
-	if n := testing.AllocsPerRun(1000, func() { r.AppendOutput(StreamStdout, p) }); n != 0 {
-		t.Errorf("%v allocations per append, want 0", n)
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		r := m.new(Config{MaxBytes: 64 << 10})
+		p := make([]byte, 1000)
+		for range 1000 {
+			r.AppendOutput(StreamStdout, p)
+		}
+		if n := testing.AllocsPerRun(1000, func() { r.AppendOutput(StreamStdout, p) }); n != 0 {
+			t.Errorf("%v allocations per append, want 0", n)
+		}
+	})
 }
 
 // churn appends enough numbered outputs to evict everything before them
@@ -73,52 +75,59 @@ func churn(r *Ring, n int) {
 func numbered(i int) []byte { return []byte(fmt.Sprintf("event %04d|", i)) }
 
 func TestLentDataStaysUntilNextCall(t *testing.T) {
-	t.Parallel()
-	r := New(Config{MaxBytes: 4096})
-	for i := range 20 {
-		r.AppendOutput(StreamStdout, numbered(i))
-	}
-	c := r.Cursor(0)
-	evs, _, err := c.Next(t.Context())
-	if err != nil || len(evs) != 20 {
-		t.Fatalf("next: %d events, %v", len(evs), err)
-	}
-	churn(r, 2000)
-	for i, ev := range evs {
-		if !bytes.Equal(ev.Data, numbered(i)) {
-			t.Fatalf("lent event %d changed to %q before the next call", i, ev.Data)
+	eachMode(t, func(t *testing.T, m mode) {
+		t.Parallel()
+		r := m.new(Config{MaxBytes: 4096})
+		for i := range 20 {
+			r.AppendOutput(StreamStdout, numbered(i))
 		}
-	}
-	if _, gap, _ := c.Next(t.Context()); gap == nil {
-		t.Fatal("want a gap after the churn")
-	}
-	if len(c.held) != 0 {
-		t.Errorf("cursor still holds %d slabs after a gap", len(c.held))
-	}
-	churn(r, 2000)
-	if r.spare == nil {
-		t.Error("no slab was recycled after the lease ended")
-	}
+		c := r.Cursor(0)
+		evs, _, err := c.Next(t.Context())
+		if err != nil || len(evs) != 20 {
+			t.Fatalf("next: %d events, %v", len(evs), err)
+		}
+		churn(r, 2000)
+		for i, ev := range evs {
+			if !bytes.Equal(ev.Data, numbered(i)) {
+				t.Fatalf("lent event %d changed to %q before the next call", i, ev.Data)
+			}
+		}
+		if _, gap, _ := c.Next(t.Context()); gap == nil {
+			t.Fatal("want a gap after the churn")
+		}
+		if m.backed {
+			return // no slabs: the rest is about them
+		}
+		if len(c.held) != 0 {
+			t.Errorf("cursor still holds %d slabs after a gap", len(c.held))
+		}
+		churn(r, 2000)
+		if r.spare == nil {
+			t.Error("no slab was recycled after the lease ended")
+		}
+	})
 }
 
 func TestReadDataIsNeverReused(t *testing.T) {
-	t.Parallel()
-	r := New(Config{MaxBytes: 4096})
-	for i := range 20 {
-		r.AppendOutput(StreamStdout, numbered(i))
-	}
-	evs, _ := r.Read(nil, 0, 0, 0)
-	churn(r, 2000)
-	c := r.Cursor(0)
-	for range 10 { // cursors and recycling go on around the pinned slabs
-		c.Next(t.Context())
-		churn(r, 200)
-	}
-	for i, ev := range evs {
-		if !bytes.Equal(ev.Data, numbered(i)) {
-			t.Fatalf("event %d from Read changed to %q", i, ev.Data)
+	eachMode(t, func(t *testing.T, m mode) {
+		t.Parallel()
+		r := m.new(Config{MaxBytes: 4096})
+		for i := range 20 {
+			r.AppendOutput(StreamStdout, numbered(i))
 		}
-	}
+		evs, _ := r.Read(nil, 0, 0, 0)
+		churn(r, 2000)
+		c := r.Cursor(0)
+		for range 10 { // cursors and recycling go on around the pinned slabs
+			c.Next(t.Context())
+			churn(r, 200)
+		}
+		for i, ev := range evs {
+			if !bytes.Equal(ev.Data, numbered(i)) {
+				t.Fatalf("event %d from Read changed to %q", i, ev.Data)
+			}
+		}
+	})
 }
 
 // TestDroppedCursorLeavesSlabsToTheCollector: slabs lent to a cursor that
