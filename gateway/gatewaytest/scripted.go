@@ -33,7 +33,7 @@ type Scripted struct {
 	conns chan *ScriptConn
 
 	mu       sync.Mutex
-	srv      *http.Server // nil while down
+	srv      *http.Server  // nil while down
 	served   chan struct{} // closed when srv's Serve returned
 	all      []*ScriptConn
 	handlers sync.WaitGroup
