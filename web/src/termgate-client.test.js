@@ -427,6 +427,20 @@ test('a close with 1012 is a restart: the status says so until live, delays stay
   const reconnecting = statuses.filter((s) => s.state === 'reconnecting');
   assert.ok(reconnecting.length >= 2, 'several attempts');
   assert.ok(reconnecting.every((s) => s.restart === true && s.delay <= 2000), JSON.stringify(reconnecting));
+  // The gateway is back: the execution resumes after what it delivered.
+  let ws2;
+  for (let i = 0; i < 200 && !ws2; i++) {
+    await tick(1);
+    const ws = FakeSocket.all.at(-1);
+    if (ws !== ws1 && ws.readyState === 0) ws2 = ws;
+  }
+  ws2.open();
+  ws2.text(HELLO);
+  const a2 = ws2.controls().find((m) => m.type === 'attach');
+  assert.equal(a2.id, 'job');
+  assert.equal(a2.after, 1);
+  assert.equal(client.status.state, 'live');
+  assert.ok(!client.status.restart);
   client.close();
 });
 
