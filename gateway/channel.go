@@ -57,6 +57,7 @@ func (ch *channel) release() { ch.taken <- struct{}{} }
 // the connection ends. It owns the subscription.
 func (c *conn) pump(ch *channel) {
 	defer c.pumps.Done()
+	defer c.s.closeChannel()
 	defer c.dropChannel(ch.id)
 	defer ch.detach()
 	defer ch.sub.Close()

@@ -136,7 +136,7 @@ func (c *conn) failErr(req wire.Request, channel uint32, err error) {
 
 // errorText is the code and the message safe to show for err.
 func (c *conn) errorText(req wire.Request, err error) (code, msg string) {
-	code = session.Code(err)
+	code = errorCode(err)
 	switch {
 	case code == wire.CodeInternal:
 		c.log.Error("request failed", "type", req.Type, "err", err)

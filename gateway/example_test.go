@@ -73,9 +73,15 @@ func Example() {
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
 	defer func() {
-		srv.Shutdown(ctx) // the WebSockets, with 1001
-		hs.Shutdown(ctx)  // the listener and idle HTTP connections
+		// For good: the supervisor ends the executions while the server
+		// sends their exits and then closes the WebSockets with 1001.
+		// (srv.Restart instead closes them at once with 1012, for a server
+		// whose executions live on.)
+		shut := make(chan error, 1)
+		go func() { shut <- srv.Shutdown(ctx) }()
 		sup.Close(ctx)
+		<-shut
+		hs.Shutdown(ctx) // the listener and idle HTTP connections
 	}()
 
 	// A client: a token for tenant acme, then one command.

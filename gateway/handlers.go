@@ -64,6 +64,10 @@ func (c *conn) start(req wire.Request) {
 		return
 	}
 	claims := c.currentClaims()
+	if err := c.s.admitting(); err != nil {
+		c.failErr(req, 0, err)
+		return
+	}
 	spec, err := c.s.spec(claims.Tenant, req)
 	if err != nil {
 		c.failErr(req, 0, err)
@@ -95,12 +99,17 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
 		return
 	}
+	if err := c.s.openChannel(); err != nil {
+		c.failErr(req, 0, err)
+		return
+	}
 	opts := session.AttachOptions{After: after, Incarnation: req.Incarnation, Writer: !readOnly, Ack: req.Ack, Snapshot: req.Snapshot}
 	if req.Ack {
 		opts.Seen = &req.Seen // a client that acknowledges counts what it saw
 	}
 	sub, info, err := c.s.cfg.Supervisor.Subscribe(claims.Tenant, id, opts)
 	if err != nil {
+		c.s.closeChannel()
 		c.failErr(req, 0, err)
 		return
 	}

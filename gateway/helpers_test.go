@@ -115,8 +115,12 @@ func newEnvSession(t testing.TB, sc session.Config, tweak func(*Config)) *testEn
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
+		// As serve does on a shutdown for good: the supervisor ends the
+		// executions while the server sends their exits.
+		shut := make(chan error, 1)
+		go func() { shut <- srv.Shutdown(ctx) }()
 		sup.Close(ctx)
+		<-shut
 		ts.Close()
 	})
 	return &testEnv{srv: srv, http: ts, authn: authn, secret: secret, sup: sup}

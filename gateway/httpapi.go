@@ -41,7 +41,7 @@ var apiStatus = map[string]int{
 	wire.CodeSignalNotAllowed: http.StatusBadRequest, wire.CodeUnenforceable: http.StatusUnprocessableEntity,
 	wire.CodeInvalidAfter: http.StatusBadRequest, wire.CodeInvalidRequest: http.StatusBadRequest,
 	wire.CodeUnauthorized: http.StatusUnauthorized, wire.CodeForbidden: http.StatusForbidden,
-	wire.CodeNotFound: http.StatusNotFound, wire.CodeConflict: http.StatusConflict, wire.CodeNotRunning: http.StatusConflict,
+	wire.CodeNotFound: http.StatusNotFound, wire.CodeGone: http.StatusGone, wire.CodeConflict: http.StatusConflict, wire.CodeNotRunning: http.StatusConflict,
 	wire.CodeTooLarge: http.StatusRequestEntityTooLarge, wire.CodeCapacity: http.StatusTooManyRequests,
 	wire.CodeInputFull: http.StatusTooManyRequests, wire.CodeRateLimited: http.StatusTooManyRequests,
 	wire.CodeTooManyConnections: http.StatusTooManyRequests, wire.CodeRequestTimeout: http.StatusRequestTimeout,
@@ -129,8 +129,8 @@ func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c auth.Claims, er
 	case session.OutOfDescriptors(err):
 		a.s.log.Warn("api request refused: out of file descriptors", "route", r.Pattern, "tenant", c.Tenant, "err", err)
 		ae = &apiError{wire.CodeCapacity, outOfDescriptorsText}
-	case session.Code(err) != wire.CodeInternal:
-		ae = &apiError{session.Code(err), err.Error()}
+	case errorCode(err) != wire.CodeInternal:
+		ae = &apiError{errorCode(err), err.Error()}
 	default:
 		a.s.log.Error("api request failed", "route", r.Pattern, "tenant", c.Tenant, "execution", r.PathValue("id"), "err", err)
 		ae = &apiError{wire.CodeInternal, "internal error"}
@@ -141,6 +141,9 @@ func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c auth.Claims, er
 	}
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="termgate"`)
+	}
+	if status == http.StatusServiceUnavailable {
+		a.s.retryAfter(w)
 	}
 	a.respond(w, status, apiErrorBody{Error: ae.code, Message: ae.msg})
 }
@@ -423,8 +426,13 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	if err := a.ackPoll(c, id, after); err != nil {
 		return err
 	}
-	info, err := sup.Wait(r.Context(), c.Tenant, id, after, wait)
+	ctx, stop := a.s.untilRestart(r.Context())
+	defer stop()
+	info, err := sup.Wait(ctx, c.Tenant, id, after, wait)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errRestarting) && r.Context().Err() == nil {
+			return errRestarting
+		}
 		return err
 	}
 	page := apiEvents{Events: []apiEvent{}, NextAfter: after}

@@ -124,10 +124,21 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	subjects map[string]int
-	closing  bool
-	wg       sync.WaitGroup
+	closing  bool // Shutdown or Restart was called: nothing new is admitted
+	// restarting: it was Restart; the executions live on (shutdown.go).
+	restarting bool
+	wg         sync.WaitGroup
+	// channels counts the attached channels whose pumps run; drained,
+	// when set, is closed once it drops (see shutdown.go).
+	channels int
+	drained  chan struct{}
+	// polls ends the long polls held when the server restarts; its cause
+	// is errRestarting then.
+	polls     context.Context
+	stopPolls context.CancelCauseFunc
 
-	ownWorkspaces bool // cfg.Workspaces was opened by NewServer
+	ownWorkspaces   bool // cfg.Workspaces was opened by NewServer
+	closeWorkspaces sync.Once
 }
 
 // NewServer checks cfg and returns a server.
@@ -164,8 +175,10 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 		cfg.Workspaces = ws
 	}
+	polls, stopPolls := context.WithCancelCause(context.Background())
 	return &Server{
 		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
+		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
 		ownWorkspaces: own,
@@ -238,6 +251,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	closing := s.closing
 	s.mu.Unlock()
 	if closing {
+		s.retryAfter(w)
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
@@ -267,6 +281,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusTooManyRequests
 		if errors.Is(err, session.ErrClosed) {
 			status = http.StatusServiceUnavailable
+			s.retryAfter(w)
 		}
 		http.Error(w, err.Error(), status)
 		return
@@ -283,7 +298,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c := newConn(s, ws, claims, r.RemoteAddr)
 	if !s.register(c) {
-		ws.Close(websocket.StatusGoingAway, "server shutting down")
+		code, reason := s.closeCode()
+		ws.Close(code, reason)
 		return
 	}
 	defer s.unregister(c)
@@ -338,7 +354,7 @@ func (s *Server) admit(subject string) error {
 	defer s.mu.Unlock()
 	switch {
 	case s.closing:
-		return session.ErrClosed
+		return s.closedErrLocked()
 	case s.subjects[subject] >= s.cfg.MaxConnsPerSubject:
 		return errSubjectBusy
 	}
@@ -378,35 +394,6 @@ func (s *Server) connections() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
-}
-
-// Shutdown closes every connection with 1001 and waits for them, or for
-// ctx. Executions keep running: the supervisor owns them.
-func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		c.close(websocket.StatusGoingAway, "server shutting down")
-	}
-	if s.ownWorkspaces {
-		s.cfg.Workspaces.Close() // no mounts without quotas: running executions keep their directories
-	}
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // workspace returns the tenant's workspace and host identity, creating

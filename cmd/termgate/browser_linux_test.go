@@ -265,7 +265,7 @@ func TestBrowserShowsReconnecting(t *testing.T) {
 	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
 	typeKeys(t, ctx, "x=$((6*7))\r")
 	proxy.Refuse(true)
-	countdown := regexp.MustCompile(`^reconnecting in \d+ s$`)
+	countdown := regexp.MustCompile(`^connection lost; reconnecting in \d+ s$`)
 	poll(t, ctx, "the countdown", `document.getElementById("status").textContent`, countdown.MatchString)
 	proxy.Refuse(false)
 	poll(t, ctx, "live again", `window.__termgate.status()`, func(s string) bool { return s == "live" })

@@ -23,9 +23,33 @@ var detachKeys = []byte{0x1d, 'd'}
 // and the command exited 0: EX_IOERR of sysexits.h.
 const exitOutputLost = 74
 
+// Bounds of --reconnect, the reconnect budget of run and attach.
+const (
+	minReconnect     = time.Second
+	maxReconnect     = 24 * time.Hour
+	defaultReconnect = client.DefaultReconnectBudget
+)
+
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
 	url, token string
+	// reconnect is how long run and attach keep reconnecting to a gateway
+	// that went away (--reconnect); zero elsewhere: the client's default.
+	reconnect time.Duration
+}
+
+// reconnectFlag registers --reconnect on fs.
+func (cf *clientFlags) reconnectFlag(fs *flag.FlagSet) {
+	fs.DurationVar(&cf.reconnect, "reconnect", defaultReconnect,
+		"keep reconnecting to a gateway that went away this long, then exit 255 (1s to 24h)")
+}
+
+// checkReconnect refuses a --reconnect outside its bounds.
+func (cf clientFlags) checkReconnect() error {
+	if cf.reconnect < minReconnect || cf.reconnect > maxReconnect {
+		return usageError{fmt.Errorf("--reconnect %v: want a duration from %v to %v", cf.reconnect, minReconnect, maxReconnect)}
+	}
+	return nil
 }
 
 // newClientFlagSet returns the flag set of client command name with
@@ -42,7 +66,12 @@ func (cf clientFlags) dial(ctx context.Context) (*client.Client, error) {
 		return nil, usageError{errors.New("--url and --token (or TERMGATE_URL and TERMGATE_TOKEN) are required")}
 	}
 	tok := cf.token
-	return client.Dial(ctx, client.Config{URL: cf.url, Token: func(context.Context) (string, error) { return tok, nil }})
+	c, err := client.Dial(ctx, client.Config{URL: cf.url, Token: func(context.Context) (string, error) { return tok, nil }, ReconnectBudget: cf.reconnect})
+	var se *client.Error
+	if err != nil && !errors.As(err, &se) && ctx.Err() == nil {
+		return nil, gatewayError{fmt.Sprintf("cannot reach the gateway at %s: %v", cf.url, err)}
+	}
+	return c, err
 }
 
 // tokenOptions are the flags of termgate token.
@@ -102,6 +131,7 @@ type runOptions struct {
 
 func runFlags(o *runOptions) *flag.FlagSet {
 	fs := newClientFlagSet("run", &o.clientFlags)
+	o.reconnectFlag(fs)
 	fs.StringVar(&o.id, "id", "", "execution `ID` (an idempotency key: rerunning reattaches)")
 	fs.BoolVar(&o.pty, "pty", false, "run on a terminal (default when stdin is one)")
 	fs.BoolVar(&o.noPTY, "no-pty", false, "use pipes even when stdin is a terminal")
@@ -130,6 +160,9 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if fs.NArg() == 0 {
 		return usageError{errors.New("run: no command: termgate run [flags] -- CMD [ARGS...]")}
 	}
+	if err := o.checkReconnect(); err != nil {
+		return err
+	}
 	in, _ := stdin.(*os.File)
 	tty := o.pty || (!o.noPTY && in != nil && isTerminal(in))
 	req := wire.Request{ID: o.id, Command: fs.Arg(0), Args: fs.Args()[1:], Env: o.env, Cwd: o.cwd, TimeoutMS: o.timeout.Milliseconds()}
@@ -138,14 +171,14 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	c, err := o.dial(ctx)
 	if err != nil {
-		return err
+		return o.failure(err, o.id)
 	}
 	defer c.Close()
 	e, err := c.Start(ctx, req)
 	if err != nil {
-		return err
+		return o.failure(err, o.id)
 	}
-	return stream(ctx, e, stdin, in, tty, stdout, stderr, streamOptions{allowLoss: o.allowLoss})
+	return o.failure(stream(ctx, e, stdin, in, tty, stdout, stderr, streamOptions{allowLoss: o.allowLoss}), e.ID())
 }
 
 // attachOptions are the flags of termgate attach.
@@ -159,6 +192,7 @@ type attachOptions struct {
 
 func attachFlags(o *attachOptions) *flag.FlagSet {
 	fs := newClientFlagSet("attach", &o.clientFlags)
+	o.reconnectFlag(fs)
 	fs.StringVar(&o.id, "id", "", "execution `ID` (on a terminal, without it: pick one from a list)")
 	fs.Uint64Var(&o.after, "after", 0, "resume after this sequence number (0: all retained output)")
 	fs.BoolVar(&o.readOnly, "read-only", false, "watch without typing")
@@ -172,15 +206,23 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err := parseFlags(attachFlags(&o), args); err != nil {
 		return err
 	}
+	if err := o.checkReconnect(); err != nil {
+		return err
+	}
 	id, err := o.attachID(ctx, stdin, stderr)
 	if err != nil {
 		return err
 	}
 	c, err := o.dial(ctx)
 	if err != nil {
-		return err
+		return o.failure(err, id)
 	}
 	defer c.Close()
+	return o.failure(o.follow(ctx, c, id, stdin, stdout, stderr), id)
+}
+
+// follow attaches to execution id and streams it.
+func (o attachOptions) follow(ctx context.Context, c *client.Client, id string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// A terminal shows the screen: a snapshot redraws it where history was
 	// evicted. Anything else keeps a transcript, and a gap says what it lacks.
 	out, _ := stdout.(*os.File)

@@ -17,8 +17,10 @@ type command struct {
 	args     string // after the name in the usage line
 	summary  string
 	examples []string
-	linux    bool // serve, exec, verify and workspaces need Linux
-	run      func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+	// exits, when set, is the command's table of exit statuses for help.
+	exits string
+	linux bool // serve, exec, verify and workspaces need Linux
+	run   func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	// flags returns a fresh flag set bound to throwaway options: the
 	// same set run parses, for help and completion.
 	flags func() *flag.FlagSet
@@ -114,6 +116,7 @@ func commands() []command {
 				"termgate run --id build-7 --pty -- bash      # rerunning with the same id reattaches",
 				"termgate run --env CI=1 --timeout 10m -- go test ./...",
 			},
+			exits: clientExits,
 			run:   runRun,
 			flags: func() *flag.FlagSet { return runFlags(new(runOptions)) },
 		},
@@ -125,6 +128,7 @@ func commands() []command {
 				"termgate attach --id build-7 --read-only",
 				"termgate attach --id build-7 --after 120   # only what came after event 120",
 			},
+			exits: clientExits,
 			run:   runAttach,
 			flags: func() *flag.FlagSet { return attachFlags(new(attachOptions)) },
 		},

@@ -62,6 +62,9 @@ func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
 		fmt.Fprint(w, "\nFlags:\n")
 		printFlags(w, fs)
 	}
+	if c.exits != "" {
+		fmt.Fprintf(w, "\nExit status:\n%s", c.exits)
+	}
 	if len(c.examples) > 0 {
 		fmt.Fprint(w, "\nExamples:\n")
 		for _, e := range c.examples {

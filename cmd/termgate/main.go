@@ -66,11 +66,15 @@ func main() {
 func exitCode(err error, stderr io.Writer) int {
 	var ee exitError
 	var ue usageError
+	var ge gatewayError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.As(err, &ge):
+		fmt.Fprintf(stderr, "termgate: %v\n", err)
+		return exitGateway
 	case errors.Is(err, errHelp):
 		return 0
 	case errors.As(err, &ue):

@@ -30,6 +30,42 @@ import (
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("client: closed")
 
+// ErrGatewayGone is what every execution and request ends with once the
+// gateway was unreachable for the whole reconnect budget
+// (Config.ReconnectBudget). The error is an *UnreachableError, which
+// says for how long. The executions may still be running on the server.
+var ErrGatewayGone = errors.New("client: gateway unreachable")
+
+// UnreachableError is ErrGatewayGone with its details.
+type UnreachableError struct {
+	URL string        // the gateway's base URL (Config.URL)
+	For time.Duration // how long the client tried
+	Err error         // the last attempt's failure
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("client: gateway at %s unreachable for %v: %v", e.URL, e.For.Round(time.Second), e.Err)
+}
+
+// Is reports ErrGatewayGone.
+func (e *UnreachableError) Is(target error) bool { return target == ErrGatewayGone }
+
+// Unwrap returns the last attempt's failure.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Errors the server answers, to match with errors.Is: an *Error is each
+// of these whose Code it has.
+var (
+	// ErrNotFound: the server has no such execution, and never had for
+	// all it knows: a wrong ID, another tenant's, or one whose retention
+	// expired while the server ran.
+	ErrNotFound = &Error{Code: wire.CodeNotFound, Message: "client: execution not found"}
+	// ErrGone: the execution existed, but the server restarted and no
+	// longer has it (it ended while no server was up, and its result
+	// expired, or the node lost it).
+	ErrGone = &Error{Code: wire.CodeGone, Message: "client: execution gone: the server restarted without it"}
+)
+
 // CodeInputLost is the code of an error the client reports itself, never
 // the server: input it could not deliver before the execution ended.
 const CodeInputLost = "input_lost"
@@ -44,6 +80,20 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
+// Is reports whether target is an *Error with the same Code, such as
+// ErrGone or ErrNotFound.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// DefaultReconnectBudget is Config.ReconnectBudget's default.
+const DefaultReconnectBudget = 60 * time.Second
+
+// restartBackoff caps the reconnect delay after the server closed with
+// 1012: a restarting gateway is back within seconds.
+const restartBackoff = 2 * time.Second
+
 // Config configures a Client.
 type Config struct {
 	// URL is the gateway's base URL, http(s)://host:port; the WebSocket
@@ -53,7 +103,13 @@ type Config struct {
 	// expiry. It is called again after every disconnect.
 	Token func(ctx context.Context) (string, error)
 	// MinBackoff and MaxBackoff bound the reconnect delay (100ms, 10s).
+	// After a close with 1012 (the server is restarting) the delay is at
+	// most 2s.
 	MinBackoff, MaxBackoff time.Duration
+	// ReconnectBudget is how long the client keeps trying to reconnect
+	// once its connection is lost (DefaultReconnectBudget; negative:
+	// for ever). Past it every execution ends with ErrGatewayGone.
+	ReconnectBudget time.Duration
 	// HTTPClient dials the WebSocket (http.DefaultClient).
 	HTTPClient *http.Client
 	// Logger receives reconnects; nil discards.
@@ -126,6 +182,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.ReconnectBudget == 0 {
+		cfg.ReconnectBudget = DefaultReconnectBudget
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -218,10 +277,11 @@ func (c *Client) handshake(ctx context.Context, ws *websocket.Conn) (Hello, erro
 }
 
 // run owns the connection: it reads until the connection breaks, then
-// reconnects with backoff and reattaches, until Close.
+// reconnects with backoff and reattaches, until Close or until the
+// reconnect budget is spent.
 func (c *Client) run(ws *websocket.Conn, h Hello) {
 	defer close(c.done)
-	for attempt := 0; ; {
+	for {
 		c.up(ws, h)
 		err := c.readLoop(ws)
 		ws.CloseNow()
@@ -229,34 +289,60 @@ func (c *Client) run(ws *websocket.Conn, h Hello) {
 		if c.ctx.Err() != nil {
 			return
 		}
-		for {
-			if !c.sleep(c.backoff(attempt)) {
-				return
-			}
-			attempt++
-			var derr error
-			if ws, derr = c.dial(c.ctx); derr == nil {
-				if h, derr = c.handshake(c.ctx, ws); derr == nil {
-					attempt = 0
-					break
-				}
-				ws.CloseNow()
-			}
-			var te *Error
-			if errors.As(derr, &te) {
-				c.fail(derr)
-				return
-			}
-			c.log.Info("reconnect failed", "err", derr, "attempt", attempt)
+		var ok bool
+		if ws, h, ok = c.reconnect(time.Now(), websocket.CloseStatus(err) == wire.CloseServiceRestart); !ok {
+			return
 		}
 	}
 }
 
-// backoff is exponential with full jitter.
-func (c *Client) backoff(attempt int) time.Duration {
+// reconnect dials until a connection is up (ok), the client is closed,
+// a refusal is final, or the reconnect budget counted from lost is
+// spent; the last two end every execution. restart: the server closed
+// with 1012, so it is back soon and the delays stay short.
+func (c *Client) reconnect(lost time.Time, restart bool) (*websocket.Conn, Hello, bool) {
+	maxDelay := c.cfg.MaxBackoff
+	if restart {
+		maxDelay = min(maxDelay, restartBackoff)
+		c.log.Info("the gateway is restarting; reconnecting")
+	}
+	for attempt := 0; ; attempt++ {
+		d := c.backoff(attempt, maxDelay)
+		if budget := c.cfg.ReconnectBudget; budget > 0 {
+			d = max(0, min(d, budget-time.Since(lost))) // the last attempt comes at the budget's end
+		}
+		if !c.sleep(d) {
+			return nil, Hello{}, false
+		}
+		ws, err := c.dial(c.ctx)
+		if err == nil {
+			var h Hello
+			if h, err = c.handshake(c.ctx, ws); err == nil {
+				return ws, h, true
+			}
+			ws.CloseNow()
+		}
+		var te *Error
+		switch tried := time.Since(lost); {
+		case c.ctx.Err() != nil:
+			return nil, Hello{}, false
+		case errors.As(err, &te):
+			c.fail(err)
+			return nil, Hello{}, false
+		case c.cfg.ReconnectBudget > 0 && tried >= c.cfg.ReconnectBudget:
+			c.log.Warn("gateway unreachable: giving up", "url", c.cfg.URL, "for", tried.String(), "err", err)
+			c.fail(&UnreachableError{URL: c.cfg.URL, For: tried, Err: err})
+			return nil, Hello{}, false
+		}
+		c.log.Info("reconnect failed", "err", err, "attempt", attempt+1)
+	}
+}
+
+// backoff is exponential with full jitter, at most maxDelay.
+func (c *Client) backoff(attempt int, maxDelay time.Duration) time.Duration {
 	d := c.cfg.MinBackoff << min(attempt, 16)
-	if d > c.cfg.MaxBackoff || d <= 0 {
-		d = c.cfg.MaxBackoff
+	if d > maxDelay || d <= 0 {
+		d = maxDelay
 	}
 	return d/2 + rand.N(d/2+1)
 }

@@ -82,8 +82,10 @@ func newGateway(t *testing.T) (string, string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
+		shut := make(chan error, 1)
+		go func() { shut <- srv.Shutdown(ctx) }()
 		sup.Close(ctx)
+		<-shut
 		ts.Close()
 	})
 	tok, err := authn.Mint(auth.Claims{Subject: "u", Tenant: "acme", IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour),

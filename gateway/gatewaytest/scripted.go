@@ -3,8 +3,8 @@ package gatewaytest
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -29,10 +29,12 @@ type Scripted struct {
 	// Config.URL wants it; any path is accepted.
 	URL string
 
-	srv   *httptest.Server
+	addr  string // host:port, kept across Down and Up
 	conns chan *ScriptConn
 
 	mu       sync.Mutex
+	srv      *http.Server  // nil while down
+	served   chan struct{} // closed when srv's Serve returned
 	all      []*ScriptConn
 	handlers sync.WaitGroup
 }
@@ -41,10 +43,61 @@ type Scripted struct {
 func NewScripted(t testing.TB) *Scripted {
 	t.Helper()
 	s := &Scripted{conns: make(chan *ScriptConn, 16)}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("scripted server: %v", err)
+	}
+	s.addr = ln.Addr().String()
+	s.URL = "http://" + s.addr
+	s.listen(ln)
 	t.Cleanup(s.close)
 	return s
+}
+
+// listen serves ln.
+func (s *Scripted) listen(ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: ScriptTimeout}
+	served := make(chan struct{})
+	s.mu.Lock()
+	s.srv, s.served = srv, served
+	s.mu.Unlock()
+	go func() {
+		defer close(served)
+		srv.Serve(ln)
+	}()
+}
+
+// Down stops the server as a gateway that went away: every connection
+// is dropped and dials are refused until Up. Down twice is harmless.
+func (s *Scripted) Down() {
+	s.mu.Lock()
+	srv, served, all := s.srv, s.served, s.all
+	s.srv, s.all = nil, nil
+	s.mu.Unlock()
+	for _, c := range all {
+		c.stop()
+	}
+	if srv != nil {
+		srv.Close()
+		<-served
+	}
+}
+
+// Up serves again on the same address, as a restarted gateway would.
+func (s *Scripted) Up(t testing.TB) {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 50 { // the port may linger a moment after Down
+		if ln, err = net.Listen("tcp", s.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("scripted server: listen again on %s: %v", s.addr, err)
+	}
+	s.listen(ln)
 }
 
 // serve accepts one WebSocket and keeps it until the script or the
@@ -67,15 +120,14 @@ func (s *Scripted) serve(w http.ResponseWriter, r *http.Request) {
 
 // close drops every connection and stops the server.
 func (s *Scripted) close() {
-	s.mu.Lock()
-	all := s.all
-	s.mu.Unlock()
-	for _, c := range all {
-		close(c.quit)
-		c.ws.CloseNow()
-	}
-	s.srv.Close()
+	s.Down()
 	s.handlers.Wait()
+}
+
+// stop ends the connection for good: its reader gives up.
+func (c *ScriptConn) stop() {
+	c.quitOnce.Do(func() { close(c.quit) })
+	c.ws.CloseNow()
 }
 
 // Accept waits for the client's next connection.
@@ -110,6 +162,8 @@ type ScriptConn struct {
 	frames chan scriptFrame
 	done   chan struct{} // closed when the connection ends
 	quit   chan struct{} // closed when the server stops: read gives up
+
+	quitOnce sync.Once
 }
 
 // scriptFrame is one message from the client: a request or an input

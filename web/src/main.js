@@ -14,7 +14,7 @@ import { readClaims, sameIdentity, expired, canWrite, whoText, shown } from './c
 import { ExecutionsAPI, ExecutionsError } from './executions.js';
 import { ExecutionList } from './list.js';
 import { Flag, Titles } from './prefs.js';
-import { noticeLine, noticeText } from './notices.js';
+import { noticeLine, noticeText, connectionText, endedText } from './notices.js';
 import { SearchBar } from './search.js';
 
 /** The token, in localStorage: every page of this origin uses one, and a link that would replace it with another identity's asks first. */
@@ -276,7 +276,9 @@ class Tab {
     });
     ex.on('error', /** @param {ErrorInfo} e */ (e) => {
       this.notice('error-notice', e.message || e.error || '');
-      if (e.fatal) this.ended(this.exit ?? { code: -1, signal: '', reason: e.error ?? '', seq: 0, error: true });
+      if (!e.fatal) return;
+      if (!this.exit) this.term.write(`\r\n\x1b[2m[termgate: ${endedText(e.error ?? '')}]\x1b[0m\r\n`);
+      this.ended(this.exit ?? { code: -1, signal: '', reason: e.error ?? '', seq: 0, error: true });
     });
     this.term.onData((d) => this.input(d));
     this.term.onBinary((d) => this.input(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)));
@@ -761,11 +763,11 @@ class App {
     let text = state;
     el.removeAttribute('data-exit-code');
     if (state === 'exited' && exit) { // state() says exited only with an exit
-      text = exit.error ? `ended: ${exit.reason}` : exitText(exit);
+      text = exit.error ? endedText(exit.reason) : exitText(exit);
       el.setAttribute('data-exit-code', String(exit.code));
-    } else if (state === 'reconnecting') {
+    } else if (state === 'reconnecting' || state === 'connecting') {
       const secs = Math.max(0, Math.ceil((this.reconnectAt - performance.now()) / 1000));
-      text = `reconnecting in ${secs} s`;
+      text = connectionText(this.conn, secs);
     } else if (state === 'read-only') {
       text = 'live (read-only)';
     } else if (state === 'expired') {

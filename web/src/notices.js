@@ -15,6 +15,38 @@ const NOTICE_MAX = 500;
  */
 
 /**
+ * connectionText is the status line while no socket is up: why (the
+ * server restarted, or the connection was lost) and, while waiting,
+ * the seconds to the next attempt.
+ * @param {{state: string, restart?: boolean, lost?: boolean}} s
+ * @param {number} [secs] seconds to the next attempt, while reconnecting
+ * @returns {string}
+ */
+export function connectionText(s, secs) {
+  const when = s.state === 'reconnecting' && secs !== undefined ? ` in ${secs} s` : '';
+  if (s.restart) return `the server restarted; reconnecting${when}`;
+  if (s.lost || s.state === 'reconnecting') return `connection lost; reconnecting${when}`;
+  return s.state;
+}
+
+/** ENDED_WHY explains the error codes that end a tab's execution. */
+const ENDED_WHY = /** @type {Record<string, string>} */ ({
+  gone: 'the server restarted without this execution',
+});
+
+/**
+ * endedText is the status line of a tab whose execution ended with an
+ * error code, not an exit: "ended: gone (the server restarted without
+ * this execution)".
+ * @param {string} code
+ * @returns {string}
+ */
+export function endedText(code) {
+  const why = ENDED_WHY[code];
+  return why ? `ended: ${code} (${why})` : `ended: ${code}`;
+}
+
+/**
  * plain removes control characters (C0, DEL, C1: ESC, CSI, OSC...) so
  * the text cannot drive the terminal, and cuts it to max characters.
  * @param {unknown} s

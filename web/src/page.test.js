@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ExecutionsAPI, ExecutionsError, rows, startedText } from './executions.js';
 import { Flag, Titles, TITLES_MAX } from './prefs.js';
-import { noticeLine, noticeText, plain } from './notices.js';
+import { noticeLine, noticeText, plain, connectionText, endedText } from './notices.js';
 
 /** memoryStore is a Storage kept in a Map. */
 function memoryStore() {
@@ -107,4 +107,17 @@ test('notices are plain text on a line of their own', () => {
   const line = noticeLine({ message: 'evil \u001b]0;pwned\u0007 title' });
   assert.equal(line, '\r\n\x1b[33m[termgate: evil  ]0;pwned  title]\x1b[0m\r\n');
   assert.equal(plain('x'.repeat(600)).length, 500);
+});
+
+test('the status line tells a restart from a lost connection', () => {
+  assert.equal(connectionText({ state: 'reconnecting', restart: true }, 3), 'the server restarted; reconnecting in 3 s');
+  assert.equal(connectionText({ state: 'connecting', restart: true }), 'the server restarted; reconnecting');
+  assert.equal(connectionText({ state: 'reconnecting' }, 2), 'connection lost; reconnecting in 2 s');
+  assert.equal(connectionText({ state: 'connecting', lost: true }), 'connection lost; reconnecting');
+  assert.equal(connectionText({ state: 'connecting' }), 'connecting');
+});
+
+test('an execution the restarted server no longer has says so', () => {
+  assert.equal(endedText('gone'), 'ended: gone (the server restarted without this execution)');
+  assert.equal(endedText('not_found'), 'ended: not_found');
 });

@@ -404,3 +404,50 @@ test('input-ack: input is kept until acknowledged, resent after a refusal, write
   assert.equal(resent.map((i) => i.text).join(''), 'a'.repeat(20 << 10) + 'b'.repeat(40 << 10));
   client.close();
 });
+
+test('a close with 1012 is a restart: the status says so until live, delays stay short, and every execution resumes', async () => {
+  FakeSocket.all = [];
+  const client = new TermgateClient({ url: 'ws://x', getToken: () => 't', WebSocket: FakeSocket, minDelay: 1, maxDelay: 60000 });
+  const ws1 = await connected(client, HELLO);
+  const ex = client.attach('job');
+  const a1 = ws1.controls().find((m) => m.type === 'attach');
+  ws1.text({ type: 'attached', req: a1.req, channel: 1, id: 'job', status: 'running', pty: true, first_seq: 1, last_seq: 0, ack: true, incarnation: 'i1' });
+  ws1.binary(outputFrame(1, 1, 1, 0, new TextEncoder().encode('one')));
+  const statuses = [];
+  client.on('status', (s) => statuses.push(s));
+  ws1.drop(1012);
+  assert.equal(client.status.state, 'reconnecting');
+  assert.equal(client.status.restart, true);
+  // Refused dials meanwhile keep saying restart, with delays of at most 2 s.
+  for (let i = 0; i < 8; i++) {
+    await tick(1);
+    const ws = FakeSocket.all.at(-1);
+    if (ws !== ws1 && ws.readyState === 0) ws.drop(1006);
+  }
+  const reconnecting = statuses.filter((s) => s.state === 'reconnecting');
+  assert.ok(reconnecting.length >= 2, 'several attempts');
+  assert.ok(reconnecting.every((s) => s.restart === true && s.delay <= 2000), JSON.stringify(reconnecting));
+  // The gateway is back: the execution resumes after what it delivered.
+  let ws2;
+  for (let i = 0; i < 200 && !ws2; i++) {
+    await tick(1);
+    const ws = FakeSocket.all.at(-1);
+    if (ws !== ws1 && ws.readyState === 0) ws2 = ws;
+  }
+  ws2.open();
+  ws2.text(HELLO);
+  const a2 = ws2.controls().find((m) => m.type === 'attach');
+  assert.equal(a2.id, 'job');
+  assert.equal(a2.after, 1);
+  assert.equal(client.status.state, 'live');
+  assert.ok(!client.status.restart);
+  client.close();
+});
+
+test('a connection lost without 1012 is not a restart', async () => {
+  const { client, ws } = await attachedJob(HELLO);
+  ws.drop(1006);
+  assert.equal(client.status.state, 'reconnecting');
+  assert.ok(!client.status.restart);
+  client.close();
+});

@@ -4,7 +4,7 @@
 // nothing of executions: it hands control messages and output frames to
 // its handler, and says when a socket opened and when it was dropped.
 
-import { SUBPROTOCOL, BEARER_PREFIX, decodeOutput } from './wire.js';
+import { SUBPROTOCOL, BEARER_PREFIX, CLOSE_SERVICE_RESTART, decodeOutput } from './wire.js';
 
 /**
  * @typedef {import('./wire.js').Message} Message
@@ -13,7 +13,10 @@ import { SUBPROTOCOL, BEARER_PREFIX, decodeOutput } from './wire.js';
 
 /**
  * @typedef {'connecting' | 'live' | 'reconnecting' | 'closed'} ConnectionState
- * @typedef {{state: ConnectionState, delay?: number, attempt?: number, reason?: string}} StatusChange
+ * @typedef {{state: ConnectionState, delay?: number, attempt?: number, reason?: string, restart?: boolean, lost?: boolean}} StatusChange
+ *   restart: the gateway closed with 1012 (it restarts) and no socket is
+ *   up since; lost: a socket or an attempt failed otherwise and none is up
+ *   since.
  * @typedef {{error: string, message: string}} TransportError an error not tied to an execution
  */
 
@@ -53,6 +56,12 @@ export function backoffDelay(attempt, min = 250, max = 10000, random = Math.rand
   return Math.floor(random() * bound);
 }
 
+/**
+ * RESTART_MAX_DELAY caps the reconnect delay after a close with 1012: a
+ * restarting gateway is back within seconds.
+ */
+export const RESTART_MAX_DELAY = 2000;
+
 /** The req of the ping that opens every socket. */
 const HANDSHAKE_REQ = 'hello';
 
@@ -72,6 +81,8 @@ export class Transport {
     /** Whether the transport stopped for good (close(), or no token). */
     this.closed = false;
     this._attempt = 0;
+    /** Whether the gateway closed with 1012 and no socket is up since. */
+    this._restart = false;
     /** How many WebSocket connections were opened. */
     this.connections = 0;
     /** @type {StatusChange} */
@@ -121,8 +132,10 @@ export class Transport {
   /**
    * drop abandons the current socket and schedules a reconnect.
    * @param {string} why
+   * @param {boolean} [restart] the gateway closed with 1012: it restarts
    */
-  drop(why) {
+  drop(why, restart = false) {
+    if (restart) this._restart = true;
     const ws = this._ws;
     this._ws = null;
     this.live = false;
@@ -156,7 +169,7 @@ export class Transport {
 
   async _connect() {
     if (this.closed) return;
-    this._setStatus({ state: 'connecting', attempt: this._attempt });
+    this._setStatus({ state: 'connecting', attempt: this._attempt, ...this._outage() });
     let token;
     try {
       token = await this._opts.getToken();
@@ -186,7 +199,7 @@ export class Transport {
     this._ws = ws;
     ws.onopen = () => this._ws === ws && this._onOpen();
     ws.onmessage = (e) => this._ws === ws && this._onMessage(e.data);
-    ws.onclose = (e) => this._ws === ws && this.drop(`closed ${e.code}`);
+    ws.onclose = (e) => this._ws === ws && this.drop(`closed ${e.code}`, e.code === CLOSE_SERVICE_RESTART);
     ws.onerror = () => this._ws === ws && this.drop('socket error');
   }
 
@@ -225,6 +238,7 @@ export class Transport {
     if (msg.type === 'hello') this.hello = msg;
     this._handshaking = false;
     this._attempt = 0;
+    this._restart = false;
     this._setStatus({ state: 'live' });
     this._startPing();
     this._handler.opened();
@@ -233,10 +247,21 @@ export class Transport {
 
   /** @param {string} [why] */
   _scheduleReconnect(why) {
-    const delay = backoffDelay(this._attempt++, this._opts.minDelay, this._opts.maxDelay);
-    this._setStatus({ state: 'reconnecting', delay, attempt: this._attempt, reason: why });
+    const max = this._restart ? Math.min(this._opts.maxDelay, RESTART_MAX_DELAY) : this._opts.maxDelay;
+    const delay = backoffDelay(this._attempt++, this._opts.minDelay, max);
+    this._setStatus({ state: 'reconnecting', delay, attempt: this._attempt, reason: why, ...this._outage() });
     clearTimeout(this._timer);
     this._timer = setTimeout(() => this._connect(), delay);
+  }
+
+  /**
+   * _outage says why no socket is up: a restart, or a lost connection
+   * (nothing on the first attempt).
+   * @returns {{restart?: boolean, lost?: boolean}}
+   */
+  _outage() {
+    if (this._restart) return { restart: true };
+    return this._attempt > 0 ? { lost: true } : {};
   }
 
   _startPing() {

@@ -21,6 +21,12 @@ export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
  * followed any more, when they answer its start or attach. A test compares
  * this list with the Go side: keep it one sorted array of quoted codes.
  */
+/**
+ * CLOSE_SERVICE_RESTART is the close code of a gateway that restarts: its
+ * executions live on, so reconnect and resume (PROTOCOL.md, "Restarts").
+ */
+export const CLOSE_SERVICE_RESTART = 1012;
+
 export const FATAL_ERRORS = Object.freeze([
   'capacity', 'conflict', 'forbidden', 'gone', 'invalid_id', 'invalid_spec', 'not_found',
   'too_many_channels', 'unauthorized', 'unenforceable',
