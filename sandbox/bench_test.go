@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -106,3 +107,73 @@ func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
 	io.Copy(&fb, outR)
 	return fb.at, cmd.Wait()
 }
+
+// ptyBenchBytes is what BenchmarkPTYThroughput's command prints.
+const ptyBenchBytes = 32 << 20
+
+// BenchmarkPTYThroughput measures a PTY's output read into a 1 MiB
+// circular buffer, as a ring keeps it: copied from the copier's own buffer
+// by Write ("write"), or read straight into the buffer's memory through a
+// reservation ("reserve").
+func BenchmarkPTYThroughput(b *testing.B) {
+	l := needLauncher(b)
+	p := Policy{Command: sh(fmt.Sprintf("stty raw -echo; head -c %d /dev/zero", ptyBenchBytes)), Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80}}
+	for _, v := range []struct {
+		name string
+		out  func(*circular) io.Writer
+	}{{"write", func(c *circular) io.Writer { return writeOnly{c} }}, {"reserve", func(c *circular) io.Writer { return c }}} {
+		b.Run(v.name, func(b *testing.B) {
+			b.SetBytes(ptyBenchBytes)
+			events := 0
+			for b.Loop() {
+				c := &circular{buf: make([]byte, 1<<20)}
+				proc, err := l.Start(context.Background(), p, Stdio{Stdout: v.out(c)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if exit := proc.Wait(); !exit.Success() || c.total != ptyBenchBytes {
+					b.Fatalf("%s, %d bytes", exit, c.total)
+				}
+				events += c.events
+			}
+			b.ReportMetric(float64(b.N)*ptyBenchBytes/float64(events), "B/event")
+		})
+	}
+}
+
+// circular keeps the last bytes written in a fixed buffer, as a ring does.
+type circular struct {
+	buf   []byte
+	off   int // where the next event starts
+	total int
+	events int
+}
+
+func (c *circular) Write(b []byte) (int, error) {
+	for len(b) > 0 {
+		dst := c.Reserve(min(len(b), len(c.buf)))
+		n := copy(dst, b)
+		c.Commit(n)
+		b = b[n:]
+	}
+	return 0, nil
+}
+
+func (c *circular) Reserve(n int) []byte {
+	if c.off+n > len(c.buf) {
+		c.off = 0
+	}
+	return c.buf[c.off : c.off+n]
+}
+
+func (c *circular) Commit(n int) error {
+	c.off += n
+	c.total += n
+	c.events++
+	return nil
+}
+
+// writeOnly hides a circular's Reserver.
+type writeOnly struct{ c *circular }
+
+func (w writeOnly) Write(b []byte) (int, error) { return w.c.Write(b) }

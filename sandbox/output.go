@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"sync"
@@ -12,21 +13,42 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Reserver is implemented by an output writer that lends its own memory
+// to reads: a process's output is then read straight into it, so a byte
+// the kernel handed over is already the writer's (a ring in shared memory
+// keeps it if termgate dies right after). When Stdio.Stdout or Stderr
+// implements it, its Write is never called.
+type Reserver interface {
+	io.Writer
+	// Reserve returns at least n bytes of writable memory for the next
+	// read. The memory is the copier's until Commit.
+	Reserve(n int) []byte
+	// Commit says the first n bytes of the reserved memory were read and
+	// belong to the output; 0 gives the reservation back.
+	Commit(n int) error
+}
+
 // copy drains r into w until end of file, on a goroutine owned by the
 // process; Wait waits for it. A PTY master reports EIO once every slave
-// is closed: that is its end of file.
+// is closed: that is its end of file. With capture, the first bytes are
+// kept for the setup message.
 func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	if w == nil {
 		w = io.Discard
 	}
+	var head io.Writer = io.Discard
 	if capture {
-		w = io.MultiWriter(p.head, w)
+		head = p.head
 	}
 	p.copies.Add(1)
 	go func() {
 		defer p.copies.Done()
 		defer r.Close()
-		copyOutput(r, w)
+		if rw, ok := w.(Reserver); ok {
+			copyReserved(r, rw, head)
+			return
+		}
+		copyOutput(r, io.MultiWriter(head, w))
 	}()
 }
 
@@ -83,6 +105,113 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 		}
 	}
 	return n
+}
+
+// copyReserved drains r into w's own memory until end of file or error,
+// an event per burst as copyOutput makes: a burst reservation starts at
+// minReadBuf and doubles up to maxReadBuf while bursts fill it. The first
+// bytes also go to head. A descriptor without a poller falls back to
+// copyOutput.
+func copyReserved(r *os.File, w Reserver, head io.Writer) {
+	raw, err := r.SyscallConn()
+	if err != nil {
+		copyOutput(r, io.MultiWriter(head, w))
+		return
+	}
+	burst := minReadBuf
+	for {
+		n, err := readReserved(raw, w, head, burst)
+		if err != nil {
+			return
+		}
+		if n >= burst && burst < maxReadBuf {
+			burst *= 2
+		}
+	}
+}
+
+// readReserved waits until r is readable, then reads what waits into
+// memory w reserves and commits it: exactly the bytes the kernel says are
+// waiting (FIONREAD, TIOCINQ on a terminal), or, from burstMin on, a
+// burst: up to burst bytes read without waiting. It returns the bytes
+// committed, and io.EOF once the other side hung up and nothing waits.
+func readReserved(raw syscall.RawConn, w Reserver, head io.Writer, burst int) (n int, err error) {
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		k, ok := waiting(int(fd))
+		switch {
+		case ok && k == 0 && hungUp(int(fd)):
+			if k, _ = waiting(int(fd)); k == 0 {
+				rerr = io.EOF // and not data written just before the hang-up
+				return true
+			}
+		case ok && k == 0:
+			return false // wait in the poller
+		}
+		size := reserveSize(k, ok, burst)
+		buf := w.Reserve(size)[:size]
+		n, rerr = readInto(int(fd), buf)
+		if n > 0 {
+			head.Write(buf[:n])
+		}
+		w.Commit(n) // a writer's failure is its own to report: keep draining
+		return !errors.Is(rerr, unix.EAGAIN)
+	})
+	if err == nil {
+		err = rerr
+	}
+	return n, err
+}
+
+// reserveSize is how much memory a read of k waiting bytes reserves: k
+// itself for a keystroke's echo, a burst for a flood, which may grow
+// while it is read. Without a count (ok false) it is a burst.
+func reserveSize(k int, ok bool, burst int) int {
+	if ok && k < burstMin {
+		return k
+	}
+	return max(burst, min(k, maxReadBuf))
+}
+
+// readInto fills buf from fd without waiting: one read, then, from
+// burstMin on, more until buf is full or a read comes short. It returns
+// what it read and the error that ended it: EAGAIN only when nothing was
+// read, io.EOF at end of file (EIO on a PTY master whose slaves closed).
+func readInto(fd int, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN) && n > 0:
+			return n, nil
+		case errors.Is(err, unix.EIO), err == nil && m == 0:
+			return n, io.EOF
+		case err != nil:
+			return n, err
+		}
+		n += m
+		if m < burstMin {
+			return n, nil // drained: wait in the poller rather than spin on small reads
+		}
+	}
+	return n, nil
+}
+
+// waiting asks the kernel how many bytes wait to be read from fd; ok is
+// false when it cannot tell (neither a pipe, a socket nor a terminal).
+func waiting(fd int) (int, bool) {
+	k, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // FIONREAD on Linux
+	return k, err == nil
+}
+
+// hungUp reports whether the other side of fd closed: the writers of a
+// pipe, every slave of a PTY master.
+func hungUp(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(pfd, 0)
+	return err == nil && n == 1 && pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
 }
 
 // headCapture keeps the first bytes of output, where bwrap prints its
