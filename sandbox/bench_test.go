@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,7 +98,12 @@ func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
 	}
 	defer outR.Close()
 	// No control socket: the command does not read one.
-	cmd := l.command(p, pl, [3]*os.File{nil, outW, outW}, append([]*os.File{nil, argsR}, files...))
+	req := spawnRequest{path: l.bwrap, args: append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...),
+		files: append([]*os.File{nil, outW, outW, nil, argsR}, files...)}
+	if id, _ := l.identityFor(p); id.switchTo {
+		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
+	}
+	cmd := execCommand(req)
 	if err := cmd.Start(); err != nil {
 		outW.Close()
 		return time.Time{}, err
@@ -143,9 +149,9 @@ func BenchmarkPTYThroughput(b *testing.B) {
 
 // circular keeps the last bytes written in a fixed buffer, as a ring does.
 type circular struct {
-	buf   []byte
-	off   int // where the next event starts
-	total int
+	buf    []byte
+	off    int // where the next event starts
+	total  int
 	events int
 }
 

@@ -40,6 +40,7 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	if capture {
 		head = p.head
 	}
+	p.outputs = append(p.outputs, r)
 	p.copies.Add(1)
 	go func() {
 		defer p.copies.Done()
