@@ -5,23 +5,35 @@ package keeper
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+)
+
+// Dial's pacing while no keeper listens yet.
+const (
+	dialBackoffMax = 200 * time.Millisecond
+	restartEvery   = 2 * time.Second // start is called again at most this often
+	handshakeMax   = 10 * time.Second
 )
 
 // SpawnRequest describes a child for Client.Spawn.
 type SpawnRequest struct {
 	Key     string              // unique per keeper, [A-Za-z0-9._-]{1,128}
 	Path    string              // the program, an absolute path
-	Args    []string            // argv, Args[0] included
+	Args    []string            // argv, Args[0] included (empty: Path alone)
 	Env     []string            // exactly this environment (empty: none)
 	Dir     string              // working directory ("": the keeper's)
 	Cred    *syscall.Credential // nil: the keeper's own
 	Files   []*os.File          // become the child's descriptors 0..len-1 (the keeper closes its copies after the fork)
 	Held    []*os.File          // kept by the keeper, handed back on adoption (PTY master, pipe parent ends, init control)
-	Cgroups []string            // cgroup directories the keeper kills and removes when it stops an orphan
+	Cgroups []string            // cgroup directories (below /sys/fs/cgroup) the keeper kills and removes when it stops an orphan
 	Remove  []string            // paths below the keeper's Dir it removes after that (the execution's state directory)
 	Meta    []byte              // opaque, at most MaxMeta bytes, handed back on adoption; replaced by Annotate
 }
@@ -31,52 +43,350 @@ type Child struct {
 	Key    string
 	Pid    int
 	Meta   []byte
-	Held   []*os.File // the caller's copies: it closes them
+	Held   []*os.File // received copies, owned by the caller
 	Exited bool
 	Status unix.WaitStatus // valid when Exited
 }
 
 // Client is a gateway's connection to its keeper. Its methods are safe for
 // concurrent use.
-type Client struct{}
+type Client struct {
+	c         *conn
+	version   int
+	keeperPid int
+	children  []Child
+	readDone  chan struct{}
+	lost      chan struct{}
+	detach    sync.Once
+
+	mu      sync.Mutex
+	seq     uint64
+	pending map[uint64]chan message
+	exits   map[string]*exitState
+	gone    bool // lost: no more replies or exits
+}
+
+// exitState is what the client knows of one key's exit.
+type exitState struct {
+	done    bool
+	status  unix.WaitStatus
+	waiters []chan unix.WaitStatus
+}
 
 // Dial connects to the keeper serving dir. When none listens, it calls
-// start (which should start one, detached) and retries until ctx ends.
-// A refused connection returns ErrBusy or ErrVersion at once.
+// start (which should start one, detached; nil: do not start one) and
+// retries until ctx ends, calling start again at most every 2s. A keeper
+// that refuses the connection makes Dial return ErrBusy or ErrVersion at once.
 func Dial(ctx context.Context, dir string, start func() error) (*Client, error) {
-	return nil, errors.New("keeper: not implemented")
+	sock := filepath.Join(dir, SocketName)
+	var started time.Time
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := dialOnce(ctx, sock)
+		if err == nil || !retryable(err) {
+			return c, err
+		}
+		if start == nil {
+			return nil, fmt.Errorf("keeper: dial %s: %w", sock, err)
+		}
+		if started.IsZero() || time.Since(started) >= restartEvery {
+			started = time.Now()
+			if serr := start(); serr != nil {
+				return nil, fmt.Errorf("keeper: start a keeper for %s: %w", dir, serr)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("keeper: dial %s: %w (last: %w)", sock, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, dialBackoffMax)
+	}
+}
+
+// retryable reports whether no keeper serves the socket (yet): none
+// listens, or the one there is exiting.
+func retryable(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) ||
+		errors.Is(err, errExiting) || errors.Is(err, errClosed)
+}
+
+// dialOnce connects, checks that the keeper runs as our uid, says hello
+// and reads the listing of children.
+func dialOnce(ctx context.Context, sock string) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", sock)
+	if err != nil {
+		return nil, err
+	}
+	uc := nc.(*net.UnixConn)
+	uc.SetWriteBuffer(2 * MaxMessage)
+	c := &Client{c: &conn{c: uc}, readDone: make(chan struct{}), lost: make(chan struct{}),
+		pending: map[uint64]chan message{}, exits: map[string]*exitState{}}
+	if err := c.handshake(ctx); err != nil {
+		closeAll(c.held())
+		uc.Close()
+		return nil, err
+	}
+	go c.read()
+	return c, nil
+}
+
+func (c *Client) handshake(ctx context.Context) error {
+	cred, err := peerCred(c.c.c)
+	if err != nil {
+		return err
+	}
+	if int(cred.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w: keeper pid %d runs as uid %d, not %d", ErrInvalid, cred.Pid, cred.Uid, os.Geteuid())
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok || time.Until(deadline) > handshakeMax {
+		deadline = time.Now().Add(handshakeMax)
+	}
+	c.c.c.SetReadDeadline(deadline)
+	defer c.c.c.SetReadDeadline(time.Time{})
+	if err := c.c.send(message{Op: opHello, Version: Version, MinVersion: MinVersion, Pid: os.Getpid()}); err != nil {
+		return err
+	}
+	m, files, err := c.c.recv()
+	closeAll(files)
+	switch {
+	case err != nil:
+		return err
+	case m.Op == opRefuse:
+		if err := m.refusal(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: refused", ErrInvalid)
+	case m.Op != opWelcome:
+		return fmt.Errorf("%w: keeper answered hello with %q", ErrInvalid, m.Op)
+	}
+	c.version, c.keeperPid = m.Version, m.Pid
+	return c.readListing()
+}
+
+// readListing takes the child messages up to ready.
+func (c *Client) readListing() error {
+	for range MaxChildren + 1 {
+		m, files, err := c.c.recv()
+		if err != nil {
+			return err
+		}
+		switch m.Op {
+		case opReady:
+			return nil
+		case opChild:
+			c.children = append(c.children, Child{Key: m.Key, Pid: m.Pid, Meta: m.Meta, Held: files,
+				Exited: m.Exited, Status: unix.WaitStatus(m.Status)})
+			st := &exitState{done: m.Exited, status: unix.WaitStatus(m.Status)}
+			c.exits[m.Key] = st
+		case opExit:
+			closeAll(files)
+			c.recordExit(m.Key, unix.WaitStatus(m.Status))
+		default:
+			closeAll(files) // a newer keeper's message
+		}
+	}
+	return fmt.Errorf("%w: listing of more than %d children", ErrInvalid, MaxChildren)
+}
+
+func (c *Client) held() []*os.File {
+	var files []*os.File
+	for _, ch := range c.children {
+		files = append(files, ch.Held...)
+	}
+	return files
+}
+
+// read dispatches replies and exits until the connection ends.
+func (c *Client) read() {
+	defer close(c.readDone)
+	for {
+		m, files, err := c.c.recv()
+		if errors.Is(err, ErrInvalid) {
+			continue // a keeper bug; the request it answered gets ErrLost at the end
+		}
+		if err != nil {
+			break
+		}
+		closeAll(files)
+		switch m.Op {
+		case opReply:
+			c.mu.Lock()
+			if ch := c.pending[m.Seq]; ch != nil {
+				delete(c.pending, m.Seq)
+				ch <- m
+			}
+			c.mu.Unlock()
+		case opExit:
+			c.recordExit(m.Key, unix.WaitStatus(m.Status))
+		}
+	}
+	c.mu.Lock()
+	c.gone = true
+	for seq, ch := range c.pending {
+		close(ch)
+		delete(c.pending, seq)
+	}
+	for _, st := range c.exits {
+		if !st.done {
+			for _, w := range st.waiters {
+				close(w)
+			}
+			st.waiters = nil
+		}
+	}
+	c.mu.Unlock()
+	close(c.lost)
+}
+
+// recordExit keeps the first status reported for key and hands it to
+// the waiters.
+func (c *Client) recordExit(key string, ws unix.WaitStatus) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.exits[key]
+	if st == nil {
+		st = &exitState{}
+		c.exits[key] = st
+	}
+	if st.done {
+		return
+	}
+	st.done, st.status = true, ws
+	for _, w := range st.waiters {
+		w <- ws
+		close(w)
+	}
+	st.waiters = nil
+}
+
+// request sends m and waits for its reply.
+func (c *Client) request(ctx context.Context, m message, fds []*os.File) (message, error) {
+	reply := make(chan message, 1)
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return message{}, ErrLost
+	}
+	c.seq++
+	m.Seq = c.seq
+	c.pending[m.Seq] = reply
+	c.mu.Unlock()
+	if err := c.c.send(m, fds...); err != nil {
+		c.abandon(m.Seq)
+		return message{}, err
+	}
+	select {
+	case r, ok := <-reply:
+		if !ok {
+			return message{}, ErrLost
+		}
+		return r, r.refusal()
+	case <-ctx.Done():
+		c.abandon(m.Seq)
+		return message{}, ctx.Err()
+	}
+}
+
+func (c *Client) abandon(seq uint64) {
+	c.mu.Lock()
+	delete(c.pending, seq)
+	c.mu.Unlock()
 }
 
 // Spawn asks the keeper to start a child and returns its pid. The caller
-// keeps its own Files and Held; the keeper holds copies.
+// keeps its own Files and Held; the keeper works on copies. When ctx ends
+// before the keeper answered, the child may still have started: it is in
+// the next connection's Children.
 func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (pid int, err error) {
-	return 0, errors.New("keeper: not implemented")
+	m := message{Op: opSpawn, Key: req.Key, Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir,
+		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Meta: req.Meta}
+	if req.Cred != nil {
+		m.Cred = &credential{Uid: req.Cred.Uid, Gid: req.Cred.Gid, Groups: req.Cred.Groups, NoSetGroups: req.Cred.NoSetGroups}
+	}
+	if err := m.check(); err != nil {
+		return 0, err
+	}
+	r, err := c.request(ctx, m, append(append([]*os.File{}, req.Files...), req.Held...))
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	if c.exits[req.Key] == nil {
+		c.exits[req.Key] = &exitState{}
+	}
+	c.mu.Unlock()
+	return r.Pid, nil
 }
 
 // Annotate replaces the child's Meta.
 func (c *Client) Annotate(key string, meta []byte) error {
-	return errors.New("keeper: not implemented")
+	m := message{Op: opAnnotate, Key: key, Meta: meta}
+	if err := m.check(); err != nil {
+		return err
+	}
+	_, err := c.request(context.Background(), m, nil)
+	return err
 }
 
 // Forget tells the keeper that the exit was collected: it drops the record
-// and its held descriptors. Forgetting a running child is refused.
+// and its held descriptors. Forgetting a running child is refused
+// (ErrStillRunning).
 func (c *Client) Forget(key string) error {
-	return errors.New("keeper: not implemented")
+	m := message{Op: opForget, Key: key}
+	if err := m.check(); err != nil {
+		return err
+	}
+	_, err := c.request(context.Background(), m, nil)
+	if err == nil {
+		c.mu.Lock()
+		delete(c.exits, key)
+		c.mu.Unlock()
+	}
+	return err
 }
 
 // Children returns what the keeper had when this client connected, in
-// spawn order. Each call returns the same descriptors.
-func (c *Client) Children() []Child { return nil }
+// spawn order. The descriptors in Held belong to the caller; every call
+// returns the same ones.
+func (c *Client) Children() []Child { return append([]Child(nil), c.children...) }
 
 // Exit returns a channel that delivers the child's wait status once it
 // was reaped (at once for a child that had already exited), then closes.
-// It is closed without a value when the key is unknown or the keeper is lost.
-func (c *Client) Exit(key string) <-chan unix.WaitStatus { return nil }
+// It is closed without a value when the key is unknown (never spawned,
+// or forgotten) or the keeper is lost before the child exited.
+func (c *Client) Exit(key string) <-chan unix.WaitStatus {
+	w := make(chan unix.WaitStatus, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.exits[key]
+	switch {
+	case st != nil && st.done:
+		w <- st.status
+		close(w)
+	case st == nil || c.gone:
+		close(w)
+	default:
+		st.waiters = append(st.waiters, w)
+	}
+	return w
+}
 
 // Lost returns a channel closed when the keeper is gone (the socket
 // reached end of file) or the client was detached.
-func (c *Client) Lost() <-chan struct{} { return nil }
+func (c *Client) Lost() <-chan struct{} { return c.lost }
+
+// Pid returns the keeper's pid, for logs.
+func (c *Client) Pid() int { return c.keeperPid }
 
 // Detach closes the connection on purpose: the children live on and the
-// keeper's orphan grace starts. It is idempotent.
-func (c *Client) Detach() error { return nil }
+// keeper's orphan grace starts. It waits for the client's reader and is
+// idempotent.
+func (c *Client) Detach() error {
+	var err error
+	c.detach.Do(func() { err = c.c.c.Close() })
+	<-c.readDone
+	return err
+}

@@ -2,12 +2,29 @@
 
 package keeper
 
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
 // Limits of the protocol. Every message is one SOCK_SEQPACKET packet.
 const (
 	// Version is the protocol version this package speaks.
 	Version = 1
-	// MaxMessage bounds a message's bytes (header and JSON body).
-	MaxMessage = 256 << 10
+	// MinVersion is the oldest protocol version this package still speaks.
+	MinVersion = 1
+	// MaxMessage bounds a message's bytes (its JSON encoding).
+	MaxMessage = 192 << 10
 	// MaxMeta bounds SpawnRequest.Meta and Annotate's meta.
 	MaxMeta = 64 << 10
 	// MaxFiles bounds the descriptors riding on one message (Files plus Held).
@@ -19,3 +36,287 @@ const (
 	// MaxChildren bounds the children one keeper holds.
 	MaxChildren = 4096
 )
+
+// Operations. The gateway sends hello (first), spawn, annotate and
+// forget; the keeper answers hello with welcome (or refuse), then one
+// child message per child it holds and ready, each request with a reply,
+// and sends exit whenever a child was reaped.
+const (
+	opHello    = "hello"
+	opSpawn    = "spawn"
+	opAnnotate = "annotate"
+	opForget   = "forget"
+	opWelcome  = "welcome"
+	opRefuse   = "refuse"
+	opChild    = "child"
+	opReady    = "ready"
+	opReply    = "reply"
+	opExit     = "exit"
+)
+
+// Error codes carried by refuse and reply messages; each maps to a sentinel.
+var codes = map[string]error{
+	"busy":    ErrBusy,
+	"version": ErrVersion,
+	"invalid": ErrInvalid,
+	"exists":  ErrExists,
+	"unknown": ErrUnknown,
+	"running": ErrStillRunning,
+	"full":    ErrFull,
+}
+
+// message is every message of the protocol; each operation uses a few of
+// the fields. Unknown fields are ignored, so newer peers may add some.
+type message struct {
+	Op         string      `json:"op"`
+	Seq        uint64      `json:"seq,omitempty"`
+	Version    int         `json:"version,omitempty"`
+	MinVersion int         `json:"min_version,omitempty"`
+	Pid        int         `json:"pid,omitempty"`
+	Key        string      `json:"key,omitempty"`
+	Path       string      `json:"path,omitempty"`
+	Args       []string    `json:"args,omitempty"`
+	Env        []string    `json:"env,omitempty"`
+	Dir        string      `json:"dir,omitempty"`
+	Cred       *credential `json:"cred,omitempty"`
+	Files      int         `json:"files,omitempty"` // descriptors that become the child's 0..n-1
+	Held       int         `json:"held,omitempty"`  // descriptors after those, kept by the keeper
+	Cgroups    []string    `json:"cgroups,omitempty"`
+	Remove     []string    `json:"remove,omitempty"`
+	Meta       []byte      `json:"meta,omitempty"`
+	Exited     bool        `json:"exited,omitempty"`
+	Status     int         `json:"status,omitempty"` // unix.WaitStatus
+	Count      int         `json:"count,omitempty"`  // children that follow a welcome
+	Code       string      `json:"code,omitempty"`
+	Error      string      `json:"error,omitempty"`
+}
+
+type credential struct {
+	Uid         uint32   `json:"uid"`
+	Gid         uint32   `json:"gid"`
+	Groups      []uint32 `json:"groups,omitempty"`
+	NoSetGroups bool     `json:"no_setgroups,omitempty"`
+}
+
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// decode parses and checks one packet; descriptors are checked by the
+// receiver against Files and Held.
+func decode(b []byte) (message, error) {
+	var m message
+	if len(b) > MaxMessage {
+		return m, fmt.Errorf("%w: message of %d bytes exceeds %d", ErrInvalid, len(b), MaxMessage)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%w: decode message: %w", ErrInvalid, err)
+	}
+	if err := m.check(); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// encode marshals m, refusing what the peer would refuse as too large.
+func encode(m message) ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("keeper: encode %s: %w", m.Op, err)
+	}
+	if len(b) > MaxMessage {
+		return nil, fmt.Errorf("%w: %s message of %d bytes exceeds %d", ErrInvalid, m.Op, len(b), MaxMessage)
+	}
+	return b, nil
+}
+
+// check validates the fields an operation relies on. Unknown operations
+// pass: the receiver decides what to do with them.
+func (m *message) check() error {
+	if m.Op == "" {
+		return fmt.Errorf("%w: message without op", ErrInvalid)
+	}
+	if len(m.Meta) > MaxMeta {
+		return fmt.Errorf("%w: meta of %d bytes exceeds %d", ErrInvalid, len(m.Meta), MaxMeta)
+	}
+	if m.Files < 0 || m.Held < 0 || m.Files+m.Held > MaxFiles {
+		return fmt.Errorf("%w: %d+%d descriptors (at most %d)", ErrInvalid, m.Files, m.Held, MaxFiles)
+	}
+	switch m.Op {
+	case opSpawn:
+		return m.checkSpawn()
+	case opAnnotate, opForget, opChild, opExit:
+		return checkKey(m.Key)
+	}
+	return nil
+}
+
+func (m *message) checkSpawn() error {
+	if err := checkKey(m.Key); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(m.Path) || strings.IndexByte(m.Path, 0) >= 0 {
+		return fmt.Errorf("%w: program path %q is not absolute", ErrInvalid, m.Path)
+	}
+	if len(m.Args)+len(m.Env) > MaxArgs {
+		return fmt.Errorf("%w: %d arguments and variables (at most %d)", ErrInvalid, len(m.Args)+len(m.Env), MaxArgs)
+	}
+	for _, e := range m.Env {
+		if !strings.Contains(e, "=") {
+			return fmt.Errorf("%w: environment entry %q has no '='", ErrInvalid, e)
+		}
+	}
+	if len(m.Cgroups)+len(m.Remove) > MaxPaths {
+		return fmt.Errorf("%w: %d cgroups and paths to remove (at most %d)", ErrInvalid, len(m.Cgroups)+len(m.Remove), MaxPaths)
+	}
+	for _, c := range m.Cgroups {
+		if !below(cgroupRoot, c) {
+			return fmt.Errorf("%w: cgroup %q is not below %s", ErrInvalid, c, cgroupRoot)
+		}
+	}
+	return nil
+}
+
+func checkKey(key string) error {
+	if !keyPattern.MatchString(key) {
+		return fmt.Errorf("%w: key %q does not match [A-Za-z0-9._-]{1,128}", ErrInvalid, key)
+	}
+	return nil
+}
+
+// below reports whether path is clean, absolute and strictly below dir.
+func below(dir, path string) bool {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return false
+	}
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// refusal turns a refuse or failed reply into an error wrapping its sentinel.
+func (m *message) refusal() error {
+	if m.Code == "" && m.Error == "" {
+		return nil
+	}
+	sentinel, ok := codes[m.Code]
+	if !ok {
+		return fmt.Errorf("keeper: %s", m.Error)
+	}
+	if m.Error == "" || m.Error == sentinel.Error() {
+		return sentinel
+	}
+	return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(m.Error, sentinel.Error()+": "))
+}
+
+// codeOf returns the wire code of err's sentinel ("" when none).
+func codeOf(err error) string {
+	for code, sentinel := range codes {
+		if errors.Is(err, sentinel) {
+			return code
+		}
+	}
+	return ""
+}
+
+// conn is one end of the socket: whole messages with descriptors.
+type conn struct {
+	c  *net.UnixConn
+	mu sync.Mutex // serialises writes
+}
+
+// send writes one message with fds as SCM_RIGHTS.
+func (c *conn) send(m message, fds ...*os.File) error {
+	b, err := encode(m)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sendLocked(b, fds)
+}
+
+func (c *conn) sendLocked(b []byte, fds []*os.File) error {
+	var oob []byte
+	if len(fds) > 0 {
+		nums := make([]int, len(fds))
+		for i, f := range fds {
+			nums[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(nums...)
+	}
+	_, _, err := c.c.WriteMsgUnix(b, oob, nil)
+	for _, f := range fds {
+		runtime.KeepAlive(f)
+	}
+	if err != nil {
+		return fmt.Errorf("keeper: send: %w", err)
+	}
+	return nil
+}
+
+// errClosed is returned by recv at end of file.
+var errClosed = errors.New("keeper: connection closed")
+
+// recv reads one message and the descriptors riding on it. A malformed
+// message returns an error wrapping ErrInvalid, its descriptors closed;
+// errClosed or another error means the connection is unusable.
+func (c *conn) recv() (message, []*os.File, error) {
+	b := make([]byte, MaxMessage+1)
+	oob := make([]byte, unix.CmsgSpace(MaxFiles*4))
+	n, oobn, flags, _, err := c.c.ReadMsgUnix(b, oob)
+	if err != nil {
+		return message{}, nil, fmt.Errorf("keeper: receive: %w", err)
+	}
+	files, ferr := parseRights(oob[:oobn])
+	if n == 0 && oobn == 0 {
+		return message{}, nil, errClosed
+	}
+	var m message
+	switch {
+	case ferr != nil:
+		err = ferr
+	case flags&unix.MSG_TRUNC != 0 || n > MaxMessage:
+		err = fmt.Errorf("%w: message exceeds %d bytes", ErrInvalid, MaxMessage)
+	case flags&unix.MSG_CTRUNC != 0:
+		err = fmt.Errorf("%w: more than %d descriptors", ErrInvalid, MaxFiles)
+	default:
+		m, err = decode(b[:n])
+	}
+	if err == nil && len(files) != m.Files+m.Held {
+		err = fmt.Errorf("%w: %s carries %d descriptors, announced %d", ErrInvalid, m.Op, len(files), m.Files+m.Held)
+	}
+	if err != nil {
+		closeAll(files)
+		return m, nil, err
+	}
+	return m, files, nil
+}
+
+// parseRights turns the SCM_RIGHTS of a control message into files (the
+// socket receives them close-on-exec).
+func parseRights(oob []byte) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	scms, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: control message: %w", ErrInvalid, err)
+	}
+	var files []*os.File
+	for _, s := range scms {
+		fds, err := unix.ParseUnixRights(&s)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("keeper-fd-%d", fd)))
+		}
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}

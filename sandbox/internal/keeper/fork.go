@@ -1,0 +1,146 @@
+//go:build linux
+
+package keeper
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// forker is the one goroutine that forks every child. It locks itself to
+// its OS thread and never returns: Pdeathsig (and bwrap's
+// --die-with-parent) fire when the thread that forked a child exits, so
+// that thread must live as long as the keeper process.
+var forker struct {
+	once sync.Once
+	reqs chan forkRequest
+}
+
+type forkRequest struct {
+	m     *message
+	files []*os.File // the child's descriptors 0..n-1
+	reply chan forkResult
+}
+
+type forkResult struct {
+	pid   int
+	pidfd *os.File
+	err   error
+}
+
+// fork starts the child described by m on the forking thread.
+func fork(m *message, files []*os.File) (int, *os.File, error) {
+	forker.once.Do(func() {
+		forker.reqs = make(chan forkRequest)
+		go forkLoop(forker.reqs)
+	})
+	r := forkRequest{m: m, files: files, reply: make(chan forkResult, 1)}
+	forker.reqs <- r
+	res := <-r.reply
+	return res.pid, res.pidfd, res.err
+}
+
+func forkLoop(reqs <-chan forkRequest) {
+	runtime.LockOSThread() // never unlocked: see forker
+	for r := range reqs {
+		pid, pidfd, err := forkExec(r.m, r.files)
+		r.reply <- forkResult{pid, pidfd, err}
+	}
+}
+
+// forkExec starts the program in a session of its own, killed when the
+// keeper dies, with exactly the given environment, descriptors and
+// credentials. It returns a non-blocking pidfd for the runtime poller.
+func forkExec(m *message, files []*os.File) (int, *os.File, error) {
+	fds := make([]uintptr, len(files))
+	for i, f := range files {
+		fds[i] = f.Fd()
+	}
+	argv := m.Args
+	if len(argv) == 0 {
+		argv = []string{m.Path}
+	}
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		Dir:   m.Dir,
+		Env:   m.Env, // nil is an empty environment at this level
+		Files: fds,
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Pdeathsig:  syscall.SIGKILL,
+			Credential: m.Cred.syscall(),
+			PidFD:      &pidfd,
+		},
+	}
+	pid, err := syscall.ForkExec(m.Path, argv, attr)
+	runtime.KeepAlive(files)
+	if err != nil {
+		return 0, nil, fmt.Errorf("keeper: start %s: %w", m.Path, err)
+	}
+	f, err := pollablePidfd(pid, pidfd)
+	if err != nil {
+		// Without a pidfd nobody could reap it: do not leave it running.
+		unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		unix.Wait4(pid, &ws, 0, nil)
+		return 0, nil, err
+	}
+	return pid, f, nil
+}
+
+// pollablePidfd wraps the pidfd clone returned (or opens one where clone
+// gave none) in non-blocking mode, so that waiting parks no thread.
+func pollablePidfd(pid, fd int) (*os.File, error) {
+	if fd < 0 {
+		var err error
+		if fd, err = unix.PidfdOpen(pid, 0); err != nil {
+			return nil, fmt.Errorf("keeper: pidfd of %d: %w", pid, err)
+		}
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("keeper: pidfd of %d: %w", pid, err)
+	}
+	return os.NewFile(uintptr(fd), fmt.Sprintf("pidfd-%d", pid)), nil
+}
+
+// reap waits through the poller until the child exited, then collects
+// its status with wait4: the child stays a zombie until then, so its pid
+// cannot have been reused.
+func reap(pid int, pidfd *os.File) unix.WaitStatus {
+	defer pidfd.Close()
+	var ws unix.WaitStatus
+	raw, err := pidfd.SyscallConn()
+	if err == nil {
+		err = raw.Read(func(uintptr) bool {
+			for {
+				got, werr := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+				if !errors.Is(werr, unix.EINTR) {
+					return got != 0 // reaped, or an error that waiting would not cure
+				}
+			}
+		})
+	}
+	if err != nil { // no poller: block instead
+		for {
+			if _, werr := unix.Wait4(pid, &ws, 0, nil); !errors.Is(werr, unix.EINTR) {
+				break
+			}
+		}
+	}
+	return ws
+}
+
+func (c *credential) syscall() *syscall.Credential {
+	if c == nil {
+		return nil
+	}
+	return &syscall.Credential{Uid: c.Uid, Gid: c.Gid, Groups: c.Groups, NoSetGroups: c.NoSetGroups}
+}
