@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -64,17 +65,6 @@ func dialKeeper(dir string, start func() error) (*keeperState, error) {
 	return &keeperState{client: c, detached: make(chan struct{}), procs: map[string]*Process{}}, nil
 }
 
-// add registers a started or adopted process; a key in use is an error.
-func (k *keeperState) add(p *Process) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if _, ok := k.procs[p.policy.Key]; ok {
-		return fmt.Errorf("%w: key %q is in use", ErrInvalidPolicy, p.policy.Key)
-	}
-	k.procs[p.policy.Key] = p
-	return nil
-}
-
 // track registers proc with the keeper's processes; without a keeper it
 // does nothing.
 func (l *Launcher) track(proc *Process) {
@@ -112,10 +102,16 @@ func (l *Launcher) executionDir(key string) string {
 type keeperSpawner struct{ k *keeperState }
 
 func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, error) {
+	held, err := dupAll(req.held)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(held)
 	pid, err := s.k.client.Spawn(ctx, keeper.SpawnRequest{
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
-		Files: req.files, Held: req.held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
+		Files: req.files, Held: held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
 	})
+	restoreNonblock(req.held)
 	switch {
 	case errors.Is(err, keeper.ErrExists):
 		return nil, fmt.Errorf("%w: key %q is in use", ErrInvalidPolicy, req.key)
@@ -181,4 +177,37 @@ func (c *keeperChild) wait() (unix.WaitStatus, bool, error) {
 		return 0, true, nil
 	}
 	return ws, false, nil
+}
+
+// dupAll duplicates files for the keeper to take: sending a descriptor
+// with os.File.Fd makes that os.File blocking for good, which ours,
+// read through the poller, must never be.
+func dupAll(files []*os.File) ([]*os.File, error) {
+	out := make([]*os.File, 0, len(files))
+	for _, f := range files {
+		raw, err := f.SyscallConn()
+		if err != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("sandbox: hand a descriptor to the keeper: %w", err)
+		}
+		var fd int
+		var derr error
+		raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 3) })
+		if derr != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("sandbox: hand a descriptor to the keeper: %w", derr)
+		}
+		out = append(out, os.NewFile(uintptr(fd), f.Name()))
+	}
+	return out, nil
+}
+
+// restoreNonblock sets O_NONBLOCK again on the open file descriptions of
+// files, which a descriptor sent with Fd shares and made blocking.
+func restoreNonblock(files []*os.File) {
+	for _, f := range files {
+		if raw, err := f.SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) { unix.SetNonblock(int(fd), true) })
+		}
+	}
 }

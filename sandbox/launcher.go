@@ -174,9 +174,14 @@ func (l *Launcher) startEvents() {
 
 // Close releases the launcher's resources. Running processes keep running,
 // but no longer hold the cgroup parent: another instance's SweepCgroups
-// may then remove them. No new process can start.
+// may then remove them. No new process can start. With a StateDir, Close
+// detaches first (Detach): the keeper keeps the processes for a later
+// launcher.
 func (l *Launcher) Close() error {
 	l.closeOnce.Do(func() {
+		if l.keeper != nil {
+			l.Detach()
+		}
 		if l.events != nil {
 			l.events.Close()
 		}

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -17,7 +18,10 @@ import (
 // to reads: a process's output is then read straight into it, so a byte
 // the kernel handed over is already the writer's (a ring in shared memory
 // keeps it if termgate dies right after). When Stdio.Stdout or Stderr
-// implements it, its Write is never called.
+// implements it, its Write is never called. Each reservation is exactly
+// what the kernel said was waiting (at most 32 KiB) and is filled by one
+// read, entirely or not at all, so a writer that finds its reserved
+// memory touched after a crash knows that all of it was read.
 type Reserver interface {
 	io.Writer
 	// Reserve returns at least n bytes of writable memory for the next
@@ -108,103 +112,80 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 	return n
 }
 
-// copyReserved drains r into w's own memory until end of file or error,
-// an event per burst as copyOutput makes: a burst reservation starts at
-// minReadBuf and doubles up to maxReadBuf while bursts fill it. The first
-// bytes also go to head. A descriptor without a poller falls back to
-// copyOutput.
+// copyReserved drains r into w's own memory until end of file or error:
+// an event holds everything that waited when the copier woke, up to
+// maxReadBuf. The first bytes also go to head. A descriptor without a
+// poller falls back to copyOutput.
 func copyReserved(r *os.File, w Reserver, head io.Writer) {
 	raw, err := r.SyscallConn()
 	if err != nil {
 		copyOutput(r, io.MultiWriter(head, w))
 		return
 	}
-	burst := minReadBuf
 	for {
-		n, err := readReserved(raw, w, head, burst)
-		if err != nil {
+		if err := readReserved(raw, w, head); err != nil {
 			return
-		}
-		if n >= burst && burst < maxReadBuf {
-			burst *= 2
 		}
 	}
 }
 
-// readReserved waits until r is readable, then reads what waits into
-// memory w reserves and commits it: exactly the bytes the kernel says are
-// waiting (FIONREAD, TIOCINQ on a terminal), or, from burstMin on, a
-// burst: up to burst bytes read without waiting. It returns the bytes
-// committed, and io.EOF once the other side hung up and nothing waits.
-func readReserved(raw syscall.RawConn, w Reserver, head io.Writer, burst int) (n int, err error) {
+// readReserved waits until r is readable, asks the kernel how many bytes
+// wait (FIONREAD, TIOCINQ on a terminal), reserves exactly that many (at
+// most maxReadBuf) and reads them in one read, which the kernel then
+// fills entirely: a writer that finds its reservation touched after a
+// crash knows the whole of it was read. It returns io.EOF once the other
+// side hung up and nothing waits.
+func readReserved(raw syscall.RawConn, w Reserver, head io.Writer) error {
 	var rerr error
-	err = raw.Read(func(fd uintptr) bool {
-		k, ok := waiting(int(fd))
-		switch {
-		case ok && k == 0 && hungUp(int(fd)):
+	err := raw.Read(func(fd uintptr) bool {
+		k, err := waiting(int(fd))
+		if err != nil {
+			rerr = err
+			return true
+		}
+		if k == 0 {
+			if !hungUp(int(fd)) {
+				return false // wait in the poller
+			}
 			if k, _ = waiting(int(fd)); k == 0 {
 				rerr = io.EOF // and not data written just before the hang-up
 				return true
 			}
-		case ok && k == 0:
-			return false // wait in the poller
 		}
-		size := reserveSize(k, ok, burst)
-		buf := w.Reserve(size)[:size]
-		n, rerr = readInto(int(fd), buf)
+		k = min(k, maxReadBuf)
+		buf := w.Reserve(k)[:k]
+		n, err := unix.Read(int(fd), buf)
+		if n < 0 {
+			n = 0
+		}
 		if n > 0 {
 			head.Write(buf[:n])
 		}
 		w.Commit(n) // a writer's failure is its own to report: keep draining
-		return !errors.Is(rerr, unix.EAGAIN)
+		switch {
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+			return n > 0 // nothing after all: wait
+		case errors.Is(err, unix.EIO) || err == nil && n == 0:
+			rerr = io.EOF // a PTY master whose slaves closed
+		case err != nil:
+			rerr = err
+		}
+		return true
 	})
 	if err == nil {
 		err = rerr
 	}
-	return n, err
+	return err
 }
 
-// reserveSize is how much memory a read of k waiting bytes reserves: k
-// itself for a keystroke's echo, a burst for a flood, which may grow
-// while it is read. Without a count (ok false) it is a burst.
-func reserveSize(k int, ok bool, burst int) int {
-	if ok && k < burstMin {
-		return k
-	}
-	return max(burst, min(k, maxReadBuf))
-}
-
-// readInto fills buf from fd without waiting: one read, then, from
-// burstMin on, more until buf is full or a read comes short. It returns
-// what it read and the error that ended it: EAGAIN only when nothing was
-// read, io.EOF at end of file (EIO on a PTY master whose slaves closed).
-func readInto(fd int, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.EAGAIN) && n > 0:
-			return n, nil
-		case errors.Is(err, unix.EIO), err == nil && m == 0:
-			return n, io.EOF
-		case err != nil:
-			return n, err
-		}
-		n += m
-		if m < burstMin {
-			return n, nil // drained: wait in the poller rather than spin on small reads
-		}
-	}
-	return n, nil
-}
-
-// waiting asks the kernel how many bytes wait to be read from fd; ok is
-// false when it cannot tell (neither a pipe, a socket nor a terminal).
-func waiting(fd int) (int, bool) {
+// waiting asks the kernel how many bytes wait to be read from fd, a pipe,
+// a socket or a terminal.
+func waiting(fd int) (int, error) {
 	k, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // FIONREAD on Linux
-	return k, err == nil
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: bytes waiting: %w", err)
+	}
+	return k, nil
 }
 
 // hungUp reports whether the other side of fd closed: the writers of a

@@ -19,6 +19,7 @@ import (
 type lendingWriter struct {
 	mu       sync.Mutex
 	reserved []byte // the outstanding reservation; nil when none
+	asked    int    // its size as asked for
 	got      bytes.Buffer
 	events   []int // the size of each non-empty commit
 	problems []string
@@ -31,6 +32,7 @@ func (w *lendingWriter) Reserve(n int) []byte {
 		w.problems = append(w.problems, "Reserve before the previous Commit")
 	}
 	w.reserved = bytes.Repeat([]byte{0xee}, n+7) // at least n, as a ring may give
+	w.asked = n
 	return w.reserved
 }
 
@@ -41,9 +43,10 @@ func (w *lendingWriter) Commit(n int) error {
 	case w.reserved == nil:
 		w.problems = append(w.problems, "Commit without Reserve")
 		return nil
-	case n < 0 || n > len(w.reserved):
-		w.problems = append(w.problems, fmt.Sprintf("Commit(%d) of %d reserved", n, len(w.reserved)))
-		n = 0
+	case n != 0 && n != w.asked:
+		// A ring recovers a read under way only when it fills the whole reservation.
+		w.problems = append(w.problems, fmt.Sprintf("Commit(%d) of %d reserved", n, w.asked))
+		n = min(max(n, 0), w.asked)
 	}
 	w.got.Write(w.reserved[:n])
 	if n > 0 {

@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -128,6 +127,3 @@ func awaitExit(pid int) {
 		return err != nil || info.Signo != 0 // Linux zeroes info when nothing exited
 	})
 }
-
-// errNoPidfd: a pid we cannot pin cannot be signalled safely.
-var errNoPidfd = errors.New("sandbox: no pidfd for bwrap")
