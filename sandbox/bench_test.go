@@ -4,10 +4,13 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,7 +99,12 @@ func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
 	}
 	defer outR.Close()
 	// No control socket: the command does not read one.
-	cmd := l.command(p, pl, [3]*os.File{nil, outW, outW}, append([]*os.File{nil, argsR}, files...))
+	req := spawnRequest{path: l.bwrap, args: append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...),
+		files: append([]*os.File{nil, outW, outW, nil, argsR}, files...)}
+	if id, _ := l.identityFor(p); id.switchTo {
+		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
+	}
+	cmd := execCommand(req)
 	if err := cmd.Start(); err != nil {
 		outW.Close()
 		return time.Time{}, err
@@ -105,4 +113,161 @@ func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
 	var fb firstByte
 	io.Copy(&fb, outR)
 	return fb.at, cmd.Wait()
+}
+
+// ptyBenchBytes is what BenchmarkPTYThroughput's command prints.
+const ptyBenchBytes = 32 << 20
+
+// benchLaunchers are the two ways of forking: the launcher's own child
+// ("exec"), and the keeper's ("keeper"), beside each other in one run.
+func benchLaunchers(b *testing.B) []struct {
+	name string
+	l    *Launcher
+} {
+	return []struct {
+		name string
+		l    *Launcher
+	}{{"exec", needLauncher(b)}, {"keeper", keeperLauncher(b, keeperDir(b))}}
+}
+
+// BenchmarkPTYThroughput measures a PTY's output read into a 1 MiB
+// circular buffer, as a ring keeps it: copied from the copier's own buffer
+// by Write ("write"), or read straight into the buffer's memory through a
+// reservation ("reserve"), with bwrap forked by the launcher or by the
+// keeper.
+func BenchmarkPTYThroughput(b *testing.B) {
+	p := Policy{Command: sh(fmt.Sprintf("stty raw -echo; head -c %d /dev/zero", ptyBenchBytes)), Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80}}
+	for _, fork := range benchLaunchers(b) {
+		for _, v := range []struct {
+			name string
+			out  func(*circular) io.Writer
+		}{{"write", func(c *circular) io.Writer { return writeOnly{c} }}, {"reserve", func(c *circular) io.Writer { return c }}} {
+			b.Run(fork.name+"/"+v.name, func(b *testing.B) {
+				b.SetBytes(ptyBenchBytes)
+				events := 0
+				for b.Loop() {
+					c := &circular{buf: make([]byte, 1<<20)}
+					p.Key = randomName()
+					proc, err := fork.l.Start(context.Background(), p, Stdio{Stdout: v.out(c)})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if exit := proc.Wait(); !exit.Success() || c.total != ptyBenchBytes {
+						b.Fatalf("%s, %d bytes", exit, c.total)
+					}
+					events += c.events
+				}
+				b.ReportMetric(float64(b.N)*ptyBenchBytes/float64(events), "B/event")
+			})
+		}
+	}
+}
+
+// BenchmarkEcho measures a keystroke's round trip through a PTY (cat in
+// raw mode), with bwrap forked by the launcher
+// or by the keeper.
+func BenchmarkEcho(b *testing.B) {
+	for _, fork := range benchLaunchers(b) {
+		b.Run(fork.name, func(b *testing.B) {
+			echo := &echoOutput{arrived: make(chan struct{}, 1)}
+			cat, err := fork.l.Start(context.Background(), Policy{Key: randomName(),
+				Command: sh("stty raw -echo; echo ready; exec cat"), Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80},
+			}, Stdio{Stdout: echo})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer benchStopAll([]*Process{cat})
+			if !echo.waitLen(len("ready\n"), 60*time.Second) {
+				b.Fatalf("cat not ready: %q", echo.text())
+			}
+			var rtts []time.Duration
+			for b.Loop() {
+				rtts = append(rtts, benchKeys(b, cat, echo, 100)...)
+			}
+			slices.Sort(rtts)
+			b.ReportMetric(benchQuantile(rtts, 0.50)*1000, "p50-us")
+		})
+	}
+}
+
+// circular keeps the last bytes written in a fixed buffer, as a ring does.
+type circular struct {
+	buf    []byte
+	off    int // where the next event starts
+	total  int
+	events int
+}
+
+func (c *circular) Write(b []byte) (int, error) {
+	for len(b) > 0 {
+		dst := c.Reserve(min(len(b), len(c.buf)))
+		n := copy(dst, b)
+		c.Commit(n)
+		b = b[n:]
+	}
+	return 0, nil
+}
+
+func (c *circular) Reserve(n int) []byte {
+	if c.off+n > len(c.buf) {
+		c.off = 0
+	}
+	return c.buf[c.off : c.off+n]
+}
+
+func (c *circular) Commit(n int) error {
+	c.off += n
+	c.total += n
+	c.events++
+	return nil
+}
+
+// writeOnly hides a circular's Reserver.
+type writeOnly struct{ c *circular }
+
+func (w writeOnly) Write(b []byte) (int, error) { return w.c.Write(b) }
+
+// BenchmarkKeeperMemory reports the keeper's resident memory per idle
+// execution (a PTY shell or a pipe reader, half each), over 50 of them.
+func BenchmarkKeeperMemory(b *testing.B) {
+	const n = 50
+	l := keeperLauncher(b, keeperDir(b))
+	ws := sandboxtest.Dir(b)
+	for b.Loop() {
+		before := rssKiB(b, keeperPid(l))
+		procs := make([]*Process, 0, n)
+		for i := range n {
+			p := Policy{Key: randomName(), Command: sh("echo up; exec cat"), Workspace: ws}
+			if i%2 == 0 {
+				p.TTY = &WindowSize{Rows: 24, Cols: 80}
+			}
+			up := &echoOutput{arrived: make(chan struct{}, 1)}
+			proc, err := l.Start(context.Background(), p, Stdio{Stdout: up})
+			if err != nil {
+				b.Fatal(err)
+			}
+			procs = append(procs, proc)
+			up.waitLen(3, 30*time.Second)
+		}
+		after := rssKiB(b, keeperPid(l))
+		benchStopAll(procs)
+		b.ReportMetric(float64(after-before)/n, "KiB/execution")
+	}
+}
+
+// rssKiB reads a process's resident set size.
+func rssKiB(b *testing.B, pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kib int
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kib)
+			return kib
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
 }

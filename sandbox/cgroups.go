@@ -20,6 +20,10 @@ var ErrUnenforceable = errors.New("sandbox: ceiling cannot be enforced on this h
 // swept. Give each instance its own Config.CgroupParent.
 var ErrCgroupsInUse = errors.New("sandbox: another termgate instance uses the cgroup parent")
 
+// ErrSweepBeforeAdopt reports a sweep asked for, with a StateDir, before
+// Adopt: the keeper's processes would be taken for left-overs.
+var ErrSweepBeforeAdopt = errors.New("sandbox: with a state directory, cgroups can be swept only after Adopt")
+
 // ErrSweepAfterStart reports a sweep asked for after the launcher started
 // an execution, whose groups a sweep would take for left-overs.
 var ErrSweepAfterStart = errors.New("sandbox: cgroups can be swept only before the first start")
@@ -37,7 +41,9 @@ type CgroupSweep = cgroup.SweepResult
 // parent are never touched.
 //
 // Call it once at startup, before the first Start: afterwards it fails
-// with ErrSweepAfterStart, and a Start that comes during a sweep waits
+// with ErrSweepAfterStart. With a StateDir, call it after Adopt (before,
+// it fails with ErrSweepBeforeAdopt): the adopted processes' cgroups, and
+// their tenants' directories above them, are never swept, and a Start that comes during a sweep waits
 // for it. While another live launcher (in any process) holds the same
 // parent, it fails with ErrCgroupsInUse and removes nothing. A partial
 // sweep returns what it removed along with the error.
@@ -47,18 +53,38 @@ func (l *Launcher) SweepCgroups() (CgroupSweep, error) {
 	if l.cgGuard.started {
 		return CgroupSweep{}, ErrSweepAfterStart
 	}
+	if l.keeper != nil && !l.cgGuard.adopted {
+		return CgroupSweep{}, ErrSweepBeforeAdopt
+	}
 	if err := l.cgLock.Exclusive(); err != nil {
 		return CgroupSweep{}, fromCgroup(err)
 	}
-	res, err := l.cgroups.Sweep(l.cgLock, l.log)
+	res, err := l.cgroups.Sweep(l.cgLock, l.cgGuard.kept, l.log)
 	return res, fromCgroup(errors.Join(err, l.cgLock.Shared()))
 }
 
-// cgroupGuard orders a sweep before every start: once an execution asked
-// for its group, the sweep refuses; a start waits for a sweep under way.
+// cgroupGuard orders a sweep before every start and after the adoption:
+// once an execution asked for its group, the sweep refuses; a start waits
+// for a sweep under way; the adopted processes' groups are kept.
 type cgroupGuard struct {
 	mu      sync.Mutex
 	started bool
+	adopted bool
+	kept    []string // the adopted processes' cgroup directories
+}
+
+// markAdopted records that Adopt ran: the sweep may go on, sparing kept.
+func (g *cgroupGuard) markAdopted() {
+	g.mu.Lock()
+	g.adopted = true
+	g.mu.Unlock()
+}
+
+// keep spares an adopted process's cgroup directories from the sweep.
+func (g *cgroupGuard) keep(dirs []string) {
+	g.mu.Lock()
+	g.kept = append(g.kept, dirs...)
+	g.mu.Unlock()
 }
 
 // markStarted records that the launcher makes groups from now on.

@@ -50,17 +50,27 @@ type Exit struct {
 	// Stopped says whether termgate stopped it, and why.
 	Stopped Stop `json:"stopped,omitempty"`
 	// Exact is false when the kernel's process events were unavailable and
-	// the status was inferred from bwrap's exit code (signal n shows as 128+n).
-	Exact    bool          `json:"exact"`
+	// the status was inferred from bwrap's exit code (signal n shows as
+	// 128+n); always for an adopted process, whose events before the
+	// adoption nobody saw.
+	Exact bool `json:"exact"`
+	// Lost says the keeper died and took the execution with it: how the
+	// command ended is unknown.
+	Lost bool `json:"lost,omitempty"`
+	// Detached says the launcher let go of the process (Detach): it did
+	// not end, and a later launcher adopts it. Nothing else is set.
+	Detached bool          `json:"detached,omitempty"`
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"duration"`
 }
 
 // Status returns a shell-style status: the code, or 128+n for signal n,
-// 127 when the command does not exist, or 126 when the sandbox could not
-// be set up otherwise.
+// 127 when the command does not exist, 126 when the sandbox could not be
+// set up otherwise, or 255 when the end is unknown (Lost, Detached).
 func (e Exit) Status() int {
 	switch {
+	case e.Lost || e.Detached:
+		return 255
 	case e.NotFound:
 		return 127
 	case e.SetupError != "":
@@ -72,12 +82,18 @@ func (e Exit) Status() int {
 }
 
 // Success reports a normal exit with code 0.
-func (e Exit) Success() bool { return e.SetupError == "" && e.Signal == 0 && e.Code == 0 }
+func (e Exit) Success() bool {
+	return e.SetupError == "" && e.Signal == 0 && e.Code == 0 && !e.Lost && !e.Detached
+}
 
 // String describes the exit for people.
 func (e Exit) String() string {
 	var b strings.Builder
 	switch {
+	case e.Lost:
+		b.WriteString("the keeper ended: execution lost")
+	case e.Detached:
+		b.WriteString("detached: the execution runs on")
 	case e.SetupError != "":
 		fmt.Fprintf(&b, "sandbox setup failed: %s", e.SetupError)
 	case e.Signal != 0:
@@ -110,6 +126,7 @@ type exitFacts struct {
 	// launcher said; notFound marks a command that does not exist.
 	initErr  string
 	notFound bool
+	lost     bool // the keeper died before it reported bwrap's status
 }
 
 // classify turns facts into an Exit. Without process events it falls back
@@ -117,6 +134,9 @@ type exitFacts struct {
 func classify(f exitFacts) Exit {
 	e := Exit{Code: -1, Exact: f.exact, Stopped: f.stoppedAs}
 	switch {
+	case f.lost:
+		e.Lost, e.Exact = true, false
+		return e
 	case f.initErr != "":
 		e.SetupError, e.NotFound = f.initErr, f.notFound
 	case f.exact && !f.execed && f.killedUs && f.stoppedAs != StopNone && f.setupMsg == "":

@@ -41,6 +41,8 @@ func TestClassify(t *testing.T) {
 		{"our kill is no cpu ceiling", exitFacts{exact: true, execed: true, workload: signaled(unix.SIGKILL), cpuLimit: true, killedUs: true, stoppedAs: StopCancel}, Exit{Code: -1, Signal: unix.SIGKILL, Exact: true, Stopped: StopCancel}},
 		{"file size", exitFacts{exact: true, execed: true, workload: signaled(unix.SIGXFSZ)}, Exit{Code: -1, Signal: unix.SIGXFSZ, Limit: LimitFileSize, Exact: true}},
 		{"pids", exitFacts{exact: true, execed: true, workload: exited(2), pidsHits: 4}, Exit{Code: 2, Limit: LimitPids, Exact: true}},
+		{"keeper lost", exitFacts{exact: true, execed: true, workload: signaled(unix.SIGKILL), outer: signaled(unix.SIGKILL), lost: true, killedUs: true, stoppedAs: StopCancel},
+			Exit{Code: -1, Lost: true, Stopped: StopCancel}},
 		{"success ignores counters", exitFacts{exact: true, execed: true, workload: exited(0), pidsHits: 4}, Exit{Code: 0, Exact: true}},
 	}
 	for _, c := range cases {
@@ -58,9 +60,13 @@ func TestExitStatus(t *testing.T) {
 	for _, c := range []struct {
 		e    Exit
 		want int
-	}{{Exit{Code: 3}, 3}, {Exit{Code: -1, Signal: unix.SIGINT}, 130}, {Exit{Code: -1, SetupError: "x"}, 126}, {Exit{Code: -1, SetupError: "x", NotFound: true}, 127}} {
+	}{{Exit{Code: 3}, 3}, {Exit{Code: -1, Signal: unix.SIGINT}, 130}, {Exit{Code: -1, SetupError: "x"}, 126}, {Exit{Code: -1, SetupError: "x", NotFound: true}, 127},
+		{Exit{Code: -1, Lost: true}, 255}, {Exit{Code: -1, Detached: true}, 255}} {
 		if got := c.e.Status(); got != c.want {
 			t.Errorf("%+v.Status() = %d, want %d", c.e, got, c.want)
+		}
+		if (c.e.Lost || c.e.Detached) && c.e.Success() {
+			t.Errorf("%+v.Success() is true", c.e)
 		}
 	}
 }

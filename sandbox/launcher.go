@@ -51,6 +51,23 @@ type Config struct {
 	KillGrace time.Duration
 	// Logger receives operational events; nil discards them.
 	Logger *slog.Logger
+	// StateDir, when set, is the state directory of a keeper process that
+	// forks every sandbox instead of the launcher, so that they outlive
+	// it: a later launcher on the same StateDir adopts them (Adopt). The
+	// launcher dials the keeper at StateDir/keeper.sock, calling
+	// StartKeeper when none listens. StateDir/executions/<Policy.Key> is
+	// the execution's own: the keeper removes it when it stops the
+	// execution as an orphan. Every Policy then needs a Key. Empty: the
+	// launcher forks the sandboxes itself and they die with it.
+	StateDir string
+	// StartKeeper starts the keeper of StateDir, detached, when none
+	// listens: a process that calls ServeKeeper with this Config. It may
+	// return before the keeper listens; the launcher keeps dialling.
+	StartKeeper func() error
+	// OrphanGrace is how long the keeper lets executions run with no
+	// launcher attached before it stops them (keeper's default, 10m);
+	// ServeKeeper uses it, StartKeeper passes it on.
+	OrphanGrace time.Duration
 }
 
 // Launcher starts sandboxed processes. It is safe for concurrent use.
@@ -68,6 +85,8 @@ type Launcher struct {
 	events   *procevents.Watcher // nil without process events: exits are then inexact
 	eventErr error
 	dropInit func() // removes the copy of the init, if one was made
+	spawner  spawner
+	keeper   *keeperState // nil without a StateDir
 
 	closeOnce sync.Once
 }
@@ -91,7 +110,10 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = DefaultKillGrace
 	}
-	l := &Launcher{cfg: cfg, log: cfg.Logger}
+	if cfg.OrphanGrace < 0 {
+		return nil, fmt.Errorf("sandbox: config: negative orphan grace %s", cfg.OrphanGrace)
+	}
+	l := &Launcher{cfg: cfg, log: cfg.Logger, spawner: execSpawner{}}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -115,7 +137,16 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	l.cgroups = cgroup.Detect(cfg.CgroupRoot, cfg.CgroupParent)
 	l.tenants = cgroup.NewTenants(l.cgroups, tenantLim)
 	if l.cgLock, err = l.cgroups.LockParents(); err != nil {
+		l.dropInit()
 		return nil, fmt.Errorf("sandbox: %w", fromCgroup(err))
+	}
+	if cfg.StateDir != "" {
+		if l.keeper, err = dialKeeper(cfg.StateDir, cfg.StartKeeper); err != nil {
+			l.dropInit()
+			l.cgLock.Close()
+			return nil, err
+		}
+		l.spawner = keeperSpawner{l.keeper}
 	}
 	l.startEvents()
 	return l, nil
@@ -143,9 +174,14 @@ func (l *Launcher) startEvents() {
 
 // Close releases the launcher's resources. Running processes keep running,
 // but no longer hold the cgroup parent: another instance's SweepCgroups
-// may then remove them. No new process can start.
+// may then remove them. No new process can start. With a StateDir, Close
+// detaches first (Detach): the keeper keeps the processes for a later
+// launcher.
 func (l *Launcher) Close() error {
 	l.closeOnce.Do(func() {
+		if l.keeper != nil {
+			l.Detach()
+		}
 		if l.events != nil {
 			l.events.Close()
 		}
@@ -173,6 +209,11 @@ func (l *Launcher) Start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 	p = p.Normalize()
 	if err := p.Validate(); err != nil {
 		return nil, err
+	}
+	if l.keeper != nil {
+		if err := p.ValidateKey(); err != nil {
+			return nil, err
+		}
 	}
 	if err := l.checkSupported(p); err != nil {
 		return nil, err

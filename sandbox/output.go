@@ -4,6 +4,8 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -12,21 +14,46 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Reserver is implemented by an output writer that lends its own memory
+// to reads: a process's output is then read straight into it, so a byte
+// the kernel handed over is already the writer's (a ring in shared memory
+// keeps it if termgate dies right after). When Stdio.Stdout or Stderr
+// implements it, its Write is never called. Each reservation is exactly
+// what the kernel said was waiting (at most 32 KiB) and is filled by one
+// read, entirely or not at all, so a writer that finds its reserved
+// memory touched after a crash knows that all of it was read.
+type Reserver interface {
+	io.Writer
+	// Reserve returns at least n bytes of writable memory for the next
+	// read. The memory is the copier's until Commit.
+	Reserve(n int) []byte
+	// Commit says the first n bytes of the reserved memory were read and
+	// belong to the output; 0 gives the reservation back.
+	Commit(n int) error
+}
+
 // copy drains r into w until end of file, on a goroutine owned by the
 // process; Wait waits for it. A PTY master reports EIO once every slave
-// is closed: that is its end of file.
+// is closed: that is its end of file. With capture, the first bytes are
+// kept for the setup message.
 func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	if w == nil {
 		w = io.Discard
 	}
+	var head io.Writer = io.Discard
 	if capture {
-		w = io.MultiWriter(p.head, w)
+		head = p.head
 	}
+	p.outputs = append(p.outputs, r)
 	p.copies.Add(1)
 	go func() {
 		defer p.copies.Done()
 		defer r.Close()
-		copyOutput(r, w)
+		if rw, ok := w.(Reserver); ok {
+			copyReserved(r, rw, head)
+			return
+		}
+		copyOutput(r, io.MultiWriter(head, w))
 	}()
 }
 
@@ -83,6 +110,90 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 		}
 	}
 	return n
+}
+
+// copyReserved drains r into w's own memory until end of file or error:
+// an event holds everything that waited when the copier woke, up to
+// maxReadBuf. The first bytes also go to head. A descriptor without a
+// poller falls back to copyOutput.
+func copyReserved(r *os.File, w Reserver, head io.Writer) {
+	raw, err := r.SyscallConn()
+	if err != nil {
+		copyOutput(r, io.MultiWriter(head, w))
+		return
+	}
+	for {
+		if err := readReserved(raw, w, head); err != nil {
+			return
+		}
+	}
+}
+
+// readReserved waits until r is readable, asks the kernel how many bytes
+// wait (FIONREAD, TIOCINQ on a terminal), reserves exactly that many (at
+// most maxReadBuf) and reads them in one read, which the kernel then
+// fills entirely: a writer that finds its reservation touched after a
+// crash knows the whole of it was read. It returns io.EOF once the other
+// side hung up and nothing waits.
+func readReserved(raw syscall.RawConn, w Reserver, head io.Writer) error {
+	var rerr error
+	err := raw.Read(func(fd uintptr) bool {
+		k, err := waiting(int(fd))
+		if err != nil {
+			rerr = err
+			return true
+		}
+		if k == 0 {
+			if !hungUp(int(fd)) {
+				return false // wait in the poller
+			}
+			if k, _ = waiting(int(fd)); k == 0 {
+				rerr = io.EOF // and not data written just before the hang-up
+				return true
+			}
+		}
+		k = min(k, maxReadBuf)
+		buf := w.Reserve(k)[:k]
+		n, err := unix.Read(int(fd), buf)
+		if n < 0 {
+			n = 0
+		}
+		if n > 0 {
+			head.Write(buf[:n])
+		}
+		w.Commit(n) // a writer's failure is its own to report: keep draining
+		switch {
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+			return n > 0 // nothing after all: wait
+		case errors.Is(err, unix.EIO) || err == nil && n == 0:
+			rerr = io.EOF // a PTY master whose slaves closed
+		case err != nil:
+			rerr = err
+		}
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// waiting asks the kernel how many bytes wait to be read from fd, a pipe,
+// a socket or a terminal.
+func waiting(fd int) (int, error) {
+	k, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // FIONREAD on Linux
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: bytes waiting: %w", err)
+	}
+	return k, nil
+}
+
+// hungUp reports whether the other side of fd closed: the writers of a
+// pipe, every slave of a PTY master.
+func hungUp(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(pfd, 0)
+	return err == nil && n == 1 && pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
 }
 
 // headCapture keeps the first bytes of output, where bwrap prints its

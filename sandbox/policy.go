@@ -138,6 +138,26 @@ type Policy struct {
 	// Tenant accounts the execution to a tenant: its cgroup sits inside the
 	// tenant's, under Config.TenantLimits. "" is none.
 	Tenant string `json:"tenant,omitempty"`
+	// Key names the execution durably: with Config.StateDir it is
+	// required, unique among the launcher's processes, and what Adopt
+	// hands back after a restart. [A-Za-z0-9._-]{1,128}, never "." or
+	// "..". Ignored without a StateDir.
+	Key string `json:"key,omitempty"`
+}
+
+// keyPattern is the syntax of Policy.Key, the keeper's key syntax.
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ValidateKey checks Policy.Key, which a launcher with a StateDir
+// requires; errors wrap ErrInvalidPolicy.
+func (p Policy) ValidateKey() error {
+	switch {
+	case p.Key == "":
+		return fmt.Errorf("%w: a key is required with a state directory", ErrInvalidPolicy)
+	case !keyPattern.MatchString(p.Key) || p.Key == "." || p.Key == "..":
+		return fmt.Errorf("%w: key %q must match %s and be neither \".\" nor \"..\"", ErrInvalidPolicy, p.Key, keyPattern)
+	}
+	return nil
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

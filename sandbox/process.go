@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"time"
@@ -25,18 +24,21 @@ var ErrNotRunning = errors.New("sandbox: process is not running")
 
 // Process is one running sandbox. Its methods are safe for concurrent use.
 type Process struct {
-	l       *Launcher
-	policy  Policy
-	cmd     *exec.Cmd
-	cg      *cgroup.Group
-	track   *procevents.Track
-	argv    []string // the init, then the command, as bwrap executes them
-	started time.Time
-	ctl     *initControl
+	l         *Launcher
+	policy    Policy
+	child     spawned  // bwrap
+	bwrapArgs []string // bwrap's argv
+	cg        *cgroup.Group
+	track     *procevents.Track
+	argv      []string // the init, then the command, as bwrap executes them
+	started   time.Time
+	ctl       *initControl
 
-	stdin  *os.File // pipe write end, or the PTY master
-	master *os.File // PTY master; nil with pipes
-	head   *headCapture
+	stdin   *os.File   // pipe write end (a socket's with a keeper), or the PTY master
+	master  *os.File   // PTY master; nil with pipes
+	outputs []*os.File // the output read ends, which the copiers own
+	head    *headCapture
+	adopted bool // a previous launcher started it (Adopt)
 
 	mu       sync.Mutex
 	stopped  Stop
@@ -78,44 +80,41 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 		return nil, err
 	}
 	defer closeAll(child[:])
-	proc.cmd = l.command(p, pl, child, append([]*os.File{ctlChild, argsR}, files...))
 	if proc.cg, err = l.newCgroup(p); err != nil {
 		proc.abandon(child)
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if err := proc.launch(argsW, encodeArgs(pl.opts), pl.init); err != nil {
+	req := l.spawnRequest(proc, pl, append(child[:], ctlChild, argsR), files)
+	if err := proc.launch(ctx, req, argsW, encodeArgs(pl.opts), pl.init); err != nil {
 		proc.abandon(child)
 		return nil, err
 	}
+	l.track(proc)
 	go proc.supervise(ctx)
 	return proc, nil
 }
 
-// command builds the exec.Cmd for bwrap: an empty environment (the
-// policy's variables reach only the sandboxed command, through --setenv:
-// given to bwrap itself, LD_PRELOAD and friends would run client code on
-// the host before any isolation), the options on fd 3, the command on
-// argv (bwrap reads no command through --args), and the sandbox identity
-// when running as root.
-func (l *Launcher) command(p Policy, pl plan, stdio [3]*os.File, extra []*os.File) *exec.Cmd {
-	cmd := &exec.Cmd{
-		Path:       l.bwrap,
-		Args:       append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...),
-		Env:        []string{}, // not nil: nil would pass termgate's own
-		Dir:        "/",
-		Stdin:      stdio[0],
-		Stdout:     stdio[1],
-		Stderr:     stdio[2],
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setsid:    true,
-			Pdeathsig: syscall.SIGKILL,
-		},
+// spawnRequest is what forks bwrap for proc: its argv, blocked on the
+// --args pipe, the descriptors (stdio, the init's control socket, the
+// args pipe, then the plan's files), and for the keeper the parent ends,
+// the cgroup and the notes a later launcher adopts it from.
+func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File) spawnRequest {
+	proc.bwrapArgs = append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...)
+	req := spawnRequest{key: proc.policy.Key, path: l.bwrap, args: proc.bwrapArgs, files: append(first, files...)}
+	if id, _ := l.identityFor(proc.policy); id.switchTo { // checked by Start
+		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
 	}
-	if id, _ := l.identityFor(p); id.switchTo { // checked by Start
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
+	if l.keeper == nil {
+		return req
 	}
-	return cmd
+	req.held = proc.held()
+	if proc.cg != nil {
+		req.cgroups = proc.cg.Dirs()
+	}
+	req.remove = []string{l.executionDir(proc.policy.Key)}
+	proc.started = time.Now()
+	req.meta = proc.meta()
+	return req
 }
 
 // openFiles materialises the plan's descriptors in order.
@@ -183,24 +182,22 @@ func sealedData(data []byte) (*os.File, error) {
 // launch starts bwrap, applies what must precede its first fork, then
 // writes its arguments, which lets it go on, and the init's configuration,
 // which the init reads once bwrap has built the sandbox.
-func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) error {
-	// Descriptors termgate inherited without close-on-exec (from a service
-	// manager, a shell) would otherwise pass through bwrap into the sandbox.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, args []byte, cfg sandboxinit.Config) error {
+	child, err := p.l.spawner.spawn(ctx, req)
+	if err != nil {
 		removeCgroup(p.cg)
-		return fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
+		return err
 	}
-	if err := p.cmd.Start(); err != nil {
-		removeCgroup(p.cg)
-		return fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
+	p.child = child
+	if p.started.IsZero() {
+		p.started = time.Now()
 	}
-	p.started = time.Now()
-	pid := p.cmd.Process.Pid
+	pid := child.pid()
 	if p.l.events != nil {
 		p.track = p.l.events.Track(pid)
 		p.track.NotifyWorkloadExit(p.endSandbox)
 	}
-	err := p.confine(pid)
+	err = p.confine(pid)
 	if err == nil {
 		_, err = argsW.Write(args)
 	}
@@ -208,8 +205,9 @@ func (p *Process) launch(argsW *os.File, args []byte, cfg sandboxinit.Config) er
 		err = p.ctl.send(cfg)
 	}
 	if err != nil {
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
+		child.kill()
+		child.wait()
+		p.l.forget(p)
 		removeCgroup(p.cg)
 		if p.track != nil {
 			p.l.events.Untrack(p.track)

@@ -26,6 +26,9 @@ func (p *Process) setupPipes(stdio Stdio) ([3]*os.File, error) {
 	var parent [3]*os.File
 	for i := range 3 {
 		r, w, err := os.Pipe()
+		if i == 0 && p.l.keeper != nil {
+			r, w, err = stdinSocket()
+		}
 		if err != nil {
 			closeAll(child[:i])
 			closeAll(parent[:i])
@@ -101,13 +104,49 @@ func (p *Process) abandon(child [3]*os.File) {
 	}
 }
 
+// stdinSocket returns the two ends of a stream socket that stands in for
+// the stdin pipe when the keeper holds a copy of the writing end: a pipe
+// reaches end of file only once every copy is closed, a socket's
+// shutdown ends it for all of them.
+func stdinSocket() (r, w *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: stdin socket: %w", err)
+	}
+	unix.Shutdown(fds[0], unix.SHUT_WR) // the command's end only reads
+	unix.Shutdown(fds[1], unix.SHUT_RD)
+	if err := unix.SetNonblock(fds[1], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("sandbox: stdin socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "stdin"), os.NewFile(uintptr(fds[1]), "stdin-writer"), nil
+}
+
 // Stdin returns where input goes: the stdin pipe, or the PTY. With pipes,
 // closing it delivers end of file to the command.
 func (p *Process) Stdin() io.WriteCloser {
 	if p.master != nil {
 		return ptyInput{p.master}
 	}
+	if p.l.keeper != nil {
+		return socketInput{p.stdin}
+	}
 	return p.stdin
+}
+
+// socketInput is the stdin socket: Close shuts it down for every copy,
+// the keeper's included, so the command reads end of file.
+type socketInput struct{ f *os.File }
+
+func (w socketInput) Write(b []byte) (int, error) { return w.f.Write(b) }
+
+func (w socketInput) Close() error {
+	raw, err := w.f.SyscallConn()
+	if err == nil {
+		raw.Control(func(fd uintptr) { unix.Shutdown(int(fd), unix.SHUT_WR) })
+	}
+	return w.f.Close()
 }
 
 // ptyInput writes to the PTY; Close does nothing because the master also

@@ -145,5 +145,5 @@ func (p *Process) Kill() {
 	if p.cg != nil {
 		p.cg.Kill()
 	}
-	p.cmd.Process.Kill()
+	p.child.kill()
 }

@@ -4,28 +4,29 @@ package sandbox
 
 import (
 	"context"
-	"os"
-	"syscall"
+	"errors"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// supervise owns cmd.Wait. It stops the process when ctx ends or the
+// supervise owns the wait for bwrap. It stops the process when ctx ends or the
 // timeout passes, and finalises the exit once bwrap is reaped and every
 // output stream has ended.
 func (p *Process) supervise(ctx context.Context) {
 	stopWatching := p.watch(ctx)
 	defer stopWatching()
-	p.awaitExit()
-	var ws syscall.WaitStatus
-	if state, err := p.cmd.Process.Wait(); err == nil {
-		ws, _ = state.Sys().(syscall.WaitStatus)
-	} else {
+	ws, lost, err := p.child.wait()
+	if errors.Is(err, errDetached) {
+		p.letGo()
+		return
+	}
+	if err != nil {
 		p.l.log.Error("wait for bwrap", "pid", p.Pid(), "err", err)
 	}
 	close(p.exited)
-	facts := p.collect(unix.WaitStatus(ws))
+	facts := p.collect(ws)
+	facts.lost = lost
 	if p.stdin != nil && p.master == nil {
 		p.stdin.Close()
 	}
@@ -39,6 +40,7 @@ func (p *Process) supervise(ctx context.Context) {
 	p.exit = classify(facts)
 	p.exit.Started = p.started
 	p.exit.Duration = time.Since(p.started)
+	p.l.forget(p)
 	close(p.done)
 }
 
@@ -84,27 +86,6 @@ func (p *Process) watch(ctx context.Context) func() {
 	return func() { stopCtx(); t.Stop() }
 }
 
-// awaitExit parks until bwrap has exited, through the runtime poller on a
-// pidfd, so that an idle execution holds no OS thread in wait4. Where
-// pidfds are unavailable, the Wait that follows blocks as usual.
-func (p *Process) awaitExit() {
-	fd, err := unix.PidfdOpen(p.cmd.Process.Pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	defer f.Close()
-	raw, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	raw.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		return err != nil || info.Signo != 0 // Linux zeroes info when nothing exited
-	})
-}
-
 // Wait blocks until the process tree is gone and all output was delivered.
 func (p *Process) Wait() Exit {
 	<-p.done
@@ -115,4 +96,4 @@ func (p *Process) Wait() Exit {
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Pid returns bwrap's host pid, for logs.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
+func (p *Process) Pid() int { return p.child.pid() }

@@ -39,7 +39,7 @@ func (p *Process) sandboxInit() (int, bool) {
 	if p.track != nil && !p.track.Blind() {
 		return p.track.InitPid()
 	}
-	return firstChild(p.cmd.Process.Pid)
+	return firstChild(p.child.pid())
 }
 
 // runsCommand reports whether pid, the sandbox's first process, has exec'd
@@ -51,7 +51,10 @@ func (p *Process) runsCommand(pid int) bool {
 		return false
 	}
 	argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-	if slices.Equal(argv, p.cmd.Args) {
+	if p.bwrapArgs == nil { // adopted without its argv: known by name
+		return argv[0] != "bwrap" && argv[0] != initPath
+	}
+	if slices.Equal(argv, p.bwrapArgs) {
 		return false
 	}
 	n := len(argv)

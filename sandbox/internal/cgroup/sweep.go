@@ -131,10 +131,12 @@ func flock(f *os.File, how int) error {
 }
 
 // Sweep kills every process found below the parents lk holds and removes
-// every directory there, deepest first, logging each one. The caller has
-// made lk exclusive, so no live instance's groups are among them. A
-// partial sweep returns what it removed along with the error.
-func (h *Host) Sweep(lk *Lock, log *slog.Logger) (SweepResult, error) {
+// every directory there, deepest first, logging each one, except the
+// directories in keep (groups of executions this instance adopted), what
+// is below them and their ancestors. The caller has made lk exclusive, so
+// no live instance's groups are among them. A partial sweep returns what
+// it removed along with the error.
+func (h *Host) Sweep(lk *Lock, keep []string, log *slog.Logger) (SweepResult, error) {
 	var dirs []string
 	for _, top := range lk.dirs {
 		found, err := listTree(top, sweepMax-len(dirs))
@@ -143,6 +145,7 @@ func (h *Host) Sweep(lk *Lock, log *slog.Logger) (SweepResult, error) {
 		}
 		dirs = append(dirs, found...)
 	}
+	dirs = slices.DeleteFunc(dirs, func(dir string) bool { return kept(dir, keep) })
 	var res SweepResult
 	if len(dirs) == 0 {
 		return res, nil
@@ -162,6 +165,17 @@ func (h *Host) Sweep(lk *Lock, log *slog.Logger) (SweepResult, error) {
 		log.Info("removed a cgroup left by a previous instance", "dir", dir)
 	}
 	return res, errors.Join(killErr, errors.Join(errs...))
+}
+
+// kept reports whether dir is one of keep, below one or above one.
+func kept(dir string, keep []string) bool {
+	for _, k := range keep {
+		k = filepath.Clean(k)
+		if dir == k || strings.HasPrefix(dir, k+"/") || strings.HasPrefix(k, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // killStale kills what runs in dirs: cgroup.kill where the cgroup2

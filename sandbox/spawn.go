@@ -1,0 +1,129 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// spawnRequest is one bwrap to fork.
+type spawnRequest struct {
+	key   string
+	path  string
+	args  []string // argv, Args[0] included; the environment is always empty
+	cred  *syscall.Credential
+	files []*os.File // the child's descriptors 0..len-1; the caller closes its own
+	// What only the keeper uses: the parent ends it keeps for a later
+	// launcher, the cgroup directories and state it removes with an
+	// orphan, and the launcher's notes on the process.
+	held    []*os.File
+	cgroups []string
+	remove  []string
+	meta    []byte
+}
+
+// spawner forks bwrap: as the launcher's own child (execSpawner) or as the
+// keeper's (keeperSpawner), which outlives the launcher.
+type spawner interface {
+	spawn(ctx context.Context, req spawnRequest) (spawned, error)
+}
+
+// spawned is a forked bwrap, the subset of a child the process uses.
+type spawned interface {
+	pid() int
+	// wait blocks until bwrap was reaped and returns its status; lost
+	// says the keeper died, and bwrap with it, before it said how.
+	wait() (ws unix.WaitStatus, lost bool, err error)
+	// kill sends SIGKILL to bwrap, never to a reused pid.
+	kill()
+}
+
+// execSpawner forks bwrap with exec.Cmd: it dies with the launcher's
+// forking thread (Pdeathsig).
+type execSpawner struct{}
+
+func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
+	// Descriptors termgate inherited without close-on-exec (from a service
+	// manager, a shell) would otherwise pass through bwrap into the sandbox.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
+	}
+	cmd := execCommand(req)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
+	}
+	return execChild{cmd}, nil
+}
+
+// execCommand builds the exec.Cmd of req: descriptors 0-2 as stdio, the
+// rest as extra files, in a session of its own, killed with its parent.
+func execCommand(req spawnRequest) *exec.Cmd {
+	fd := func(i int) *os.File {
+		if i < len(req.files) {
+			return req.files[i]
+		}
+		return nil
+	}
+	cmd := &exec.Cmd{
+		Path:   req.path,
+		Args:   req.args,
+		Env:    []string{}, // not nil: nil would pass termgate's own
+		Dir:    "/",
+		Stdin:  fd(0),
+		Stdout: fd(1),
+		Stderr: fd(2),
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:     true,
+			Pdeathsig:  syscall.SIGKILL,
+			Credential: req.cred,
+		},
+	}
+	if len(req.files) > 3 {
+		cmd.ExtraFiles = req.files[3:]
+	}
+	return cmd
+}
+
+// execChild is bwrap as the launcher's child.
+type execChild struct{ cmd *exec.Cmd }
+
+func (c execChild) pid() int { return c.cmd.Process.Pid }
+
+func (c execChild) kill() { c.cmd.Process.Kill() }
+
+func (c execChild) wait() (unix.WaitStatus, bool, error) {
+	awaitExit(c.cmd.Process.Pid)
+	state, err := c.cmd.Process.Wait()
+	if err != nil {
+		return 0, false, err
+	}
+	ws, _ := state.Sys().(syscall.WaitStatus)
+	return unix.WaitStatus(ws), false, nil
+}
+
+// awaitExit parks until pid has exited, through the runtime poller on a
+// pidfd, so that an idle execution holds no OS thread in wait4. Where
+// pidfds are unavailable, the Wait that follows blocks as usual.
+func awaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || info.Signo != 0 // Linux zeroes info when nothing exited
+	})
+}
