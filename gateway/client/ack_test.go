@@ -364,3 +364,53 @@ func TestWriteContextEnds(t *testing.T) {
 		t.Fatalf("write after Close: %v", err)
 	}
 }
+
+// TestReattachKeepsEachChannel: after a reconnect the server numbers the
+// channels afresh, so an execution's old channel may be another's new
+// one. Reattaching must not unroute the other: each execution gets its
+// own output, whatever order the answers come in.
+func TestReattachKeepsEachChannel(t *testing.T) {
+	t.Parallel()
+	c, s, conn := scripted(t, gatewaytest.Hello())
+	attach := func(id string, channel uint32) *client.Execution {
+		done := make(chan *client.Execution, 1)
+		go func() {
+			e, err := c.Attach(t.Context(), id, 0, false)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- e
+		}()
+		conn.Attached(t, conn.Request(t, wire.TypeAttach), channel, wire.Message{Incarnation: "i-" + id, LastSeq: 1})
+		return <-done
+	}
+	a, b := attach("a", 1), attach("b", 2)
+	conn.Drop()
+	next := s.Accept(t)
+	next.Handshake(t, gatewaytest.Hello())
+	reqs := map[string]wire.Request{}
+	for range 2 {
+		r := next.Request(t, wire.TypeAttach)
+		reqs[r.ID] = r
+	}
+	// Swapped: b now has a's old channel, then a gets b's.
+	next.Attached(t, reqs["b"], 1, wire.Message{Incarnation: "i-b", LastSeq: 1})
+	next.Attached(t, reqs["a"], 2, wire.Message{Incarnation: "i-a", LastSeq: 1})
+	next.SendOutput(t, 1, 1, 2, 0, []byte("for b"))
+	next.SendOutput(t, 2, 1, 2, 0, []byte("for a"))
+	for e, want := range map[*client.Execution]string{a: "for a", b: "for b"} {
+		if ev := nextOutput(t, e); string(ev.Data) != want {
+			t.Fatalf("%s got %q, want %q", e.ID(), ev.Data, want)
+		}
+	}
+}
+
+// nextOutput returns e's next output event.
+func nextOutput(t *testing.T, e *client.Execution) client.Event {
+	t.Helper()
+	for {
+		if ev := next(t, e); ev.Kind == "output" {
+			return ev
+		}
+	}
+}

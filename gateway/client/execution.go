@@ -222,7 +222,11 @@ func (e *Execution) attached(m wire.Message) {
 		return
 	}
 	e.c.mu.Lock()
-	delete(e.c.channels, e.channel)
+	if e.c.channels[e.channel] == e {
+		// Only its own: after a reconnect the old number may be another
+		// execution's new channel.
+		delete(e.c.channels, e.channel)
+	}
 	e.c.channels[m.Channel] = e
 	ws := e.c.ws
 	e.c.mu.Unlock()
