@@ -212,6 +212,7 @@ func (l *Launcher) probeRun(ctx context.Context) (string, Exit, error) {
 	defer cancel()
 	proc, err := l.Start(ctx, Policy{
 		Command: []string{"/bin/sh", "-c", probeScript}, Workspace: dir, Proc: ProcPrivate, PTYs: probePTYs,
+		Key: "probe-" + randomName(), // through the keeper too, with a state directory
 	}, Stdio{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
 		return "", Exit{}, err

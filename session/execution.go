@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +32,7 @@ type execution struct {
 	launched    chan struct{} // closed once the launch succeeded or failed
 	launchErr   error         // set before launched closes when the sandbox refused the spec
 	done        chan struct{} // closed once the result is final
+	dir         string        // the state directory of a durable execution (durable.go)
 
 	mu        sync.Mutex
 	proc      Process
@@ -40,10 +44,9 @@ type execution struct {
 	timeouts  timeouts
 }
 
-func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *execution {
+func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) (*execution, error) {
 	e := &execution{
 		s: s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
-		ring:     replay.New(spec.Ring),
 		stdout:   newHeadTail(spec.OutputBudget),
 		stderr:   newHeadTail(spec.OutputBudget),
 		in:       newInputQueue(s.cfg.InputBuffer),
@@ -51,13 +54,74 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) *executio
 		done:     make(chan struct{}),
 		started:  time.Now(),
 	}
+	if err := e.makeStorage(); err != nil {
+		return nil, err
+	}
 	if tty := spec.Policy.TTY; tty != nil && newTerminal != nil && !s.cfg.NoScreenState {
 		e.screen = newScreenState(int(tty.Rows), int(tty.Cols), s.cfg.Scrollback)
 		e.ring.OnEvict(e.screen.evicted)
 	}
 	// Output waits for the first acknowledging writer as for one who left.
 	e.parkLocked(0)
-	return e
+	return e, nil
+}
+
+// makeStorage makes the ring, in memory or, for a durable execution, in
+// its state directory with its input file.
+func (e *execution) makeStorage() error {
+	if e.s.store == nil {
+		e.ring = replay.New(e.spec.Ring)
+		return nil
+	}
+	dir, err := e.s.store.create(e.key)
+	if err != nil {
+		return err
+	}
+	if e.ring, err = durableRing(dir, ringBounds(e.spec.Ring)); err == nil {
+		var mem []byte
+		if mem, err = mapFile(dir, "input", inputLogSize(e.s.cfg.InputBuffer), true); err == nil {
+			unmapWith(e.in, mem)
+			e.in.log = newInputLog(mem)
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	e.dir = dir
+	return nil
+}
+
+// record writes a durable execution's record.json; nothing otherwise,
+// and nothing once the supervisor detached: the next one owns the files.
+func (e *execution) record() {
+	if e.dir == "" || e.s.detached.Load() {
+		return
+	}
+	e.mu.Lock()
+	rec := &record{
+		Owner: e.key.owner, ID: e.key.id, Incarnation: e.incarnation, Fingerprint: e.fingerprint,
+		Spec: e.spec, Ring: ringBounds(e.spec.Ring), Started: e.started, Result: e.res,
+	}
+	if e.res != nil {
+		rec.Expires = e.res.Ended.Add(e.spec.Retention)
+	}
+	e.mu.Unlock()
+	if err := writeRecord(e.dir, rec); err != nil {
+		e.s.log.Error("cannot record the execution's state", "execution", e.key.id, "tenant", e.key.owner, "err", err)
+	}
+}
+
+// stdio returns the writers of the execution's output.
+func (e *execution) stdio() sandbox.Stdio {
+	out := replay.StreamStdout
+	if e.spec.Policy.TTY != nil {
+		out = replay.StreamPTY
+	}
+	return sandbox.Stdio{
+		Stdout: e.writer(outputWriter{e.s.io, e.ring, out, e.stdout, e.screen}),
+		Stderr: e.writer(outputWriter{e.s.io, e.ring, replay.StreamStderr, e.stderr, nil}),
+	}
 }
 
 // launch starts the sandbox. The started event comes first, so output the
@@ -68,14 +132,12 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 		started.Rows, started.Cols = tty.Rows, tty.Cols
 	}
 	e.ring.Append(started)
-	out := replay.StreamStdout
-	if e.spec.Policy.TTY != nil {
-		out = replay.StreamPTY
+	e.record()
+	policy := e.spec.Policy
+	if e.dir != "" {
+		policy.Key = filepath.Base(e.dir)
 	}
-	proc, err := s.cfg.Launcher.Start(s.ctx, e.spec.Policy, sandbox.Stdio{
-		Stdout: outputWriter{s.ctx, e.ring, out, e.stdout, e.screen},
-		Stderr: outputWriter{s.ctx, e.ring, replay.StreamStderr, e.stderr, nil},
-	})
+	proc, err := s.cfg.Launcher.Start(s.ctx, policy, e.stdio())
 	if err != nil {
 		return s.launchFailed(e, err)
 	}
@@ -124,6 +186,9 @@ func (e *execution) run(proc Process) {
 	e.disarmTimeouts()
 	e.in.shutdown()
 	e.in.wait()
+	if e.s.detached.Load() {
+		return // the next supervisor finishes it, and writes what input is left
+	}
 	e.finish(exit)
 }
 
@@ -179,6 +244,7 @@ func (e *execution) finish(exit sandbox.Exit) {
 		Code: exit.Code, Signal: int(exit.Signal), Reason: ringReason, Duration: res.Duration,
 	}})
 	e.s.settled(e, status)
+	e.record()
 	e.s.log.Info("execution ended", "execution", e.key.id, "tenant", e.key.owner,
 		"status", status, "exit_code", exit.Code, "signal", res.Signal)
 	e.startRetention()
@@ -189,6 +255,8 @@ func (e *execution) finish(exit sandbox.Exit) {
 // exit event's reason. Called with e.mu held.
 func (e *execution) classify(exit sandbox.Exit) (status Status, reason, ringReason string) {
 	switch {
+	case exit.Lost:
+		return StatusFailed, "lost: " + exit.String(), "lost"
 	case exit.SetupError != "":
 		return StatusFailed, "could not start: " + exit.SetupError, string(StatusFailed)
 	case e.stopping == StatusTimedOut:
@@ -203,10 +271,13 @@ func (e *execution) classify(exit sandbox.Exit) (status Status, reason, ringReas
 }
 
 // startRetention removes the execution when its retention expires.
-func (e *execution) startRetention() {
+func (e *execution) startRetention() { e.retainUntil(time.Now().Add(e.spec.Retention)) }
+
+// retainUntil removes the execution at end.
+func (e *execution) retainUntil(end time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.retention = time.AfterFunc(e.spec.Retention, func() {
+	e.retention = time.AfterFunc(time.Until(end), func() {
 		e.s.mu.Lock()
 		e.s.removeLocked(e)
 		e.s.mu.Unlock()
@@ -268,13 +339,64 @@ type outputWriter struct {
 }
 
 func (w outputWriter) Write(p []byte) (int, error) {
-	w.ring.AppendOutput(w.stream, p)
 	w.capture.Write(p)
+	w.ring.AppendOutput(w.stream, p)
+	w.appended()
+	return len(p), nil
+}
+
+// appended follows an append: the screen state sees what it evicted,
+// and the writer waits while held output fills the ring.
+func (w outputWriter) appended() {
 	if w.screen != nil {
 		w.screen.feed()
 	}
 	w.ring.WaitRoom(w.ctx)
-	return len(p), nil
+}
+
+// writer returns w, or for a durable execution a writer into whose ring
+// memory the sandbox reads (sandbox.Reserver): a byte the kernel handed
+// over is in the ring's file at once, whenever the supervisor dies.
+func (e *execution) writer(w outputWriter) io.Writer {
+	if e.dir == "" {
+		return w
+	}
+	return &reservingWriter{outputWriter: w}
+}
+
+// reservingWriter is a sandbox.Reserver over a durable ring.
+type reservingWriter struct {
+	outputWriter
+	buf      []byte // what the last Reserve lent
+	scratch  []byte // lent instead when the ring cannot lend (it is closed)
+	fallback bool
+}
+
+func (w *reservingWriter) Reserve(n int) []byte {
+	b, err := w.ring.Reserve(w.stream, n)
+	w.fallback = err != nil
+	if w.fallback {
+		if cap(w.scratch) < n {
+			w.scratch = make([]byte, n)
+		}
+		b = w.scratch[:n]
+	}
+	w.buf = b
+	return b
+}
+
+func (w *reservingWriter) Commit(n int) error {
+	p := w.buf[:n]
+	w.capture.Write(p)
+	if w.fallback {
+		if n > 0 {
+			w.ring.AppendOutput(w.stream, p)
+		}
+	} else if _, err := w.ring.Commit(w.stream, n); err != nil {
+		return err
+	}
+	w.appended()
+	return nil
 }
 
 // Cancel stops a running execution; it ends as cancelled.

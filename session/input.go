@@ -25,6 +25,9 @@ type inputQueue struct {
 	dst     io.WriteCloser
 	started bool
 	done    chan struct{} // closed when the writer returned
+
+	log      *inputLog // durable executions only (inputlog.go)
+	wroteOff uint64    // input offset written to the program; the writer's
 }
 
 func newInputQueue(max int) *inputQueue {
@@ -85,6 +88,9 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 		return q.offset, ErrInputFull
 	}
 	q.pending = append(q.pending, append([]byte(nil), fresh...))
+	if q.log != nil {
+		q.log.accept(q.offset, fresh)
+	}
 	q.size += len(fresh)
 	q.offset += uint64(len(fresh))
 	q.startLocked()
@@ -139,7 +145,7 @@ func (q *inputQueue) run(w io.WriteCloser) {
 		q.pending = nil
 		q.mu.Unlock()
 		for _, b := range batch {
-			w.Write(b)
+			q.writeOut(w, b)
 			q.mu.Lock()
 			q.size -= len(b)
 			q.mu.Unlock()
@@ -150,5 +156,34 @@ func (q *inputQueue) run(w io.WriteCloser) {
 		if closeReq {
 			w.Close()
 		}
+	}
+}
+
+// writeOut writes b to the program. A durable execution writes it in
+// pieces and records each as written (inputlog.go).
+func (q *inputQueue) writeOut(w io.Writer, b []byte) {
+	if q.log == nil {
+		w.Write(b)
+		return
+	}
+	for len(b) > 0 {
+		n := min(len(b), inputPiece)
+		w.Write(b[:n])
+		b = b[n:]
+		q.wroteOff += uint64(n)
+		q.log.wrote(q.wroteOff)
+	}
+}
+
+// restore resumes the queue of a durable execution where an earlier
+// supervisor left it: accepted input, of which pending is not written.
+func (q *inputQueue) restore(log *inputLog, accepted uint64, pending []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.log, q.offset = log, accepted
+	q.wroteOff = accepted - uint64(len(pending))
+	if len(pending) > 0 {
+		q.pending, q.size = [][]byte{pending}, len(pending)
+		q.signal()
 	}
 }

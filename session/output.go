@@ -14,6 +14,7 @@ type headTail struct {
 	tail   []byte // ring buffer of at most budget/2 bytes once full
 	pos    int    // next write position in tail once it is full
 	total  int64
+	noHead bool // the stream's first bytes are lost: everything goes to the tail
 }
 
 func newHeadTail(budget int) *headTail { return &headTail{budget: budget} }
@@ -22,12 +23,24 @@ func (h *headTail) Write(p []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.total += int64(len(p))
-	if room := h.budget/2 - len(h.head); room > 0 {
+	if room := h.budget/2 - len(h.head); room > 0 && !h.noHead {
 		n := min(room, len(p))
 		h.head = append(h.head, p[:n]...)
 		p = p[n:]
 	}
 	h.appendTail(p)
+}
+
+// lose counts n bytes that came first and are no longer known (a restored
+// execution's output evicted before the restart): they are omitted, and
+// the head stays empty rather than show later bytes as the first.
+func (h *headTail) lose(n int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n > 0 {
+		h.total += n
+		h.noHead = true
+	}
 }
 
 func (h *headTail) appendTail(p []byte) {

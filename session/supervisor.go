@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,7 +59,12 @@ type Config struct {
 	// NoScreenState keeps no terminal state behind the rings: a terminal
 	// whose history was evicted is followed with a gap, not a snapshot.
 	NoScreenState bool
-	Logger        *slog.Logger
+	// StateDir keeps every execution's state in files there (durable.go),
+	// so that a supervisor started on it after this one was killed or
+	// restarted takes over (Restore). Empty: executions live in memory
+	// and end with the supervisor.
+	StateDir string
+	Logger   *slog.Logger
 }
 
 // Supervisor owns executions. It is safe for concurrent use.
@@ -76,6 +83,12 @@ type Supervisor struct {
 	ended   map[Status]uint64
 	closed  bool
 	wg      sync.WaitGroup // one per execution until its retention ends
+
+	store    *store             // nil without Config.StateDir
+	gone     map[key]time.Time  // tombstones: answered ErrGone (durable.go)
+	detached atomic.Bool        // Detach was called: nothing more is recorded
+	io       context.Context    // ends output's waits for room; ended by Detach or Close
+	stopIO   context.CancelFunc //
 }
 
 type key struct{ owner, id string }
@@ -102,10 +115,19 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Supervisor{
+	s := &Supervisor{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		execs: map[key]*execution{}, byOwner: map[string]int{}, held: map[string]int{}, ended: map[Status]uint64{},
-	}, nil
+		gone: map[key]time.Time{},
+	}
+	s.io, s.stopIO = context.WithCancel(ctx)
+	if cfg.StateDir != "" {
+		s.store = &store{dir: cfg.StateDir}
+		if err := s.store.prepare(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 func setDefault[T int | time.Duration](v *T, def T) {
@@ -205,7 +227,11 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 	if len(s.execs) >= s.cfg.MaxRetained && !s.evictOldestSettled(k.owner) {
 		return nil, false, fmt.Errorf("%w: %d executions retained and all running", ErrCapacity, len(s.execs))
 	}
-	e = newExecution(s, k, spec, fingerprint)
+	e, err = newExecution(s, k, spec, fingerprint)
+	if err != nil {
+		return nil, false, err
+	}
+	delete(s.gone, k)
 	s.execs[k] = e
 	s.held[k.owner]++
 	s.running++
@@ -269,6 +295,9 @@ func (s *Supervisor) removeLocked(e *execution) {
 		return
 	}
 	delete(s.execs, e.key)
+	if e.dir != "" && !s.detached.Load() {
+		os.RemoveAll(e.dir)
+	}
 	if s.held[e.key.owner]--; s.held[e.key.owner] <= 0 {
 		delete(s.held, e.key.owner)
 	}
@@ -306,6 +335,9 @@ func (s *Supervisor) lookup(owner, id string) (*execution, error) {
 	defer s.mu.Unlock()
 	if e, ok := s.execs[key{owner, id}]; ok {
 		return e, nil
+	}
+	if s.goneLocked(key{owner, id}) {
+		return nil, fmt.Errorf("%w: %s", ErrGone, id)
 	}
 	return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 }
@@ -363,6 +395,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		e.stop(StatusCancelled)
 	}
 	s.cancel(ErrClosed)
+	s.stopIO()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -54,7 +54,7 @@ func Code(err error) string {
 		err  error
 		code string
 	}{
-		{ErrNotFound, "not_found"}, {ErrConflict, "conflict"}, {ErrCapacity, "capacity"},
+		{ErrNotFound, "not_found"}, {ErrGone, "gone"}, {ErrConflict, "conflict"}, {ErrCapacity, "capacity"},
 		{ErrInvalidID, "invalid_id"}, {ErrInvalidSpec, "invalid_spec"}, {sandbox.ErrInvalidPolicy, "invalid_spec"},
 		{sandbox.ErrUnenforceable, "unenforceable"}, {ErrNotRunning, "not_running"},
 		{ErrInputOffset, "input_offset"}, {ErrInputFull, "input_full"}, {ErrNotPTY, "not_pty"},
@@ -195,6 +195,19 @@ func (s sandboxLauncher) Start(ctx context.Context, p sandbox.Policy, stdio sand
 	}
 	return proc, nil
 }
+
+// Adopt adopts what an earlier launcher on the same state directory left.
+func (s sandboxLauncher) Adopt(ctx context.Context, stdio func(key string) (sandbox.Stdio, bool)) ([]Adopted, error) {
+	procs, err := s.l.Adopt(ctx, stdio)
+	out := make([]Adopted, 0, len(procs))
+	for _, p := range procs {
+		out = append(out, p)
+	}
+	return out, err
+}
+
+// Detach lets go of the launcher's processes without stopping them.
+func (s sandboxLauncher) Detach() error { return s.l.Detach() }
 
 // signals is the allowlist of signals a client may send.
 var signals = map[string]syscall.Signal{

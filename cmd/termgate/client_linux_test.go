@@ -36,7 +36,7 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	var errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", secret,
-		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", sandboxtest.CgroupParent(t)}, extra...)
+		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", sandboxtest.CgroupParent(t), "--state-dir", "none"}, extra...)
 	go func() { done <- run(ctx, args, strings.NewReader(""), io.Discard, &errs) }()
 	t.Cleanup(func() {
 		stop()

@@ -234,6 +234,9 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "-h", "--help", "-help":
 		args[0] = "help"
 	}
+	if args[0] == keeperArg {
+		return runKeeper(ctx, args[1:], stderr)
+	}
 	c, ok := commandNamed(args[0])
 	if !ok {
 		printUsage(stderr)
@@ -251,6 +254,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	return err
 }
+
+// keeperArg, as the first argument, makes termgate the keeper of a state
+// directory (durable_linux.go). serve starts it; it is no command for
+// people, so neither help nor completion lists it.
+const keeperArg = "__keeper"
 
 // newFlagSet returns an empty flag set for termgate name. It prints
 // nothing itself: dispatch prints help, with double dashes.

@@ -25,6 +25,10 @@ func runServe(_ context.Context, args []string, _, _ io.Writer) error {
 	return linuxOnly("serve", args)
 }
 
+func runKeeper(_ context.Context, args []string, _ io.Writer) error {
+	return linuxOnly(keeperArg, args)
+}
+
 func runWorkspaces(args []string, _, _ io.Writer) error { return linuxOnly("workspaces", args) }
 
 // linuxOnly answers --help (the help says "Linux only"), and anything else

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/termgate/termgate/gateway"
@@ -47,6 +48,8 @@ type serveOptions struct {
 	timeoutWarning                time.Duration
 	listener                      gateway.ListenerConfig
 	fdHeadroom                    int
+	stateDir                      string
+	orphanGrace                   time.Duration
 }
 
 // envFlags registers flags whose defaults come from the environment.
@@ -175,6 +178,8 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
 	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
 	o.workspaces.register(e)
+	e.str(&o.stateDir, "state-dir", "", "directory of the executions' state, best on tmpfs: they outlive a restart or crash of the server (default $XDG_RUNTIME_DIR/termgate, /run/termgate when /run is tmpfs, else /dev/shm/termgate-UID; none: executions end with the server)")
+	e.duration(&o.orphanGrace, "orphan-grace", defaultOrphanGrace, "how long executions outlive a server that does not come back, before they are stopped as a cancel would")
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return e
 }
@@ -383,6 +388,8 @@ func (o *serveOptions) check() error {
 		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
 	case o.policy.InteractiveTimeout <= 0 || o.policy.IdleTimeout <= 0 || o.timeoutWarning < 0:
 		return usageError{errors.New("serve: --interactive-timeout and --interactive-idle-timeout must be positive, --timeout-warning not negative")}
+	case o.orphanGrace < time.Second || o.orphanGrace > 24*time.Hour:
+		return usageError{fmt.Errorf("serve: --orphan-grace %v: want 1s to 24h", o.orphanGrace)}
 	case o.policy.InteractiveTimeout > o.policy.MaxTimeout:
 		return usageError{fmt.Errorf("serve: --interactive-timeout %v is longer than --max-timeout %v", o.policy.InteractiveTimeout, o.policy.MaxTimeout)}
 	case len(o.publicKeys) > 0 && o.audience == "":
@@ -432,13 +439,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer g.workspaces.Close() // after the supervisor's executions ended (g.serve)
 	raw, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		g.sup.Close(context.Background())
+		g.sup.Detach(context.Background()) // executions taken over live on
 		return fmt.Errorf("serve: %w", err)
 	}
 	ln, err := o.limitListener(raw, log)
 	if err != nil {
 		raw.Close()
-		g.sup.Close(context.Background())
+		g.sup.Detach(context.Background())
 		return err
 	}
 	if o.dev {
@@ -456,37 +463,119 @@ type gatewayParts struct {
 	sup        *session.Supervisor
 	authn      *auth.Authenticator
 	srv        *gateway.Server
+	stops      *stopSignals
 }
 
 // build probes the sandbox (serve refuses to start when it cannot
-// isolate) and wires launcher, supervisor, authenticator and server.
-func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayParts, error) {
+// isolate) and wires launcher, supervisor, authenticator and server. With
+// a state directory the supervisor first takes over what an earlier
+// server left; a failure after that leaves those executions running.
+func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayParts, err error) {
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; err != nil && i >= 0; i-- {
+			undo[i]()
+		}
+	}()
 	o.sandbox.Logger, o.sandbox.TenantUIDs = log, o.workspaces.tenantUIDs
+	if err := o.useStateDir(); err != nil {
+		return nil, err
+	}
 	l, err := sandbox.NewLauncher(o.sandbox)
 	if err != nil {
 		return nil, err
 	}
-	// Before the probe: the sweep refuses once anything started.
+	undo = append(undo, func() { l.Close() })
+	o.session.Launcher, o.session.Logger = session.SandboxLauncher(l), log
+	o.wireTimeouts()
+	sup, err := session.New(o.session)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { sup.Detach(context.Background()) })
+	if err := o.restore(ctx, sup, log); err != nil {
+		return nil, err
+	}
+	// Before the probe, which starts a sandbox: the sweep refuses once
+	// anything started, and with a state directory before the adoption.
 	swept, err := l.SweepCgroups()
 	if err != nil {
-		l.Close()
 		return nil, fmt.Errorf("serve: remove what a previous instance left: %w", err)
 	}
 	log.Info("swept cgroups of a previous instance", "removed", len(swept.Removed), "killed", swept.Killed)
+	if err := o.verify(ctx, l, log); err != nil {
+		return nil, err
+	}
+	authn, err := auth.New(auth.Config{
+		HS256SecretFile: o.secretFile, PublicKeyFiles: o.publicKeys, Issuer: o.issuer,
+		Audience: o.audience, TenantClaim: o.tenantClaim, Leeway: o.leeway,
+	})
+	if err != nil {
+		return nil, err
+	}
+	wcfg := o.workspaces.config(o.workspaceRoot)
+	wcfg.Logger = log
+	ws, err := sandbox.OpenWorkspaces(wcfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: refusing to start: %w", err)
+	}
+	undo = append(undo, func() { ws.Close() })
+	o.policy.Network, o.policy.Proc = sandbox.Network(o.network), sandbox.ProcMode(o.proc)
+	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, authn, log, ws
+	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
+	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
+	srv, err := gateway.NewServer(o.server)
+	if err != nil {
+		return nil, err
+	}
+	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv, stops: watchStopSignals()}, nil
+}
+
+// useStateDir resolves --state-dir into the launcher's and the
+// supervisor's configuration.
+func (o *serveOptions) useStateDir() error {
+	dir, err := resolveStateDir(o.stateDir)
+	if err != nil {
+		return err
+	}
+	o.stateDir, o.session.StateDir = dir, dir
+	if dir != "" {
+		o.sandbox.StateDir, o.sandbox.OrphanGrace = dir, o.orphanGrace
+		o.sandbox.StartKeeper = startKeeper(dir, o.orphanGrace, cmp.Or(o.sandbox.KillGrace, sandbox.DefaultKillGrace))
+	}
+	return nil
+}
+
+// restore takes over the executions an earlier server left in the state
+// directory.
+func (o *serveOptions) restore(ctx context.Context, sup *session.Supervisor, log *slog.Logger) error {
+	if o.stateDir == "" {
+		return nil
+	}
+	began := time.Now()
+	n, err := sup.Restore(ctx)
+	if err != nil {
+		return fmt.Errorf("serve: take over the executions in %s: %w", o.stateDir, err)
+	}
+	log.Info("executions taken over", "state_dir", o.stateDir, "running", n.Running, "ended", n.Ended,
+		"lost", n.Lost, "gone", n.Gone, "duration", time.Since(began).Seconds())
+	return nil
+}
+
+// verify probes the sandbox and checks the ceilings and terminals asked
+// for against what it enforces.
+func (o *serveOptions) verify(ctx context.Context, l *sandbox.Launcher, log *slog.Logger) error {
 	report, err := l.Probe(ctx)
 	if err != nil {
-		l.Close()
-		return nil, fmt.Errorf("serve: refusing to start: %w", err)
+		return fmt.Errorf("serve: refusing to start: %w", err)
 	}
 	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings),
 		checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
-		l.Close()
-		return nil, err
+		return err
 	}
 	proc, warning, err := resolveProc(o.proc, report)
 	if err != nil {
-		l.Close()
-		return nil, err
+		return err
 	}
 	o.proc = proc
 	log.Info("sandbox verified", "bwrap", report.Version, "identity", report.Identity, "cgroups", report.Cgroups.Version, "exact_exit_status", report.ExactStatus, "proc", proc)
@@ -496,41 +585,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (*gatewayPar
 	for _, w := range report.Warnings {
 		log.Warn("sandbox", "warning", w)
 	}
-	authn, err := auth.New(auth.Config{
-		HS256SecretFile: o.secretFile, PublicKeyFiles: o.publicKeys, Issuer: o.issuer,
-		Audience: o.audience, TenantClaim: o.tenantClaim, Leeway: o.leeway,
-	})
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	wcfg := o.workspaces.config(o.workspaceRoot)
-	wcfg.Logger = log
-	ws, err := sandbox.OpenWorkspaces(wcfg)
-	if err != nil {
-		l.Close()
-		return nil, fmt.Errorf("serve: refusing to start: %w", err)
-	}
-	o.session.Launcher, o.session.Logger = session.SandboxLauncher(l), log
-	o.wireTimeouts()
-	sup, err := session.New(o.session)
-	if err != nil {
-		ws.Close()
-		l.Close()
-		return nil, err
-	}
-	o.policy.Network, o.policy.Proc = sandbox.Network(o.network), sandbox.ProcMode(o.proc)
-	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, authn, log, ws
-	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
-	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
-	srv, err := gateway.NewServer(o.server)
-	if err != nil {
-		sup.Close(context.Background())
-		ws.Close()
-		l.Close()
-		return nil, err
-	}
-	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv}, nil
+	return nil
 }
 
 // routes joins the gateway's routes, built once, and the browser terminal
@@ -566,18 +621,44 @@ func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptio
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
 	stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cancelBase()
-	hs.Shutdown(stop)
-	g.srv.Shutdown(stop)
-	if err := g.sup.Close(stop); err != nil {
-		log.Warn("executions still running at exit", "err", err)
+	if g.stops.restart() && o.stateDir != "" {
+		g.restart(stop, hs, cancelBase, log)
+	} else {
+		g.shutdown(stop, hs, cancelBase, log)
 	}
 	<-errc
 	log.Info("stopped")
 	return nil
+}
+
+// restart ends this server and leaves every execution running for the
+// next one on the state directory: clients are told to reconnect (1012),
+// held long polls to retry (503).
+func (g *gatewayParts) restart(stop context.Context, hs *http.Server, cancelBase func(), log *slog.Logger) {
+	log.Info("restarting: executions live on for the next server on the state directory")
+	g.srv.Restart(stop)
+	hs.Shutdown(stop) // after Restart, so that its answers are written
+	cancelBase()
+	if err := g.sup.Detach(stop); err != nil {
+		log.Warn("detach from the executions", "err", err)
+	}
+}
+
+// shutdown ends this server for good: new work is refused at once, the
+// executions are stopped, and each attached channel receives its exit
+// before the close (1001).
+func (g *gatewayParts) shutdown(stop context.Context, hs *http.Server, cancelBase func(), log *slog.Logger) {
+	log.Info("shutting down: stopping every execution")
+	closed := make(chan error, 1)
+	go func() { closed <- g.srv.Shutdown(stop) }()
+	if err := g.sup.Close(stop); err != nil {
+		log.Warn("executions still running at exit", "err", err)
+	}
+	<-closed
+	cancelBase()
+	hs.Shutdown(stop)
 }
 
 // limitListener wraps ln with the connection caps and the descriptor
@@ -712,6 +793,11 @@ func (o *serveOptions) devDefaults() error {
 	}
 	if o.secretFile == "" && len(o.publicKeys) == 0 {
 		o.secretFile = filepath.Join(state, "dev-secret")
+		if ownPrivateFile(o.secretFile) {
+			// Kept across restarts, so that the tokens it signed, and so
+			// the clients of executions that outlive a restart, stay valid.
+			return nil
+		}
 		secret := make([]byte, 32)
 		rand.Read(secret)
 		hex := fmt.Sprintf("%x\n", secret)
@@ -725,6 +811,17 @@ func (o *serveOptions) devDefaults() error {
 		}
 	}
 	return nil
+}
+
+// ownPrivateFile reports whether path is a regular file of this user's
+// that nobody else can read or write.
+func ownPrivateFile(path string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }
 
 // writeNewFile creates path, which must not exist, with mode perm.

@@ -45,7 +45,7 @@ func TestServeDevEndToEnd(t *testing.T) {
 	var out, errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--cgroup-parent", parent}, strings.NewReader(""), &out, &errs)
+		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--cgroup-parent", parent, "--state-dir", "none"}, strings.NewReader(""), &out, &errs)
 	}()
 
 	url := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=(\S+)`)
@@ -458,7 +458,7 @@ func serveAtLowDescriptorLimit(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", filepath.Join(dir, "secret"),
-		"--workspace-root", filepath.Join(dir, "ws"), "--idle-timeout", "2s"}, strings.NewReader(""), os.Stdout, os.Stderr)
+		"--workspace-root", filepath.Join(dir, "ws"), "--idle-timeout", "2s", "--state-dir", "none"}, strings.NewReader(""), os.Stdout, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,10 @@ type Launcher struct {
 	Script func(p *Proc) sandbox.Exit
 	// Err, when set, is returned by Start.
 	Err error
+	// Keep makes processes outlive their supervisor: Detach lets go of
+	// them, and Adopt hands the running ones to the next supervisor, as
+	// a sandbox launcher with a state directory does.
+	Keep bool
 
 	mu    sync.Mutex
 	procs []*Proc
@@ -36,7 +40,7 @@ func (l *Launcher) Start(_ context.Context, pol sandbox.Policy, stdio sandbox.St
 	if l.Err != nil {
 		return nil, l.Err
 	}
-	p := &Proc{Policy: pol, Stdio: stdio, stopped: make(chan sandbox.Stop, 1), done: make(chan struct{})}
+	p := &Proc{Policy: pol, Stdio: stdio, stopped: make(chan sandbox.Stop, 1), done: make(chan struct{}), detached: make(chan struct{})}
 	l.mu.Lock()
 	l.procs = append(l.procs, p)
 	l.mu.Unlock()
@@ -53,6 +57,44 @@ func (l *Launcher) Start(_ context.Context, pol sandbox.Policy, stdio sandbox.St
 	return p, nil
 }
 
+// Adopt hands the running processes to a new supervisor, with new output
+// writers; with Keep unset it adopts nothing.
+func (l *Launcher) Adopt(_ context.Context, stdio func(key string) (sandbox.Stdio, bool)) ([]session.Adopted, error) {
+	if !l.Keep {
+		return nil, nil
+	}
+	var out []session.Adopted
+	for _, p := range l.Procs() {
+		p.mu.Lock()
+		collected := p.collected
+		p.mu.Unlock()
+		if collected {
+			continue // its exit went to the supervisor that ran it
+		}
+		io, ok := stdio(p.Policy.Key)
+		if !ok {
+			p.Stop(sandbox.StopCancel)
+			continue
+		}
+		p.mu.Lock()
+		p.Stdio, p.detached = io, make(chan struct{})
+		p.mu.Unlock()
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Detach lets go of every process: their Wait returns a zero Exit at
+// once, and they run on until a new supervisor adopts them.
+func (l *Launcher) Detach() error {
+	for _, p := range l.Procs() {
+		p.mu.Lock()
+		close(p.detached)
+		p.mu.Unlock()
+	}
+	return nil
+}
+
 // Procs returns the processes started so far, oldest first.
 func (l *Launcher) Procs() []*Proc {
 	l.mu.Lock()
@@ -66,8 +108,10 @@ type Proc struct {
 	Policy sandbox.Policy // as started
 	Stdio  sandbox.Stdio  // as started
 
-	stopped chan sandbox.Stop
-	done    chan struct{}
+	stopped   chan sandbox.Stop
+	done      chan struct{}
+	detached  chan struct{} // closed by Detach; replaced by Adopt
+	collected bool          // Wait returned the exit
 
 	mu      sync.Mutex
 	stdin   bytes.Buffer
@@ -75,6 +119,17 @@ type Proc struct {
 	signals []syscall.Signal
 	sizes   []sandbox.WindowSize
 	exit    sandbox.Exit
+}
+
+// Key is the policy's key (session.Adopted).
+func (p *Proc) Key() string { return p.Policy.Key }
+
+// Out returns the process's current output writers: a script of a kept
+// process uses it, since Adopt replaces them.
+func (p *Proc) Out() sandbox.Stdio {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.Stdio
 }
 
 // Stopped delivers the reason of the first Stop.
@@ -128,11 +183,25 @@ func (p *Proc) Stop(why sandbox.Stop) {
 	}
 }
 
-// Wait returns the script's exit once it returned.
+// Wait returns the script's exit once it returned, or a zero Exit once
+// the launcher detached.
 func (p *Proc) Wait() sandbox.Exit {
-	<-p.done
+	p.mu.Lock()
+	detached := p.detached
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+	case <-detached:
+		return sandbox.Exit{}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	select {
+	case <-detached:
+		return sandbox.Exit{} // left for the next supervisor
+	default:
+	}
+	p.collected = true
 	return p.exit
 }
 

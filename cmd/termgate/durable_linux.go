@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/termgate/termgate/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// Durable executions: serve keeps their state in --state-dir, and its
+// sandboxes are children of a keeper process (sandbox.ServeKeeper) that
+// outlives it, so a restart, an upgrade or a crash of serve loses no
+// running execution. A new serve on the same directory takes them over.
+
+// defaultOrphanGrace is how long executions outlive a server that does
+// not come back.
+const defaultOrphanGrace = 10 * time.Minute
+
+// keeperLogLimit bounds the keeper's log: a longer one is cut at start.
+const keeperLogLimit = 4 << 20
+
+// resolveStateDir returns the state directory serve uses, "" for none.
+func resolveStateDir(asked string) (string, error) {
+	switch asked {
+	case "none":
+		return "", nil
+	case "":
+		asked = defaultStateDir()
+	}
+	if !filepath.IsAbs(asked) {
+		return "", usageError{fmt.Errorf("serve: --state-dir %q: want an absolute path, or none", asked)}
+	}
+	if err := os.Mkdir(asked, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("serve: --state-dir: %w", err)
+	}
+	return asked, nil
+}
+
+// defaultStateDir is on tmpfs where one is known: the state is memory
+// that must not be written back to a disk.
+func defaultStateDir() string {
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && os.Geteuid() != 0 {
+		return filepath.Join(x, "termgate")
+	}
+	var st unix.Statfs_t
+	if os.Geteuid() == 0 && unix.Statfs("/run", &st) == nil && st.Type == unix.TMPFS_MAGIC {
+		return "/run/termgate"
+	}
+	return "/dev/shm/termgate-" + strconv.Itoa(os.Geteuid())
+}
+
+// startKeeper returns how the launcher starts the keeper of dir when none
+// runs: this binary again, in a session of its own (no terminal signal
+// reaches it), not tied to serve's life, logging to dir/keeper.log.
+func startKeeper(dir string, orphanGrace, killGrace time.Duration) func() error {
+	return func() error {
+		logPath := filepath.Join(dir, "keeper.log")
+		if fi, err := os.Stat(logPath); err == nil && fi.Size() > keeperLogLimit {
+			os.Remove(logPath)
+		}
+		logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("keeper log: %w", err)
+		}
+		defer logf.Close()
+		cmd := exec.Command("/proc/self/exe", keeperArg, "--state-dir", dir,
+			"--orphan-grace", orphanGrace.String(), "--kill-grace", killGrace.String())
+		cmd.Env = []string{} // the keeper's children get exactly what serve gives them
+		cmd.Dir, cmd.Stdout, cmd.Stderr = "/", logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start the keeper: %w", err)
+		}
+		go cmd.Wait() // reaped when it ends while serve still runs
+		return nil
+	}
+}
+
+// runKeeper is the keeper process: termgate __keeper --state-dir D. It
+// ends its children only when told (SIGTERM, SIGINT) or when no server
+// came back within the grace; SIGHUP, which main's context would take as
+// a stop, is handled and ignored (never by SIG_IGN, which the sandboxes
+// would inherit).
+func runKeeper(_ context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet(keeperArg, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("state-dir", "", "state directory")
+	grace := fs.Duration("orphan-grace", defaultOrphanGrace, "orphan grace")
+	kill := fs.Duration("kill-grace", sandbox.DefaultKillGrace, "SIGTERM to SIGKILL")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *dir == "" {
+		return usageError{errors.New("keeper: --state-dir is required")}
+	}
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return sandbox.ServeKeeper(ctx, sandbox.Config{
+		StateDir: *dir, OrphanGrace: *grace, KillGrace: *kill, Logger: slog.New(slog.NewJSONHandler(stderr, nil)),
+	})
+}
+
+// stopSignals records the signal that ends serve: SIGINT stops every
+// execution (shutdown for good), SIGTERM and SIGHUP restart (executions
+// live on for the next server on the state directory).
+type stopSignals struct{ ch chan os.Signal }
+
+func watchStopSignals() *stopSignals {
+	s := &stopSignals{ch: make(chan os.Signal, 4)}
+	signal.Notify(s.ch, syscall.SIGTERM, syscall.SIGHUP, os.Interrupt)
+	return s
+}
+
+// restart reports whether the stop is a restart: the first signal was
+// SIGTERM or SIGHUP. A stop without a signal (a test's cancel) is final.
+func (s *stopSignals) restart() bool {
+	signal.Stop(s.ch)
+	select {
+	case sig := <-s.ch:
+		return sig != os.Interrupt
+	default:
+		return false
+	}
+}

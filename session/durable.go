@@ -1,0 +1,233 @@
+package session
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"golang.org/x/sys/unix"
+)
+
+// Durable executions. With Config.StateDir, every execution keeps its
+// state in a directory of its own, D/executions/<key>/:
+//
+//   - ring: the replay ring's memory, a shared mapping of the file
+//     (replay.Config.Memory), so every event is in the file the moment it
+//     is appended, and a supervisor killed at any instruction leaves a
+//     ring that replay.Recover rebuilds;
+//   - input: the input accepted and not yet written to the program, and
+//     both offsets (inputlog.go), so input acknowledged to a client is
+//     never lost and never written twice;
+//   - record.json: who owns it, its spec, and once it ended its result and
+//     when its retention ends, replaced atomically (write, then rename).
+//
+// A supervisor started on the same directory (Restore) takes over: live
+// executions from the launcher (the sandbox's keeper holds them while no
+// supervisor runs), ended ones with their results until their retention
+// ends. What it cannot bring back is answered ErrGone, never ErrNotFound:
+// a record is kept as a tombstone (record.json alone, under 4 KiB) for
+// TombstoneRetention.
+
+// TombstoneRetention is how long a restarted supervisor answers ErrGone
+// for an execution it found ended or lost and could not serve.
+const TombstoneRetention = 24 * time.Hour
+
+// maxTombstones bounds the tombstones a supervisor keeps; the oldest go
+// first.
+const maxTombstones = 4096
+
+// recordVersion is the layout of record.json; a supervisor refuses others.
+const recordVersion = 1
+
+// record is record.json.
+type record struct {
+	Version     int    `json:"version"`
+	Owner       string `json:"owner"`
+	ID          string `json:"id"`
+	Incarnation string `json:"incarnation"`
+	Fingerprint string `json:"fingerprint"`
+	Spec        Spec   `json:"spec"`
+	// Ring is the ring's effective bounds, which Recover must be given
+	// exactly, whatever the defaults of the binary that reads it.
+	Ring    replay.Config `json:"ring"`
+	Started time.Time     `json:"started"`
+	Result  *Result       `json:"result,omitempty"`
+	Expires time.Time     `json:"expires,omitzero"` // retention end, once ended
+	Gone    time.Time     `json:"gone,omitzero"`    // a tombstone since then
+}
+
+// store is the state directory.
+type store struct{ dir string }
+
+// executionsDir holds one directory per execution.
+func (st *store) executionsDir() string { return filepath.Join(st.dir, "executions") }
+
+// prepare makes the state directory, private to this user.
+func (st *store) prepare() error {
+	for _, d := range []string{st.dir, st.executionsDir()} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("session: state directory: %w", err)
+		}
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return fmt.Errorf("session: state directory: %w", err)
+		}
+		if !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+			return fmt.Errorf("session: state directory %s must be a directory of mode 0700 (it is %s)", d, fi.Mode())
+		}
+		if st, ok := fi.Sys().(*unix.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+			return fmt.Errorf("session: state directory %s belongs to uid %d, not to this user", d, st.Uid)
+		}
+	}
+	return nil
+}
+
+// dirKey names an execution's directory and its process in the sandbox's
+// keeper: a hash, so neither owner nor ID needs to be a safe file name.
+func dirKey(k key) string {
+	h := sha256.Sum256([]byte(k.owner + "\x00" + k.id))
+	return "x" + hex.EncodeToString(h[:16])
+}
+
+func (st *store) path(k key) string { return filepath.Join(st.executionsDir(), dirKey(k)) }
+
+// create makes the directory of a new execution, replacing what an
+// earlier execution of the same key may have left.
+func (st *store) create(k key) (string, error) {
+	dir := st.path(k)
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("session: state of %s: %w", k.id, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("session: state of %s: %w", k.id, err)
+	}
+	return dir, nil
+}
+
+// writeRecord replaces dir's record.json atomically.
+func writeRecord(dir string, rec *record) error {
+	rec.Version = recordVersion
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("session: encode record: %w", err)
+	}
+	tmp := filepath.Join(dir, "record.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("session: write record: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "record.json")); err != nil {
+		return fmt.Errorf("session: write record: %w", err)
+	}
+	return nil
+}
+
+// maxRecord bounds a record.json read back: a spec is bounded by the
+// policy's limits (64 KiB of environment, paths, binds) far below it.
+const maxRecord = 1 << 20
+
+func readRecord(dir string) (*record, error) {
+	f, err := os.Open(filepath.Join(dir, "record.json"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var rec record
+	dec := json.NewDecoder(&limitedReader{f, maxRecord})
+	if err := dec.Decode(&rec); err != nil {
+		return nil, fmt.Errorf("session: read record in %s: %w", dir, err)
+	}
+	if rec.Version != recordVersion {
+		return nil, fmt.Errorf("session: record in %s has version %d, this termgate reads %d", dir, rec.Version, recordVersion)
+	}
+	return &rec, nil
+}
+
+type limitedReader struct {
+	f *os.File
+	n int64
+}
+
+func (r *limitedReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errors.New("record larger than 1 MiB")
+	}
+	p = p[:min(int64(len(p)), r.n)]
+	n, err := r.f.Read(p)
+	r.n -= int64(n)
+	return n, err
+}
+
+// mapFile maps the file name in dir, created with size bytes when create,
+// shared, so what is written to the memory is in the file at once.
+func mapFile(dir, name string, size int, create bool) ([]byte, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name), flags, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("session: open %s: %w", name, err)
+	}
+	defer f.Close()
+	if create {
+		if err := f.Truncate(int64(size)); err != nil {
+			return nil, fmt.Errorf("session: size %s: %w", name, err)
+		}
+	} else if fi, err := f.Stat(); err != nil || fi.Size() != int64(size) {
+		return nil, fmt.Errorf("session: %s is not %d bytes", name, size)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("session: map %s: %w", name, err)
+	}
+	return mem, nil
+}
+
+// unmapWith releases mem once owner is unreachable: nothing can read the
+// memory through it any more.
+func unmapWith[T any](owner *T, mem []byte) {
+	runtime.AddCleanup(owner, func(m []byte) { unix.Munmap(m) }, mem)
+}
+
+// ringBounds is cfg with the defaults filled in.
+func ringBounds(cfg replay.Config) replay.Config {
+	cfg.MaxBytes = cmp.Or(max(cfg.MaxBytes, 0), replay.DefaultMaxBytes)
+	cfg.MaxEvents = cmp.Or(max(cfg.MaxEvents, 0), replay.DefaultMaxEvents)
+	return cfg
+}
+
+// durableRing returns the ring of a new execution in dir.
+func durableRing(dir string, cfg replay.Config) (*replay.Ring, error) {
+	mem, err := mapFile(dir, "ring", replay.MemorySize(cfg), true)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Memory = mem
+	r := replay.New(cfg)
+	unmapWith(r, mem)
+	return r, nil
+}
+
+// recoverRing returns the ring an earlier supervisor left in dir.
+func recoverRing(dir string, cfg replay.Config) (*replay.Ring, error) {
+	mem, err := mapFile(dir, "ring", replay.MemorySize(cfg), false)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Memory = mem
+	r, err := replay.Recover(cfg)
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, err
+	}
+	unmapWith(r, mem)
+	return r, nil
+}

@@ -1,0 +1,84 @@
+package session
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// inputLog is a durable execution's input file: the input accepted from
+// clients and not yet written to the program, in a circular buffer the
+// size of the input queue, and two offsets. A client's input is
+// acknowledged once accepted, so a restarted supervisor must write what
+// was accepted and not yet written, and nothing twice: it resumes at the
+// written offset with the bytes up to the accepted one.
+//
+// The one input that can still be written twice is a piece the program
+// was being written when the supervisor was killed, between the write
+// returning and the offset's store: pieces are at most inputPiece bytes.
+type inputLog struct {
+	mem      []byte
+	data     []byte
+	accepted *atomic.Uint64 // input offset received
+	written  *atomic.Uint64 // input offset written to the program
+}
+
+// Input file layout: a 64-byte header (magic, accepted, written, size),
+// then the data.
+const (
+	inputMagic  = 0x74676970_6e707431 // "tgipnpt1"
+	inputHeader = 64
+	inputPiece  = 1024
+)
+
+func inputLogSize(buffer int) int { return inputHeader + buffer }
+
+// newInputLog lays out a fresh input file in mem.
+func newInputLog(mem []byte) *inputLog {
+	l := bindInputLog(mem)
+	binary.LittleEndian.PutUint64(mem[24:], uint64(len(l.data)))
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[0])), inputMagic)
+	return l
+}
+
+func bindInputLog(mem []byte) *inputLog {
+	return &inputLog{
+		mem: mem, data: mem[inputHeader:],
+		accepted: (*atomic.Uint64)(unsafe.Pointer(&mem[8])),
+		written:  (*atomic.Uint64)(unsafe.Pointer(&mem[16])),
+	}
+}
+
+// openInputLog reads an input file an earlier supervisor left: the
+// offsets, and the input accepted but not written.
+func openInputLog(mem []byte) (*inputLog, []byte, error) {
+	if len(mem) < inputHeader || atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[0]))) != inputMagic ||
+		binary.LittleEndian.Uint64(mem[24:]) != uint64(len(mem)-inputHeader) {
+		return nil, nil, fmt.Errorf("session: input file: not an input file of %d bytes", len(mem))
+	}
+	l := bindInputLog(mem)
+	acc, wr := l.accepted.Load(), l.written.Load()
+	if wr > acc || acc-wr > uint64(len(l.data)) {
+		return nil, nil, fmt.Errorf("session: input file: offsets %d written, %d accepted are inconsistent", wr, acc)
+	}
+	pending := make([]byte, acc-wr)
+	for i := range pending {
+		pending[i] = l.data[(wr+uint64(i))%uint64(len(l.data))]
+	}
+	return l, pending, nil
+}
+
+// accept stores p, the input from offset at on, then publishes it.
+func (l *inputLog) accept(at uint64, p []byte) {
+	n := uint64(len(l.data))
+	for len(p) > 0 {
+		pos := at % n
+		c := copy(l.data[pos:], p)
+		p, at = p[c:], at+uint64(c)
+	}
+	l.accepted.Store(at)
+}
+
+// wrote records the input offset written to the program.
+func (l *inputLog) wrote(at uint64) { l.written.Store(at) }

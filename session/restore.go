@@ -1,0 +1,284 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+)
+
+// Adopter is implemented by a Launcher whose processes outlive the
+// supervisor (a sandbox launcher with a state directory): Restore adopts
+// what an earlier supervisor left running, Detach lets go of every
+// process without stopping it.
+type Adopter interface {
+	// Adopt returns the processes an earlier launcher left, running or
+	// ended since. stdio gives each its output writers before anything is
+	// read; a process it answers false for is stopped.
+	Adopt(ctx context.Context, stdio func(key string) (sandbox.Stdio, bool)) ([]Adopted, error)
+	Detach() error
+}
+
+// Adopted is an adopted process: a Process and its key (Policy.Key).
+type Adopted interface {
+	Process
+	Key() string
+}
+
+// Restored counts what Restore found.
+type Restored struct {
+	Running int `json:"running"` // live executions adopted
+	Ended   int `json:"ended"`   // ended executions whose retention goes on
+	Lost    int `json:"lost"`    // running when the earlier supervisor stopped, and gone since
+	Gone    int `json:"gone"`    // tombstones: answered ErrGone
+}
+
+// Restore takes over the executions an earlier supervisor left in
+// Config.StateDir. Call it once, before the first Start. Without a state
+// directory it does nothing.
+func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
+	var n Restored
+	if s.store == nil {
+		return n, nil
+	}
+	entries, err := os.ReadDir(s.store.executionsDir())
+	if err != nil {
+		return n, fmt.Errorf("session: restore: %w", err)
+	}
+	byKey := map[string]*execution{}
+	for _, ent := range entries {
+		if e := s.restoreOne(filepath.Join(s.store.executionsDir(), ent.Name()), &n); e != nil {
+			byKey[ent.Name()] = e
+		}
+	}
+	if err := s.adopt(ctx, byKey, &n); err != nil {
+		return n, err
+	}
+	for _, e := range byKey {
+		if e.res == nil && e.proc == nil {
+			n.Lost++
+			close(e.launched)
+			e.finish(sandbox.Exit{Code: -1, Lost: true, Started: e.started})
+		}
+	}
+	s.log.Info("state restored", "dir", s.store.dir, "running", n.Running, "ended", n.Ended, "lost", n.Lost, "gone", n.Gone)
+	return n, nil
+}
+
+// restoreOne reads one execution's directory. It returns the execution
+// when it is live or retained, after registering it; nil otherwise.
+func (s *Supervisor) restoreOne(dir string, n *Restored) *execution {
+	rec, err := readRecord(dir)
+	if err != nil {
+		// A start killed before its record was written never started
+		// its process: nothing to keep.
+		s.log.Warn("state: dropping an execution directory without a record", "dir", dir, "err", err)
+		os.RemoveAll(dir)
+		return nil
+	}
+	k := key{rec.Owner, rec.ID}
+	if filepath.Base(dir) != dirKey(k) {
+		s.log.Warn("state: dropping a record in the wrong directory", "dir", dir, "execution", rec.ID)
+		os.RemoveAll(dir)
+		return nil
+	}
+	now := time.Now()
+	switch {
+	case !rec.Gone.IsZero():
+		if now.Sub(rec.Gone) >= TombstoneRetention {
+			os.RemoveAll(dir)
+			return nil
+		}
+		s.addTombstone(k, rec.Gone)
+		n.Gone++
+		return nil
+	case rec.Result != nil && !now.Before(rec.Expires):
+		s.bury(dir, rec, "retention ended while no server ran")
+		n.Gone++
+		return nil
+	}
+	e, err := s.restoreExecution(dir, rec)
+	if err != nil {
+		s.log.Error("state: cannot restore execution", "execution", rec.ID, "tenant", rec.Owner, "err", err)
+		s.bury(dir, rec, err.Error())
+		n.Gone++
+		return nil
+	}
+	if rec.Result != nil {
+		n.Ended++
+	}
+	return e
+}
+
+// bury turns an execution's directory into a tombstone.
+func (s *Supervisor) bury(dir string, rec *record, why string) {
+	rec.Gone = time.Now()
+	for _, f := range []string{"ring", "input"} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	if err := writeRecord(dir, rec); err != nil {
+		s.log.Error("state: cannot keep a tombstone", "execution", rec.ID, "err", err)
+		os.RemoveAll(dir)
+		return
+	}
+	s.log.Info("execution gone", "execution", rec.ID, "tenant", rec.Owner, "why", why)
+	s.addTombstone(key{rec.Owner, rec.ID}, rec.Gone)
+}
+
+// addTombstone remembers that k is gone, dropping the oldest tombstone
+// beyond maxTombstones.
+func (s *Supervisor) addTombstone(k key, since time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.gone) >= maxTombstones {
+		var oldest key
+		var at time.Time
+		for gk, t := range s.gone {
+			if at.IsZero() || t.Before(at) {
+				oldest, at = gk, t
+			}
+		}
+		delete(s.gone, oldest)
+		os.RemoveAll(s.store.path(oldest))
+	}
+	s.gone[k] = since
+}
+
+// goneLocked reports whether k is a tombstone, dropping an expired one.
+// Called with s.mu held.
+func (s *Supervisor) goneLocked(k key) bool {
+	since, ok := s.gone[k]
+	if ok && time.Since(since) >= TombstoneRetention {
+		delete(s.gone, k)
+		os.RemoveAll(s.store.path(k))
+		return false
+	}
+	return ok
+}
+
+// restoreExecution rebuilds an execution from its directory and
+// registers it: running ones wait for their process in adopt.
+func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, error) {
+	spec, err := s.normalize(rec.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	ring, err := recoverRing(dir, rec.Ring)
+	if err != nil {
+		return nil, fmt.Errorf("ring: %w", err)
+	}
+	k := key{rec.Owner, rec.ID}
+	e := &execution{
+		s: s, key: k, spec: spec, fingerprint: rec.Fingerprint, incarnation: rec.Incarnation,
+		dir: dir, ring: ring, started: rec.Started,
+		stdout: newHeadTail(spec.OutputBudget), stderr: newHeadTail(spec.OutputBudget),
+		in:       newInputQueue(s.cfg.InputBuffer),
+		launched: make(chan struct{}), done: make(chan struct{}),
+	}
+	if rec.Result == nil {
+		mem, err := mapFile(dir, "input", inputLogSize(s.cfg.InputBuffer), false)
+		if err != nil {
+			return nil, err
+		}
+		log, pending, err := openInputLog(mem)
+		if err != nil {
+			return nil, err
+		}
+		unmapWith(e.in, mem)
+		e.in.restore(log, log.accepted.Load(), pending)
+		e.restoreCapture()
+	}
+	s.mu.Lock()
+	s.execs[k] = e
+	s.held[k.owner]++
+	s.wg.Add(1)
+	if rec.Result == nil {
+		s.running++
+		s.byOwner[k.owner]++
+		first, _ := ring.Bounds()
+		e.mu.Lock()
+		e.parkLocked(first - min(first, 1))
+		e.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if rec.Result != nil {
+		e.res = rec.Result
+		close(e.launched)
+		close(e.done)
+		e.retainUntil(rec.Expires)
+	}
+	return e, nil
+}
+
+// restoreCapture refills the final output's capture from the output the
+// ring kept. Output evicted before the restart is counted as omitted.
+func (e *execution) restoreCapture() {
+	first, _ := e.ring.Bounds()
+	evs, _ := e.ring.Read(nil, first-min(first, 1), 0, 0)
+	var seen [replay.StreamStderr + 1]bool
+	for _, ev := range evs {
+		if ev.Kind != replay.KindOutput {
+			continue
+		}
+		h := e.stdout
+		if ev.Stream == replay.StreamStderr {
+			h = e.stderr
+		}
+		if !seen[ev.Stream] {
+			seen[ev.Stream] = true
+			h.lose(int64(ev.Offset))
+		}
+		h.Write(ev.Data)
+	}
+}
+
+// adopt matches the launcher's processes with the restored executions
+// and starts supervising them.
+func (s *Supervisor) adopt(ctx context.Context, byKey map[string]*execution, n *Restored) error {
+	a, ok := s.cfg.Launcher.(Adopter)
+	if !ok {
+		return nil
+	}
+	procs, err := a.Adopt(ctx, func(k string) (sandbox.Stdio, bool) {
+		e := byKey[k]
+		if e == nil || e.res != nil {
+			return sandbox.Stdio{}, false
+		}
+		return e.stdio(), true
+	})
+	if err != nil {
+		return fmt.Errorf("session: adopt: %w", err)
+	}
+	for _, p := range procs {
+		e := byKey[p.Key()]
+		e.mu.Lock()
+		e.proc = p
+		e.mu.Unlock()
+		close(e.launched)
+		go e.run(p)
+		n.Running++
+		s.log.Info("execution adopted", "execution", e.key.id, "tenant", e.key.owner)
+	}
+	return nil
+}
+
+// Detach lets go of every execution without stopping it, for a restart:
+// a supervisor started on the same state directory takes them over
+// (Restore). Start then fails with ErrClosed. Without a launcher that
+// can detach, it is Close.
+func (s *Supervisor) Detach(ctx context.Context) error {
+	a, ok := s.cfg.Launcher.(Adopter)
+	if !ok || s.store == nil {
+		return s.Close(ctx)
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.detached.Store(true)
+	s.stopIO()
+	return a.Detach()
+}
