@@ -186,6 +186,10 @@ func (e *execution) run(proc Process) {
 	e.disarmTimeouts()
 	e.in.shutdown()
 	e.in.wait()
+	// Detach waits for a finish under way, so that its record is written
+	// before the next supervisor reads it.
+	e.s.recording.RLock()
+	defer e.s.recording.RUnlock()
 	if e.s.detached.Load() {
 		return // the next supervisor finishes it, and writes what input is left
 	}

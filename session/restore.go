@@ -278,7 +278,9 @@ func (s *Supervisor) Detach(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.recording.Lock()
 	s.detached.Store(true)
+	s.recording.Unlock()
 	s.stopIO()
 	return a.Detach()
 }

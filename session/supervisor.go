@@ -84,11 +84,15 @@ type Supervisor struct {
 	closed  bool
 	wg      sync.WaitGroup // one per execution until its retention ends
 
-	store    *store             // nil without Config.StateDir
-	gone     map[key]time.Time  // tombstones: answered ErrGone (durable.go)
-	detached atomic.Bool        // Detach was called: nothing more is recorded
-	io       context.Context    // ends output's waits for room; ended by Detach or Close
-	stopIO   context.CancelFunc //
+	store    *store            // nil without Config.StateDir
+	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go)
+	detached atomic.Bool       // Detach was called: nothing more is recorded
+	// recording is held (read) by each execution finishing, and (write) by
+	// Detach while it sets detached: a result is either recorded whole
+	// before the detach, or left to the next supervisor.
+	recording sync.RWMutex
+	io        context.Context    // ends output's waits for room; ended by Detach or Close
+	stopIO    context.CancelFunc //
 }
 
 type key struct{ owner, id string }
