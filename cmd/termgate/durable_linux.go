@@ -77,7 +77,8 @@ func startKeeper(dir string, orphanGrace, killGrace time.Duration) func() error 
 		defer logf.Close()
 		cmd := exec.Command("/proc/self/exe", keeperArg, "--state-dir", dir,
 			"--orphan-grace", orphanGrace.String(), "--kill-grace", killGrace.String())
-		cmd.Env = []string{} // the keeper's children get exactly what serve gives them
+		cmd.Args[0] = "termgate" // as ps shows it
+		cmd.Env = []string{}     // the keeper's children get exactly what serve gives them
 		cmd.Dir, cmd.Stdout, cmd.Stderr = "/", logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := cmd.Start(); err != nil {
