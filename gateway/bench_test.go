@@ -244,7 +244,11 @@ func BenchmarkEcho(b *testing.B) {
 // echo as soon as it arrived, outside the measured round trip
 // (termgate's clients ack less often: this is the worst case).
 func benchEcho(b *testing.B, ack bool) {
-	e := newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.InputPerSecond = 1 << 20 })
+	benchEchoOn(b, newEnv(b, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour; c.InputPerSecond = 1 << 20 }), ack)
+}
+
+// benchEchoOn is benchEcho on the gateway of e.
+func benchEchoOn(b *testing.B, e *testEnv, ack bool) {
 	c := e.dial(b, e.token(b, "bench", allScopes...))
 	defer c.close()
 	c.send(b, wire.Request{Type: wire.TypeStart, ID: "echo", Command: "/bin/sh", Args: []string{"-c", "stty raw -echo; cat"}, PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: ack, TimeoutMS: 3600_000})

@@ -24,6 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	runKeeperRole()
 	code := m.Run()
 	sharedLauncher.Release()
 	if code == 0 {
