@@ -231,3 +231,64 @@ func recoverRing(dir string, cfg replay.Config) (*replay.Ring, error) {
 	unmapWith(r, mem)
 	return r, nil
 }
+
+// screenFile keeps a terminal's screen state across a planned restart:
+// Detach writes the emulator's snapshot, which stands for every event up
+// to Seq (the newest evicted one), and the next supervisor seeds a fresh
+// emulator with it. After a crash there is none; a ring that never
+// evicted needs none.
+type screenFile struct {
+	Seq        uint64 `json:"seq"`
+	Rows, Cols int
+	Data       []byte `json:"data"`
+}
+
+// saveScreen writes e's screen state, if it has one worth keeping.
+func (e *execution) saveScreen() {
+	if e.dir == "" || e.screen == nil {
+		return
+	}
+	first, _ := e.ring.Bounds()
+	if first <= 1 {
+		return // nothing evicted: a fresh emulator is exact
+	}
+	data, rows, cols := e.screen.snapshot()
+	b, err := json.Marshal(screenFile{Seq: first - 1, Rows: rows, Cols: cols, Data: data})
+	if err == nil {
+		tmp := filepath.Join(e.dir, "screen.tmp")
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, filepath.Join(e.dir, "screen"))
+		}
+	}
+	if err != nil {
+		e.s.log.Warn("cannot keep the terminal's screen state", "execution", e.key.id, "err", err)
+	}
+}
+
+// restoreScreen gives a restored terminal its screen state: a fresh
+// emulator when the ring never evicted, one seeded with the screen Detach
+// kept when it stands for exactly the evicted events, else none (a reader
+// behind the ring gets a gap).
+func (e *execution) restoreScreen() {
+	tty := e.spec.Policy.TTY
+	if tty == nil || newTerminal == nil || e.s.cfg.NoScreenState {
+		return
+	}
+	first, _ := e.ring.Bounds()
+	if first <= 1 {
+		e.screen = newScreenState(int(tty.Rows), int(tty.Cols), e.s.cfg.Scrollback)
+		e.ring.OnEvict(e.screen.evicted)
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(e.dir, "screen"))
+	if err != nil {
+		return
+	}
+	var sf screenFile
+	if json.Unmarshal(b, &sf) != nil || sf.Seq != first-1 || sf.Rows <= 0 || sf.Cols <= 0 {
+		return
+	}
+	e.screen = newScreenState(sf.Rows, sf.Cols, e.s.cfg.Scrollback)
+	e.screen.pending = sf.Data
+	e.ring.OnEvict(e.screen.evicted)
+}

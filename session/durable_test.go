@@ -240,3 +240,66 @@ func TestCloseRemovesState(t *testing.T) {
 		t.Fatalf("after Close, the state directory holds %d entries (%v), want none", len(left), err)
 	}
 }
+
+// TestScreenStateSurvivesDetach: a terminal whose early output was
+// evicted still gets a snapshot after a planned restart; after a crash
+// (no screen kept) a reader behind the ring gets a gap instead.
+func TestScreenStateSurvivesDetach(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	ready := make(chan struct{})
+	l := &sessiontest.Launcher{Keep: true, Script: func(p *sessiontest.Proc) sandbox.Exit {
+		for i := range 200 {
+			fmt.Fprintf(p.Out().Stdout, "line %d\r\n", i)
+		}
+		close(ready)
+		return sessiontest.UntilStopped(p)
+	}}
+	t.Cleanup(func() {
+		for _, p := range l.Procs() {
+			p.Stop(sandbox.StopCancel)
+		}
+	})
+	a := newDurable(t, l, dir)
+	sp := untimed("fake")
+	sp.Policy.TTY = &sandbox.WindowSize{Rows: 5, Cols: 20}
+	sp.Ring = replay.Config{MaxEvents: 16}
+	sp.Live = true // nobody reads: let the ring evict
+	if _, err := a.Start(t.Context(), "t", "tty", sp); err != nil {
+		t.Fatal(err)
+	}
+	<-ready
+	if err := a.Detach(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	snapshotAfterRestore := func() *Snapshot {
+		b := newDurable(t, l, dir)
+		defer b.Detach(t.Context())
+		if _, err := b.Restore(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		sub, _, err := b.Subscribe("t", "tty", AttachOptions{Snapshot: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		return sub.Snapshot()
+	}
+	snap := snapshotAfterRestore()
+	if snap == nil || !strings.Contains(string(snap.Data), "line 183\r\n") {
+		t.Fatalf("after a planned restart: snapshot %v, want one showing line 183", snap != nil)
+	}
+	os.Remove(filepath.Join(dir, "executions", filepath.Base(firstDir(t, dir)), "screen"))
+	if snap := snapshotAfterRestore(); snap != nil {
+		t.Fatalf("without a kept screen: a snapshot of %d bytes, want none (a gap)", len(snap.Data))
+	}
+}
+
+// firstDir returns the one execution directory under dir.
+func firstDir(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "executions"))
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("executions: %v %v", ents, err)
+	}
+	return ents[0].Name()
+}

@@ -191,6 +191,7 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 		unmapWith(e.in, mem)
 		e.in.restore(log, log.accepted.Load(), pending)
 		e.restoreCapture()
+		e.restoreScreen()
 	}
 	s.mu.Lock()
 	s.execs[k] = e
@@ -282,5 +283,19 @@ func (s *Supervisor) Detach(ctx context.Context) error {
 	s.detached.Store(true)
 	s.recording.Unlock()
 	s.stopIO()
-	return a.Detach()
+	err := a.Detach()
+	// Output no longer moves: each terminal's screen state stands for
+	// exactly its ring's evicted events.
+	s.mu.Lock()
+	es := make([]*execution, 0, len(s.execs))
+	for _, e := range s.execs {
+		es = append(es, e)
+	}
+	s.mu.Unlock()
+	for _, e := range es {
+		if e.result() == nil {
+			e.saveScreen()
+		}
+	}
+	return err
 }
