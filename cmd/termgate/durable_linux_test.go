@@ -27,8 +27,8 @@ import (
 )
 
 // serveInChildEnv names the variable that makes the test binary run
-// `termgate serve` with the arguments it holds (JSON), as a process of its
-// own that a test can kill -9.
+// termgate with the arguments it holds (JSON), as a process of its own
+// that a test can kill -9: `serve`, or a client command such as `run`.
 const serveInChildEnv = "TERMGATE_TEST_SERVE_ARGS"
 
 // serveFromEnv runs serve when the test binary was started for it.
@@ -63,6 +63,7 @@ type durableNode struct {
 	cur        *exec.Cmd
 	ended      chan struct{} // closed once cur was reaped
 	logs       *sandboxtest.SyncBuffer
+	cgParent   string // --cgroup-parent
 }
 
 func newDurableNode(t *testing.T, extra ...string) *durableNode {
@@ -83,9 +84,10 @@ func newDurableNode(t *testing.T, extra ...string) *durableNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &durableNode{t: t, dir: dir, state: filepath.Join(dir, "state"), secretFile: secret, addr: addr, exe: self}
+	n := &durableNode{t: t, dir: dir, state: filepath.Join(dir, "state"), secretFile: secret, addr: addr, exe: self,
+		cgParent: sandboxtest.CgroupParent(t)}
 	n.args = append([]string{"serve", "--listen", addr, "--jwt-secret-file", secret,
-		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", sandboxtest.CgroupParent(t),
+		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", n.cgParent,
 		"--state-dir", n.state, "--input-per-second", "100000", "--max-running-per-tenant", "32"}, extra...)
 	t.Cleanup(n.cleanup)
 	return n
@@ -162,6 +164,21 @@ func (n *durableNode) cleanup() {
 	for _, pid := range n.keepers() {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
+	n.unmountWorkspaces()
+}
+
+// unmountWorkspaces removes the workspace mounts a serve killed for good
+// left in the node's directory, and so their loop devices (autoclear),
+// which would otherwise outlive the test.
+func (n *durableNode) unmountWorkspaces() {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], n.dir+"/") {
+			if err := syscall.Unmount(f[4], 0); err != nil {
+				n.t.Errorf("unmount %s: %v", f[4], err)
+			}
+		}
+	}
 }
 
 // keepers returns the pids of keepers serving this node's state directory.
@@ -183,11 +200,17 @@ func (n *durableNode) keepers() []int {
 
 func (n *durableNode) client(t *testing.T) *client.Client {
 	t.Helper()
+	return n.loggedClient(t, io.Discard)
+}
+
+// loggedClient is a client whose log also goes to log.
+func (n *durableNode) loggedClient(t *testing.T, log io.Writer) *client.Client {
+	t.Helper()
 	g := gatewayUnderTest{url: "http://" + n.addr, secretFile: n.secretFile}
 	tok := g.token(t, "acme", allScopes)
 	c, err := client.Dial(t.Context(), client.Config{
 		URL: g.url, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(tWriter{t}, log), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Token:  func(context.Context) (string, error) { return tok, nil },
 	})
 	if err != nil {
