@@ -326,6 +326,9 @@ func show(ev client.Event, stdout, stderr io.Writer, tty bool) (bool, error) {
 			fmt.Fprintf(stderr, "termgate: %s\n", noticeText(*ev.Notice, "command"))
 		}
 	case "exit":
+		if ev.Exit.Reason == wire.ReasonLost {
+			return true, gatewayError{"the execution was lost: the server's sandbox keeper ended, and the command with it; its exit status is unknown"}
+		}
 		if ev.Exit.Reason != "exited" {
 			fmt.Fprintf(stderr, "termgate: %s\n", ev.Exit.Reason)
 		}

@@ -21,7 +21,8 @@ const clientExits = `  0-254  the command's own status: its exit code, 128+n for
   2      a bad command line
   255    termgate failed, not the command: the gateway unreachable for longer than
          --reconnect (the execution may still be running), the execution gone (the
-         server restarted without it) or not found, or a request refused
+         server restarted without it), lost (the server's sandbox keeper ended) or
+         not found, or a request refused
 `
 
 // gatewayError is a failure of termgate itself in run or attach: one

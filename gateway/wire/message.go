@@ -129,6 +129,10 @@ const (
 	LossStopped     = "stopped"      // evicted after the execution was cancelled or timed out
 )
 
+// ReasonLost is the reason of an exit event whose execution the server's
+// sandbox keeper took with it when it ended: its status is unknown.
+const ReasonLost = "lost"
+
 // EventNotice is the event of a notice: Reason (a Notice constant),
 // Message for people, and At.
 const EventNotice = "notice"
