@@ -5,6 +5,7 @@ package workspace
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -410,5 +411,120 @@ func TestLoopOfADeletedImageIsNotReused(t *testing.T) {
 	}
 	if dev == f.Name() {
 		t.Errorf("the loop device %s of the deleted image was reused for the new one", dev)
+	}
+}
+
+// holdMounts starts a process in a mount namespace of its own, a copy of
+// this one's, as a sandbox is: it keeps every workspace mounted in it
+// alive, whatever happens to the host's mounts. It ends with the test.
+func holdMounts(t *testing.T) int {
+	t.Helper()
+	unshare, err := exec.LookPath("unshare")
+	sandboxtest.Need(t, "unshare (util-linux)", err)
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the holder: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	sandboxtest.Eventually(t, 10*time.Second, func() bool {
+		ns, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/mnt")
+		return err == nil && ns != self
+	})
+	return cmd.Process.Pid
+}
+
+// mountsAt lists the mounts of this namespace at target.
+func mountsAt(t *testing.T, target string) []mountEntry {
+	t.Helper()
+	all, err := readMountinfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []mountEntry
+	for _, m := range all {
+		if m.target == target {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// mountID returns the unique id (never reused) of the mount at dir.
+func mountID(t *testing.T, dir string) uint64 {
+	t.Helper()
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		sandboxtest.Unavailable(t, "statx gives no unique mount id (kernel 6.8 or later)")
+	}
+	return st.Mnt_id
+}
+
+// loopsBacking lists the loop devices bound to image.
+func loopsBacking(t *testing.T, image string) []string {
+	t.Helper()
+	loops, err := boundLoops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for dev, backing := range loops {
+		if backing == image {
+			out = append(out, dev)
+		}
+	}
+	return out
+}
+
+// TestAdoptKeepsMountsInUse: after a restart the executions an earlier
+// server started still write to their workspaces (held here by a process
+// in its own mount namespace, as a sandbox holds its bind mount). A Store
+// opened with Adopt takes the mount and the loop device over: the image
+// stays on one loop device and one filesystem, so what the old mount
+// writes is what the new one reads.
+func TestAdoptKeepsMountsInUse(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	cfg := quotaConfig()
+	cfg.Root, cfg.IDs, cfg.Adopt = filepath.Join(t.TempDir(), "ws"), testIDs, true
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := prepare(t, s, "acme")
+	holder := holdMounts(t)
+	s.lock.Close() // the crash (or restart): the lock goes, the mounts stay
+	t.Cleanup(func() { unmount(ws.Path) })
+	image := filepath.Join(s.Root(), imagesDir, s.st.Tenants["acme"].ID+".img")
+	before := mountID(t, ws.Path)
+
+	s2 := openStore(t, cfg)
+	if got := s2.Recovered(); len(got) != 0 {
+		t.Errorf("recovery removed %q, in use by running executions", got)
+	}
+	if got := strings.Join(s2.Adopted(), "\n"); !strings.Contains(got, "mount "+ws.Path) || !strings.Contains(got, "loop /dev/loop") {
+		t.Errorf("adopted %q, want the mount at %s and its loop device", got, ws.Path)
+	}
+	if ws2 := prepare(t, s2, "acme"); ws2 != ws {
+		t.Fatalf("after the restart %+v, before %+v", ws2, ws)
+	}
+	if n := len(mountsAt(t, ws.Path)); n != 1 {
+		t.Errorf("%d mounts at %s, want 1", n, ws.Path)
+	}
+	if after := mountID(t, ws.Path); after != before {
+		t.Errorf("mount %d at %s after the restart, %d before: want the one mount kept", after, ws.Path, before)
+	}
+	if loops := loopsBacking(t, image); len(loops) != 1 {
+		t.Errorf("image %s on loop devices %v, want exactly one", image, loops)
+	}
+	old := filepath.Join("/proc", strconv.Itoa(holder), "root", ws.Path, "written-by-old")
+	if err := os.WriteFile(old, []byte("one filesystem"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(ws.Path, "written-by-old")); string(data) != "one filesystem" {
+		t.Errorf("a file the old mount wrote, read through the new one: %q, %v", data, err)
 	}
 }
