@@ -4,6 +4,7 @@ package workspace
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,24 +415,50 @@ func TestLoopOfADeletedImageIsNotReused(t *testing.T) {
 	}
 }
 
-// holdMounts starts a process in a mount namespace of its own, a copy of
-// this one's, as a sandbox is: it keeps every workspace mounted in it
-// alive, whatever happens to the host's mounts. It ends with the test.
-func holdMounts(t *testing.T) int {
+// holdMounts starts a sandbox (bwrap) with dir bound at /w, as an
+// execution has its workspace: it keeps that mount alive whatever happens
+// to the host's. Like any sandbox it drops the rest of the host's mounts,
+// so it pins no other test's. It ends with the test; the returned path is
+// dir as the sandbox sees it.
+func holdMounts(t *testing.T, dir string) string {
 	t.Helper()
-	unshare, err := exec.LookPath("unshare")
-	sandboxtest.Need(t, "unshare (util-linux)", err)
-	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sleep", "600")
+	bwrap, err := exec.LookPath("bwrap")
+	sandboxtest.Need(t, "bwrap (bubblewrap)", err)
+	cmd := exec.Command(bwrap, "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--bind", dir, "/w",
+		"--die-with-parent", "sleep", "600")
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start the holder: %v", err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	self, _ := os.Readlink("/proc/self/ns/mnt")
-	sandboxtest.Eventually(t, 10*time.Second, func() bool {
-		ns, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/mnt")
-		return err == nil && ns != self
+	// bwrap's child is the sandbox; killing bwrap does not end it.
+	children := func() []string {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+		return strings.Fields(string(kids))
+	}
+	t.Cleanup(func() {
+		for _, pid := range children() {
+			if n, err := strconv.Atoi(pid); err == nil {
+				unix.Kill(n, unix.SIGKILL)
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
 	})
-	return cmd.Process.Pid
+	var want, got unix.Stat_t
+	if err := unix.Stat(dir, &want); err != nil {
+		t.Fatal(err)
+	}
+	var held string
+	sandboxtest.Eventually(t, 10*time.Second, func() bool {
+		for _, pid := range children() { // the sandbox sees dir at /w once set up
+			p := filepath.Join("/proc", pid, "root", "w")
+			if unix.Stat(p, &got) == nil && got.Dev == want.Dev && got.Ino == want.Ino {
+				held = p
+			}
+		}
+		return held != ""
+	})
+	return held
 }
 
 // mountsAt lists the mounts of this namespace at target.
@@ -495,8 +522,8 @@ func TestAdoptKeepsMountsInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := prepare(t, s, "acme")
-	holder := holdMounts(t)
-	s.lock.Close() // the crash (or restart): the lock goes, the mounts stay
+	old := holdMounts(t, ws.Path)
+	s.lock.Close() // the crash: the lock goes, the mounts stay
 	t.Cleanup(func() { unmount(ws.Path) })
 	image := filepath.Join(s.Root(), imagesDir, s.st.Tenants["acme"].ID+".img")
 	before := mountID(t, ws.Path)
@@ -520,11 +547,151 @@ func TestAdoptKeepsMountsInUse(t *testing.T) {
 	if loops := loopsBacking(t, image); len(loops) != 1 {
 		t.Errorf("image %s on loop devices %v, want exactly one", image, loops)
 	}
-	old := filepath.Join("/proc", strconv.Itoa(holder), "root", ws.Path, "written-by-old")
-	if err := os.WriteFile(old, []byte("one filesystem"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(old, "written-by-old"), []byte("one filesystem"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if data, err := os.ReadFile(filepath.Join(ws.Path, "written-by-old")); string(data) != "one filesystem" {
 		t.Errorf("a file the old mount wrote, read through the new one: %q, %v", data, err)
+	}
+}
+
+// TestAdoptAfterCloseReusesTheLoopInUse: a restart closes the Store, which
+// unmounts the host's mounts; the executions' sandboxes keep theirs, and
+// with them the loop device. The next Store adopts that device, Prepare
+// mounts it rather than a second one, and the tenant's quota holds.
+func TestAdoptAfterCloseReusesTheLoopInUse(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	cfg := quotaConfig()
+	cfg.Root, cfg.IDs, cfg.Adopt = filepath.Join(t.TempDir(), "ws"), testIDs, true
+	s := openStore(t, cfg)
+	ws := prepare(t, s, "acme")
+	image := filepath.Join(s.Root(), imagesDir, s.st.Tenants["acme"].ID+".img")
+	old := holdMounts(t, ws.Path)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	loops := loopsBacking(t, image)
+	if len(loops) != 1 {
+		t.Fatalf("image on loop devices %v after Close with a holder, want one", loops)
+	}
+
+	s2 := openStore(t, cfg)
+	if got := s2.Recovered(); len(got) != 0 {
+		t.Errorf("recovery removed %q, in use by running executions", got)
+	}
+	if got := s2.Adopted(); len(got) != 1 || !strings.Contains(got[0], "loop "+loops[0]) {
+		t.Errorf("adopted %q, want %s", got, loops[0])
+	}
+	prepare(t, s2, "acme")
+	if now := loopsBacking(t, image); len(now) != 1 || now[0] != loops[0] {
+		t.Errorf("image on loop devices %v after Prepare, want %s alone", now, loops[0])
+	}
+	if err := os.WriteFile(filepath.Join(old, "written-by-old"), []byte("one filesystem"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(ws.Path, "written-by-old")); string(data) != "one filesystem" {
+		t.Errorf("a file the old mount wrote, read through the new one: %q, %v", data, err)
+	}
+	if err := writeFile(filepath.Join(ws.Path, "big"), 16<<20); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("16 MiB into the 8 MiB quota after the restart: %v, want ENOSPC", err)
+	}
+}
+
+// TestAdoptRemovesWhatIsStale: with Adopt, what is not a tenant's
+// workspace as the layout says is removed as without it, and named.
+func TestAdoptRemovesWhatIsStale(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	tmpfs := func(t *testing.T, dir string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	}
+	for _, c := range []struct {
+		name  string
+		crash func(t *testing.T, ws Workspace, image string)
+		want  []string // in Recovered
+		kept  int      // in Adopted
+	}{
+		{"the image is gone", func(t *testing.T, ws Workspace, image string) {
+			os.Remove(image)
+		}, []string{"mount ", "loop "}, 0},
+		{"mounted without nodev", func(t *testing.T, ws Workspace, image string) {
+			if err := unix.Mount("", ws.Path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID, ""); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"mount ", "loop "}, 0},
+		{"another filesystem at the workspace", func(t *testing.T, ws Workspace, image string) {
+			unmount(ws.Path)
+			tmpfs(t, ws.Path)
+		}, []string{"mount "}, 0},
+		{"a filesystem on top of the workspace", func(t *testing.T, ws Workspace, image string) {
+			tmpfs(t, ws.Path)
+		}, []string{"mount ", "mount ", "loop "}, 0},
+		{"no tenant's workspace", func(t *testing.T, ws Workspace, image string) {
+			tmpfs(t, filepath.Join(filepath.Dir(ws.Path), "0123456789abcdef"))
+		}, []string{"mount "}, 2},
+		{"an image mounted nowhere", func(t *testing.T, ws Workspace, image string) {
+			unmount(ws.Path)
+			f, err := attachLoop(image) // as losetup would: without autoclear
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info.Flags &^= unix.LO_FLAGS_AUTOCLEAR
+			if err := unix.IoctlLoopSetStatus64(int(f.Fd()), info); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { detachLoop(f.Name()) })
+		}, []string{"loop "}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := quotaConfig()
+			cfg.Root, cfg.IDs, cfg.Adopt = filepath.Join(t.TempDir(), "ws"), testIDs, true
+			s, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := prepare(t, s, "acme")
+			image := filepath.Join(s.Root(), imagesDir, s.st.Tenants["acme"].ID+".img")
+			s.lock.Close() // the crash
+			t.Cleanup(func() { unmount(ws.Path) })
+			c.crash(t, ws, image)
+
+			s2 := openStore(t, cfg)
+			got := s2.Recovered()
+			if len(got) != len(c.want) {
+				t.Fatalf("recovered %q, want %d items like %q", got, len(c.want), c.want)
+			}
+			for i, w := range c.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("recovered %q, want %q", got, c.want)
+				}
+			}
+			if a := s2.Adopted(); len(a) != c.kept {
+				t.Errorf("adopted %q, want %d items", a, c.kept)
+			}
+			if _, err := os.Stat(image); err == nil {
+				prepare(t, s2, "acme")
+				if m := mountsAt(t, ws.Path); len(m) != 1 || !hasOpts(m[0].opts, "nodev", "nosuid") {
+					t.Errorf("mounts at the workspace after Prepare: %+v", m)
+				}
+			}
+			s2.Close()
+			if loops := loopsOf(t, cfg.Root); len(loops) != 0 {
+				t.Errorf("loop devices left after Close: %v", loops)
+			}
+		})
 	}
 }
