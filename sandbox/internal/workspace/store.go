@@ -372,8 +372,10 @@ func own(dir string, t *tenantState) error {
 }
 
 // Close unmounts the images this Store mounted and releases the root. A
-// workspace still in use by a sandbox stays usable by it: the mount is
-// detached, and its loop device goes when the last user does.
+// workspace still in use by a sandbox stays usable by it: the sandbox's
+// own mount of it holds the filesystem and its loop device, which goes
+// when the last user does; until then the next Store mounts that device
+// again (see Adopt).
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
