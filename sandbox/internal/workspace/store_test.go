@@ -598,8 +598,12 @@ func TestAdoptAfterCloseReusesTheLoopInUse(t *testing.T) {
 	}
 }
 
-// TestAdoptRemovesWhatIsStale: with Adopt, what is not a tenant's
-// workspace as the layout says is removed as without it, and named.
+// TestAdoptRemovesWhatIsStale: with Adopt, a mount that is not a tenant's
+// workspace as the layout says is removed as without it, and named. Its
+// loop device goes with it, or, when a sandbox starting elsewhere on the
+// host holds a copy of the mount for a moment, right after: either way
+// none is left once the Store is closed, nor one bound to an image
+// mounted nowhere.
 func TestAdoptRemovesWhatIsStale(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
@@ -616,27 +620,27 @@ func TestAdoptRemovesWhatIsStale(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		crash func(t *testing.T, ws Workspace, image string)
-		want  []string // in Recovered
-		kept  int      // in Adopted
+		removed int // mounts in Recovered
+		kept    int // mounts in Adopted
 	}{
 		{"the image is gone", func(t *testing.T, ws Workspace, image string) {
 			os.Remove(image)
-		}, []string{"mount ", "loop "}, 0},
+		}, 1, 0},
 		{"mounted without nodev", func(t *testing.T, ws Workspace, image string) {
 			if err := unix.Mount("", ws.Path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID, ""); err != nil {
 				t.Fatal(err)
 			}
-		}, []string{"mount ", "loop "}, 0},
+		}, 1, 0},
 		{"another filesystem at the workspace", func(t *testing.T, ws Workspace, image string) {
 			unmount(ws.Path)
 			tmpfs(t, ws.Path)
-		}, []string{"mount "}, 0},
+		}, 1, 0},
 		{"a filesystem on top of the workspace", func(t *testing.T, ws Workspace, image string) {
 			tmpfs(t, ws.Path)
-		}, []string{"mount ", "mount ", "loop "}, 0},
+		}, 2, 0},
 		{"no tenant's workspace", func(t *testing.T, ws Workspace, image string) {
 			tmpfs(t, filepath.Join(filepath.Dir(ws.Path), "0123456789abcdef"))
-		}, []string{"mount "}, 2},
+		}, 1, 1},
 		{"an image mounted nowhere", func(t *testing.T, ws Workspace, image string) {
 			unmount(ws.Path)
 			f, err := attachLoop(image) // as losetup would: without autoclear
@@ -653,7 +657,7 @@ func TestAdoptRemovesWhatIsStale(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { detachLoop(f.Name()) })
-		}, []string{"loop "}, 0},
+		}, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -670,17 +674,11 @@ func TestAdoptRemovesWhatIsStale(t *testing.T) {
 			c.crash(t, ws, image)
 
 			s2 := openStore(t, cfg)
-			got := s2.Recovered()
-			if len(got) != len(c.want) {
-				t.Fatalf("recovered %q, want %d items like %q", got, len(c.want), c.want)
+			if got := countPrefix(s2.Recovered(), "mount "); got != c.removed {
+				t.Errorf("recovered %q, want %d mounts", s2.Recovered(), c.removed)
 			}
-			for i, w := range c.want {
-				if !strings.HasPrefix(got[i], w) {
-					t.Errorf("recovered %q, want %q", got, c.want)
-				}
-			}
-			if a := s2.Adopted(); len(a) != c.kept {
-				t.Errorf("adopted %q, want %d items", a, c.kept)
+			if got := countPrefix(s2.Adopted(), "mount "); got != c.kept {
+				t.Errorf("adopted %q, want %d mounts", s2.Adopted(), c.kept)
 			}
 			if _, err := os.Stat(image); err == nil {
 				prepare(t, s2, "acme")
@@ -689,9 +687,19 @@ func TestAdoptRemovesWhatIsStale(t *testing.T) {
 				}
 			}
 			s2.Close()
-			if loops := loopsOf(t, cfg.Root); len(loops) != 0 {
-				t.Errorf("loop devices left after Close: %v", loops)
+			if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return len(loopsOf(t, cfg.Root)) == 0 }) {
+				t.Errorf("loop devices left after Close: %v", loopsOf(t, cfg.Root))
 			}
 		})
 	}
+}
+
+func countPrefix(lines []string, prefix string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
 }
