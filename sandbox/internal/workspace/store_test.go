@@ -618,8 +618,8 @@ func TestAdoptRemovesWhatIsStale(t *testing.T) {
 		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 	}
 	for _, c := range []struct {
-		name  string
-		crash func(t *testing.T, ws Workspace, image string)
+		name    string
+		crash   func(t *testing.T, ws Workspace, image string)
 		removed int // mounts in Recovered
 		kept    int // mounts in Adopted
 	}{
