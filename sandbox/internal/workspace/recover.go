@@ -16,7 +16,7 @@ import (
 // it was killed: mounts under mnt/, loop devices bound to its images, and
 // half-made images. With Adopt it first takes over the tenants' mounts and
 // loop devices, which executions that outlived that instance still use
-// (see adopt). Each item removed is logged and returned.
+// (see adoptMounts and adoptLoops). Each item removed is logged and returned.
 func (s *Store) recover() ([]string, error) {
 	var removed []string
 	loops, err := s.staleLoops()
@@ -74,10 +74,10 @@ func (s *Store) staleLoops() ([]loopDev, error) {
 	return out, nil
 }
 
-// mountEntry is one line of /proc/self/mountinfo: the mount's id, its
-// filesystem's device (maj:min), the root of that filesystem it shows,
-// where, its per-mount options, and the filesystem's type and source.
-type mountEntry struct{ id, dev, root, target, opts, fstype, source string }
+// mountEntry is one line of /proc/self/mountinfo: its filesystem's device
+// (maj:min), the root of that filesystem it shows, where, its per-mount
+// options, and the filesystem's type and source.
+type mountEntry struct{ dev, root, target, opts, fstype, source string }
 
 // staleMounts lists the mounts below mnt/, deepest first, so nested ones
 // go before those they sit on.
@@ -134,7 +134,7 @@ func parseMountinfo(line string) (mountEntry, bool) {
 		return mountEntry{}, false
 	}
 	return mountEntry{
-		id: fields[0], dev: fields[2], root: unescapeMount(fields[3]), target: unescapeMount(fields[4]), opts: fields[5],
+		dev: fields[2], root: unescapeMount(fields[3]), target: unescapeMount(fields[4]), opts: fields[5],
 		fstype: fields[sep+1], source: unescapeMount(fields[sep+2]),
 	}, true
 }

@@ -358,7 +358,7 @@ func TestParseMountinfo(t *testing.T) {
 	t.Parallel()
 	line := `36 35 98:0 / /mnt/a\040b rw,noatime master:1 - ext4 /dev/loop1 rw,errors=continue`
 	m, ok := parseMountinfo(line)
-	if !ok || m.root != "/" || m.target != "/mnt/a b" || m.fstype != "ext4" || m.source != "/dev/loop1" {
+	if !ok || m.dev != "98:0" || m.root != "/" || m.target != "/mnt/a b" || m.opts != "rw,noatime" || m.fstype != "ext4" || m.source != "/dev/loop1" {
 		t.Errorf("parsed %+v %v", m, ok)
 	}
 	for _, bad := range []string{"", "1 2 3", `36 35 98:0 / /x rw - ext4`} {
