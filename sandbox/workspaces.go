@@ -31,8 +31,15 @@ type WorkspacesConfig struct {
 	Bytes, Inodes int64
 	// Mkfs is the mkfs.ext4 program ("mkfs.ext4" in PATH).
 	Mkfs string
-	// Logger receives what recovery removed; nil discards.
+	// Logger receives what recovery removed and adopted; nil discards.
 	Logger *slog.Logger
+	// Adopt makes OpenWorkspaces take over the workspace mounts and loop
+	// devices a previous instance left, each checked to be a tenant's
+	// image on its loop device at its mount point (see Adopted), instead
+	// of removing them: set it when executions outlive the server (a
+	// state directory), as their sandboxes use those workspaces. What is
+	// not a tenant's workspace is still removed (see Recovered).
+	Adopt bool
 }
 
 // Workspace is one tenant's workspace: the host directory for
@@ -53,8 +60,9 @@ type Workspaces struct {
 }
 
 // OpenWorkspaces takes the workspace root and removes what a crashed
-// instance left there (see Recovered). A quota this host cannot apply is
-// an error wrapping ErrUnenforceable.
+// instance left there (see Recovered), or, with Adopt, takes over what is
+// still a tenant's workspace (see Adopted). A quota this host cannot apply
+// is an error wrapping ErrUnenforceable.
 func OpenWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	ids := cfg.TenantUIDs
 	if ids == (UIDRange{}) {
@@ -62,7 +70,7 @@ func OpenWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	}
 	s, err := workspace.Open(workspace.Config{
 		Root: cfg.Root, IDs: workspace.IDRange{First: ids.First, Count: ids.Count},
-		Bytes: cfg.Bytes, Inodes: cfg.Inodes, Mkfs: cfg.Mkfs, Logger: cfg.Logger,
+		Bytes: cfg.Bytes, Inodes: cfg.Inodes, Mkfs: cfg.Mkfs, Logger: cfg.Logger, Adopt: cfg.Adopt,
 	})
 	if err != nil {
 		return nil, translate(err)
@@ -95,7 +103,14 @@ func (w *Workspaces) List() ([]WorkspaceEntry, error) { return w.s.List() }
 // had left (stale mounts, loop devices, half-made images).
 func (w *Workspaces) Recovered() []string { return w.s.Recovered() }
 
-// Close unmounts the workspaces' images and releases the root.
+// Adopted lists the mounts and loop devices OpenWorkspaces took over
+// (WorkspacesConfig.Adopt) from a previous instance.
+func (w *Workspaces) Adopted() []string { return w.s.Adopted() }
+
+// Close unmounts the workspaces' images and releases the root. A
+// sandbox keeps the workspace bound into it, and with it the image's loop
+// device, until it ends: executions that outlive a restart keep writing,
+// and the next OpenWorkspaces with Adopt mounts that same device.
 func (w *Workspaces) Close() error { return w.s.Close() }
 
 // ProbeWorkspaceQuota makes, mounts and removes a small quota image in a

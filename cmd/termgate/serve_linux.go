@@ -514,7 +514,9 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 		return nil, err
 	}
 	wcfg := o.workspaces.config(o.workspaceRoot)
-	wcfg.Logger = log
+	// With a state directory executions outlive the server: their
+	// sandboxes use the workspaces an earlier server mounted.
+	wcfg.Logger, wcfg.Adopt = log, o.stateDir != ""
 	ws, err := sandbox.OpenWorkspaces(wcfg)
 	if err != nil {
 		return nil, fmt.Errorf("serve: refusing to start: %w", err)

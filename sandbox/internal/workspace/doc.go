@@ -25,7 +25,11 @@
 // asked for and cannot be applied is an error wrapping ErrUnenforceable.
 //
 // Open removes what a previous instance left behind after a crash (mounts
-// under mnt/, loop devices of its images) and reports each item.
+// under mnt/, loop devices of its images) and reports each item. With
+// Config.Adopt it first takes over each tenant's mount and loop device
+// that is what the layout says: executions that outlived that instance
+// write through them, and a second loop device on an image would put a
+// second filesystem on it, which corrupts it.
 //
 // The package imports nothing of termgate.
 package workspace

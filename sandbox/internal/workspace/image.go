@@ -179,25 +179,28 @@ func mountLoop(image, mp string) error {
 	if err != nil {
 		return err
 	}
-	if f != nil {
-		defer f.Close() // after the mount: closing an unmounted autoclear device detaches it
-	}
+	defer f.Close() // after the mount: closing an unmounted autoclear device detaches it
 	if err := unix.Mount(dev, mp, "ext4", mountFlags, ""); err != nil {
 		return fmt.Errorf("%w: mount %s on %s: %w", ErrUnenforceable, dev, mp, err)
 	}
 	return nil
 }
 
-// loopFor returns a loop device bound to image, and the open device when
-// it was bound here.
+// loopFor returns a loop device bound to image, open: the one already
+// bound to it, checked to be the image itself and held so that it cannot
+// detach itself and be bound to another file before the mount, or else a
+// new one.
 func loopFor(image string) (string, *os.File, error) {
 	loops, err := boundLoops()
 	if err != nil {
 		return "", nil, err
 	}
 	for dev, backing := range loops {
-		if backing == image {
-			return dev, nil, nil
+		if backing != image {
+			continue
+		}
+		if f, err := openLoopOf(dev, image); err == nil {
+			return dev, f, nil
 		}
 	}
 	f, err := attachLoop(image)

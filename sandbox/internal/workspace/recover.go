@@ -14,7 +14,9 @@ import (
 
 // recover removes what a previous instance on this root left behind when
 // it was killed: mounts under mnt/, loop devices bound to its images, and
-// half-made images. Each item is logged and returned.
+// half-made images. With Adopt it first takes over the tenants' mounts and
+// loop devices, which executions that outlived that instance still use
+// (see adoptMounts and adoptLoops). Each item removed is logged and returned.
 func (s *Store) recover() ([]string, error) {
 	var removed []string
 	loops, err := s.staleLoops()
@@ -25,12 +27,23 @@ func (s *Store) recover() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	var inUse map[string]bool
+	if s.cfg.Adopt {
+		mounts, inUse = s.adoptMounts(mounts)
+	}
 	for _, m := range mounts {
 		if err := unmount(m.target); err != nil {
 			return removed, fmt.Errorf("workspace: remove stale mount: %w", err)
 		}
 		s.log.Warn("removed stale workspace mount", "mount", m.target, "source", m.source)
 		removed = append(removed, "mount "+m.target+" ("+m.source+")")
+	}
+	if s.cfg.Adopt {
+		var gone []string
+		loops, gone, err = s.adoptLoops(loops, inUse)
+		if removed = append(removed, gone...); err != nil {
+			return removed, err
+		}
 	}
 	for _, dev := range loops {
 		if err := detachLoop(dev.name); err != nil {
@@ -61,8 +74,10 @@ func (s *Store) staleLoops() ([]loopDev, error) {
 	return out, nil
 }
 
-// mountEntry is one line of /proc/self/mountinfo.
-type mountEntry struct{ root, target, fstype, source string }
+// mountEntry is one line of /proc/self/mountinfo: its filesystem's device
+// (maj:min), the root of that filesystem it shows, where, its per-mount
+// options, and the filesystem's type and source.
+type mountEntry struct{ dev, root, target, opts, fstype, source string }
 
 // staleMounts lists the mounts below mnt/, deepest first, so nested ones
 // go before those they sit on.
@@ -119,7 +134,7 @@ func parseMountinfo(line string) (mountEntry, bool) {
 		return mountEntry{}, false
 	}
 	return mountEntry{
-		root: unescapeMount(fields[3]), target: unescapeMount(fields[4]),
+		dev: fields[2], root: unescapeMount(fields[3]), target: unescapeMount(fields[4]), opts: fields[5],
 		fstype: fields[sep+1], source: unescapeMount(fields[sep+2]),
 	}, true
 }

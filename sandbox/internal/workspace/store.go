@@ -81,6 +81,12 @@ type Config struct {
 	Mkfs string
 	// Logger receives what recovery removed and quota events; nil discards.
 	Logger *slog.Logger
+	// Adopt makes Open take over the tenants' mounts and loop devices a
+	// previous instance on this root left, when each is what the layout
+	// says (see Adopted), instead of removing them: executions that
+	// outlived that instance use them. Only what is not a tenant's
+	// workspace is removed. Without it Open removes every one.
+	Adopt bool
 }
 
 // Workspace is a tenant's workspace: the host directory to bind and the
@@ -104,6 +110,7 @@ type Store struct {
 	st        state
 	closed    bool
 	recovered []string
+	adopted   []string
 }
 
 var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -229,6 +236,14 @@ func (s *Store) Recovered() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.recovered...)
+}
+
+// Adopted lists the mounts and loop devices Open took over (Config.Adopt)
+// from a previous instance: one line each, each also logged.
+func (s *Store) Adopted() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.adopted...)
 }
 
 // Root returns the workspace root with symlinks resolved.
@@ -357,8 +372,10 @@ func own(dir string, t *tenantState) error {
 }
 
 // Close unmounts the images this Store mounted and releases the root. A
-// workspace still in use by a sandbox stays usable by it: the mount is
-// detached, and its loop device goes when the last user does.
+// workspace still in use by a sandbox stays usable by it: the sandbox's
+// own mount of it holds the filesystem and its loop device, which goes
+// when the last user does; until then the next Store mounts that device
+// again (see Adopt).
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -4,7 +4,9 @@ package workspace
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -356,7 +358,7 @@ func TestParseMountinfo(t *testing.T) {
 	t.Parallel()
 	line := `36 35 98:0 / /mnt/a\040b rw,noatime master:1 - ext4 /dev/loop1 rw,errors=continue`
 	m, ok := parseMountinfo(line)
-	if !ok || m.root != "/" || m.target != "/mnt/a b" || m.fstype != "ext4" || m.source != "/dev/loop1" {
+	if !ok || m.dev != "98:0" || m.root != "/" || m.target != "/mnt/a b" || m.opts != "rw,noatime" || m.fstype != "ext4" || m.source != "/dev/loop1" {
 		t.Errorf("parsed %+v %v", m, ok)
 	}
 	for _, bad := range []string{"", "1 2 3", `36 35 98:0 / /x rw - ext4`} {
@@ -411,4 +413,293 @@ func TestLoopOfADeletedImageIsNotReused(t *testing.T) {
 	if dev == f.Name() {
 		t.Errorf("the loop device %s of the deleted image was reused for the new one", dev)
 	}
+}
+
+// holdMounts starts a sandbox (bwrap) with dir bound at /w, as an
+// execution has its workspace: it keeps that mount alive whatever happens
+// to the host's. Like any sandbox it drops the rest of the host's mounts,
+// so it pins no other test's. It ends with the test; the returned path is
+// dir as the sandbox sees it.
+func holdMounts(t *testing.T, dir string) string {
+	t.Helper()
+	bwrap, err := exec.LookPath("bwrap")
+	sandboxtest.Need(t, "bwrap (bubblewrap)", err)
+	cmd := exec.Command(bwrap, "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--bind", dir, "/w",
+		"--die-with-parent", "sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the holder: %v", err)
+	}
+	// bwrap's child is the sandbox; killing bwrap does not end it.
+	children := func() []string {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+		return strings.Fields(string(kids))
+	}
+	t.Cleanup(func() {
+		for _, pid := range children() {
+			if n, err := strconv.Atoi(pid); err == nil {
+				unix.Kill(n, unix.SIGKILL)
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	var want, got unix.Stat_t
+	if err := unix.Stat(dir, &want); err != nil {
+		t.Fatal(err)
+	}
+	var held string
+	sandboxtest.Eventually(t, 10*time.Second, func() bool {
+		for _, pid := range children() { // the sandbox sees dir at /w once set up
+			p := filepath.Join("/proc", pid, "root", "w")
+			if unix.Stat(p, &got) == nil && got.Dev == want.Dev && got.Ino == want.Ino {
+				held = p
+			}
+		}
+		return held != ""
+	})
+	return held
+}
+
+// mountsAt lists the mounts of this namespace at target.
+func mountsAt(t *testing.T, target string) []mountEntry {
+	t.Helper()
+	all, err := readMountinfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []mountEntry
+	for _, m := range all {
+		if m.target == target {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// mountID returns the unique id (never reused) of the mount at dir.
+func mountID(t *testing.T, dir string) uint64 {
+	t.Helper()
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		sandboxtest.Unavailable(t, "statx gives no unique mount id (kernel 6.8 or later)")
+	}
+	return st.Mnt_id
+}
+
+// loopsBacking lists the loop devices bound to image.
+func loopsBacking(t *testing.T, image string) []string {
+	t.Helper()
+	loops, err := boundLoops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for dev, backing := range loops {
+		if backing == image {
+			out = append(out, dev)
+		}
+	}
+	return out
+}
+
+// TestAdoptKeepsMountsInUse: after a restart the executions an earlier
+// server started still write to their workspaces (held here by a process
+// in its own mount namespace, as a sandbox holds its bind mount). A Store
+// opened with Adopt takes the mount and the loop device over: the image
+// stays on one loop device and one filesystem, so what the old mount
+// writes is what the new one reads.
+func TestAdoptKeepsMountsInUse(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	cfg := quotaConfig()
+	cfg.Root, cfg.IDs, cfg.Adopt = filepath.Join(t.TempDir(), "ws"), testIDs, true
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := prepare(t, s, "acme")
+	old := holdMounts(t, ws.Path)
+	s.lock.Close() // the crash: the lock goes, the mounts stay
+	t.Cleanup(func() { unmount(ws.Path) })
+	image := filepath.Join(s.Root(), imagesDir, s.st.Tenants["acme"].ID+".img")
+	before := mountID(t, ws.Path)
+
+	s2 := openStore(t, cfg)
+	if got := s2.Recovered(); len(got) != 0 {
+		t.Errorf("recovery removed %q, in use by running executions", got)
+	}
+	if got := strings.Join(s2.Adopted(), "\n"); !strings.Contains(got, "mount "+ws.Path) || !strings.Contains(got, "loop /dev/loop") {
+		t.Errorf("adopted %q, want the mount at %s and its loop device", got, ws.Path)
+	}
+	if ws2 := prepare(t, s2, "acme"); ws2 != ws {
+		t.Fatalf("after the restart %+v, before %+v", ws2, ws)
+	}
+	if n := len(mountsAt(t, ws.Path)); n != 1 {
+		t.Errorf("%d mounts at %s, want 1", n, ws.Path)
+	}
+	if after := mountID(t, ws.Path); after != before {
+		t.Errorf("mount %d at %s after the restart, %d before: want the one mount kept", after, ws.Path, before)
+	}
+	if loops := loopsBacking(t, image); len(loops) != 1 {
+		t.Errorf("image %s on loop devices %v, want exactly one", image, loops)
+	}
+	if err := os.WriteFile(filepath.Join(old, "written-by-old"), []byte("one filesystem"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(ws.Path, "written-by-old")); string(data) != "one filesystem" {
+		t.Errorf("a file the old mount wrote, read through the new one: %q, %v", data, err)
+	}
+}
+
+// TestAdoptAfterCloseReusesTheLoopInUse: a restart closes the Store, which
+// unmounts the host's mounts; the executions' sandboxes keep theirs, and
+// with them the loop device. The next Store adopts that device, Prepare
+// mounts it rather than a second one, and the tenant's quota holds.
+func TestAdoptAfterCloseReusesTheLoopInUse(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	cfg := quotaConfig()
+	cfg.Root, cfg.IDs, cfg.Adopt = filepath.Join(t.TempDir(), "ws"), testIDs, true
+	s := openStore(t, cfg)
+	ws := prepare(t, s, "acme")
+	image := filepath.Join(s.Root(), imagesDir, s.st.Tenants["acme"].ID+".img")
+	old := holdMounts(t, ws.Path)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	loops := loopsBacking(t, image)
+	if len(loops) != 1 {
+		t.Fatalf("image on loop devices %v after Close with a holder, want one", loops)
+	}
+
+	s2 := openStore(t, cfg)
+	if got := s2.Recovered(); len(got) != 0 {
+		t.Errorf("recovery removed %q, in use by running executions", got)
+	}
+	if got := s2.Adopted(); len(got) != 1 || !strings.Contains(got[0], "loop "+loops[0]) {
+		t.Errorf("adopted %q, want %s", got, loops[0])
+	}
+	prepare(t, s2, "acme")
+	if now := loopsBacking(t, image); len(now) != 1 || now[0] != loops[0] {
+		t.Errorf("image on loop devices %v after Prepare, want %s alone", now, loops[0])
+	}
+	if err := os.WriteFile(filepath.Join(old, "written-by-old"), []byte("one filesystem"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(ws.Path, "written-by-old")); string(data) != "one filesystem" {
+		t.Errorf("a file the old mount wrote, read through the new one: %q, %v", data, err)
+	}
+	if err := writeFile(filepath.Join(ws.Path, "big"), 16<<20); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("16 MiB into the 8 MiB quota after the restart: %v, want ENOSPC", err)
+	}
+}
+
+// TestAdoptRemovesWhatIsStale: with Adopt, a mount that is not a tenant's
+// workspace as the layout says is removed as without it, and named. Its
+// loop device goes with it, or, when a sandbox starting elsewhere on the
+// host holds a copy of the mount for a moment, right after: either way
+// none is left once the Store is closed, nor one bound to an image
+// mounted nowhere.
+func TestAdoptRemovesWhatIsStale(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	tmpfs := func(t *testing.T, dir string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	}
+	for _, c := range []struct {
+		name    string
+		crash   func(t *testing.T, ws Workspace, image string)
+		removed int // mounts in Recovered
+		kept    int // mounts in Adopted
+	}{
+		{"the image is gone", func(t *testing.T, ws Workspace, image string) {
+			os.Remove(image)
+		}, 1, 0},
+		{"mounted without nodev", func(t *testing.T, ws Workspace, image string) {
+			if err := unix.Mount("", ws.Path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID, ""); err != nil {
+				t.Fatal(err)
+			}
+		}, 1, 0},
+		{"another filesystem at the workspace", func(t *testing.T, ws Workspace, image string) {
+			unmount(ws.Path)
+			tmpfs(t, ws.Path)
+		}, 1, 0},
+		{"a filesystem on top of the workspace", func(t *testing.T, ws Workspace, image string) {
+			tmpfs(t, ws.Path)
+		}, 2, 0},
+		{"no tenant's workspace", func(t *testing.T, ws Workspace, image string) {
+			tmpfs(t, filepath.Join(filepath.Dir(ws.Path), "0123456789abcdef"))
+		}, 1, 1},
+		{"an image mounted nowhere", func(t *testing.T, ws Workspace, image string) {
+			unmount(ws.Path)
+			f, err := attachLoop(image) // as losetup would: without autoclear
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info.Flags &^= unix.LO_FLAGS_AUTOCLEAR
+			if err := unix.IoctlLoopSetStatus64(int(f.Fd()), info); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { detachLoop(f.Name()) })
+		}, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := quotaConfig()
+			cfg.Root, cfg.IDs, cfg.Adopt = filepath.Join(t.TempDir(), "ws"), testIDs, true
+			s, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := prepare(t, s, "acme")
+			image := filepath.Join(s.Root(), imagesDir, s.st.Tenants["acme"].ID+".img")
+			s.lock.Close() // the crash
+			t.Cleanup(func() { unmount(ws.Path) })
+			c.crash(t, ws, image)
+
+			s2 := openStore(t, cfg)
+			if got := countPrefix(s2.Recovered(), "mount "); got != c.removed {
+				t.Errorf("recovered %q, want %d mounts", s2.Recovered(), c.removed)
+			}
+			if got := countPrefix(s2.Adopted(), "mount "); got != c.kept {
+				t.Errorf("adopted %q, want %d mounts", s2.Adopted(), c.kept)
+			}
+			if _, err := os.Stat(image); err == nil {
+				prepare(t, s2, "acme")
+				if m := mountsAt(t, ws.Path); len(m) != 1 || !hasOpts(m[0].opts, "nodev", "nosuid") {
+					t.Errorf("mounts at the workspace after Prepare: %+v", m)
+				}
+			}
+			s2.Close()
+			if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return len(loopsOf(t, cfg.Root)) == 0 }) {
+				t.Errorf("loop devices left after Close: %v", loopsOf(t, cfg.Root))
+			}
+		})
+	}
+}
+
+func countPrefix(lines []string, prefix string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
 }
