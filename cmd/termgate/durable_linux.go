@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,10 +62,57 @@ func defaultStateDir() string {
 	return "/dev/shm/termgate-" + strconv.Itoa(os.Geteuid())
 }
 
+// keeperCleanup is what a keeper cleans up of its server's once it ended
+// with executions left in the state directory (no server came back for
+// them): the cgroups under the parent and the workspace mounts, each only
+// when no server holds them (their locks).
+type keeperCleanup struct {
+	CgroupParent  string           `json:"cgroup_parent,omitempty"`
+	WorkspaceRoot string           `json:"workspace_root,omitempty"`
+	TenantUIDs    sandbox.UIDRange `json:"tenant_uids"`
+	Bytes         int64            `json:"bytes"`
+	Inodes        int64            `json:"inodes"`
+}
+
+// run removes what a server that never came back left: it runs once the
+// keeper ended. A server running meanwhile holds the locks, and then
+// nothing is touched.
+func (c keeperCleanup) run(log *slog.Logger) {
+	if c.CgroupParent != "" {
+		l, err := sandbox.NewLauncher(sandbox.Config{CgroupParent: c.CgroupParent, Logger: log})
+		if err == nil {
+			swept, err := l.SweepCgroups()
+			if err == nil {
+				log.Info("removed the cgroups a server left", "removed", len(swept.Removed), "killed", swept.Killed)
+			} else {
+				log.Info("cgroups left as they are", "err", err)
+			}
+			l.Close()
+		}
+	}
+	if c.WorkspaceRoot != "" {
+		ws, err := sandbox.OpenWorkspaces(sandbox.WorkspacesConfig{Root: c.WorkspaceRoot, TenantUIDs: c.TenantUIDs,
+			Bytes: c.Bytes, Inodes: c.Inodes, Logger: log})
+		if err != nil {
+			log.Info("workspaces left as they are", "err", err)
+			return
+		}
+		log.Info("removed the workspace mounts a server left", "removed", len(ws.Recovered()))
+		ws.Close()
+	}
+}
+
+// executionsLeft reports whether dir still holds executions' state: a
+// server stopped for good leaves none.
+func executionsLeft(dir string) bool {
+	ents, err := os.ReadDir(filepath.Join(dir, "executions"))
+	return err == nil && len(ents) > 0
+}
+
 // startKeeper returns how the launcher starts the keeper of dir when none
 // runs: this binary again, in a session of its own (no terminal signal
 // reaches it), not tied to serve's life, logging to dir/keeper.log.
-func startKeeper(dir string, orphanGrace, killGrace time.Duration) func() error {
+func startKeeper(dir string, orphanGrace, killGrace time.Duration, cleanup keeperCleanup) func() error {
 	return func() error {
 		logPath := filepath.Join(dir, "keeper.log")
 		if fi, err := os.Stat(logPath); err == nil && fi.Size() > keeperLogLimit {
@@ -75,8 +123,12 @@ func startKeeper(dir string, orphanGrace, killGrace time.Duration) func() error 
 			return fmt.Errorf("keeper log: %w", err)
 		}
 		defer logf.Close()
+		spec, err := json.Marshal(cleanup)
+		if err != nil {
+			return err
+		}
 		cmd := exec.Command("/proc/self/exe", keeperArg, "--state-dir", dir,
-			"--orphan-grace", orphanGrace.String(), "--kill-grace", killGrace.String())
+			"--orphan-grace", orphanGrace.String(), "--kill-grace", killGrace.String(), "--cleanup", string(spec))
 		cmd.Args[0] = "termgate" // as ps shows it
 		cmd.Env = []string{}     // the keeper's children get exactly what serve gives them
 		cmd.Dir, cmd.Stdout, cmd.Stderr = "/", logf, logf
@@ -100,8 +152,13 @@ func runKeeper(_ context.Context, args []string, stderr io.Writer) error {
 	dir := fs.String("state-dir", "", "state directory")
 	grace := fs.Duration("orphan-grace", defaultOrphanGrace, "orphan grace")
 	kill := fs.Duration("kill-grace", sandbox.DefaultKillGrace, "SIGTERM to SIGKILL")
+	spec := fs.String("cleanup", "{}", "what to clean up once no server came back (JSON)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	var cleanup keeperCleanup
+	if err := json.Unmarshal([]byte(*spec), &cleanup); err != nil {
+		return usageError{fmt.Errorf("keeper: --cleanup: %w", err)}
 	}
 	if *dir == "" {
 		return usageError{errors.New("keeper: --state-dir is required")}
@@ -109,9 +166,12 @@ func runKeeper(_ context.Context, args []string, stderr io.Writer) error {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	return sandbox.ServeKeeper(ctx, sandbox.Config{
-		StateDir: *dir, OrphanGrace: *grace, KillGrace: *kill, Logger: slog.New(slog.NewJSONHandler(stderr, nil)),
-	})
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	err := sandbox.ServeKeeper(ctx, sandbox.Config{StateDir: *dir, OrphanGrace: *grace, KillGrace: *kill, Logger: log})
+	if err == nil && executionsLeft(*dir) {
+		cleanup.run(log)
+	}
+	return err
 }
 
 // stopSignals records the signal that ends serve: SIGINT stops every

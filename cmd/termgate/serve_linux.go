@@ -543,7 +543,10 @@ func (o *serveOptions) useStateDir() error {
 	o.stateDir, o.session.StateDir = dir, dir
 	if dir != "" {
 		o.sandbox.StateDir, o.sandbox.OrphanGrace = dir, o.orphanGrace
-		o.sandbox.StartKeeper = startKeeper(dir, o.orphanGrace, cmp.Or(o.sandbox.KillGrace, sandbox.DefaultKillGrace))
+		ws := o.workspaces.config(o.workspaceRoot)
+		o.sandbox.StartKeeper = startKeeper(dir, o.orphanGrace, cmp.Or(o.sandbox.KillGrace, sandbox.DefaultKillGrace), keeperCleanup{
+			CgroupParent: cmp.Or(o.sandbox.CgroupParent, "termgate"), WorkspaceRoot: ws.Root, TenantUIDs: ws.TenantUIDs, Bytes: ws.Bytes, Inodes: ws.Inodes,
+		})
 	}
 	return nil
 }
