@@ -212,7 +212,7 @@ func (r *Ring) Extend(k int) ([]byte, error) {
 			return nil, err
 		}
 		rv.pieces = next
-		return rv.buf[next.off : next.end() : next.end()], nil
+		return rv.buf[next.off:next.end():next.end()], nil
 	}
 	p := r.b.pend
 	if p == nil {

@@ -31,7 +31,7 @@ func TestCopyReserved(t *testing.T) {
 		name  string
 		open  func(t *testing.T) (r, w *os.File)
 		burst bool
-	}{{"pipe", openPipe, true}, {"pty", openPTY, false}} {
+	}{{"pipe", openPipe, true}, {"pty", openPTY, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, w := tc.open(t)
