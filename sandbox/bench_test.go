@@ -134,7 +134,7 @@ func benchLaunchers(b *testing.B) []struct {
 // circular buffer, as a ring keeps it: copied from the copier's own buffer
 // by Write ("write"), or read straight into the buffer's memory through a
 // reservation ("reserve"), with bwrap forked by the launcher or by the
-// keeper.
+// keeper; and the CPU time of this process (the copier, mostly) per MiB.
 func BenchmarkPTYThroughput(b *testing.B) {
 	p := Policy{Command: sh(fmt.Sprintf("stty raw -echo; head -c %d /dev/zero", ptyBenchBytes)), Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80}}
 	for _, fork := range benchLaunchers(b) {
@@ -145,6 +145,7 @@ func BenchmarkPTYThroughput(b *testing.B) {
 			b.Run(fork.name+"/"+v.name, func(b *testing.B) {
 				b.SetBytes(ptyBenchBytes)
 				events := 0
+				cpu := cpuTime(b)
 				for b.Loop() {
 					c := &circular{buf: make([]byte, 1<<20)}
 					p.Key = randomName()
@@ -158,9 +159,20 @@ func BenchmarkPTYThroughput(b *testing.B) {
 					events += c.events
 				}
 				b.ReportMetric(float64(b.N)*ptyBenchBytes/float64(events), "B/event")
+				b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N*ptyBenchBytes>>20), "cpu-ms/MiB")
 			})
 		}
 	}
+}
+
+// cpuTime returns the CPU time this process used so far, user and
+// system: the copier's cost, steadier than throughput on a loaded machine.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkEcho measures a keystroke's round trip through a PTY (cat in
