@@ -35,13 +35,18 @@ import (
 // anything overwrites the evicted record. A record past commit is ignored;
 // a retained one that fails its CRC makes the memory ErrCorrupt.
 //
-// A reservation (Reserve) stores where it is, its length and stream, and a
-// random canary written over its first bytes, and then intent = the
-// sequence it would get. An append of another event meanwhile moves intent
-// on before it stores commit, so intent > commit exactly while a
-// reservation is outstanding. Recover finds the canary overwritten (the
-// read happened: the kernel copies all of it) and publishes the event, or
-// intact (it never happened: the bytes are still in the kernel).
+// A reservation (Reserve) stores where it is, its stream, no pieces yet,
+// and then intent = the sequence it would get. An append of another event
+// meanwhile moves intent on before it stores commit, so intent > commit
+// exactly while a reservation is outstanding. Each piece (Extend) is read
+// by one read that fills it: Extend writes a random canary over the
+// piece's first bytes, stores it in the canary word, and then stores the
+// piece's offset and length in one word, which says that every piece
+// before it was read. Recover publishes those earlier pieces, and the last
+// one too when it finds its canary overwritten (the read happened: the
+// kernel copies all of it) rather than intact (it never happened: the
+// bytes are still in the kernel). Commit stores the event's length with a
+// done mark before it writes the record, and Recover then trusts it.
 
 const (
 	hdrSize = 256
@@ -164,7 +169,8 @@ type backing struct {
 type pending struct {
 	ext    extent
 	stream Stream
-	n      int
+	max    int // the bytes reserved
+	pieces pieces
 }
 
 // record is a decoded record header.

@@ -11,8 +11,9 @@ import (
 
 // BenchmarkStorage compares a ring in memory with a backed one: appending
 // 32 KiB and 64-byte outputs with nobody reading, reading a full ring's
-// history through a cursor, and reading into reserved memory (Reserve, a
-// copy standing in for read(2), Commit).
+// history through a cursor, and reading into reserved memory (Reserve,
+// Extend, a copy standing in for read(2), Commit), in one piece or in
+// pieces of 4 KiB as a terminal gives them.
 func BenchmarkStorage(b *testing.B) {
 	for _, size := range []int{32 << 10, 64} {
 		for _, m := range modes {
@@ -30,8 +31,22 @@ func BenchmarkStorage(b *testing.B) {
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				for b.Loop() {
-					mem, _ := r.Reserve(StreamPTY, size)
+					r.Reserve(StreamPTY, size)
+					mem, _ := r.Extend(size)
 					copy(mem, p)
+					r.Commit(StreamPTY, size)
+				}
+			})
+			b.Run(fmt.Sprintf("reserve-4k-pieces/%d/%s", size, m.name), func(b *testing.B) {
+				r := m.new(Config{})
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				for b.Loop() {
+					r.Reserve(StreamPTY, 32<<10)
+					for off := 0; off < size; off += 4 << 10 {
+						mem, _ := r.Extend(min(4<<10, size-off))
+						copy(mem, p[off:])
+					}
 					r.Commit(StreamPTY, size)
 				}
 			})

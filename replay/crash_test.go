@@ -208,39 +208,61 @@ func (c *crashModel) control() Event {
 		Message: strings.Repeat("m", c.rnd.IntN(300)), At: time.Unix(1700000000, int64(c.rnd.IntN(1e9)))}}
 }
 
-// reserve reserves, maybe appends a control event, reads (copies) into
-// the reservation, and commits all, part or nothing.
+// reserve reserves, reads (copies) into the reservation piece by piece,
+// maybe appending control events in between, and commits what was read:
+// all of it, less of the last piece, or nothing. A piece's read may find
+// nothing (it is the last then).
 func (c *crashModel) reserve() {
-	n := 1 + c.rnd.IntN(300)
+	size := 1 + c.rnd.IntN(300)
 	if c.rnd.IntN(10) == 0 {
-		n = MaxReserve - c.rnd.IntN(100)
+		size = MaxReserve - c.rnd.IntN(100)
 	}
 	c.rs = c.stream()
-	mem, err := c.ring.Reserve(c.rs, n)
-	if err != nil {
-		c.t.Fatalf("reserve: %v", err)
+	mem, err := c.ring.Reserve(c.rs, size)
+	if err != nil || len(mem) != size {
+		c.t.Fatalf("reserve %d: %d bytes, %v", size, len(mem), err)
 	}
-	if c.rnd.IntN(3) == 0 {
-		c.append(c.control())
-	}
-	m := n
-	switch c.rnd.IntN(6) {
-	case 0:
-		m = 0 // nothing was queued after all: cancel
-	case 1:
-		m = 1 + c.rnd.IntN(n)
-	}
-	if m > 0 {
+	filled, last := 0, 0
+	for n := c.rnd.IntN(5); n > 0 && filled < size; n-- {
+		if c.rnd.IntN(3) == 0 {
+			c.append(c.control())
+		}
+		k := c.pieceLen(size - filled)
+		piece, err := c.ring.Extend(k)
+		if err != nil || len(piece) != k || &piece[0] != &mem[filled] {
+			c.t.Fatalf("extend by %d after %d of %d: %d bytes, %v", k, filled, size, len(piece), err)
+		}
+		if c.rnd.IntN(6) == 0 {
+			last = 0
+			break // nothing was queued after all
+		}
 		c.snap()
-		copy(mem, c.data(n)) // the kernel's copy, all of it at once
-		c.resv, c.read = mem, true
+		copy(piece, c.data(k)) // the kernel's copy, all of it at once
+		filled, last = filled+k, k
+		c.resv, c.read = mem[:filled], true
 		c.snap()
+	}
+	m := filled
+	if last > 0 && c.rnd.IntN(6) == 0 {
+		m -= c.rnd.IntN(last + 1) // the last read returned less
 	}
 	c.short = m
 	if _, err := c.ring.Commit(c.rs, m); err != nil {
 		c.t.Fatalf("commit: %v", err)
 	}
-	c.read, c.short = false, 0
+	c.read, c.short, c.resv = false, 0, nil
+}
+
+// pieceLen returns the length of a piece of a reservation with room left:
+// often small, as a terminal's reads are, sometimes all that is left.
+func (c *crashModel) pieceLen(room int) int {
+	switch c.rnd.IntN(4) {
+	case 0:
+		return room
+	case 1:
+		return 1 + c.rnd.IntN(min(room, 8))
+	}
+	return 1 + c.rnd.IntN(room)
 }
 
 func (c *crashModel) append(ev Event) {
@@ -282,7 +304,8 @@ func (c *crashModel) op() {
 
 // TestRecoverBetweenAnyTwoStores is the crash model test: the writer is
 // stopped between every two stores that publish events, evictions and
-// reservations, and each stop recovers to the published prefix.
+// reservations read in several pieces, and each stop recovers to the
+// published prefix plus the pieces read.
 func TestRecoverBetweenAnyTwoStores(t *testing.T) {
 	t.Parallel()
 	for seed := range uint64(12) {

@@ -50,7 +50,7 @@ func mapFile(t testing.TB, path string, size int, create bool) []byte {
 
 // TestKillWriterChild is the writer: it is not a test of its own. It
 // appends output, reads output from a pipe straight into reserved ring
-// memory, appends control events, and prints each published sequence.
+// memory in pieces, appends control events, and prints each published sequence.
 func TestKillWriterChild(t *testing.T) {
 	path := os.Getenv(killChildEnv)
 	if path == "" {
@@ -80,18 +80,7 @@ func TestKillWriterChild(t *testing.T) {
 		case k < 4:
 			seq, err = r.AppendOutput(s, gen(s, 1+rnd.IntN(4<<10)))
 		case k < 8:
-			n := 1 + rnd.IntN(8<<10)
-			if _, err := pw.Write(gen(s, n)); err != nil {
-				t.Fatal(err)
-			}
-			mem, rerr := r.Reserve(s, n)
-			if rerr != nil {
-				t.Fatal(rerr)
-			}
-			if got, err := syscall.Read(int(pr.Fd()), mem); got != n || err != nil {
-				t.Fatalf("read %d of %d: %v", got, n, err)
-			}
-			seq, err = r.Commit(s, n)
+			seq, err = readPieces(r, pr, pw, s, gen(s, 1+rnd.IntN(8<<10)), rnd)
 		default:
 			seq, err = r.Append(Event{Kind: KindResize, Rows: uint16(1 + i%500), Cols: 80})
 		}
@@ -101,6 +90,33 @@ func TestKillWriterChild(t *testing.T) {
 		r.Word(0).Store(seq)
 		fmt.Println(seq) // unbuffered: what is logged was published
 	}
+}
+
+// readPieces writes data to a pipe and reads it back straight into a
+// reservation of the ring, in one to four pieces, each by one read that
+// fills it, as the sandbox reads a burst of output.
+func readPieces(r *Ring, pr, pw *os.File, s Stream, data []byte, rnd *rand.Rand) (uint64, error) {
+	if _, err := pw.Write(data); err != nil {
+		return 0, err
+	}
+	if _, err := r.Reserve(s, len(data)+rnd.IntN(MaxReserve-len(data)+1)); err != nil {
+		return 0, err
+	}
+	for done, pieces := 0, 1+rnd.IntN(4); done < len(data); pieces-- {
+		k := len(data) - done
+		if pieces > 1 {
+			k = 1 + rnd.IntN(k)
+		}
+		mem, err := r.Extend(k)
+		if err != nil {
+			return 0, err
+		}
+		if got, err := syscall.Read(int(pr.Fd()), mem); got != k || err != nil {
+			return 0, fmt.Errorf("read %d of %d: %w", got, k, err)
+		}
+		done += k
+	}
+	return r.Commit(s, len(data))
 }
 
 // TestKillWriter kills a writer process with SIGKILL at random times, 100

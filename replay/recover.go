@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Recover rebuilds the backed ring that a previous writer left in
@@ -139,19 +140,9 @@ func (b *backing) settle(commit, first uint64, exts *[]extent, last *record, bas
 	} else if intent > commit+2 {
 		return 0, fmt.Errorf("reservation for sequence %d, newest is %d", intent, commit)
 	}
-	raw := b.word(offIntentLen).Load()
-	n, done := raw&^intentDone, raw&intentDone != 0
-	pos := b.word(offIntentPos).Load()
-	s := Stream(b.word(offIntentStr).Load())
-	if n == 0 || n > MaxReserve || pos%8 != 0 || pos+recSize+n > uint64(len(b.log)) || !s.valid() {
-		return 0, fmt.Errorf("reservation of %d bytes of stream %d at %d", n, s, pos)
-	}
-	var canary [8]byte
-	binary.LittleEndian.PutUint64(canary[:], b.word(offCanary).Load())
-	k := min(n, 8)
-	data := b.log[pos+recSize : pos+recSize+n]
-	if !done && bytes.Equal(data[:k], canary[:k]) {
-		return commit, nil // the read never happened
+	n, err := b.reservedRead()
+	if err != nil || n == 0 {
+		return commit, err // nothing was read
 	}
 	ends := base
 	prev := uint32(noPos)
@@ -159,6 +150,8 @@ func (b *backing) settle(commit, first uint64, exts *[]extent, last *record, bas
 	if commit >= first {
 		ends, prev, t = last.ends, (*exts)[len(*exts)-1].pos, max(t, last.time)
 	}
+	s := Stream(b.word(offIntentStr).Load())
+	pos := b.word(offIntentPos).Load()
 	ends[s-1] += n
 	rc := record{seq: commit + 1, time: t, ends: ends, prev: prev, len: uint32(n), kind: KindOutput, stream: s}
 	b.put(uint32(pos), &rc)
@@ -167,6 +160,31 @@ func (b *backing) settle(commit, first uint64, exts *[]extent, last *record, bas
 	*exts = append(*exts, extent{uint32(pos), uint32(recSize + align8(int(n)))})
 	*last = rc
 	return commit + 1, nil
+}
+
+// reservedRead returns how many bytes of the outstanding reservation were
+// read: its earlier pieces, and the last one when its read overwrote the
+// canary; all that Commit said once it began.
+func (b *backing) reservedRead() (uint64, error) {
+	raw := b.word(offIntentLen).Load()
+	done := raw&intentDone != 0
+	off, k := raw>>32&^(intentDone>>32), raw&math.MaxUint32
+	pos := b.word(offIntentPos).Load()
+	s := Stream(b.word(offIntentStr).Load())
+	if off+k > MaxReserve || pos%8 != 0 || pos+recSize+off+k > uint64(len(b.log)) || !s.valid() || (done && off != 0) {
+		return 0, fmt.Errorf("reservation of %d+%d bytes (done %v) of stream %d at %d", off, k, done, s, pos)
+	}
+	if done || k == 0 {
+		return off + k, nil
+	}
+	var canary [8]byte
+	binary.LittleEndian.PutUint64(canary[:], b.word(offCanary).Load())
+	c := min(k, 8)
+	piece := b.log[pos+recSize+off : pos+recSize+off+c]
+	if bytes.Equal(piece, canary[:c]) {
+		return off, nil // the last read never happened
+	}
+	return off + k, nil
 }
 
 // restore sets the ring's state from what rebuild found.

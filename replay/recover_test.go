@@ -47,13 +47,16 @@ func TestReserveCommit(t *testing.T) {
 		if _, err := r.Commit(StreamPTY, 1); !errors.Is(err, ErrInvalid) {
 			t.Errorf("commit without reserve: %v", err)
 		}
+		if _, err := r.Extend(1); !errors.Is(err, ErrInvalid) {
+			t.Errorf("extend without reserve: %v", err)
+		}
 		for _, n := range []int{0, MaxReserve + 1} {
 			if _, err := r.Reserve(StreamPTY, n); !errors.Is(err, ErrInvalid) {
 				t.Errorf("reserve %d: %v", n, err)
 			}
 		}
-		mem, err := r.Reserve(StreamStdout, 5)
-		if err != nil || len(mem) != 5 {
+		mem, err := r.Reserve(StreamStdout, 12)
+		if err != nil || len(mem) != 12 {
 			t.Fatalf("reserve: %d bytes, %v", len(mem), err)
 		}
 		if _, err := r.Reserve(StreamStdout, 5); !errors.Is(err, ErrInvalid) {
@@ -63,22 +66,52 @@ func TestReserveCommit(t *testing.T) {
 		if seq, _ := r.Append(Event{Kind: KindResize, Rows: 1, Cols: 1}); seq != 1 {
 			t.Errorf("resize got %d", seq)
 		}
-		copy(mem, "hello")
-		if seq, err := r.Commit(StreamStdout, 4); seq != 2 || err != nil {
+		read := func(k int, s string) {
+			t.Helper()
+			piece, err := r.Extend(k)
+			if err != nil || len(piece) != k {
+				t.Fatalf("extend by %d: %d bytes, %v", k, len(piece), err)
+			}
+			copy(piece, s)
+		}
+		read(5, "hello")
+		for _, k := range []int{0, -1, 8} {
+			if _, err := r.Extend(k); !errors.Is(err, ErrInvalid) {
+				t.Errorf("extend by %d of 7 left: %v", k, err)
+			}
+		}
+		read(7, " world")
+		if _, err := r.Commit(StreamStdout, 4); !errors.Is(err, ErrInvalid) {
+			t.Errorf("commit of less than the earlier pieces: %v", err)
+		}
+		r.Reserve(StreamStdout, 12)
+		read(5, "hello")
+		read(7, " world")
+		if seq, err := r.Commit(StreamStdout, 11); seq != 2 || err != nil {
 			t.Errorf("commit: %d, %v", seq, err)
 		}
-		if _, err := r.Reserve(StreamStdout, 3); err != nil {
-			t.Fatal(err)
-		}
-		if seq, err := r.Commit(StreamStdout, 0); seq != 0 || err != nil {
-			t.Errorf("cancel: %d, %v", seq, err)
+		for _, pieces := range []int{0, 1} {
+			if _, err := r.Reserve(StreamStdout, 3); err != nil {
+				t.Fatal(err)
+			}
+			if pieces > 0 {
+				read(3, "abc")
+			}
+			if seq, err := r.Commit(StreamStdout, 0); seq != 0 || err != nil {
+				t.Errorf("cancel after %d pieces: %d, %v", pieces, seq, err)
+			}
 		}
 		r.Reserve(StreamStdout, 3)
+		read(3, "abc")
 		if _, err := r.Commit(StreamStderr, 3); !errors.Is(err, ErrInvalid) {
 			t.Errorf("commit of another stream: %v", err)
 		}
+		r.Reserve(StreamStdout, 3)
+		if _, err := r.Commit(StreamStdout, 1); !errors.Is(err, ErrInvalid) {
+			t.Errorf("commit of more than lent: %v", err)
+		}
 		evs, _ := r.Read(nil, 0, 0, 0)
-		if len(evs) != 2 || string(evs[1].Data) != "hell" || evs[1].Offset != 0 {
+		if len(evs) != 2 || string(evs[1].Data) != "hello world" || evs[1].Offset != 0 {
 			t.Errorf("events %+v", evs)
 		}
 		r.Word(3).Store(7)

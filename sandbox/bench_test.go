@@ -134,7 +134,7 @@ func benchLaunchers(b *testing.B) []struct {
 // circular buffer, as a ring keeps it: copied from the copier's own buffer
 // by Write ("write"), or read straight into the buffer's memory through a
 // reservation ("reserve"), with bwrap forked by the launcher or by the
-// keeper.
+// keeper; and the CPU time of this process (the copier, mostly) per MiB.
 func BenchmarkPTYThroughput(b *testing.B) {
 	p := Policy{Command: sh(fmt.Sprintf("stty raw -echo; head -c %d /dev/zero", ptyBenchBytes)), Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80}}
 	for _, fork := range benchLaunchers(b) {
@@ -145,6 +145,7 @@ func BenchmarkPTYThroughput(b *testing.B) {
 			b.Run(fork.name+"/"+v.name, func(b *testing.B) {
 				b.SetBytes(ptyBenchBytes)
 				events := 0
+				cpu := cpuTime(b)
 				for b.Loop() {
 					c := &circular{buf: make([]byte, 1<<20)}
 					p.Key = randomName()
@@ -158,61 +159,108 @@ func BenchmarkPTYThroughput(b *testing.B) {
 					events += c.events
 				}
 				b.ReportMetric(float64(b.N)*ptyBenchBytes/float64(events), "B/event")
+				b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N*ptyBenchBytes>>20), "cpu-ms/MiB")
 			})
 		}
 	}
 }
 
+// cpuTime returns the CPU time this process used so far, user and
+// system: the copier's cost, steadier than throughput on a loaded machine.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkEcho measures a keystroke's round trip through a PTY (cat in
-// raw mode), with bwrap forked by the launcher
-// or by the keeper.
+// raw mode), with bwrap forked by the launcher or by the keeper, the
+// output written ("write") or read into lent memory ("reserve").
 func BenchmarkEcho(b *testing.B) {
 	for _, fork := range benchLaunchers(b) {
-		b.Run(fork.name, func(b *testing.B) {
-			echo := &echoOutput{arrived: make(chan struct{}, 1)}
-			cat, err := fork.l.Start(context.Background(), Policy{Key: randomName(),
-				Command: sh("stty raw -echo; echo ready; exec cat"), Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80},
-			}, Stdio{Stdout: echo})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer benchStopAll([]*Process{cat})
-			if !echo.waitLen(len("ready\n"), 60*time.Second) {
-				b.Fatalf("cat not ready: %q", echo.text())
-			}
-			var rtts []time.Duration
-			for b.Loop() {
-				rtts = append(rtts, benchKeys(b, cat, echo, 100)...)
-			}
-			slices.Sort(rtts)
-			b.ReportMetric(benchQuantile(rtts, 0.50)*1000, "p50-us")
-		})
+		for _, v := range []struct {
+			name string
+			out  func(*echoOutput) io.Writer
+		}{{"write", func(e *echoOutput) io.Writer { return e }}, {"reserve", func(e *echoOutput) io.Writer { return &lendingEcho{echoOutput: e} }}} {
+			b.Run(fork.name+"/"+v.name, func(b *testing.B) {
+				echo := &echoOutput{arrived: make(chan struct{}, 1)}
+				cat, err := fork.l.Start(context.Background(), Policy{Key: randomName(),
+					Command: sh("stty raw -echo; echo ready; exec cat"), Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80},
+				}, Stdio{Stdout: v.out(echo)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer benchStopAll([]*Process{cat})
+				if !echo.waitLen(len("ready\n"), 60*time.Second) {
+					b.Fatalf("cat not ready: %q", echo.text())
+				}
+				var rtts []time.Duration
+				for b.Loop() {
+					rtts = append(rtts, benchKeys(b, cat, echo, 100)...)
+				}
+				slices.Sort(rtts)
+				b.ReportMetric(benchQuantile(rtts, 0.50)*1000, "p50-us")
+			})
+		}
 	}
+}
+
+// lendingEcho is an echoOutput whose output is read into memory it lends.
+type lendingEcho struct {
+	*echoOutput
+	mem  []byte
+	lent int
+}
+
+func (e *lendingEcho) Reserve(max int) {
+	if len(e.mem) < max {
+		e.mem = make([]byte, max)
+	}
+	e.lent = 0
+}
+
+func (e *lendingEcho) Extend(k int) []byte {
+	e.lent += k
+	return e.mem[e.lent-k : e.lent]
+}
+
+func (e *lendingEcho) Commit(n int) error {
+	e.Write(e.mem[:n])
+	return nil
 }
 
 // circular keeps the last bytes written in a fixed buffer, as a ring does.
 type circular struct {
 	buf    []byte
 	off    int // where the next event starts
+	lent   int // the bytes lent to the outstanding event
 	total  int
 	events int
 }
 
 func (c *circular) Write(b []byte) (int, error) {
 	for len(b) > 0 {
-		dst := c.Reserve(min(len(b), len(c.buf)))
-		n := copy(dst, b)
+		k := min(len(b), len(c.buf))
+		c.Reserve(k)
+		n := copy(c.Extend(k), b)
 		c.Commit(n)
 		b = b[n:]
 	}
 	return 0, nil
 }
 
-func (c *circular) Reserve(n int) []byte {
-	if c.off+n > len(c.buf) {
+func (c *circular) Reserve(max int) {
+	if c.off+max > len(c.buf) {
 		c.off = 0
 	}
-	return c.buf[c.off : c.off+n]
+	c.lent = 0
+}
+
+func (c *circular) Extend(k int) []byte {
+	c.lent += k
+	return c.buf[c.off+c.lent-k : c.off+c.lent]
 }
 
 func (c *circular) Commit(n int) error {

@@ -28,7 +28,8 @@ const (
 )
 
 // Header of a mappedLog: the committed length, the outstanding
-// reservation's size, its canary. The data follows.
+// reservation's last piece (its offset in the high half, its length in
+// the low), that piece's canary. The data follows.
 const (
 	logLen, logIntent, logCanary, logData = 0, 8, 16, 64
 	logSize                               = 16 << 20
@@ -36,11 +37,14 @@ const (
 
 // mappedLog is an output writer whose memory is a shared mapping of a
 // file, recovered after its writer was killed at any point, as the
-// replay ring's is: a reservation whose canary was overwritten was read
-// whole.
+// replay ring's is: the pieces of a reservation before the last were
+// read, and the last one too when its canary was overwritten.
 type mappedLog struct {
 	mem    []byte
 	canary [8]byte
+	at     int // where the outstanding reservation starts
+	max    int
+	lent   int
 }
 
 func openMappedLog(path string) (*mappedLog, error) {
@@ -63,16 +67,24 @@ func (m *mappedLog) word(off int) uint64 { return binary.LittleEndian.Uint64(m.m
 
 func (m *mappedLog) setWord(off int, v uint64) { binary.LittleEndian.PutUint64(m.mem[off:], v) }
 
-func (m *mappedLog) Reserve(n int) []byte {
-	at := logData + int(m.word(logLen))
-	if at+n > len(m.mem) {
+func (m *mappedLog) Reserve(max int) {
+	m.at, m.max, m.lent = logData+int(m.word(logLen)), max, 0
+	if m.at+max > len(m.mem) {
 		panic("mapped log full")
 	}
+}
+
+func (m *mappedLog) Extend(k int) []byte {
+	if m.lent+k > m.max {
+		panic("extend beyond the reservation")
+	}
+	at := m.at + m.lent
 	rand.Read(m.canary[:])
+	copy(m.mem[at:], m.canary[:min(k, 8)])
 	copy(m.mem[logCanary:], m.canary[:])
-	copy(m.mem[at:], m.canary[:min(n, 8)])
-	m.setWord(logIntent, uint64(n))
-	return m.mem[at : at+n]
+	m.setWord(logIntent, uint64(m.lent)<<32|uint64(k))
+	m.lent += k
+	return m.mem[at : at+k]
 }
 
 func (m *mappedLog) Commit(n int) error {
@@ -83,13 +95,14 @@ func (m *mappedLog) Commit(n int) error {
 
 func (m *mappedLog) Write(b []byte) (int, error) { panic("Write on a Reserver") }
 
-// recovered returns what was read, the reservation under way included
-// when its canary was overwritten.
+// recovered returns what was read, the reservation under way included:
+// its earlier pieces, and the last when its canary was overwritten.
 func (m *mappedLog) recovered() []byte {
-	n, at := int(m.word(logIntent)), logData+int(m.word(logLen))
-	end := at
-	if n > 0 && !bytes.Equal(m.mem[at:at+min(n, 8)], m.mem[logCanary:logCanary+min(n, 8)]) {
-		end += n
+	intent, end := m.word(logIntent), logData+int(m.word(logLen))
+	off, k := int(intent>>32), int(intent&0xffffffff)
+	end += off
+	if c := min(k, 8); k > 0 && !bytes.Equal(m.mem[end:end+c], m.mem[logCanary:logCanary+c]) {
+		end += k
 	}
 	return bytes.Clone(m.mem[logData:end])
 }

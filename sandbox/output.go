@@ -18,17 +18,27 @@ import (
 // to reads: a process's output is then read straight into it, so a byte
 // the kernel handed over is already the writer's (a ring in shared memory
 // keeps it if termgate dies right after). When Stdio.Stdout or Stderr
-// implements it, its Write is never called. Each reservation is exactly
-// what the kernel said was waiting (at most 32 KiB) and is filled by one
-// read, entirely or not at all, so a writer that finds its reserved
-// memory touched after a crash knows that all of it was read.
+// implements it, its Write is never called.
+//
+// An event is read in pieces, as the copier's other path reads a burst:
+// Reserve, then for each read Extend by exactly what the kernel said was
+// waiting, which that one read fills entirely or not at all, then Commit.
+// The copier asks for the next piece only after the read of the last one,
+// so a writer that finds its memory touched after a crash knows that every
+// earlier piece was read, and the last one too when its first bytes
+// changed.
 type Reserver interface {
 	io.Writer
-	// Reserve returns at least n bytes of writable memory for the next
-	// read. The memory is the copier's until Commit.
-	Reserve(n int) []byte
-	// Commit says the first n bytes of the reserved memory were read and
-	// belong to the output; 0 gives the reservation back.
+	// Reserve begins an event of at most max bytes (at most 32 KiB).
+	Reserve(max int)
+	// Extend returns the next k bytes of the event's memory, right after
+	// the pieces before, for one read: at least k bytes, the copier's
+	// until Commit. The pieces together never exceed max.
+	Extend(k int) []byte
+	// Commit says the first n bytes of the event's memory were read and
+	// belong to the output: all pieces but the last in full, and what the
+	// last read returned; 0 before a second piece gives the reservation
+	// back.
 	Commit(n int) error
 }
 
@@ -113,9 +123,9 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 }
 
 // copyReserved drains r into w's own memory until end of file or error:
-// an event holds everything that waited when the copier woke, up to
-// maxReadBuf. The first bytes also go to head. A descriptor without a
-// poller falls back to copyOutput.
+// an event holds what waited when the copier woke and, as copyOutput's
+// bursts do, what came meanwhile, up to maxReadBuf. The first bytes also
+// go to head. A descriptor without a poller falls back to copyOutput.
 func copyReserved(r *os.File, w Reserver, head io.Writer) {
 	raw, err := r.SyscallConn()
 	if err != nil {
@@ -130,11 +140,9 @@ func copyReserved(r *os.File, w Reserver, head io.Writer) {
 }
 
 // readReserved waits until r is readable, asks the kernel how many bytes
-// wait (FIONREAD, TIOCINQ on a terminal), reserves exactly that many (at
-// most maxReadBuf) and reads them in one read, which the kernel then
-// fills entirely: a writer that finds its reservation touched after a
-// crash knows the whole of it was read. It returns io.EOF once the other
-// side hung up and nothing waits.
+// wait (FIONREAD, TIOCINQ on a terminal), and reads them and what follows
+// into one event (readPieces). It returns io.EOF once the other side hung
+// up and nothing waits.
 func readReserved(raw syscall.RawConn, w Reserver, head io.Writer) error {
 	var rerr error
 	err := raw.Read(func(fd uintptr) bool {
@@ -152,15 +160,8 @@ func readReserved(raw syscall.RawConn, w Reserver, head io.Writer) error {
 				return true
 			}
 		}
-		k = min(k, maxReadBuf)
-		buf := w.Reserve(k)[:k]
-		n, err := unix.Read(int(fd), buf)
-		if n < 0 {
-			n = 0
-		}
-		if n > 0 {
-			head.Write(buf[:n])
-		}
+		w.Reserve(maxReadBuf)
+		n, err := readPieces(int(fd), w, head, min(k, maxReadBuf))
 		w.Commit(n) // a writer's failure is its own to report: keep draining
 		switch {
 		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
@@ -178,6 +179,35 @@ func readReserved(raw syscall.RawConn, w Reserver, head io.Writer) error {
 	return err
 }
 
+// readPieces reads into w's reservation the k bytes waiting and then, while
+// each read returned at least burstMin (a keystroke's echo goes out at
+// once), what waits next, up to maxReadBuf in all. Each piece is exactly
+// what FIONREAD said was waiting, read by one read, which the kernel then
+// fills entirely. It returns the bytes read and the first read's error; a
+// later failure is left for the next read to report.
+func readPieces(fd int, w Reserver, head io.Writer, k int) (int, error) {
+	total := 0
+	for {
+		piece := w.Extend(k)[:k]
+		n, err := unix.Read(fd, piece)
+		n = max(n, 0)
+		if n > 0 {
+			head.Write(piece[:n])
+		}
+		if total == 0 && err != nil {
+			return n, err
+		}
+		total += n
+		if err != nil || n < k || n < burstMin || total == maxReadBuf {
+			return total, nil // a short piece must be the last: the next starts after all of it
+		}
+		if k, err = waitingNow(fd); err != nil || k == 0 {
+			return total, nil
+		}
+		k = min(k, maxReadBuf-total)
+	}
+}
+
 // waiting asks the kernel how many bytes wait to be read from fd, a pipe,
 // a socket or a terminal.
 func waiting(fd int) (int, error) {
@@ -186,6 +216,19 @@ func waiting(fd int) (int, error) {
 		return 0, fmt.Errorf("sandbox: bytes waiting: %w", err)
 	}
 	return k, nil
+}
+
+// waitingNow is waiting, but on a terminal it counts as well what the
+// writer has written and the line discipline not yet taken in, as a read
+// would: when little waits, a poll (which flushes that) goes first.
+func waitingNow(fd int) (int, error) {
+	k, err := waiting(fd)
+	if err != nil || k >= burstMin {
+		return k, err
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	unix.Poll(pfd, 0)
+	return waiting(fd)
 }
 
 // hungUp reports whether the other side of fd closed: the writers of a

@@ -15,25 +15,42 @@ import (
 
 // lendingWriter is an output writer that lends its memory to reads, as a
 // ring in shared memory does. It checks the protocol: one reservation at a
-// time, a commit within it, and never a Write.
+// time, pieces within it, a commit of every piece read exactly (or of
+// nothing when the only piece's read found nothing), and never a Write.
 type lendingWriter struct {
 	mu       sync.Mutex
 	reserved []byte // the outstanding reservation; nil when none
-	asked    int    // its size as asked for
+	max      int    // its size as asked for
+	lent     int    // the bytes of its pieces
+	pieces   int
 	got      bytes.Buffer
 	events   []int // the size of each non-empty commit
 	problems []string
 }
 
-func (w *lendingWriter) Reserve(n int) []byte {
+func (w *lendingWriter) Reserve(max int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.reserved != nil {
 		w.problems = append(w.problems, "Reserve before the previous Commit")
 	}
-	w.reserved = bytes.Repeat([]byte{0xee}, n+7) // at least n, as a ring may give
-	w.asked = n
-	return w.reserved
+	if max <= 0 || max > maxReadBuf {
+		w.problems = append(w.problems, fmt.Sprintf("Reserve(%d)", max))
+	}
+	w.reserved = bytes.Repeat([]byte{0xee}, max)
+	w.max, w.lent, w.pieces = max, 0, 0
+}
+
+func (w *lendingWriter) Extend(k int) []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.reserved == nil || k <= 0 || w.lent+k > w.max {
+		w.problems = append(w.problems, fmt.Sprintf("Extend(%d) after %d of %d (reserved: %v)", k, w.lent, w.max, w.reserved != nil))
+		return make([]byte, k)
+	}
+	w.lent += k
+	w.pieces++
+	return w.reserved[w.lent-k : w.lent]
 }
 
 func (w *lendingWriter) Commit(n int) error {
@@ -43,10 +60,10 @@ func (w *lendingWriter) Commit(n int) error {
 	case w.reserved == nil:
 		w.problems = append(w.problems, "Commit without Reserve")
 		return nil
-	case n != 0 && n != w.asked:
-		// A ring recovers a read under way only when it fills the whole reservation.
-		w.problems = append(w.problems, fmt.Sprintf("Commit(%d) of %d reserved", n, w.asked))
-		n = min(max(n, 0), w.asked)
+	case n != w.lent && (n != 0 || w.pieces > 1):
+		// A ring recovers a read under way only when it fills the whole piece.
+		w.problems = append(w.problems, fmt.Sprintf("Commit(%d) of %d lent in %d pieces", n, w.lent, w.pieces))
+		n = min(max(n, 0), w.lent)
 	}
 	w.got.Write(w.reserved[:n])
 	if n > 0 {
@@ -113,12 +130,13 @@ func TestLentMemory(t *testing.T) {
 		script         string
 		tty            bool
 		stdout, stderr string
+		burst          bool // the output comes in events larger than a terminal's reads
 	}{
 		{"pipes, split", split + "; printf err1 >&2; sleep 0.05; printf err2 >&2", false,
-			"part1-part2-part3-part4-part5-end\n", "err1err2"},
-		{"pipes, large", "seq 1 300000; seq 1 20000 >&2", false, seqOutput(300000), seqOutput(20000)},
-		{"pty, split", "stty -opost; " + split, true, "part1-part2-part3-part4-part5-end\n", ""},
-		{"pty, large", "stty -opost; seq 1 300000", true, seqOutput(300000), ""},
+			"part1-part2-part3-part4-part5-end\n", "err1err2", false},
+		{"pipes, large", "seq 1 300000; seq 1 20000 >&2", false, seqOutput(300000), seqOutput(20000), true},
+		{"pty, split", "stty -opost; " + split, true, "part1-part2-part3-part4-part5-end\n", "", false},
+		{"pty, large", "stty -opost; seq 1 300000", true, seqOutput(300000), "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -138,6 +156,9 @@ func TestLentMemory(t *testing.T) {
 			}
 			stdout.check(t, "stdout", tc.stdout)
 			stderr.check(t, "stderr", tc.stderr)
+			if largest := maxOf(stdout.events); tc.burst && largest <= minReadBuf {
+				t.Errorf("no burst: the largest event has %d bytes (%d events)", largest, len(stdout.events))
+			}
 		})
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/creack/pty"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,8 +19,8 @@ var _ Reserver = (*lendingWriter)(nil)
 
 // TestCopyReserved drives the copier itself over a pipe and a PTY: pieces
 // of every size, with and without pauses, arrive exactly once; a flood
-// through a pipe comes in events larger than the terminal's 4 KiB reads;
-// the head keeps the setup message.
+// comes in events larger than the terminal's 4 KiB reads, through a PTY
+// too (bursts of several reads); the head keeps the setup message.
 func TestCopyReserved(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -31,7 +33,7 @@ func TestCopyReserved(t *testing.T) {
 		name  string
 		open  func(t *testing.T) (r, w *os.File)
 		burst bool
-	}{{"pipe", openPipe, true}, {"pty", openPTY, false}} {
+	}{{"pipe", openPipe, true}, {"pty", openPTY, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, w := tc.open(t)
@@ -118,5 +120,34 @@ func TestCopyReservedEndOfFile(t *testing.T) {
 		copyReserved(r, &out, io.Discard)
 		r.Close()
 		out.check(t, "pipe", last)
+	}
+}
+
+// TestCopyReservedKeystrokes: over a PTY, a keystroke's echo is its own
+// event, committed at once rather than held for a burst.
+func TestCopyReservedKeystrokes(t *testing.T) {
+	t.Parallel()
+	r, w := openPTY(t)
+	var out lendingWriter
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer r.Close()
+		copyReserved(r, &out, io.Discard)
+	}()
+	want := ""
+	for i := range 20 {
+		key := string(rune('a' + i))
+		w.Write([]byte(key))
+		want += key
+		if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return out.String() == want }) {
+			t.Fatalf("keystroke %d: got %q", i, out.String())
+		}
+	}
+	w.Close()
+	<-done
+	out.check(t, "pty", want)
+	if len(out.events) != 20 {
+		t.Errorf("20 keystrokes in %d events %v", len(out.events), out.events)
 	}
 }
