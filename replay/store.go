@@ -228,11 +228,14 @@ func (r *Ring) Extend(k int) ([]byte, error) {
 }
 
 // lend plants a fresh canary over the first bytes of the reservation's
-// last piece, and then publishes the piece: the canary word first, so
-// that the piece before, which was read, never meets the canary of its
-// own (Recover compares the current piece's bytes with the current
-// canary word).
+// last piece, and then publishes the piece. First it says that every
+// piece before was read (no piece outstanding), so that no earlier piece
+// is ever compared with a canary it did not overwrite: Recover compares
+// the outstanding piece's bytes with the current canary word, and only
+// the piece in flight may, by chance, look unread.
 func (b *backing) lend(p *pending) []byte {
+	b.word(offIntentLen).Store(pieceWord(p.pieces.off, 0))
+	b.stepped()
 	start := p.ext.pos + recSize + uint32(p.pieces.off)
 	mem := b.log[start : start+uint32(p.pieces.k) : start+uint32(p.pieces.k)]
 	canary := rand.Uint64()

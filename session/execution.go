@@ -372,21 +372,36 @@ func (e *execution) writer(w outputWriter) io.Writer {
 type reservingWriter struct {
 	outputWriter
 	buf      []byte // what the last Reserve lent
+	lent     int    // how much of it Extend lent
 	scratch  []byte // lent instead when the ring cannot lend (it is closed)
 	fallback bool
 }
 
-func (w *reservingWriter) Reserve(n int) []byte {
-	b, err := w.ring.Reserve(w.stream, n)
+var _ sandbox.Reserver = (*reservingWriter)(nil)
+
+func (w *reservingWriter) Reserve(max int) {
+	b, err := w.ring.Reserve(w.stream, max)
 	w.fallback = err != nil
 	if w.fallback {
-		if cap(w.scratch) < n {
-			w.scratch = make([]byte, n)
+		if cap(w.scratch) < max {
+			w.scratch = make([]byte, max)
 		}
-		b = w.scratch[:n]
+		b = w.scratch[:max]
 	}
-	w.buf = b
-	return b
+	w.buf, w.lent = b, 0
+}
+
+func (w *reservingWriter) Extend(k int) []byte {
+	w.lent += k
+	if w.fallback {
+		return w.buf[w.lent-k : w.lent]
+	}
+	p, err := w.ring.Extend(k)
+	if err != nil {
+		// The sandbox lends at most what it reserved: a broken copier.
+		panic(fmt.Sprintf("session: %v", err))
+	}
+	return p
 }
 
 func (w *reservingWriter) Commit(n int) error {
