@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -102,16 +101,12 @@ func (l *Launcher) executionDir(key string) string {
 type keeperSpawner struct{ k *keeperState }
 
 func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, error) {
-	held, err := dupAll(req.held)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(held)
+	// The client sends the descriptors without os.File.Fd: req.held, read
+	// through the poller, stays non-blocking.
 	pid, err := s.k.client.Spawn(ctx, keeper.SpawnRequest{
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
-		Files: req.files, Held: held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
+		Files: req.files, Held: req.held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
 	})
-	restoreNonblock(req.held)
 	switch {
 	case errors.Is(err, keeper.ErrExists):
 		return nil, fmt.Errorf("%w: key %q is in use", ErrInvalidPolicy, req.key)
@@ -177,37 +172,4 @@ func (c *keeperChild) wait() (unix.WaitStatus, bool, error) {
 		return 0, true, nil
 	}
 	return ws, false, nil
-}
-
-// dupAll duplicates files for the keeper to take: sending a descriptor
-// with os.File.Fd makes that os.File blocking for good, which ours,
-// read through the poller, must never be.
-func dupAll(files []*os.File) ([]*os.File, error) {
-	out := make([]*os.File, 0, len(files))
-	for _, f := range files {
-		raw, err := f.SyscallConn()
-		if err != nil {
-			closeAll(out)
-			return nil, fmt.Errorf("sandbox: hand a descriptor to the keeper: %w", err)
-		}
-		var fd int
-		var derr error
-		raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 3) })
-		if derr != nil {
-			closeAll(out)
-			return nil, fmt.Errorf("sandbox: hand a descriptor to the keeper: %w", derr)
-		}
-		out = append(out, os.NewFile(uintptr(fd), f.Name()))
-	}
-	return out, nil
-}
-
-// restoreNonblock sets O_NONBLOCK again on the open file descriptions of
-// files, which a descriptor sent with Fd shares and made blocking.
-func restoreNonblock(files []*os.File) {
-	for _, f := range files {
-		if raw, err := f.SyscallConn(); err == nil {
-			raw.Control(func(fd uintptr) { unix.SetNonblock(int(fd), true) })
-		}
-	}
 }

@@ -257,3 +257,35 @@ func TestKeeperSweepSparesAdopted(t *testing.T) {
 		}
 	}
 }
+
+// TestKeeperSpawnKeepsFilesNonBlocking: what the launcher reads and writes
+// through the poller (the PTY master, the stdin socket, the output pipes,
+// the init's control socket) is still non-blocking after the keeper got
+// its copies.
+func TestKeeperSpawnKeepsFilesNonBlocking(t *testing.T) {
+	t.Parallel()
+	l := keeperLauncher(t, keeperDir(t))
+	for _, tty := range []*WindowSize{nil, {Rows: 24, Cols: 80}} {
+		key := fmt.Sprintf("nb-tty-%v", tty != nil)
+		proc, err := l.Start(t.Context(), Policy{Key: key, Command: sh("read x"), Workspace: sandboxtest.Dir(t), TTY: tty}, Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := append([]*os.File{proc.stdin, proc.ctl.f}, proc.outputs...)
+		for _, f := range files {
+			raw, err := f.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var flags int
+			raw.Control(func(fd uintptr) { flags, _ = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+			if flags&unix.O_NONBLOCK == 0 {
+				t.Errorf("%s: %s is blocking after the spawn", key, f.Name())
+			}
+		}
+		proc.Stdin().Write([]byte("\n"))
+		if exit, ok := waitDone(proc, 30*time.Second); !ok || exit.Code != 0 {
+			t.Errorf("%s: exit %s (done %v)", key, exit, ok)
+		}
+	}
+}

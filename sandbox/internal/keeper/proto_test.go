@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // rawConn speaks the protocol by hand, to send what a Client never would.
@@ -338,4 +340,54 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed %s into %s", enc, enc2)
 		}
 	})
+}
+
+// TestSentFilesStayNonBlocking: the descriptors a spawn hands over keep
+// the caller's *os.File as it was: a non-blocking one stays non-blocking
+// and in the runtime poller (os.File.Fd would switch it, and the shared
+// open file description, to blocking for good).
+func TestSentFilesStayNonBlocking(t *testing.T) {
+	t.Parallel()
+	_, ks := startKeeper(t)
+	c := ks.dial(t)
+	defer c.Detach()
+	r, w, err := os.Pipe() // both ends non-blocking, in the poller
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	null := devNull(t)
+	if _, err := c.Spawn(t.Context(), SpawnRequest{Key: "nb", Path: "/bin/true",
+		Files: []*os.File{null, null, null}, Held: []*os.File{r, w}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*os.File{r, w} {
+		if !isNonblock(t, f) {
+			t.Errorf("%s is blocking after the spawn", f.Name())
+		}
+		if err := f.SetDeadline(time.Now().Add(time.Hour)); err != nil {
+			t.Errorf("%s left the poller: %v", f.Name(), err)
+		}
+	}
+	<-c.Exit("nb")
+	if err := c.Forget("nb"); err != nil {
+		t.Error(err)
+	}
+}
+
+// isNonblock reads O_NONBLOCK of f's open file description without Fd.
+func isNonblock(t *testing.T, f *os.File) bool {
+	t.Helper()
+	raw, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	var ferr error
+	raw.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	return flags&unix.O_NONBLOCK != 0
 }
