@@ -74,20 +74,82 @@ func (l *Launcher) track(proc *Process) {
 	}
 }
 
-// forget drops a process whose exit is final, here and in the keeper,
-// which then closes what it held. A keeper that is gone has nothing to drop.
+// forget drops a process that never reached its caller (its start
+// failed), here and in the keeper, which then closes what it held. A
+// keeper that is gone has nothing to drop.
 func (l *Launcher) forget(p *Process) {
 	if l.keeper == nil {
 		return
 	}
+	l.untrack(p)
+	if err := l.keeper.client.Forget(p.policy.Key); err != nil && !errors.Is(err, keeper.ErrLost) {
+		l.log.Warn("keeper: forget an execution", "key", p.policy.Key, "err", err)
+	}
+}
+
+// untrack drops p from the processes Detach waits for.
+func (l *Launcher) untrack(p *Process) {
 	l.keeper.mu.Lock()
 	if l.keeper.procs[p.policy.Key] == p {
 		delete(l.keeper.procs, p.policy.Key)
 	}
 	l.keeper.mu.Unlock()
-	if err := l.keeper.client.Forget(p.policy.Key); err != nil && !errors.Is(err, keeper.ErrLost) {
-		l.log.Warn("keeper: forget an execution", "key", p.policy.Key, "err", err)
+}
+
+// keepExit leaves p's final exit with the keeper, in its notes, until
+// Release: a later launcher adopts the ended process and reports that
+// exit again, exactly. Without it (the keeper was lost, or this launcher
+// died first) the later launcher rebuilds the exit from the wait status.
+func (l *Launcher) keepExit(p *Process) {
+	if l.keeper == nil {
+		return
 	}
+	l.untrack(p)
+	if p.exit.Lost {
+		return
+	}
+	exit := p.exit
+	if err := l.keeper.client.Annotate(p.policy.Key, p.meta(&exit)); err != nil && !errors.Is(err, keeper.ErrLost) {
+		l.log.Warn("keeper: keep an exit", "key", p.policy.Key, "err", err)
+	}
+}
+
+// ErrStillRunning is returned by Release before the process ended.
+var ErrStillRunning = errors.New("sandbox: process has not ended")
+
+// Release says that the caller has recorded the process's exit. With a
+// StateDir, the keeper keeps an ended process (its wait status, its
+// descriptors and its Exit) until Release: a launcher that dies between
+// Wait and its caller's record leaves the process to the next launcher,
+// whose Adopt reports it again with the same Exit. Call it once the exit
+// is safe; a caller that never does leaves each ended process with the
+// keeper, where it counts against its limit of children until the
+// keeper ends. Release before Wait returned fails with ErrStillRunning; a
+// detached process is left to the next launcher. Without a StateDir it
+// does nothing. Release is idempotent.
+func (p *Process) Release() error {
+	select {
+	case <-p.done:
+	default:
+		return ErrStillRunning
+	}
+	if p.l.keeper == nil || p.exit.Detached {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released {
+		return nil
+	}
+	err := p.l.keeper.client.Forget(p.policy.Key)
+	if errors.Is(err, keeper.ErrLost) || errors.Is(err, keeper.ErrUnknown) {
+		err = nil // gone with the keeper, or released by the launcher (Adopt)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: release %s: %w", p.policy.Key, err)
+	}
+	p.released = true
+	return nil
 }
 
 // executionDir is the state of execution key, under the StateDir, which
