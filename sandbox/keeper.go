@@ -17,6 +17,29 @@ import (
 // errDetached ends the wait of a process the launcher let go (Detach).
 var errDetached = errors.New("sandbox: detached")
 
+// What a spawn of the largest valid policy asks of the keeper. The
+// keeper's limits are set from these figures with room to spare; the
+// arrays below stop compiling when the limits fall short of them.
+const (
+	// bwrapOwnArgs are bwrap's arguments besides the command's: its
+	// name, --args and the descriptor, "--" and the init.
+	bwrapOwnArgs = 5
+	// maxSpawnFiles are bwrap's descriptors: stdio, the init's control
+	// socket and the --args pipe (firstFileFD of them), the workspace and
+	// every bind, the init and the seccomp program, and the data files
+	// (passwd, group, hostname, hosts, resolv.conf).
+	maxSpawnFiles = firstFileFD + 1 + maxBinds + 2 + 5
+	// maxSpawnHeld are the parent ends the keeper holds (pipes: stdin,
+	// stdout, stderr, the init's control socket).
+	maxSpawnHeld = 4
+)
+
+var (
+	_ [keeper.MaxFiles - maxSpawnFiles - maxSpawnHeld - 1]struct{} // and the arguments' own descriptor
+	_ [keeper.MaxArgs - maxArgs - bwrapOwnArgs]struct{}
+	_ [keeper.MaxArgBytes - maxArgBytes - maxPathBytes - 64]struct{} // bwrap's own: the init's path, a few words
+)
+
 // keeperDialTimeout bounds how long NewLauncher waits for the keeper,
 // started or not.
 const keeperDialTimeout = 15 * time.Second

@@ -93,12 +93,12 @@ func TestMalformedMessages(t *testing.T) {
 		{"bad key", []byte(`{"op":"forget","seq":6,"key":"../x"}`), "invalid", "does not match"},
 		{"relative path", []byte(`{"op":"spawn","seq":7,"key":"k","path":"sh"}`), "invalid", "not absolute"},
 		{"descriptors announced", []byte(`{"op":"spawn","seq":8,"key":"k","path":"/bin/true","files":3}`), "invalid", "carries 0 descriptors, announced 3"},
-		{"too many descriptors", []byte(`{"op":"spawn","seq":9,"key":"k","path":"/bin/true","held":65}`), "invalid", "descriptors (at most 64)"},
+		{"too many descriptors", []byte(`{"op":"spawn","seq":9,"key":"k","path":"/bin/true","held":129}`), "invalid", "descriptors (at most 128)"},
 		{"meta too large", []byte(`{"op":"annotate","seq":10,"key":"k","meta":"` + strings.Repeat("A", (MaxMeta+3)/3*4+4) + `"}`), "invalid", "meta of"},
 		{"cgroup elsewhere", []byte(`{"op":"spawn","seq":11,"key":"k","path":"/bin/true","cgroups":["/etc"]}`), "invalid", "not below /sys/fs/cgroup"},
 		{"remove outside", []byte(`{"op":"spawn","seq":12,"key":"k","path":"/bin/true","remove":["/tmp/x"]}`), "invalid", "not below"},
 		{"remove the socket", []byte(`{"op":"spawn","seq":13,"key":"k","path":"/bin/true","remove":["` + filepath.Join(dir, SocketName) + `"]}`), "invalid", "not below"},
-		{"too many arguments", []byte(`{"op":"spawn","seq":15,"key":"k","path":"/bin/true","args":[` + strings.Repeat(`"a",`, MaxArgs) + `"a"]}`), "invalid", "arguments and variables (at most 4096)"},
+		{"too many arguments", []byte(`{"op":"spawn","seq":15,"key":"k","path":"/bin/true","args":[` + strings.Repeat(`"a",`, MaxArgs) + `"a"]}`), "invalid", "arguments and variables (at most 8192)"},
 		{"too many paths", []byte(`{"op":"spawn","seq":16,"key":"k","path":"/bin/true","cgroups":[` + strings.Repeat(`"/sys/fs/cgroup/a",`, MaxPaths) + `"/sys/fs/cgroup/a"]}`), "invalid", "(at most 16)"},
 		{"unknown child", []byte(`{"op":"forget","seq":14,"key":"k"}`), "unknown", "no such child"},
 		{"largest message", append([]byte(`{"op":"forget","seq":17,"key":"k"}`), bytes.Repeat([]byte(" "), MaxMessage-34)...), "unknown", "no such child"},
@@ -161,8 +161,8 @@ func TestHello(t *testing.T) {
 		text  string
 	}{
 		{"newer gateway", `{"op":"hello","version":7,"min_version":1,"future":{"x":1}}`, opWelcome, "", ""},
-		{"too new", `{"op":"hello","version":9,"min_version":8}`, opRefuse, "version", "speaks 8..9, this keeper 1..1"},
-		{"too old", `{"op":"hello","version":0}`, opRefuse, "version", "this keeper 1..1"},
+		{"too new", `{"op":"hello","version":9,"min_version":8}`, opRefuse, "version", "speaks 8..9, this keeper 1..2"},
+		{"too old", `{"op":"hello","version":0}`, opRefuse, "version", "this keeper 1..2"},
 		{"no hello", `{"op":"forget","key":"x"}`, opRefuse, "invalid", `first message is "forget"`},
 		{"garbage", `hello`, opRefuse, "invalid", "decode message"},
 	}
