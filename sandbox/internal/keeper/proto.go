@@ -259,6 +259,10 @@ func codeOf(err error) string {
 type conn struct {
 	c  *net.UnixConn
 	mu sync.Mutex // serialises writes
+	// buf and oob are recv's, reused: each connection has one reader,
+	// and a fresh MaxMessage buffer per message would be most of what
+	// the keeper allocates for a spawn.
+	buf, oob []byte
 }
 
 // send writes one message with fds as SCM_RIGHTS.
@@ -291,8 +295,10 @@ var errClosed = errors.New("keeper: connection closed")
 // message returns an error wrapping ErrInvalid, its descriptors closed;
 // errClosed or another error means the connection is unusable.
 func (c *conn) recv() (message, []int, error) {
-	b := make([]byte, MaxMessage+1)
-	oob := make([]byte, unix.CmsgSpace(MaxFiles*4))
+	if c.buf == nil {
+		c.buf, c.oob = make([]byte, MaxMessage+1), make([]byte, unix.CmsgSpace(MaxFiles*4))
+	}
+	b, oob := c.buf, c.oob
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(b, oob)
 	if errors.Is(err, io.EOF) {
 		return message{}, nil, errClosed

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -390,4 +391,40 @@ func isNonblock(t *testing.T, f *os.File) bool {
 		t.Fatal(ferr)
 	}
 	return flags&unix.O_NONBLOCK != 0
+}
+
+// TestRecvReusesItsBuffer: receiving a message does not allocate a
+// MaxMessage buffer each time, which was most of a keeper's resident
+// memory per child. Not parallel: it counts the process's allocations.
+func TestRecvReusesItsBuffer(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := make([]*conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "end")
+		nc, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		ends[i] = &conn{c: nc.(*net.UnixConn)}
+	}
+	const n = 100
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		if err := ends[0].send(message{Op: opExit, Key: "k", Status: i}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := ends[1].recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > MaxMessage/4 {
+		t.Errorf("%d bytes allocated per message received, want well below MaxMessage (%d)", per, MaxMessage)
+	}
 }
