@@ -27,12 +27,14 @@ type processMeta struct {
 	Started time.Time `json:"started"`
 	Argv    []string  `json:"argv,omitempty"`  // the init, then the command
 	Bwrap   []string  `json:"bwrap,omitempty"` // bwrap's own argv
+	Exit    *Exit     `json:"exit,omitempty"`  // the final exit, kept until Release
 }
 
-// meta encodes what a later launcher adopts p from, within the keeper's
-// bound: the command's arguments go first when they do not fit.
-func (p *Process) meta() []byte {
-	m := processMeta{Policy: p.policy, Started: p.started, Argv: p.argv, Bwrap: p.bwrapArgs}
+// meta encodes what a later launcher adopts p from, with its final exit
+// once there is one, within the keeper's bound: the command's arguments
+// go first when they do not fit.
+func (p *Process) meta(exit *Exit) []byte {
+	m := processMeta{Policy: p.policy, Started: p.started, Argv: p.argv, Bwrap: p.bwrapArgs, Exit: exit}
 	m.Policy.Env = nil
 	if p.cg != nil {
 		m.Cgroup = p.cg.Dirs()
@@ -67,13 +69,16 @@ func (p *Process) Policy() Policy { return p.policy }
 func (p *Process) Adopted() bool { return p.adopted }
 
 // Adopt returns the processes that a previous launcher on the same
-// StateDir left with the keeper, running or exited since, and reads their
-// output on into the writers stdio returns for each key. A key stdio
-// declines (false) is killed and never returned. Call it once, before
+// StateDir left with the keeper, running, exited since, or ended but not
+// released (Release), and reads their output on into the writers stdio
+// returns for each key. A key stdio declines (false) is killed, released
+// and never returned. Call it once, before
 // SweepCgroups, which spares the adopted processes' cgroups. When ctx
 // ends, the processes are stopped, as with Start; so is a Policy.Timeout,
 // counted from the process's start. Their exits are inexact
-// (Exit.Exact false): nobody watched their process events before. A
+// (Exit.Exact false): nobody watched their process events before; but
+// a process whose exit the previous launcher had final reports that
+// Exit again, as it was. A
 // process that cannot be adopted is killed, and its error joined to the
 // returned one.
 func (l *Launcher) Adopt(ctx context.Context, stdio func(key string) (Stdio, bool)) ([]*Process, error) {
@@ -90,6 +95,7 @@ func (l *Launcher) Adopt(ctx context.Context, stdio func(key string) (Stdio, boo
 			continue
 		}
 		out, ok := stdio(c.Key)
+		proc.declined = !ok
 		proc.startCopies(out)
 		l.track(proc)
 		go proc.supervise(ctx)
@@ -145,6 +151,9 @@ func (l *Launcher) rebuild(c keeper.Child) (*Process, error) {
 		ctl:    &initControl{f: held[len(held)-1], released: make(chan struct{})},
 		exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{},
 		child: newKeeperChild(l.keeper, c.Key, c.Pid),
+	}
+	if c.Exited {
+		proc.recorded = m.Exit
 	}
 	close(proc.ctl.released)
 	if m.Policy.TTY != nil {

@@ -156,6 +156,7 @@ func BenchmarkPTYThroughput(b *testing.B) {
 					if exit := proc.Wait(); !exit.Success() || c.total != ptyBenchBytes {
 						b.Fatalf("%s, %d bytes", exit, c.total)
 					}
+					proc.Release()
 					events += c.events
 				}
 				b.ReportMetric(float64(b.N)*ptyBenchBytes/float64(events), "B/event")

@@ -215,7 +215,7 @@ func TestKeeperCrashOfTheLauncher(t *testing.T) {
 	if err := shell.Signal(unix.SIGUSR1); err != nil {
 		t.Error(err)
 	}
-	if exit, ok := waitDone(shell, 30*time.Second); !ok || exit.Code != 9 {
+	if exit, ok := waitReleased(shell, 30*time.Second); !ok || exit.Code != 9 {
 		t.Errorf("shell: %s (done %v)", exit, ok)
 	}
 	if !sandboxtest.Eventually(t, 60*time.Second, func() bool {
@@ -224,7 +224,7 @@ func TestKeeperCrashOfTheLauncher(t *testing.T) {
 		t.Errorf("the counter did not finish: %d bytes after the adoption", outs["counter"].Len())
 	}
 	counter.Stdin().Write([]byte("\n"))
-	if exit, ok := waitDone(counter, 30*time.Second); !ok || exit.Code != 5 {
+	if exit, ok := waitReleased(counter, 30*time.Second); !ok || exit.Code != 5 {
 		t.Errorf("counter: %s (done %v)", exit, ok)
 	}
 	got, want := string(before["counter"])+outs["counter"].String(), seqFrom0(200000)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -17,6 +16,29 @@ import (
 
 // errDetached ends the wait of a process the launcher let go (Detach).
 var errDetached = errors.New("sandbox: detached")
+
+// What a spawn of the largest valid policy asks of the keeper. The
+// keeper's limits are set from these figures with room to spare; the
+// arrays below stop compiling when the limits fall short of them.
+const (
+	// bwrapOwnArgs are bwrap's arguments besides the command's: its
+	// name, --args and the descriptor, "--" and the init.
+	bwrapOwnArgs = 5
+	// maxSpawnFiles are bwrap's descriptors: stdio, the init's control
+	// socket and the --args pipe (firstFileFD of them), the workspace and
+	// every bind, the init and the seccomp program, and the data files
+	// (passwd, group, hostname, hosts, resolv.conf).
+	maxSpawnFiles = firstFileFD + 1 + maxBinds + 2 + 5
+	// maxSpawnHeld are the parent ends the keeper holds (pipes: stdin,
+	// stdout, stderr, the init's control socket).
+	maxSpawnHeld = 4
+)
+
+var (
+	_ [keeper.MaxFiles - maxSpawnFiles - maxSpawnHeld - 1]struct{} // and the arguments' own descriptor
+	_ [keeper.MaxArgs - maxArgs - bwrapOwnArgs]struct{}
+	_ [keeper.MaxArgBytes - maxArgBytes - maxPathBytes - 64]struct{} // bwrap's own: the init's path, a few words
+)
 
 // keeperDialTimeout bounds how long NewLauncher waits for the keeper,
 // started or not.
@@ -75,20 +97,82 @@ func (l *Launcher) track(proc *Process) {
 	}
 }
 
-// forget drops a process whose exit is final, here and in the keeper,
-// which then closes what it held. A keeper that is gone has nothing to drop.
+// forget drops a process that never reached its caller (its start
+// failed), here and in the keeper, which then closes what it held. A
+// keeper that is gone has nothing to drop.
 func (l *Launcher) forget(p *Process) {
 	if l.keeper == nil {
 		return
 	}
+	l.untrack(p)
+	if err := l.keeper.client.Forget(p.policy.Key); err != nil && !errors.Is(err, keeper.ErrLost) {
+		l.log.Warn("keeper: forget an execution", "key", p.policy.Key, "err", err)
+	}
+}
+
+// untrack drops p from the processes Detach waits for.
+func (l *Launcher) untrack(p *Process) {
 	l.keeper.mu.Lock()
 	if l.keeper.procs[p.policy.Key] == p {
 		delete(l.keeper.procs, p.policy.Key)
 	}
 	l.keeper.mu.Unlock()
-	if err := l.keeper.client.Forget(p.policy.Key); err != nil && !errors.Is(err, keeper.ErrLost) {
-		l.log.Warn("keeper: forget an execution", "key", p.policy.Key, "err", err)
+}
+
+// keepExit leaves p's final exit with the keeper, in its notes, until
+// Release: a later launcher adopts the ended process and reports that
+// exit again, exactly. Without it (the keeper was lost, or this launcher
+// died first) the later launcher rebuilds the exit from the wait status.
+func (l *Launcher) keepExit(p *Process) {
+	if l.keeper == nil {
+		return
 	}
+	l.untrack(p)
+	if p.exit.Lost {
+		return
+	}
+	exit := p.exit
+	if err := l.keeper.client.Annotate(p.policy.Key, p.meta(&exit)); err != nil && !errors.Is(err, keeper.ErrLost) {
+		l.log.Warn("keeper: keep an exit", "key", p.policy.Key, "err", err)
+	}
+}
+
+// ErrStillRunning is returned by Release before the process ended.
+var ErrStillRunning = errors.New("sandbox: process has not ended")
+
+// Release says that the caller has recorded the process's exit. With a
+// StateDir, the keeper keeps an ended process (its wait status, its
+// descriptors and its Exit) until Release: a launcher that dies between
+// Wait and its caller's record leaves the process to the next launcher,
+// whose Adopt reports it again with the same Exit. Call it once the exit
+// is safe; a caller that never does leaves each ended process with the
+// keeper, where it counts against its limit of children until the
+// keeper ends. Release before Wait returned fails with ErrStillRunning; a
+// detached process is left to the next launcher. Without a StateDir it
+// does nothing. Release is idempotent.
+func (p *Process) Release() error {
+	select {
+	case <-p.done:
+	default:
+		return ErrStillRunning
+	}
+	if p.l.keeper == nil || p.exit.Detached {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released {
+		return nil
+	}
+	err := p.l.keeper.client.Forget(p.policy.Key)
+	if errors.Is(err, keeper.ErrLost) || errors.Is(err, keeper.ErrUnknown) {
+		err = nil // gone with the keeper, or released by the launcher (Adopt)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: release %s: %w", p.policy.Key, err)
+	}
+	p.released = true
+	return nil
 }
 
 // executionDir is the state of execution key, under the StateDir, which
@@ -102,16 +186,12 @@ func (l *Launcher) executionDir(key string) string {
 type keeperSpawner struct{ k *keeperState }
 
 func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, error) {
-	held, err := dupAll(req.held)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(held)
+	// The client sends the descriptors without os.File.Fd: req.held, read
+	// through the poller, stays non-blocking.
 	pid, err := s.k.client.Spawn(ctx, keeper.SpawnRequest{
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
-		Files: req.files, Held: held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
+		Files: req.files, Held: req.held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
 	})
-	restoreNonblock(req.held)
 	switch {
 	case errors.Is(err, keeper.ErrExists):
 		return nil, fmt.Errorf("%w: key %q is in use", ErrInvalidPolicy, req.key)
@@ -177,37 +257,4 @@ func (c *keeperChild) wait() (unix.WaitStatus, bool, error) {
 		return 0, true, nil
 	}
 	return ws, false, nil
-}
-
-// dupAll duplicates files for the keeper to take: sending a descriptor
-// with os.File.Fd makes that os.File blocking for good, which ours,
-// read through the poller, must never be.
-func dupAll(files []*os.File) ([]*os.File, error) {
-	out := make([]*os.File, 0, len(files))
-	for _, f := range files {
-		raw, err := f.SyscallConn()
-		if err != nil {
-			closeAll(out)
-			return nil, fmt.Errorf("sandbox: hand a descriptor to the keeper: %w", err)
-		}
-		var fd int
-		var derr error
-		raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 3) })
-		if derr != nil {
-			closeAll(out)
-			return nil, fmt.Errorf("sandbox: hand a descriptor to the keeper: %w", derr)
-		}
-		out = append(out, os.NewFile(uintptr(fd), f.Name()))
-	}
-	return out, nil
-}
-
-// restoreNonblock sets O_NONBLOCK again on the open file descriptions of
-// files, which a descriptor sent with Fd shares and made blocking.
-func restoreNonblock(files []*os.File) {
-	for _, f := range files {
-		if raw, err := f.SyscallConn(); err == nil {
-			raw.Control(func(fd uintptr) { unix.SetNonblock(int(fd), true) })
-		}
-	}
 }

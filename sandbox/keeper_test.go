@@ -88,6 +88,16 @@ func keeperLauncher(t testing.TB, dir string) *Launcher {
 	return l
 }
 
+// waitReleased is waitDone, then Release: the keeper keeps an ended
+// process until then, and would outlive the test.
+func waitReleased(p *Process, d time.Duration) (Exit, bool) {
+	exit, ok := waitDone(p, d)
+	if ok {
+		p.Release()
+	}
+	return exit, ok
+}
+
 // keeperPid is the pid of l's keeper.
 func keeperPid(l *Launcher) int { return l.keeper.client.Pid() }
 
@@ -108,7 +118,7 @@ func TestKeeperRunsProcesses(t *testing.T) {
 	}
 	proc.Stdin().Write([]byte("typed\n"))
 	proc.Stdin().Close() // the keeper holds a copy: end of file must still reach cat
-	exit, ok := waitDone(proc, 30*time.Second)
+	exit, ok := waitReleased(proc, 30*time.Second)
 	if !ok || exit.Code != 3 || out.String() != "typed\n" || errb.String() != "to-err\n" {
 		t.Errorf("exit %s (done %v), stdout %q, stderr %q", exit, ok, out.String(), errb.String())
 	}
@@ -140,7 +150,7 @@ func TestKeeperDetachThenAdopt(t *testing.T) {
 		t.Fatalf("adopt: %v, %d processes", err, len(procs))
 	}
 	procs[0].Stdin().Write([]byte("go on\n"))
-	exit, ok := waitDone(procs[0], 30*time.Second)
+	exit, ok := waitReleased(procs[0], 30*time.Second)
 	if !ok || exit.Code != 7 || exit.Exact {
 		t.Errorf("adopted exit %s (done %v, exact %v)", exit, ok, exit.Exact)
 	}
@@ -169,7 +179,7 @@ func TestKeeperLost(t *testing.T) {
 	waitFor(t, &out, "up")
 	dirs := proc.cg.Dirs()
 	unix.Kill(keeperPid(l), unix.SIGKILL)
-	exit, ok := waitDone(proc, 30*time.Second)
+	exit, ok := waitReleased(proc, 30*time.Second)
 	if !ok || !exit.Lost || exit.Status() != 255 || !strings.Contains(exit.String(), "execution lost") {
 		t.Errorf("exit after the keeper's death: %s (done %v)", exit, ok)
 	}
@@ -204,7 +214,7 @@ func TestKeeperExitWhileDetached(t *testing.T) {
 	if err != nil || len(procs) != 1 {
 		t.Fatalf("adopt: %v, %d processes", err, len(procs))
 	}
-	exit, ok := waitDone(procs[0], 30*time.Second)
+	exit, ok := waitReleased(procs[0], 30*time.Second)
 	if !ok || exit.Code != 4 || after.String() != "bye\n" {
 		t.Errorf("exit %s (done %v), output after the adoption %q", exit, ok, after.String())
 	}
@@ -248,12 +258,95 @@ func TestKeeperSweepSparesAdopted(t *testing.T) {
 		}
 	}
 	procs[0].Stdin().Write([]byte("\n"))
-	if exit, ok := waitDone(procs[0], 30*time.Second); !ok || exit.Code != 6 {
+	if exit, ok := waitReleased(procs[0], 30*time.Second); !ok || exit.Code != 6 {
 		t.Errorf("adopted exit %s (done %v)", exit, ok)
 	}
 	for _, d := range append(dirs, filepath.Dir(dirs[0])) {
 		if _, err := os.Stat(d); err == nil {
 			t.Errorf("%s left behind", d)
 		}
+	}
+}
+
+// TestKeeperSpawnKeepsFilesNonBlocking: what the launcher reads and writes
+// through the poller (the PTY master, the stdin socket, the output pipes,
+// the init's control socket) is still non-blocking after the keeper got
+// its copies.
+func TestKeeperSpawnKeepsFilesNonBlocking(t *testing.T) {
+	t.Parallel()
+	l := keeperLauncher(t, keeperDir(t))
+	for _, tty := range []*WindowSize{nil, {Rows: 24, Cols: 80}} {
+		key := fmt.Sprintf("nb-tty-%v", tty != nil)
+		proc, err := l.Start(t.Context(), Policy{Key: key, Command: sh("read x"), Workspace: sandboxtest.Dir(t), TTY: tty}, Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := append([]*os.File{proc.stdin, proc.ctl.f}, proc.outputs...)
+		for _, f := range files {
+			raw, err := f.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var flags int
+			raw.Control(func(fd uintptr) { flags, _ = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+			if flags&unix.O_NONBLOCK == 0 {
+				t.Errorf("%s: %s is blocking after the spawn", key, f.Name())
+			}
+		}
+		proc.Stdin().Write([]byte("\n"))
+		if exit, ok := waitReleased(proc, 30*time.Second); !ok || exit.Code != 0 {
+			t.Errorf("%s: exit %s (done %v)", key, exit, ok)
+		}
+	}
+}
+
+// TestKeeperKeepsExitUntilReleased: an exit stays with the keeper until
+// Release, so a launcher that dies before its caller recorded the exit
+// leaves it to the next, which reports it again, as it was; once
+// released, it is gone.
+func TestKeeperKeepsExitUntilReleased(t *testing.T) {
+	t.Parallel()
+	dir := keeperDir(t)
+	l := keeperLauncher(t, dir)
+	var out sandboxtest.SyncBuffer
+	proc, err := l.Start(t.Context(), Policy{Key: "ended", Command: sh("echo bye; exit 5"), Workspace: sandboxtest.Dir(t)}, Stdio{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, ok := waitDone(proc, 30*time.Second)
+	if !ok || first.Code != 5 || out.String() != "bye\n" {
+		t.Fatalf("exit %s (done %v), output %q", first, ok, out.String())
+	}
+	l.Close() // as a crash would, before anyone called Release
+	adopt := func() []*Process {
+		t.Helper()
+		l := keeperLauncher(t, dir)
+		var again sandboxtest.SyncBuffer
+		procs, err := l.Adopt(t.Context(), func(string) (Stdio, bool) { return Stdio{Stdout: &again}, true })
+		if err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		if again.String() != "" {
+			t.Errorf("output read twice: %q", again.String())
+		}
+		return procs
+	}
+	procs := adopt()
+	if len(procs) != 1 || procs[0].Key() != "ended" {
+		t.Fatalf("adopted %d processes, want the unreleased one", len(procs))
+	}
+	second, ok := waitDone(procs[0], 30*time.Second)
+	if !ok || second.Code != first.Code || second.Exact != first.Exact || !second.Started.Equal(first.Started) || second.Duration != first.Duration {
+		t.Errorf("adopted again: %+v (done %v), want %+v", second, ok, first)
+	}
+	if err := procs[0].Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := procs[0].Release(); err != nil {
+		t.Errorf("second Release: %v", err)
+	}
+	procs[0].l.Close()
+	if procs := adopt(); len(procs) != 0 {
+		t.Errorf("a released exit was adopted again: %d processes", len(procs))
 	}
 }

@@ -39,10 +39,16 @@ type Process struct {
 	outputs []*os.File // the output read ends, which the copiers own
 	head    *headCapture
 	adopted bool // a previous launcher started it (Adopt)
+	// recorded is the exit a previous launcher kept with the keeper
+	// before it died (Adopt of an ended process); declined says the
+	// caller of Adopt did not want the process, so nobody will Release it.
+	recorded *Exit
+	declined bool
 
 	mu       sync.Mutex
 	stopped  Stop
 	killedUs bool
+	released bool // Release dropped the keeper's record
 	stopOnce sync.Once
 
 	copies sync.WaitGroup // output copiers; stop at end of file
@@ -113,7 +119,7 @@ func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File)
 	}
 	req.remove = []string{l.executionDir(proc.policy.Key)}
 	proc.started = time.Now()
-	req.meta = proc.meta()
+	req.meta = proc.meta(nil)
 	return req
 }
 

@@ -40,8 +40,14 @@ func (p *Process) supervise(ctx context.Context) {
 	p.exit = classify(facts)
 	p.exit.Started = p.started
 	p.exit.Duration = time.Since(p.started)
-	p.l.forget(p)
+	if p.recorded != nil && !lost {
+		p.exit = *p.recorded // a previous launcher's, which its caller may not have seen
+	}
+	p.l.keepExit(p)
 	close(p.done)
+	if p.declined {
+		p.Release()
+	}
 }
 
 // collect gathers what happened, then makes sure nothing of the execution

@@ -128,6 +128,7 @@ func benchStopAll(procs []*Process) {
 	}
 	for _, p := range procs {
 		p.Wait()
+		p.Release()
 	}
 }
 

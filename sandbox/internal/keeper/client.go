@@ -32,8 +32,8 @@ type SpawnRequest struct {
 	Env     []string            // exactly this environment (empty: none)
 	Dir     string              // working directory ("": the keeper's)
 	Cred    *syscall.Credential // nil: the keeper's own
-	Files   []*os.File          // become the child's descriptors 0..len-1, in blocking mode (the keeper closes its copies after the fork)
-	Held    []*os.File          // kept by the keeper, handed back on adoption (PTY master, pipe parent ends, init control)
+	Files   []*os.File          // become the child's descriptors 0..len-1, in blocking mode, which the caller's copies share (the keeper closes its copies after the fork)
+	Held    []*os.File          // kept by the keeper, handed back on adoption (PTY master, pipe parent ends, init control); the caller's stay as they are
 	Cgroups []string            // cgroup directories (below /sys/fs/cgroup) the keeper kills and removes when it stops an orphan
 	Remove  []string            // paths below the keeper's Dir it removes after that (the execution's state directory)
 	Meta    []byte              // opaque, at most MaxMeta bytes, handed back on adoption; replaced by Annotate
@@ -320,10 +320,22 @@ func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (pid int, err erro
 	if req.Cred != nil {
 		m.Cred = &credential{Uid: req.Cred.Uid, Gid: req.Cred.Gid, Groups: req.Cred.Groups, NoSetGroups: req.Cred.NoSetGroups}
 	}
+	m.ArgsFile = c.version >= 2
 	if err := m.check(); err != nil {
 		return 0, err
 	}
 	files := append(append([]*os.File{}, req.Files...), req.Held...)
+	if m.ArgsFile {
+		af, err := argsFile(m.Args, m.Env)
+		if err != nil {
+			return 0, err
+		}
+		defer af.Close()
+		files = append(files, af)
+		m.Argc, m.Args, m.Env = len(m.Args), nil, nil
+	} else if err := checkInline(m.Args, m.Env); err != nil {
+		return 0, err
+	}
 	fds, err := rawFds(files)
 	if err != nil {
 		return 0, err

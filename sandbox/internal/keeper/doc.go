@@ -16,11 +16,16 @@
 //
 // The protocol runs over a SOCK_SEQPACKET unix socket, Dir/keeper.sock
 // (mode 0600), with descriptors passed as SCM_RIGHTS. Each message is one
-// packet of at most MaxMessage bytes: a version byte, an operation byte
-// and a JSON body whose unknown fields are ignored, so a newer gateway can
-// talk to an older keeper. The first exchange is a hello carrying the
-// protocol version; a keeper refuses a version it cannot serve with
-// ErrVersion. Only peers with the keeper's own uid are accepted, and only
+// packet of at most MaxMessage bytes of JSON whose unknown fields are
+// ignored, so a newer gateway can talk to an older keeper. The first
+// exchange is a hello carrying the protocol version; a keeper refuses a
+// version it cannot serve with ErrVersion. From version 2 a spawn's
+// arguments and environment travel in a sealed memfd of their own,
+// byte for byte; with a version 1 keeper they ride in the JSON, and the
+// Client refuses (ErrInvalid) what JSON would change: bytes that are not
+// UTF-8. The Client sends descriptors without os.File.Fd, so the
+// caller's files keep their mode; the child's Files share their open
+// file descriptions with the caller's, which become blocking. Only peers with the keeper's own uid are accepted, and only
 // one gateway at a time: a second is refused with ErrBusy naming the
 // attached gateway's pid. Dir must be a directory of ours with mode 0700;
 // Dir/keeper.lock (flock) makes two keepers on one Dir impossible, and a
@@ -43,9 +48,10 @@
 // keeper keeps descriptors it holds as plain numbers, outside its runtime
 // poller, so the children's output never wakes it.
 //
-// Limits, each refused with ErrInvalid (or ErrFull): MaxMessage bytes per
-// message, MaxMeta bytes of meta, MaxFiles descriptors per spawn,
-// MaxArgs arguments plus variables, MaxPaths cgroups plus Remove paths
+// Limits, each refused with ErrInvalid (or ErrFull), chosen to hold the
+// largest spawn the sandbox makes with room to spare: MaxMessage bytes
+// per message, MaxMeta bytes of meta, MaxFiles descriptors per spawn,
+// MaxArgs arguments plus variables in MaxArgBytes, MaxPaths cgroups plus Remove paths
 // (cgroups below /sys/fs/cgroup, Remove paths strictly below Dir),
 // MaxChildren children (exited ones count until forgotten), keys of
 // [A-Za-z0-9._-]{1,128}. At most 8 connections may be in their hello at

@@ -437,7 +437,21 @@ func (k *keeper) handle(s *session, m *message, files []int) message {
 
 // spawn forks the child and registers it.
 func (k *keeper) spawn(s *session, m *message, files []int) (int, error) {
-	childFiles, held := files[:m.Files], files[m.Files:]
+	if m.ArgsFile {
+		fd := files[len(files)-1]
+		files = files[:len(files)-1]
+		var err error
+		m.Args, m.Env, err = readArgs(fd, m.Argc)
+		unix.Close(fd)
+		if err == nil {
+			err = checkArgs(m.Args, m.Env)
+		}
+		if err != nil {
+			closeFds(files)
+			return 0, err
+		}
+	}
+	childFiles, held := files[:m.Files], files[m.Files:m.Files+m.Held]
 	defer closeFds(childFiles)
 	if err := k.admit(m); err != nil {
 		closeFds(held)

@@ -18,19 +18,31 @@ import (
 )
 
 // Limits of the protocol. Every message is one SOCK_SEQPACKET packet.
+// They hold the largest spawn a gateway may need with room to spare: the
+// sandbox's largest valid policy (4096 command arguments in 256 KiB, 64
+// binds) becomes bwrap with 5 arguments of its own, 77 descriptors for
+// it and 4 to hold, and at most 64 KiB of notes (its own check keeps
+// these figures below the limits).
 const (
-	// Version is the protocol version this package speaks.
-	Version = 1
+	// Version is the protocol version this package speaks. Version 2
+	// sends a spawn's arguments and environment in a descriptor of their
+	// own (ArgsFile), byte for byte; version 1 sent them in the JSON
+	// message, which replaces bytes that are not UTF-8.
+	Version = 2
 	// MinVersion is the oldest protocol version this package still speaks.
 	MinVersion = 1
 	// MaxMessage bounds a message's bytes (its JSON encoding).
 	MaxMessage = 192 << 10
 	// MaxMeta bounds SpawnRequest.Meta and Annotate's meta.
 	MaxMeta = 64 << 10
-	// MaxFiles bounds the descriptors riding on one message (Files plus Held).
-	MaxFiles = 64
+	// MaxFiles bounds the descriptors riding on one message (Files plus
+	// Held, plus the arguments' own); the kernel takes up to 253.
+	MaxFiles = 128
 	// MaxArgs bounds the number of Args plus Env entries of a spawn.
-	MaxArgs = 4096
+	MaxArgs = 8192
+	// MaxArgBytes bounds the bytes of Args plus Env, each counted with a
+	// terminating NUL, as the kernel counts them for exec.
+	MaxArgBytes = 1 << 20
 	// MaxPaths bounds the Cgroups plus Remove paths of a spawn.
 	MaxPaths = 16
 	// MaxChildren bounds the children one keeper holds.
@@ -79,8 +91,10 @@ type message struct {
 	Env        []string    `json:"env,omitempty"`
 	Dir        string      `json:"dir,omitempty"`
 	Cred       *credential `json:"cred,omitempty"`
-	Files      int         `json:"files,omitempty"` // descriptors that become the child's 0..n-1
-	Held       int         `json:"held,omitempty"`  // descriptors after those, kept by the keeper
+	Files      int         `json:"files,omitempty"`     // descriptors that become the child's 0..n-1
+	Held       int         `json:"held,omitempty"`      // descriptors after those, kept by the keeper
+	ArgsFile   bool        `json:"args_file,omitempty"` // version 2: one more descriptor holds Args then Env
+	Argc       int         `json:"argc,omitempty"`      // with ArgsFile: how many of its entries are Args
 	Cgroups    []string    `json:"cgroups,omitempty"`
 	Remove     []string    `json:"remove,omitempty"`
 	Meta       []byte      `json:"meta,omitempty"`
@@ -137,7 +151,7 @@ func (m *message) check() error {
 	if len(m.Meta) > MaxMeta {
 		return fmt.Errorf("%w: meta of %d bytes exceeds %d", ErrInvalid, len(m.Meta), MaxMeta)
 	}
-	if m.Files < 0 || m.Held < 0 || m.Files+m.Held > MaxFiles {
+	if m.Files < 0 || m.Held < 0 || m.fds() > MaxFiles {
 		return fmt.Errorf("%w: %d+%d descriptors (at most %d)", ErrInvalid, m.Files, m.Held, MaxFiles)
 	}
 	switch m.Op {
@@ -149,6 +163,15 @@ func (m *message) check() error {
 	return nil
 }
 
+// fds is the number of descriptors m announces.
+func (m *message) fds() int {
+	n := m.Files + m.Held
+	if m.ArgsFile {
+		n++
+	}
+	return n
+}
+
 func (m *message) checkSpawn() error {
 	if err := checkKey(m.Key); err != nil {
 		return err
@@ -156,13 +179,8 @@ func (m *message) checkSpawn() error {
 	if !filepath.IsAbs(m.Path) || strings.IndexByte(m.Path, 0) >= 0 {
 		return fmt.Errorf("%w: program path %q is not absolute", ErrInvalid, m.Path)
 	}
-	if len(m.Args)+len(m.Env) > MaxArgs {
-		return fmt.Errorf("%w: %d arguments and variables (at most %d)", ErrInvalid, len(m.Args)+len(m.Env), MaxArgs)
-	}
-	for _, e := range m.Env {
-		if !strings.Contains(e, "=") {
-			return fmt.Errorf("%w: environment entry %q has no '='", ErrInvalid, e)
-		}
+	if err := checkArgs(m.Args, m.Env); err != nil {
+		return err
 	}
 	if len(m.Cgroups)+len(m.Remove) > MaxPaths {
 		return fmt.Errorf("%w: %d cgroups and paths to remove (at most %d)", ErrInvalid, len(m.Cgroups)+len(m.Remove), MaxPaths)
@@ -171,6 +189,27 @@ func (m *message) checkSpawn() error {
 		if !below(cgroupRoot, c) {
 			return fmt.Errorf("%w: cgroup %q is not below %s", ErrInvalid, c, cgroupRoot)
 		}
+	}
+	return nil
+}
+
+// checkArgs bounds a spawn's arguments and environment.
+func checkArgs(args, env []string) error {
+	if len(args)+len(env) > MaxArgs {
+		return fmt.Errorf("%w: %d arguments and variables (at most %d)", ErrInvalid, len(args)+len(env), MaxArgs)
+	}
+	size := 0
+	for _, a := range args {
+		size += len(a) + 1
+	}
+	for _, e := range env {
+		if !strings.Contains(e, "=") {
+			return fmt.Errorf("%w: environment entry %q has no '='", ErrInvalid, e)
+		}
+		size += len(e) + 1
+	}
+	if size > MaxArgBytes {
+		return fmt.Errorf("%w: arguments and variables take %d bytes (at most %d)", ErrInvalid, size, MaxArgBytes)
 	}
 	return nil
 }
@@ -220,6 +259,10 @@ func codeOf(err error) string {
 type conn struct {
 	c  *net.UnixConn
 	mu sync.Mutex // serialises writes
+	// buf and oob are recv's, reused: each connection has one reader,
+	// and a fresh MaxMessage buffer per message would be most of what
+	// the keeper allocates for a spawn.
+	buf, oob []byte
 }
 
 // send writes one message with fds as SCM_RIGHTS.
@@ -252,8 +295,10 @@ var errClosed = errors.New("keeper: connection closed")
 // message returns an error wrapping ErrInvalid, its descriptors closed;
 // errClosed or another error means the connection is unusable.
 func (c *conn) recv() (message, []int, error) {
-	b := make([]byte, MaxMessage+1)
-	oob := make([]byte, unix.CmsgSpace(MaxFiles*4))
+	if c.buf == nil {
+		c.buf, c.oob = make([]byte, MaxMessage+1), make([]byte, unix.CmsgSpace(MaxFiles*4))
+	}
+	b, oob := c.buf, c.oob
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(b, oob)
 	if errors.Is(err, io.EOF) {
 		return message{}, nil, errClosed
@@ -266,18 +311,19 @@ func (c *conn) recv() (message, []int, error) {
 		return message{}, nil, errClosed
 	}
 	var m message
+	if flags&unix.MSG_TRUNC != 0 || n > MaxMessage {
+		err = fmt.Errorf("%w: message exceeds %d bytes", ErrInvalid, MaxMessage)
+	} else {
+		m, err = decode(b[:n]) // even with bad descriptors: the refusal needs m.Seq
+	}
 	switch {
 	case ferr != nil:
 		err = ferr
-	case flags&unix.MSG_TRUNC != 0 || n > MaxMessage:
-		err = fmt.Errorf("%w: message exceeds %d bytes", ErrInvalid, MaxMessage)
 	case flags&unix.MSG_CTRUNC != 0:
 		err = fmt.Errorf("%w: more than %d descriptors", ErrInvalid, MaxFiles)
-	default:
-		m, err = decode(b[:n])
 	}
-	if err == nil && len(files) != m.Files+m.Held {
-		err = fmt.Errorf("%w: %s carries %d descriptors, announced %d", ErrInvalid, m.Op, len(files), m.Files+m.Held)
+	if err == nil && len(files) != m.fds() {
+		err = fmt.Errorf("%w: %s carries %d descriptors, announced %d", ErrInvalid, m.Op, len(files), m.fds())
 	}
 	if err != nil {
 		closeFds(files)

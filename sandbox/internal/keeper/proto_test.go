@@ -10,10 +10,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // rawConn speaks the protocol by hand, to send what a Client never would.
@@ -91,12 +94,12 @@ func TestMalformedMessages(t *testing.T) {
 		{"bad key", []byte(`{"op":"forget","seq":6,"key":"../x"}`), "invalid", "does not match"},
 		{"relative path", []byte(`{"op":"spawn","seq":7,"key":"k","path":"sh"}`), "invalid", "not absolute"},
 		{"descriptors announced", []byte(`{"op":"spawn","seq":8,"key":"k","path":"/bin/true","files":3}`), "invalid", "carries 0 descriptors, announced 3"},
-		{"too many descriptors", []byte(`{"op":"spawn","seq":9,"key":"k","path":"/bin/true","held":65}`), "invalid", "descriptors (at most 64)"},
+		{"too many descriptors", []byte(`{"op":"spawn","seq":9,"key":"k","path":"/bin/true","held":129}`), "invalid", "descriptors (at most 128)"},
 		{"meta too large", []byte(`{"op":"annotate","seq":10,"key":"k","meta":"` + strings.Repeat("A", (MaxMeta+3)/3*4+4) + `"}`), "invalid", "meta of"},
 		{"cgroup elsewhere", []byte(`{"op":"spawn","seq":11,"key":"k","path":"/bin/true","cgroups":["/etc"]}`), "invalid", "not below /sys/fs/cgroup"},
 		{"remove outside", []byte(`{"op":"spawn","seq":12,"key":"k","path":"/bin/true","remove":["/tmp/x"]}`), "invalid", "not below"},
 		{"remove the socket", []byte(`{"op":"spawn","seq":13,"key":"k","path":"/bin/true","remove":["` + filepath.Join(dir, SocketName) + `"]}`), "invalid", "not below"},
-		{"too many arguments", []byte(`{"op":"spawn","seq":15,"key":"k","path":"/bin/true","args":[` + strings.Repeat(`"a",`, MaxArgs) + `"a"]}`), "invalid", "arguments and variables (at most 4096)"},
+		{"too many arguments", []byte(`{"op":"spawn","seq":15,"key":"k","path":"/bin/true","args":[` + strings.Repeat(`"a",`, MaxArgs) + `"a"]}`), "invalid", "arguments and variables (at most 8192)"},
 		{"too many paths", []byte(`{"op":"spawn","seq":16,"key":"k","path":"/bin/true","cgroups":[` + strings.Repeat(`"/sys/fs/cgroup/a",`, MaxPaths) + `"/sys/fs/cgroup/a"]}`), "invalid", "(at most 16)"},
 		{"unknown child", []byte(`{"op":"forget","seq":14,"key":"k"}`), "unknown", "no such child"},
 		{"largest message", append([]byte(`{"op":"forget","seq":17,"key":"k"}`), bytes.Repeat([]byte(" "), MaxMessage-34)...), "unknown", "no such child"},
@@ -159,8 +162,8 @@ func TestHello(t *testing.T) {
 		text  string
 	}{
 		{"newer gateway", `{"op":"hello","version":7,"min_version":1,"future":{"x":1}}`, opWelcome, "", ""},
-		{"too new", `{"op":"hello","version":9,"min_version":8}`, opRefuse, "version", "speaks 8..9, this keeper 1..1"},
-		{"too old", `{"op":"hello","version":0}`, opRefuse, "version", "this keeper 1..1"},
+		{"too new", `{"op":"hello","version":9,"min_version":8}`, opRefuse, "version", "speaks 8..9, this keeper 1..2"},
+		{"too old", `{"op":"hello","version":0}`, opRefuse, "version", "this keeper 1..2"},
 		{"no hello", `{"op":"forget","key":"x"}`, opRefuse, "invalid", `first message is "forget"`},
 		{"garbage", `hello`, opRefuse, "invalid", "decode message"},
 	}
@@ -338,4 +341,90 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed %s into %s", enc, enc2)
 		}
 	})
+}
+
+// TestSentFilesStayNonBlocking: the descriptors a spawn hands over keep
+// the caller's *os.File as it was: a non-blocking one stays non-blocking
+// and in the runtime poller (os.File.Fd would switch it, and the shared
+// open file description, to blocking for good).
+func TestSentFilesStayNonBlocking(t *testing.T) {
+	t.Parallel()
+	_, ks := startKeeper(t)
+	c := ks.dial(t)
+	defer c.Detach()
+	r, w, err := os.Pipe() // both ends non-blocking, in the poller
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	null := devNull(t)
+	if _, err := c.Spawn(t.Context(), SpawnRequest{Key: "nb", Path: "/bin/true",
+		Files: []*os.File{null, null, null}, Held: []*os.File{r, w}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*os.File{r, w} {
+		if !isNonblock(t, f) {
+			t.Errorf("%s is blocking after the spawn", f.Name())
+		}
+		if err := f.SetDeadline(time.Now().Add(time.Hour)); err != nil {
+			t.Errorf("%s left the poller: %v", f.Name(), err)
+		}
+	}
+	<-c.Exit("nb")
+	if err := c.Forget("nb"); err != nil {
+		t.Error(err)
+	}
+}
+
+// isNonblock reads O_NONBLOCK of f's open file description without Fd.
+func isNonblock(t *testing.T, f *os.File) bool {
+	t.Helper()
+	raw, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	var ferr error
+	raw.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	return flags&unix.O_NONBLOCK != 0
+}
+
+// TestRecvReusesItsBuffer: receiving a message does not allocate a
+// MaxMessage buffer each time, which was most of a keeper's resident
+// memory per child. Not parallel: it counts the process's allocations.
+func TestRecvReusesItsBuffer(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := make([]*conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "end")
+		nc, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		ends[i] = &conn{c: nc.(*net.UnixConn)}
+	}
+	const n = 100
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		if err := ends[0].send(message{Op: opExit, Key: "k", Status: i}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := ends[1].recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > MaxMessage/4 {
+		t.Errorf("%d bytes allocated per message received, want well below MaxMessage (%d)", per, MaxMessage)
+	}
 }
