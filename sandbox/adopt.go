@@ -88,7 +88,8 @@ func (l *Launcher) Adopt(ctx context.Context, stdio func(key string) (Stdio, boo
 	l.cgGuard.markAdopted()
 	var procs []*Process
 	var errs []error
-	for _, c := range l.keeper.client.Children() {
+	client := l.keeper.conn()
+	for _, c := range client.Children() {
 		proc, err := l.adopt(c)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sandbox: adopt %s: %w", c.Key, err))
@@ -113,12 +114,12 @@ func (l *Launcher) Adopt(ctx context.Context, stdio func(key string) (Stdio, boo
 func (l *Launcher) adopt(c keeper.Child) (*Process, error) {
 	proc, err := l.rebuild(c)
 	if err != nil {
-		child := newKeeperChild(l.keeper, c.Key, c.Pid)
+		child := newKeeperChild(l.keeper, l.keeper.conn(), c.Key, c.Pid)
 		child.kill()
 		closeAll(c.Held)
 		go func() { // the keeper reaps it; then its record can go
 			child.wait()
-			l.keeper.client.Forget(c.Key)
+			child.c.Forget(c.Key)
 		}()
 		return nil, err
 	}
@@ -150,7 +151,7 @@ func (l *Launcher) rebuild(c keeper.Child) (*Process, error) {
 		l: l, policy: m.Policy, argv: m.Argv, bwrapArgs: m.Bwrap, started: m.Started, adopted: true,
 		ctl:    &initControl{f: held[len(held)-1], released: make(chan struct{})},
 		exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{},
-		child: newKeeperChild(l.keeper, c.Key, c.Pid),
+		child: newKeeperChild(l.keeper, l.keeper.conn(), c.Key, c.Pid),
 	}
 	if c.Exited {
 		proc.recorded = m.Exit
@@ -237,7 +238,7 @@ func (l *Launcher) Detach() error {
 		for _, p := range procs {
 			<-p.done
 		}
-		err = l.keeper.client.Detach()
+		err = l.keeper.conn().Detach()
 	})
 	return err
 }

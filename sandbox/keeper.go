@@ -65,9 +65,13 @@ func ServeKeeper(ctx context.Context, cfg Config) error {
 // keeperState is what a launcher with a StateDir keeps of the keeper and
 // of the processes it forked there, by Policy.Key.
 type keeperState struct {
-	client   *keeper.Client
+	dir      string
+	start    func() error
 	detached chan struct{} // closed by Detach
 	once     sync.Once
+
+	cmu    sync.Mutex
+	client *keeper.Client // the current keeper's; replaced once it is lost
 
 	mu    sync.Mutex
 	procs map[string]*Process
@@ -84,7 +88,48 @@ func dialKeeper(dir string, start func() error) (*keeperState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: keeper at %s: %w", ErrUnavailable, dir, err)
 	}
-	return &keeperState{client: c, detached: make(chan struct{}), procs: map[string]*Process{}}, nil
+	return &keeperState{dir: dir, start: start, client: c, detached: make(chan struct{}), procs: map[string]*Process{}}, nil
+}
+
+// conn returns the current keeper's client.
+func (k *keeperState) conn() *keeper.Client {
+	k.cmu.Lock()
+	defer k.cmu.Unlock()
+	return k.client
+}
+
+// forNew returns the client new processes start on. Once the keeper was
+// lost (it died, and its processes with it), it starts and dials a new
+// one: the processes of the old stay lost, new ones start on the new.
+func (k *keeperState) forNew(ctx context.Context) (*keeper.Client, error) {
+	k.cmu.Lock()
+	defer k.cmu.Unlock()
+	select {
+	case <-k.client.Lost():
+	default:
+		return k.client, nil
+	}
+	select {
+	case <-k.detached:
+		return k.client, nil // let go: the next launcher dials its own
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, keeperDialTimeout)
+	defer cancel()
+	c, err := keeper.Dial(ctx, k.dir, k.start)
+	if err != nil {
+		return nil, fmt.Errorf("keeper at %s: %w", k.dir, err)
+	}
+	k.client = c
+	return c, nil
+}
+
+// keeperOf returns the client of the keeper p runs on.
+func (l *Launcher) keeperOf(p *Process) *keeper.Client {
+	if c, ok := p.child.(*keeperChild); ok {
+		return c.c
+	}
+	return l.keeper.conn()
 }
 
 // track registers proc with the keeper's processes; without a keeper it
@@ -105,7 +150,7 @@ func (l *Launcher) forget(p *Process) {
 		return
 	}
 	l.untrack(p)
-	if err := l.keeper.client.Forget(p.policy.Key); err != nil && !errors.Is(err, keeper.ErrLost) {
+	if err := l.keeperOf(p).Forget(p.policy.Key); err != nil && !errors.Is(err, keeper.ErrLost) {
 		l.log.Warn("keeper: forget an execution", "key", p.policy.Key, "err", err)
 	}
 }
@@ -132,7 +177,7 @@ func (l *Launcher) keepExit(p *Process) {
 		return
 	}
 	exit := p.exit
-	if err := l.keeper.client.Annotate(p.policy.Key, p.meta(&exit)); err != nil && !errors.Is(err, keeper.ErrLost) {
+	if err := l.keeperOf(p).Annotate(p.policy.Key, p.meta(&exit)); err != nil && !errors.Is(err, keeper.ErrLost) {
 		l.log.Warn("keeper: keep an exit", "key", p.policy.Key, "err", err)
 	}
 }
@@ -164,7 +209,7 @@ func (p *Process) Release() error {
 	if p.released {
 		return nil
 	}
-	err := p.l.keeper.client.Forget(p.policy.Key)
+	err := p.l.keeperOf(p).Forget(p.policy.Key)
 	if errors.Is(err, keeper.ErrLost) || errors.Is(err, keeper.ErrUnknown) {
 		err = nil // gone with the keeper, or released by the launcher (Adopt)
 	}
@@ -188,7 +233,11 @@ type keeperSpawner struct{ k *keeperState }
 func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, error) {
 	// The client sends the descriptors without os.File.Fd: req.held, read
 	// through the poller, stays non-blocking.
-	pid, err := s.k.client.Spawn(ctx, keeper.SpawnRequest{
+	c, err := s.k.forNew(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: start bwrap through the keeper: %w", ErrUnavailable, err)
+	}
+	pid, err := c.Spawn(ctx, keeper.SpawnRequest{
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
 		Files: req.files, Held: req.held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
 	})
@@ -198,7 +247,7 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 	case err != nil:
 		return nil, fmt.Errorf("%w: start bwrap through the keeper: %w", ErrUnavailable, err)
 	}
-	return newKeeperChild(s.k, req.key, pid), nil
+	return newKeeperChild(s.k, c, req.key, pid), nil
 }
 
 // keeperChild is bwrap as the keeper's child. A pidfd, opened while bwrap
@@ -206,6 +255,7 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 // while the keeper had not reaped it, keeps kill from reaching a reused pid.
 type keeperChild struct {
 	k    *keeperState
+	c    *keeper.Client // of the keeper it runs on
 	key  string
 	p    int
 	exit <-chan unix.WaitStatus
@@ -214,12 +264,12 @@ type keeperChild struct {
 	pidfd int // -1 once closed or when unavailable
 }
 
-func newKeeperChild(k *keeperState, key string, pid int) *keeperChild {
+func newKeeperChild(k *keeperState, c *keeper.Client, key string, pid int) *keeperChild {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		fd = -1
 	}
-	return &keeperChild{k: k, key: key, p: pid, exit: k.client.Exit(key), pidfd: fd}
+	return &keeperChild{k: k, c: c, key: key, p: pid, exit: c.Exit(key), pidfd: fd}
 }
 
 func (c *keeperChild) pid() int { return c.p }

@@ -218,6 +218,7 @@ func (l *Launcher) probeRun(ctx context.Context) (string, Exit, error) {
 		return "", Exit{}, err
 	}
 	exit := proc.Wait()
+	proc.Release() // nobody else records it
 	if !exit.Success() {
 		return stdout.String(), exit, fmt.Errorf("probe command %s: stdout %q, stderr %q", exit, stdout.String(), stderr.String())
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -117,7 +118,9 @@ func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File)
 	if proc.cg != nil {
 		req.cgroups = proc.cg.Dirs()
 	}
-	req.remove = []string{l.executionDir(proc.policy.Key)}
+	dir := l.executionDir(proc.policy.Key)
+	// record.json stays: a server started later answers gone, not not_found.
+	req.remove = []string{filepath.Join(dir, "ring"), filepath.Join(dir, "input"), filepath.Join(dir, "screen")}
 	proc.started = time.Now()
 	req.meta = proc.meta(nil)
 	return req

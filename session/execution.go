@@ -194,6 +194,13 @@ func (e *execution) run(proc Process) {
 		return // the next supervisor finishes it, and writes what input is left
 	}
 	e.finish(exit)
+	// Recorded: the sandbox may now forget the exit. Until then, a
+	// supervisor started after a crash is handed it again.
+	if r, ok := proc.(interface{ Release() error }); ok {
+		if err := r.Release(); err != nil {
+			e.s.log.Warn("release the ended process", "execution", e.key.id, "err", err)
+		}
+	}
 }
 
 // stop asks the process to end: SIGTERM, then SIGKILL after the grace

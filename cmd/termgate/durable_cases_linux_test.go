@@ -369,7 +369,8 @@ func TestNoGatewayReturns(t *testing.T) {
 		return st == "" || st == "Z"
 	})
 	if left := n.leftovers(append(bwraps, keepers...), leftAll); len(left) > 0 {
-		t.Errorf("left after the orphan grace:\n%s", strings.Join(left, "\n"))
+		kl, _ := os.ReadFile(filepath.Join(n.state, "keeper.log"))
+		t.Errorf("left after the orphan grace:\n%s\nthe keeper's log:\n%s", strings.Join(left, "\n"), kl)
 	}
 	t.Logf("the state directory after the grace: %v", n.stateFiles())
 	kept, _ := os.ReadFile(filepath.Join(n.state, "keeper.log"))

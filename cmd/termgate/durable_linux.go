@@ -78,9 +78,14 @@ type keeperCleanup struct {
 // keeper ended. A server running meanwhile holds the locks, and then
 // nothing is touched.
 func (c keeperCleanup) run(log *slog.Logger) {
+	// The keeper runs with an empty environment, which its children got;
+	// now that it has none, the tools are looked up in the system's path.
+	os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	if c.CgroupParent != "" {
 		l, err := sandbox.NewLauncher(sandbox.Config{CgroupParent: c.CgroupParent, Logger: log})
-		if err == nil {
+		if err != nil {
+			log.Info("cgroups left as they are", "err", err)
+		} else {
 			swept, err := l.SweepCgroups()
 			if err == nil {
 				log.Info("removed the cgroups a server left", "removed", len(swept.Removed), "killed", swept.Killed)

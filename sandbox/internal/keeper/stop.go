@@ -64,15 +64,23 @@ func (k *keeper) signalAll(list []*child, sig unix.Signal) {
 	for _, ch := range list {
 		k.mu.Lock()
 		alive := !ch.exited // a zombie keeps its pid, and so its session id
-		if alive {
+		if alive && sig == unix.SIGKILL {
 			unix.Kill(-ch.pid, sig)
 		}
 		k.mu.Unlock()
 		if alive {
 			k.log.Info("signalled", "key", ch.key, "pid", ch.pid, "signal", sig.String())
 		}
+		spare := map[int]bool{ch.pid: true}
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(ch.pid) + "/task/" + strconv.Itoa(ch.pid) + "/children"); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					spare[pid] = true
+				}
+			}
+		}
 		for _, cg := range ch.cgroups {
-			if n := signalCgroup(cg, sig); n > 0 {
+			if n := signalCgroupSparing(cg, sig, spare); n > 0 {
 				k.log.Info("signalled cgroup", "key", ch.key, "cgroup", cg, "signal", sig.String(), "processes", n)
 			}
 		}
@@ -170,7 +178,9 @@ func members(dir string) []int {
 // signalCgroup signals every process in dir and below and returns how
 // many it found. SIGKILL goes through cgroup.kill where present, which
 // also catches processes forked meanwhile.
-func signalCgroup(dir string, sig unix.Signal) int {
+func signalCgroup(dir string, sig unix.Signal) int { return signalCgroupSparing(dir, sig, nil) }
+
+func signalCgroupSparing(dir string, sig unix.Signal, spare map[int]bool) int {
 	pids := members(dir)
 	if sig == unix.SIGKILL {
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
@@ -178,7 +188,9 @@ func signalCgroup(dir string, sig unix.Signal) int {
 		}
 	}
 	for _, pid := range pids {
-		unix.Kill(pid, sig)
+		if !spare[pid] || sig == unix.SIGKILL {
+			unix.Kill(pid, sig)
+		}
 	}
 	return len(pids)
 }
