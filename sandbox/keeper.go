@@ -240,6 +240,7 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 	pid, err := c.Spawn(ctx, keeper.SpawnRequest{
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
 		Files: req.files, Held: req.held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
+		Supervised: true, // bwrap and its pid 1: SIGTERM goes to the command
 	})
 	switch {
 	case errors.Is(err, keeper.ErrExists):

@@ -36,7 +36,12 @@ type SpawnRequest struct {
 	Held    []*os.File          // kept by the keeper, handed back on adoption (PTY master, pipe parent ends, init control); the caller's stay as they are
 	Cgroups []string            // cgroup directories (below /sys/fs/cgroup) the keeper kills and removes when it stops an orphan
 	Remove  []string            // paths below the keeper's Dir it removes after that (the execution's state directory)
-	Meta    []byte              // opaque, at most MaxMeta bytes, handed back on adoption; replaced by Annotate
+	// Supervised says the child and its own children supervise what
+	// runs below them (bwrap and its pid 1): stopping an orphan sends
+	// SIGTERM past them, to the processes they run, so that those end as
+	// on a cancel; SIGKILL then reaches everything.
+	Supervised bool
+	Meta       []byte // opaque, at most MaxMeta bytes, handed back on adoption; replaced by Annotate
 }
 
 // Child is a process the keeper had when the client connected.
@@ -316,7 +321,7 @@ func (c *Client) abandon(seq uint64) {
 // the next connection's Children.
 func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (pid int, err error) {
 	m := message{Op: opSpawn, Key: req.Key, Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir,
-		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Meta: req.Meta}
+		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Supervised: req.Supervised, Meta: req.Meta}
 	if req.Cred != nil {
 		m.Cred = &credential{Uid: req.Cred.Uid, Gid: req.Cred.Gid, Groups: req.Cred.Groups, NoSetGroups: req.Cred.NoSetGroups}
 	}

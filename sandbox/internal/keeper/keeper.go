@@ -103,6 +103,7 @@ type child struct {
 	held    []int // descriptors kept for the gateway
 	cgroups []string
 	remove  []string
+	super   bool // SpawnRequest.Supervised
 	meta    []byte
 	exited  bool
 	status  unix.WaitStatus
@@ -463,7 +464,7 @@ func (k *keeper) spawn(s *session, m *message, files []int) (int, error) {
 		k.release(m.Key)
 		return 0, err
 	}
-	ch := &child{key: m.Key, pid: pid, held: held, cgroups: m.Cgroups, remove: m.Remove,
+	ch := &child{key: m.Key, pid: pid, held: held, cgroups: m.Cgroups, remove: m.Remove, super: m.Supervised,
 		meta: m.Meta, reaped: make(chan struct{})}
 	k.mu.Lock()
 	k.children[m.Key] = ch

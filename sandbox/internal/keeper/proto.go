@@ -97,6 +97,7 @@ type message struct {
 	Argc       int         `json:"argc,omitempty"`      // with ArgsFile: how many of its entries are Args
 	Cgroups    []string    `json:"cgroups,omitempty"`
 	Remove     []string    `json:"remove,omitempty"`
+	Supervised bool        `json:"supervised,omitempty"` // see SpawnRequest.Supervised
 	Meta       []byte      `json:"meta,omitempty"`
 	Exited     bool        `json:"exited,omitempty"`
 	Status     int         `json:"status,omitempty"` // unix.WaitStatus

@@ -60,24 +60,22 @@ func (k *keeper) stopAll(reason string) {
 
 // signalAll sends sig to each running child's session and to every
 // process in its cgroups; SIGKILL uses cgroup.kill where the kernel has it.
+// A supervised child's SIGTERM goes past it and its own children to the
+// processes they run (SpawnRequest.Supervised).
 func (k *keeper) signalAll(list []*child, sig unix.Signal) {
 	for _, ch := range list {
 		k.mu.Lock()
 		alive := !ch.exited // a zombie keeps its pid, and so its session id
-		if alive && sig == unix.SIGKILL {
+		if alive && (sig == unix.SIGKILL || !ch.super) {
 			unix.Kill(-ch.pid, sig)
 		}
 		k.mu.Unlock()
 		if alive {
 			k.log.Info("signalled", "key", ch.key, "pid", ch.pid, "signal", sig.String())
 		}
-		spare := map[int]bool{ch.pid: true}
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(ch.pid) + "/task/" + strconv.Itoa(ch.pid) + "/children"); err == nil {
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					spare[pid] = true
-				}
-			}
+		var spare map[int]bool
+		if ch.super {
+			spare = supervisors(ch.pid)
 		}
 		for _, cg := range ch.cgroups {
 			if n := signalCgroupSparing(cg, sig, spare); n > 0 {
@@ -85,6 +83,18 @@ func (k *keeper) signalAll(list []*child, sig unix.Signal) {
 			}
 		}
 	}
+}
+
+// supervisors returns pid and its children.
+func supervisors(pid int) map[int]bool {
+	spare := map[int]bool{pid: true}
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			spare[n] = true
+		}
+	}
+	return spare
 }
 
 // settled waits up to budget for every child to be reaped and its
