@@ -16,6 +16,7 @@ import (
 
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 )
 
@@ -61,7 +62,8 @@ func durableSession(b *testing.B) (session.Config, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond, CgroupParent: gatewayCgroups, StateDir: dir,
+	parent := sandboxtest.SharedCgroupParent("gateway-durable")
+	l, err := sandbox.NewLauncher(sandbox.Config{KillGrace: 500 * time.Millisecond, CgroupParent: parent, StateDir: dir,
 		StartKeeper: func() error {
 			cmd := exec.Command(os.Args[0])
 			cmd.Env = append(os.Environ(), envKeeperDir+"=start:"+dir)
@@ -85,6 +87,7 @@ func durableSession(b *testing.B) (session.Config, string) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		os.RemoveAll(dir)
+		sandboxtest.RemoveCgroupParent(parent)
 	})
 	return session.Config{Launcher: session.SandboxLauncher(l), StateDir: dir}, dir
 }
