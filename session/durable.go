@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -139,30 +140,21 @@ func readRecord(dir string) (*record, error) {
 		return nil, err
 	}
 	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	if err == nil && len(b) > maxRecord {
+		err = fmt.Errorf("larger than %d bytes", maxRecord)
+	}
 	var rec record
-	dec := json.NewDecoder(&limitedReader{f, maxRecord})
-	if err := dec.Decode(&rec); err != nil {
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("session: read record in %s: %w", dir, err)
 	}
 	if rec.Version != recordVersion {
 		return nil, fmt.Errorf("session: record in %s has version %d, this termgate reads %d", dir, rec.Version, recordVersion)
 	}
 	return &rec, nil
-}
-
-type limitedReader struct {
-	f *os.File
-	n int64
-}
-
-func (r *limitedReader) Read(p []byte) (int, error) {
-	if r.n <= 0 {
-		return 0, errors.New("record larger than 1 MiB")
-	}
-	p = p[:min(int64(len(p)), r.n)]
-	n, err := r.f.Read(p)
-	r.n -= int64(n)
-	return n, err
 }
 
 // mapFile maps the file name in dir, created with size bytes when create,

@@ -1,6 +1,7 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -302,4 +303,49 @@ func firstDir(t *testing.T, dir string) string {
 		t.Fatalf("executions: %v %v", ents, err)
 	}
 	return ents[0].Name()
+}
+
+// TestRestoreDropsUnreadableRecords: a record over the size bound, of
+// another version, or not JSON is dropped with its directory, and the
+// rest restores.
+func TestRestoreDropsUnreadableRecords(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if _, err := New(Config{Launcher: &sessiontest.Launcher{}, StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	// A record at the bound would restore (a tombstone: it has no ring);
+	// one byte over it is dropped.
+	padded := func(id string, size int) []byte {
+		b := []byte(`{"version":1,"owner":"t","id":"` + id + `","gone":"` + time.Now().Format(time.RFC3339) + `","fingerprint":"`)
+		b = append(b, bytes.Repeat([]byte("a"), size-len(b)-2)...)
+		return append(b, `"}`...)
+	}
+	at := filepath.Join(dir, "executions", DirKey("t", "at-bound"))
+	os.Mkdir(at, 0o700)
+	os.WriteFile(filepath.Join(at, "record.json"), padded("at-bound", 1<<20), 0o600)
+	bad := map[string][]byte{
+		DirKey("t", "big"): padded("big", 1<<20+1),
+		"xversion":         []byte(`{"version":99}`),
+		"xgarbage":         []byte(`not json`),
+	}
+	for name, b := range bad {
+		d := filepath.Join(dir, "executions", name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "record.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newDurable(t, &sessiontest.Launcher{}, dir)
+	defer s.Close(context.Background())
+	if n, err := s.Restore(t.Context()); err != nil || n != (Restored{Gone: 1}) {
+		t.Fatalf("restore: %+v, %v; want the record at the bound kept as a tombstone, nothing else", n, err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(dir, "executions")); len(left) != 1 {
+		t.Fatalf("left %d directories, want the unreadable ones dropped", len(left))
+	}
+	if _, err := s.Get("t", "at-bound"); !errors.Is(err, ErrGone) {
+		t.Fatalf("the record at the bound: %v, want ErrGone", err)
+	}
 }

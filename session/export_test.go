@@ -27,3 +27,6 @@ func SetNewTerminal(f func(rows, cols, scrollback int) Terminal) (restore func()
 	newTerminal = func(rows, cols, scrollback int) terminal { return f(rows, cols, scrollback) }
 	return func() { newTerminal = old }
 }
+
+// DirKey names the state directory of owner's execution id.
+func DirKey(owner, id string) string { return dirKey(key{owner, id}) }
