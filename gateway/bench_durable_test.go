@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -187,20 +186,7 @@ func benchIdle(b *testing.B, e *testEnv, dir string, n int) {
 	time.Sleep(time.Second)
 	keeper := keeperPid(dir)
 	before, keeperBefore, filesBefore := memUse(), rssKiB(keeper), diskKiB(dir)
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := e.dial(b, e.token(b, "bench", allScopes...))
-			defer c.close()
-			for i := w; i < n; i += 4 {
-				c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("idle-", i), PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
-				c.expect(b, wire.MsgStarted)
-			}
-		}()
-	}
-	wg.Wait()
+	startIdleShells(b, e, n, 4)
 	time.Sleep(2 * time.Second) // let every shell reach its prompt
 	b.ReportMetric(float64(memUse()-before)/float64(n)/1024, "server-KiB/execution")
 	if dir != "" {

@@ -320,7 +320,7 @@ func BenchmarkIdlePTYExecutions(b *testing.B) {
 	e := newEnv(b, func(c *Config) {
 		c.StartsPerMinute, c.MaxConnsPerSubject = 1<<20, 64
 		sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(needLauncher(b)),
-			MaxRunning: 2 * n, MaxRunningPerOwner: 2 * n, MaxRetained: 2 * n})
+			MaxRunning: 2 * n, MaxRunningPerOwner: 2 * n, MaxRetained: 2 * n, MaxRetainedPerOwner: 2 * n})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -330,21 +330,8 @@ func BenchmarkIdlePTYExecutions(b *testing.B) {
 	for b.Loop() {
 		before := memUse()
 		threadsBefore := threads()
-		var wg sync.WaitGroup
 		start := time.Now()
-		for w := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := e.dial(b, e.token(b, "bench", allScopes...))
-				defer c.close()
-				for i := w; i < n; i += 8 {
-					c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("idle-", i), PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
-					c.expect(b, wire.MsgStarted)
-				}
-			}()
-		}
-		wg.Wait()
+		startIdleShells(b, e, n, 8)
 		elapsed := time.Since(start)
 		time.Sleep(2 * time.Second) // let every shell reach its prompt
 		after := memUse()
@@ -355,6 +342,25 @@ func BenchmarkIdlePTYExecutions(b *testing.B) {
 		e.srv.cfg.Supervisor.Close(ctx)
 		cancel()
 	}
+}
+
+// startIdleShells starts n idle PTY shells, idle-0 to idle-(n-1), from
+// workers connections at once.
+func startIdleShells(b *testing.B, e *testEnv, n, workers int) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := e.dial(b, e.token(b, "bench", allScopes...))
+			defer c.close()
+			for i := w; i < n; i += workers {
+				c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("idle-", i), PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
+				c.expect(b, wire.MsgStarted)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // memUse is the Go heap in use plus goroutine stacks.
