@@ -66,8 +66,8 @@ func commands() []command {
 			flags: serveFlagSet,
 			values: map[string]completes{
 				"network": oneOf("none", "host"), "proc": oneOf("auto", "none", "private"),
-				"log-level": oneOf("debug", "info", "warn", "error"),
-				"tls-cert":  aFile, "tls-key": aFile, "jwt-secret-file": aFile, "jwt-public-key": aFile,
+				"log-level": oneOf("debug", "info", "warn", "error"), "log-format": oneOf("json", "text"),
+				"tls-cert": aFile, "tls-key": aFile, "jwt-secret-file": aFile, "jwt-public-key": aFile,
 				"workspace-root": aDir,
 			},
 		},

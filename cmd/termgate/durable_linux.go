@@ -40,9 +40,6 @@ func resolveStateDir(asked string) (string, error) {
 	case "":
 		asked = defaultStateDir()
 	}
-	if !filepath.IsAbs(asked) {
-		return "", usageError{fmt.Errorf("serve: --state-dir %q: want an absolute path, or none", asked)}
-	}
 	if err := os.Mkdir(asked, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("serve: --state-dir: %w", err)
 	}

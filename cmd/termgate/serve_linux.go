@@ -34,6 +34,7 @@ type serveOptions struct {
 	secretFile, issuer, audience  string
 	tenantClaim, workspaceRoot    string
 	defaultCommand, logLevel      string
+	logFormat                     string
 	publicKeys, origins, commands []string
 	dev, queryToken               bool
 	sandbox                       sandbox.Config
@@ -181,6 +182,7 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.str(&o.stateDir, "state-dir", "", "directory of the executions' state, best on tmpfs: they outlive a restart or crash of the server (default $XDG_RUNTIME_DIR/termgate, /run/termgate when /run is tmpfs, else /dev/shm/termgate-UID; none: executions end with the server)")
 	e.duration(&o.orphanGrace, "orphan-grace", defaultOrphanGrace, "how long executions outlive a server that does not come back, before they are stopped as a cancel would")
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	e.str(&o.logFormat, "log-format", "json", "json (one object per line) or text (key=value)")
 	return e
 }
 
@@ -388,6 +390,10 @@ func (o *serveOptions) check() error {
 		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
 	case o.policy.InteractiveTimeout <= 0 || o.policy.IdleTimeout <= 0 || o.timeoutWarning < 0:
 		return usageError{errors.New("serve: --interactive-timeout and --interactive-idle-timeout must be positive, --timeout-warning not negative")}
+	case o.stateDir != "" && o.stateDir != "none" && !filepath.IsAbs(o.stateDir):
+		return usageError{fmt.Errorf("serve: --state-dir %q: want an absolute path, or none", o.stateDir)}
+	case o.logFormat != "json" && o.logFormat != "text":
+		return usageError{fmt.Errorf("serve: --log-format: want json or text, got %q", o.logFormat)}
 	case o.orphanGrace < time.Second || o.orphanGrace > 24*time.Hour:
 		return usageError{fmt.Errorf("serve: --orphan-grace %v: want 1s to 24h", o.orphanGrace)}
 	case o.policy.InteractiveTimeout > o.policy.MaxTimeout:
@@ -404,12 +410,22 @@ func (o *serveOptions) check() error {
 	return nil
 }
 
-func newLevelLogger(w io.Writer, level string) (*slog.Logger, error) {
+// newLevelLogger returns serve's logger: JSON or text lines at level and
+// above. Both handlers escape control characters, so a value cannot
+// forge a line.
+func newLevelLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageError{fmt.Errorf("serve: --log-level: %w", err)}
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, usageError{fmt.Errorf("serve: --log-format: want json or text, got %q", format)}
 }
 
 // runServe runs the gateway until ctx ends (SIGTERM, SIGINT), then stops
@@ -420,7 +436,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log, err := newLevelLogger(stderr, o.logLevel)
+	log, err := newLevelLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err
 	}

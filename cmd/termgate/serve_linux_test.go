@@ -135,6 +135,10 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--tls-cert", "c", "--dev"},
 		{"serve", "--max-channels", "0", "--dev"},
 		{"serve", "extra"},
+		{"serve", "--log-format", "xml", "--dev"},
+		{"serve", "--state-dir", "relative/dir", "--dev"},
+		{"serve", "--orphan-grace", "0s", "--dev"},
+		{"serve", "--orphan-grace", "25h", "--dev"},
 	} {
 		code, _, stderr := runCLI(t, "", args...)
 		if code != 2 || stderr == "" {
@@ -590,5 +594,26 @@ func TestRoutesShareOneGatewayHandler(t *testing.T) {
 	}
 	if strings.Join(gw, " ") != "/v1/connect /v1/executions /healthz /readyz" || strings.Join(terminal, " ") != "/ /assets/x.js" {
 		t.Errorf("gateway got %q, terminal %q", gw, terminal)
+	}
+}
+
+// TestLogFormats: both formats write one line per record, with control
+// characters in a value escaped, never a line a value could forge.
+func TestLogFormats(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "text"} {
+		var b bytes.Buffer
+		log, err := newLevelLogger(&b, "info", format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("execution started", "command", "evil\n{\"msg\":\"forged\"}\x1b[2J")
+		out := b.String()
+		if strings.Count(out, "\n") != 1 || strings.Contains(out, "\x1b") {
+			t.Errorf("%s: %q: want one line, the escape and newline escaped", format, out)
+		}
+	}
+	if _, err := newLevelLogger(io.Discard, "info", "xml"); err == nil {
+		t.Error("format xml accepted")
 	}
 }
