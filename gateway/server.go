@@ -255,6 +255,13 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	// Full: a load balancer sends new work elsewhere. The sandbox's self
+	// check ran before the server listened: serve does not start without it.
+	if st, max := s.cfg.Supervisor.Stats(), s.cfg.Supervisor.Config().MaxRunning; st.Running >= max {
+		s.retryAfter(w)
+		http.Error(w, fmt.Sprintf("at capacity: %d of %d executions running", st.Running, max), http.StatusServiceUnavailable)
+		return
+	}
 	w.Write([]byte("ok\n"))
 }
 
