@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -45,6 +46,10 @@ type conn struct {
 
 	closeOnce    sync.Once
 	closeStarted chan struct{} // closed when close was called
+	closeCode    atomic.Int32  // the code this side closed with, once it did
+	started      time.Time
+	bytesIn      atomic.Uint64 // message bytes read
+	bytesOut     atomic.Uint64 // message bytes written
 	closed       chan struct{} // closed when a close handshake we started ended
 }
 
@@ -59,6 +64,7 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}, wake: make(chan struct{}, 1)},
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
+		started:      time.Now(),
 	}
 }
 
@@ -80,7 +86,12 @@ func (c *conn) serve() {
 	c.pumps.Wait()
 	helpers.Wait()
 	c.ws.CloseNow()
-	c.log.Info("disconnected", "err", err)
+	code := int(c.closeCode.Load())
+	if code == 0 {
+		code = int(websocket.CloseStatus(err)) // the client's, or -1 when none was sent
+	}
+	c.log.Info("disconnected", "close_code", code, "duration", time.Since(c.started).Seconds(),
+		"bytes_in", c.bytesIn.Load(), "bytes_out", c.bytesOut.Load(), "err", err)
 }
 
 // readLoop is the connection's only reader: one long-lived Read per
@@ -91,6 +102,7 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			return err
 		}
+		c.bytesIn.Add(uint64(len(b)))
 		if c.closing() {
 			continue // a close handshake is under way: drain, act on nothing
 		}
@@ -167,6 +179,7 @@ func (c *conn) closing() bool {
 func (c *conn) close(code websocket.StatusCode, reason string) {
 	c.closeOnce.Do(func() {
 		close(c.closeStarted)
+		c.closeCode.Store(int32(code))
 		c.log.Info("closing", "code", int(code), "reason", reason)
 		go func() {
 			defer close(c.closed)
@@ -226,6 +239,7 @@ func (c *conn) writeControl() bool {
 func (c *conn) write(typ websocket.MessageType, b []byte) bool {
 	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
 	defer cancel()
+	c.bytesOut.Add(uint64(len(b)))
 	if err := c.ws.Write(ctx, typ, b); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			c.close(websocket.StatusTryAgainLater, "client too slow")
