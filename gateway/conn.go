@@ -48,6 +48,7 @@ type conn struct {
 	closeStarted chan struct{} // closed when close was called
 	closeCode    atomic.Int32  // the code this side closed with, once it did
 	started      time.Time
+	remote       string        // the client's address
 	bytesIn      atomic.Uint64 // message bytes read
 	bytesOut     atomic.Uint64 // message bytes written
 	closed       chan struct{} // closed when a close handshake we started ended
@@ -58,6 +59,7 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 	return &conn{
 		s: s, ws: ws, ctx: ctx, cancel: cancel, claims: claims,
 		log:          s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
+		remote:       remote,
 		channels:     map[uint32]*channel{},
 		control:      make(chan wire.Message, controlQueue),
 		ready:        make(chan *channel, s.cfg.MaxChannels),

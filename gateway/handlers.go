@@ -73,7 +73,8 @@ func (c *conn) start(req wire.Request) {
 		c.failErr(req, 0, err)
 		return
 	}
-	info, err := c.s.cfg.Supervisor.Start(c.ctx, claims.Tenant, req.ID, spec)
+	who := session.WithLogAttrs(c.ctx, "subject", claims.Subject, "remote_addr", c.remote)
+	info, err := c.s.cfg.Supervisor.Start(who, claims.Tenant, req.ID, spec)
 	if err != nil {
 		c.failErr(req, 0, err)
 		return

@@ -265,7 +265,8 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 	if a.exists(c.Tenant, req.ID) {
 		status = http.StatusOK
 	}
-	info, err := a.s.cfg.Supervisor.Start(r.Context(), c.Tenant, req.ID, spec)
+	who := session.WithLogAttrs(r.Context(), "subject", c.Subject, "remote_addr", r.RemoteAddr)
+	info, err := a.s.cfg.Supervisor.Start(who, c.Tenant, req.ID, spec)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ type execution struct {
 	launchErr   error         // set before launched closes when the sandbox refused the spec
 	done        chan struct{} // closed once the result is final
 	dir         string        // the state directory of a durable execution (durable.go)
+	logAttrs    []any         // of its lifecycle log lines: which, whose, what program, who started it
 
 	mu        sync.Mutex
 	proc      Process
@@ -46,7 +47,8 @@ type execution struct {
 
 func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) (*execution, error) {
 	e := &execution{
-		s: s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
+		logAttrs: baseLogAttrs(k, spec),
+		s:        s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
 		stdout:   newHeadTail(spec.OutputBudget),
 		stderr:   newHeadTail(spec.OutputBudget),
 		in:       newInputQueue(s.cfg.InputBuffer),
@@ -146,7 +148,7 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 	e.mu.Unlock()
 	close(e.launched)
 	go e.run(proc)
-	s.log.Info("execution started", "execution", e.key.id, "tenant", e.key.owner)
+	s.log.Info("execution started", e.logAttrs...)
 	return e.info(), nil
 }
 
@@ -170,7 +172,7 @@ func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 		close(e.done)
 		return Info{}, err
 	}
-	s.log.Error("execution failed to start", "execution", e.key.id, "tenant", e.key.owner, "err", err)
+	s.log.Error("execution failed to start", append(e.logAttrs, "err", err)...)
 	close(e.launched)
 	e.finish(sandbox.Exit{Code: -1, SetupError: err.Error(), Started: e.started})
 	return e.info(), nil
@@ -256,8 +258,8 @@ func (e *execution) finish(exit sandbox.Exit) {
 	}})
 	e.s.settled(e, status)
 	e.record()
-	e.s.log.Info("execution ended", "execution", e.key.id, "tenant", e.key.owner,
-		"status", status, "exit_code", exit.Code, "signal", res.Signal)
+	e.s.log.Info("execution ended", append(e.logAttrs, "status", status, "reason", ringReason, "exit_code", exit.Code,
+		"signal", res.Signal, "duration", res.Duration.Seconds(), "stdout_bytes", res.Stdout.Original, "stderr_bytes", res.Stderr.Original)...)
 	e.startRetention()
 	close(e.done)
 }
@@ -548,4 +550,15 @@ func (s *Supervisor) Wait(ctx context.Context, owner, id string, after uint64, t
 		return Info{}, err
 	}
 	return e.info(), nil
+}
+
+// baseLogAttrs are the attributes of every lifecycle line of an execution:
+// its ID, tenant and program (the program alone: arguments may hold
+// secrets).
+func baseLogAttrs(k key, spec Spec) []any {
+	a := []any{"execution", k.id, "tenant", k.owner}
+	if len(spec.Policy.Command) > 0 {
+		a = append(a, "command", spec.Policy.Command[0])
+	}
+	return a
 }

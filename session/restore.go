@@ -174,7 +174,7 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 	k := key{rec.Owner, rec.ID}
 	e := &execution{
 		s: s, key: k, spec: spec, fingerprint: rec.Fingerprint, incarnation: rec.Incarnation,
-		dir: dir, ring: ring, started: rec.Started,
+		dir: dir, ring: ring, started: rec.Started, logAttrs: baseLogAttrs(k, spec),
 		stdout: newHeadTail(spec.OutputBudget), stderr: newHeadTail(spec.OutputBudget),
 		in:       newInputQueue(s.cfg.InputBuffer),
 		launched: make(chan struct{}), done: make(chan struct{}),
@@ -262,7 +262,7 @@ func (s *Supervisor) adopt(ctx context.Context, byKey map[string]*execution, n *
 		close(e.launched)
 		go e.run(p)
 		n.Running++
-		s.log.Info("execution adopted", "execution", e.key.id, "tenant", e.key.owner)
+		s.log.Info("execution adopted", e.logAttrs...)
 	}
 	return nil
 }

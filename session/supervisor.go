@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,7 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 		return Info{}, err
 	}
 	if created {
+		e.logAttrs = slices.Clip(append(e.logAttrs, logAttrs(ctx)...))
 		return s.launch(e)
 	}
 	select {
