@@ -125,7 +125,11 @@ func TestMetricsMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tok := range []string{"not-a-jwt", "", forged, e.token(t, "acme")} {
+	expired, err := e.authn.Mint(auth.Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{auth.ScopeAttach: true}, IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"not-a-jwt", "", forged, expired, e.token(t, "acme")} {
 		if _, resp, err := e.dialRaw(tok, nil); err == nil || resp == nil || resp.StatusCode/100 != 4 {
 			t.Fatalf("dial with token %.10q: %v (status %d), want a refusal", tok, err, status(resp))
 		}
@@ -134,6 +138,7 @@ func TestMetricsMove(t *testing.T) {
 		`termgate_auth_failures_total{reason="malformed"}`: 1,
 		`termgate_auth_failures_total{reason="missing"}`:   1,
 		`termgate_auth_failures_total{reason="signature"}`: 1,
+		`termgate_auth_failures_total{reason="expired"}`:   1,
 		`termgate_auth_failures_total{reason="scope"}`:     1,
 	})
 }
