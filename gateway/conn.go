@@ -92,6 +92,7 @@ func (c *conn) serve() {
 	if code == 0 {
 		code = int(websocket.CloseStatus(err)) // the client's, or -1 when none was sent
 	}
+	c.s.metrics.connClosed(code)
 	c.log.Info("disconnected", "close_code", code, "duration", time.Since(c.started).Seconds(),
 		"bytes_in", c.bytesIn.Load(), "bytes_out", c.bytesOut.Load(), "err", err)
 }

@@ -292,6 +292,7 @@ func (c *conn) refuseInput(ch *channel, received uint64, code, msg string) {
 func (c *conn) reauth(req wire.Request) {
 	claims, err := c.s.cfg.Auth.Verify(req.Token)
 	if err != nil {
+		c.s.metrics.authFailed(req.Token, err)
 		c.log.Info("reauth refused", "err", err)
 		c.fail(req, 0, wire.CodeUnauthorized, "token refused")
 		return

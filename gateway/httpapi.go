@@ -102,14 +102,17 @@ func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
 func (a *httpAPI) authorize(r *http.Request, scope string) (auth.Claims, error) {
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
+		a.s.metrics.authFailed("", nil)
 		return auth.Claims{}, errUnauthorized
 	}
 	c, err := a.s.cfg.Auth.Verify(strings.TrimSpace(token))
 	if err != nil {
+		a.s.metrics.authFailed(token, err)
 		a.s.log.Info("api request refused", "remote_addr", r.RemoteAddr, "err", err)
 		return auth.Claims{}, errUnauthorized
 	}
 	if !c.Has(scope) {
+		a.s.metrics.authFailures.WithLabelValues(authScope).Inc()
 		return c, &apiError{wire.CodeForbidden, "the token lacks the " + scope + " scope"}
 	}
 	return c, nil

@@ -139,6 +139,8 @@ type Server struct {
 
 	ownWorkspaces   bool // cfg.Workspaces was opened by NewServer
 	closeWorkspaces sync.Once
+
+	metrics *metrics // served by MetricsHandler (metrics.go)
 }
 
 // NewServer checks cfg and returns a server.
@@ -182,6 +184,7 @@ func NewServer(cfg Config) (*Server, error) {
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
 		ownWorkspaces: own,
+		metrics:       newMetrics(cfg.Supervisor),
 	}, nil
 }
 
@@ -273,13 +276,16 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the termgate.v1 subprotocol is required", http.StatusBadRequest)
 		return
 	}
-	claims, err := s.cfg.Auth.Verify(s.token(r, offered))
+	token := s.token(r, offered)
+	claims, err := s.cfg.Auth.Verify(token)
 	if err != nil {
+		s.metrics.authFailed(token, err)
 		s.log.Info("connection refused", "remote_addr", r.RemoteAddr, "err", err)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
 	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) {
+		s.metrics.authFailures.WithLabelValues(authScope).Inc()
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
@@ -385,6 +391,7 @@ func (s *Server) register(c *conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	s.metrics.connsOpen.Inc()
 	s.wg.Add(1)
 	return true
 }
@@ -392,6 +399,7 @@ func (s *Server) register(c *conn) bool {
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.metrics.connsOpen.Dec()
 	s.mu.Unlock()
 	s.wg.Done()
 }

@@ -51,6 +51,7 @@ type serveOptions struct {
 	fdHeadroom                    int
 	stateDir                      string
 	orphanGrace                   time.Duration
+	metricsListen                 string
 }
 
 // envFlags registers flags whose defaults come from the environment.
@@ -120,6 +121,7 @@ func serveFlags(o *serveOptions) *envFlags {
 	e := &envFlags{fs: newFlagSet("serve")}
 	e.boolean(&o.dev, "dev", false, "development mode: generated secret, state-directory workspaces, prints a ready URL")
 	e.str(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
+	e.str(&o.metricsListen, "metrics-listen", "", "address of a separate listener for Prometheus /metrics and /debug/pprof, for example 127.0.0.1:9464; keep it private (default off)")
 	e.str(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key)")
 	e.str(&o.tlsKey, "tls-key", "", "TLS key file")
 	e.str(&o.secretFile, "jwt-secret-file", "", "file holding the HS256 secret (at least 32 bytes)")
@@ -464,12 +466,52 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		g.sup.Detach(context.Background())
 		return err
 	}
+	mln, err := o.listenMetrics()
+	if err != nil {
+		ln.Close()
+		g.sup.Detach(context.Background())
+		return err
+	}
 	if o.dev {
 		if err := o.printDevURL(stdout, g.authn, ln.Addr().String()); err != nil {
 			return err
 		}
 	}
-	return g.serve(ctx, ln, o, log)
+	return g.serve(ctx, ln, mln, o, log)
+}
+
+// listenMetrics opens --metrics-listen; nil when it is off.
+func (o *serveOptions) listenMetrics() (net.Listener, error) {
+	if o.metricsListen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", o.metricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --metrics-listen: %w", err)
+	}
+	return ln, nil
+}
+
+// serveMetrics serves the gateway's metrics and pprof on mln, a listener
+// of their own, until the returned stop is called (after the server
+// stopped: a drain can be watched). A nil mln serves nothing.
+func (g *gatewayParts) serveMetrics(mln net.Listener, o *serveOptions, log *slog.Logger) (stop func()) {
+	if mln == nil {
+		return func() {}
+	}
+	hs := &http.Server{
+		Handler: g.srv.MetricsHandler(), ReadHeaderTimeout: o.headerTimeout, IdleTimeout: o.idleTimeout,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics listener", "err", err)
+		}
+	}()
+	log.Info("metrics listening", "addr", mln.Addr().String())
+	return func() { hs.Close(); <-done }
 }
 
 // gatewayParts are the wired components of a running server.
@@ -620,7 +662,8 @@ func routes(gw, terminal http.Handler) *http.ServeMux {
 	return mux
 }
 
-func (g *gatewayParts) serve(ctx context.Context, ln net.Listener, o *serveOptions, log *slog.Logger) error {
+func (g *gatewayParts) serve(ctx context.Context, ln, mln net.Listener, o *serveOptions, log *slog.Logger) error {
+	defer g.serveMetrics(mln, o, log)()
 	mux := routes(g.srv.Handler(), web.Handler())
 	// Requests derive from base, which shutdown cancels: long polls end
 	// at once instead of holding the shutdown for up to a minute.
