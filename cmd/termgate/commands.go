@@ -195,8 +195,12 @@ func commands() []command {
 			name: "version", summary: "print the version and commit (also --version)",
 			examples: []string{"termgate version", "termgate --version"},
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
-				if err := parseFlags(newFlagSet("version"), args); err != nil {
+				fs := newFlagSet("version")
+				if err := parseFlags(fs, args); err != nil {
 					return err
+				}
+				if fs.NArg() > 0 {
+					return usageError{fmt.Errorf("version: unexpected argument %q", fs.Arg(0))}
 				}
 				printVersion(stdout)
 				return nil
