@@ -55,11 +55,12 @@ func runManifestSystemd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !hasFlag(serveArgs, "state-dir") {
-		serveArgs = append([]string{"--state-dir", defaultUnitStateDir}, serveArgs...)
-	}
-	if err := checkServeArgs(serveArgs); err != nil {
+	stateDir, err := checkServeArgs(serveArgs)
+	if err != nil {
 		return err
+	}
+	if !stateDir {
+		serveArgs = append([]string{"--state-dir", defaultUnitStateDir}, serveArgs...)
 	}
 	unit, err := systemdUnit(binary, serveArgs)
 	if err != nil {
@@ -85,21 +86,6 @@ func splitBinary(args []string) (string, []string, error) {
 		return "", nil, usageError{fmt.Errorf("manifest systemd: --binary %q: want an absolute path (systemd needs one)", binary)}
 	}
 	return filepath.Clean(binary), args, nil
-}
-
-// hasFlag reports whether args set the flag name, in any spelling the
-// flag package accepts, before the first operand.
-func hasFlag(args []string, name string) bool {
-	for _, a := range args {
-		if a == "--" || !strings.HasPrefix(a, "-") {
-			return false
-		}
-		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if a == name || strings.HasPrefix(a, name+"=") {
-			return true
-		}
-	}
-	return false
 }
 
 // systemdUnit is the unit file running binary serve args. Why each line

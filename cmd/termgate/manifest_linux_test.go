@@ -80,7 +80,9 @@ func verifyUnit(t *testing.T, unit string) {
 // spelling), and flags serve refuses are refused here too.
 func TestManifestSystemdStateDir(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--state-dir", "/srv/tg"}, {"--state-dir=/srv/tg"}, {"-state-dir", "/srv/tg"}} {
+	for _, args := range [][]string{
+		{"--state-dir", "/srv/tg"}, {"--state-dir=/srv/tg"}, {"-state-dir", "/srv/tg"}, {"--workspace-root", "/w", "--state-dir", "/srv/tg"},
+	} {
 		code, out, stderr := runCLI(t, "", append([]string{"manifest", "systemd", "--dev"}, args...)...)
 		u, err := parseINI(out)
 		if code != 0 || err != nil {

@@ -6,6 +6,6 @@ import "errors"
 
 // checkServeArgs cannot check serve's flags where serve does not build:
 // its units are for Linux hosts, so it says so.
-func checkServeArgs([]string) error {
-	return usageError{errors.New("manifest systemd: serve's flags are checked on Linux only: run it there")}
+func checkServeArgs([]string) (bool, error) {
+	return false, usageError{errors.New("manifest systemd: serve's flags are checked on Linux only: run it there")}
 }
