@@ -192,11 +192,27 @@ func commands() []command {
 			operands: func() []string { return shells },
 		},
 		{
+			name: "manifest", args: "systemd|nginx [flags]",
+			summary: "print a systemd unit or an nginx reverse proxy for serve",
+			examples: []string{
+				"termgate manifest systemd --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces \\\n      > /etc/systemd/system/termgate.service",
+				"termgate manifest systemd --binary /usr/bin/termgate --dev",
+				"termgate manifest nginx --server-name gateway.example.com > /etc/nginx/conf.d/termgate.conf",
+			},
+			run:      runManifest,
+			flags:    manifestFlagSet,
+			operands: func() []string { return manifestKinds },
+		},
+		{
 			name: "version", summary: "print the version and commit (also --version)",
 			examples: []string{"termgate version", "termgate --version"},
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
-				if err := parseFlags(newFlagSet("version"), args); err != nil {
+				fs := newFlagSet("version")
+				if err := parseFlags(fs, args); err != nil {
 					return err
+				}
+				if fs.NArg() > 0 {
+					return usageError{fmt.Errorf("version: unexpected argument %q", fs.Arg(0))}
 				}
 				printVersion(stdout)
 				return nil

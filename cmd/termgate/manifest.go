@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// manifestKinds are the configurations termgate manifest prints.
+var manifestKinds = []string{"systemd", "nginx"}
+
+// runManifest prints a ready configuration for running termgate serve
+// under a service manager or behind a reverse proxy, generated from the
+// flags given: termgate manifest systemd|nginx [flags].
+func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+	if len(args) == 0 {
+		return usageError{errors.New("manifest: want systemd or nginx")}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		return helpRequest{manifestFlagSet()}
+	case "systemd":
+		return runManifestSystemd(args[1:], stdout)
+	case "nginx":
+		return runManifestNginx(args[1:], stdout)
+	}
+	return usageError{fmt.Errorf("manifest: unknown kind %q: want systemd or nginx", args[0])}
+}
+
+// manifestFlagSet is what help lists for manifest: the nginx flags and
+// --binary (the systemd unit takes serve's flags besides).
+func manifestFlagSet() *flag.FlagSet {
+	fs, _ := nginxFlags(new(nginxOptions))
+	fs.String("binary", defaultBinary, "systemd: absolute path of termgate in ExecStart, first; the other flags are serve's")
+	return fs
+}
+
+// defaultBinary is where the unit expects termgate unless --binary says.
+const defaultBinary = "/usr/local/bin/termgate"
+
+// defaultUnitStateDir is the state directory the unit gives serve, its
+// RuntimeDirectory, unless the flags name one.
+const defaultUnitStateDir = "/run/termgate"
+
+// runManifestSystemd prints a systemd unit running termgate serve with
+// args, after checking them as serve would.
+func runManifestSystemd(args []string, stdout io.Writer) error {
+	binary, serveArgs, err := splitBinary(args)
+	if err != nil {
+		return err
+	}
+	stateDir, err := checkServeArgs(serveArgs)
+	if err != nil {
+		return err
+	}
+	if !stateDir {
+		serveArgs = append([]string{"--state-dir", defaultUnitStateDir}, serveArgs...)
+	}
+	unit, err := systemdUnit(binary, serveArgs)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, unit)
+	return err
+}
+
+// splitBinary takes a leading --binary PATH (or --binary=PATH) off args.
+func splitBinary(args []string) (string, []string, error) {
+	binary := defaultBinary
+	switch {
+	case len(args) > 0 && (args[0] == "--binary" || args[0] == "-binary"):
+		if len(args) < 2 {
+			return "", nil, usageError{errors.New("manifest systemd: --binary needs a path")}
+		}
+		binary, args = args[1], args[2:]
+	case len(args) > 0 && (strings.HasPrefix(args[0], "--binary=") || strings.HasPrefix(args[0], "-binary=")):
+		binary, args = args[0][strings.Index(args[0], "=")+1:], args[1:]
+	}
+	if !filepath.IsAbs(binary) {
+		return "", nil, usageError{fmt.Errorf("manifest systemd: --binary %q: want an absolute path (systemd needs one)", binary)}
+	}
+	return filepath.Clean(binary), args, nil
+}
+
+// systemdUnit is the unit file running binary serve args. Why each line
+// is there (or left out) is said in the unit itself, for the operator.
+func systemdUnit(binary string, args []string) (string, error) {
+	exec := make([]string, 0, len(args)+2)
+	for _, w := range append([]string{binary, "serve"}, args...) {
+		q, err := systemdQuote(w)
+		if err != nil {
+			return "", err
+		}
+		exec = append(exec, q)
+	}
+	return fmt.Sprintf(systemdTemplate, strings.Join(exec, " ")), nil
+}
+
+// systemdQuote quotes word for an ExecStart line: % and $ are doubled
+// (no specifier or variable expansion), and a word holding a space, a
+// quote, a backslash or a semicolon, or an empty one, is double-quoted
+// with C escapes. Control characters have no place in a flag: an error.
+func systemdQuote(word string) (string, error) {
+	for _, r := range word {
+		if r < 0x20 || r == 0x7f {
+			return "", usageError{fmt.Errorf("manifest systemd: argument %q holds a control character", word)}
+		}
+	}
+	w := strings.NewReplacer("%", "%%", "$", "$$").Replace(word)
+	if w != "" && !strings.ContainsAny(w, " \"'\\;") {
+		return w, nil
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(w) + `"`, nil
+}
+
+const systemdTemplate = `# termgate serve as a systemd service: printed by termgate manifest systemd.
+# Install: save as /etc/systemd/system/termgate.service, then
+#   systemctl daemon-reload && systemctl enable --now termgate
+# "systemctl restart termgate" (SIGTERM) is a restart: executions live on in
+# the keeper and the new serve adopts them. To end them for good, send SIGINT
+# to serve alone: systemctl kill --kill-whom=main --signal=SIGINT termgate
+# ("systemctl stop" leaves them to the keeper for --orphan-grace).
+
+[Unit]
+Description=termgate: commands in bubblewrap sandboxes over WebSocket
+Documentation=https://github.com/termgate/termgate
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=exec
+# bwrap, cgroups and workspace quotas (loop devices, mounts) need root.
+User=root
+ExecStart=%s
+# The sandboxes are children of a keeper process that must outlive a
+# restart of serve: stop only serve, never the rest of the cgroup.
+KillMode=process
+# SIGTERM is serve's restart: it hands the executions over and exits 0.
+KillSignal=SIGTERM
+TimeoutStopSec=60s
+Restart=on-failure
+RestartSec=2s
+# /run/termgate holds the executions' state (rings, input, records) on
+# tmpfs; it is kept across restarts and stops so the next serve adopts.
+RuntimeDirectory=termgate
+RuntimeDirectoryMode=0700
+RuntimeDirectoryPreserve=yes
+# The keeper holds every execution's terminal or pipes; each connection
+# and execution takes descriptors.
+LimitNOFILE=65536
+UMask=0077
+
+# Hardening that leaves bwrap working. Not set, on purpose:
+# - ProtectSystem, ProtectHome, PrivateTmp, PrivateDevices, ReadWritePaths,
+#   ProtectKernelTunables, ProtectKernelModules, ProtectKernelLogs,
+#   ProtectControlGroups, ProtectHostname: each gives serve a private mount
+#   (or UTS) namespace, a new one at every restart, while the keeper and
+#   its sandboxes stay in the old one; serve also writes cgroups under
+#   /sys/fs/cgroup and sets up loop devices for workspace quotas.
+# - ProtectClock, DevicePolicy, DeviceAllow: a device policy denies the
+#   loop devices of workspace quotas.
+# - RestrictNamespaces, SystemCallFilter, CapabilityBoundingSet: bwrap needs
+#   namespaces, mount, pivot_root and CAP_SYS_ADMIN (serve filters the
+#   sandboxed programs' system calls itself).
+# - MemoryDenyWriteExecute, RestrictAddressFamilies: inherited by every
+#   sandboxed program (they would break JITs and --network host).
+NoNewPrivileges=yes
+LockPersonality=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// nginxOptions are termgate manifest nginx's flags.
+type nginxOptions struct {
+	serverName string
+	listen     stringList
+	upstream   string
+}
+
+// stringList is a flag given any number of times.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ", ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// nginxFlags returns manifest nginx's flag set bound to o, and o.
+func nginxFlags(o *nginxOptions) (*flag.FlagSet, *nginxOptions) {
+	fs := newFlagSet("manifest")
+	fs.StringVar(&o.serverName, "server-name", "termgate.example.com", "nginx: server_name, the gateway's public host names")
+	fs.Var(&o.listen, "listen", "nginx: a listen directive's value, repeatable (default 80)")
+	fs.StringVar(&o.upstream, "upstream", "127.0.0.1:8080", "nginx: HOST:PORT termgate serve --listen listens on")
+	return fs, o
+}
+
+// nginxProxyTimeout is above the gateway's heartbeat (15 s pings) and
+// its events long poll (60 s at most): nginx never cuts a live session.
+const nginxProxyTimeout = "300s"
+
+var (
+	nginxNameSyntax   = regexp.MustCompile(`^[A-Za-z0-9*._-]+( [A-Za-z0-9*._-]+)*$`)
+	nginxListenSyntax = regexp.MustCompile(`^[A-Za-z0-9.:\[\]_=]+( [A-Za-z0-9.:\[\]_=]+)*$`)
+)
+
+// runManifestNginx prints an nginx server block proxying to termgate.
+func runManifestNginx(args []string, stdout io.Writer) error {
+	fs, o := nginxFlags(new(nginxOptions))
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("manifest nginx: unexpected argument %q", fs.Arg(0))}
+	}
+	conf, err := nginxConfig(o)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, conf)
+	return err
+}
+
+// nginxConfig is the configuration o asks for, or a usage error naming
+// the flag whose value is no nginx token.
+func nginxConfig(o *nginxOptions) (string, error) {
+	listen := o.listen
+	if len(listen) == 0 {
+		listen = stringList{"80"}
+	}
+	if !nginxNameSyntax.MatchString(o.serverName) {
+		return "", usageError{fmt.Errorf("manifest nginx: --server-name %q: want host names separated by spaces", o.serverName)}
+	}
+	for _, l := range listen {
+		if !nginxListenSyntax.MatchString(l) {
+			return "", usageError{fmt.Errorf("manifest nginx: --listen %q: want an address or port and parameters, like 443 ssl", l)}
+		}
+	}
+	host, port, err := net.SplitHostPort(o.upstream)
+	if err != nil || host == "" || port == "" || strings.ContainsAny(o.upstream, " ;{}#$'\"\\") {
+		return "", usageError{fmt.Errorf("manifest nginx: --upstream %q: want HOST:PORT", o.upstream)}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, nginxHead, o.upstream)
+	for _, l := range listen {
+		fmt.Fprintf(&b, "    listen %s;\n", l)
+	}
+	fmt.Fprintf(&b, nginxBody, o.serverName, nginxProxyTimeout, nginxProxyTimeout)
+	return b.String(), nil
+}
+
+const nginxHead = `# termgate behind nginx: printed by termgate manifest nginx. Save it as
+# /etc/nginx/conf.d/termgate.conf (it belongs in the http block), then
+#   nginx -t && nginx -s reload
+
+# WebSocket upgrade: pass the client's Upgrade on, and close otherwise.
+map $http_upgrade $connection_upgrade {
+    default upgrade;
+    ''      close;
+}
+
+upstream termgate {
+    server %s;
+}
+
+server {
+`
+
+const nginxBody = `    server_name %s;
+
+    # TLS: fill in the paths, uncomment, and listen on 443 ssl.
+    # listen 443 ssl;
+    # ssl_certificate     /etc/ssl/certs/termgate.example.com.pem;
+    # ssl_certificate_key /etc/ssl/private/termgate.example.com.key;
+    # ssl_protocols       TLSv1.2 TLSv1.3;
+
+    location / {
+        proxy_pass http://termgate;
+        proxy_http_version 1.1;
+        proxy_set_header Upgrade $http_upgrade;
+        proxy_set_header Connection $connection_upgrade;
+        # The gateway checks a browser's Origin against Host: keep the port.
+        proxy_set_header Host $http_host;
+        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        proxy_set_header X-Forwarded-Proto $scheme;
+        # Above the gateway's heartbeat (15 s pings) and long polls (60 s).
+        proxy_read_timeout %s;
+        proxy_send_timeout %s;
+        # Output and long polls stream: nothing waits in nginx's buffers.
+        proxy_buffering off;
+        proxy_request_buffering off;
+    }
+}
+`
