@@ -148,19 +148,7 @@ func BenchmarkDurable(b *testing.B) {
 		}
 		b.Run("pty-acked/"+name, func(b *testing.B) {
 			sc, _ := config(b)
-			e := newEnvSession(b, sc, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour })
-			c := e.dial(b, e.token(b, "bench", allScopes...))
-			defer c.close()
-			b.SetBytes(64 << 20)
-			i := 0
-			for b.Loop() {
-				i++
-				c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput},
-					PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: true})
-				if n := drain(b, c, drainOptions{ack: true}); n < 64<<20 {
-					b.Fatalf("got %d bytes", n)
-				}
-			}
+			benchPTYOn(b, newEnvSession(b, sc, func(c *Config) { c.Sandbox.MaxTimeout = time.Hour }), true)
 		})
 		b.Run("echo/"+name, func(b *testing.B) {
 			sc, _ := config(b)

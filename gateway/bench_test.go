@@ -45,18 +45,7 @@ func BenchmarkPTYThroughput(b *testing.B) {
 					c.Ring = replay.Config{MaxBytes: 16 << 20}
 				}
 			})
-			c := e.dial(b, e.token(b, "bench", allScopes...))
-			defer c.close()
-			b.SetBytes(64 << 20)
-			i := 0
-			for b.Loop() {
-				i++
-				c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput},
-					PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: ack})
-				if n := drain(b, c, drainOptions{ack: ack}); n < 64<<20 {
-					b.Fatalf("got %d bytes", n)
-				}
-			}
+			benchPTYOn(b, e, ack)
 		})
 	}
 	b.Run("direct", func(b *testing.B) {
@@ -83,6 +72,23 @@ func BenchmarkPTYThroughput(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchPTYOn runs benchOutput on a terminal of e's gateway once per
+// iteration, delivered to one client (acknowledging with ack).
+func benchPTYOn(b *testing.B, e *testEnv, ack bool) {
+	c := e.dial(b, e.token(b, "bench", allScopes...))
+	defer c.close()
+	b.SetBytes(64 << 20)
+	i := 0
+	for b.Loop() {
+		i++
+		c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("tp-", i), Command: "/bin/sh", Args: []string{"-c", benchOutput},
+			PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true, Ack: ack})
+		if n := drain(b, c, drainOptions{ack: ack}); n < 64<<20 {
+			b.Fatalf("got %d bytes", n)
+		}
+	}
 }
 
 // pipeOutput is what the pipe benchmark prints: 256 MiB.
