@@ -3,11 +3,8 @@
 package sandbox
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -112,20 +109,26 @@ func (p *Process) endSandbox() {
 // keeps its sandbox, as before.
 const endSandboxWait = time.Second
 
-// processGone reports whether pid has no running thread: it is gone, or a
-// zombie whose only task is the first thread.
+// processGone reports whether pid has no running thread. It asks the
+// kernel through a pidfd, whose readiness means the same thing, taken under
+// the kernel's own lock: reading /proc/PID/stat and then /proc/PID/task
+// races an exec from another thread, which can show a zombie first thread
+// and then, once the exec'ing thread has taken over the pid, one task.
 func processGone(pid int) bool {
-	dir := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(dir + "/stat")
+	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return true
+		return errors.Is(err, unix.ESRCH)
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X') {
-		return false
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	for range 3 {
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+		n, err = unix.Poll(fds, 0)
 	}
-	tasks, err := os.ReadDir(dir + "/task")
-	return err != nil || len(tasks) <= 1
+	return err == nil && n > 0
 }
 
 // Kill ends the whole execution at once: the sandbox's pid 1 (whose death
