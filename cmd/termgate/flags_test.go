@@ -24,13 +24,3 @@ func TestHelpNeverPrintsTheToken(t *testing.T) {
 		}
 	}
 }
-
-func TestVersion(t *testing.T) {
-	t.Parallel()
-	for _, arg := range []string{"--version", "version"} {
-		code, stdout, _ := runCLI(t, "", arg)
-		if code != 0 || !strings.HasPrefix(stdout, "termgate ") {
-			t.Errorf("termgate %s: status %d, %q", arg, code, stdout)
-		}
-	}
-}
