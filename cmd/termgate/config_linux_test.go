@@ -232,3 +232,23 @@ func TestPrintConfigRoundTrips(t *testing.T) {
 		t.Errorf("read back differs:\n got %+v\nwant %+v", back, want)
 	}
 }
+
+// TestServeTrustedProxies: --trusted-proxy takes addresses and prefixes,
+// from the file as an array too, and refuses what is neither, or /0.
+func TestServeTrustedProxies(t *testing.T) {
+	t.Parallel()
+	o, err := parseServe([]string{"--dev", "--trusted-proxy", "127.0.0.1", "--trusted-proxy", "10.0.0.0/8"}, io.Discard)
+	if err != nil || len(o.server.TrustedProxies) != 2 || o.server.TrustedProxies[0].String() != "127.0.0.1/32" {
+		t.Fatalf("%v, %v", o.server.TrustedProxies, err)
+	}
+	path := writeConfig(t, "dev = true\ntrusted-proxy = [\"fd00::/8\"]\n")
+	if o, err = parseServe([]string{"--config", path}, io.Discard); err != nil || len(o.server.TrustedProxies) != 1 {
+		t.Fatalf("from the file: %v, %v", o.server.TrustedProxies, err)
+	}
+	for _, bad := range []string{"proxy.example", "0.0.0.0/0"} {
+		code, _, stderr := runCLI(t, "", "serve", "--dev", "--trusted-proxy", bad)
+		if code != 2 || !strings.Contains(stderr, "--trusted-proxy") {
+			t.Errorf("%q: status %d, %s", bad, code, stderr)
+		}
+	}
+}

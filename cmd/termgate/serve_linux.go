@@ -36,6 +36,7 @@ type serveOptions struct {
 	defaultCommand, logLevel      string
 	logFormat                     string
 	publicKeys, origins, commands []string
+	trustedProxies                []string
 	dev, queryToken               bool
 	sandbox                       sandbox.Config
 	policy                        gateway.SandboxConfig
@@ -175,6 +176,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.tenantClaim, "tenant-claim", "tenant", "token claim naming the tenant")
 	e.boolean(&o.queryToken, "query-token", false, "also accept ?token= (URLs leak into logs: avoid)")
 	e.list(&o.origins, "origin", "browser origin allowed besides the server's own host")
+	e.list(&o.trustedProxies, "trusted-proxy", "reverse proxy, an address or CIDR prefix: when the TCP peer is one, logs name the client by X-Forwarded-For (the right-most address that is no trusted proxy); from other peers the header is ignored")
 	e.str(&o.workspaceRoot, "workspace-root", "", "directory holding one workspace per tenant")
 	e.list(&o.commands, "command", "program clients may start (default /bin/bash, /bin/sh)")
 	e.str(&o.defaultCommand, "default-command", "/bin/bash -l", "command run when a client names none (space-separated)")
@@ -443,6 +445,11 @@ func parseServeWith(args []string, file *configFile) (*serveOptions, error) {
 }
 
 func (o *serveOptions) check() error {
+	proxies, err := gateway.ParseTrustedProxies(o.trustedProxies)
+	if err != nil {
+		return usageError{fmt.Errorf("serve: --trusted-proxy: %w", err)}
+	}
+	o.server.TrustedProxies = proxies
 	switch {
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
@@ -832,7 +839,7 @@ func (o *serveOptions) wireTimeouts() {
 func (o *serveOptions) logConfig(log *slog.Logger) {
 	log.Info("config", "config_file", o.config, "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
 		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", durationText(o.leeway),
-		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
+		"tenant_claim", o.tenantClaim, "origins", o.origins, "trusted_proxies", o.trustedProxies, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", commandsLog(o.commands), "default_command", o.defaultCommand,
 		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tenant_limits", limitsLog(o.sandbox.TenantLimits), "cgroup_parent", o.sandbox.CgroupParent, "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
 		"timeout", durationText(o.policy.DefaultTimeout), "max_timeout", durationText(o.policy.MaxTimeout), "retention", durationText(o.session.DefaultRetention),
