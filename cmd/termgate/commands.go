@@ -59,7 +59,7 @@ func commands() []command {
 				"termgate serve --dev",
 				"termgate serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem \\\n      --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces",
 				"TERMGATE_MEMORY=2G termgate serve --dev --max-running-per-tenant 4",
-				"termgate serve --dev --print-config > /etc/termgate/serve.toml; termgate serve --config /etc/termgate/serve.toml",
+				"termgate serve --print-config > /etc/termgate/serve.toml   # edit, then: termgate serve --config /etc/termgate/serve.toml",
 			},
 			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return runServe(ctx, args, stdout, stderr)

@@ -65,6 +65,11 @@ func loadConfigFile(path string) (*configFile, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseConfig(path, data)
+}
+
+// parseConfig parses data, the config file at path.
+func parseConfig(path string, data []byte) (*configFile, error) {
 	c := &configFile{path: path, values: map[string]any{}, lines: keyLines(data), used: map[string]bool{}}
 	if err := toml.Unmarshal(data, &c.values); err != nil {
 		var de *toml.DecodeError

@@ -27,7 +27,7 @@ func TestConfigPrecedence(t *testing.T) {
 	type kind struct {
 		name, env                 string
 		file                      string // the key's line in the file
-		fileVal, envVal, flagVal  string
+		envVal, flagVal           string
 		got                       func(*serveOptions) any
 		def, fromFile, fromEnv, f any
 	}
@@ -251,4 +251,40 @@ func TestServeTrustedProxies(t *testing.T) {
 			t.Errorf("%q: status %d, %s", bad, code, stderr)
 		}
 	}
+}
+
+// TestServeHelpNamesTheConfigFile: serve's help says how to give a
+// config file and what beats what.
+func TestServeHelpNamesTheConfigFile(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runCLI(t, "", "serve", "--help")
+	for _, w := range []string{"--config", "TERMGATE_CONFIG", "beats the file", "--print-config", "--trusted-proxy"} {
+		if code != 0 || !strings.Contains(out, w) {
+			t.Errorf("serve --help (status %d) lacks %q", code, w)
+		}
+	}
+}
+
+// FuzzConfigFile: any document parses or is refused with an error naming
+// the file, and every key a flag takes is checked without a panic.
+func FuzzConfigFile(f *testing.F) {
+	for _, s := range []string{"listen = \"a\"\n", "memory.x = 1\n[t]\na = 2\n", "command = [\"a\", 1]\n", "a = 1\na = 2\n", "[[x]]\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		c, err := parseConfig("f.toml", []byte(doc))
+		if err != nil {
+			if !strings.Contains(err.Error(), "f.toml") {
+				t.Fatalf("%q: error %q does not name the file", doc, err)
+			}
+			return
+		}
+		for k := range c.values {
+			c.scalar(k, tomlString|tomlInteger)
+			c.list(k)
+		}
+		if err := c.unknown(func(string) bool { return false }); err != nil && !strings.Contains(err.Error(), "f.toml") {
+			t.Fatalf("%q: error %q does not name the file", doc, err)
+		}
+	})
 }
