@@ -108,7 +108,7 @@ func (a *httpAPI) authorize(r *http.Request, scope string) (auth.Claims, error) 
 	c, err := a.s.cfg.Auth.Verify(strings.TrimSpace(token))
 	if err != nil {
 		a.s.metrics.authFailed(token, err)
-		a.s.log.Info("api request refused", "remote_addr", r.RemoteAddr, "err", err)
+		a.s.log.Info("api request refused", "remote_addr", a.s.remoteAddr(r), "err", err)
 		return auth.Claims{}, errUnauthorized
 	}
 	if !c.Has(scope) {
@@ -268,7 +268,7 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 	if a.exists(c.Tenant, req.ID) {
 		status = http.StatusOK
 	}
-	who := session.WithLogAttrs(r.Context(), "subject", c.Subject, "remote_addr", r.RemoteAddr)
+	who := session.WithLogAttrs(r.Context(), "subject", c.Subject, "remote_addr", a.s.remoteAddr(r))
 	info, err := a.s.cfg.Supervisor.Start(who, c.Tenant, req.ID, spec)
 	if err != nil {
 		return err

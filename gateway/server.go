@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,7 +91,11 @@ type Config struct {
 	// (DefaultRequestReadTimeout). Headers are the http.Server's
 	// ReadHeaderTimeout; long polls and WebSockets have no body to wait for.
 	RequestReadTimeout time.Duration
-	Logger             *slog.Logger
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client in logs (ParseTrustedProxies; clientaddr.go); none: the
+	// TCP peer's address.
+	TrustedProxies []netip.Prefix
+	Logger         *slog.Logger
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -280,7 +285,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	claims, err := s.cfg.Auth.Verify(token)
 	if err != nil {
 		s.metrics.authFailed(token, err)
-		s.log.Info("connection refused", "remote_addr", r.RemoteAddr, "err", err)
+		s.log.Info("connection refused", "remote_addr", s.remoteAddr(r), "err", err)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
@@ -305,11 +310,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		OriginPatterns: s.cfg.Origins,
 	})
 	if err != nil {
-		s.log.Info("upgrade refused", "remote_addr", r.RemoteAddr, "err", err)
+		s.log.Info("upgrade refused", "remote_addr", s.remoteAddr(r), "err", err)
 		return
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
-	c := newConn(s, ws, claims, r.RemoteAddr)
+	c := newConn(s, ws, claims, s.remoteAddr(r))
 	if !s.register(c) {
 		code, reason := s.closeCode()
 		ws.Close(code, reason)

@@ -21,6 +21,7 @@ import (
 // gatewayUnderTest is a real `termgate serve` on 127.0.0.1.
 type gatewayUnderTest struct {
 	url, secretFile string
+	logs            *sandboxtest.SyncBuffer // what serve wrote to stderr
 }
 
 // startGateway runs serve in-process until the test ends.
@@ -33,11 +34,11 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	secret := filepath.Join(dir, "secret")
 	os.WriteFile(secret, []byte("a-test-secret-of-more-than-32-bytes-0123456789"), 0o600)
 	ctx, stop := context.WithCancel(context.Background())
-	var errs sandboxtest.SyncBuffer
+	errs := new(sandboxtest.SyncBuffer)
 	done := make(chan error, 1)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", secret,
 		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", sandboxtest.CgroupParent(t), "--state-dir", "none"}, extra...)
-	go func() { done <- run(ctx, args, strings.NewReader(""), io.Discard, &errs) }()
+	go func() { done <- run(ctx, args, strings.NewReader(""), io.Discard, errs) }()
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -60,7 +61,7 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	if m == nil {
 		t.Fatalf("serve did not start: %s", errs.String())
 	}
-	return gatewayUnderTest{url: "http://" + m[1], secretFile: secret}
+	return gatewayUnderTest{url: "http://" + m[1], secretFile: secret, logs: errs}
 }
 
 func (g gatewayUnderTest) token(t *testing.T, tenant, scope string) string {

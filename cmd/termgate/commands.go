@@ -59,6 +59,7 @@ func commands() []command {
 				"termgate serve --dev",
 				"termgate serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem \\\n      --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces",
 				"TERMGATE_MEMORY=2G termgate serve --dev --max-running-per-tenant 4",
+				"termgate serve --print-config > /etc/termgate/serve.toml   # edit, then: termgate serve --config /etc/termgate/serve.toml",
 			},
 			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return runServe(ctx, args, stdout, stderr)
@@ -192,12 +193,13 @@ func commands() []command {
 			operands: func() []string { return shells },
 		},
 		{
-			name: "manifest", args: "systemd|nginx [flags]",
-			summary: "print a systemd unit or an nginx reverse proxy for serve",
+			name: "manifest", args: "systemd|nginx|caddy [flags]",
+			summary: "print a systemd unit, or an nginx or Caddy reverse proxy, for serve",
 			examples: []string{
 				"termgate manifest systemd --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces \\\n      > /etc/systemd/system/termgate.service",
 				"termgate manifest systemd --binary /usr/bin/termgate --dev",
 				"termgate manifest nginx --server-name gateway.example.com > /etc/nginx/conf.d/termgate.conf",
+				"termgate manifest caddy --server-name gateway.example.com > /etc/caddy/termgate.caddy",
 			},
 			run:      runManifest,
 			flags:    manifestFlagSet,

@@ -13,14 +13,14 @@ import (
 )
 
 // manifestKinds are the configurations termgate manifest prints.
-var manifestKinds = []string{"systemd", "nginx"}
+var manifestKinds = []string{"systemd", "nginx", "caddy"}
 
 // runManifest prints a ready configuration for running termgate serve
 // under a service manager or behind a reverse proxy, generated from the
-// flags given: termgate manifest systemd|nginx [flags].
+// flags given: termgate manifest systemd|nginx|caddy [flags].
 func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	if len(args) == 0 {
-		return usageError{errors.New("manifest: want systemd or nginx")}
+		return usageError{errors.New("manifest: want systemd, nginx or caddy")}
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -29,14 +29,18 @@ func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 		return runManifestSystemd(args[1:], stdout)
 	case "nginx":
 		return runManifestNginx(args[1:], stdout)
+	case "caddy":
+		return runManifestCaddy(args[1:], stdout)
 	}
-	return usageError{fmt.Errorf("manifest: unknown kind %q: want systemd or nginx", args[0])}
+	return usageError{fmt.Errorf("manifest: unknown kind %q: want systemd, nginx or caddy", args[0])}
 }
 
-// manifestFlagSet is what help lists for manifest: the nginx flags and
-// --binary (the systemd unit takes serve's flags besides).
+// manifestFlagSet is what help lists for manifest: the nginx flags, the
+// caddy flags of its own, and --binary (the systemd unit takes serve's
+// flags besides).
 func manifestFlagSet() *flag.FlagSet {
 	fs, _ := nginxFlags(new(nginxOptions))
+	caddyOwnFlags(fs, new(caddyOptions))
 	fs.String("binary", defaultBinary, "systemd: absolute path of termgate in ExecStart, first; the other flags are serve's")
 	return fs
 }
@@ -195,9 +199,9 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // nginxFlags returns manifest nginx's flag set bound to o, and o.
 func nginxFlags(o *nginxOptions) (*flag.FlagSet, *nginxOptions) {
 	fs := newFlagSet("manifest")
-	fs.StringVar(&o.serverName, "server-name", "termgate.example.com", "nginx: server_name, the gateway's public host names")
+	fs.StringVar(&o.serverName, "server-name", "termgate.example.com", "nginx: server_name, caddy: the site's names: the gateway's public host names")
 	fs.Var(&o.listen, "listen", "nginx: a listen directive's value, repeatable (default 80)")
-	fs.StringVar(&o.upstream, "upstream", "127.0.0.1:8080", "nginx: HOST:PORT termgate serve --listen listens on")
+	fs.StringVar(&o.upstream, "upstream", "127.0.0.1:8080", "nginx, caddy: HOST:PORT termgate serve --listen listens on")
 	return fs, o
 }
 
@@ -296,5 +300,153 @@ const nginxBody = `    server_name %s;
         proxy_buffering off;
         proxy_request_buffering off;
     }
+}
+`
+
+// caddyOptions are termgate manifest caddy's flags.
+type caddyOptions struct {
+	serverName, upstream string
+	port                 int
+	bind                 string
+	tlsCert, tlsKey      string
+	plainHTTP            bool
+}
+
+// caddyFlags returns manifest caddy's flag set bound to o, and o.
+func caddyFlags(o *caddyOptions) (*flag.FlagSet, *caddyOptions) {
+	fs := newFlagSet("manifest")
+	fs.StringVar(&o.serverName, "server-name", "termgate.example.com", "the site's names: the gateway's public host names")
+	fs.StringVar(&o.upstream, "upstream", "127.0.0.1:8080", "HOST:PORT termgate serve --listen listens on")
+	caddyOwnFlags(fs, o)
+	return fs, o
+}
+
+// caddyOwnFlags adds the flags only manifest caddy has.
+func caddyOwnFlags(fs *flag.FlagSet, o *caddyOptions) {
+	fs.IntVar(&o.port, "port", 0, "caddy: the port the site listens on (default 443, and 80 redirecting to it; 80 with --plain-http)")
+	fs.StringVar(&o.bind, "bind", "", "caddy: the IP address the site listens on (default all)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "caddy: certificate file, with --tls-key (default: automatic HTTPS, a certificate Caddy obtains and renews for each name)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "caddy: the certificate's key file")
+	fs.BoolVar(&o.plainHTTP, "plain-http", false, "caddy: serve plain HTTP: TLS ends in front of Caddy (or nowhere, on 127.0.0.1)")
+}
+
+// caddyPathSyntax is a file path a Caddyfile takes as one bare token.
+var caddyPathSyntax = regexp.MustCompile(`^/[A-Za-z0-9._/@+=,-]+$`)
+
+// runManifestCaddy prints a Caddyfile site block proxying to termgate.
+func runManifestCaddy(args []string, stdout io.Writer) error {
+	fs, o := caddyFlags(new(caddyOptions))
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("manifest caddy: unexpected argument %q", fs.Arg(0))}
+	}
+	conf, err := caddyConfig(o)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, conf)
+	return err
+}
+
+// checkCaddy is a usage error naming the flag whose value a Caddyfile
+// cannot take as one token, or that goes against another flag.
+func checkCaddy(o *caddyOptions) error {
+	host, port, err := net.SplitHostPort(o.upstream)
+	switch {
+	case !nginxNameSyntax.MatchString(o.serverName):
+		return fmt.Errorf("--server-name %q: want host names separated by spaces", o.serverName)
+	case err != nil || host == "" || port == "" || strings.ContainsAny(o.upstream, " {}#\\\"'"):
+		return fmt.Errorf("--upstream %q: want HOST:PORT", o.upstream)
+	case o.port < 0 || o.port > 65535:
+		return fmt.Errorf("--port %d: want 1 to 65535", o.port)
+	case o.bind != "" && net.ParseIP(o.bind) == nil:
+		return fmt.Errorf("--bind %q: want an IP address", o.bind)
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key go together")
+	case o.tlsCert != "" && o.plainHTTP:
+		return errors.New("--plain-http and --tls-cert exclude each other")
+	}
+	for _, f := range []struct{ flag, path string }{{"--tls-cert", o.tlsCert}, {"--tls-key", o.tlsKey}} {
+		if f.path != "" && !caddyPathSyntax.MatchString(f.path) {
+			return fmt.Errorf("%s %q: want an absolute path of letters, digits and ._/@+=,-", f.flag, f.path)
+		}
+	}
+	return nil
+}
+
+// caddyConfig is the site block o asks for.
+func caddyConfig(o *caddyOptions) (string, error) {
+	if err := checkCaddy(o); err != nil {
+		return "", usageError{fmt.Errorf("manifest caddy: %w", err)}
+	}
+	var sites []string
+	for _, name := range strings.Fields(o.serverName) {
+		if o.port != 0 {
+			name = net.JoinHostPort(name, fmt.Sprint(o.port))
+		}
+		if o.plainHTTP {
+			name = "http://" + name
+		}
+		sites = append(sites, name)
+	}
+	var site strings.Builder
+	if o.bind != "" {
+		fmt.Fprintf(&site, "\tbind %s\n", o.bind)
+	}
+	switch {
+	case o.plainHTTP:
+		site.WriteString("\t# Plain HTTP: TLS ends in front of Caddy, or nowhere (127.0.0.1 only).\n")
+	case o.tlsCert != "":
+		fmt.Fprintf(&site, "\t# TLS with the certificate and key given.\n\ttls %s %s\n", o.tlsCert, o.tlsKey)
+	default:
+		site.WriteString("\t# TLS: automatic HTTPS. Caddy obtains and renews a certificate for each\n" +
+			"\t# name (ports 80 and 443 reachable from the internet, DNS pointing here)\n" +
+			"\t# and redirects HTTP to HTTPS. Your own files instead: tls CERT KEY\n")
+	}
+	return fmt.Sprintf(caddyTemplate, strings.Join(sites, ", "), site.String(), o.upstream), nil
+}
+
+const caddyTemplate = `# termgate behind Caddy: printed by termgate manifest caddy. Save it as
+# /etc/caddy/termgate.caddy and add "import termgate.caddy" to
+# /etc/caddy/Caddyfile (or make it the Caddyfile), then
+#   caddy validate --config /etc/caddy/Caddyfile --adapter caddyfile
+#   systemctl reload caddy
+#
+# Caddy passes the WebSocket upgrade and Host on as they came (the gateway
+# checks a browser's Origin against Host), and sets X-Forwarded-For to the
+# address of its peer: a client's own header is dropped unless the servers
+# option trusted_proxies names that peer (a CDN in front of Caddy). Run
+# serve with --trusted-proxy and Caddy's address, so that its logs name
+# the client instead of Caddy.
+#
+# Timeouts: Caddy's server defaults suit the long-lived connections as they
+# are, so there is no servers { timeouts } block here: no read or write
+# timeout cuts a WebSocket or a 60 s long poll; the gateway's 15 s
+# heartbeat keeps an idle session alive through Caddy and finds dead ones.
+# A reload of Caddy closes the WebSockets it proxies: termgate's clients
+# reconnect and resume where they were.
+
+%s {
+%s
+	reverse_proxy %s {
+		# Output and long polls stream: nothing waits in Caddy's buffers.
+		flush_interval -1
+		# While serve restarts (SIGTERM: the executions live on), requests
+		# wait up to 10 s for the next one instead of failing.
+		lb_try_duration 10s
+		lb_try_interval 250ms
+		transport http {
+			dial_timeout 5s
+		}
+		# /readyz answers 503 while serve is at --max-running or restarting;
+		# Caddy then sends nothing there: with several upstreams, new work
+		# goes to the others. With one, an attach to a running execution
+		# waits for it too: use health_uri /healthz if that must not be.
+		health_uri /readyz
+		health_interval 5s
+		health_timeout 3s
+	}
 }
 `

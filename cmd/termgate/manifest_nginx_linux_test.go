@@ -18,11 +18,13 @@ import (
 
 // TestManifestNginxProxiesASession: the printed configuration passes
 // nginx -t, and termgate run through an nginx started with it, in front
-// of a real gateway, runs a command: its WebSocket went through nginx.
+// of a real gateway, runs a command: its WebSocket went through nginx;
+// and with --trusted-proxy the gateway's log names the client nginx
+// forwarded for (127.0.0.2), not nginx.
 func TestManifestNginxProxiesASession(t *testing.T) {
 	t.Parallel()
 	nginx := needNginx(t)
-	g := startGateway(t, "--command", "/bin/sh", "--command", "/bin/echo", "--default-command", "/bin/sh")
+	g := startGateway(t, "--command", "/bin/sh", "--command", "/bin/echo", "--default-command", "/bin/sh", "--trusted-proxy", "127.0.0.1")
 	upstream, err := url.Parse(g.url)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +55,9 @@ func TestManifestNginxProxiesASession(t *testing.T) {
 	if !upgraded {
 		t.Errorf("nginx logged no WebSocket upgrade:\n%s", access)
 	}
+	expectLogLine(t, g, "execution started", "127.0.0.1")
+	requestFrom(t, "127.0.0.2", "http://"+listen+"/v1/executions")
+	expectLogLine(t, g, "api request refused", "127.0.0.2")
 }
 
 // needNginx returns nginx's path, or skips (fails under CI: .ci/deps

@@ -154,7 +154,7 @@ func TestManifestNginxHoldsTheFlags(t *testing.T) {
 
 func TestManifestNeedsAKind(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"manifest"}, {"manifest", "caddy"}} {
+	for _, args := range [][]string{{"manifest"}, {"manifest", "apache"}} {
 		if code, _, stderr := runCLI(t, "", args...); code != 2 || stderr == "" {
 			t.Errorf("termgate %q: status %d, stderr %q", args, code, stderr)
 		}

@@ -36,6 +36,7 @@ type serveOptions struct {
 	defaultCommand, logLevel      string
 	logFormat                     string
 	publicKeys, origins, commands []string
+	trustedProxies                []string
 	dev, queryToken               bool
 	sandbox                       sandbox.Config
 	policy                        gateway.SandboxConfig
@@ -52,28 +53,56 @@ type serveOptions struct {
 	stateDir                      string
 	orphanGrace                   time.Duration
 	metricsListen                 string
+	config                        string    // --config: the file read, if any
+	printConfig                   bool      // --print-config
+	flags                         *envFlags // for --print-config
 }
 
-// envFlags registers flags whose defaults come from the environment.
+// envFlags registers flags whose defaults come from the environment,
+// else from the config file (flag > environment > file > default), and
+// keeps what --print-config prints of each.
 type envFlags struct {
-	fs  *flag.FlagSet
-	err error
+	fs      *flag.FlagSet
+	err     error
+	file    *configFile // nil: no config file
+	printed []printedFlag
 }
 
 func envName(flagName string) string {
 	return "TERMGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// preset is name's value before the command line: its environment
+// variable's, else the config file's if its type is one of accept; where
+// names the source for errors.
+func (e *envFlags) preset(name string, accept tomlKinds) (v, where string, ok bool) {
+	v, ok, err := e.file.scalar(name, accept) // checked even when the environment wins
+	e.err = errors.Join(e.err, err)
+	if env, set := os.LookupEnv(envName(name)); set {
+		return env, envName(name), true
+	}
+	if !ok {
+		return "", "", false
+	}
+	return v, e.file.where(name), true
+}
+
 func (e *envFlags) str(p *string, name, def, usage string) {
-	if v, ok := os.LookupEnv(envName(name)); ok {
+	builtin := def
+	if v, _, ok := e.preset(name, tomlString); ok {
 		def = v
 	}
 	e.fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
+	e.print(name, usage, func() (string, bool) { return tomlQuote(*p), *p == builtin })
 }
 
 func (e *envFlags) list(p *[]string, name, usage string) {
+	l, inFile, err := e.file.list(name)
+	e.err = errors.Join(e.err, err)
 	if v, ok := os.LookupEnv(envName(name)); ok && v != "" {
 		*p = strings.Split(v, ",")
+	} else if inFile {
+		*p = l
 	}
 	fromEnv := true
 	e.fs.Func(name, usage+" (repeatable; env "+envName(name)+", comma-separated)", func(s string) error {
@@ -83,42 +112,57 @@ func (e *envFlags) list(p *[]string, name, usage string) {
 		*p = append(*p, s)
 		return nil
 	})
+	e.print(name, usage, func() (string, bool) { return tomlArray(*p), len(*p) == 0 })
 }
 
 func (e *envFlags) boolean(p *bool, name string, def bool, usage string) {
-	if v, ok := os.LookupEnv(envName(name)); ok {
+	builtin := def
+	if v, where, ok := e.preset(name, tomlBoolean); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			e.err = errors.Join(e.err, fmt.Errorf("%s: want true or false, got %q", envName(name), v))
+			e.err = errors.Join(e.err, fmt.Errorf("%s: want true or false, got %q", where, v))
 		}
 		def = b
 	}
 	e.fs.BoolVar(p, name, def, usage+" (env "+envName(name)+")")
+	e.print(name, usage, func() (string, bool) { return strconv.FormatBool(*p), *p == builtin })
 }
 
 func (e *envFlags) duration(p *time.Duration, name string, def time.Duration, usage string) {
-	if v, ok := os.LookupEnv(envName(name)); ok {
+	builtin := def
+	if v, where, ok := e.preset(name, tomlString); ok {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			e.err = errors.Join(e.err, fmt.Errorf("%s: %w", envName(name), err))
+			e.err = errors.Join(e.err, fmt.Errorf("%s: %w", where, err))
 		}
 		def = d
 	}
 	e.fs.DurationVar(p, name, def, usage+" (env "+envName(name)+")")
+	e.print(name, usage, func() (string, bool) { return tomlQuote(durationText(*p)), *p == builtin })
 }
 
 // parsed registers a flag parsed by parse, with an environment default.
 func (e *envFlags) parsed(name, usage string, parse func(string) error) {
-	if v, ok := os.LookupEnv(envName(name)); ok {
-		if err := parse(v); err != nil {
-			e.err = errors.Join(e.err, fmt.Errorf("%s: %w", envName(name), err))
+	text, set := "", false // what parse took last, for --print-config
+	record := func(s string) error {
+		if err := parse(s); err != nil {
+			return err
+		}
+		text, set = s, true
+		return nil
+	}
+	if v, where, ok := e.preset(name, tomlString|tomlInteger); ok {
+		if err := record(v); err != nil {
+			e.err = errors.Join(e.err, fmt.Errorf("%s: %w", where, err))
 		}
 	}
-	e.fs.Func(name, usage+" (env "+envName(name)+")", parse)
+	e.fs.Func(name, usage+" (env "+envName(name)+")", record)
+	e.print(name, usage, func() (string, bool) { return tomlScalar(text), !set })
 }
 
-func serveFlags(o *serveOptions) *envFlags {
-	e := &envFlags{fs: newFlagSet("serve")}
+func serveFlags(o *serveOptions, file *configFile) *envFlags {
+	e := &envFlags{fs: newFlagSet("serve"), file: file}
+	registerConfigFlags(e, o)
 	e.boolean(&o.dev, "dev", false, "development mode: generated secret, state-directory workspaces, prints a ready URL")
 	e.str(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	e.str(&o.metricsListen, "metrics-listen", "", "address of a separate listener for Prometheus /metrics and /debug/pprof, for example 127.0.0.1:9464; keep it private (default off)")
@@ -132,6 +176,7 @@ func serveFlags(o *serveOptions) *envFlags {
 	e.str(&o.tenantClaim, "tenant-claim", "tenant", "token claim naming the tenant")
 	e.boolean(&o.queryToken, "query-token", false, "also accept ?token= (URLs leak into logs: avoid)")
 	e.list(&o.origins, "origin", "browser origin allowed besides the server's own host")
+	e.list(&o.trustedProxies, "trusted-proxy", "reverse proxy, an address or CIDR prefix: when the TCP peer is one, logs name the client by X-Forwarded-For (the right-most address that is no trusted proxy); from other peers the header is ignored")
 	e.str(&o.workspaceRoot, "workspace-root", "", "directory holding one workspace per tenant")
 	e.list(&o.commands, "command", "program clients may start (default /bin/bash, /bin/sh)")
 	e.str(&o.defaultCommand, "default-command", "/bin/bash -l", "command run when a client names none (space-separated)")
@@ -361,15 +406,33 @@ func newServeOptions() *serveOptions {
 	return &serveOptions{devTenant: "dev", workspaces: defaultWorkspaceOptions()}
 }
 
-func serveFlagSet() *flag.FlagSet { return serveFlags(newServeOptions()).fs }
+func serveFlagSet() *flag.FlagSet { return serveFlags(newServeOptions(), nil).fs }
 
-// parseServe parses serve's flags over its environment. Help and flag
-// errors are printed by dispatch, so stderr is unused; tests pass any.
+// parseServe parses serve's flags over its environment over its config
+// file. Help and flag errors are printed by dispatch, so stderr is unused;
+// tests pass any.
 func parseServe(args []string, _ io.Writer) (*serveOptions, error) {
+	o, err := parseServeWith(args, nil)
+	if err == nil && o.config != "" {
+		// Again, with the file the flags and environment named.
+		file, ferr := loadConfigFile(o.config)
+		if ferr != nil {
+			return nil, usageError{ferr}
+		}
+		o, err = parseServeWith(args, file)
+	}
+	if err != nil || o.printConfig {
+		return o, err
+	}
+	return o, o.check()
+}
+
+// parseServeWith parses args over the environment over file (nil: none).
+func parseServeWith(args []string, file *configFile) (*serveOptions, error) {
 	o := newServeOptions()
-	e := serveFlags(o)
-	if e.err != nil {
-		return nil, usageError{e.err}
+	e := serveFlags(o, file)
+	if err := errors.Join(e.err, file.unknown(func(k string) bool { return e.fs.Lookup(k) != nil })); err != nil {
+		return nil, usageError{err}
 	}
 	if err := parseFlags(e.fs, args); err != nil {
 		return nil, err
@@ -377,10 +440,16 @@ func parseServe(args []string, _ io.Writer) (*serveOptions, error) {
 	if e.fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("serve: unexpected argument %q", e.fs.Arg(0))}
 	}
-	return o, o.check()
+	o.flags = e
+	return o, nil
 }
 
 func (o *serveOptions) check() error {
+	proxies, err := gateway.ParseTrustedProxies(o.trustedProxies)
+	if err != nil {
+		return usageError{fmt.Errorf("serve: --trusted-proxy: %w", err)}
+	}
+	o.server.TrustedProxies = proxies
 	switch {
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
@@ -437,6 +506,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	o, err := parseServe(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.printConfig {
+		return o.flags.printConfig(stdout)
 	}
 	log, err := newLevelLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
@@ -765,9 +837,9 @@ func (o *serveOptions) wireTimeouts() {
 
 // logConfig prints the effective configuration; it holds file paths, never secrets.
 func (o *serveOptions) logConfig(log *slog.Logger) {
-	log.Info("config", "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
+	log.Info("config", "config_file", o.config, "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
 		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", durationText(o.leeway),
-		"tenant_claim", o.tenantClaim, "origins", o.origins, "query_token", o.queryToken,
+		"tenant_claim", o.tenantClaim, "origins", o.origins, "trusted_proxies", o.trustedProxies, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", commandsLog(o.commands), "default_command", o.defaultCommand,
 		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tenant_limits", limitsLog(o.sandbox.TenantLimits), "cgroup_parent", o.sandbox.CgroupParent, "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
 		"timeout", durationText(o.policy.DefaultTimeout), "max_timeout", durationText(o.policy.MaxTimeout), "retention", durationText(o.session.DefaultRetention),
