@@ -573,9 +573,13 @@ func waitEnded(t *testing.T, e *apiEnv, tok, id string, total int64) {
 	t.Helper()
 	var info session.Info
 	e.must(t, 200, "GET", "/v1/executions/"+id, tok, nil, &info)
+	// Each poll returns as soon as there is newer output, so a count alone
+	// says nothing about time: the bound is a deadline, and a count high
+	// enough for it.
+	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; info.Result == nil; i++ {
-		if i == 100 {
-			t.Fatalf("%s did not end", id)
+		if i == 100_000 || time.Now().After(deadline) {
+			t.Fatalf("%s did not end within 30s (%d polls)", id, i)
 		}
 		e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=1s", id, info.LastSeq), tok, nil, nil)
 		e.must(t, 200, "GET", "/v1/executions/"+id, tok, nil, &info)
