@@ -129,7 +129,7 @@ func TestValidNodeName(t *testing.T) {
 }
 
 // FuzzParseID: ParseID agrees with anyIDPattern, round-trips canonical IDs
-// and keeps today's bare IDs exactly as idPattern accepts them.
+// and keeps bare IDs exactly as keys (today's IDs: TestKeyIsTodaysID).
 func FuzzParseID(f *testing.F) {
 	for _, s := range []string{"build-42", "termgate-1.q7bazk~build-42", "n.abcdef~k~l", "~", ".~", "a.aaaaaa~", ""} {
 		f.Add(s)
@@ -143,8 +143,8 @@ func FuzzParseID(f *testing.F) {
 			if !errors.Is(err, ErrInvalidID) {
 				t.Fatalf("ParseID(%q) = %v, not ErrInvalidID", id, err)
 			}
-			if idPattern.MatchString(id) {
-				t.Fatalf("ParseID refuses %q, which idPattern accepts", id)
+			if keyPattern.MatchString(id) {
+				t.Fatalf("ParseID refuses %q, a key", id)
 			}
 			return
 		}
@@ -155,11 +155,20 @@ func FuzzParseID(f *testing.F) {
 			if CanonicalID(o, key) != id || !ValidNodeName(o.Node) || !ValidEpoch(o.Epoch) {
 				t.Fatalf("ParseID(%q) = %+v, %q", id, o, key)
 			}
-		} else if key != id || o != (Owner{}) || !idPattern.MatchString(id) {
-			t.Fatalf("ParseID(%q) bare = %+v, %q; idPattern %v", id, o, key, idPattern.MatchString(id))
+		} else if key != id || o != (Owner{}) || !keyPattern.MatchString(id) {
+			t.Fatalf("ParseID(%q) bare = %+v, %q; keyPattern %v", id, o, key, keyPattern.MatchString(id))
 		}
-		if !idPattern.MatchString(key) {
+		if !keyPattern.MatchString(key) {
 			t.Fatalf("key %q of %q is not a key", key, id)
 		}
 	})
+}
+
+// TestKeyIsTodaysID: a bare key is exactly what a single node accepted as
+// an ID before cluster mode, so no client's ID changes meaning.
+func TestKeyIsTodaysID(t *testing.T) {
+	t.Parallel()
+	if got := keyPattern.String(); got != `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$` {
+		t.Fatalf("keyPattern = %s, not the single node's ID pattern", got)
+	}
 }
