@@ -70,12 +70,13 @@ func TestImportDirection(t *testing.T) {
 	allowed := map[string][]string{
 		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
-		"session/screen": {},
-		"session":        {"replay", "sandbox", "session/screen"},
-		"gateway/wire":   {},
-		"gateway/auth":   {"gateway/wire"},
-		"gateway":        {"session", "session/screen", "replay", "sandbox", "gateway/wire", "gateway/auth"},
-		"gateway/client": {"gateway/wire"},
+		"session/screen":  {},
+		"session":         {"replay", "sandbox", "session/screen"},
+		"gateway/wire":    {},
+		"gateway/cluster": {},
+		"gateway/auth":    {"gateway/wire"},
+		"gateway":         {"session", "session/screen", "replay", "sandbox", "gateway/wire", "gateway/auth"},
+		"gateway/client":  {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
 		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox"},
 	}
