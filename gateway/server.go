@@ -90,6 +90,9 @@ type Config struct {
 	// (DefaultRequestReadTimeout). Headers are the http.Server's
 	// ReadHeaderTimeout; long polls and WebSockets have no body to wait for.
 	RequestReadTimeout time.Duration
+	// MetricsTenantLabel adds per-tenant metrics (the first
+	// session.TenantSeries tenants; the rest together). Off by default.
+	MetricsTenantLabel bool
 	Logger             *slog.Logger
 }
 
@@ -178,14 +181,15 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Workspaces = ws
 	}
 	polls, stopPolls := context.WithCancelCause(context.Background())
-	return &Server{
+	s := &Server{
 		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
 		ownWorkspaces: own,
-		metrics:       newMetrics(cfg.Supervisor),
-	}, nil
+	}
+	s.metrics = newMetrics(s)
+	return s, nil
 }
 
 func applyDefaults(c *Config) {
@@ -369,6 +373,7 @@ func (s *Server) admit(subject string) error {
 	case s.closing:
 		return s.closedErrLocked()
 	case s.subjects[subject] >= s.cfg.MaxConnsPerSubject:
+		s.metrics.refuse(refusedSubjectConns)
 		return errSubjectBusy
 	}
 	s.subjects[subject]++
