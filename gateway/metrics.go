@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"slices"
@@ -187,6 +188,9 @@ type serverCollector struct {
 	perTenant bool // Config.MetricsTenantLabel
 }
 
+// tenantNote says how the tenant label is bounded.
+var tenantNote = fmt.Sprintf(" (the first %d tenants; the rest as %s).", session.TenantSeries, session.TenantOther)
+
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
 }
@@ -205,8 +209,8 @@ var (
 	descResumes      = desc("termgate_resumes_total", "Attaches after a sequence the reader had, by what they continued from: history, snapshot or gap.", "kind")
 	descGapBytes     = desc("termgate_resume_gap_bytes_total", "Output bytes skipped by the gaps resumes started with.")
 	descRefusals     = desc("termgate_limit_refusals_total", "Requests and connections refused by a limit, by kind.", "kind")
-	descTenantRun    = desc("termgate_tenant_executions_running", "Executions running, by tenant (--metrics-tenant-label; the first 100 tenants, the rest as _other).", "tenant")
-	descTenantStart  = desc("termgate_tenant_executions_started_total", "Executions started, by tenant (--metrics-tenant-label; the first 100 tenants, the rest as _other).", "tenant")
+	descTenantRun    = desc("termgate_tenant_executions_running", "Executions running, by tenant"+tenantNote, "tenant")
+	descTenantStart  = desc("termgate_tenant_executions_started_total", "Executions started, by tenant"+tenantNote, "tenant")
 )
 
 // Describe implements prometheus.Collector.

@@ -11,38 +11,44 @@ import (
 )
 
 // TestStatsRefusals: each supervisor limit a start or an input runs into
-// counts under its kind.
+// counts under its kind, and only there.
 func TestStatsRefusals(t *testing.T) {
 	t.Parallel()
-	s := newFake(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped},
-		Config{MaxRunning: 3, MaxRunningPerOwner: 2, MaxRetainedPerOwner: 2, MaxRetained: 4, InputBuffer: 4})
-	start := func(owner, id string) error {
-		_, err := s.Start(t.Context(), owner, id, untimed("fake"))
-		return err
-	}
-	for _, st := range []struct {
-		owner, id string
-		want      error
+	for _, tc := range []struct {
+		kind   string
+		cfg    Config
+		owners string // one start per letter; the last is refused
 	}{
-		{"a", "1", nil}, {"a", "2", nil}, {"a", "3", ErrCapacity}, // tenant_running: a runs 2
-		{"b", "1", nil}, {"c", "1", ErrCapacity}, // max_running: 3 run
+		{RefusedMaxRunning, Config{MaxRunning: 2}, "abc"},
+		{RefusedTenantRunning, Config{MaxRunningPerOwner: 2}, "aaa"},
+		{RefusedTenantRetained, Config{MaxRunningPerOwner: 5, MaxRetainedPerOwner: 2}, "aaa"},
+		{RefusedRetained, Config{MaxRetained: 2}, "abc"},
+		{RefusedInputFull, Config{InputBuffer: 4}, "a"},
 	} {
-		if err := start(st.owner, st.id); !errors.Is(err, st.want) {
-			t.Fatalf("start %s/%s: %v, want %v", st.owner, st.id, err, st.want)
-		}
-	}
-	if _, err := s.Input("a", "1", 0, []byte("12345")); !errors.Is(err, ErrInputFull) {
-		t.Fatalf("input beyond the buffer: %v", err)
-	}
-	got := s.Stats().Refused
-	want := map[string]uint64{RefusedTenantRunning: 1, RefusedMaxRunning: 1, RefusedInputFull: 1}
-	for _, k := range RefusedKinds {
-		if got[k] != want[k] {
-			t.Errorf("refused %s: %d, want %d (all %v)", k, got[k], want[k], got)
-		}
-	}
-	if len(got) != len(RefusedKinds) {
-		t.Errorf("refused %v: want every kind, no other", got)
+		t.Run(tc.kind, func(t *testing.T) {
+			t.Parallel()
+			s := newFake(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, tc.cfg)
+			for i, o := range tc.owners {
+				_, err := s.Start(t.Context(), string(o), fmt.Sprint(i), untimed("fake"))
+				if last := i == len(tc.owners)-1 && tc.kind != RefusedInputFull; last != errors.Is(err, ErrCapacity) {
+					t.Fatalf("start %d of %c: %v", i, o, err)
+				}
+			}
+			if tc.kind == RefusedInputFull {
+				if _, err := s.Input("a", "0", 0, []byte("12345")); !errors.Is(err, ErrInputFull) {
+					t.Fatalf("input beyond the buffer: %v", err)
+				}
+			}
+			got := s.Stats().Refused
+			for _, k := range RefusedKinds {
+				if want := map[bool]uint64{true: 1}[k == tc.kind]; got[k] != want {
+					t.Errorf("refused %s: %d, want %d (all %v)", k, got[k], want, got)
+				}
+			}
+			if len(got) != len(RefusedKinds) {
+				t.Errorf("refused %v: want every kind, no other", got)
+			}
+		})
 	}
 }
 
