@@ -222,7 +222,7 @@ func TestMetricsLimitRefusals(t *testing.T) {
 	if m, _ := c.expect(t, wire.MsgError); m.Error != wire.CodeTooManyChannels {
 		t.Fatalf("second attach: %+v, want too_many_channels", m)
 	}
-	for i := range 3 { // one token a second: two of these are refused, unless the machine stalls
+	for i := range 10 { // one token a second: most of these are refused, unless the machine stalls for seconds
 		c.sendInput(t, att.Channel, uint64(i), "x")
 	}
 	waitMetrics(t, ms.URL, "protocol limits", atLeast(map[string]float64{
@@ -255,8 +255,8 @@ func TestMetricsLimitRefusals(t *testing.T) {
 			t.Errorf("%s refusals: %v, want 1 (all: %v)", k, got[k], got)
 		}
 	}
-	if n := got["input_rate"]; n < 1 || n > 2 {
-		t.Errorf("input_rate refusals: %v, want 1 or 2", n)
+	if n := got["input_rate"]; n < 1 || n > 9 {
+		t.Errorf("input_rate refusals: %v, want 1 to 9 of 10", n)
 	}
 	if len(got) != 6 {
 		t.Errorf("refusals %v: want only the six kinds met", got)
