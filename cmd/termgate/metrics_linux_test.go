@@ -20,13 +20,20 @@ func TestServeMetricsListen(t *testing.T) {
 	needBwrap(t)
 	state := t.TempDir()
 	os.Chmod(filepath.Dir(state), 0o711)
+	os.Chmod(state, 0o711)
 	t.Setenv("XDG_STATE_HOME", state)
+	t.Run("memory", func(t *testing.T) { serveMetricsListen(t, "none") })
+	// Durable: the sandbox reads output into the ring's file, counted too.
+	t.Run("durable", func(t *testing.T) { serveMetricsListen(t, filepath.Join(state, "durable")) })
+}
+
+func serveMetricsListen(t *testing.T, stateDir string) {
 	ctx, stop := context.WithCancel(t.Context())
 	var out, errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-			"--cgroup-parent", sandboxtest.CgroupParent(t), "--state-dir", "none"}, strings.NewReader(""), &out, &errs)
+			"--cgroup-parent", sandboxtest.CgroupParent(t), "--state-dir", stateDir}, strings.NewReader(""), &out, &errs)
 	}()
 	defer func() {
 		stop()
