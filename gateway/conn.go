@@ -90,7 +90,7 @@ func (c *conn) serve() {
 	c.ws.CloseNow()
 	code := int(c.closeCode.Load())
 	if code == 0 {
-		code = int(websocket.CloseStatus(err)) // the client's, or -1 when none was sent
+		code = readCloseCode(err) // the client's, 1009 for a message too big, or -1 (metrics.go)
 	}
 	c.s.metrics.connClosed(code)
 	c.log.Info("disconnected", "close_code", code, "duration", time.Since(c.started).Seconds(),

@@ -97,6 +97,7 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 	full := len(c.channels) >= c.s.cfg.MaxChannels
 	c.mu.Unlock()
 	if full {
+		c.s.metrics.refuse(refusedChannels)
 		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
 		return
 	}

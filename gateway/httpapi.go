@@ -126,6 +126,7 @@ func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c auth.Claims, er
 	switch {
 	case errors.As(err, &ae):
 	case errors.As(err, &tooLarge):
+		a.s.metrics.refuse(refusedMessageSize)
 		ae = &apiError{wire.CodeTooLarge, "the request body exceeds " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes"}
 	case r.Context().Err() != nil:
 		return // the client left; nobody reads an answer

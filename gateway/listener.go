@@ -38,6 +38,11 @@ type ListenerConfig struct {
 type ListenerStats struct {
 	Open    int    `json:"open"`
 	Refused uint64 `json:"refused"`
+	// The refused connections by the bound they met: MaxConns,
+	// MaxConnsPerAddr, FDHeadroom.
+	RefusedConns uint64 `json:"refused_conns"`
+	RefusedAddr  uint64 `json:"refused_addr"`
+	RefusedFDs   uint64 `json:"refused_fds"`
 }
 
 // Listener is a net.Listener that refuses connections beyond its bounds:
@@ -58,6 +63,7 @@ type Listener struct {
 	open       int
 	byAddr     map[string]int
 	refused    uint64
+	refusedBy  [3]uint64 // by MaxConns, MaxConnsPerAddr, FDHeadroom
 	lastWarned time.Time
 
 	// The last count of free descriptors and when it was taken: counting
@@ -127,14 +133,19 @@ func (l *Listener) Accept() (net.Conn, error) {
 // admit takes a place for a connection from addr, or says why not.
 func (l *Listener) admit(addr string) string {
 	if why := l.descriptorsLow(); why != "" {
+		l.mu.Lock()
+		l.refusedBy[2]++
+		l.mu.Unlock()
 		return why
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.open >= l.cfg.MaxConns:
+		l.refusedBy[0]++
 		return fmt.Sprintf("%d connections open, the maximum", l.open)
 	case l.byAddr[addr] >= l.cfg.MaxConnsPerAddr:
+		l.refusedBy[1]++
 		return fmt.Sprintf("%d connections open from this address, the maximum", l.byAddr[addr])
 	}
 	l.open++
@@ -198,7 +209,8 @@ func (l *Listener) release(addr string) {
 func (l *Listener) Stats() ListenerStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return ListenerStats{Open: l.open, Refused: l.refused}
+	return ListenerStats{Open: l.open, Refused: l.refused,
+		RefusedConns: l.refusedBy[0], RefusedAddr: l.refusedBy[1], RefusedFDs: l.refusedBy[2]}
 }
 
 // limitedConn gives its place back once, on the first Close.

@@ -92,9 +92,11 @@ func TestMetricsMove(t *testing.T) {
 	}
 	wantMetrics(t, ms.URL, "before", map[string]float64{
 		"termgate_executions_running": 0, "termgate_executions_started_total": 0,
-		`termgate_executions_ended_total{status="cancelled"}`: 0,
-		"termgate_connections_open":                           0,
-		`termgate_auth_failures_total{reason="malformed"}`:    0,
+		`termgate_executions_ended_total{reason="cancelled",status="cancelled"}`: 0,
+		`termgate_executions_ended_total{reason="limit:memory",status="limit"}`:  0,
+		"termgate_connections_open":                        0,
+		`termgate_auth_failures_total{reason="malformed"}`: 0,
+		"termgate_sandbox_start_seconds_count":             0,
 	})
 
 	c := e.dial(t, e.token(t, "acme", allScopes...))
@@ -102,14 +104,16 @@ func TestMetricsMove(t *testing.T) {
 	c.expect(t, wire.MsgStarted)
 	wantMetrics(t, ms.URL, "started", map[string]float64{
 		"termgate_executions_running": 1, "termgate_executions_started_total": 1,
-		"termgate_connections_open": 1,
+		"termgate_connections_open": 1, "termgate_sandbox_start_seconds_count": 1,
+		`termgate_sandbox_start_seconds_bucket{le="+Inf"}`: 1,
 	})
 
 	c.send(t, wire.Request{Type: wire.TypeCancel, ID: "one"})
 	c.expect(t, wire.MsgExit)
 	wantMetrics(t, ms.URL, "ended", map[string]float64{
 		"termgate_executions_running": 0, "termgate_executions_started_total": 1,
-		`termgate_executions_ended_total{status="cancelled"}`: 1,
+		`termgate_executions_ended_total{reason="cancelled",status="cancelled"}`: 1,
+		`termgate_executions_ended_total{reason="exited",status="exited"}`:       0,
 	})
 
 	c.close()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
@@ -19,6 +20,8 @@ type subjectLimits struct {
 	mu    sync.Mutex
 	m     map[string]*subjectBucket
 	sweep int // the size at which idle buckets are dropped next
+
+	refused atomic.Uint64 // requests allow refused (metrics.go)
 }
 
 type subjectBucket struct {
@@ -48,7 +51,11 @@ func (l *subjectLimits) allow(c auth.Claims) bool {
 	}
 	b.used = now
 	l.mu.Unlock()
-	return b.allow()
+	if !b.allow() {
+		l.refused.Add(1) // metrics.go
+		return false
+	}
+	return true
 }
 
 // dropIdle removes the buckets that have refilled. Called with l.mu held.

@@ -95,7 +95,10 @@ type Config struct {
 	// the client in logs (ParseTrustedProxies; clientaddr.go); none: the
 	// TCP peer's address.
 	TrustedProxies []netip.Prefix
-	Logger         *slog.Logger
+	// MetricsTenantLabel adds per-tenant metrics (the first
+	// session.TenantSeries tenants; the rest together). Off by default.
+	MetricsTenantLabel bool
+	Logger             *slog.Logger
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -183,14 +186,15 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Workspaces = ws
 	}
 	polls, stopPolls := context.WithCancelCause(context.Background())
-	return &Server{
+	s := &Server{
 		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
 		ownWorkspaces: own,
-		metrics:       newMetrics(cfg.Supervisor),
-	}, nil
+	}
+	s.metrics = newMetrics(s)
+	return s, nil
 }
 
 func applyDefaults(c *Config) {
@@ -374,6 +378,7 @@ func (s *Server) admit(subject string) error {
 	case s.closing:
 		return s.closedErrLocked()
 	case s.subjects[subject] >= s.cfg.MaxConnsPerSubject:
+		s.metrics.refuse(refusedSubjectConns)
 		return errSubjectBusy
 	}
 	s.subjects[subject]++

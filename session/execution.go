@@ -51,7 +51,7 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) (*executi
 		s:        s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
 		stdout:   newHeadTail(spec.OutputBudget),
 		stderr:   newHeadTail(spec.OutputBudget),
-		in:       newInputQueue(s.cfg.InputBuffer),
+		in:       newInputQueue(s.cfg.InputBuffer, &s.counters.inputBytes),
 		launched: make(chan struct{}),
 		done:     make(chan struct{}),
 		started:  time.Now(),
@@ -121,8 +121,8 @@ func (e *execution) stdio() sandbox.Stdio {
 		out = replay.StreamPTY
 	}
 	return sandbox.Stdio{
-		Stdout: e.writer(outputWriter{e.s.io, e.ring, out, e.stdout, e.screen}),
-		Stderr: e.writer(outputWriter{e.s.io, e.ring, replay.StreamStderr, e.stderr, nil}),
+		Stdout: e.writer(outputWriter{e.s.io, e.ring, out, e.stdout, e.screen, &e.s.counters}),
+		Stderr: e.writer(outputWriter{e.s.io, e.ring, replay.StreamStderr, e.stderr, nil, &e.s.counters}),
 	}
 }
 
@@ -139,10 +139,12 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 	if e.dir != "" {
 		policy.Key = filepath.Base(e.dir)
 	}
+	t0 := time.Now()
 	proc, err := s.cfg.Launcher.Start(s.ctx, policy, e.stdio())
 	if err != nil {
 		return s.launchFailed(e, err)
 	}
+	s.counters.started(time.Since(t0))
 	e.mu.Lock()
 	e.proc = proc
 	e.mu.Unlock()
@@ -163,6 +165,7 @@ func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 	if OutOfDescriptors(err) {
 		s.log.Warn("execution refused: out of file descriptors", "execution", e.key.id, "tenant", e.key.owner, "err", err)
 		err = ErrOutOfDescriptors
+		s.counters.refuse(RefusedDescriptors)
 	}
 	if errors.Is(err, ErrCapacity) || errors.Is(err, sandbox.ErrInvalidPolicy) || errors.Is(err, sandbox.ErrUnenforceable) {
 		s.forget(e)
@@ -256,7 +259,7 @@ func (e *execution) finish(exit sandbox.Exit) {
 	e.ring.Append(replay.Event{Kind: replay.KindExit, Exit: &replay.ExitInfo{
 		Code: exit.Code, Signal: int(exit.Signal), Reason: ringReason, Duration: res.Duration,
 	}})
-	e.s.settled(e, status)
+	e.s.settled(e, status, ringReason)
 	e.record()
 	e.s.log.Info("execution ended", append(e.logAttrs, "status", status, "reason", ringReason, "exit_code", exit.Code,
 		"signal", res.Signal, "duration", res.Duration.Seconds(), "stdout_bytes", res.Stdout.Original, "stderr_bytes", res.Stderr.Original)...)
@@ -349,22 +352,25 @@ type outputWriter struct {
 	stream  replay.Stream
 	capture *headTail
 	screen  *screenState // fed what the append evicted; nil for pipes
+	counts  *counters    // the supervisor's (metrics.go)
 }
 
 func (w outputWriter) Write(p []byte) (int, error) {
 	w.capture.Write(p)
 	w.ring.AppendOutput(w.stream, p)
-	w.appended()
+	w.appended(len(p))
 	return len(p), nil
 }
 
-// appended follows an append: the screen state sees what it evicted,
-// and the writer waits while held output fills the ring.
-func (w outputWriter) appended() {
+// appended follows an append of n bytes: they are counted, the screen
+// state sees what it evicted, and the writer waits while held output
+// fills the ring.
+func (w outputWriter) appended(n int) {
+	w.counts.outputBytes.Add(uint64(n))
 	if w.screen != nil {
 		w.screen.feed()
 	}
-	w.ring.WaitRoom(w.ctx)
+	w.counts.waitRoom(w.ctx, w.ring)
 }
 
 // writer returns w, or for a durable execution a writer into whose ring
@@ -423,7 +429,7 @@ func (w *reservingWriter) Commit(n int) error {
 	} else if _, err := w.ring.Commit(w.stream, n); err != nil {
 		return err
 	}
-	w.appended()
+	w.appended(n)
 	return nil
 }
 
@@ -497,6 +503,7 @@ func (s *Supervisor) Input(owner, id string, offset uint64, p []byte) (uint64, e
 	if err == nil {
 		e.inputArrived()
 	}
+	s.counters.countInput(err)
 	return received, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // inputQueue accepts input by offset and feeds it to the process on the
@@ -26,12 +27,13 @@ type inputQueue struct {
 	started bool
 	done    chan struct{} // closed when the writer returned
 
-	log      *inputLog // durable executions only (inputlog.go)
-	wroteOff uint64    // input offset written to the program; the writer's
+	counted  *atomic.Uint64 // the supervisor's input bytes (metrics.go)
+	log      *inputLog      // durable executions only (inputlog.go)
+	wroteOff uint64         // input offset written to the program; the writer's
 }
 
-func newInputQueue(max int) *inputQueue {
-	return &inputQueue{max: max, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newInputQueue(max int, counted *atomic.Uint64) *inputQueue {
+	return &inputQueue{max: max, wake: make(chan struct{}, 1), done: make(chan struct{}), counted: counted}
 }
 
 // attach sets where input goes, once the process runs.
@@ -93,6 +95,7 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 	}
 	q.size += len(fresh)
 	q.offset += uint64(len(fresh))
+	q.counted.Add(uint64(len(fresh)))
 	q.startLocked()
 	q.signal()
 	return q.offset, nil

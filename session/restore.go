@@ -176,7 +176,7 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 		s: s, key: k, spec: spec, fingerprint: rec.Fingerprint, incarnation: rec.Incarnation,
 		dir: dir, ring: ring, started: rec.Started, logAttrs: baseLogAttrs(k, spec),
 		stdout: newHeadTail(spec.OutputBudget), stderr: newHeadTail(spec.OutputBudget),
-		in:       newInputQueue(s.cfg.InputBuffer),
+		in:       newInputQueue(s.cfg.InputBuffer, &s.counters.inputBytes),
 		launched: make(chan struct{}), done: make(chan struct{}),
 	}
 	if rec.Result == nil {

@@ -24,7 +24,9 @@ type Subscription struct {
 	snapshot *Snapshot                   // in place of evicted history; nil when none
 	pin      atomic.Pointer[replay.Hold] // keeps the events after the snapshot until the first batch
 	free     bool                        // a writer that does not acknowledge: nothing is held while it is attached
-	close    sync.Once
+	// resumeGap: a resume after evicted history; its first gap is counted (metrics.go).
+	resumeGap bool
+	close     sync.Once
 }
 
 // AttachOptions say how a subscription reads.
@@ -73,6 +75,7 @@ func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription
 		return nil, Info{}, fmt.Errorf("%w: after %d, newest is %d", ErrAfter, o.After, last)
 	}
 	sub := &Subscription{id: id, e: e, readOnly: !o.Writer}
+	after := o.After
 	if o.Snapshot && e.screen != nil {
 		var pin *replay.Hold
 		if sub.snapshot, pin = e.snapshotFor(o.After, o.Seen); sub.snapshot != nil {
@@ -80,6 +83,7 @@ func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription
 			o.After, o.Seen = sub.snapshot.Seq, &sub.snapshot.Seen
 		}
 	}
+	sub.countResume(after, sub.snapshot != nil)
 	if o.Seen != nil {
 		sub.cursor = e.ring.CursorSeen(o.After, *o.Seen)
 	} else {
@@ -107,6 +111,7 @@ func (s *Supervisor) Subscribe(owner, id string, o AttachOptions) (*Subscription
 func (sub *Subscription) Next(ctx context.Context) ([]replay.Event, *replay.Gap, error) {
 	evs, gap, err := sub.cursor.Next(ctx)
 	sub.unpinSnapshot()
+	sub.countGap(gap)
 	return evs, gap, err
 }
 

@@ -81,9 +81,14 @@ type Supervisor struct {
 	byOwner map[string]int // running executions of each owner
 	held    map[string]int // retained executions of each owner, running or settled
 	started uint64
-	ended   map[Status]uint64
-	closed  bool
-	wg      sync.WaitGroup // one per execution until its retention ends
+	ended   map[EndKey]uint64
+	// startedBy counts the starts of the first TenantSeries owners,
+	// startedOther those of the rest (metrics.go).
+	startedBy    map[string]uint64
+	startedOther uint64
+	counters     counters // metrics.go
+	closed       bool
+	wg           sync.WaitGroup // one per execution until its retention ends
 
 	store    *store            // nil without Config.StateDir
 	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go)
@@ -122,8 +127,9 @@ func New(cfg Config) (*Supervisor, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Supervisor{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		execs: map[key]*execution{}, byOwner: map[string]int{}, held: map[string]int{}, ended: map[Status]uint64{},
-		gone: map[key]time.Time{},
+		execs: map[key]*execution{}, byOwner: map[string]int{}, held: map[string]int{}, ended: map[EndKey]uint64{},
+		startedBy: map[string]uint64{},
+		gone:      map[key]time.Time{},
 	}
 	s.io, s.stopIO = context.WithCancel(ctx)
 	if cfg.StateDir != "" {
@@ -222,15 +228,19 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 		return e, false, nil
 	}
 	if s.running >= s.cfg.MaxRunning {
+		s.counters.refuse(RefusedMaxRunning)
 		return nil, false, fmt.Errorf("%w: %d executions running, the maximum", ErrCapacity, s.running)
 	}
 	if s.byOwner[k.owner] >= s.cfg.MaxRunningPerOwner {
+		s.counters.refuse(RefusedTenantRunning)
 		return nil, false, fmt.Errorf("%w: %d executions of this owner running, the maximum", ErrCapacity, s.byOwner[k.owner])
 	}
 	if s.held[k.owner] >= s.cfg.MaxRetainedPerOwner && !s.evictOwnOldestSettled(k.owner) {
+		s.counters.refuse(RefusedTenantRetained)
 		return nil, false, fmt.Errorf("%w: %d executions retained for this owner and all running", ErrCapacity, s.held[k.owner])
 	}
 	if len(s.execs) >= s.cfg.MaxRetained && !s.evictOldestSettled(k.owner) {
+		s.counters.refuse(RefusedRetained)
 		return nil, false, fmt.Errorf("%w: %d executions retained and all running", ErrCapacity, len(s.execs))
 	}
 	e, err = newExecution(s, k, spec, fingerprint)
@@ -243,6 +253,7 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 	s.running++
 	s.byOwner[k.owner]++
 	s.started++
+	s.countStartLocked(k.owner)
 	s.wg.Add(1)
 	return e, true, nil
 }
@@ -312,14 +323,14 @@ func (s *Supervisor) removeLocked(e *execution) {
 }
 
 // settled moves e from running to settled. Called by e's owner goroutine.
-func (s *Supervisor) settled(e *execution, status Status) {
+func (s *Supervisor) settled(e *execution, status Status, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running--
 	if s.byOwner[e.key.owner]--; s.byOwner[e.key.owner] == 0 {
 		delete(s.byOwner, e.key.owner)
 	}
-	s.ended[status]++
+	s.ended[EndKey{status, reason}]++
 }
 
 // forget undoes admit for an execution that never ran.
@@ -329,6 +340,7 @@ func (s *Supervisor) forget(e *execution) {
 	s.removeLocked(e)
 	s.running--
 	s.started--
+	s.uncountStartLocked(e.key.owner)
 	if s.byOwner[e.key.owner]--; s.byOwner[e.key.owner] == 0 {
 		delete(s.byOwner, e.key.owner)
 	}
@@ -380,10 +392,15 @@ func (s *Supervisor) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	by := make(map[Status]uint64, len(s.ended))
+	ended := make(map[EndKey]uint64, len(s.ended))
 	for k, v := range s.ended {
-		by[k] = v
+		by[k.Status] += v
+		ended[k] = v
 	}
-	return Stats{Running: s.running, Retained: len(s.execs) - s.running, StartedTotal: s.started, ByStatus: by}
+	st := Stats{Running: s.running, Retained: len(s.execs) - s.running, StartedTotal: s.started, ByStatus: by,
+		Ended: ended, ByTenant: s.byTenantLocked()}
+	s.counters.fill(&st)
+	return st
 }
 
 // Close stops every running execution (they end as cancelled), waits for

@@ -166,6 +166,27 @@ type Stats struct {
 	Retained     int               `json:"retained"`
 	StartedTotal uint64            `json:"started_total"`
 	ByStatus     map[Status]uint64 `json:"by_status"`
+	// Ended counts the ended executions by status and reason; ByTenant
+	// counts executions by tenant, bounded (TenantSeries).
+	Ended    map[EndKey]uint64      `json:"-"`
+	ByTenant map[string]TenantStats `json:"-"`
+	// OutputBytes and InputBytes count the bytes programs wrote and the
+	// input they were given (accepted, retries counted once).
+	OutputBytes uint64 `json:"output_bytes"`
+	InputBytes  uint64 `json:"input_bytes"`
+	// FlowWaiting counts the output streams waiting now because readers
+	// hold unacknowledged output (flow.go); FlowWaits counts such waits.
+	FlowWaiting int    `json:"flow_waiting"`
+	FlowWaits   uint64 `json:"flow_waits"`
+	// Resumes counts subscriptions by ResumeKinds; ResumeGapBytes the
+	// output bytes the gaps of ResumeGap resumes skipped.
+	Resumes        map[string]uint64 `json:"resumes"`
+	ResumeGapBytes uint64            `json:"resume_gap_bytes"`
+	// Refused counts refused starts and inputs by RefusedKinds.
+	Refused map[string]uint64 `json:"refused"`
+	// StartLatency is the time the launcher took to start each sandbox
+	// that started.
+	StartLatency Histogram `json:"-"`
 }
 
 // Launcher is the subset of *sandbox.Launcher the supervisor uses; tests

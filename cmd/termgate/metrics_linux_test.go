@@ -20,13 +20,20 @@ func TestServeMetricsListen(t *testing.T) {
 	needBwrap(t)
 	state := t.TempDir()
 	os.Chmod(filepath.Dir(state), 0o711)
+	os.Chmod(state, 0o711)
 	t.Setenv("XDG_STATE_HOME", state)
+	t.Run("memory", func(t *testing.T) { serveMetricsListen(t, "none") })
+	// Durable: the sandbox reads output into the ring's file, counted too.
+	t.Run("durable", func(t *testing.T) { serveMetricsListen(t, filepath.Join(state, "durable")) })
+}
+
+func serveMetricsListen(t *testing.T, stateDir string) {
 	ctx, stop := context.WithCancel(t.Context())
 	var out, errs sandboxtest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-			"--cgroup-parent", sandboxtest.CgroupParent(t), "--state-dir", "none"}, strings.NewReader(""), &out, &errs)
+			"--cgroup-parent", sandboxtest.CgroupParent(t), "--state-dir", stateDir}, strings.NewReader(""), &out, &errs)
 	}()
 	defer func() {
 		stop()
@@ -39,7 +46,7 @@ func TestServeMetricsListen(t *testing.T) {
 			t.Error("serve did not stop")
 		}
 	}()
-	public := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=`)
+	public := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/#token=([\w.-]+)`)
 	metrics := regexp.MustCompile(`metrics listening\W+addr\W+(127\.0\.0\.1:\d+)`)
 	var pm, mm []string
 	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
@@ -62,6 +69,24 @@ func TestServeMetricsListen(t *testing.T) {
 	if code, body := get(mm[1], "/metrics"); code != 200 || !strings.Contains(body, "termgate_executions_running 0") ||
 		!strings.Contains(body, "go_goroutines") || !strings.Contains(body, "termgate_connections_open 0") {
 		t.Errorf("metrics listener /metrics: %d %.300q", code, body)
+	}
+	startReal(t, pm[1], pm[2])
+	var body string
+	if !sandboxtest.Eventually(t, 60*time.Second, func() bool {
+		_, body = get(mm[1], "/metrics")
+		return strings.Contains(body, `termgate_executions_ended_total{reason="exited",status="exited"} 1`)
+	}) {
+		t.Fatalf("the execution never ended in the metrics: %.2000q", body)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^termgate_sandbox_start_seconds_count 1$`),
+		regexp.MustCompile(`(?m)^termgate_sandbox_start_seconds_sum 0\.\d*[1-9]`), // a real start takes time
+		regexp.MustCompile(`(?m)^termgate_sandbox_start_seconds_bucket\{le="\+Inf"\} 1$`),
+		regexp.MustCompile(`(?m)^termgate_output_bytes_total 6$`), // "hello\n"
+	} {
+		if !want.MatchString(body) {
+			t.Errorf("metrics after a real execution: no %s", want)
+		}
 	}
 	if code, body := get(mm[1], "/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("metrics listener /debug/pprof/: %d %.300q", code, body)
@@ -90,5 +115,24 @@ func TestServeMetricsListenOffByDefault(t *testing.T) {
 			ln.Close()
 		}
 		t.Fatalf("bad address: %v, want an error naming --metrics-listen", err)
+	}
+}
+
+// startReal starts a real sandbox that prints hello over the HTTP API of
+// the server at addr.
+func startReal(t *testing.T, addr, token string) {
+	t.Helper()
+	body := `{"id":"metrics","command":"/bin/sh","args":["-c","echo hello"]}`
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+addr+"/v1/executions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		t.Fatalf("start: %s %s", resp.Status, b)
 	}
 }

@@ -166,6 +166,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.boolean(&o.dev, "dev", false, "development mode: generated secret, state-directory workspaces, prints a ready URL")
 	e.str(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	e.str(&o.metricsListen, "metrics-listen", "", "address of a separate listener for Prometheus /metrics and /debug/pprof, for example 127.0.0.1:9464; keep it private (default off)")
+	e.boolean(&o.server.MetricsTenantLabel, "metrics-tenant-label", false, "label executions running and started by tenant in the metrics (the first 100 tenants; the rest as _other)")
 	e.str(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key)")
 	e.str(&o.tlsKey, "tls-key", "", "TLS key file")
 	e.str(&o.secretFile, "jwt-secret-file", "", "file holding the HS256 secret (at least 32 bytes)")
@@ -549,6 +550,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	g.srv.CountRefusals(ln)
 	return g.serve(ctx, ln, mln, o, log)
 }
 
