@@ -205,3 +205,36 @@ func TestSystemdUnitReloads(t *testing.T) {
 		t.Errorf("the unit has no ExecReload sending SIGHUP:\n%s", out)
 	}
 }
+
+// TestServeRefusesBadIdentityFlags: the identity flags are checked before
+// anything starts.
+func TestServeRefusesBadIdentityFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--jwt-jwks-url", "http://idp.example/jwks", "--jwt-audience", "a"}, "must be https"},
+		{[]string{"--jwt-jwks-url", "https://idp.example/jwks"}, "--jwt-audience"},
+		{[]string{"--jwt-jwks-refresh", "1s"}, "10s to 24h"},
+		{[]string{"--jwt-jwks-refresh", "25h"}, "10s to 24h"},
+		{[]string{"--jwt-tenant-binding", "idp"}, "SOURCE=TENANT"},
+		{[]string{"--jwt-tenant-binding", "idp=Acme"}, `tenant "Acme"`},
+		{[]string{"--jwt-issuer", "=idp"}, "empty issuer"},
+	} {
+		_, err := parseServe(append([]string{"--dev"}, tc.args...), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	o, err := parseServe([]string{"--dev", "--jwt-issuer", "a", "--jwt-issuer", "b=kid1|https://idp.example/jwks",
+		"--jwt-tenant-binding", "b=acme|beta"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.authConfig(nil)
+	if err != nil || cfg.Issuer != "a" || len(cfg.Issuers) != 1 || cfg.Issuers[0].Name != "b" ||
+		len(cfg.Issuers[0].Sources) != 2 || len(cfg.TenantBindings) != 1 || len(cfg.TenantBindings[0].Tenants) != 2 {
+		t.Errorf("authConfig = %+v, %v", cfg, err)
+	}
+}

@@ -38,10 +38,15 @@ func (o *serveOptions) authConfig(log *slog.Logger) (auth.Config, error) {
 	return cfg, nil
 }
 
-// checkAuthFlags refuses a --jwt-issuer or --jwt-tenant-binding that does
-// not parse, before anything starts; what they name is checked by
-// auth.New.
+// checkAuthFlags refuses a JWKS URL that is neither https nor loopback
+// and a --jwt-issuer or --jwt-tenant-binding that does not parse, before
+// anything starts; what they name is checked by auth.New.
 func (o *serveOptions) checkAuthFlags() error {
+	for _, u := range o.jwksURLs {
+		if err := auth.CheckJWKSURL(u); err != nil {
+			return fmt.Errorf("serve: --jwt-jwks-url: %w", err)
+		}
+	}
 	_, err := o.authConfig(nil)
 	return err
 }

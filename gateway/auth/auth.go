@@ -204,7 +204,7 @@ func (a *Authenticator) checkSources() error {
 	}
 	seen := make(map[string]bool)
 	for _, u := range a.cfg.JWKSURLs {
-		if err := checkJWKSURL(u); err != nil {
+		if err := CheckJWKSURL(u); err != nil {
 			return err
 		}
 		if seen[u] {

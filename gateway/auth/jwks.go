@@ -79,8 +79,9 @@ func (c JWKSConfig) withDefaults() (JWKSConfig, error) {
 // replaced on the way.
 var ErrJWKSURL = errors.New("auth: JWKS URL must be https (http only to 127.0.0.0/8 or ::1)")
 
-// checkJWKSURL refuses what ErrJWKSURL says.
-func checkJWKSURL(raw string) error {
+// CheckJWKSURL refuses what ErrJWKSURL says; New checks every JWKS URL
+// with it.
+func CheckJWKSURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("auth: JWKS URL %q: %w", raw, err)

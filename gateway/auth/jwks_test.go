@@ -366,3 +366,25 @@ func TestJWKSKeysAreCheckedAsFilesAre(t *testing.T) {
 	}
 	_ = ed25519.PublicKeySize
 }
+
+// TestJWKSFetchTimesOut: a provider that never answers is given up on
+// after Timeout, and retried.
+func TestJWKSFetchTimesOut(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		<-r.Context().Done() // until the client gives up
+	}))
+	t.Cleanup(srv.Close)
+	a, logs := newJWKSAuth(t, Config{JWKSURLs: []string{srv.URL}, JWKS: JWKSConfig{Timeout: 200 * time.Millisecond}})
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return hits.Load() >= 2 }) {
+		t.Fatalf("no retry after a fetch timed out:\n%s", logs)
+	}
+	if !strings.Contains(logs.String(), "Timeout") && !strings.Contains(logs.String(), "deadline") {
+		t.Errorf("the logs do not say the fetch timed out:\n%s", logs)
+	}
+	if a.Ready() == nil {
+		t.Error("ready without a fetch")
+	}
+}
