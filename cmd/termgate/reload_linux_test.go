@@ -160,7 +160,7 @@ func TestHangupReloadsKeys(t *testing.T) {
 
 	writePublicKey(t, keyPath, newKey)
 	n.hangup(`"msg":"keys reloaded"`, 1)
-	if !strings.Contains(n.logs.String(), `"kids":["idp","secret"]`) {
+	if !strings.Contains(n.logs.String(), `"msg":"keys reloaded","kids":["idp","secret"]`) {
 		t.Errorf("the reload does not log the key ids: %s", n.logs.String())
 	}
 	if _, err := n.dialToken(t, newTok); err != nil {

@@ -589,6 +589,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 		return nil, err
 	}
 	undo = append(undo, func() { authn.Close() })
+	log.Info("verification keys", "kids", authn.KeyIDs(), "jwks_urls", o.jwksURLs)
 	wcfg := o.workspaces.config(o.workspaceRoot)
 	// With a state directory executions outlive the server: their
 	// sandboxes use the workspaces an earlier server mounted.

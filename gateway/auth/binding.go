@@ -46,7 +46,7 @@ func ParseIssuer(s string) (Issuer, error) {
 func ParseTenantBinding(s string) (TenantBinding, error) {
 	i := strings.LastIndexByte(s, '=')
 	if i <= 0 || i == len(s)-1 {
-		return TenantBinding{}, fmt.Errorf("auth: tenant binding %q: want SOURCE=TENANT|TENANT...", s)
+		return TenantBinding{}, fmt.Errorf("auth: tenant binding %q: want SOURCE=TENANT or SOURCE=TENANT|TENANT", s)
 	}
 	b := TenantBinding{Source: s[:i], Tenants: strings.Split(s[i+1:], "|")}
 	for _, t := range b.Tenants {
