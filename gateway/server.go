@@ -259,9 +259,10 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// No keys yet (a JWKS not fetched once): every token would be refused.
-	if err := s.cfg.Auth.Ready(); err != nil {
+	// Which JWKS is in the logs, not told to anyone asking.
+	if s.cfg.Auth.Ready() != nil {
 		s.retryAfter(w)
-		http.Error(w, "no verification keys yet: "+err.Error(), http.StatusServiceUnavailable)
+		http.Error(w, "no verification keys yet: a JWKS was not fetched", http.StatusServiceUnavailable)
 		return
 	}
 	// Full: a load balancer sends new work elsewhere. The sandbox's self
