@@ -255,7 +255,7 @@ func newJWKSClient(cfg JWKSConfig) *http.Client {
 		Timeout:   cfg.Timeout,
 		Transport: limitedTransport{tr, cfg.MaxBytes},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 3 {
+			if len(via) > 3 {
 				return errors.New("auth: JWKS: more than 3 redirects")
 			}
 			return checkJWKSLocation(req.URL)

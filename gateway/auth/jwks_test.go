@@ -388,3 +388,25 @@ func TestJWKSFetchTimesOut(t *testing.T) {
 		t.Error("ready without a fetch")
 	}
 }
+
+// TestJWKSRedirectsAreBounded: a provider redirecting in a loop is given
+// up on after 3 redirects.
+func TestJWKSRedirectsAreBounded(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Redirect(w, r, "/again", http.StatusFound)
+	}))
+	t.Cleanup(srv.Close)
+	a, logs := newJWKSAuth(t, Config{JWKSURLs: []string{srv.URL}})
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), "more than 3 redirects") }) {
+		t.Fatalf("a redirect loop not given up on:\n%s", logs)
+	}
+	if n := hits.Load(); n != 4 {
+		t.Errorf("%d requests in the first fetch, want 4 (the URL and 3 redirects)", n)
+	}
+	if a.Ready() == nil {
+		t.Error("ready after a redirect loop")
+	}
+}
