@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session"
 )
@@ -27,6 +28,7 @@ const (
 	authMalformed = "malformed" // not a JWT
 	authInvalid   = "invalid"   // any other check: claims, size, audience
 	authScope     = "scope"     // valid, but without the scopes the request needs
+	authTenant    = "tenant"    // valid, but its tenant is not bound to its key or issuer
 )
 
 // metrics are a server's counters and gauges, on a registry of its own
@@ -56,7 +58,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "termgate_auth_failures_total", Help: "Tokens refused, by reason.",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{authMissing, authExpired, authSignature, authMalformed, authInvalid, authScope} {
+	for _, r := range []string{authMissing, authExpired, authSignature, authMalformed, authInvalid, authScope, authTenant} {
 		m.authFailures.WithLabelValues(r) // every reason is a series from the start
 	}
 	m.reg.MustRegister(
@@ -135,6 +137,8 @@ func authReason(token string, err error) string {
 		return authSignature
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return authMalformed
+	case errors.Is(err, auth.ErrTenantNotBound):
+		return authTenant
 	}
 	return authInvalid
 }

@@ -267,6 +267,13 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	// No keys yet (a JWKS not fetched once): every token would be refused.
+	// Which JWKS is in the logs, not told to anyone asking.
+	if s.cfg.Auth.Ready() != nil {
+		s.retryAfter(w)
+		http.Error(w, "no verification keys yet: a JWKS was not fetched", http.StatusServiceUnavailable)
+		return
+	}
 	// Full: a load balancer sends new work elsewhere. The sandbox's self
 	// check ran before the server listened: serve does not start without it.
 	if st, max := s.cfg.Supervisor.Stats(), s.cfg.Supervisor.Config().MaxRunning; st.Running >= max {

@@ -145,9 +145,8 @@ func startKeeper(dir string, orphanGrace, killGrace time.Duration, cleanup keepe
 
 // runKeeper is the keeper process: termgate __keeper --state-dir D. It
 // ends its children only when told (SIGTERM, SIGINT) or when no server
-// came back within the grace; SIGHUP, which main's context would take as
-// a stop, is handled and ignored (never by SIG_IGN, which the sandboxes
-// would inherit).
+// came back within the grace; SIGHUP is handled and ignored (never by
+// SIG_IGN, which the sandboxes would inherit).
 func runKeeper(_ context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(keeperArg, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -177,18 +176,19 @@ func runKeeper(_ context.Context, args []string, stderr io.Writer) error {
 }
 
 // stopSignals records the signal that ends serve: SIGINT stops every
-// execution (shutdown for good), SIGTERM and SIGHUP restart (executions
-// live on for the next server on the state directory).
+// execution (shutdown for good), SIGTERM restarts (executions live on for
+// the next server on the state directory). SIGHUP does not end serve: it
+// reloads the keys (reloadOnHangup).
 type stopSignals struct{ ch chan os.Signal }
 
 func watchStopSignals() *stopSignals {
 	s := &stopSignals{ch: make(chan os.Signal, 4)}
-	signal.Notify(s.ch, syscall.SIGTERM, syscall.SIGHUP, os.Interrupt)
+	signal.Notify(s.ch, syscall.SIGTERM, os.Interrupt)
 	return s
 }
 
 // restart reports whether the stop is a restart: the first signal was
-// SIGTERM or SIGHUP. A stop without a signal (a test's cancel) is final.
+// SIGTERM. A stop without a signal (a test's cancel) is final.
 func (s *stopSignals) restart() bool {
 	signal.Stop(s.ch)
 	select {

@@ -57,10 +57,22 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP, os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), endSignals(os.Args[1:])...)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	os.Exit(exitCode(err, os.Stderr))
+}
+
+// endSignals are the signals that end the command given by args: SIGTERM,
+// SIGINT and SIGHUP (its terminal went away), but SIGHUP neither for serve,
+// which reloads its keys on it, nor for the keeper, which ignores it. Both
+// handle it with signal.Notify, never signal.Ignore: an ignored signal is
+// inherited by the sandboxed programs.
+func endSignals(args []string) []os.Signal {
+	if len(args) > 0 && (args[0] == "serve" || args[0] == keeperArg) {
+		return []os.Signal{syscall.SIGTERM, os.Interrupt}
+	}
+	return []os.Signal{syscall.SIGTERM, syscall.SIGHUP, os.Interrupt}
 }
 
 func exitCode(err error, stderr io.Writer) int {

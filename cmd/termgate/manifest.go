@@ -147,6 +147,8 @@ ExecStart=%s
 KillMode=process
 # SIGTERM is serve's restart: it hands the executions over and exits 0.
 KillSignal=SIGTERM
+# "systemctl reload termgate": serve re-reads its key files and stays up.
+ExecReload=/bin/kill -HUP $MAINPID
 TimeoutStopSec=60s
 Restart=on-failure
 RestartSec=2s

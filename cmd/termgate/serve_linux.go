@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,12 +32,14 @@ import (
 // environment equivalent (flag > environment > default).
 type serveOptions struct {
 	listen, tlsCert, tlsKey       string
-	secretFile, issuer, audience  string
+	secretFile, audience          string
 	tenantClaim, workspaceRoot    string
 	defaultCommand, logLevel      string
 	logFormat                     string
 	publicKeys, origins, commands []string
 	trustedProxies                []string
+	issuers, jwksURLs, bindings   []string
+	jwksRefresh                   time.Duration
 	dev, queryToken               bool
 	sandbox                       sandbox.Config
 	policy                        gateway.SandboxConfig
@@ -171,7 +174,10 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.tlsKey, "tls-key", "", "TLS key file")
 	e.str(&o.secretFile, "jwt-secret-file", "", "file holding the HS256 secret (at least 32 bytes)")
 	e.list(&o.publicKeys, "jwt-public-key", "PEM public key file, [kid=]path: RS256, ES256 or EdDSA")
-	e.str(&o.issuer, "jwt-issuer", "", "required token issuer")
+	e.list(&o.jwksURLs, "jwt-jwks-url", "identity provider's JWK Set URL (https; http only to 127.0.0.0/8 or ::1): RS256, ES256 or EdDSA keys chosen by kid")
+	e.duration(&o.jwksRefresh, "jwt-jwks-refresh", auth.DefaultJWKSRefreshInterval, "how often each JWK Set is fetched again (10s to 24h); a removed key is refused after at most this")
+	e.list(&o.issuers, "jwt-issuer", "accepted token issuer, ISSUER[=SOURCE|SOURCE...]: limited to the key sources named (kids of key files, JWKS URLs)")
+	e.list(&o.bindings, "jwt-tenant-binding", "SOURCE=TENANT|TENANT...: tokens of that key source (a key file's kid, a JWKS URL) or issuer may name only these tenants")
 	e.str(&o.audience, "jwt-audience", "", "required token audience")
 	e.duration(&o.leeway, "jwt-leeway", 30*time.Second, "clock skew allowed on exp, nbf and iat (at most 1m); connections end at exp plus it")
 	e.str(&o.tenantClaim, "tenant-claim", "tenant", "token claim naming the tenant")
@@ -470,12 +476,16 @@ func (o *serveOptions) check() error {
 		return usageError{fmt.Errorf("serve: --orphan-grace %v: want 1s to 24h", o.orphanGrace)}
 	case o.policy.InteractiveTimeout > o.policy.MaxTimeout:
 		return usageError{fmt.Errorf("serve: --interactive-timeout %v is longer than --max-timeout %v", o.policy.InteractiveTimeout, o.policy.MaxTimeout)}
-	case len(o.publicKeys) > 0 && o.audience == "":
-		return usageError{errors.New("serve: --jwt-public-key needs --jwt-audience: without it, any token the identity provider signs for another service is accepted")}
+	case (len(o.publicKeys) > 0 || len(o.jwksURLs) > 0) && o.audience == "":
+		return usageError{errors.New("serve: --jwt-public-key and --jwt-jwks-url need --jwt-audience: without it, any token the identity provider signs for another service is accepted")}
+	case o.jwksRefresh < 10*time.Second || o.jwksRefresh > 24*time.Hour:
+		return usageError{fmt.Errorf("serve: --jwt-jwks-refresh %v: want 10s to 24h", o.jwksRefresh)}
+	case o.checkAuthFlags() != nil:
+		return usageError{o.checkAuthFlags()}
 	case o.dev:
 		return nil
-	case o.secretFile == "" && len(o.publicKeys) == 0:
-		return usageError{errors.New("serve: give --jwt-secret-file or --jwt-public-key (or --dev)")}
+	case o.secretFile == "" && len(o.publicKeys) == 0 && len(o.jwksURLs) == 0:
+		return usageError{errors.New("serve: give --jwt-secret-file, --jwt-public-key or --jwt-jwks-url (or --dev)")}
 	case o.workspaceRoot == "":
 		return usageError{errors.New("serve: --workspace-root is required (or --dev)")}
 	}
@@ -502,8 +512,12 @@ func newLevelLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 
 // runServe runs the gateway until ctx ends (SIGTERM, SIGINT), then stops
 // accepting, closes connections with 1001, stops executions gracefully
-// and returns nil.
+// and returns nil. SIGHUP re-reads the key files (reloadOnHangup).
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// First of all: SIGHUP's default disposition ends the process.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	o, err := parseServe(args, stderr)
 	if err != nil {
 		return err
@@ -528,6 +542,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer g.launcher.Close()
 	defer g.workspaces.Close() // after the supervisor's executions ended (g.serve)
+	defer g.authn.Close()
+	defer g.reloadOnHangup(ctx, hups, log)()
 	raw, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		g.sup.Detach(context.Background()) // executions taken over live on
@@ -638,13 +654,16 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	if err := o.verify(ctx, l, log); err != nil {
 		return nil, err
 	}
-	authn, err := auth.New(auth.Config{
-		HS256SecretFile: o.secretFile, PublicKeyFiles: o.publicKeys, Issuer: o.issuer,
-		Audience: o.audience, TenantClaim: o.tenantClaim, Leeway: o.leeway,
-	})
+	acfg, err := o.authConfig(log)
 	if err != nil {
 		return nil, err
 	}
+	authn, err := auth.New(acfg)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { authn.Close() })
+	log.Info("verification keys", "kids", authn.KeyIDs(), "jwks_urls", o.jwksURLs)
 	wcfg := o.workspaces.config(o.workspaceRoot)
 	// With a state directory executions outlive the server: their
 	// sandboxes use the workspaces an earlier server mounted.
@@ -840,7 +859,8 @@ func (o *serveOptions) wireTimeouts() {
 // logConfig prints the effective configuration; it holds file paths, never secrets.
 func (o *serveOptions) logConfig(log *slog.Logger) {
 	log.Info("config", "config_file", o.config, "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
-		"jwt_public_keys", o.publicKeys, "jwt_issuer", o.issuer, "jwt_audience", o.audience, "jwt_leeway", durationText(o.leeway),
+		"jwt_public_keys", o.publicKeys, "jwt_jwks_urls", o.jwksURLs, "jwt_jwks_refresh", durationText(o.jwksRefresh),
+		"jwt_issuers", o.issuers, "jwt_tenant_bindings", o.bindings, "jwt_audience", o.audience, "jwt_leeway", durationText(o.leeway),
 		"tenant_claim", o.tenantClaim, "origins", o.origins, "trusted_proxies", o.trustedProxies, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", commandsLog(o.commands), "default_command", o.defaultCommand,
 		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tenant_limits", limitsLog(o.sandbox.TenantLimits), "cgroup_parent", o.sandbox.CgroupParent, "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,

@@ -1,7 +1,13 @@
 // Package auth verifies the bearer tokens termgate accepts (JWTs signed
-// with an HS256 secret or an RS256, ES256 or EdDSA public key) and mints
-// HS256 ones. A verified token yields Claims: the subject, its tenant, and
-// the scopes that the gateway checks per request.
+// with an HS256 secret or an RS256, ES256 or EdDSA public key, from files
+// or from an identity provider's JWKS) and mints HS256 ones. A verified
+// token yields Claims: the subject, its tenant, and the scopes that the
+// gateway checks per request.
+//
+// Keys from files are re-read by Reload (serve: on SIGHUP); JWKS keys are
+// fetched and refreshed in the background until Close. A key source (a
+// file's kid, a JWKS URL) or an issuer can be bound to the tenants it may
+// name, and each accepted issuer to the key sources that sign for it.
 //
 // It imports nothing of the server, so "termgate token" mints on every
 // operating system; the gateway verifies every connection and HTTP API
@@ -10,6 +16,7 @@ package auth
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -19,11 +26,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -42,11 +53,24 @@ type Config struct {
 	// (RS256), ECDSA P-256 (ES256) or Ed25519 (EdDSA). The key id of each is
 	// the file's base name without extension, unless given as "kid=path".
 	PublicKeyFiles []string
-	// Issuer, when set, must equal the token's "iss".
+	// JWKSURLs are identity providers' JWK Sets, fetched and refreshed
+	// (see JWKS): https, or http to a loopback address (127.0.0.0/8, ::1).
+	// Their keys are chosen by the token's kid.
+	JWKSURLs []string
+	// JWKS bounds and paces the JWKS fetches.
+	JWKS JWKSConfig
+	// Issuer, when set, is an accepted "iss" and the one Mint writes.
 	Issuer string
+	// Issuers are further accepted issuers, each limited to the key
+	// sources it names. With Issuer and Issuers both empty, "iss" is not
+	// checked; otherwise it must be one of them.
+	Issuers []Issuer
+	// TenantBindings limit the tenants a key source or an issuer may
+	// name. A source or issuer without a binding may name any tenant.
+	TenantBindings []TenantBinding
 	// Audience, when set, must be in the token's "aud". It is required
-	// with PublicKeyFiles: an identity provider signs tokens for many
-	// services, and only the audience tells ours apart.
+	// with PublicKeyFiles and JWKSURLs: an identity provider signs tokens
+	// for many services, and only the audience tells ours apart.
 	Audience string
 	// TenantClaim names the claim holding the tenant (default "tenant").
 	TenantClaim string
@@ -57,6 +81,8 @@ type Config struct {
 	MaxLifetime time.Duration
 	// Now is the clock, for tests; nil means time.Now.
 	Now func() time.Time
+	// Logger receives the JWKS fetches' outcomes; nil discards them.
+	Logger *slog.Logger
 }
 
 // Claims is what a verified token grants.
@@ -87,6 +113,11 @@ const (
 // it is for logs only, never for clients: it says which check failed.
 var ErrUnauthorized = errors.New("auth: unauthorized")
 
+// ErrTenantNotBound is wrapped by the refusal of a valid token whose
+// tenant is not among those bound to its key source or its issuer. It
+// wraps ErrUnauthorized.
+var ErrTenantNotBound = fmt.Errorf("%w: tenant not bound to the token's key or issuer", ErrUnauthorized)
+
 const (
 	defaultTenantClaim = "tenant"
 	defaultLeeway      = 30 * time.Second
@@ -101,12 +132,26 @@ var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // registeredClaims cannot be used as the tenant claim: Mint writes them.
 var registeredClaims = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "scope"}
 
-// Authenticator verifies bearer tokens against a fixed set of keys. It is
-// safe for concurrent use.
+// Authenticator verifies bearer tokens against the configured keys. It is
+// safe for concurrent use. Close it when JWKSURLs are set: it stops their
+// refreshes.
 type Authenticator struct {
-	cfg       Config
+	cfg      Config
+	log      *slog.Logger
+	keys     atomic.Pointer[keySet] // the files' keys; Reload swaps them whole
+	reloadMu sync.Mutex             // one Reload at a time, stored in order
+	jwks     []*jwksSource
+	binds    bindings
+	ctx      context.Context // ends at Close: JWKS fetches and refreshes
+	stop     context.CancelFunc
+	wg       sync.WaitGroup // the JWKS first-fetch loops
+	client   *http.Client
+}
+
+// keySet is the keys read from files at one time, never changed after.
+type keySet struct {
 	keys      map[string]authKey // by kid
-	only      *authKey           // the key for tokens without kid; nil unless exactly one key
+	onlyKID   string             // the key for tokens without kid; "" unless exactly one key and no JWKS
 	secret    []byte             // HS256 secret for Mint; nil when none
 	secretKID string
 	parser    *jwt.Parser
@@ -119,21 +164,116 @@ type authKey struct {
 	key    any // []byte, *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey; never PEM
 }
 
-// New loads the configured keys. It fails when there is no key,
-// a secret is shorter than 32 bytes, a file is unreadable or holds something
-// other than a supported public key, two keys share a kid, or a duration is
-// out of range.
+// New loads the configured keys and starts fetching the JWKS URLs in the
+// background (Ready reports when each was fetched once). It fails when
+// there is no key source, a secret is shorter than 32 bytes, a file is
+// unreadable or holds something other than a supported public key, two
+// keys share a kid, a JWKS URL is neither https nor loopback, a binding
+// names nothing configured, or a duration or bound is out of range.
 func New(cfg Config) (*Authenticator, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	a := &Authenticator{cfg: cfg, keys: make(map[string]authKey)}
-	if err := a.loadKeys(); err != nil {
+	a := &Authenticator{cfg: cfg, log: cfg.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if err := a.checkSources(); err != nil {
 		return nil, err
 	}
-	a.parser = jwt.NewParser(a.parserOptions()...)
+	ks, err := a.loadKeySet()
+	if err != nil {
+		return nil, err
+	}
+	a.keys.Store(ks)
+	if (len(cfg.PublicKeyFiles) > 0 || len(cfg.JWKSURLs) > 0) && cfg.Audience == "" {
+		return nil, errors.New("auth: auth config: public keys need an audience: without one, any token the identity provider signs for another service is accepted (termgate serve: --jwt-audience)")
+	}
+	if a.binds, err = newBindings(cfg, a.sourceNames()); err != nil {
+		return nil, err
+	}
+	a.startJWKS()
 	return a, nil
+}
+
+// checkSources refuses a configuration without keys and bad JWKS URLs.
+func (a *Authenticator) checkSources() error {
+	if a.cfg.HS256SecretFile == "" && len(a.cfg.PublicKeyFiles) == 0 && len(a.cfg.JWKSURLs) == 0 {
+		return errors.New("auth: auth config: no verification key: set an HS256 secret file, public key files or JWKS URLs")
+	}
+	seen := make(map[string]bool)
+	for _, u := range a.cfg.JWKSURLs {
+		if err := CheckJWKSURL(u); err != nil {
+			return err
+		}
+		if seen[u] {
+			return fmt.Errorf("auth: JWKS URL %s given twice", u)
+		}
+		seen[u] = true
+	}
+	return nil
+}
+
+// sourceNames are the key sources bindings may name: the files' kids and
+// the JWKS URLs.
+func (a *Authenticator) sourceNames() map[string]bool {
+	names := make(map[string]bool)
+	for kid := range a.keys.Load().keys {
+		names[kid] = true
+	}
+	for _, u := range a.cfg.JWKSURLs {
+		names[u] = true
+	}
+	return names
+}
+
+// Reload reads the HS256 secret and public key files again and, when
+// every one is good, replaces the keys in use and returns their kids.
+// Otherwise it returns the error and the keys in use stay as they were:
+// never a half-applied set. Verifications in flight finish with the keys
+// they started with.
+func (a *Authenticator) Reload() ([]string, error) {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	ks, err := a.loadKeySet()
+	if err != nil {
+		return nil, fmt.Errorf("auth: reload: %w", err)
+	}
+	a.keys.Store(ks)
+	return ks.kids(), nil
+}
+
+// KeyIDs returns the kids of the keys read from files, sorted.
+func (a *Authenticator) KeyIDs() []string { return a.keys.Load().kids() }
+
+func (ks *keySet) kids() []string {
+	kids := make([]string, 0, len(ks.keys))
+	for kid := range ks.keys {
+		kids = append(kids, kid)
+	}
+	slices.Sort(kids)
+	return kids
+}
+
+// Ready returns nil once every JWKS URL was fetched once, else an error
+// naming one not fetched yet. Without JWKS URLs it is always ready.
+func (a *Authenticator) Ready() error {
+	for _, s := range a.jwks {
+		if s.keyfunc.Load() == nil {
+			return fmt.Errorf("auth: JWKS %s: no keys fetched yet", s.url)
+		}
+	}
+	return nil
+}
+
+// Close stops the JWKS fetches and refreshes and waits for them. It is
+// idempotent; Verify goes on with the keys held.
+func (a *Authenticator) Close() error {
+	a.stop()
+	a.wg.Wait()
+	a.client.CloseIdleConnections()
+	return nil
 }
 
 func (cfg Config) withDefaults() (Config, error) {
@@ -158,60 +298,64 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return cfg, nil
+	jwks, err := cfg.JWKS.withDefaults()
+	cfg.JWKS = jwks
+	return cfg, err
 }
 
-func (a *Authenticator) loadKeys() error {
+// loadKeySet reads the secret and public key files.
+func (a *Authenticator) loadKeySet() (*keySet, error) {
+	ks := &keySet{keys: make(map[string]authKey)}
 	if a.cfg.HS256SecretFile != "" {
 		kid, path := splitKeySpec(a.cfg.HS256SecretFile)
 		secret, err := readSecret(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		a.secret, a.secretKID = secret, kid
-		if err := a.addKey(kid, path, authKey{jwt.SigningMethodHS256, secret}); err != nil {
-			return err
+		ks.secret, ks.secretKID = secret, kid
+		if err := ks.add(kid, path, authKey{jwt.SigningMethodHS256, secret}); err != nil {
+			return nil, err
 		}
 	}
 	for _, spec := range a.cfg.PublicKeyFiles {
 		kid, path := splitKeySpec(spec)
 		k, err := readPublicKey(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := a.addKey(kid, path, k); err != nil {
-			return err
-		}
-	}
-	if len(a.cfg.PublicKeyFiles) > 0 && a.cfg.Audience == "" {
-		return errors.New("auth: auth config: public keys need an audience: without one, any token the identity provider signs for another service is accepted (termgate serve: --jwt-audience)")
-	}
-	switch len(a.keys) {
-	case 0:
-		return errors.New("auth: auth config: no verification key: set an HS256 secret file or public key files")
-	case 1:
-		for _, k := range a.keys {
-			a.only = &k
+		if err := ks.add(kid, path, k); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	if len(ks.keys) == 1 && len(a.cfg.JWKSURLs) == 0 {
+		for kid := range ks.keys {
+			ks.onlyKID = kid
+		}
+	}
+	ks.parser = jwt.NewParser(a.parserOptions(ks)...)
+	return ks, nil
 }
 
-func (a *Authenticator) addKey(kid, path string, k authKey) error {
+func (ks *keySet) add(kid, path string, k authKey) error {
 	if kid == "" {
 		return fmt.Errorf("auth: key %s: empty key id", path)
 	}
-	if _, dup := a.keys[kid]; dup {
+	if _, dup := ks.keys[kid]; dup {
 		return fmt.Errorf("auth: key %s: duplicate key id %q", path, kid)
 	}
-	a.keys[kid] = k
+	ks.keys[kid] = k
 	return nil
 }
 
-func (a *Authenticator) parserOptions() []jwt.ParserOption {
+// parserOptions allow the algorithms of ks's keys, and with JWKS those a
+// JWKS key may have; the issuer is checked with the bindings.
+func (a *Authenticator) parserOptions(ks *keySet) []jwt.ParserOption {
 	var algs []string
-	for _, k := range a.keys {
+	for _, k := range ks.keys {
 		algs = append(algs, k.method.Alg())
+	}
+	if len(a.cfg.JWKSURLs) > 0 {
+		algs = append(algs, publicAlgs...)
 	}
 	slices.Sort(algs)
 	opts := []jwt.ParserOption{
@@ -222,14 +366,14 @@ func (a *Authenticator) parserOptions() []jwt.ParserOption {
 		jwt.WithTimeFunc(a.cfg.Now),
 		jwt.WithStrictDecoding(), // one encoding per token: no non-zero padding bits
 	}
-	if a.cfg.Issuer != "" {
-		opts = append(opts, jwt.WithIssuer(a.cfg.Issuer))
-	}
 	if a.cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(a.cfg.Audience))
 	}
 	return opts
 }
+
+// publicAlgs are the algorithms of public keys, one per key type.
+var publicAlgs = []string{jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg(), jwt.SigningMethodEdDSA.Alg()}
 
 // splitKeySpec splits "kid=path"; a plain path gets its base name without
 // extension as kid.
@@ -329,6 +473,9 @@ func newPublicAuthKey(pub any) (authKey, error) {
 		}
 		return authKey{jwt.SigningMethodES256, k}, nil
 	case ed25519.PublicKey:
+		if len(k) != ed25519.PublicKeySize {
+			return authKey{}, fmt.Errorf("Ed25519 key of %d bytes, want %d", len(k), ed25519.PublicKeySize)
+		}
 		return authKey{jwt.SigningMethodEdDSA, k}, nil
 	default:
 		return authKey{}, fmt.Errorf("unsupported key type %T", pub)
@@ -336,51 +483,84 @@ func newPublicAuthKey(pub any) (authKey, error) {
 }
 
 // Verify checks token's signature and claims and returns what it grants.
-// Every error wraps ErrUnauthorized.
+// Every error wraps ErrUnauthorized. A token with a kid that no file key
+// and no fetched JWKS has may make a JWKS refresh first (rate-limited,
+// JWKSConfig.UnknownKIDInterval), which Verify waits for, at most
+// JWKSConfig.Timeout.
 func (a *Authenticator) Verify(token string) (Claims, error) {
 	if len(token) > wire.MaxTokenBytes {
 		return Claims{}, unauthorized("token longer than %d bytes", wire.MaxTokenBytes)
 	}
-	t, err := a.parser.ParseWithClaims(token, jwt.MapClaims{}, a.keyFor)
+	ks := a.keys.Load()
+	var source string // the key's: a file's kid or a JWKS URL
+	t, err := ks.parser.ParseWithClaims(token, jwt.MapClaims{}, func(t *jwt.Token) (any, error) {
+		k, src, err := a.keyFor(ks, t)
+		source = src
+		return k, err
+	})
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
-	return a.claimsFrom(t.Claims.(jwt.MapClaims))
+	m := t.Claims.(jwt.MapClaims)
+	c, err := a.claimsFrom(m)
+	if err != nil {
+		return Claims{}, err
+	}
+	iss, _ := m["iss"].(string)
+	if err := a.binds.check(iss, source, c.Tenant); err != nil {
+		return Claims{}, err
+	}
+	return c, nil
 }
 
-// keyFor is the jwt.Keyfunc: it picks the key by kid and refuses a token
-// whose algorithm is not the key's own.
-func (a *Authenticator) keyFor(t *jwt.Token) (any, error) {
+// keyFor picks the key by kid, from the files first, then the JWKS, and
+// refuses a token whose algorithm is not the key's own. It returns the
+// key's source too.
+func (a *Authenticator) keyFor(ks *keySet, t *jwt.Token) (any, string, error) {
 	if _, ok := t.Header["crit"]; ok {
-		return nil, errors.New("crit header: no extensions are understood")
+		return nil, "", errors.New("crit header: no extensions are understood")
 	}
-	k, err := a.selectKey(t.Header)
-	if err != nil {
-		return nil, err
+	raw, ok := t.Header["kid"]
+	if !ok {
+		if ks.onlyKID == "" {
+			return nil, "", errors.New("no kid and several keys (or a JWKS) configured")
+		}
+		raw = ks.onlyKID
 	}
+	kid, ok := raw.(string)
+	if !ok {
+		return nil, "", errors.New("kid is not a string")
+	}
+	if k, ok := ks.keys[kid]; ok {
+		key, err := k.check(t)
+		return key, kid, err
+	}
+	// The issuer is not verified yet: it only narrows which JWKS are
+	// asked, and the bindings check it against the key's source after.
+	iss, _ := t.Claims.(jwt.MapClaims)["iss"].(string)
+	for _, s := range a.jwks {
+		if !a.binds.mayAsk(iss, s.url) {
+			continue
+		}
+		k, err := s.key(a.ctx, t)
+		if errors.Is(err, errNoSuchKey) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		key, err := k.check(t)
+		return key, s.url, err
+	}
+	return nil, "", errors.New("unknown kid")
+}
+
+// check returns k's key when t's algorithm is k's own.
+func (k authKey) check(t *jwt.Token) (any, error) {
 	if t.Method == nil || t.Method.Alg() != k.method.Alg() {
 		return nil, errors.New("algorithm does not match the key")
 	}
 	return k.key, nil
-}
-
-func (a *Authenticator) selectKey(header map[string]any) (authKey, error) {
-	raw, ok := header["kid"]
-	if !ok {
-		if a.only == nil {
-			return authKey{}, errors.New("no kid and several keys configured")
-		}
-		return *a.only, nil
-	}
-	kid, ok := raw.(string)
-	if !ok {
-		return authKey{}, errors.New("kid is not a string")
-	}
-	k, ok := a.keys[kid]
-	if !ok {
-		return authKey{}, errors.New("unknown kid")
-	}
-	return k, nil
 }
 
 // claimsFrom checks what the parser does not: iat present, lifetime, sub,
@@ -431,7 +611,8 @@ func unauthorized(format string, args ...any) error {
 // required and the lifetime must fit MaxLifetime. The token carries the
 // secret's kid. It fails when no HS256 secret is configured.
 func (a *Authenticator) Mint(c Claims) (string, error) {
-	if a.secret == nil {
+	ks := a.keys.Load()
+	if ks.secret == nil {
 		return "", errors.New("auth: mint: no HS256 secret configured")
 	}
 	if c.IssuedAt.IsZero() {
@@ -441,7 +622,7 @@ func (a *Authenticator) Mint(c Claims) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return signHS256(a.secret, a.secretKID, m, a.cfg.Issuer, a.cfg.Audience)
+	return signHS256(ks.secret, ks.secretKID, m, a.cfg.Issuer, a.cfg.Audience)
 }
 
 // MintHS256 is Mint with an explicit secret of at least 32 bytes and no kid.
