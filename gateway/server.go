@@ -98,7 +98,10 @@ type Config struct {
 	// MetricsTenantLabel adds per-tenant metrics (the first
 	// session.TenantSeries tenants; the rest together). Off by default.
 	MetricsTenantLabel bool
-	Logger             *slog.Logger
+	// Cluster makes the server one node of several (route.go); nil is a
+	// single node.
+	Cluster *ClusterConfig
+	Logger  *slog.Logger
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -149,6 +152,7 @@ type Server struct {
 	closeWorkspaces sync.Once
 
 	metrics *metrics // served by MetricsHandler (metrics.go)
+	route   *router  // nil on a single node (route.go)
 }
 
 // NewServer checks cfg and returns a server.
@@ -174,6 +178,10 @@ func NewServer(cfg Config) (*Server, error) {
 	if !allowed(cfg.Commands, cfg.DefaultCommand[0]) {
 		return nil, fmt.Errorf("gateway: config: default command %q is not among the allowed commands", cfg.DefaultCommand[0])
 	}
+	route, err := newRouter(cfg.Cluster)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("gateway: create workspace root: %w", err)
 	}
@@ -194,6 +202,9 @@ func NewServer(cfg Config) (*Server, error) {
 		ownWorkspaces: own,
 	}
 	s.metrics = newMetrics(s)
+	if route != nil {
+		route.s, s.route = s, route
+	}
 	return s, nil
 }
 

@@ -34,10 +34,8 @@ var (
 	nodePattern  = regexp.MustCompile(`^` + nodeGrammar + `$`)
 	epochPattern = regexp.MustCompile(`^` + epochGrammar + `$`)
 	keyPattern   = regexp.MustCompile(`^` + keyGrammar + `$`)
-	// anyIDPattern accepts both forms of an execution ID. It replaces
-	// types.go's idPattern (which accepts only a KEY) once cluster mode is
-	// wired.
-	anyIDPattern = regexp.MustCompile(`^(?:` + nodeGrammar + `\.` + epochGrammar + `~)?` + keyGrammar + `$`)
+	// idPattern accepts both forms of an execution ID.
+	idPattern = regexp.MustCompile(`^(?:` + nodeGrammar + `\.` + epochGrammar + `~)?` + keyGrammar + `$`)
 )
 
 // Owner names the node that owns an execution: its name and the epoch of
@@ -78,13 +76,13 @@ func ParseID(id string) (o Owner, key string, canonical bool, err error) {
 	prefix, key, canonical := strings.Cut(id, "~")
 	if !canonical {
 		if !keyPattern.MatchString(id) {
-			return Owner{}, "", false, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, anyIDPattern)
+			return Owner{}, "", false, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, idPattern)
 		}
 		return Owner{}, id, false, nil
 	}
 	node, epoch, _ := strings.Cut(prefix, ".")
 	if !nodePattern.MatchString(node) || !epochPattern.MatchString(epoch) || !keyPattern.MatchString(key) {
-		return Owner{}, "", false, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, anyIDPattern)
+		return Owner{}, "", false, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, idPattern)
 	}
 	return Owner{Node: node, Epoch: epoch}, key, true, nil
 }

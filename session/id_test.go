@@ -55,16 +55,16 @@ func TestParseID(t *testing.T) {
 			if !errors.Is(err, ErrInvalidID) {
 				t.Errorf("ParseID(%q) = %v, %q, %v, %v; want ErrInvalidID", tc.id, o, key, canonical, err)
 			}
-			if anyIDPattern.MatchString(tc.id) {
-				t.Errorf("anyIDPattern accepts %q, ParseID does not", tc.id)
+			if idPattern.MatchString(tc.id) {
+				t.Errorf("idPattern accepts %q, ParseID does not", tc.id)
 			}
 			continue
 		}
 		if err != nil || o != tc.owner || key != tc.key || canonical != tc.canonical {
 			t.Errorf("ParseID(%q) = %+v, %q, %v, %v; want %+v, %q, %v", tc.id, o, key, canonical, err, tc.owner, tc.key, tc.canonical)
 		}
-		if !anyIDPattern.MatchString(tc.id) {
-			t.Errorf("anyIDPattern refuses %q, ParseID accepts it", tc.id)
+		if !idPattern.MatchString(tc.id) {
+			t.Errorf("idPattern refuses %q, ParseID accepts it", tc.id)
 		}
 		if canonical && CanonicalID(o, key) != tc.id {
 			t.Errorf("CanonicalID(ParseID(%q)) = %q", tc.id, CanonicalID(o, key))
@@ -128,7 +128,7 @@ func TestValidNodeName(t *testing.T) {
 	}
 }
 
-// FuzzParseID: ParseID agrees with anyIDPattern, round-trips canonical IDs
+// FuzzParseID: ParseID agrees with idPattern, round-trips canonical IDs
 // and keeps bare IDs exactly as keys (today's IDs: TestKeyIsTodaysID).
 func FuzzParseID(f *testing.F) {
 	for _, s := range []string{"build-42", "termgate-1.q7bazk~build-42", "n.abcdef~k~l", "~", ".~", "a.aaaaaa~", ""} {
@@ -136,8 +136,8 @@ func FuzzParseID(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, id string) {
 		o, key, canonical, err := ParseID(id)
-		if (err == nil) != anyIDPattern.MatchString(id) {
-			t.Fatalf("ParseID(%q) err %v, anyIDPattern %v", id, err, anyIDPattern.MatchString(id))
+		if (err == nil) != idPattern.MatchString(id) {
+			t.Fatalf("ParseID(%q) err %v, idPattern %v", id, err, idPattern.MatchString(id))
 		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalidID) {

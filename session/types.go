@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"syscall"
 	"time"
 
@@ -67,9 +66,6 @@ func Code(err error) string {
 	}
 	return "internal"
 }
-
-// idPattern is what a client-chosen execution ID must look like.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // Status is an execution's lifecycle state. Running is the only one that
 // changes; the others are final.

@@ -75,7 +75,7 @@ func TestImportDirection(t *testing.T) {
 		"gateway/wire":    {},
 		"gateway/cluster": {},
 		"gateway/auth":    {"gateway/wire"},
-		"gateway":         {"session", "session/screen", "replay", "sandbox", "gateway/wire", "gateway/auth"},
+		"gateway":         {"session", "session/screen", "replay", "sandbox", "gateway/wire", "gateway/auth", "gateway/cluster"},
 		"gateway/client":  {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
 		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox"},

@@ -99,7 +99,7 @@ func TestDecodeRequestRefusals(t *testing.T) {
 		msg, code, req string
 		channel        uint32
 	}{
-		{`{"type":"attach","req":"r","id":"` + long[:129] + `"}`, CodeInvalidID, "r", 0},
+		{`{"type":"attach","req":"r","id":"` + long[:MaxIDBytes+1] + `"}`, CodeInvalidID, "r", 0},
 		{`{"type":"signal","channel":3,"signal":"` + long[:17] + `"}`, CodeSignalNotAllowed, "", 3},
 		{`{"type":"start","req":"r","command":"` + long + `"}`, CodeInvalidSpec, "r", 0},
 		{`{"type":"start","cwd":"` + long + `"}`, CodeInvalidSpec, "", 0},

@@ -23,7 +23,7 @@ const MaxTokenBytes = 8 << 10
 // (DecodeRequest answers a longer one with the code in parentheses).
 const (
 	MaxReqBytes         = 64        // req, the correlation id (invalid_request, not echoed)
-	MaxIDBytes          = 128       // id, an execution ID (invalid_id)
+	MaxIDBytes          = 200       // id, an execution ID (invalid_id); canonical IDs reach 199
 	MaxSignalBytes      = 16        // signal, a name such as TERM (signal_not_allowed)
 	MaxCommandBytes     = 4096      // command (invalid_spec)
 	MaxCwdBytes         = 4096      // cwd (invalid_spec)
