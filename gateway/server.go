@@ -90,7 +90,10 @@ type Config struct {
 	// (DefaultRequestReadTimeout). Headers are the http.Server's
 	// ReadHeaderTimeout; long polls and WebSockets have no body to wait for.
 	RequestReadTimeout time.Duration
-	Logger             *slog.Logger
+	// Audit is the audit trail (audit.go); nil: none. The caller opens
+	// it, and closes it after the server and the supervisor.
+	Audit  *AuditLog
+	Logger *slog.Logger
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -178,14 +181,18 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Workspaces = ws
 	}
 	polls, stopPolls := context.WithCancelCause(context.Background())
-	return &Server{
+	s := &Server{
 		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
 		ownWorkspaces: own,
 		metrics:       newMetrics(cfg.Supervisor),
-	}, nil
+	}
+	if cfg.Audit != nil {
+		cfg.Supervisor.OnEnd(s.auditEnded)
+	}
+	return s, nil
 }
 
 func applyDefaults(c *Config) {
@@ -280,17 +287,20 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	claims, err := s.cfg.Auth.Verify(token)
 	if err != nil {
 		s.metrics.authFailed(token, err)
+		s.auditConnect(r, "", "", wire.CodeUnauthorized, authReason(token, err))
 		s.log.Info("connection refused", "remote_addr", r.RemoteAddr, "err", err)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
 	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) {
 		s.metrics.authFailures.WithLabelValues(authScope).Inc()
+		s.auditConnect(r, claims.Tenant, claims.Subject, wire.CodeForbidden, "")
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
 	subject := subjectKey(claims)
 	if err := s.admit(subject); err != nil {
+		s.auditConnect(r, claims.Tenant, claims.Subject, admitCode(err), "")
 		status := http.StatusTooManyRequests
 		if errors.Is(err, session.ErrClosed) {
 			status = http.StatusServiceUnavailable

@@ -26,6 +26,7 @@ const (
 	CodeNoPipes          = "no_pipes"           // close-stdin of an execution on a terminal
 	CodeSignalNotAllowed = "signal_not_allowed" // a signal clients may not send
 	CodeClosed           = "closed"             // the server is shutting down
+	CodeUnavailable      = "unavailable"        // the audit trail cannot be written; retry later
 	CodeInvalidAfter     = "invalid_after"      // attach after a sequence the execution has not reached
 	CodeInvalidRequest   = "invalid_request"    // a request with missing or invalid fields
 	CodeUnsupported      = "unsupported"        // a request type this server does not know
@@ -45,7 +46,7 @@ var codes = []string{
 	CodeUnauthorized, CodeForbidden, CodeNotFound, CodeGone, CodeConflict, CodeCapacity, CodeInvalidID,
 	CodeInvalidSpec, CodeUnenforceable, CodeNotRunning, CodeNotAttached, CodeReadOnly, CodeTooManyChannels,
 	CodeRateLimited, CodeInputOffset, CodeInputFull, CodeNotPTY, CodeNoPipes, CodeSignalNotAllowed,
-	CodeClosed, CodeInvalidAfter, CodeInvalidRequest, CodeUnsupported, CodeInternal,
+	CodeClosed, CodeUnavailable, CodeInvalidAfter, CodeInvalidRequest, CodeUnsupported, CodeInternal,
 	CodeBadRequest, CodeTooLarge, CodeRequestTimeout, CodeTooManyConnections,
 }
 
