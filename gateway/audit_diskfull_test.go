@@ -50,6 +50,8 @@ func TestAuditFailsClosedOnAFullDisk(t *testing.T) {
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "before", Command: "/bin/sh", PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true})
 	c.expect(t, wire.MsgStarted)
 	att, _ := c.expect(t, wire.MsgAttached)
+	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "before"})
+	second, _ := c.expect(t, wire.MsgAttached)
 
 	filler := filepath.Join(dir, "filler")
 	fill(t, filler)
@@ -68,6 +70,15 @@ func TestAuditFailsClosedOnAFullDisk(t *testing.T) {
 	}
 	if refused == 0 {
 		t.Fatal("200 resizes on a full disk were all recorded")
+	}
+	// A first input is refused as retryable, with the offset to resend
+	// from, and never reaches the program.
+	c.sendInput(t, second.Channel, 0, "typed")
+	if m := answer(t, c); m.Error != wire.CodeUnavailable || m.Channel != second.Channel || m.InputOffset != 0 || !wire.InputRefused(m.Error) {
+		t.Fatalf("a first input on a full disk answered %+v", m)
+	}
+	if info, _ := e.sup.Get("acme", "before"); info.InputOffset != 0 {
+		t.Fatalf("the refused input reached the execution: offset %d", info.InputOffset)
 	}
 	c.send(t, wire.Request{Type: wire.TypeStart, Req: "s", ID: "during", Command: "/bin/sh"})
 	if m, _ := c.expect(t, wire.MsgError); m.Error != wire.CodeUnavailable || m.Req != "s" {
