@@ -459,7 +459,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer g.launcher.Close()
 	defer g.workspaces.Close() // after the supervisor's executions ended (g.serve)
-	defer o.server.Audit.Close() // after the executions' ends were recorded (g.serve)
+	// The trail closes once g.serve recorded the executions' ends.
+	defer o.server.Audit.Close()
 	raw, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		g.sup.Detach(context.Background()) // executions taken over live on
