@@ -23,11 +23,10 @@ import (
 // output is kept, to be searched whole.
 type auditServe struct {
 	gatewayUnderTest
-	audit       string
-	out, errs   *sandboxtest.SyncBuffer
-	stop        func()
-	done        chan error
-	stopTimeout time.Duration
+	audit     string
+	out, errs *sandboxtest.SyncBuffer
+	stop      func()
+	done      chan error
 }
 
 func startAuditServe(t *testing.T, format string, extra ...string) *auditServe {
