@@ -394,14 +394,18 @@ func (a *AuditLog) record(r *auditRecord) error {
 
 // refused writes a refusal's record, within the refusal rate; a refusal
 // that cannot be written is counted as lost (the request is refused
-// already).
-func (a *AuditLog) refused(r *auditRecord, code string) {
+// already). crossTenant, when not nil, is asked only for a record that
+// is written: a flood of refusals costs no lookups.
+func (a *AuditLog) refused(r *auditRecord, code string, crossTenant func() bool) {
 	if a == nil {
 		return
 	}
 	if !a.refusals.allow() {
 		a.suppressed.Add(1)
 		return
+	}
+	if crossTenant != nil {
+		r.CrossTenant = crossTenant()
 	}
 	r.Outcome, r.Code, r.Suppressed = auditRefused, code, a.suppressed.Swap(0)
 	if err := a.write(r); err != nil {

@@ -74,17 +74,18 @@ func (c *conn) auditRefusal(req wire.Request, channel uint32, code string) {
 	if ch, ok := c.channel(channel); ok && r.Execution == "" {
 		r.Execution = ch.execID
 	}
+	var cross func() bool
 	if code == wire.CodeNotFound && req.ID != "" {
-		r.CrossTenant = c.s.cfg.Supervisor.HeldByOther(r.Tenant, req.ID)
+		cross = func() bool { return c.s.cfg.Supervisor.HeldByOther(r.Tenant, req.ID) }
 	}
-	a.refused(r, code)
+	a.refused(r, code, cross)
 }
 
 // auditAuthFailed records a refused reauth token: its reason only.
 func (c *conn) auditAuthFailed(token string, err error) {
 	r := c.who(wire.TypeReauth)
 	r.Reason = authReason(token, err)
-	c.s.cfg.Audit.refused(r, wire.CodeUnauthorized)
+	c.s.cfg.Audit.refused(r, wire.CodeUnauthorized, nil)
 }
 
 // unavailable answers a request whose record could not be written.
@@ -214,7 +215,7 @@ func (c *conn) auditInput(ch *channel, in wire.Input, received uint64, code stri
 	st.refusing = true
 	r := c.who("input")
 	r.Execution, r.Channel = ch.execID, ch.id
-	c.s.cfg.Audit.refused(r, code)
+	c.s.cfg.Audit.refused(r, code, nil)
 }
 
 // auditDetach records a channel's end with the input it delivered:
@@ -243,7 +244,7 @@ func (c *conn) auditDetach(ch *channel) {
 // token, or the code of a token without the scopes or over the budget.
 func (s *Server) auditConnect(r *http.Request, tenant, subject, code, reason string) {
 	s.cfg.Audit.refused(&auditRecord{Event: "connect", Tenant: tenant, Subject: subject, RemoteAddr: r.RemoteAddr,
-		Via: viaWebSocket, Reason: reason}, code)
+		Via: viaWebSocket, Reason: reason}, code, nil)
 }
 
 // auditEnded records how an execution ended (Supervisor.OnEnd). It
@@ -308,16 +309,17 @@ func (a *httpAPI) auditRefusal(r *http.Request, c auth.Claims, code string) {
 	rec := httpWho(r, c, apiEventName(r))
 	id := r.PathValue("id")
 	rec.Execution = clip(id, auditMaxID)
+	var cross func() bool
 	if code == wire.CodeNotFound && id != "" {
-		rec.CrossTenant = a.s.cfg.Supervisor.HeldByOther(c.Tenant, id)
+		cross = func() bool { return a.s.cfg.Supervisor.HeldByOther(c.Tenant, id) }
 	}
-	a.s.cfg.Audit.refused(rec, code)
+	a.s.cfg.Audit.refused(rec, code, cross)
 }
 
 // auditAuthFailed records a refused token: its reason only.
 func (a *httpAPI) auditAuthFailed(r *http.Request, token string, err error) {
 	rec := &auditRecord{Event: apiEventName(r), RemoteAddr: r.RemoteAddr, Via: viaHTTP, Reason: authReason(token, err)}
-	a.s.cfg.Audit.refused(rec, wire.CodeUnauthorized)
+	a.s.cfg.Audit.refused(rec, wire.CodeUnauthorized, nil)
 }
 
 // auditStart names and records an HTTP start, like conn.auditStart.

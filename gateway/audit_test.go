@@ -569,10 +569,10 @@ func TestAuditRefusalsAreBounded(t *testing.T) {
 	const flood = 3 * auditRefusalBurst
 	a.refusals = newBucket(0, auditRefusalBurst) // no time passes
 	for range flood {
-		a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound)
+		a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound, nil)
 	}
 	a.refusals = newBucket(1, 1) // time passed
-	a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound)
+	a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound, nil)
 	recs := readAudit(t, path, 1)
 	last := recs[len(recs)-1]
 	if len(recs) != auditRefusalBurst+1 || last["suppressed"] == nil ||
