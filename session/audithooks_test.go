@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/termgate/termgate/session"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
+	. "github.com/termgate/termgate/session"
 	"github.com/termgate/termgate/session/sessiontest"
 )
 
