@@ -33,6 +33,7 @@ type channel struct {
 	// inputRefused: an input refusal was sent and no input accepted
 	// since; further refusals stay silent (read loop only).
 	inputRefused bool
+	audit        channelAudit // the audit trail's (audit_events.go)
 
 	mu      sync.Mutex
 	pending batch
@@ -61,6 +62,7 @@ func (c *conn) pump(ch *channel) {
 	defer c.dropChannel(ch.id)
 	defer ch.detach()
 	defer ch.sub.Close()
+	defer c.auditDetach(ch)
 	ctx := ch.ctx
 	for {
 		evs, gap, err := ch.sub.Next(ctx)

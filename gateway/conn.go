@@ -140,6 +140,7 @@ func (c *conn) send(m wire.Message) {
 
 // fail answers req with a stable error code and a message safe to show.
 func (c *conn) fail(req wire.Request, channel uint32, code, msg string) {
+	c.auditRefusal(req, channel, code)
 	c.send(wire.Message{Type: wire.MsgError, Req: req.Req, Channel: channel, Error: code, Message: msg})
 }
 

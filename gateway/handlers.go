@@ -73,6 +73,9 @@ func (c *conn) start(req wire.Request) {
 		c.failErr(req, 0, err)
 		return
 	}
+	if !c.auditStart(&req, spec) {
+		return
+	}
 	who := session.WithLogAttrs(c.ctx, "subject", claims.Subject, "remote_addr", c.remote)
 	info, err := c.s.cfg.Supervisor.Start(who, claims.Tenant, req.ID, spec)
 	if err != nil {
@@ -99,6 +102,9 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 	if full {
 		c.s.metrics.refuse(refusedChannels)
 		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
+		return
+	}
+	if !c.auditAttach(req, id, after, readOnly) {
 		return
 	}
 	if err := c.s.openChannel(); err != nil {
@@ -179,13 +185,13 @@ func (c *conn) modify(req wire.Request) {
 	tenant := c.currentClaims().Tenant
 	sup := c.s.cfg.Supervisor
 	if req.Type == wire.TypeCancel && req.Channel == 0 {
-		if c.need(req, auth.ScopeWrite) {
+		if c.need(req, auth.ScopeWrite) && c.auditCancelID(req) {
 			c.answer(req, 0, sup.Cancel(tenant, req.ID))
 		}
 		return
 	}
 	ch, ok := c.writable(req, req.Channel)
-	if !ok {
+	if !ok || !c.auditModify(req, ch) {
 		return
 	}
 	var err error
@@ -267,10 +273,15 @@ func (c *conn) ackedInput(ch *channel, in wire.Input) {
 // rate. It returns the input the execution has received and, when the
 // frame was refused, the code and message saying why.
 func (c *conn) applyInput(req wire.Request, ch *channel, in wire.Input) (received uint64, code, msg string) {
+	defer func() { c.auditInput(ch, in, received, code) }()
 	sup, tenant := c.s.cfg.Supervisor, c.currentClaims().Tenant
 	if !c.s.inputs.allow(c.currentClaims()) {
 		received, _ = sup.Input(tenant, ch.execID, 0, nil) // empty input only reads the offset
 		return received, wire.CodeRateLimited, "too many input messages; resend from the execution's input offset"
+	}
+	if code, msg = c.auditFirstInput(ch); code != "" {
+		received, _ = sup.Input(tenant, ch.execID, 0, nil)
+		return received, code, msg
 	}
 	received, err := sup.Input(tenant, ch.execID, in.Offset, in.Data)
 	if err != nil {
@@ -294,6 +305,7 @@ func (c *conn) reauth(req wire.Request) {
 	claims, err := c.s.cfg.Auth.Verify(req.Token)
 	if err != nil {
 		c.s.metrics.authFailed(req.Token, err)
+		c.auditAuthFailed(req.Token, err)
 		c.log.Info("reauth refused", "err", err)
 		c.fail(req, 0, wire.CodeUnauthorized, "token refused")
 		return

@@ -45,7 +45,7 @@ var apiStatus = map[string]int{
 	wire.CodeTooLarge: http.StatusRequestEntityTooLarge, wire.CodeCapacity: http.StatusTooManyRequests,
 	wire.CodeInputFull: http.StatusTooManyRequests, wire.CodeRateLimited: http.StatusTooManyRequests,
 	wire.CodeTooManyConnections: http.StatusTooManyRequests, wire.CodeRequestTimeout: http.StatusRequestTimeout,
-	wire.CodeClosed: http.StatusServiceUnavailable,
+	wire.CodeClosed: http.StatusServiceUnavailable, wire.CodeUnavailable: http.StatusServiceUnavailable,
 }
 
 // apiError is an error the API answers as it is: a stable code and a
@@ -103,11 +103,13 @@ func (a *httpAPI) authorize(r *http.Request, scope string) (auth.Claims, error) 
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
 		a.s.metrics.authFailed("", nil)
+		a.auditAuthFailed(r, "", nil)
 		return auth.Claims{}, errUnauthorized
 	}
 	c, err := a.s.cfg.Auth.Verify(strings.TrimSpace(token))
 	if err != nil {
 		a.s.metrics.authFailed(token, err)
+		a.auditAuthFailed(r, token, err)
 		a.s.log.Info("api request refused", "remote_addr", a.s.remoteAddr(r), "err", err)
 		return auth.Claims{}, errUnauthorized
 	}
@@ -139,6 +141,7 @@ func (a *httpAPI) fail(w http.ResponseWriter, r *http.Request, c auth.Claims, er
 		a.s.log.Error("api request failed", "route", r.Pattern, "tenant", c.Tenant, "execution", r.PathValue("id"), "err", err)
 		ae = &apiError{wire.CodeInternal, "internal error"}
 	}
+	a.auditRefusal(r, c, ae.code)
 	status, ok := apiStatus[ae.code]
 	if !ok {
 		status = http.StatusInternalServerError
@@ -265,6 +268,9 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 	if err != nil {
 		return err
 	}
+	if err := a.auditStart(r, c, &req, spec); err != nil {
+		return err
+	}
 	status := http.StatusCreated
 	if a.exists(c.Tenant, req.ID) {
 		status = http.StatusOK
@@ -307,6 +313,9 @@ func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c auth.Claims) err
 // as cancelled.
 func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
+	if err := a.auditAction(r, c, id, 0, false); err != nil {
+		return err
+	}
 	if err := sup.Cancel(c.Tenant, id); err != nil {
 		return err
 	}
@@ -336,6 +345,9 @@ func (a *httpAPI) input(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 		return err
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
+	if err := a.auditAction(r, c, id, len(body.Data), body.CloseStdin); err != nil {
+		return err
+	}
 	offset, err := sup.Input(c.Tenant, id, body.Offset, body.Data)
 	if err != nil {
 		return err

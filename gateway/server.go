@@ -101,7 +101,10 @@ type Config struct {
 	// Cluster makes the server one node of several (route.go); nil is a
 	// single node.
 	Cluster *ClusterConfig
-	Logger  *slog.Logger
+	// Audit is the audit trail (audit.go); nil: none. The caller opens
+	// it, and closes it after the server and the supervisor.
+	Audit  *AuditLog
+	Logger *slog.Logger
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -205,6 +208,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if route != nil {
 		route.s, s.route = s, route
 	}
+	if cfg.Audit != nil {
+		cfg.Supervisor.OnEnd(s.auditEnded)
+	}
 	return s, nil
 }
 
@@ -307,17 +313,20 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	claims, err := s.cfg.Auth.Verify(token)
 	if err != nil {
 		s.metrics.authFailed(token, err)
+		s.auditConnect(r, "", "", wire.CodeUnauthorized, authReason(token, err))
 		s.log.Info("connection refused", "remote_addr", s.remoteAddr(r), "err", err)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
 	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) {
 		s.metrics.authFailures.WithLabelValues(authScope).Inc()
+		s.auditConnect(r, claims.Tenant, claims.Subject, wire.CodeForbidden, "")
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
 	subject := subjectKey(claims)
 	if err := s.admit(subject); err != nil {
+		s.auditConnect(r, claims.Tenant, claims.Subject, admitCode(err), "")
 		status := http.StatusTooManyRequests
 		if errors.Is(err, session.ErrClosed) {
 			status = http.StatusServiceUnavailable

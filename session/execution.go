@@ -34,6 +34,7 @@ type execution struct {
 	done        chan struct{} // closed once the result is final
 	dir         string        // the state directory of a durable execution (durable.go)
 	logAttrs    []any         // of its lifecycle log lines: which, whose, what program, who started it
+	startAttrs  []any         // WithLogAttrs' attributes of its start, for OnEnd
 
 	mu        sync.Mutex
 	proc      Process
@@ -263,6 +264,7 @@ func (e *execution) finish(exit sandbox.Exit) {
 	e.record()
 	e.s.log.Info("execution ended", append(e.logAttrs, "status", status, "reason", ringReason, "exit_code", exit.Code,
 		"signal", res.Signal, "duration", res.Duration.Seconds(), "stdout_bytes", res.Stdout.Original, "stderr_bytes", res.Stderr.Original)...)
+	e.ended()
 	e.startRetention()
 	close(e.done)
 }

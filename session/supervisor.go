@@ -97,8 +97,9 @@ type Supervisor struct {
 	// Detach while it sets detached: a result is either recorded whole
 	// before the detach, or left to the next supervisor.
 	recording sync.RWMutex
-	io        context.Context    // ends output's waits for room; ended by Detach or Close
-	stopIO    context.CancelFunc //
+	io        context.Context             // ends output's waits for room; ended by Detach or Close
+	stopIO    context.CancelFunc          //
+	onEnd     atomic.Pointer[func(Ended)] // OnEnd's hook (audithooks.go)
 }
 
 type key struct{ owner, id string }
@@ -175,6 +176,7 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 	}
 	if created {
 		e.logAttrs = slices.Clip(append(e.logAttrs, logAttrs(ctx)...))
+		e.startAttrs = startAttrsOf(ctx)
 		return s.launch(e)
 	}
 	select {

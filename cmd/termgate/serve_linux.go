@@ -59,6 +59,7 @@ type serveOptions struct {
 	config                        string    // --config: the file read, if any
 	printConfig                   bool      // --print-config
 	flags                         *envFlags // for --print-config
+	audit                         gateway.AuditConfig
 }
 
 // envFlags registers flags whose defaults come from the environment,
@@ -237,6 +238,9 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.duration(&o.orphanGrace, "orphan-grace", defaultOrphanGrace, "how long executions outlive a server that does not come back, before they are stopped as a cancel would")
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	e.str(&o.logFormat, "log-format", "json", "json (one object per line) or text (key=value)")
+	e.str(&o.audit.Path, "audit-log", "", "append-only JSON-lines audit file, mode 0600, in a directory that exists (default off)")
+	e.parsed("audit-max-size", "size at which the audit file is rotated, at least 64K (default 100M)", sizeFlag(&o.audit.MaxSize))
+	e.parsed("audit-keep", fmt.Sprintf("rotated audit files kept, PATH.1 ... PATH.N, 1..%d (default %d)", gateway.MaxAuditKeep, gateway.DefaultAuditKeep), intPtr(&o.audit.Keep, gateway.DefaultAuditKeep))
 	return e
 }
 
@@ -544,6 +548,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer g.workspaces.Close() // after the supervisor's executions ended (g.serve)
 	defer g.authn.Close()
 	defer g.reloadOnHangup(ctx, hups, log)()
+	// The trail closes once g.serve recorded the executions' ends.
+	defer o.server.Audit.Close()
 	raw, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		g.sup.Detach(context.Background()) // executions taken over live on
@@ -677,6 +683,13 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, authn, log, ws
 	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
 	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
+	if o.audit.Path != "" {
+		o.audit.Logger = log
+		if o.server.Audit, err = gateway.OpenAudit(o.audit); err != nil {
+			return nil, fmt.Errorf("serve: refusing to start: %w", err)
+		}
+		undo = append(undo, func() { o.server.Audit.Close() })
+	}
 	srv, err := gateway.NewServer(o.server)
 	if err != nil {
 		return nil, err
@@ -877,6 +890,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"max_conns_per_subject", o.server.MaxConnsPerSubject, "starts_per_minute", o.server.StartsPerMinute, "input_per_second", o.server.InputPerSecond,
 		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),
 		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes),
+		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, gateway.DefaultAuditMaxSize))), "audit_keep", o.audit.Keep,
 		"dev", o.dev)
 }
 

@@ -68,7 +68,7 @@ var fatal = []string{
 func Fatal(code string) bool { return slices.Contains(fatal, code) }
 
 // inputRefused are the codes refusing an input frame or close-stdin.
-var inputRefused = []string{CodeInputFull, CodeInputOffset, CodeRateLimited}
+var inputRefused = []string{CodeInputFull, CodeInputOffset, CodeRateLimited, CodeUnavailable}
 
 // InputRefused reports whether code refuses input: the error carries the
 // input offset the execution received, and the client resends from there

@@ -38,7 +38,7 @@ export const FATAL_ERRORS = Object.freeze([
  * FATAL_ERRORS.
  */
 export const INPUT_REFUSED_ERRORS = Object.freeze([
-  'input_full', 'input_offset', 'rate_limited',
+  'input_full', 'input_offset', 'rate_limited', 'unavailable',
 ]);
 
 /**

@@ -1,0 +1,428 @@
+package gateway
+
+// The audit trail: an append-only JSON-lines file of who did what to
+// which execution, and of every refusal. README.md, "Audit trail", is its
+// contract for operators.
+//
+// Invariants:
+//   - one record is one line, written with one write(2) on a file opened
+//     with O_APPEND; a short write is cut back, so the file only ever
+//     holds whole lines;
+//   - the file never grows past MaxSize: a record that would cross it
+//     goes to a fresh file after PATH is rotated to PATH.1 (PATH.1 to
+//     PATH.2, and so on up to Keep files; the oldest is then dropped);
+//   - it fails closed: a request whose record cannot be written is
+//     refused (code unavailable), and what cannot be refused any more (an
+//     execution that ended, a channel that closed) is counted and logged;
+//   - no token, secret, environment value or terminal byte is ever
+//     written: sizes are, and the command line is (JSON-escaped).
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Defaults and bounds of AuditConfig.
+const (
+	DefaultAuditMaxSize = 100 << 20
+	DefaultAuditKeep    = 10
+	// MinAuditMaxSize is the smallest MaxSize: room for a few hundred
+	// records, and for the largest one (maxAuditRecord).
+	MinAuditMaxSize = 64 << 10
+	// MaxAuditKeep bounds the rotated files kept.
+	MaxAuditKeep = 1000
+	// maxAuditRecord bounds one record: a longer command line is left
+	// out of it (argv_truncated) rather than written in part.
+	maxAuditRecord = 16 << 10
+)
+
+// Errors of the audit trail.
+var (
+	// ErrAuditUnsafe refuses an audit path a symlink, a file that is not
+	// regular, or a file others can write.
+	ErrAuditUnsafe = errors.New("gateway: audit log path is unsafe")
+	// ErrAuditUnavailable is the refusal of a request whose record could
+	// not be written.
+	ErrAuditUnavailable = errors.New("gateway: the audit trail cannot be written")
+)
+
+// AuditConfig configures OpenAudit.
+type AuditConfig struct {
+	// Path is the audit file; its directory must exist. Required.
+	Path string
+	// MaxSize bounds each file in bytes (DefaultAuditMaxSize; at least
+	// MinAuditMaxSize).
+	MaxSize int64
+	// Keep is how many rotated files (Path.1 ... Path.Keep) are kept
+	// (DefaultAuditKeep; 1 to MaxAuditKeep).
+	Keep int
+	// Logger gets one error per streak of failed writes, and a line
+	// when writes succeed again.
+	Logger *slog.Logger
+}
+
+// AuditLog is an open audit trail. It is safe for concurrent use; it has
+// no goroutine of its own.
+type AuditLog struct {
+	cfg AuditConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	f       *os.File
+	size    int64
+	failing bool // the last write failed: the next success is logged
+	closed  bool
+
+	lost atomic.Uint64 // records that could not be written and refused nothing
+	// refusals bounds the rate of refusal records, so that a flood of
+	// refused requests cannot rotate the history of actions away;
+	// suppressed counts the ones left out, reported by the next one.
+	refusals   *bucket
+	suppressed atomic.Uint64
+}
+
+// Rate of refusal records: a burst of auditRefusalBurst, then
+// auditRefusalRate a second.
+const (
+	auditRefusalRate  = 50
+	auditRefusalBurst = 500
+)
+
+// OpenAudit opens (or creates, mode 0600) the audit file at cfg.Path for
+// appending. It refuses a path that is a symlink, not a regular file, or
+// writable by group or others, and a directory that does not exist.
+func OpenAudit(cfg AuditConfig) (*AuditLog, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("gateway: audit config: a path is required")
+	}
+	if cfg.MaxSize == 0 {
+		cfg.MaxSize = DefaultAuditMaxSize
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = DefaultAuditKeep
+	}
+	if cfg.MaxSize < MinAuditMaxSize {
+		return nil, fmt.Errorf("gateway: audit config: max size %d is below the minimum %d", cfg.MaxSize, MinAuditMaxSize)
+	}
+	if cfg.Keep < 1 || cfg.Keep > MaxAuditKeep {
+		return nil, fmt.Errorf("gateway: audit config: keep %d is not between 1 and %d", cfg.Keep, MaxAuditKeep)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &AuditLog{cfg: cfg, log: cfg.Logger, refusals: newBucket(auditRefusalRate, auditRefusalBurst)}
+	if err := a.open(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// open opens the file at the path, refusing an unsafe one. Called with
+// a.mu held, or before a is shared.
+func (a *AuditLog) open() error {
+	// O_NONBLOCK: a FIFO without a reader is refused (ENXIO) rather than
+	// waited for; it changes nothing for a regular file.
+	f, err := os.OpenFile(a.cfg.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0o600)
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return fmt.Errorf("%w: %s is a symlink", ErrAuditUnsafe, a.cfg.Path)
+	case errors.Is(err, syscall.ENXIO):
+		return fmt.Errorf("%w: %s is not a regular file", ErrAuditUnsafe, a.cfg.Path)
+	}
+	if err != nil {
+		return fmt.Errorf("open audit log: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = safeAuditFile(a.cfg.Path, fi)
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	a.f, a.size = f, fi.Size()
+	return nil
+}
+
+// safeAuditFile refuses a file that is not regular or that group or
+// others can write.
+func safeAuditFile(path string, fi os.FileInfo) error {
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%w: %s is not a regular file", ErrAuditUnsafe, path)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%w: %s is writable by others (mode %v)", ErrAuditUnsafe, path, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// Close closes the file; later writes fail with ErrAuditUnavailable. A
+// nil AuditLog (no trail) closes as nothing.
+func (a *AuditLog) Close() error {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	return a.f.Close()
+}
+
+// Lost counts the records that could not be written about something
+// that had already happened (an execution's end, a channel's close).
+func (a *AuditLog) Lost() uint64 { return a.lost.Load() }
+
+// write appends one record; it fails with ErrAuditUnavailable (wrapping
+// the cause) when the record is not in the file whole.
+func (a *AuditLog) write(r *auditRecord) error {
+	r.Time = time.Now().UTC().Format(time.RFC3339Nano)
+	line, err := r.encode()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrAuditUnavailable, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	err = a.appendLocked(line)
+	a.noteLocked(err)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrAuditUnavailable, err)
+	}
+	return nil
+}
+
+// noteLocked logs the first failure of a streak, and its end.
+func (a *AuditLog) noteLocked(err error) {
+	switch {
+	case err != nil && !a.failing:
+		a.failing = true
+		a.log.Error("audit trail cannot be written: refusing what it would record", "path", a.cfg.Path, "err", err)
+	case err == nil && a.failing:
+		a.failing = false
+		a.log.Info("audit trail written again", "path", a.cfg.Path)
+	}
+}
+
+// appendLocked writes line to the current file, reopening the path when
+// the file was removed or replaced, and rotating first when line would
+// take it past MaxSize.
+func (a *AuditLog) appendLocked(line []byte) error {
+	if a.closed {
+		return errors.New("the audit log is closed")
+	}
+	if err := a.followLocked(); err != nil {
+		return err
+	}
+	if a.size > 0 && a.size+int64(len(line)) > a.cfg.MaxSize {
+		if err := a.rotateLocked(); err != nil {
+			return err
+		}
+	}
+	n, err := a.f.Write(line)
+	if err != nil || n != len(line) {
+		if n > 0 { // never leave part of a line behind
+			if terr := a.f.Truncate(a.size); terr != nil {
+				err = errors.Join(err, fmt.Errorf("cut back a partial record: %w", terr))
+			}
+		}
+		return cmpErr(err, fmt.Errorf("short write of %d of %d bytes", n, len(line)))
+	}
+	a.size += int64(n)
+	return nil
+}
+
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// followLocked reopens the path when the open file is no longer the one
+// there (removed, or renamed by another tool), so records never go to a
+// file nobody can read.
+func (a *AuditLog) followLocked() error {
+	cur, err := a.f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat audit log: %w", err)
+	}
+	at, err := os.Lstat(a.cfg.Path)
+	if err == nil && os.SameFile(cur, at) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("stat audit log: %w", err)
+	}
+	old := a.f
+	if err := a.open(); err != nil {
+		return err
+	}
+	old.Close()
+	return nil
+}
+
+// rotateLocked moves PATH.i to PATH.i+1 (dropping PATH.Keep), PATH to
+// PATH.1, and opens a fresh PATH.
+func (a *AuditLog) rotateLocked() error {
+	p := a.cfg.Path
+	for i := a.cfg.Keep - 1; i >= 1; i-- {
+		if err := os.Rename(rotated(p, i), rotated(p, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rotate audit log: %w", err)
+		}
+	}
+	if err := os.Rename(p, rotated(p, 1)); err != nil {
+		return fmt.Errorf("rotate audit log: %w", err)
+	}
+	old := a.f
+	if err := a.open(); err != nil {
+		return err
+	}
+	if err := old.Close(); err != nil {
+		a.log.Warn("close the rotated audit log", "path", rotated(p, 1), "err", err)
+	}
+	return nil
+}
+
+// rotated names the i-th rotated file of path.
+func rotated(path string, i int) string { return path + "." + strconv.Itoa(i) }
+
+// AuditFiles lists the audit files of path that exist, oldest first:
+// PATH.keep ... PATH.1, PATH. For tests and tools that read the whole
+// trail.
+func AuditFiles(path string, keep int) []string {
+	var out []string
+	for i := keep; i >= 1; i-- {
+		if _, err := os.Lstat(rotated(path, i)); err == nil {
+			out = append(out, rotated(path, i))
+		}
+	}
+	if _, err := os.Lstat(path); err == nil {
+		out = append(out, filepath.Clean(path))
+	}
+	return out
+}
+
+// auditRecord is one line of the trail. Every field but time, event and
+// outcome is left out when empty.
+type auditRecord struct {
+	Time        string `json:"time"`
+	Event       string `json:"event"`
+	Outcome     string `json:"outcome"` // ok or refused
+	Code        string `json:"code,omitempty"`
+	CrossTenant bool   `json:"cross_tenant,omitempty"`
+	Suppressed  uint64 `json:"suppressed,omitempty"` // refusal records left out before this one
+	Tenant      string `json:"tenant,omitempty"`
+	Subject     string `json:"subject,omitempty"`
+	RemoteAddr  string `json:"remote_addr,omitempty"`
+	Via         string `json:"via,omitempty"` // websocket or http
+	Execution   string `json:"execution,omitempty"`
+	Channel     uint32 `json:"channel,omitempty"`
+
+	// start
+	Command       string   `json:"command,omitempty"`
+	Argv          []string `json:"argv,omitempty"`
+	ArgvTruncated bool     `json:"argv_truncated,omitempty"`
+	ArgvBytes     int      `json:"argv_bytes,omitempty"`
+	TTY           *bool    `json:"tty,omitempty"`
+	Cwd           string   `json:"cwd,omitempty"`
+	Workspace     string   `json:"workspace,omitempty"`
+
+	// attach, resize, signal
+	ReadOnly *bool   `json:"read_only,omitempty"`
+	After    *uint64 `json:"after,omitempty"` // the resume point
+	Rows     int     `json:"rows,omitempty"`
+	Cols     int     `json:"cols,omitempty"`
+	Signal   string  `json:"signal,omitempty"`
+
+	// input, detach, end
+	InputBytes  *uint64 `json:"input_bytes,omitempty"`
+	Reason      string  `json:"reason,omitempty"`
+	Status      string  `json:"status,omitempty"`
+	ExitCode    *int    `json:"exit_code,omitempty"`
+	Duration    float64 `json:"duration,omitempty"` // seconds
+	StdoutBytes *int64  `json:"stdout_bytes,omitempty"`
+	StderrBytes *int64  `json:"stderr_bytes,omitempty"`
+}
+
+// encode is the record as one line. encoding/json escapes every control
+// character, so a command or ID cannot forge a line or a terminal
+// sequence. A record over maxAuditRecord leaves out its argv.
+func (r *auditRecord) encode() ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err == nil && len(b)+1 > maxAuditRecord && len(r.Argv) > 0 {
+		for _, s := range r.Argv {
+			r.ArgvBytes += len(s)
+		}
+		r.Argv, r.ArgvTruncated = nil, true
+		b, err = json.Marshal(r)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(b)+1 > maxAuditRecord {
+		return nil, fmt.Errorf("a %d-byte record is over the %d-byte bound", len(b)+1, maxAuditRecord)
+	}
+	return append(b, '\n'), nil
+}
+
+// Outcomes of a record.
+const (
+	auditOK      = "ok"
+	auditRefused = "refused"
+)
+
+// record writes an action's record before the action takes effect: an
+// error means refuse the action (ErrAuditUnavailable). Nil a: no trail.
+func (a *AuditLog) record(r *auditRecord) error {
+	if a == nil {
+		return nil
+	}
+	r.Outcome = auditOK
+	return a.write(r)
+}
+
+// refused writes a refusal's record, within the refusal rate; a refusal
+// that cannot be written is counted as lost (the request is refused
+// already). crossTenant, when not nil, is asked only for a record that
+// is written: a flood of refusals costs no lookups.
+func (a *AuditLog) refused(r *auditRecord, code string, crossTenant func() bool) {
+	if a == nil {
+		return
+	}
+	if !a.refusals.allow() {
+		a.suppressed.Add(1)
+		return
+	}
+	if crossTenant != nil {
+		r.CrossTenant = crossTenant()
+	}
+	r.Outcome, r.Code, r.Suppressed = auditRefused, code, a.suppressed.Swap(0)
+	if err := a.write(r); err != nil {
+		a.lost.Add(1)
+		a.suppressed.Add(r.Suppressed)
+	}
+}
+
+// happened writes the record of something that already happened and
+// cannot be refused; one that cannot be written is counted as lost (and
+// its streak logged).
+func (a *AuditLog) happened(r *auditRecord) {
+	if a == nil {
+		return
+	}
+	r.Outcome = auditOK
+	if err := a.write(r); err != nil {
+		a.lost.Add(1)
+	}
+}

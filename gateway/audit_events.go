@@ -1,0 +1,374 @@
+package gateway
+
+// The audit trail's hooks in the WebSocket protocol and the HTTP API:
+// which record each request writes, and when. An action's record is
+// written before the action takes effect (outcome ok: it was allowed),
+// and the action is refused with code unavailable when it cannot be; a
+// request the supervisor refuses after that gets a refused record too.
+// A lookup first keeps most refusals (an unknown or another tenant's
+// execution) from having an ok record before them.
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/session"
+)
+
+// Where a record's request came from.
+const (
+	viaWebSocket = "websocket"
+	viaHTTP      = "http"
+)
+
+// unavailableText answers a request refused because its record could
+// not be written.
+const unavailableText = "the audit trail cannot be written; retry later"
+
+// Bounds of what a client chooses that a record repeats, so a record
+// stays far below maxAuditRecord whatever was sent.
+const (
+	auditMaxID      = 256
+	auditMaxName    = 64
+	auditMaxCommand = 1024
+)
+
+// clip cuts a client-chosen string to n bytes (a cut rune is escaped by
+// encoding/json like any invalid UTF-8).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// channelAudit is a channel's audit state. inputSeen and refusing and
+// received belong to the read loop; bytes is read by the pump at detach.
+type channelAudit struct {
+	inputSeen bool          // the first input's record was written
+	refusing  bool          // an input refusal was recorded, no input accepted since
+	received  uint64        // the execution's input offset after this channel's last input
+	bytes     atomic.Uint64 // input bytes this channel delivered
+}
+
+// who is a WebSocket record's common part.
+func (c *conn) who(event string) *auditRecord {
+	cl := c.currentClaims()
+	return &auditRecord{Event: event, Tenant: cl.Tenant, Subject: cl.Subject, RemoteAddr: c.remote, Via: viaWebSocket}
+}
+
+// auditRefusal records a refused WebSocket request. A not_found for an
+// ID another tenant holds is marked cross_tenant; the client's answer
+// is the same either way. A refused reauth was recorded with its reason.
+func (c *conn) auditRefusal(req wire.Request, channel uint32, code string) {
+	a := c.s.cfg.Audit
+	if a == nil || req.Type == wire.TypeReauth && code == wire.CodeUnauthorized {
+		return
+	}
+	r := c.who(clip(req.Type, auditMaxName))
+	r.Channel, r.Execution = channel, clip(req.ID, auditMaxID)
+	if ch, ok := c.channel(channel); ok && r.Execution == "" {
+		r.Execution = ch.execID
+	}
+	var cross func() bool
+	if code == wire.CodeNotFound && req.ID != "" {
+		cross = func() bool { return c.s.cfg.Supervisor.HeldByOther(r.Tenant, req.ID) }
+	}
+	a.refused(r, code, cross)
+}
+
+// auditAuthFailed records a refused reauth token: its reason only.
+func (c *conn) auditAuthFailed(token string, err error) {
+	r := c.who(wire.TypeReauth)
+	r.Reason = authReason(token, err)
+	c.s.cfg.Audit.refused(r, wire.CodeUnauthorized, nil)
+}
+
+// unavailable answers a request whose record could not be written.
+func (c *conn) unavailable(req wire.Request, channel uint32) {
+	c.fail(req, channel, wire.CodeUnavailable, unavailableText)
+}
+
+// auditStart names the execution (a start without an ID gets one now,
+// so its record can say which) and records the start; false: it was
+// refused.
+func (c *conn) auditStart(req *wire.Request, spec session.Spec) bool {
+	if c.s.cfg.Audit == nil {
+		return true
+	}
+	if req.ID == "" {
+		req.ID = session.NewID()
+	}
+	r := c.who(wire.TypeStart)
+	startRecord(r, req.ID, spec)
+	if c.s.cfg.Audit.record(r) != nil {
+		c.unavailable(*req, 0)
+		return false
+	}
+	return true
+}
+
+// startRecord fills a start's record from the spec it runs: the
+// command line, terminal, directories. Never its environment.
+func startRecord(r *auditRecord, id string, spec session.Spec) {
+	p := spec.Policy
+	tty := p.TTY != nil
+	r.Execution, r.Argv, r.TTY, r.Cwd, r.Workspace = id, p.Command, &tty, p.Cwd, p.Workspace
+	if len(p.Command) > 0 {
+		r.Command = p.Command[0]
+	}
+	if tty {
+		r.Rows, r.Cols = int(p.TTY.Rows), int(p.TTY.Cols)
+	}
+}
+
+// auditAttach records an attach of an execution the tenant has; one it
+// has not is left to the refusal. False: it was refused.
+func (c *conn) auditAttach(req wire.Request, id string, after uint64, readOnly bool) bool {
+	if c.s.cfg.Audit == nil || !c.has(id) {
+		return true
+	}
+	r := c.who(wire.TypeAttach)
+	r.Execution, r.ReadOnly, r.After = id, &readOnly, &after
+	if c.s.cfg.Audit.record(r) != nil {
+		c.unavailable(req, 0)
+		return false
+	}
+	return true
+}
+
+// has reports whether the connection's tenant has execution id.
+func (c *conn) has(id string) bool {
+	_, err := c.s.cfg.Supervisor.Get(c.currentClaims().Tenant, id)
+	return err == nil
+}
+
+// auditModify records a resize, signal, cancel or close-stdin on a
+// channel. False: it was refused.
+func (c *conn) auditModify(req wire.Request, ch *channel) bool {
+	if c.s.cfg.Audit == nil {
+		return true
+	}
+	r := c.who(req.Type)
+	r.Execution, r.Channel = ch.execID, ch.id
+	switch req.Type {
+	case wire.TypeResize:
+		r.Rows, r.Cols = req.Rows, req.Cols
+	case wire.TypeSignal:
+		r.Signal = clip(req.Signal, auditMaxName)
+	}
+	if c.s.cfg.Audit.record(r) != nil {
+		c.unavailable(req, ch.id)
+		return false
+	}
+	return true
+}
+
+// auditCancelID records a cancel by ID (no channel) of an execution the
+// tenant has. False: it was refused.
+func (c *conn) auditCancelID(req wire.Request) bool {
+	if c.s.cfg.Audit == nil || !c.has(req.ID) {
+		return true
+	}
+	r := c.who(wire.TypeCancel)
+	r.Execution = req.ID
+	if c.s.cfg.Audit.record(r) != nil {
+		c.unavailable(req, 0)
+		return false
+	}
+	return true
+}
+
+// auditFirstInput records a channel's first input; later input is
+// counted, not recorded. A non-empty code refuses the frame.
+func (c *conn) auditFirstInput(ch *channel) (code, msg string) {
+	if c.s.cfg.Audit == nil || ch.audit.inputSeen {
+		return "", ""
+	}
+	r := c.who("input")
+	r.Execution, r.Channel = ch.execID, ch.id
+	if c.s.cfg.Audit.record(r) != nil {
+		return wire.CodeUnavailable, unavailableText
+	}
+	ch.audit.inputSeen = true
+	return "", ""
+}
+
+// auditInput counts what a frame delivered, or records its refusal (the
+// first of a streak: a client retrying in a loop writes one record).
+func (c *conn) auditInput(ch *channel, in wire.Input, received uint64, code string) {
+	st := &ch.audit
+	if code == "" {
+		if from := max(in.Offset, st.received); received > from {
+			st.bytes.Add(min(received-from, uint64(len(in.Data))))
+		}
+		st.received, st.refusing = max(st.received, received), false
+		return
+	}
+	if st.refusing || c.s.cfg.Audit == nil {
+		return
+	}
+	st.refusing = true
+	r := c.who("input")
+	r.Execution, r.Channel = ch.execID, ch.id
+	c.s.cfg.Audit.refused(r, code, nil)
+}
+
+// auditDetach records a channel's end with the input it delivered:
+// detached by the client, disconnected, or ended with its execution.
+// Called by the pump before it cancels the channel.
+func (c *conn) auditDetach(ch *channel) {
+	if c.s.cfg.Audit == nil {
+		return
+	}
+	r := c.who(wire.TypeDetach)
+	r.Execution, r.Channel = ch.execID, ch.id
+	n := ch.audit.bytes.Load()
+	r.InputBytes = &n
+	switch {
+	case c.ctx.Err() != nil:
+		r.Reason = "disconnected"
+	case ch.ctx.Err() != nil:
+		r.Reason = "detached"
+	default:
+		r.Reason = "ended"
+	}
+	c.s.cfg.Audit.happened(r)
+}
+
+// auditConnect records a refused connection: the reason of a refused
+// token, or the code of a token without the scopes or over the budget.
+func (s *Server) auditConnect(r *http.Request, tenant, subject, code, reason string) {
+	s.cfg.Audit.refused(&auditRecord{Event: "connect", Tenant: tenant, Subject: subject, RemoteAddr: s.remoteAddr(r),
+		Via: viaWebSocket, Reason: reason}, code, nil)
+}
+
+// auditEnded records how an execution ended (Supervisor.OnEnd). It
+// cannot be refused: a record that cannot be written is counted.
+func (s *Server) auditEnded(e session.Ended) {
+	res := e.Info.Result
+	if res == nil {
+		return
+	}
+	r := &auditRecord{Event: "end", Tenant: e.Info.Owner, Execution: e.Info.ID, Status: string(res.Status),
+		ExitCode: &res.ExitCode, Signal: res.Signal, Reason: clip(res.Reason, auditMaxCommand),
+		Duration: res.Duration.Seconds(), StdoutBytes: &res.Stdout.Original, StderrBytes: &res.Stderr.Original,
+		InputBytes: &e.Info.InputOffset}
+	for i := 0; i+1 < len(e.Attrs); i += 2 {
+		v, _ := e.Attrs[i+1].(string)
+		switch e.Attrs[i] {
+		case "subject":
+			r.Subject = v
+		case "remote_addr":
+			r.RemoteAddr = v
+		}
+	}
+	s.cfg.Audit.happened(r)
+}
+
+// HTTP API.
+
+// httpWho is an HTTP record's common part.
+func (a *httpAPI) httpWho(r *http.Request, c auth.Claims, event string) *auditRecord {
+	return &auditRecord{Event: event, Tenant: c.Tenant, Subject: c.Subject, RemoteAddr: a.s.remoteAddr(r), Via: viaHTTP}
+}
+
+// apiEvent names an HTTP API route in the trail.
+func apiEventName(r *http.Request) string {
+	switch p := r.Pattern; {
+	case p == "POST /v1/executions":
+		return wire.TypeStart
+	case p == "GET /v1/executions":
+		return "list"
+	case strings.HasSuffix(p, "/events"):
+		return "events"
+	case strings.HasSuffix(p, "/input"):
+		return "input"
+	case strings.HasSuffix(p, "/cancel"):
+		return wire.TypeCancel
+	case strings.HasPrefix(p, "GET "):
+		return "get"
+	}
+	return "request"
+}
+
+// errAuditRefused answers an HTTP request whose record could not be
+// written.
+var errAuditRefused = &apiError{wire.CodeUnavailable, unavailableText}
+
+// auditRefusal records a refused HTTP request (a refused token was
+// recorded with its reason by auditAuthFailed).
+func (a *httpAPI) auditRefusal(r *http.Request, c auth.Claims, code string) {
+	if a.s.cfg.Audit == nil || code == wire.CodeUnauthorized {
+		return
+	}
+	rec := a.httpWho(r, c, apiEventName(r))
+	id := r.PathValue("id")
+	rec.Execution = clip(id, auditMaxID)
+	var cross func() bool
+	if code == wire.CodeNotFound && id != "" {
+		cross = func() bool { return a.s.cfg.Supervisor.HeldByOther(c.Tenant, id) }
+	}
+	a.s.cfg.Audit.refused(rec, code, cross)
+}
+
+// auditAuthFailed records a refused token: its reason only.
+func (a *httpAPI) auditAuthFailed(r *http.Request, token string, err error) {
+	rec := &auditRecord{Event: apiEventName(r), RemoteAddr: a.s.remoteAddr(r), Via: viaHTTP, Reason: authReason(token, err)}
+	a.s.cfg.Audit.refused(rec, wire.CodeUnauthorized, nil)
+}
+
+// auditStart names and records an HTTP start, like conn.auditStart.
+func (a *httpAPI) auditStart(r *http.Request, c auth.Claims, req *wire.Request, spec session.Spec) error {
+	if a.s.cfg.Audit == nil {
+		return nil
+	}
+	if req.ID == "" {
+		req.ID = session.NewID()
+	}
+	rec := a.httpWho(r, c, wire.TypeStart)
+	startRecord(rec, req.ID, spec)
+	if a.s.cfg.Audit.record(rec) != nil {
+		return errAuditRefused
+	}
+	return nil
+}
+
+// auditAction records an HTTP input (its size: bytes, and whether it
+// closes stdin) or cancel of an execution the tenant has; one it has not
+// is left to the refusal. An input that only reads the offset writes
+// nothing.
+func (a *httpAPI) auditAction(r *http.Request, c auth.Claims, id string, bytes int, closeStdin bool) error {
+	event := apiEventName(r)
+	if a.s.cfg.Audit == nil || event == "input" && bytes == 0 && !closeStdin {
+		return nil
+	}
+	if _, err := a.s.cfg.Supervisor.Get(c.Tenant, id); err != nil {
+		return nil
+	}
+	rec := a.httpWho(r, c, event)
+	rec.Execution = id
+	if event == "input" {
+		n := uint64(bytes)
+		rec.InputBytes = &n
+		if closeStdin {
+			rec.Reason = wire.TypeCloseStdin
+		}
+	}
+	if a.s.cfg.Audit.record(rec) != nil {
+		return errAuditRefused
+	}
+	return nil
+}
+
+// admitCode is the code of a connection admit refused.
+func admitCode(err error) string {
+	if errors.Is(err, session.ErrClosed) {
+		return wire.CodeClosed
+	}
+	return wire.CodeTooManyConnections
+}

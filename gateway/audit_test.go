@@ -1,0 +1,582 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/sessiontest"
+)
+
+// auditEnv is a gateway over the fake launcher with its audit trail at
+// path; its programs run until cancelled.
+type auditEnv struct {
+	*testEnv
+	path string
+	log  *sandboxtest.SyncBuffer
+}
+
+func newAuditEnv(t *testing.T, cfg AuditConfig) *auditEnv {
+	t.Helper()
+	if cfg.Path == "" {
+		cfg.Path = filepath.Join(t.TempDir(), "audit.log")
+	}
+	logs := &sandboxtest.SyncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	cfg.Logger = log
+	a, err := OpenAudit(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &sessiontest.Launcher{Script: func(p *sessiontest.Proc) sandbox.Exit {
+		why := <-p.Stopped()
+		return sandbox.Exit{Code: -1, Signal: syscall.SIGTERM, Stopped: why}
+	}}
+	e := newEnvSession(t, session.Config{Launcher: l, Logger: log}, func(c *Config) { c.Audit, c.Logger = a, log })
+	t.Cleanup(func() { a.Close() }) // after the server and the supervisor (cleanups run last first)
+	return &auditEnv{testEnv: e, path: cfg.Path, log: logs}
+}
+
+// records reads every record of the trail, rotated files first, and
+// fails on a line that is not one whole JSON object.
+func readAudit(t *testing.T, path string, keep int) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, f := range AuditFiles(path, keep) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			t.Fatalf("%s ends inside a record: %q", f, b[max(0, len(b)-80):])
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(nil, maxAuditRecord)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatalf("%s: a line is not a record: %q: %v", f, sc.Text(), err)
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// find returns the records whose fields hold every pair of want.
+func find(recs []map[string]any, want map[string]any) []map[string]any {
+	var out []map[string]any
+next:
+	for _, r := range recs {
+		for k, v := range want {
+			if r[k] != v {
+				continue next
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// waitRecord waits until the trail holds a record matching want.
+func (e *auditEnv) waitRecord(t *testing.T, want map[string]any) map[string]any {
+	t.Helper()
+	var got []map[string]any
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool {
+		got = find(readAudit(t, e.path, DefaultAuditKeep), want)
+		return len(got) > 0
+	}) {
+		t.Fatalf("no record %v in the trail:\n%s", want, e.trail(t))
+	}
+	return got[len(got)-1]
+}
+
+func (e *auditEnv) trail(t *testing.T) string {
+	b, _ := os.ReadFile(e.path)
+	return string(b)
+}
+
+// api sends an HTTP API request and returns its status and body.
+func (e *auditEnv) api(t *testing.T, method, path, token string, body any) (int, apiErrorBody) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), method, e.http.URL+path, r)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var eb apiErrorBody
+	json.NewDecoder(resp.Body).Decode(&eb)
+	return resp.StatusCode, eb
+}
+
+func TestOpenAuditRefusesUnsafePaths(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	os.WriteFile(target, nil, 0o600)
+	link := filepath.Join(dir, "link")
+	os.Symlink(target, link)
+	shared := filepath.Join(dir, "shared")
+	os.WriteFile(shared, nil, 0o600)
+	os.Chmod(shared, 0o620) // group-writable
+	world := filepath.Join(dir, "world")
+	os.WriteFile(world, nil, 0o600)
+	os.Chmod(world, 0o602)
+	fifo := filepath.Join(dir, "fifo")
+	syscall.Mkfifo(fifo, 0o600)
+	for _, c := range []struct {
+		name string
+		cfg  AuditConfig
+		want string
+	}{
+		{"symlink", AuditConfig{Path: link}, "symlink"},
+		{"group-writable", AuditConfig{Path: shared}, "writable by others"},
+		{"world-writable", AuditConfig{Path: world}, "writable by others"},
+		{"device", AuditConfig{Path: "/dev/full"}, "not a regular file"},
+		{"fifo", AuditConfig{Path: fifo}, "not a regular file"},
+		{"directory", AuditConfig{Path: dir}, "is a directory"},
+		{"missing directory", AuditConfig{Path: filepath.Join(dir, "nope", "audit.log")}, "no such file"},
+		{"no path", AuditConfig{}, "path is required"},
+		{"tiny", AuditConfig{Path: target, MaxSize: 1000}, "below the minimum"},
+		{"keep negative", AuditConfig{Path: target, Keep: -1}, "keep -1"},
+		{"keep huge", AuditConfig{Path: target, Keep: MaxAuditKeep + 1}, "keep 1001"},
+	} {
+		a, err := OpenAudit(c.cfg)
+		if err == nil {
+			a.Close()
+			t.Errorf("%s: OpenAudit(%+v) accepted it", c.name, c.cfg)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q, want it to say %q", c.name, err, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nope")); err == nil {
+		t.Error("OpenAudit created the missing directory")
+	}
+}
+
+// TestAuditFileMode: the trail and its rotated files are 0600 whatever
+// the umask, and a record is written with the file's O_APPEND.
+func TestAuditFileMode(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := OpenAudit(AuditConfig{Path: path, MaxSize: MinAuditMaxSize, Keep: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 2000 {
+		if err := a.record(&auditRecord{Event: "start", Execution: fmt.Sprint("x", i), Argv: []string{"/bin/sh", "-c", "true"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := AuditFiles(path, 3)
+	if len(files) != 4 {
+		t.Fatalf("files %v: want PATH.3 to PATH", files)
+	}
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v (%v), want 0600", f, fi.Mode().Perm(), err)
+		}
+	}
+	fl, _ := syscallFlags(a)
+	if fl&syscall.O_APPEND == 0 {
+		t.Errorf("the trail is open without O_APPEND (flags %#x)", fl)
+	}
+}
+
+// syscallFlags reads the open flags of the trail's descriptor.
+func syscallFlags(a *AuditLog) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", a.f.Fd()))
+	if err != nil {
+		return 0, err
+	}
+	var flags int
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "flags:"); ok {
+			fmt.Sscanf(strings.TrimSpace(v), "%o", &flags)
+		}
+	}
+	return flags, nil
+}
+
+// TestAuditRotationKeepsEveryRecord: writers racing across many
+// rotations lose no record, split none, and no file passes MaxSize.
+func TestAuditRotationKeepsEveryRecord(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	const keep, writers, each = 100, 4, 1500
+	a, err := OpenAudit(AuditConfig{Path: path, MaxSize: MinAuditMaxSize, Keep: keep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				// Records of different sizes, so a bound is crossed at any point.
+				argv := []string{"/bin/sh", "-c", strings.Repeat("y", (i*37)%900)}
+				if err := a.record(&auditRecord{Event: "start", Execution: fmt.Sprintf("w%d-%d", w, i), Argv: argv}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	files := AuditFiles(path, keep)
+	if len(files) < 10 || len(files) > keep {
+		t.Fatalf("%d files: want many rotations, within keep", len(files))
+	}
+	for _, f := range files {
+		if fi, _ := os.Stat(f); fi.Size() > MinAuditMaxSize {
+			t.Errorf("%s holds %d bytes, over the %d bound", f, fi.Size(), MinAuditMaxSize)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range readAudit(t, path, keep) {
+		id, _ := r["execution"].(string)
+		if seen[id] {
+			t.Errorf("record %s twice", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != writers*each {
+		t.Fatalf("%d records across %d files, want %d", len(seen), len(files), writers*each)
+	}
+}
+
+// TestAuditRotationDropsOnlyBeyondKeep: with Keep files the oldest
+// file goes, and only it.
+func TestAuditRotationDropsOnlyBeyondKeep(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := OpenAudit(AuditConfig{Path: path, MaxSize: MinAuditMaxSize, Keep: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 3000 {
+		a.record(&auditRecord{Event: "start", Execution: fmt.Sprint(i)})
+	}
+	recs := readAudit(t, path, 2)
+	if len(AuditFiles(path, 5)) != 3 || recs[len(recs)-1]["execution"] != "2999" {
+		t.Fatalf("files %v, last record %v", AuditFiles(path, 5), recs[len(recs)-1])
+	}
+}
+
+// TestAuditFollowsRemovedFile: a trail removed under the server is made
+// again, so records never go to a file nobody can read; a directory
+// removed fails writes until it is back, logged once per streak.
+func TestAuditFollowsRemovedFile(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "audit")
+	os.Mkdir(dir, 0o700)
+	path := filepath.Join(dir, "audit.log")
+	var logs sandboxtest.SyncBuffer
+	a, err := OpenAudit(AuditConfig{Path: path, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	rec := func(id string) error { return a.record(&auditRecord{Event: "start", Execution: id}) }
+	rec("one")
+	os.Remove(path)
+	if err := rec("two"); err != nil {
+		t.Fatal(err)
+	}
+	if recs := readAudit(t, path, 1); len(recs) != 1 || recs[0]["execution"] != "two" {
+		t.Fatalf("after removal the trail holds %v", recs)
+	}
+	os.RemoveAll(dir)
+	for _, id := range []string{"three", "four"} {
+		if err := rec(id); !errors.Is(err, ErrAuditUnavailable) {
+			t.Fatalf("record %s without a directory: %v, want ErrAuditUnavailable", id, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "audit trail cannot be written"); n != 1 {
+		t.Fatalf("%d error lines for one streak of failures, want 1:\n%s", n, logs.String())
+	}
+	os.Mkdir(dir, 0o700)
+	if err := rec("five"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "audit trail written again") {
+		t.Fatalf("no recovery line:\n%s", logs.String())
+	}
+}
+
+// TestAuditCrossTenantWebSocket: another tenant's execution is answered
+// exactly as an unknown one, and recorded as a refused cross-tenant
+// attempt; the unknown one is not marked.
+func TestAuditCrossTenantWebSocket(t *testing.T) {
+	t.Parallel()
+	e := newAuditEnv(t, AuditConfig{})
+	acme := e.dial(t, e.token(t, "acme", allScopes...))
+	defer acme.close()
+	acme.send(t, wire.Request{Type: wire.TypeStart, ID: "secret-job", Command: "/bin/sh"})
+	acme.expect(t, wire.MsgStarted)
+
+	globex := e.dial(t, e.token(t, "globex", allScopes...))
+	defer globex.close()
+	answers := map[string]wire.Message{}
+	for _, id := range []string{"secret-job", "never-existed"} {
+		for _, typ := range []string{wire.TypeAttach, wire.TypeCancel} {
+			globex.send(t, wire.Request{Type: typ, Req: typ, ID: id})
+			m, _ := globex.expect(t, wire.MsgError)
+			m.Message = strings.ReplaceAll(m.Message, id, "ID")
+			answers[typ+id] = m
+		}
+	}
+	for _, typ := range []string{wire.TypeAttach, wire.TypeCancel} {
+		theirs, unknown := answers[typ+"secret-job"], answers[typ+"never-existed"]
+		if theirs.Error != wire.CodeNotFound || theirs.Error != unknown.Error || theirs.Message != unknown.Message || theirs.Req != unknown.Req {
+			t.Errorf("%s: another tenant's id answered %+v, an unknown one %+v", typ, answers[typ+"secret-job"], answers[typ+"never-existed"])
+		}
+		r := e.waitRecord(t, map[string]any{"event": typ, "execution": "secret-job", "tenant": "globex"})
+		if r["outcome"] != "refused" || r["code"] != "not_found" || r["cross_tenant"] != true || r["subject"] != "user-globex" || r["remote_addr"] == nil || r["via"] != "websocket" {
+			t.Errorf("%s record %v: want refused not_found, cross_tenant, who and from where", typ, r)
+		}
+		u := e.waitRecord(t, map[string]any{"event": typ, "execution": "never-existed"})
+		if u["outcome"] != "refused" || u["cross_tenant"] != nil {
+			t.Errorf("%s of an unknown id recorded %v: want refused, not cross_tenant", typ, u)
+		}
+	}
+	if ok := find(readAudit(t, e.path, 1), map[string]any{"tenant": "globex", "outcome": "ok"}); len(ok) != 0 {
+		t.Errorf("a refused attempt has an ok record: %v", ok)
+	}
+}
+
+// TestAuditCrossTenantHTTP: the same over the HTTP API, for every route
+// that names an execution.
+func TestAuditCrossTenantHTTP(t *testing.T) {
+	t.Parallel()
+	e := newAuditEnv(t, AuditConfig{})
+	acme := e.token(t, "acme", allScopes...)
+	if st, b := e.api(t, "POST", "/v1/executions", acme, apiStart{ID: "secret-job", Command: "/bin/sh"}); st != 201 {
+		t.Fatalf("start: %d %+v", st, b)
+	}
+	globex := e.token(t, "globex", allScopes...)
+	for _, r := range []struct{ method, path, event string }{
+		{"GET", "/v1/executions/secret-job", "get"},
+		{"GET", "/v1/executions/secret-job/events", "events"},
+		{"POST", "/v1/executions/secret-job/input", "input"},
+		{"POST", "/v1/executions/secret-job/cancel", "cancel"},
+	} {
+		var body any
+		if r.event == "input" {
+			body = apiInput{Data: []byte("x")}
+		}
+		if st, b := e.api(t, r.method, r.path, globex, body); st != 404 || b.Error != "not_found" {
+			t.Errorf("%s %s: %d %+v, want 404 not_found", r.method, r.path, st, b)
+		}
+		rec := e.waitRecord(t, map[string]any{"event": r.event, "execution": "secret-job", "tenant": "globex"})
+		if rec["outcome"] != "refused" || rec["code"] != "not_found" || rec["cross_tenant"] != true || rec["via"] != "http" || rec["subject"] != "user-globex" {
+			t.Errorf("%s %s recorded %v: want refused not_found, cross_tenant", r.method, r.path, rec)
+		}
+	}
+	if ok := find(readAudit(t, e.path, 1), map[string]any{"tenant": "globex", "outcome": "ok"}); len(ok) != 0 {
+		t.Errorf("a refused attempt has an ok record: %v", ok)
+	}
+}
+
+// TestAuditForbiddenScope: requests beyond the token's scopes, and
+// refused tokens (with their reason only), are recorded as refused.
+func TestAuditForbiddenScope(t *testing.T) {
+	t.Parallel()
+	e := newAuditEnv(t, AuditConfig{})
+	viewer := e.token(t, "acme", auth.ScopeAttach)
+	c := e.dial(t, viewer)
+	defer c.close()
+	c.send(t, wire.Request{Type: wire.TypeStart, Req: "s", ID: "nope", Command: "/bin/sh"})
+	if m, _ := c.expect(t, wire.MsgError); m.Error != wire.CodeForbidden {
+		t.Fatalf("start without exec:create answered %+v", m)
+	}
+	r := e.waitRecord(t, map[string]any{"event": "start", "via": "websocket"})
+	if r["outcome"] != "refused" || r["code"] != "forbidden" || r["tenant"] != "acme" || r["subject"] != "user-acme" {
+		t.Errorf("start record %v: want refused forbidden, with who", r)
+	}
+	if st, _ := e.api(t, "POST", "/v1/executions/any/cancel", viewer, nil); st != 403 {
+		t.Fatalf("cancel without exec:write: %d", st)
+	}
+	r = e.waitRecord(t, map[string]any{"event": "cancel", "via": "http"})
+	if r["outcome"] != "refused" || r["code"] != "forbidden" || r["tenant"] != "acme" {
+		t.Errorf("cancel record %v", r)
+	}
+	if _, resp, err := e.dialRaw(e.token(t, "acme"), nil); err == nil || status(resp) != 403 {
+		t.Fatalf("a token without scopes connected: %v %d", err, status(resp))
+	}
+	e.waitRecord(t, map[string]any{"event": "connect", "code": "forbidden", "tenant": "acme"})
+	bad := viewer[:len(viewer)-4] + "AAAA"
+	if st, _ := e.api(t, "GET", "/v1/executions", bad, nil); st != 401 {
+		t.Fatalf("a bad signature: %d", st)
+	}
+	r = e.waitRecord(t, map[string]any{"event": "list", "code": "unauthorized"})
+	if r["reason"] != "signature" || r["tenant"] != nil {
+		t.Errorf("auth failure record %v: want the reason only", r)
+	}
+	if strings.Contains(e.trail(t), viewer[len(viewer)-20:]) {
+		t.Error("the trail holds a token")
+	}
+}
+
+// TestAuditLifecycle: every step of an execution's life is one record
+// in order, with its details: start, attach, first input, resize,
+// signal, cancel, the channel's close with the input it delivered, and
+// how it ended.
+func TestAuditLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newAuditEnv(t, AuditConfig{})
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "life", Command: "/bin/sh", Args: []string{"-c", "echo hi"},
+		PTY: &wire.Size{Rows: 24, Cols: 80}, Cwd: "/workspace", Attach: true})
+	c.expect(t, wire.MsgStarted)
+	att, _ := c.expect(t, wire.MsgAttached)
+	c.sendInput(t, att.Channel, 0, "abc")
+	c.sendInput(t, att.Channel, 3, "defg")
+	c.sendInput(t, att.Channel, 0, "abcdefg") // a retry: nothing new
+	for _, r := range []wire.Request{
+		{Type: wire.TypeResize, Req: "r", Channel: att.Channel, Rows: 30, Cols: 100},
+		{Type: wire.TypeSignal, Req: "s", Channel: att.Channel, Signal: "INT"},
+		{Type: wire.TypeCancel, Req: "c", Channel: att.Channel},
+	} {
+		c.send(t, r)
+		c.expect(t, wire.MsgOK)
+	}
+	c.expect(t, wire.MsgExit)
+	end := e.waitRecord(t, map[string]any{"event": "end", "execution": "life"})
+	det := e.waitRecord(t, map[string]any{"event": "detach", "execution": "life"})
+	c.close()
+	var events []string
+	for _, r := range find(readAudit(t, e.path, 1), map[string]any{"execution": "life"}) {
+		events = append(events, r["event"].(string))
+		if r["outcome"] != "ok" || r["tenant"] != "acme" || r["subject"] != "user-acme" || r["remote_addr"] == nil {
+			t.Errorf("record %v: want ok, tenant, subject and address", r)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, r["time"].(string)); err != nil || !strings.HasSuffix(r["time"].(string), "Z") {
+			t.Errorf("time %v: want RFC 3339 in UTC", r["time"])
+		}
+	}
+	want := "start attach input resize signal cancel"
+	if got := strings.Join(events[:min(6, len(events))], " "); got != want || len(events) != 8 {
+		t.Fatalf("events %v, want %s then detach and end in either order", events, want)
+	}
+	start := find(readAudit(t, e.path, 1), map[string]any{"event": "start"})[0]
+	if start["command"] != "/bin/sh" || fmt.Sprint(start["argv"]) != "[/bin/sh -c echo hi]" || start["tty"] != true ||
+		start["cwd"] != "/workspace" || start["workspace"] == nil || start["rows"] != 24.0 {
+		t.Errorf("start record %v", start)
+	}
+	if det["input_bytes"] != 7.0 || det["reason"] != "ended" || det["channel"] != float64(att.Channel) {
+		t.Errorf("detach record %v: want the 7 bytes delivered", det)
+	}
+	if end["status"] != "cancelled" || end["signal"] != "SIGTERM" || end["exit_code"] != -1.0 || end["input_bytes"] != 7.0 ||
+		end["stdout_bytes"] == nil || end["duration"] == nil || end["subject"] != "user-acme" {
+		t.Errorf("end record %v", end)
+	}
+	rs := find(readAudit(t, e.path, 1), map[string]any{"event": "resize"})[0]
+	sg := find(readAudit(t, e.path, 1), map[string]any{"event": "signal"})[0]
+	if rs["rows"] != 30.0 || rs["cols"] != 100.0 || sg["signal"] != "INT" {
+		t.Errorf("resize %v, signal %v", rs, sg)
+	}
+}
+
+// TestAuditAttachReadOnly: an attach records read_only and the resume
+// point; an HTTP start and input record their sizes, never bytes.
+func TestAuditAttachReadOnly(t *testing.T) {
+	t.Parallel()
+	e := newAuditEnv(t, AuditConfig{})
+	tok := e.token(t, "acme", allScopes...)
+	if st, b := e.api(t, "POST", "/v1/executions", tok, apiStart{ID: "job", Command: "/bin/sh"}); st != 201 {
+		t.Fatalf("start: %d %+v", st, b)
+	}
+	if st, b := e.api(t, "POST", "/v1/executions/job/input", tok, apiInput{Data: []byte("s3cr3t-typed")}); st != 200 {
+		t.Fatalf("input: %d %+v", st, b)
+	}
+	c := e.dial(t, e.token(t, "acme", auth.ScopeAttach))
+	defer c.close()
+	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "job", After: 1})
+	c.expect(t, wire.MsgAttached)
+	r := e.waitRecord(t, map[string]any{"event": "attach", "execution": "job"})
+	if r["read_only"] != true || r["after"] != 1.0 || r["outcome"] != "ok" {
+		t.Errorf("attach record %v: want read_only and after 1", r)
+	}
+	in := e.waitRecord(t, map[string]any{"event": "input", "via": "http"})
+	if in["input_bytes"] != 12.0 || strings.Contains(e.trail(t), "s3cr3t") {
+		t.Errorf("input record %v; the trail must hold its size, never its bytes", in)
+	}
+	st := e.waitRecord(t, map[string]any{"event": "start", "via": "http"})
+	if st["execution"] != "job" || st["outcome"] != "ok" {
+		t.Errorf("start record %v", st)
+	}
+}
+
+// TestAuditNamesAStartWithoutID: a start that names no execution gets
+// its ID before its record, so the start and the end can be matched.
+func TestAuditNamesAStartWithoutID(t *testing.T) {
+	t.Parallel()
+	e := newAuditEnv(t, AuditConfig{})
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, wire.Request{Type: wire.TypeStart, Command: "/bin/sh"})
+	m, _ := c.expect(t, wire.MsgStarted)
+	if r := e.waitRecord(t, map[string]any{"event": "start"}); r["execution"] != m.ID || m.ID == "" {
+		t.Fatalf("started %q, recorded %v", m.ID, r)
+	}
+}
+
+// TestAuditRefusalsAreBounded: a flood of refused requests writes at
+// most the refusal burst, and the next record says how many it left
+// out; actions are never left out.
+func TestAuditRefusalsAreBounded(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := OpenAudit(AuditConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const flood = 3 * auditRefusalBurst
+	a.refusals = newBucket(0, auditRefusalBurst) // no time passes
+	for range flood {
+		a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound, nil)
+	}
+	a.refusals = newBucket(1, 1) // time passed
+	a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound, nil)
+	recs := readAudit(t, path, 1)
+	last := recs[len(recs)-1]
+	if len(recs) != auditRefusalBurst+1 || last["suppressed"] == nil ||
+		int(last["suppressed"].(float64))+len(recs) != flood+1 {
+		t.Fatalf("%d records, the last %v: want at most the burst, and the rest counted", len(recs), last)
+	}
+}
