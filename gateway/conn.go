@@ -52,6 +52,16 @@ type conn struct {
 	bytesIn      atomic.Uint64 // message bytes read
 	bytesOut     atomic.Uint64 // message bytes written
 	closed       chan struct{} // closed when a close handshake we started ended
+
+	// The relay's (relay.go): channels on executions of other nodes, one
+	// upstream per owner node, and their FIFO into the writer.
+	hop      bool   // the connection is a verified hop: everything is served here
+	token    string // the raw bearer, for upstream dials and reauth; never logged
+	relayed  map[uint32]*relayChannel
+	ups      map[string]*upstream
+	out      chan relayFrame
+	outBytes *byteBudget
+	relays   sync.WaitGroup // the upstreams' goroutines
 }
 
 func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *conn {
@@ -67,6 +77,10 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
 		started:      time.Now(),
+		relayed:      map[uint32]*relayChannel{},
+		ups:          map[string]*upstream{},
+		out:          make(chan relayFrame, relayQueueFrames),
+		outBytes:     newByteBudget(relayQueueBytes),
 	}
 }
 
@@ -85,6 +99,7 @@ func (c *conn) serve() {
 	<-c.closed
 	c.cancel(err)
 	c.stopExpiry()
+	c.closeUpstreams()
 	c.pumps.Wait()
 	helpers.Wait()
 	c.ws.CloseNow()
@@ -220,6 +235,10 @@ func (c *conn) writer() {
 			}
 		case ch := <-c.ready:
 			if !c.writeControl() || !c.writeBatch(ch) {
+				return
+			}
+		case f := <-c.out:
+			if !c.writeControl() || !c.writeRelayed(f) {
 				return
 			}
 		}

@@ -14,6 +14,9 @@ import (
 // handle answers one control message. Every message is authorised by the
 // connection's current claims, not only the handshake.
 func (c *conn) handle(req wire.Request) {
+	if c.relay(req) {
+		return
+	}
 	switch req.Type {
 	case wire.TypePing:
 		c.send(wire.Message{Type: wire.MsgPong, Req: req.Req})
@@ -97,7 +100,7 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 	}
 	readOnly = readOnly || !claims.Has(auth.ScopeWrite)
 	c.mu.Lock()
-	full := len(c.channels) >= c.s.cfg.MaxChannels
+	full := len(c.channels)+len(c.relayed) >= c.s.cfg.MaxChannels
 	c.mu.Unlock()
 	if full {
 		c.s.metrics.refuse(refusedChannels)
@@ -239,6 +242,9 @@ func (c *conn) input(b []byte) {
 	in, err := wire.DecodeInput(b)
 	if err != nil {
 		c.close(wire.CloseProtocolError, "malformed input frame")
+		return
+	}
+	if c.relayInput(b, in) {
 		return
 	}
 	if ch, ok := c.channel(in.Channel); ok && ch.ack {

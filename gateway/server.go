@@ -346,6 +346,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c := newConn(s, ws, claims, s.remoteAddr(r))
+	c.token = token
 	if !s.register(c) {
 		code, reason := s.closeCode()
 		ws.Close(code, reason)

@@ -1,0 +1,710 @@
+package gateway
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/cluster"
+	"github.com/termgate/termgate/gateway/wire"
+)
+
+// The relay serves a client connection's channels on executions that
+// other nodes own. For each such node the connection opens one upstream
+// WebSocket and copies frames both ways, changing only request ids and
+// channel numbers. Sequence numbers, offsets, acks, input offsets and
+// incarnations pass untouched, so delivery stays exactly-once end to end
+// between the client and the owner: the relay never acks, never makes up
+// an input-ack, never reorders within an upstream (one reader, one FIFO)
+// and never keeps a channel whose frames it may have lost. A failed
+// upstream detaches each of its channels with error unavailable and
+// retry_ms, after what was already queued; the client resumes with
+// attach on the same connection.
+
+// Relay bounds.
+const (
+	// relayQueueFrames bounds the frames upstream readers queued for the
+	// connection's writer.
+	relayQueueFrames = 64
+	// relayQueueBytes bounds the bytes they queued: a slow client blocks
+	// the upstream readers and TCP pushes back to the owners.
+	relayQueueBytes = 4 << 20
+	// relayReadLimit bounds one message from an owner.
+	relayReadLimit = 16 << 20
+	// relayRetry is the retry_ms of a failed upstream; relayRetryRestart
+	// that of an owner that said it restarts (1012).
+	relayRetry        = 1000
+	relayRetryRestart = 2000
+)
+
+// relayFrame is one message an upstream reader queued for the client.
+type relayFrame struct {
+	typ websocket.MessageType
+	b   []byte
+}
+
+// upstream is one connection to an owner node, serving the channels one
+// client connection has there. Its reader is the only goroutine that
+// maps answers and channels back; its pinger notices a frozen owner.
+type upstream struct {
+	node   string
+	ws     *websocket.Conn
+	c      *conn
+	ctx    context.Context // ends when the upstream fails or the conn ends
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	chans   map[uint32]uint32 // upstream channel -> client channel
+	pending map[string]*relayPending
+	nextReq uint64
+	retired bool // no longer in c.ups: take no new requests
+
+	done chan struct{} // closed when the reader finished its notices
+}
+
+// relayPending is a request sent upstream and not yet answered.
+type relayPending struct {
+	clientReq string
+	// startAttach: a start with attach, whose started is not its last
+	// answer.
+	startAttach bool
+	// drop: the answer is the relay's own (a forwarded reauth).
+	drop     bool
+	readOnly bool
+	ack      bool
+	answered chan struct{} // closed on the last answer; nil when nobody waits
+}
+
+// relayChannel is a client channel served by an upstream.
+type relayChannel struct {
+	id, up   uint32
+	u        *upstream
+	readOnly bool
+	ack      bool
+}
+
+// relayNotice is a message the relay itself sends: an error or a
+// detached with retry advice.
+type relayNotice struct {
+	Type    string `json:"type"`
+	Req     string `json:"req,omitempty"`
+	Channel uint32 `json:"channel,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+	RetryMS int64  `json:"retry_ms,omitempty"`
+}
+
+// relayHeader is what the relay reads of an owner's control message.
+type relayHeader struct {
+	Type     string `json:"type"`
+	Req      string `json:"req"`
+	Channel  uint32 `json:"channel"`
+	ReadOnly bool   `json:"read_only"`
+	Ack      bool   `json:"ack"`
+}
+
+// relay serves req through an upstream when it concerns an execution or
+// channel of another node, and reports whether it did. A hop connection
+// is always served locally: at most one hop.
+func (c *conn) relay(req wire.Request) bool {
+	r := c.s.route
+	if r == nil || c.hop {
+		return false
+	}
+	switch req.Type {
+	case wire.TypeAttach:
+		node := r.owner(req.ID)
+		if node == r.self() {
+			return false
+		}
+		c.relayAttach(node, req)
+		return true
+	case wire.TypeStart:
+		node := c.startNode(req)
+		if node == r.self() {
+			return false
+		}
+		c.relayWait(node, req, &relayPending{startAttach: req.Attach, readOnly: req.ReadOnly})
+		return true
+	case wire.TypeCancel:
+		if req.Channel == 0 {
+			node := r.owner(req.ID)
+			if node == r.self() {
+				return false
+			}
+			c.relayWait(node, req, &relayPending{})
+			return true
+		}
+	case wire.TypeReauth:
+		c.relayReauth(req)
+		return true
+	case wire.TypePing:
+		return false
+	}
+	return c.relayChannelRequest(req)
+}
+
+// startNode is the node a start goes to: the one its canonical id names,
+// else this node.
+func (c *conn) startNode(req wire.Request) string {
+	if req.ID == "" {
+		return c.s.route.self()
+	}
+	return c.s.route.owner(req.ID)
+}
+
+// relayAttach attaches a channel on node, within the connection's channel
+// limit, which counts local and relayed channels alike.
+func (c *conn) relayAttach(node string, req wire.Request) {
+	c.mu.Lock()
+	full := len(c.channels)+len(c.relayed) >= c.s.cfg.MaxChannels
+	c.mu.Unlock()
+	if full {
+		c.s.metrics.refuse(refusedChannels)
+		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
+		return
+	}
+	c.relayWait(node, req, &relayPending{readOnly: req.ReadOnly, ack: req.Ack})
+}
+
+// relayWait sends req to node's upstream and waits for its answer, so
+// that answers keep the order of requests. An owner silent for Timeout
+// fails its upstream, which answers req unavailable.
+func (c *conn) relayWait(node string, req wire.Request, p *relayPending) {
+	p.clientReq = req.Req
+	p.answered = make(chan struct{})
+	var u *upstream
+	err := errRetired
+	for i := 0; i < 2 && errors.Is(err, errRetired); i++ { // retired as idle meanwhile: dial anew, once
+		if u, err = c.upstreamFor(node); err != nil {
+			c.relayRefuse(req.Req, node, err)
+			return
+		}
+		err = u.send(req, p)
+	}
+	if errors.Is(err, errRetired) {
+		c.relayRefuse(req.Req, node, err)
+		return
+	}
+	t := time.NewTimer(c.s.route.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case <-p.answered:
+	case <-u.done:
+	case <-t.C:
+		u.fail(fmt.Errorf("no answer to %s within %s", req.Type, c.s.route.cfg.Timeout))
+		<-u.done
+	case <-c.ctx.Done():
+	}
+}
+
+// relayChannelRequest rewrites a request on a relayed channel to the
+// owner's channel number and sends it; its answer comes back through the
+// upstream reader. Requests on other channels are not the relay's.
+func (c *conn) relayChannelRequest(req wire.Request) bool {
+	rc, ok := c.relayedChannel(req.Channel)
+	if !ok {
+		return false
+	}
+	req.Channel = rc.up
+	p := &relayPending{clientReq: req.Req}
+	if req.Req == "" {
+		p = nil // ack, and requests nobody waits for: a write only
+	}
+	rc.u.send(req, p)
+	return true
+}
+
+// relayInput forwards an input frame on a relayed channel, its channel
+// number (bytes 1..4) rewritten in place; it reports whether it did.
+func (c *conn) relayInput(b []byte, in wire.Input) bool {
+	rc, ok := c.relayedChannel(in.Channel)
+	if !ok {
+		return false
+	}
+	binary.BigEndian.PutUint32(b[1:5], rc.up)
+	rc.u.write(websocket.MessageBinary, b)
+	return true
+}
+
+// relayReauth verifies a reauth here, then hands the new token to every
+// upstream, whose answers the relay consumes: each owner checks the token
+// again for what it serves.
+func (c *conn) relayReauth(req wire.Request) {
+	c.reauth(req)
+	if _, err := c.s.cfg.Auth.Verify(req.Token); err != nil || c.closing() {
+		return
+	}
+	c.mu.Lock()
+	c.token = req.Token
+	ups := make([]*upstream, 0, len(c.ups))
+	for _, u := range c.ups {
+		ups = append(ups, u)
+	}
+	c.mu.Unlock()
+	for _, u := range ups {
+		u.send(wire.Request{Type: wire.TypeReauth, Req: "reauth", Token: req.Token}, &relayPending{drop: true})
+	}
+}
+
+func (c *conn) relayedChannel(id uint32) (*relayChannel, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rc, ok := c.relayed[id]
+	return rc, ok
+}
+
+// relayRefuse answers a request the relay could not send: the owner is
+// not answering.
+func (c *conn) relayRefuse(req, node string, cause error) {
+	err := c.s.route.unavailable(node, cause)
+	c.log.Info("relay refused", "node", node, "err", cause)
+	c.queueNotice(relayNotice{Type: wire.MsgError, Req: req, Error: wire.CodeUnavailable, Message: err.Error(), RetryMS: relayRetry})
+}
+
+// upstreamFor returns the connection's upstream to node, dialling it the
+// first time. Only the read loop calls it, so at most one dial runs.
+func (c *conn) upstreamFor(node string) (*upstream, error) {
+	c.mu.Lock()
+	u, token := c.ups[node], c.token
+	c.mu.Unlock()
+	if u != nil {
+		return u, nil
+	}
+	r := c.s.route
+	ctx, cancel := context.WithTimeout(c.ctx, r.cfg.DialTimeout+r.cfg.Timeout)
+	defer cancel()
+	ws, err := r.dialUpstream(ctx, node, token, c.remote)
+	if err != nil {
+		return nil, err
+	}
+	ws.SetReadLimit(relayReadLimit)
+	uctx, ucancel := context.WithCancelCause(c.ctx)
+	u = &upstream{node: node, ws: ws, c: c, ctx: uctx, cancel: ucancel,
+		chans: map[uint32]uint32{}, pending: map[string]*relayPending{}, done: make(chan struct{})}
+	c.mu.Lock()
+	c.ups[node] = u
+	c.relays.Add(2)
+	c.mu.Unlock()
+	go func() { defer c.relays.Done(); u.reader() }()
+	go func() { defer c.relays.Done(); u.pinger() }()
+	return u, nil
+}
+
+// dialUpstream dials node's /v1/connect for a client at addr, with the
+// client's token and a signed hop (op local), within ctx, and reads its
+// hello: protocol 1 must hold across nodes.
+func (r *router) dialUpstream(ctx context.Context, node, token, addr string) (*websocket.Conn, error) {
+	base, ok := r.cfg.Members.URL(node)
+	if !ok {
+		return nil, fmt.Errorf("dial upstream: %s is not a member", node)
+	}
+	u := *base
+	u.Path = "/v1/connect"
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+token)
+	if err := r.cfg.Signer.Sign(h, http.MethodGet, u.RequestURI(), node, cluster.OpLocal, addr); err != nil {
+		return nil, fmt.Errorf("dial upstream: %w", err)
+	}
+	ws, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{
+		HTTPClient:   &http.Client{Transport: r.rt},
+		HTTPHeader:   h,
+		Subprotocols: []string{wire.Subprotocol},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial upstream %s (status %d): %w", node, responseStatus(resp), err)
+	}
+	if err := readHello(ctx, ws); err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("dial upstream %s: %w", node, err)
+	}
+	return ws, nil
+}
+
+// responseStatus is a response's status code, 0 without one.
+func responseStatus(r *http.Response) int {
+	if r == nil {
+		return 0
+	}
+	return r.StatusCode
+}
+
+// readHello reads an owner's first message: a hello for protocol 1.
+func readHello(ctx context.Context, ws *websocket.Conn) error {
+	_, b, err := ws.Read(ctx)
+	if err != nil {
+		return fmt.Errorf("read hello: %w", err)
+	}
+	var m wire.Message
+	if err := json.Unmarshal(b, &m); err != nil || m.Type != wire.MsgHello {
+		return errors.New("the first message is not a hello")
+	}
+	if m.Protocol != wire.ProtocolVersion {
+		return fmt.Errorf("protocol %d, want %d", m.Protocol, wire.ProtocolVersion)
+	}
+	return nil
+}
+
+// errRetired: the upstream was closed for being idle and took nothing.
+var errRetired = errors.New("gateway: relay: upstream retired")
+
+// send writes req upstream with its req rewritten to the relay's own, p
+// waiting for the answer (nil: none expected). Once p is registered the
+// reader answers it, unavailable if the write fails.
+func (u *upstream) send(req wire.Request, p *relayPending) error {
+	u.mu.Lock()
+	if u.retired {
+		u.mu.Unlock()
+		return errRetired
+	}
+	req.Req = ""
+	if p != nil {
+		u.nextReq++
+		req.Req = "r" + strconv.FormatUint(u.nextReq, 10)
+		u.pending[req.Req] = p
+	}
+	u.mu.Unlock()
+	b, err := json.Marshal(req)
+	if err != nil {
+		err = fmt.Errorf("encode %s: %w", req.Type, err)
+		u.fail(err)
+		return err
+	}
+	return u.write(websocket.MessageText, b)
+}
+
+// write sends one message upstream within Timeout; a failed write fails
+// the upstream.
+func (u *upstream) write(typ websocket.MessageType, b []byte) error {
+	ctx, cancel := context.WithTimeout(u.ctx, u.c.s.route.cfg.Timeout)
+	defer cancel()
+	if err := u.ws.Write(ctx, typ, b); err != nil {
+		err = fmt.Errorf("write: %w", err)
+		u.fail(err)
+		return err
+	}
+	return nil
+}
+
+// fail ends the upstream with cause; its reader then detaches every
+// channel.
+func (u *upstream) fail(cause error) {
+	u.cancel(cause)
+	u.ws.CloseNow()
+}
+
+// pinger pings the owner every PingInterval; a pong missing that long
+// fails the upstream, so a frozen owner is noticed within two intervals.
+func (u *upstream) pinger() {
+	every := u.c.s.route.cfg.PingInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-u.ctx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(u.ctx, every)
+			err := u.ws.Ping(ctx)
+			cancel()
+			if err != nil && u.ctx.Err() == nil {
+				u.fail(fmt.Errorf("no pong within %s: %w", every, err))
+				return
+			}
+		}
+	}
+}
+
+// reader copies the owner's messages into the connection's FIFO, one at
+// a time, and when the upstream ends detaches what is left.
+func (u *upstream) reader() {
+	defer close(u.done)
+	var err error
+	for {
+		var typ websocket.MessageType
+		var b []byte
+		typ, b, err = u.ws.Read(u.ctx)
+		if err != nil {
+			break
+		}
+		if !u.forward(typ, b) {
+			return // the client connection ended
+		}
+	}
+	u.finish(err)
+}
+
+// forward rewrites one owner message for the client and queues it.
+func (u *upstream) forward(typ websocket.MessageType, b []byte) bool {
+	if typ == websocket.MessageBinary {
+		if len(b) < 5 {
+			return true
+		}
+		u.mu.Lock()
+		n, ok := u.chans[binary.BigEndian.Uint32(b[1:5])]
+		u.mu.Unlock()
+		if !ok {
+			return true // a channel the client detached
+		}
+		binary.BigEndian.PutUint32(b[1:5], n)
+		return u.c.queue(relayFrame{typ: typ, b: b})
+	}
+	out, ok := u.rewrite(b)
+	if !ok {
+		return true
+	}
+	return u.c.queue(relayFrame{typ: websocket.MessageText, b: out})
+}
+
+// rewrite maps an owner's control message to the client's request id and
+// channel number, registering channels as they are attached and dropping
+// them at exit or detached. It reports false for what the client must not
+// see: the relay's own answers, messages of unknown channels, and the
+// owner's auth warnings (this node sends its own).
+func (u *upstream) rewrite(b []byte) ([]byte, bool) {
+	var h relayHeader
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &h) != nil || json.Unmarshal(b, &fields) != nil {
+		return nil, false
+	}
+	if h.Type == wire.MsgAuthExpiring || h.Type == wire.MsgPong {
+		return nil, false
+	}
+	u.mu.Lock()
+	p := u.pending[h.Req]
+	var client uint32
+	switch {
+	case h.Type == wire.MsgAttached && p != nil:
+		client = u.attachedLocked(h, p)
+	case h.Channel != 0:
+		var ok bool
+		if client, ok = u.chans[h.Channel]; !ok {
+			u.mu.Unlock()
+			return nil, false
+		}
+		if h.Type == wire.MsgExit || h.Type == wire.MsgDetached {
+			u.dropLocked(h.Channel)
+		}
+	}
+	if p != nil && !(h.Type == wire.MsgStarted && p.startAttach) {
+		delete(u.pending, h.Req)
+		if p.answered != nil {
+			close(p.answered)
+		}
+	}
+	u.retireIfIdleLocked()
+	u.mu.Unlock()
+	if p != nil && p.drop {
+		return nil, false
+	}
+	delete(fields, "req")
+	if p != nil && p.clientReq != "" {
+		fields["req"], _ = json.Marshal(p.clientReq)
+	}
+	if client != 0 {
+		fields["channel"], _ = json.Marshal(client)
+	}
+	out, err := json.Marshal(fields)
+	return out, err == nil
+}
+
+// attachedLocked gives an attached channel its client number.
+func (u *upstream) attachedLocked(h relayHeader, p *relayPending) uint32 {
+	c := u.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	n := c.next
+	c.relayed[n] = &relayChannel{id: n, up: h.Channel, u: u, readOnly: h.ReadOnly, ack: h.Ack}
+	u.chans[h.Channel] = n
+	return n
+}
+
+// dropLocked forgets an upstream channel.
+func (u *upstream) dropLocked(up uint32) {
+	n := u.chans[up]
+	delete(u.chans, up)
+	u.c.mu.Lock()
+	delete(u.c.relayed, n)
+	u.c.mu.Unlock()
+}
+
+// retireIfIdleLocked closes an upstream that serves no channel and waits
+// for no answer; the next request for its node dials anew.
+func (u *upstream) retireIfIdleLocked() {
+	if u.retired || len(u.chans) > 0 || len(u.pending) > 0 {
+		return
+	}
+	u.retired = true
+	c := u.c
+	c.mu.Lock()
+	if c.ups[u.node] == u {
+		delete(c.ups, u.node)
+	}
+	c.relays.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.relays.Done()
+		u.ws.Close(websocket.StatusNormalClosure, "")
+	}()
+}
+
+// finish runs when the upstream ended with err: every channel it served
+// is detached unavailable and every request it owes is answered
+// unavailable, after what was already queued. An owner's close for a
+// token problem closes the client connection with the same code.
+func (u *upstream) finish(err error) {
+	c := u.c
+	u.mu.Lock()
+	retired := u.retired
+	u.retired = true
+	chans := make([]uint32, 0, len(u.chans))
+	for up, n := range u.chans {
+		chans = append(chans, n)
+		delete(u.chans, up)
+	}
+	pending := u.pending
+	u.pending = map[string]*relayPending{}
+	u.mu.Unlock()
+	c.mu.Lock()
+	if c.ups[u.node] == u {
+		delete(c.ups, u.node)
+	}
+	for _, n := range chans {
+		delete(c.relayed, n)
+	}
+	c.mu.Unlock()
+	u.cancel(err)
+	u.ws.CloseNow()
+	code := websocket.CloseStatus(err)
+	if code == wire.CloseAuthExpired || code == websocket.StatusPolicyViolation {
+		c.close(code, "the owner node refused the token")
+		return
+	}
+	if retired && len(chans) == 0 && len(pending) == 0 {
+		return // closed for being idle
+	}
+	retry := int64(relayRetry)
+	if code == wire.CloseServiceRestart {
+		retry = relayRetryRestart
+	}
+	text := c.s.route.unavailable(u.node, err).Error()
+	c.log.Info("upstream ended", "node", u.node, "channels", len(chans), "err", context.Cause(u.ctx))
+	for _, p := range pending {
+		if p.answered != nil {
+			close(p.answered)
+		}
+		if !p.drop && (p.answered != nil || p.clientReq != "") {
+			c.queueNotice(relayNotice{Type: wire.MsgError, Req: p.clientReq, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
+		}
+	}
+	for _, n := range sortedChannels(chans) {
+		c.queueNotice(relayNotice{Type: wire.MsgDetached, Channel: n, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
+	}
+}
+
+// sortedChannels orders channel numbers, so notices come in attach order.
+func sortedChannels(ns []uint32) []uint32 {
+	for i := 1; i < len(ns); i++ {
+		for j := i; j > 0 && ns[j] < ns[j-1]; j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+		}
+	}
+	return ns
+}
+
+// queueNotice queues a message of the relay's own behind the upstreams'.
+func (c *conn) queueNotice(n relayNotice) {
+	b, err := json.Marshal(n)
+	if err != nil {
+		c.log.Error("encode relay notice", "err", err)
+		return
+	}
+	c.queue(relayFrame{typ: websocket.MessageText, b: b})
+}
+
+// queue puts f into the connection's relay FIFO within its frame and byte
+// budget, waiting while it is full; false when the connection ended.
+func (c *conn) queue(f relayFrame) bool {
+	if !c.outBytes.acquire(c.ctx, len(f.b)) {
+		return false
+	}
+	select {
+	case c.out <- f:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// writeRelayed writes one relayed frame and frees its budget.
+func (c *conn) writeRelayed(f relayFrame) bool {
+	defer c.outBytes.release(len(f.b))
+	return c.write(f.typ, f.b)
+}
+
+// closeUpstreams ends every upstream of a connection that ends and waits
+// for their goroutines.
+func (c *conn) closeUpstreams() {
+	c.mu.Lock()
+	ups := make([]*upstream, 0, len(c.ups))
+	for _, u := range c.ups {
+		ups = append(ups, u)
+	}
+	c.mu.Unlock()
+	for _, u := range ups {
+		u.fail(context.Cause(c.ctx))
+	}
+	c.relays.Wait()
+}
+
+// byteBudget is a counting semaphore of bytes. A request larger than the
+// whole budget takes the whole budget.
+type byteBudget struct {
+	mu   sync.Mutex
+	size int
+	free int
+	wake chan struct{} // closed and replaced on every release
+}
+
+func newByteBudget(size int) *byteBudget {
+	return &byteBudget{size: size, free: size, wake: make(chan struct{})}
+}
+
+func (b *byteBudget) clamp(n int) int { return min(n, b.size) }
+
+// acquire takes n bytes, waiting until they are free or ctx ends.
+func (b *byteBudget) acquire(ctx context.Context, n int) bool {
+	n = b.clamp(n)
+	for {
+		b.mu.Lock()
+		if b.free >= n {
+			b.free -= n
+			b.mu.Unlock()
+			return true
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release gives back n bytes taken by acquire.
+func (b *byteBudget) release(n int) {
+	b.mu.Lock()
+	b.free += b.clamp(n)
+	close(b.wake)
+	b.wake = make(chan struct{})
+	b.mu.Unlock()
+}
