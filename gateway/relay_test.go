@@ -88,7 +88,9 @@ func newRelayCluster(t *testing.T, n int, peerURL func(from, to int, url string)
 	return nodes
 }
 
-func (nd *relayNode) wsURL() string { return "ws" + strings.TrimPrefix(nd.ts.URL, "http") + "/v1/connect" }
+func (nd *relayNode) wsURL() string {
+	return "ws" + strings.TrimPrefix(nd.ts.URL, "http") + "/v1/connect"
+}
 
 // id is the canonical ID of key on nd.
 func (nd *relayNode) id(key string) string { return session.CanonicalID(nd.owner, key) }
@@ -211,15 +213,18 @@ func TestRelayAttachRenumbersChannels(t *testing.T) {
 		wantRemote.WriteString(r)
 	}
 	c.send(t, wire.Request{Type: wire.TypeCloseStdin, Req: "cl", Channel: local.Channel})
-	nextMsg(t, c, out, isType(wire.MsgOK, "cl"))
 	c.send(t, wire.Request{Type: wire.TypeCloseStdin, Req: "cr", Channel: remote.Channel})
-	if m := nextMsg(t, c, out, isType(wire.MsgOK, "cr")); m.Channel != remote.Channel {
-		t.Fatalf("close-stdin answered on channel %d, want %d", m.Channel, remote.Channel)
-	}
-	exits := map[uint32]bool{}
-	for len(exits) < 3 {
-		m := nextMsg(t, c, out, isType(wire.MsgExit, ""))
+	exits, oks := map[uint32]bool{}, map[string]uint32{}
+	for len(exits) < 3 || len(oks) < 2 {
+		m := nextMsg(t, c, out, func(m *relayMsg) bool { return m.Type == wire.MsgExit || m.Type == wire.MsgOK })
+		if m.Type == wire.MsgOK {
+			oks[m.Req] = m.Channel
+			continue
+		}
 		exits[m.Channel] = true
+	}
+	if oks["cl"] != local.Channel || oks["cr"] != remote.Channel {
+		t.Fatalf("close-stdin answered %v; want cl on %d, cr on %d", oks, local.Channel, remote.Channel)
 	}
 	for ch, want := range map[uint32]string{local.Channel: wantLocal.String(), remote.Channel: wantRemote.String(), viewer.Channel: wantRemote.String()} {
 		if got := out[ch].String(); got != want {
