@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
@@ -44,6 +45,13 @@ const relayPing = 250 * time.Millisecond
 // newRelayCluster starts n nodes n0..n(n-1) with static peers; peerURL,
 // when set, replaces the URL node from uses for node to.
 func newRelayCluster(t *testing.T, n int, peerURL func(from, to int, url string) string) []*relayNode {
+	t.Helper()
+	return newRelayClusterWith(t, n, peerURL, nil)
+}
+
+// newRelayClusterWith is newRelayCluster with tweak adjusting each
+// node's config.
+func newRelayClusterWith(t *testing.T, n int, peerURL func(from, to int, url string) string, tweak func(i int, c *Config)) []*relayNode {
 	t.Helper()
 	nodes := make([]*relayNode, n)
 	handlers := make([]atomic.Pointer[http.Handler], n)
@@ -81,6 +89,9 @@ func newRelayCluster(t *testing.T, n int, peerURL func(from, to int, url string)
 		nd.testEnv = newEnv(t, func(c *Config) {
 			c.Cluster = &ClusterConfig{Owner: nd.owner, Members: members, Signer: signer,
 				DialTimeout: 500 * time.Millisecond, Timeout: time.Second, PingInterval: relayPing}
+			if tweak != nil {
+				tweak(i, c)
+			}
 		})
 		h := nd.srv.Handler()
 		handlers[i].Store(&h)
@@ -686,4 +697,106 @@ func newSilentListener(t *testing.T) net.Listener {
 		}
 	})
 	return ln
+}
+
+// TestRelayCountsChannels: MaxChannels counts local and relayed channels
+// alike, whichever comes first.
+func TestRelayCountsChannels(t *testing.T) {
+	t.Parallel()
+	nodes := newRelayClusterWith(t, 2, nil, func(_ int, c *Config) { c.MaxChannels = 2 })
+	n0, n1 := nodes[0], nodes[1]
+	tok := n0.token(t, "acme", allScopes...)
+	c := dialNode(t, n0, tok)
+	c.send(t, wire.Request{Type: wire.TypeStart, Req: "r", ID: n1.id("there"), Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	nextMsg(t, c, nil, isType(wire.MsgAttached, "r"))
+	c.send(t, wire.Request{Type: wire.TypeStart, Req: "l", ID: "here", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	nextMsg(t, c, nil, isType(wire.MsgAttached, "l"))
+	for _, id := range []string{"here", n1.id("there")} {
+		c.send(t, wire.Request{Type: wire.TypeAttach, Req: "third", ID: id})
+		if m := nextMsg(t, c, nil, isType(wire.MsgError, "third")); m.Error != wire.CodeTooManyChannels {
+			t.Fatalf("a third channel on %s: %+v", id, m)
+		}
+	}
+}
+
+// TestRelayForwardsReauth: a reauth on n0 reaches the upstream, so the
+// owner keeps serving the relayed channel after the first token's
+// expiry; without one the owner's 4001 closes the client connection
+// with the same code.
+func TestRelayForwardsReauth(t *testing.T) {
+	t.Parallel()
+	nodes := newRelayCluster(t, 2, nil)
+	n0, n1 := nodes[0], nodes[1]
+	mint := func(d time.Duration) string {
+		tok, err := n0.authn.Mint(auth.Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true},
+			IssuedAt: time.Now(), ExpiresAt: time.Now().Add(d)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for _, reauth := range []bool{true, false} {
+		short := mint(2 * time.Second)
+		c := dialNode(t, n0, short)
+		id := n1.id(fmt.Sprintf("reauth-%v", reauth))
+		c.send(t, wire.Request{Type: wire.TypeStart, Req: "r", ID: id, Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+		ch := nextMsg(t, c, nil, isType(wire.MsgAttached, "r")).Channel
+		if reauth {
+			c.send(t, wire.Request{Type: wire.TypeReauth, Req: "re", Token: mint(time.Hour)})
+			nextMsg(t, c, nil, isType(wire.MsgOK, "re"))
+		}
+		time.Sleep(2500 * time.Millisecond) // past the short token's exp
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		if !reauth {
+			var err error
+			for err == nil {
+				_, err = readRelay(ctx, c)
+			}
+			cancel()
+			if code := closeCode(err); code != wire.CloseAuthExpired {
+				t.Fatalf("without a reauth: closed with %v (%v), want %d", code, err, wire.CloseAuthExpired)
+			}
+			continue
+		}
+		c.sendInput(t, ch, 0, "after reauth\n")
+		out := map[uint32]*bytes.Buffer{}
+		c.send(t, wire.Request{Type: wire.TypeCloseStdin, Req: "cl", Channel: ch})
+		nextMsg(t, c, out, isType(wire.MsgExit, ""))
+		cancel()
+		if got := out[ch].String(); got != "after reauth\n" {
+			t.Fatalf("after the reauth the relayed channel got %q", got)
+		}
+	}
+}
+
+// TestByteBudget: acquire waits while the bytes are taken and a release
+// wakes it; a request above the whole budget takes the whole budget.
+func TestByteBudget(t *testing.T) {
+	t.Parallel()
+	b := newByteBudget(100)
+	ctx := t.Context()
+	if !b.acquire(ctx, 60) || !b.acquire(ctx, 40) {
+		t.Fatal("acquire within the budget")
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if b.acquire(short, 1) {
+		t.Fatal("acquired past the budget")
+	}
+	got := make(chan bool)
+	go func() { got <- b.acquire(ctx, 1000) }() // clamped to 100
+	b.release(60)
+	select {
+	case <-got:
+		t.Fatal("an oversized request took a partial budget")
+	case <-time.After(20 * time.Millisecond):
+	}
+	b.release(40)
+	if !<-got {
+		t.Fatal("the oversized request never got the whole budget")
+	}
+	b.release(1000)
+	if b.free != 100 {
+		t.Fatalf("free %d after releasing everything, want 100", b.free)
+	}
 }
