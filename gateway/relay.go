@@ -214,6 +214,11 @@ func (c *conn) relayChannelRequest(req wire.Request) bool {
 		return false
 	}
 	req.Channel = rc.up
+	if req.Type == wire.TypeAck && req.Req == "" {
+		// The most frequent request, written without reflection.
+		rc.u.write(websocket.MessageText, fmt.Appendf(nil, `{"type":"ack","channel":%d,"seq":%d}`, rc.up, req.Seq))
+		return true
+	}
 	p := &relayPending{clientReq: req.Req}
 	if req.Req == "" {
 		p = nil // ack, and requests nobody waits for: a write only

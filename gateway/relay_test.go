@@ -44,14 +44,14 @@ const relayPing = 250 * time.Millisecond
 
 // newRelayCluster starts n nodes n0..n(n-1) with static peers; peerURL,
 // when set, replaces the URL node from uses for node to.
-func newRelayCluster(t *testing.T, n int, peerURL func(from, to int, url string) string) []*relayNode {
+func newRelayCluster(t testing.TB, n int, peerURL func(from, to int, url string) string) []*relayNode {
 	t.Helper()
 	return newRelayClusterWith(t, n, peerURL, nil)
 }
 
 // newRelayClusterWith is newRelayCluster with tweak adjusting each
 // node's config.
-func newRelayClusterWith(t *testing.T, n int, peerURL func(from, to int, url string) string, tweak func(i int, c *Config)) []*relayNode {
+func newRelayClusterWith(t testing.TB, n int, peerURL func(from, to int, url string) string, tweak func(i int, c *Config)) []*relayNode {
 	t.Helper()
 	nodes := make([]*relayNode, n)
 	handlers := make([]atomic.Pointer[http.Handler], n)
@@ -107,11 +107,17 @@ func (nd *relayNode) wsURL() string {
 func (nd *relayNode) id(key string) string { return session.CanonicalID(nd.owner, key) }
 
 // dialNode connects a test client to nd.
-func dialNode(t *testing.T, nd *relayNode, tok string) *client {
+func dialNode(t testing.TB, nd *relayNode, tok string) *client {
+	t.Helper()
+	return dialWS(t, nd.wsURL(), tok)
+}
+
+// dialWS connects a test client to the /v1/connect URL u.
+func dialWS(t testing.TB, u, tok string) *client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, nd.wsURL(), &websocket.DialOptions{
+	ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
 	})
 	if err != nil {
@@ -567,7 +573,7 @@ type peerProxy struct {
 	killed bool
 }
 
-func newPeerProxy(t *testing.T, target string) *peerProxy {
+func newPeerProxy(t testing.TB, target string) *peerProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
