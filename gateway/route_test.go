@@ -1,10 +1,20 @@
 package gateway
 
 import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session/sessiontest"
 )
@@ -27,5 +37,267 @@ func TestClusterHello(t *testing.T) {
 	defer c.close()
 	if h, _ := c.expect(t, wire.MsgHello); h.Node != "" || slices.Contains(h.Features, wire.FeatureNodes) {
 		t.Errorf("single node: hello node %q features %v", h.Node, h.Features)
+	}
+}
+
+// nodeAPI is node e's HTTP API, its full handler.
+func nodeAPI(e *testEnv) *apiEnv { return &apiEnv{testEnv: e, api: e.http} }
+
+// startOn starts an execution through e's API and returns it.
+func startOn(t *testing.T, e *testEnv, tok string, body apiStart) apiExecution {
+	t.Helper()
+	var x apiExecution
+	nodeAPI(e).must(t, http.StatusCreated, "POST", "/v1/executions", tok, body, &x)
+	return x
+}
+
+// TestClusterProxiesByID: get, events, input and cancel of an execution
+// owned by n1, asked of n0, are served by n1 through n0: the answers are
+// n1's, the input reaches n1's program, the cancel ends it.
+func TestClusterProxiesByID(t *testing.T) {
+	t.Parallel()
+	envs := newFakeCluster(t, 2, nil)
+	tok := envs[0].token(t, "acme", allScopes...)
+	x := startOn(t, envs[1], tok, apiStart{Command: "/bin/sh"})
+	if x.Node != "n1" || !strings.HasPrefix(x.ID, "n1.") {
+		t.Fatalf("started on n1 as %q, node %q", x.ID, x.Node)
+	}
+	front := nodeAPI(envs[0])
+	path := "/v1/executions/" + x.ID
+	var got apiExecution
+	front.must(t, http.StatusOK, "GET", path, tok, nil, &got)
+	if got.ID != x.ID || got.Node != "n1" || got.Incarnation != x.Incarnation {
+		t.Fatalf("GET through n0: %+v, want n1's %+v", got, x)
+	}
+	var page apiEvents
+	front.must(t, http.StatusOK, "GET", path+"/events?after=0&wait=10s", tok, nil, &page)
+	if out := string(decodeData(t, page.Events)); !strings.Contains(out, "on n1") {
+		t.Fatalf("events through n0: %q, want n1's output", out)
+	}
+	var in struct {
+		InputOffset uint64 `json:"input_offset"`
+	}
+	front.must(t, http.StatusOK, "POST", path+"/input", tok, apiInput{Offset: 0, Data: []byte("hi\n")}, &in)
+	if in.InputOffset != 3 {
+		t.Fatalf("input through n0: offset %d, want 3", in.InputOffset)
+	}
+	waitUntil(t, "n1's program gets the input", func() bool {
+		got, _ := envs[1].fake.Procs()[0].Input()
+		return got == "hi\n"
+	})
+	front.must(t, http.StatusAccepted, "POST", path+"/cancel", tok, nil, &got)
+	if got.Node != "n1" {
+		t.Fatalf("cancel answered by %q", got.Node)
+	}
+	// n0 under another epoch: made before n0 lost its state.
+	front.fails(t, http.StatusGone, wire.CodeGone, "GET", "/v1/executions/n0."+strings.SplitN(x.ID, ".", 2)[1], tok, nil)
+}
+
+// countingPeer is a peer that counts the requests it gets and answers
+// each 500.
+type countingPeer struct {
+	*httptest.Server
+	n atomic.Int64
+}
+
+func newCountingPeer(t *testing.T) *countingPeer {
+	p := &countingPeer{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.n.Add(1)
+		http.Error(w, "counted", http.StatusInternalServerError)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// withPeer adds peer at url to the members of the node c configures, for
+// a tweak of newFakeCluster.
+func withPeer(t *testing.T, c *Config, peer, url string) {
+	t.Helper()
+	old := c.Cluster.Members
+	peers := map[string]string{peer: url}
+	for _, m := range old.Members() {
+		if u, _ := old.URL(m); m != peer {
+			peers[m] = u.String()
+		}
+	}
+	m, err := cluster.NewStatic(old.Self(), peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Cluster.Members = m
+}
+
+// hopRequest is a request to e signed by node from with secret, as a hop
+// asking op.
+func hopRequest(t *testing.T, e *testEnv, secret []byte, from, to, op, method, path, token string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, e.http.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	s, err := cluster.NewSigner(from, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SignRequest(req, to, op, "203.0.113.9:5123"); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func doRequest(t *testing.T, req *http.Request) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+// TestClusterHopIsNeverForwarded: a hop request for an execution another
+// node owns is answered unavailable by the node it reached and never
+// forwarded again (the peer it names counts no request), while the same
+// request without a hop is forwarded there: at most one hop, no loops.
+func TestClusterHopIsNeverForwarded(t *testing.T) {
+	t.Parallel()
+	peer := newCountingPeer(t)
+	e := newFakeCluster(t, 1, func(i int, c *Config) { withPeer(t, c, "n1", peer.URL) })[0]
+	tok := e.token(t, "acme", allScopes...)
+	path := "/v1/executions/n1.aaaaaa~job"
+	status, h, b := doRequest(t, hopRequest(t, e, clusterHopSecret, "n2", "n0", cluster.OpLocal, "GET", path, tok))
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(b), wire.CodeUnavailable) || h.Get("Retry-After") == "" {
+		t.Fatalf("hop for n1's execution: %d %q Retry-After %q, want 503 unavailable", status, b, h.Get("Retry-After"))
+	}
+	if n := peer.n.Load(); n != 0 {
+		t.Fatalf("the hop was forwarded: n1 got %d requests", n)
+	}
+	status, _, _ = nodeAPI(e).call(t, "GET", path, tok, nil)
+	if n := peer.n.Load(); n != 1 || status != http.StatusInternalServerError {
+		t.Fatalf("without a hop: n1 got %d requests, status %d; want 1, n1's 500", n, status)
+	}
+}
+
+// waitUntil polls cond every 10ms for up to 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 1000 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("waited 10s: %s", what)
+}
+
+// TestClusterForgedHop: a hop signed with another secret, addressed to
+// another node or outside the window is refused 401 on the HTTP API and
+// on /v1/connect, never served as a hop.
+func TestClusterForgedHop(t *testing.T) {
+	t.Parallel()
+	e := newFakeCluster(t, 2, nil)[0]
+	tok := e.token(t, "acme", allScopes...)
+	other := []byte("another-hop-secret-another-hop-secret-0123")
+	cases := []struct {
+		name, to string
+		secret   []byte
+	}{
+		{"other secret", "n0", other},
+		{"to another node", "n1", clusterHopSecret},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, h, b := doRequest(t, hopRequest(t, e, c.secret, "n1", c.to, cluster.OpLocal, "GET", "/v1/executions", tok))
+			if code != http.StatusUnauthorized || !strings.Contains(string(b), wire.CodeUnauthorized) || h.Get("WWW-Authenticate") == "" {
+				t.Fatalf("HTTP: %d %q, want 401", code, b)
+			}
+			req := hopRequest(t, e, c.secret, "n1", c.to, cluster.OpLocal, "GET", "/v1/connect", tok)
+			opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: req.Header}
+			ws, resp, err := websocket.Dial(t.Context(), e.url(), opts)
+			if err == nil {
+				ws.CloseNow()
+				t.Fatal("WebSocket: upgraded with a forged hop")
+			}
+			if status(resp) != http.StatusUnauthorized {
+				t.Fatalf("WebSocket: status %d, want 401", status(resp))
+			}
+		})
+	}
+	// The same request with a valid hop is served.
+	code, _, b := doRequest(t, hopRequest(t, e, clusterHopSecret, "n1", "n0", cluster.OpList, "GET", "/v1/executions", tok))
+	if code != http.StatusOK {
+		t.Fatalf("a valid hop: %d %s", code, b)
+	}
+}
+
+// silentPeer accepts connections and never answers, as a frozen node.
+func silentPeer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestClusterListPartial: the list through any node holds every node's
+// executions, oldest first; a peer that accepts and never answers makes
+// it partial, naming that node, once the peer timeout passed.
+func TestClusterListPartial(t *testing.T) {
+	t.Parallel()
+	frozen := silentPeer(t)
+	envs := newFakeCluster(t, 2, func(i int, c *Config) {
+		if i == 0 {
+			withPeer(t, c, "n9", frozen)
+		}
+	})
+	tok := envs[0].token(t, "acme", allScopes...)
+	a := startOn(t, envs[0], tok, apiStart{Command: "/bin/sh"})
+	b := startOn(t, envs[1], tok, apiStart{Command: "/bin/sh"})
+	startOn(t, envs[1], envs[1].token(t, "globex", allScopes...), apiStart{Command: "/bin/sh"})
+	var list apiList
+	t0 := time.Now()
+	nodeAPI(envs[0]).must(t, http.StatusOK, "GET", "/v1/executions", tok, nil, &list)
+	t.Logf("partial list in %v (peer timeout %v)", time.Since(t0), clusterTimeout)
+	var ids []string
+	for _, x := range list.Executions {
+		ids = append(ids, x.ID+"@"+x.Node)
+	}
+	want := []string{a.ID + "@n0", b.ID + "@n1"}
+	if !slices.Equal(ids, want) || !list.Partial || !slices.Equal(list.Unreachable, []string{"n9"}) {
+		t.Fatalf("list %v partial %v unreachable %v; want %v, partial, [n9]", ids, list.Partial, list.Unreachable, want)
+	}
+	// n1 has no silent peer: its list is whole, and not partial.
+	list = apiList{}
+	nodeAPI(envs[1]).must(t, http.StatusOK, "GET", "/v1/executions", tok, nil, &list)
+	if len(list.Executions) != 2 || list.Partial || list.Unreachable != nil {
+		t.Fatalf("n1's list: %d executions, partial %v %v", len(list.Executions), list.Partial, list.Unreachable)
 	}
 }
