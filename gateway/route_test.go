@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -299,5 +301,186 @@ func TestClusterListPartial(t *testing.T) {
 	nodeAPI(envs[1]).must(t, http.StatusOK, "GET", "/v1/executions", tok, nil, &list)
 	if len(list.Executions) != 2 || list.Partial || list.Unreachable != nil {
 		t.Fatalf("n1's list: %d executions, partial %v %v", len(list.Executions), list.Partial, list.Unreachable)
+	}
+}
+
+// switchRT is a transport to peers that fails every request to a blocked
+// host at once, as a refused dial does, and counts the requests it let
+// through by host.
+type switchRT struct {
+	rt      http.RoundTripper
+	mu      sync.Mutex
+	blocked map[string]bool
+	sent    map[string]int
+}
+
+func newSwitchRT() *switchRT {
+	return &switchRT{rt: cluster.NewTransport(clusterDialTimeout), blocked: map[string]bool{}, sent: map[string]int{}}
+}
+
+func (s *switchRT) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	blocked := s.blocked[req.URL.Host]
+	if !blocked {
+		s.sent[req.URL.Host]++
+	}
+	s.mu.Unlock()
+	if blocked {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused (blocked by the test)")}
+	}
+	return s.rt.RoundTrip(req)
+}
+
+// block blocks or unblocks node's host as e's router sees it, and
+// forgets e's memory of its failures.
+func (s *switchRT) block(t *testing.T, e *testEnv, node string, on bool) {
+	t.Helper()
+	u, ok := e.srv.route.cfg.Members.URL(node)
+	if !ok {
+		t.Fatalf("no member %s", node)
+	}
+	s.mu.Lock()
+	s.blocked[u.Host] = on
+	s.mu.Unlock()
+	e.srv.route.health.OK(node)
+}
+
+func (s *switchRT) count(t *testing.T, e *testEnv, node string) int {
+	t.Helper()
+	u, _ := e.srv.route.cfg.Members.URL(node)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent[u.Host]
+}
+
+// keyRanked returns a key whose top two candidates for tenant among
+// members are h and a, in that order.
+func keyRanked(t *testing.T, tenant, prefix, h, a string, members []string) string {
+	t.Helper()
+	for i := range 10000 {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		if r := cluster.Rank(tenant, key, members); r[0] == h && r[1] == a {
+			return key
+		}
+	}
+	t.Fatalf("no key ranks %s, %s first", h, a)
+	return ""
+}
+
+// TestClusterKeyedStart: plan section 5's cases through n0, for keys
+// whose candidates are H=n1 and A=n2 (never the front itself, so every
+// probe crosses the network).
+func TestClusterKeyedStart(t *testing.T) {
+	t.Parallel()
+	sw := newSwitchRT()
+	envs := newFakeCluster(t, 3, func(i int, c *Config) {
+		if i == 0 {
+			c.Cluster.Transport = sw
+		}
+	})
+	front := nodeAPI(envs[0])
+	tok := envs[0].token(t, "acme", allScopes...)
+	members := []string{"n0", "n1", "n2"}
+	epoch := func(i int) string { return envs[i].srv.route.cfg.Owner.Epoch }
+	sh := func(id string) apiStart { return apiStart{ID: id, Command: "/bin/sh"} }
+
+	t.Run("1 no id: here, canonical", func(t *testing.T) {
+		x := startOn(t, envs[0], tok, sh(""))
+		if x.Node != "n0" || !strings.HasPrefix(x.ID, "n0."+epoch(0)+"~") {
+			t.Fatalf("started %q on %q", x.ID, x.Node)
+		}
+	})
+	t.Run("2 canonical id: the node it names", func(t *testing.T) {
+		x := startOn(t, envs[2], tok, sh(""))
+		var again apiExecution
+		front.must(t, http.StatusOK, "POST", "/v1/executions", tok, sh(x.ID), &again)
+		if again.ID != x.ID || again.Node != "n2" || again.Incarnation != x.Incarnation {
+			t.Fatalf("retry through n0: %+v, want %+v", again, x)
+		}
+	})
+	t.Run("3 both say no: H; a retry anywhere finds it", func(t *testing.T) {
+		key := keyRanked(t, "acme", "both", "n1", "n2", members)
+		x := startOn(t, envs[0], tok, sh(key))
+		if want := "n1." + epoch(1) + "~" + key; x.ID != want || x.Node != "n1" {
+			t.Fatalf("started %q on %q, want %q on n1", x.ID, x.Node, want)
+		}
+		for i := range 3 {
+			var again apiExecution
+			nodeAPI(envs[i]).must(t, http.StatusOK, "POST", "/v1/executions", tok, sh(key), &again)
+			if again.ID != x.ID || again.Incarnation != x.Incarnation {
+				t.Fatalf("retry through n%d: %q, want %q", i, again.ID, x.ID)
+			}
+		}
+		// 4: the key held with another spec is a conflict, wherever asked.
+		front.fails(t, http.StatusConflict, wire.CodeConflict, "POST", "/v1/executions", tok, apiStart{ID: key, Command: "/bin/bash"})
+	})
+	t.Run("5 H silent, A says no: A; found there once H is back", func(t *testing.T) {
+		key := keyRanked(t, "acme", "hsilent", "n1", "n2", members)
+		sw.block(t, envs[0], "n1", true)
+		x := startOn(t, envs[0], tok, sh(key))
+		sw.block(t, envs[0], "n1", false)
+		if want := "n2." + epoch(2) + "~" + key; x.ID != want {
+			t.Fatalf("started %q, want %q on A", x.ID, want)
+		}
+		var again apiExecution
+		front.must(t, http.StatusOK, "POST", "/v1/executions", tok, sh(key), &again)
+		if again.ID != x.ID {
+			t.Fatalf("retry with H back: %q, want A's %q", again.ID, x.ID)
+		}
+	})
+	t.Run("5 H says no, A silent: H", func(t *testing.T) {
+		key := keyRanked(t, "acme", "asilent", "n1", "n2", members)
+		sw.block(t, envs[0], "n2", true)
+		defer sw.block(t, envs[0], "n2", false)
+		if x := startOn(t, envs[0], tok, sh(key)); x.Node != "n1" {
+			t.Fatalf("started on %q, want H n1", x.Node)
+		}
+	})
+	t.Run("5 both silent: unavailable", func(t *testing.T) {
+		key := keyRanked(t, "acme", "nsilent", "n1", "n2", members)
+		sw.block(t, envs[0], "n1", true)
+		sw.block(t, envs[0], "n2", true)
+		defer sw.block(t, envs[0], "n1", false)
+		defer sw.block(t, envs[0], "n2", false)
+		status, h, b := front.call(t, "POST", "/v1/executions", tok, sh(key))
+		if status != http.StatusServiceUnavailable || !strings.Contains(string(b), `"unavailable"`) || h.Get("Retry-After") == "" {
+			t.Fatalf("%d %s Retry-After %q, want 503 unavailable", status, b, h.Get("Retry-After"))
+		}
+		for i := range 3 {
+			for _, x := range envs[i].sup.List("acme") {
+				if strings.HasSuffix(x.ID, "~"+key) || x.ID == key {
+					t.Fatalf("n%d made %s while its candidates were silent", i, x.ID)
+				}
+			}
+		}
+	})
+}
+
+// TestClusterKilledPeer: requests for a killed node's executions are
+// unavailable with retry advice, never not_found; after one failed dial
+// the node counts as down and the next request is answered without
+// dialling it.
+func TestClusterKilledPeer(t *testing.T) {
+	t.Parallel()
+	sw := newSwitchRT()
+	envs := newFakeCluster(t, 2, func(i int, c *Config) {
+		if i == 0 {
+			c.Cluster.Transport = sw
+		}
+	})
+	tok := envs[0].token(t, "acme", allScopes...)
+	x := startOn(t, envs[1], tok, apiStart{Command: "/bin/sh"})
+	envs[1].http.CloseClientConnections()
+	envs[1].http.Listener.Close() // killed: connections refused from now on
+	front := nodeAPI(envs[0])
+	before := sw.count(t, envs[0], "n1")
+	for i := range 3 {
+		got := front.fails(t, http.StatusServiceUnavailable, wire.CodeUnavailable, "GET", "/v1/executions/"+x.ID, tok, nil)
+		if !strings.Contains(got.Message, "n1") {
+			t.Fatalf("request %d: message %q does not name n1", i, got.Message)
+		}
+	}
+	if n := sw.count(t, envs[0], "n1") - before; n != 1 {
+		t.Fatalf("%d requests dialled the killed node, want 1: the rest are answered from its health", n)
 	}
 }
