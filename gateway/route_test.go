@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -482,5 +483,90 @@ func TestClusterKilledPeer(t *testing.T) {
 	}
 	if n := sw.count(t, envs[0], "n1") - before; n != 1 {
 		t.Fatalf("%d requests dialled the killed node, want 1: the rest are answered from its health", n)
+	}
+}
+
+// dialNode connects to e's /v1/connect with query (such as "?node=n1")
+// and returns the node its hello names.
+func dialNode(t *testing.T, e *testEnv, tok, query string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, e.url()+query, &websocket.DialOptions{
+		Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+	})
+	if err != nil {
+		t.Fatalf("dial %s: %v (status %d)", query, err, status(resp))
+	}
+	c := &client{ws: ws}
+	defer c.close()
+	h, _ := c.expect(t, wire.MsgHello)
+	return h.Node
+}
+
+// TestClusterConnectHint: ?node= naming another member proxies the whole
+// connection there; a bad, unknown or own name, and a node that cannot
+// be reached, are served here: the hint never adds a failure.
+func TestClusterConnectHint(t *testing.T) {
+	t.Parallel()
+	envs := newFakeCluster(t, 3, nil)
+	tok := envs[0].token(t, "acme", allScopes...)
+	cases := []struct{ query, want string }{
+		{"?node=n1", "n1"},
+		{"?node=n2", "n2"},
+		{"?node=n0", "n0"},
+		{"?node=nobody", "n0"},
+		{"?node=Not_A_Name", "n0"},
+		{"", "n0"},
+	}
+	for _, c := range cases {
+		if got := dialNode(t, envs[0], tok, c.query); got != c.want {
+			t.Errorf("%q: served by %q, want %q", c.query, got, c.want)
+		}
+	}
+	envs[2].http.CloseClientConnections()
+	envs[2].http.Listener.Close()
+	if got := dialNode(t, envs[0], tok, "?node=n2"); got != "n0" {
+		t.Errorf("?node= naming a killed node: served by %q, want n0", got)
+	}
+}
+
+// TestClusterDialUpstream: dialUpstream reaches the node as a hop (its
+// hello read), the connection outlives the dial's context, and a killed
+// node is unavailable with retry advice.
+func TestClusterDialUpstream(t *testing.T) {
+	t.Parallel()
+	envs := newFakeCluster(t, 3, nil)
+	tok := envs[0].token(t, "acme", allScopes...)
+	r := envs[0].srv.route
+	ctx, cancel := context.WithCancel(t.Context())
+	ws, err := r.dialUpstream(ctx, "n1", tok, "203.0.113.9:5123")
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &client{ws: ws}
+	defer up.close()
+	up.send(t, wire.Request{Type: wire.TypePing, Req: "p1"})
+	if m, _ := up.expect(t, wire.MsgPong); m.Req != "p1" {
+		t.Fatalf("pong %+v", m)
+	}
+	var hop int
+	envs[1].srv.mu.Lock()
+	for c := range envs[1].srv.conns {
+		if c.hop && c.remote == "203.0.113.9:5123" {
+			hop++
+		}
+	}
+	envs[1].srv.mu.Unlock()
+	if hop != 1 {
+		t.Fatalf("n1 holds %d hop connections from 203.0.113.9:5123, want 1", hop)
+	}
+	envs[2].http.CloseClientConnections()
+	envs[2].http.Listener.Close()
+	_, err = r.dialUpstream(t.Context(), "n2", tok, "")
+	var u *errUnavailable
+	if !errors.As(err, &u) || u.RetryMS() <= 0 {
+		t.Fatalf("dial a killed node: %v, want unavailable with retry advice", err)
 	}
 }
