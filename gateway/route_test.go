@@ -570,3 +570,54 @@ func TestClusterDialUpstream(t *testing.T) {
 		t.Fatalf("dial a killed node: %v, want unavailable with retry advice", err)
 	}
 }
+
+// TestClusterLocateBareID: an execution made under a bare ID (before
+// cluster mode) is found by asking every node; an unknown one is
+// not_found only when every node said so, and unavailable while one is
+// silent.
+func TestClusterLocateBareID(t *testing.T) {
+	t.Parallel()
+	sw := newSwitchRT()
+	envs := newFakeCluster(t, 3, func(i int, c *Config) {
+		if i == 0 {
+			c.Cluster.Transport = sw
+		}
+	})
+	tok := envs[0].token(t, "acme", allScopes...)
+	sp, err := envs[2].srv.spec("acme", wire.Request{Command: "/bin/sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envs[2].sup.Start(t.Context(), "acme", "legacy-1", sp); err != nil {
+		t.Fatal(err)
+	}
+	front := nodeAPI(envs[0])
+	var x apiExecution
+	front.must(t, http.StatusOK, "GET", "/v1/executions/legacy-1", tok, nil, &x)
+	if x.ID != "legacy-1" || x.Node != "n2" {
+		t.Fatalf("located %+v, want legacy-1 on n2", x)
+	}
+	front.fails(t, http.StatusNotFound, wire.CodeNotFound, "GET", "/v1/executions/legacy-2", tok, nil)
+	front.fails(t, http.StatusNotFound, wire.CodeNotFound, "GET", "/v1/executions/legacy-1", envs[0].token(t, "globex", allScopes...), nil)
+	sw.block(t, envs[0], "n1", true)
+	defer sw.block(t, envs[0], "n1", false)
+	front.fails(t, http.StatusServiceUnavailable, wire.CodeUnavailable, "GET", "/v1/executions/legacy-2", tok, nil)
+}
+
+// TestClusterLongPollOutlivesPeerTimeout: a proxied events long poll may
+// wait longer than the peer timeout: its header timeout grows by its
+// wait, so it ends with the owner's answer, not unavailable.
+func TestClusterLongPollOutlivesPeerTimeout(t *testing.T) {
+	t.Parallel()
+	envs := newFakeCluster(t, 2, nil)
+	tok := envs[0].token(t, "acme", allScopes...)
+	x := startOn(t, envs[1], tok, apiStart{Command: "/bin/sh"})
+	front := nodeAPI(envs[0])
+	path := "/v1/executions/" + x.ID + "/events"
+	var page apiEvents
+	front.must(t, http.StatusOK, "GET", path+"?after=0&wait=10s", tok, nil, &page)
+	wait := 2 * clusterTimeout
+	t0 := time.Now()
+	front.must(t, http.StatusOK, "GET", fmt.Sprintf("%s?after=%d&wait=%s", path, page.NextAfter, wait), tok, nil, &page)
+	t.Logf("a %v poll through n0 answered after %v (peer timeout %v)", wait, time.Since(t0), clusterTimeout)
+}
