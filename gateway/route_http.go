@@ -72,7 +72,13 @@ func (a *httpAPI) forward(w http.ResponseWriter, r *http.Request, c auth.Claims)
 	}
 	if _, hop := hopFrom(r.Context()); hop {
 		o, _, canonical, err := session.ParseID(id)
-		if err != nil || !canonical || o.Node == rt.self() {
+		switch {
+		case err != nil || !canonical:
+			return false
+		case o.Node == rt.self() && o.Epoch != rt.cfg.Owner.Epoch:
+			a.fail(w, r, c, fmt.Errorf("%w: %s: this node restarted without its earlier state", session.ErrGone, id))
+			return true
+		case o.Node == rt.self():
 			return false
 		}
 		a.failUnavailable(w, r, c, rt.unavailable(o.Node, errors.New("gateway: a hop for another node's execution")))

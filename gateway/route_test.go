@@ -178,6 +178,14 @@ func TestClusterHopIsNeverForwarded(t *testing.T) {
 	if n := peer.n.Load(); n != 0 {
 		t.Fatalf("the hop was forwarded: n1 got %d requests", n)
 	}
+	// A hop for this node's ID under an earlier epoch: gone, not not_found.
+	stale := "/v1/executions/n0.aaaaaa~job"
+	if e.srv.route.cfg.Owner.Epoch == "aaaaaa" {
+		stale = "/v1/executions/n0.bbbbbb~job"
+	}
+	if status, _, b := doRequest(t, hopRequest(t, e, clusterHopSecret, "n2", "n0", cluster.OpLocal, "GET", stale, tok)); status != http.StatusGone {
+		t.Fatalf("hop for an earlier epoch's ID: %d %s, want 410", status, b)
+	}
 	status, _, _ = nodeAPI(e).call(t, "GET", path, tok, nil)
 	if n := peer.n.Load(); n != 1 || status != http.StatusInternalServerError {
 		t.Fatalf("without a hop: n1 got %d requests, status %d; want 1, n1's 500", n, status)
