@@ -345,13 +345,6 @@ func (r *router) unavailable(node string, cause error) error {
 	return &errUnavailable{node: node, retryAfter: unavailableRetry, cause: cause}
 }
 
-// restarting is the answer for requests to a node that said it restarts
-// (its upstream closed with 1012): retry after restartRetry.
-func (r *router) restarting(node string) error {
-	r.s.log.Info("peer restarting", "node", node)
-	return &errUnavailable{node: node, retryAfter: restartRetry, cause: errors.New("gateway: the peer is restarting")}
-}
-
 // dialUpstream opens a WebSocket to node's /v1/connect for a client at
 // addr with its token, as a hop (op local: the node serves every request
 // on it itself), within DialTimeout plus Timeout, and reads its hello,
