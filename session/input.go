@@ -26,8 +26,9 @@ type inputQueue struct {
 	started bool
 	done    chan struct{} // closed when the writer returned
 
-	log      *inputLog // durable executions only (inputlog.go)
-	wroteOff uint64    // input offset written to the program; the writer's
+	log      *inputLog    // durable executions only (inputlog.go)
+	onAccept func([]byte) // sees accepted input in order, with mu held (a recording); may be nil
+	wroteOff uint64       // input offset written to the program; the writer's
 }
 
 func newInputQueue(max int) *inputQueue {
@@ -90,6 +91,9 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 	q.pending = append(q.pending, append([]byte(nil), fresh...))
 	if q.log != nil {
 		q.log.accept(q.offset, fresh)
+	}
+	if q.onAccept != nil {
+		q.onAccept(fresh)
 	}
 	q.size += len(fresh)
 	q.offset += uint64(len(fresh))
