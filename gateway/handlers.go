@@ -73,6 +73,10 @@ func (c *conn) start(req wire.Request) {
 		c.failErr(req, 0, err)
 		return
 	}
+	if code, msg := c.s.recordStart(claims, req, &spec); code != "" {
+		c.fail(req, 0, code, msg)
+		return
+	}
 	who := session.WithLogAttrs(c.ctx, "subject", claims.Subject, "remote_addr", c.remote)
 	info, err := c.s.cfg.Supervisor.Start(who, claims.Tenant, req.ID, spec)
 	if err != nil {
