@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,8 +175,8 @@ type recorder struct {
 
 	mu      sync.Mutex
 	f       *os.File
-	buf     bytes.Buffer
-	size    int64 // bytes written to f: whole lines only
+	buf     []byte // lines not yet written
+	size    int64  // bytes written to f: whole lines only
 	max     int64
 	last    float64                         // the newest event's time
 	carry   [replay.StreamStderr + 1][]byte // an incomplete character per stream
@@ -202,8 +201,7 @@ func (e *execution) startRecording() error {
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	line, _ := json.Marshal(e.castHeader())
-	r.buf.Write(line)
-	r.buf.WriteByte('\n')
+	r.buf = append(line, '\n')
 	if err := r.flushLocked(); err != nil {
 		f.Close()
 		d.root.Remove(name)
@@ -249,45 +247,31 @@ func (r *recorder) run(log interface{ Error(string, ...any) }) {
 func (r *recorder) eventLocked(ev *replay.Event) {
 	switch ev.Kind {
 	case replay.KindOutput:
-		text := r.textLocked(ev.Stream, ev.Data, false)
-		if text != "" {
+		if text := r.textLocked(ev.Stream, ev.Data, false); len(text) > 0 {
 			r.lineLocked(ev.Time, "o", text, len(ev.Data))
 		}
 	case replay.KindResize:
-		r.lineLocked(ev.Time, "r", strconv.Itoa(int(ev.Cols))+"x"+strconv.Itoa(int(ev.Rows)), 0)
+		r.lineLocked(ev.Time, "r", []byte(strconv.Itoa(int(ev.Cols))+"x"+strconv.Itoa(int(ev.Rows))), 0)
 	}
 }
 
-// textLocked returns p after the stream's held-back bytes as valid UTF-8,
-// holding back an incomplete character at its end unless final; invalid
-// bytes become U+FFFD and are counted. Called with r.mu held.
-func (r *recorder) textLocked(s replay.Stream, p []byte, final bool) string {
-	if len(r.carry[s]) == 0 && utf8.Valid(p) {
-		return string(p) // the common case: no copy into carry
+// textLocked returns p after the stream's held-back bytes, holding back
+// an incomplete character at its end unless final. The result is valid
+// only until the next call. Called with r.mu held.
+func (r *recorder) textLocked(s replay.Stream, p []byte, final bool) []byte {
+	b := p
+	if len(r.carry[s]) > 0 {
+		b = append(r.carry[s], p...)
+		r.carry[s] = nil
 	}
-	b := append(r.carry[s], p...)
 	n := len(b)
 	if !final {
 		n = validPrefix(b)
 	}
-	r.carry[s] = nil
 	if n < len(b) {
 		r.carry[s] = append([]byte(nil), b[n:]...)
 	}
-	b = b[:n]
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	var sb strings.Builder
-	for len(b) > 0 {
-		c, size := utf8.DecodeRune(b)
-		if c == utf8.RuneError && size == 1 {
-			r.res.InvalidBytes++
-		}
-		sb.WriteRune(c)
-		b = b[size:]
-	}
-	return sb.String()
+	return b[:n]
 }
 
 // inputSlot is the carry slot of input, which no output stream uses.
@@ -305,7 +289,7 @@ func (r *recorder) record(p []byte) {
 	if r.f == nil {
 		return
 	}
-	if text := r.textLocked(inputSlot, p, false); text != "" {
+	if text := r.textLocked(inputSlot, p, false); len(text) > 0 {
 		r.lineLocked(time.Now(), "i", text, len(p))
 	}
 	r.flushLocked()
@@ -324,52 +308,102 @@ func (r *recorder) lostLocked(g *replay.Gap) {
 
 // lineLocked appends an event line unless the size bound was reached;
 // n is the output or input bytes it stands for. Called with r.mu held.
-func (r *recorder) lineLocked(at time.Time, code, data string, n int) {
-	line := r.encode(at, code, data)
-	if r.res.Truncated || r.size+int64(r.buf.Len()+len(line)) > r.max-markerReserve {
+func (r *recorder) lineLocked(at time.Time, code string, data []byte, n int) {
+	if r.res.Truncated {
+		r.res.TruncatedBytes += int64(n)
+		return
+	}
+	mark := len(r.buf)
+	var invalid int64
+	r.buf, invalid = r.appendLine(r.buf, at, code, data)
+	if r.size+int64(len(r.buf)) > r.max-markerReserve {
+		r.buf = r.buf[:mark]
 		r.res.Truncated = true
 		r.res.TruncatedBytes += int64(n)
 		return
 	}
-	r.buf.Write(line)
+	r.res.InvalidBytes += invalid
 }
 
 // markLocked appends a marker within the reserve kept for markers, when
 // it fits. Called with r.mu held.
 func (r *recorder) markLocked(at time.Time, text string) {
-	line := r.encode(at, "m", text)
-	if r.size+int64(r.buf.Len()+len(line)) <= r.max {
-		r.buf.Write(line)
+	mark := len(r.buf)
+	r.buf, _ = r.appendLine(r.buf, at, "m", []byte(text))
+	if r.size+int64(len(r.buf)) > r.max {
+		r.buf = r.buf[:mark]
 	}
 }
 
-// encode returns the event line [time, code, data]: time in seconds
-// since the start, never before the previous event's.
-func (r *recorder) encode(at time.Time, code, data string) []byte {
+// appendLine appends the event line [time, code, data] to dst: time in
+// seconds since the start, never before the previous event's; data as a
+// JSON string, its invalid UTF-8 bytes as U+FFFD, whose count it returns.
+func (r *recorder) appendLine(dst []byte, at time.Time, code string, data []byte) ([]byte, int64) {
 	t := max(at.Sub(r.base).Seconds(), r.last, 0)
 	r.last = t
-	var b bytes.Buffer
-	b.WriteByte('[')
-	b.WriteString(strconv.FormatFloat(t, 'f', 6, 64))
-	b.WriteString(`, "` + code + `", `)
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.Encode(data) // a string always encodes; Encode ends it with '\n'
-	b.Truncate(b.Len() - 1)
-	b.WriteString("]\n")
-	return b.Bytes()
+	dst = append(dst, '[')
+	dst = strconv.AppendFloat(dst, t, 'f', 6, 64)
+	dst = append(dst, `, "`...)
+	dst = append(dst, code...)
+	dst = append(dst, `", `...)
+	dst, invalid := appendJSONString(dst, data)
+	return append(dst, "]\n"...), invalid
+}
+
+// appendJSONString appends b as a JSON string: characters as they are
+// (UTF-8), quotes, backslashes and control characters escaped, each
+// invalid byte as \ufffd, whose count it returns. Runs of plain bytes
+// are copied whole: output is mostly text.
+func appendJSONString(dst, b []byte) ([]byte, int64) {
+	const hex = "0123456789abcdef"
+	var invalid int64
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			if r, size := utf8.DecodeRune(b[i:]); r != utf8.RuneError || size > 1 {
+				i += size
+				continue
+			}
+		}
+		dst = append(dst, b[start:i]...)
+		switch {
+		case c >= utf8.RuneSelf:
+			dst = append(dst, `\ufffd`...)
+			invalid++
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, `\n`...)
+		case c == '\r':
+			dst = append(dst, `\r`...)
+		case c == '\t':
+			dst = append(dst, `\t`...)
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		i++
+		start = i
+	}
+	dst = append(dst, b[start:]...)
+	return append(dst, '"'), invalid
 }
 
 // flushLocked writes the buffered lines in one write. Called with r.mu
 // held.
 func (r *recorder) flushLocked() error {
-	if r.buf.Len() == 0 || r.err != nil {
-		r.buf.Reset()
+	if len(r.buf) == 0 || r.err != nil {
+		r.buf = r.buf[:0]
 		return r.err
 	}
-	n, err := r.f.Write(r.buf.Bytes())
+	n, err := r.f.Write(r.buf)
 	r.size += int64(n)
-	r.buf.Reset()
+	r.buf = r.buf[:0]
 	if err != nil {
 		r.err = fmt.Errorf("session: write recording: %w", err)
 	}
@@ -535,7 +569,7 @@ func (e *execution) cutRecording() {
 		r.size = st.Size()
 	}
 	if !endsWithNewline(f, r.size) {
-		r.buf.WriteByte('\n') // a line the killed server did not finish
+		r.buf = append(r.buf, '\n') // a line the killed server did not finish
 	}
 	r.markLocked(time.Now(), "recording cut: the server restarted while the execution ran on")
 	r.flushLocked()
