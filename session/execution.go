@@ -334,7 +334,7 @@ func (e *execution) info() Info {
 	in := Info{
 		ID: e.key.id, Owner: e.key.owner, Status: StatusRunning, PTY: e.spec.Policy.TTY != nil,
 		Started: e.started, FirstSeq: first, LastSeq: last, InputOffset: offset, Result: e.res,
-		Incarnation: e.incarnation, Live: e.spec.Live,
+		Incarnation: e.incarnation, Live: e.spec.Live, Recorded: e.recName != "",
 	}
 	if e.res != nil {
 		in.Status = e.res.Status

@@ -165,6 +165,9 @@ type Info struct {
 	// before or will after it (IDs are reused once retention ends).
 	Incarnation string `json:"incarnation"`
 	Live        bool   `json:"live,omitempty"`
+	// Recorded: the execution has a recording
+	// (GET /v1/executions/{id}/recording).
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // Stats counts executions.
