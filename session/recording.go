@@ -350,6 +350,15 @@ func (r *recorder) appendLine(dst []byte, at time.Time, code string, data []byte
 	return append(dst, "]\n"...), invalid
 }
 
+// jsonPlain says which bytes a JSON string holds as they are: printable
+// ASCII but the quote and the backslash.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendJSONString appends b as a JSON string: characters as they are
 // (UTF-8), quotes, backslashes and control characters escaped, each
 // invalid byte as \ufffd, whose count it returns. Runs of plain bytes
@@ -361,7 +370,7 @@ func appendJSONString(dst, b []byte) ([]byte, int64) {
 	start := 0
 	for i := 0; i < len(b); {
 		c := b[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+		if jsonPlain[c] {
 			i++
 			continue
 		}

@@ -50,3 +50,15 @@ func countInvalid(b []byte) int {
 	}
 	return n
 }
+
+// BenchmarkAppendJSONString encodes a terminal's typical output: lines of
+// ASCII with CR LF, now and then a multi-byte character.
+func BenchmarkAppendJSONString(b *testing.B) {
+	line := []byte(strings.Repeat("0123456789abcdefghijklmnopqrstuvwxyz ", 2) + "€\r\n")
+	p := []byte(strings.Repeat(string(line), 32<<10/len(line)))
+	b.SetBytes(int64(len(p)))
+	var dst []byte
+	for b.Loop() {
+		dst, _ = appendJSONString(dst[:0], p)
+	}
+}
