@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,8 +52,14 @@ import (
 // reused ID never overwrites an earlier recording. Files outlive their
 // executions: removing them is the operator's business.
 //
-// A server restart (Detach, then Restore) cuts a recording: the adopted
-// execution goes on, its recording ends with a marker saying so.
+// A server restart (Detach, then Restore) does not end a recording: the
+// detaching server writes what the ring holds, leaves its recorder's
+// state in the execution's state directory (recorder.json: the sequence
+// and file size it reached, what it held back, what it counted), and the
+// next one goes on in the same file (O_APPEND; times stay relative to the
+// header's start). A server that died (kill -9, a crash) leaves no such
+// state: the recording of an execution it adopts is cut, with a marker
+// saying so (Result.Recording.Cut).
 
 // DefaultRecordingMaxSize is Config.RecordingMaxSize when zero.
 const DefaultRecordingMaxSize = 64 << 20
@@ -89,7 +96,8 @@ type RecordingResult struct {
 	LostBytes int64 `json:"lost_bytes,omitempty"`
 	// InvalidBytes were not UTF-8 and are recorded as U+FFFD.
 	InvalidBytes int64 `json:"invalid_bytes,omitempty"`
-	// Cut: a server restart ended the recording while the execution ran on.
+	// Cut: the recording ended while the execution ran on, because the
+	// server that recorded it died (a restart goes on with it).
 	Cut bool `json:"cut,omitempty"`
 }
 
@@ -208,16 +216,16 @@ func (e *execution) startRecording() error {
 		return err
 	}
 	e.rec, e.recName = r, name
-	go r.run(e.s.log.With("execution", e.key.id, "tenant", e.key.owner))
+	go r.run(e.s.log.With("execution", e.key.id, "tenant", e.key.owner), 0)
 	return nil
 }
 
-// run writes the ring's events until the exit event, or until the
-// recording is cut or abandoned.
-func (r *recorder) run(log interface{ Error(string, ...any) }) {
+// run writes the ring's events after sequence after until the exit
+// event, or until the recorder is stopped.
+func (r *recorder) run(log interface{ Error(string, ...any) }, after uint64) {
 	defer close(r.done)
 	defer r.hold.Release()
-	cur := r.ring.Cursor(0)
+	cur := r.ring.Cursor(after)
 	for {
 		evs, gap, err := cur.Next(r.ctx)
 		if err != nil {
@@ -541,16 +549,83 @@ func (s *Supervisor) checkRecording(spec Spec) error {
 	return nil
 }
 
-// restoreRecording names the recording of a restored execution, and cuts
-// it when the execution is still running.
+// restoreRecording names the recording of a restored execution; for one
+// still running it goes on with the recording where the detached server
+// left it, or cuts it when that server left no recorder state.
 func (e *execution) restoreRecording(running bool) {
 	if !e.spec.Record || e.s.casts == nil {
 		return
 	}
 	e.recName = castName(e.key, e.incarnation)
-	if running {
+	if running && !e.resumeRecording() {
 		e.cutRecording()
 	}
+}
+
+// recorderFile is where a detaching server leaves a recorder's state, in
+// the execution's state directory.
+const recorderFile = "recorder.json"
+
+// recorderState is a recorder's state in recorderFile.
+type recorderState struct {
+	Through uint64                          `json:"through"` // the newest sequence written
+	Size    int64                           `json:"size"`    // the file's size then
+	Last    float64                         `json:"last"`    // the newest event's time
+	Result  RecordingResult                 `json:"result"`
+	Carry   [replay.StreamStderr + 1][]byte `json:"carry"` // held back of incomplete characters
+}
+
+// saveRecorder leaves the state of e's stopped recorder for the next
+// server. Called by Detach for a running execution.
+func (e *execution) saveRecorder() {
+	r := e.rec
+	r.mu.Lock()
+	st := recorderState{Through: r.through, Size: r.size, Last: r.last, Result: r.res, Carry: r.carry}
+	r.mu.Unlock()
+	b, _ := json.Marshal(st)
+	tmp := filepath.Join(e.dir, recorderFile+".tmp")
+	err := os.WriteFile(tmp, b, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(e.dir, recorderFile))
+	}
+	if err != nil {
+		e.s.log.Error("cannot keep the recorder's state: the next server cuts the recording", "execution", e.key.id, "tenant", e.key.owner, "err", err)
+	}
+}
+
+// resumeRecording goes on with the recording of a restored execution
+// from the state the detached server left, and reports whether it could.
+// The state is used once: a server that dies later leaves none.
+func (e *execution) resumeRecording() bool {
+	path := filepath.Join(e.dir, recorderFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	os.Remove(path)
+	var st recorderState
+	if err := json.Unmarshal(b, &st); err != nil {
+		e.s.log.Warn("unreadable recorder state: the recording is cut", "execution", e.key.id, "tenant", e.key.owner, "err", err)
+		return false
+	}
+	f, err := e.s.casts.root.OpenFile(e.recName, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return false
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() < st.Size || f.Truncate(st.Size) != nil {
+		f.Close() // not the file the state describes
+		return false
+	}
+	r := &recorder{
+		ring: e.ring, hold: e.ring.Hold(st.Through), input: e.spec.RecordInput, base: e.started,
+		done: make(chan struct{}), f: f, max: e.s.casts.max, moved: make(chan struct{}),
+		size: st.Size, last: st.Last, res: st.Result, carry: st.Carry, through: st.Through,
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	e.rec = r
+	e.in.onAccept = r.record
+	go r.run(e.s.log.With("execution", e.key.id, "tenant", e.key.owner), st.Through)
+	return true
 }
 
 // abandonRecording removes the recording of an execution that never ran.
@@ -580,7 +655,7 @@ func (e *execution) cutRecording() {
 	if !endsWithNewline(f, r.size) {
 		r.buf = append(r.buf, '\n') // a line the killed server did not finish
 	}
-	r.markLocked(time.Now(), "recording cut: the server restarted while the execution ran on")
+	r.markLocked(time.Now(), "recording cut: the server that recorded this died while the execution ran on")
 	r.flushLocked()
 	e.recCut = true
 }
@@ -636,13 +711,18 @@ func (s *Supervisor) OpenRecording(owner, id string) (*os.File, int64, error) {
 // (Config.RecordingsDir is set).
 func (s *Supervisor) Recording() bool { return s.casts != nil }
 
-// stopRecorder stops e's recorder without final markers: the server is
-// detaching, and the next one cuts the recording (restoreRecording).
+// stopRecorder stops e's recorder without final markers, the server
+// detaching, and leaves its state for the next server when e runs on
+// (restoreRecording).
 func (e *execution) stopRecorder() {
-	if e.rec != nil {
-		_, last := e.ring.Bounds()
-		e.rec.drain(last, false) // output no longer moves: write what came
-		e.rec.stop()
+	if e.rec == nil {
+		return
+	}
+	_, last := e.ring.Bounds()
+	e.rec.drain(last, false) // output no longer moves: write what came
+	e.rec.stop()
+	if e.result() == nil && e.dir != "" {
+		e.saveRecorder()
 	}
 }
 

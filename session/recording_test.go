@@ -279,45 +279,61 @@ func TestRecordingNeedsADirectory(t *testing.T) {
 	}
 }
 
-func TestRecordingCutByRestart(t *testing.T) {
+// TestRecordingAcrossRestart: after a restart (Detach, then Restore) the
+// recording goes on in the same file; after a crash (the detaching
+// server left no recorder state) it ends with a marker saying the
+// restart cut it.
+func TestRecordingAcrossRestart(t *testing.T) {
 	t.Parallel()
-	state, casts := filepath.Join(t.TempDir(), "state"), t.TempDir()
-	if err := os.Mkdir(state, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	l := &sessiontest.Launcher{Keep: true, Script: echoUntilEOF}
-	a, err := New(Config{Launcher: l, StateDir: state, RecordingsDir: casts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Start(t.Context(), "t", "job", recorded(false, "fake")); err != nil {
-		t.Fatal(err)
-	}
-	outputOf(t, a, "job", 0, "ready\n")
-	if err := a.Detach(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Config{Launcher: l, StateDir: state, RecordingsDir: casts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(context.Background()) })
-	if _, err := b.Restore(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Input("t", "job", 0, []byte("quit\n")); err != nil {
-		t.Fatal(err)
-	}
-	res := finished(t, b, "job")
-	if res.Recording == nil || !res.Recording.Cut {
-		t.Errorf("result's recording %+v", res.Recording)
-	}
-	_, evs := readCast(t, onlyCast(t, casts))
-	if last := evs[len(evs)-1]; last.Code != "m" || !strings.Contains(last.Data, "restarted") {
-		t.Errorf("last event %+v", last)
-	}
-	if !strings.Contains(joined(evs, "o"), "ready") {
-		t.Errorf("output before the restart: %q", joined(evs, "o"))
+	for _, crash := range []bool{false, true} {
+		state, casts := filepath.Join(t.TempDir(), "state"), t.TempDir()
+		if err := os.Mkdir(state, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		l := &sessiontest.Launcher{Keep: true, Script: echoUntilEOF}
+		a, err := New(Config{Launcher: l, StateDir: state, RecordingsDir: casts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := recorded(true, "fake")
+		sp.Policy.TTY = nil // pipes: output comes back as it was written
+		if _, err := a.Start(t.Context(), "t", "job", sp); err != nil {
+			t.Fatal(err)
+		}
+		_, seen := outputOf(t, a, "job", 0, "ready\n")
+		if _, err := a.Input("t", "job", 0, []byte("one\n")); err != nil {
+			t.Fatal(err)
+		}
+		outputOf(t, a, "job", seen, "echo:one\n")
+		if err := a.Detach(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if crash {
+			os.Remove(filepath.Join(state, "executions", DirKey("t", "job"), "recorder.json"))
+		}
+		b, err := New(Config{Launcher: l, StateDir: state, RecordingsDir: casts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close(context.Background()) })
+		if _, err := b.Restore(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Input("t", "job", 4, []byte("quit\n")); err != nil {
+			t.Fatal(err)
+		}
+		res := finished(t, b, "job")
+		_, evs := readCast(t, onlyCast(t, casts))
+		out, in, marks := joined(evs, "o"), joined(evs, "i"), joined(evs, "m")
+		if crash {
+			if res.Recording == nil || !res.Recording.Cut || !strings.Contains(marks, "recording cut") || out != "ready\necho:one\n" {
+				t.Errorf("crash: result %+v, output %q, markers %q", res.Recording, out, marks)
+			}
+			continue
+		}
+		if res.Recording == nil || res.Recording.Cut || marks != "" || out != "ready\necho:one\necho:quit\n" || in != "one\nquit\n" {
+			t.Errorf("restart: result %+v, output %q, input %q, markers %q", res.Recording, out, in, marks)
+		}
 	}
 }
 
