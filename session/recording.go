@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/termgate/termgate/replay"
 )
@@ -60,7 +57,6 @@ import (
 // header's start). A server that died (kill -9, a crash) leaves no such
 // state: the recording of an execution it adopts is cut, with a marker
 // saying so (Result.Recording.Cut).
-
 // DefaultRecordingMaxSize is Config.RecordingMaxSize when zero.
 const DefaultRecordingMaxSize = 64 << 20
 
@@ -121,53 +117,6 @@ func openCastDir(dir string, max int64) (*castDir, error) {
 		return nil, fmt.Errorf("session: recordings directory: %w", err)
 	}
 	return &castDir{root: root, max: max}, nil
-}
-
-// castName is the file name of an execution's recording: the tenant
-// with every byte outside [A-Za-z0-9-] escaped as %XX and cut at 64
-// bytes, the ID (idPattern keeps it to safe bytes, never "." or ".."),
-// and the incarnation.
-func castName(k key, incarnation string) string {
-	var b strings.Builder
-	for i := 0; i < len(k.owner) && b.Len() < 64; i++ {
-		c := k.owner[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String() + "_" + k.id + "_" + incarnation + ".cast"
-}
-
-// castHeader is an asciicast v2 header.
-type castHeader struct {
-	Version   int               `json:"version"`
-	Width     int               `json:"width"`
-	Height    int               `json:"height"`
-	Timestamp int64             `json:"timestamp"`
-	Env       map[string]string `json:"env,omitempty"`
-}
-
-// header returns the recording's header for e: the terminal's size (80x24
-// for pipes), the start, TERM and SHELL (each when set and at most 256
-// bytes).
-func (e *execution) castHeader() castHeader {
-	h := castHeader{Version: 2, Width: 80, Height: 24, Timestamp: e.started.Unix(), Env: map[string]string{}}
-	p := e.spec.Policy
-	if p.TTY != nil {
-		h.Width, h.Height = int(p.TTY.Cols), int(p.TTY.Rows)
-	}
-	shell := p.Env["SHELL"]
-	if shell == "" && len(p.Command) > 0 {
-		shell = p.Command[0]
-	}
-	for k, v := range map[string]string{"TERM": p.Env["TERM"], "SHELL": shell} {
-		if v != "" && len(v) <= 256 {
-			h.Env[k] = v
-		}
-	}
-	return h
 }
 
 // recorder writes one execution's recording. Its goroutine (run) reads
@@ -343,74 +292,6 @@ func (r *recorder) markLocked(at time.Time, text string) {
 	}
 }
 
-// appendLine appends the event line [time, code, data] to dst: time in
-// seconds since the start, never before the previous event's; data as a
-// JSON string, its invalid UTF-8 bytes as U+FFFD, whose count it returns.
-func (r *recorder) appendLine(dst []byte, at time.Time, code string, data []byte) ([]byte, int64) {
-	t := max(at.Sub(r.base).Seconds(), r.last, 0)
-	r.last = t
-	dst = append(dst, '[')
-	dst = strconv.AppendFloat(dst, t, 'f', 6, 64)
-	dst = append(dst, `, "`...)
-	dst = append(dst, code...)
-	dst = append(dst, `", `...)
-	dst, invalid := appendJSONString(dst, data)
-	return append(dst, "]\n"...), invalid
-}
-
-// jsonPlain says which bytes a JSON string holds as they are: printable
-// ASCII but the quote and the backslash.
-var jsonPlain = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// appendJSONString appends b as a JSON string: characters as they are
-// (UTF-8), quotes, backslashes and control characters escaped, each
-// invalid byte as \ufffd, whose count it returns. Runs of plain bytes
-// are copied whole: output is mostly text.
-func appendJSONString(dst, b []byte) ([]byte, int64) {
-	const hex = "0123456789abcdef"
-	var invalid int64
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(b); {
-		c := b[i]
-		if jsonPlain[c] {
-			i++
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			if r, size := utf8.DecodeRune(b[i:]); r != utf8.RuneError || size > 1 {
-				i += size
-				continue
-			}
-		}
-		dst = append(dst, b[start:i]...)
-		switch {
-		case c >= utf8.RuneSelf:
-			dst = append(dst, `\ufffd`...)
-			invalid++
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c == '\n':
-			dst = append(dst, `\n`...)
-		case c == '\r':
-			dst = append(dst, `\r`...)
-		case c == '\t':
-			dst = append(dst, `\t`...)
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		i++
-		start = i
-	}
-	dst = append(dst, b[start:]...)
-	return append(dst, '"'), invalid
-}
-
 // flushLocked writes the buffered lines in one write. Called with r.mu
 // held.
 func (r *recorder) flushLocked() error {
@@ -509,8 +390,8 @@ func (r *recorder) result() RecordingResult {
 	return r.res
 }
 
-// stop ends the recorder without final markers (a restart cuts the
-// recording, or the execution never ran) and waits for it.
+// stop ends the recorder without final markers (the server detaches, or
+// the execution never ran) and waits for it.
 func (r *recorder) stop() {
 	r.cancel()
 	<-r.done
@@ -549,85 +430,6 @@ func (s *Supervisor) checkRecording(spec Spec) error {
 	return nil
 }
 
-// restoreRecording names the recording of a restored execution; for one
-// still running it goes on with the recording where the detached server
-// left it, or cuts it when that server left no recorder state.
-func (e *execution) restoreRecording(running bool) {
-	if !e.spec.Record || e.s.casts == nil {
-		return
-	}
-	e.recName = castName(e.key, e.incarnation)
-	if running && !e.resumeRecording() {
-		e.cutRecording()
-	}
-}
-
-// recorderFile is where a detaching server leaves a recorder's state, in
-// the execution's state directory.
-const recorderFile = "recorder.json"
-
-// recorderState is a recorder's state in recorderFile.
-type recorderState struct {
-	Through uint64                          `json:"through"` // the newest sequence written
-	Size    int64                           `json:"size"`    // the file's size then
-	Last    float64                         `json:"last"`    // the newest event's time
-	Result  RecordingResult                 `json:"result"`
-	Carry   [replay.StreamStderr + 1][]byte `json:"carry"` // held back of incomplete characters
-}
-
-// saveRecorder leaves the state of e's stopped recorder for the next
-// server. Called by Detach for a running execution.
-func (e *execution) saveRecorder() {
-	r := e.rec
-	r.mu.Lock()
-	st := recorderState{Through: r.through, Size: r.size, Last: r.last, Result: r.res, Carry: r.carry}
-	r.mu.Unlock()
-	b, _ := json.Marshal(st)
-	tmp := filepath.Join(e.dir, recorderFile+".tmp")
-	err := os.WriteFile(tmp, b, 0o600)
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(e.dir, recorderFile))
-	}
-	if err != nil {
-		e.s.log.Error("cannot keep the recorder's state: the next server cuts the recording", "execution", e.key.id, "tenant", e.key.owner, "err", err)
-	}
-}
-
-// resumeRecording goes on with the recording of a restored execution
-// from the state the detached server left, and reports whether it could.
-// The state is used once: a server that dies later leaves none.
-func (e *execution) resumeRecording() bool {
-	path := filepath.Join(e.dir, recorderFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	os.Remove(path)
-	var st recorderState
-	if err := json.Unmarshal(b, &st); err != nil {
-		e.s.log.Warn("unreadable recorder state: the recording is cut", "execution", e.key.id, "tenant", e.key.owner, "err", err)
-		return false
-	}
-	f, err := e.s.casts.root.OpenFile(e.recName, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return false
-	}
-	if fi, err := f.Stat(); err != nil || fi.Size() < st.Size || f.Truncate(st.Size) != nil {
-		f.Close() // not the file the state describes
-		return false
-	}
-	r := &recorder{
-		ring: e.ring, hold: e.ring.Hold(st.Through), input: e.spec.RecordInput, base: e.started,
-		done: make(chan struct{}), f: f, max: e.s.casts.max, moved: make(chan struct{}),
-		size: st.Size, last: st.Last, res: st.Result, carry: st.Carry, through: st.Through,
-	}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	e.rec = r
-	e.in.onAccept = r.record
-	go r.run(e.s.log.With("execution", e.key.id, "tenant", e.key.owner), st.Through)
-	return true
-}
-
 // abandonRecording removes the recording of an execution that never ran.
 func (e *execution) abandonRecording() {
 	if e.rec == nil {
@@ -635,40 +437,6 @@ func (e *execution) abandonRecording() {
 	}
 	e.rec.stop()
 	e.s.casts.root.Remove(e.recName)
-}
-
-// cutRecording marks the recording of a restored, still running
-// execution as cut by the restart: the earlier server's recorder stopped
-// when it detached.
-func (e *execution) cutRecording() {
-	f, err := e.s.casts.root.OpenFile(e.recName, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		e.s.log.Warn("recording of an adopted execution not found", "execution", e.key.id, "tenant", e.key.owner, "err", err)
-		e.recName = ""
-		return
-	}
-	defer f.Close()
-	r := &recorder{base: e.started, max: e.s.casts.max, f: f, last: time.Since(e.started).Seconds()}
-	if st, err := f.Stat(); err == nil {
-		r.size = st.Size()
-	}
-	if !endsWithNewline(f, r.size) {
-		r.buf = append(r.buf, '\n') // a line the killed server did not finish
-	}
-	r.markLocked(time.Now(), "recording cut: the server that recorded this died while the execution ran on")
-	r.flushLocked()
-	e.recCut = true
-}
-
-// endsWithNewline reports whether f (of size bytes) is empty or ends
-// with a newline.
-func endsWithNewline(f *os.File, size int64) bool {
-	if size == 0 {
-		return true
-	}
-	var b [1]byte
-	_, err := f.ReadAt(b[:], size-1)
-	return err != nil || b[0] == '\n'
 }
 
 // OpenRecording opens the recording of owner's execution id for reading
@@ -710,21 +478,6 @@ func (s *Supervisor) OpenRecording(owner, id string) (*os.File, int64, error) {
 // Recording reports whether the supervisor can record executions
 // (Config.RecordingsDir is set).
 func (s *Supervisor) Recording() bool { return s.casts != nil }
-
-// stopRecorder stops e's recorder without final markers, the server
-// detaching, and leaves its state for the next server when e runs on
-// (restoreRecording).
-func (e *execution) stopRecorder() {
-	if e.rec == nil {
-		return
-	}
-	_, last := e.ring.Bounds()
-	e.rec.drain(last, false) // output no longer moves: write what came
-	e.rec.stop()
-	if e.result() == nil && e.dir != "" {
-		e.saveRecorder()
-	}
-}
 
 // closeCasts closes the recordings directory once no recorder writes.
 func (s *Supervisor) closeCasts() {
