@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
@@ -42,15 +44,28 @@ var recordScopes = append([]string{ScopeRecord}, allScopes...)
 func ended(t *testing.T, e *apiEnv, tok, id string) session.Info {
 	t.Helper()
 	var info session.Info
+	deadline := time.Now().Add(30 * time.Second) // a poll returns at once on new output
 	for i := 0; ; i++ {
 		e.must(t, 200, "GET", "/v1/executions/"+id, tok, nil, &info)
 		if info.Result != nil {
 			return info
 		}
-		if i == 100 {
-			t.Fatalf("%s did not end", id)
+		if i == 100_000 || time.Now().After(deadline) {
+			t.Fatalf("%s did not end within 30s (%d polls)", id, i)
 		}
 		e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=1s", id, info.LastSeq), tok, nil, nil)
+	}
+}
+
+// TestHelloSaysRecording: a client can tell whether its record option
+// will be honoured: the hello lists "record" only when recordings are on.
+func TestHelloSaysRecording(t *testing.T) {
+	t.Parallel()
+	for _, off := range []bool{false, true} {
+		got := slices.Contains(newRecordingEnv(t, off, nil).srv.hello().Features, wire.FeatureRecord)
+		if got == off {
+			t.Errorf("recordings off %v: hello lists record %v", off, got)
+		}
 	}
 }
 
