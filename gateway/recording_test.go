@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
