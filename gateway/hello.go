@@ -17,9 +17,13 @@ var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen,
 // One node of several names itself and lists FeatureNodes.
 func (s *Server) hello() wire.Message {
 	b := s.bounds()
+	f := slices.Clone(features)
+	if s.cfg.Supervisor.Config().RecordingsDir != "" {
+		f = append(f, wire.FeatureRecord)
+	}
 	m := wire.Message{
 		Type: wire.MsgHello, Server: "termgate " + version(), Protocol: wire.ProtocolVersion,
-		Features: slices.Clone(features), Limits: &b,
+		Features: f, Limits: &b,
 	}
 	if s.route != nil {
 		m.Node, m.Features = s.route.self(), append(m.Features, wire.FeatureNodes)
