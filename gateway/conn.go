@@ -49,13 +49,13 @@ type conn struct {
 	closeCode    atomic.Int32  // the code this side closed with, once it did
 	started      time.Time
 	remote       string        // the client's address
+	hop          bool          // a verified hop's connection: served here only, never relayed (route_connect.go)
 	bytesIn      atomic.Uint64 // message bytes read
 	bytesOut     atomic.Uint64 // message bytes written
 	closed       chan struct{} // closed when a close handshake we started ended
 
 	// The relay's (relay.go): channels on executions of other nodes, one
 	// upstream per owner node, and their FIFO into the writer.
-	hop      bool   // the connection is a verified hop: everything is served here
 	token    string // the raw bearer, for upstream dials and reauth; never logged
 	relayed  map[uint32]*relayChannel
 	ups      map[string]*upstream

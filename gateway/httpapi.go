@@ -79,6 +79,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/executions", a.route(auth.ScopeAttach, a.list))
 	mux.HandleFunc("GET /v1/executions/{id}", a.route(auth.ScopeAttach, a.get))
 	mux.HandleFunc("GET /v1/executions/{id}/events", a.route(auth.ScopeAttach, a.events))
+	mux.HandleFunc("GET /v1/executions/{id}/recording", a.route(auth.ScopeAttach, a.recording))
 	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(auth.ScopeWrite, a.input))
 	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(auth.ScopeWrite, a.cancel))
 }
@@ -87,7 +88,14 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 // error.
 func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		r, ok := a.verifyHop(w, r) // route_http.go
+		if !ok {
+			return
+		}
 		c, err := a.authorize(r, scope)
+		if err == nil && a.forward(w, r, c) {
+			return
+		}
 		if err == nil {
 			err = h(w, r, c)
 		}
@@ -241,13 +249,15 @@ type apiStart struct {
 	Flow          string       `json:"flow"`
 	HoldMS        int64        `json:"hold_ms"`
 	Limits        *wire.Limits `json:"limits"`
+	Record        bool         `json:"record"`
+	RecordInput   bool         `json:"record_input"`
 }
 
 func (b apiStart) request() wire.Request {
 	return wire.Request{
 		Type: wire.TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
 		PTY: b.PTY, TimeoutMS: b.TimeoutMS, IdleTimeoutMS: b.IdleTimeoutMS, Interactive: b.Interactive,
-		Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS,
+		Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS, Record: b.Record, RecordInput: b.RecordInput,
 	}
 }
 
@@ -256,17 +266,26 @@ func (b apiStart) request() wire.Request {
 // first starts of one id may both see 201; both describe the same
 // execution.
 func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	if !a.s.starts.allow(c) {
+	if a.s.route == nil && !a.s.starts.allow(c) {
 		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
 	}
 	var body apiStart
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
 		return err
 	}
+	if a.placed(w, r, c, &body) { // route_start.go: elsewhere, or a probe
+		return nil
+	}
+	if a.s.route != nil && !a.s.starts.allow(c) { // the owner's limit, not the front's
+		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
+	}
 	req := body.request()
 	spec, err := a.s.spec(c.Tenant, req)
 	if err != nil {
 		return err
+	}
+	if code, msg := a.s.recordStart(c, req, &spec); code != "" {
+		return &apiError{code, msg}
 	}
 	if err := a.auditStart(r, c, &req, spec); err != nil {
 		return err
@@ -281,7 +300,7 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 		return err
 	}
 	w.Header().Set("Location", "/v1/executions/"+url.PathEscape(info.ID))
-	a.respond(w, status, info)
+	a.respond(w, status, a.execution(info))
 	return nil
 }
 
@@ -294,9 +313,7 @@ func (a *httpAPI) exists(tenant, id string) bool {
 }
 
 func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	a.respond(w, http.StatusOK, struct {
-		Executions []session.Info `json:"executions"`
-	}{a.s.cfg.Supervisor.List(c.Tenant)})
+	a.respond(w, http.StatusOK, a.clusterList(r, c, a.s.cfg.Supervisor.List(c.Tenant)))
 	return nil
 }
 
@@ -305,7 +322,7 @@ func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c auth.Claims) err
 	if err != nil {
 		return err
 	}
-	a.respond(w, http.StatusOK, info)
+	a.respond(w, http.StatusOK, a.execution(info))
 	return nil
 }
 
@@ -323,7 +340,7 @@ func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	if err != nil {
 		return err
 	}
-	a.respond(w, http.StatusAccepted, info)
+	a.respond(w, http.StatusAccepted, a.execution(info))
 	return nil
 }
 

@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/termgate/termgate/gateway/cluster"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 )
 
@@ -36,12 +35,6 @@ const (
 	// relayQueueBytes bounds the bytes they queued: a slow client blocks
 	// the upstream readers and TCP pushes back to the owners.
 	relayQueueBytes = 4 << 20
-	// relayReadLimit bounds one message from an owner.
-	relayReadLimit = 16 << 20
-	// relayRetry is the retry_ms of a failed upstream; relayRetryRestart
-	// that of an owner that said it restarts (1012).
-	relayRetry        = 1000
-	relayRetryRestart = 2000
 )
 
 // relayFrame is one message an upstream reader queued for the client.
@@ -90,17 +83,6 @@ type relayChannel struct {
 	ack      bool
 }
 
-// relayNotice is a message the relay itself sends: an error or a
-// detached with retry advice.
-type relayNotice struct {
-	Type    string `json:"type"`
-	Req     string `json:"req,omitempty"`
-	Channel uint32 `json:"channel,omitempty"`
-	Error   string `json:"error,omitempty"`
-	Message string `json:"message,omitempty"`
-	RetryMS int64  `json:"retry_ms,omitempty"`
-}
-
 // relayHeader is what the relay reads of an owner's control message.
 type relayHeader struct {
 	Type     string `json:"type"`
@@ -111,36 +93,34 @@ type relayHeader struct {
 }
 
 // relay serves req through an upstream when it concerns an execution or
-// channel of another node, and reports whether it did. A hop connection
-// is always served locally: at most one hop.
+// channel of another node, and reports whether it did; it places every
+// start (router.placeStart). A hop connection is always served locally:
+// at most one hop.
 func (c *conn) relay(req wire.Request) bool {
 	r := c.s.route
-	if r == nil || c.hop {
+	switch {
+	case r == nil:
+		return false
+	case req.Type == wire.TypeStart: // a hop's too: placeStart keeps it here, canonical
+		c.relayStart(req)
+		return true
+	case c.hop:
 		return false
 	}
 	switch req.Type {
 	case wire.TypeAttach:
-		node := r.owner(req.ID)
-		if node == r.self() {
-			return false
+		node, local := c.relayOwner(req)
+		if !local {
+			c.relayAttach(node, req)
 		}
-		c.relayAttach(node, req)
-		return true
-	case wire.TypeStart:
-		node := c.startNode(req)
-		if node == r.self() {
-			return false
-		}
-		c.relayWait(node, req, &relayPending{startAttach: req.Attach, readOnly: req.ReadOnly})
-		return true
+		return !local || node == ""
 	case wire.TypeCancel:
 		if req.Channel == 0 {
-			node := r.owner(req.ID)
-			if node == r.self() {
-				return false
+			node, local := c.relayOwner(req)
+			if !local {
+				c.relayWait(node, req, &relayPending{})
 			}
-			c.relayWait(node, req, &relayPending{})
-			return true
+			return !local || node == ""
 		}
 	case wire.TypeReauth:
 		c.relayReauth(req)
@@ -151,13 +131,56 @@ func (c *conn) relay(req wire.Request) bool {
 	return c.relayChannelRequest(req)
 }
 
-// startNode is the node a start goes to: the one its canonical id names,
-// else this node.
-func (c *conn) startNode(req wire.Request) string {
-	if req.ID == "" {
-		return c.s.route.self()
+// relayOwner finds the node owning req's execution: local when it is
+// this node. A lookup that failed was answered: node is then "" (and
+// local true).
+func (c *conn) relayOwner(req wire.Request) (node string, local bool) {
+	r := c.s.route
+	node, err := r.owner(c.peerContext(), c.currentClaims(), req.ID)
+	if err != nil {
+		c.relayFail(req, err)
+		return "", true
 	}
-	return c.s.route.owner(req.ID)
+	return node, node == r.self()
+}
+
+// relayStart places a start (router.placeStart): here under the ID it
+// gives, or relayed to the node it names.
+func (c *conn) relayStart(req wire.Request) {
+	if !c.need(req, auth.ScopeCreate) {
+		return
+	}
+	r := c.s.route
+	plan, err := r.placeStart(c.peerContext(), c.currentClaims(), req, nil)
+	if err != nil {
+		c.relayFail(req, err)
+		return
+	}
+	req.ID = plan.ID
+	if plan.Node == r.self() {
+		c.start(req)
+		return
+	}
+	c.relayWait(plan.Node, req, &relayPending{startAttach: req.Attach, readOnly: req.ReadOnly})
+}
+
+// peerContext carries the connection's token for the hops that routing
+// makes on its behalf.
+func (c *conn) peerContext() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return withToken(c.ctx, c.token)
+}
+
+// relayFail answers a request whose routing failed: unavailable with
+// retry advice, or the session error (not_found, gone) as it is.
+func (c *conn) relayFail(req wire.Request, err error) {
+	var ue *errUnavailable
+	if errors.As(err, &ue) {
+		c.relayRefuse(req.Req, ue.node, err)
+		return
+	}
+	c.failErr(req, 0, err)
 }
 
 // relayAttach attaches a channel on node, within the connection's channel
@@ -269,9 +292,11 @@ func (c *conn) relayedChannel(id uint32) (*relayChannel, bool) {
 // relayRefuse answers a request the relay could not send: the owner is
 // not answering.
 func (c *conn) relayRefuse(req, node string, cause error) {
-	err := c.s.route.unavailable(node, cause)
-	c.log.Info("relay refused", "node", node, "err", cause)
-	c.queueNotice(relayNotice{Type: wire.MsgError, Req: req, Error: wire.CodeUnavailable, Message: err.Error(), RetryMS: relayRetry})
+	var ue *errUnavailable
+	if !errors.As(cause, &ue) {
+		errors.As(c.s.route.unavailable(node, cause), &ue)
+	}
+	c.queueNotice(wire.Message{Type: wire.MsgError, Req: req, Error: wire.CodeUnavailable, Message: ue.message(), RetryMS: ue.RetryMS()})
 }
 
 // upstreamFor returns the connection's upstream to node, dialling it the
@@ -283,14 +308,10 @@ func (c *conn) upstreamFor(node string) (*upstream, error) {
 	if u != nil {
 		return u, nil
 	}
-	r := c.s.route
-	ctx, cancel := context.WithTimeout(c.ctx, r.cfg.DialTimeout+r.cfg.Timeout)
-	defer cancel()
-	ws, err := r.dialUpstream(ctx, node, token, c.remote)
+	ws, err := c.s.route.dialUpstream(c.ctx, node, token, c.remote)
 	if err != nil {
 		return nil, err
 	}
-	ws.SetReadLimit(relayReadLimit)
 	uctx, ucancel := context.WithCancelCause(c.ctx)
 	u = &upstream{node: node, ws: ws, c: c, ctx: uctx, cancel: ucancel,
 		chans: map[uint32]uint32{}, pending: map[string]*relayPending{}, done: make(chan struct{})}
@@ -301,60 +322,6 @@ func (c *conn) upstreamFor(node string) (*upstream, error) {
 	go func() { defer c.relays.Done(); u.reader() }()
 	go func() { defer c.relays.Done(); u.pinger() }()
 	return u, nil
-}
-
-// dialUpstream dials node's /v1/connect for a client at addr, with the
-// client's token and a signed hop (op local), within ctx, and reads its
-// hello: protocol 1 must hold across nodes.
-func (r *router) dialUpstream(ctx context.Context, node, token, addr string) (*websocket.Conn, error) {
-	base, ok := r.cfg.Members.URL(node)
-	if !ok {
-		return nil, fmt.Errorf("dial upstream: %s is not a member", node)
-	}
-	u := *base
-	u.Path = "/v1/connect"
-	h := http.Header{}
-	h.Set("Authorization", "Bearer "+token)
-	if err := r.cfg.Signer.Sign(h, http.MethodGet, u.RequestURI(), node, cluster.OpLocal, addr); err != nil {
-		return nil, fmt.Errorf("dial upstream: %w", err)
-	}
-	ws, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{
-		HTTPClient:   &http.Client{Transport: r.rt},
-		HTTPHeader:   h,
-		Subprotocols: []string{wire.Subprotocol},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("dial upstream %s (status %d): %w", node, responseStatus(resp), err)
-	}
-	if err := readHello(ctx, ws); err != nil {
-		ws.CloseNow()
-		return nil, fmt.Errorf("dial upstream %s: %w", node, err)
-	}
-	return ws, nil
-}
-
-// responseStatus is a response's status code, 0 without one.
-func responseStatus(r *http.Response) int {
-	if r == nil {
-		return 0
-	}
-	return r.StatusCode
-}
-
-// readHello reads an owner's first message: a hello for protocol 1.
-func readHello(ctx context.Context, ws *websocket.Conn) error {
-	_, b, err := ws.Read(ctx)
-	if err != nil {
-		return fmt.Errorf("read hello: %w", err)
-	}
-	var m wire.Message
-	if err := json.Unmarshal(b, &m); err != nil || m.Type != wire.MsgHello {
-		return errors.New("the first message is not a hello")
-	}
-	if m.Protocol != wire.ProtocolVersion {
-		return fmt.Errorf("protocol %d, want %d", m.Protocol, wire.ProtocolVersion)
-	}
-	return nil
 }
 
 // errRetired: the upstream was closed for being idle and took nothing.
@@ -596,22 +563,22 @@ func (u *upstream) finish(err error) {
 	if retired && len(chans) == 0 && len(pending) == 0 {
 		return // closed for being idle
 	}
-	retry := int64(relayRetry)
+	retry := unavailableRetry.Milliseconds()
 	if code == wire.CloseServiceRestart {
-		retry = relayRetryRestart
+		retry = restartRetry.Milliseconds()
 	}
-	text := c.s.route.unavailable(u.node, err).Error()
+	text := (&errUnavailable{node: u.node}).message()
 	c.log.Info("upstream ended", "node", u.node, "channels", len(chans), "err", context.Cause(u.ctx))
 	for _, p := range pending {
 		if p.answered != nil {
 			close(p.answered)
 		}
 		if !p.drop && (p.answered != nil || p.clientReq != "") {
-			c.queueNotice(relayNotice{Type: wire.MsgError, Req: p.clientReq, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
+			c.queueNotice(wire.Message{Type: wire.MsgError, Req: p.clientReq, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
 		}
 	}
 	for _, n := range sortedChannels(chans) {
-		c.queueNotice(relayNotice{Type: wire.MsgDetached, Channel: n, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
+		c.queueNotice(wire.Message{Type: wire.MsgDetached, Channel: n, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
 	}
 }
 
@@ -626,7 +593,7 @@ func sortedChannels(ns []uint32) []uint32 {
 }
 
 // queueNotice queues a message of the relay's own behind the upstreams'.
-func (c *conn) queueNotice(n relayNotice) {
+func (c *conn) queueNotice(n wire.Message) {
 	b, err := json.Marshal(n)
 	if err != nil {
 		c.log.Error("encode relay notice", "err", err)

@@ -107,7 +107,7 @@ func (nd *relayNode) wsURL() string {
 func (nd *relayNode) id(key string) string { return session.CanonicalID(nd.owner, key) }
 
 // dialNode connects a test client to nd.
-func dialNode(t testing.TB, nd *relayNode, tok string) *client {
+func dialRelayNode(t testing.TB, nd *relayNode, tok string) *client {
 	t.Helper()
 	return dialWS(t, nd.wsURL(), tok)
 }
@@ -195,10 +195,10 @@ func TestRelayAttachRenumbersChannels(t *testing.T) {
 	nodes := newRelayCluster(t, 2, nil)
 	n0, n1 := nodes[0], nodes[1]
 	tok := n0.token(t, "acme", allScopes...)
-	c := dialNode(t, n0, tok)
+	c := dialRelayNode(t, n0, tok)
 	c.expect(t, wire.MsgHello)
 
-	c.send(t, wire.Request{Type: wire.TypeStart, Req: "r1", ID: "here", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	c.send(t, wire.Request{Type: wire.TypeStart, Req: "r1", ID: n0.id("here"), Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
 	nextMsg(t, c, nil, isType(wire.MsgStarted, "r1"))
 	local := nextMsg(t, c, nil, isType(wire.MsgAttached, "r1"))
 	// r1 again: the relay's own request ids must not leak or collide.
@@ -270,7 +270,7 @@ func TestRelayHoldsTheProgram(t *testing.T) {
 	const n = 1_000_000
 	id := n1.id("stall")
 	seqStartOn(t, n1, tok, id, n)
-	c := dialNode(t, n0, tok)
+	c := dialRelayNode(t, n0, tok)
 	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "a", ID: id, Ack: true})
 	// Without acks the program stops with about a ring of output.
 	var prev uint64
@@ -292,7 +292,7 @@ func TestRelayHoldsTheProgram(t *testing.T) {
 	}
 	c.close()
 	f := &muxFollower{id: id, sum: sha256.New()}
-	f.follow(t, dialNode(t, n0, tok), nil, 1)
+	f.follow(t, dialRelayNode(t, n0, tok), nil, 1)
 	if !f.exited || f.lost != 0 || !bytes.Equal(f.sum.Sum(nil), sha(seqLines(n))) {
 		t.Fatalf("after the stall: %d bytes, lost %d, want %d exactly", f.got, f.lost, len(seqLines(n)))
 	}
@@ -301,7 +301,7 @@ func TestRelayHoldsTheProgram(t *testing.T) {
 // seqStartOn starts seq 1 n under id through nd.
 func seqStartOn(t *testing.T, nd *relayNode, tok, id string, n int) {
 	t.Helper()
-	c := dialNode(t, nd, tok)
+	c := dialRelayNode(t, nd, tok)
 	defer c.close()
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", fmt.Sprintf("seq 1 %d", n)}})
 	c.expect(t, wire.MsgStarted)
@@ -458,13 +458,13 @@ func TestRelayResumesAcrossUpstreamCuts(t *testing.T) {
 	tok := n0.token(t, "acme", allScopes...)
 	const lines = 100_000
 	id := n1.id("cuts")
-	start := dialNode(t, n1, tok)
+	start := dialRelayNode(t, n1, tok)
 	start.send(t, wire.Request{Type: wire.TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", fmt.Sprintf("seq 1 %d; cat", lines)}})
 	start.expect(t, wire.MsgStarted)
 	start.close()
 
 	input := []byte(seqLines(3000))
-	c := dialNode(t, n0, tok)
+	c := dialRelayNode(t, n0, tok)
 	f := &muxFollower{id: id, sum: sha256.New()}
 	f.follow(t, c, input, 2000)
 	want := seqLines(lines) + string(input)
@@ -486,8 +486,8 @@ func TestRelayKilledPeer(t *testing.T) {
 	nodes := newRelayCluster(t, 2, nil)
 	n0, n1 := nodes[0], nodes[1]
 	tok := n0.token(t, "acme", allScopes...)
-	c := dialNode(t, n0, tok)
-	c.send(t, wire.Request{Type: wire.TypeStart, Req: "l", ID: "here", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+	c := dialRelayNode(t, n0, tok)
+	c.send(t, wire.Request{Type: wire.TypeStart, Req: "l", ID: n0.id("here"), Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
 	local := nextMsg(t, c, nil, isType(wire.MsgAttached, "l"))
 	c.send(t, wire.Request{Type: wire.TypeStart, Req: "r", ID: n1.id("there"), Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
 	remote := nextMsg(t, c, nil, isType(wire.MsgAttached, "r"))
@@ -532,7 +532,7 @@ func TestRelayFrozenPeer(t *testing.T) {
 	const n = 200_000
 	id := n1.id("frozen")
 	seqStartOn(t, n1, tok, id, n)
-	c := dialNode(t, n0, tok)
+	c := dialRelayNode(t, n0, tok)
 	t.Cleanup(n1.proxy.thaw)
 	var began time.Time
 	f := &muxFollower{id: id, sum: sha256.New(), onAttached: func() { n1.proxy.freeze(); began = time.Now() }}
@@ -712,12 +712,15 @@ func TestRelayCountsChannels(t *testing.T) {
 	nodes := newRelayClusterWith(t, 2, nil, func(_ int, c *Config) { c.MaxChannels = 2 })
 	n0, n1 := nodes[0], nodes[1]
 	tok := n0.token(t, "acme", allScopes...)
-	c := dialNode(t, n0, tok)
+	c := dialRelayNode(t, n0, tok)
 	c.send(t, wire.Request{Type: wire.TypeStart, Req: "r", ID: n1.id("there"), Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
 	nextMsg(t, c, nil, isType(wire.MsgAttached, "r"))
 	c.send(t, wire.Request{Type: wire.TypeStart, Req: "l", ID: "here", Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
-	nextMsg(t, c, nil, isType(wire.MsgAttached, "l"))
-	for _, id := range []string{"here", n1.id("there")} {
+	here := nextMsg(t, c, nil, isType(wire.MsgAttached, "l")).ID
+	if here != n0.id("here") {
+		t.Fatalf("a start here of key here is %q, want %q", here, n0.id("here"))
+	}
+	for _, id := range []string{here, n1.id("there")} {
 		c.send(t, wire.Request{Type: wire.TypeAttach, Req: "third", ID: id})
 		if m := nextMsg(t, c, nil, isType(wire.MsgError, "third")); m.Error != wire.CodeTooManyChannels {
 			t.Fatalf("a third channel on %s: %+v", id, m)
@@ -743,7 +746,7 @@ func TestRelayForwardsReauth(t *testing.T) {
 	}
 	for _, reauth := range []bool{true, false} {
 		short := mint(2 * time.Second)
-		c := dialNode(t, n0, short)
+		c := dialRelayNode(t, n0, short)
 		id := n1.id(fmt.Sprintf("reauth-%v", reauth))
 		c.send(t, wire.Request{Type: wire.TypeStart, Req: "r", ID: id, Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
 		ch := nextMsg(t, c, nil, isType(wire.MsgAttached, "r")).Channel
@@ -804,5 +807,33 @@ func TestByteBudget(t *testing.T) {
 	b.release(1000)
 	if b.free != 100 {
 		t.Fatalf("free %d after releasing everything, want 100", b.free)
+	}
+}
+
+// TestRelayKeyedStart: a keyed start through n0 whose key ranks n1 first
+// runs on n1 and is relayed; its retry through n0 is the same execution.
+func TestRelayKeyedStart(t *testing.T) {
+	t.Parallel()
+	nodes := newRelayCluster(t, 2, nil)
+	n0, n1 := nodes[0], nodes[1]
+	key := ""
+	for i := range 100 {
+		if k := fmt.Sprintf("k%d", i); cluster.Rank("acme", k, []string{"n0", "n1"})[0] == "n1" {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key of 100 ranks n1 first")
+	}
+	tok := n0.token(t, "acme", allScopes...)
+	c := dialRelayNode(t, n0, tok)
+	for i, req := range []string{"s1", "s2"} {
+		c.send(t, wire.Request{Type: wire.TypeStart, Req: req, ID: key, Command: "/bin/sh", Args: []string{"-c", "cat"}, Attach: true})
+		st := nextMsg(t, c, nil, isType(wire.MsgStarted, req))
+		att := nextMsg(t, c, nil, isType(wire.MsgAttached, req))
+		if st.ID != n1.id(key) || att.Channel != uint32(i+1) {
+			t.Fatalf("start %d of key %s: %q on channel %d; want %q on %d", i, key, st.ID, att.Channel, n1.id(key), i+1)
+		}
 	}
 }
