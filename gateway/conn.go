@@ -22,8 +22,9 @@ import (
 const controlQueue = 256
 
 // conn is one WebSocket connection. Its goroutines: the read loop (serve),
-// the writer, the heartbeat, the expiry timer, and one pump per channel;
-// serve waits for all of them before it returns.
+// the writer, the heartbeat, the expiry timer, one pump per channel, and
+// a reader and a pinger per relay upstream (relay.go); serve waits for
+// all of them before it returns.
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
