@@ -5,11 +5,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,11 +254,22 @@ func TestRelayAttachRenumbersChannels(t *testing.T) {
 	if !exits[local.Channel] || !exits[remote.Channel] || !exits[viewer.Channel] {
 		t.Fatalf("exits on %v", exits)
 	}
-	// The exits dropped the relayed channels: the upstream is closed as
-	// idle, and an unknown channel is answered as one.
+	// The exits dropped the relayed channels: an unknown channel is
+	// answered as one, and the upstream is closed as idle.
 	c.send(t, wire.Request{Type: wire.TypeDetach, Req: "d", Channel: remote.Channel})
 	if m := nextMsg(t, c, nil, isType(wire.MsgError, "d")); m.Error != wire.CodeNotAttached {
 		t.Fatalf("detach of an ended relayed channel: %+v", m)
+	}
+	for i := 0; n1.srv.connections() > 0; i++ {
+		if i == 500 {
+			t.Fatalf("n1 still serves %d connections: the idle upstream was not closed", n1.srv.connections())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The next relayed request dials a new upstream.
+	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "late", ID: st.ID})
+	if m := nextMsg(t, c, nil, isType(wire.MsgAttached, "late")); m.Channel != 4 || n1.srv.connections() != 1 {
+		t.Fatalf("attach after the idle close: channel %d, n1 serving %d connections", m.Channel, n1.srv.connections())
 	}
 }
 
@@ -731,10 +745,24 @@ func TestRelayCountsChannels(t *testing.T) {
 // TestRelayForwardsReauth: a reauth on n0 reaches the upstream, so the
 // owner keeps serving the relayed channel after the first token's
 // expiry; without one the owner's 4001 closes the client connection
-// with the same code.
+// with the same code, though n0 itself would still accept the token.
 func TestRelayForwardsReauth(t *testing.T) {
 	t.Parallel()
-	nodes := newRelayCluster(t, 2, nil)
+	// n0 accepts a token for a minute past its exp, n1 for 10ms: the
+	// close without a reauth is the owner's, passed on.
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("0123456789abcdef0123456789abcdef-test-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lenient, err := auth.New(auth.Config{HS256SecretFile: secretFile, Leeway: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := newRelayClusterWith(t, 2, nil, func(i int, c *Config) {
+		if i == 0 {
+			c.Auth = lenient
+		}
+	})
 	n0, n1 := nodes[0], nodes[1]
 	mint := func(d time.Duration) string {
 		tok, err := n0.authn.Mint(auth.Claims{Subject: "user-acme", Tenant: "acme", Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true},
@@ -762,8 +790,9 @@ func TestRelayForwardsReauth(t *testing.T) {
 				_, err = readRelay(ctx, c)
 			}
 			cancel()
-			if code := closeCode(err); code != wire.CloseAuthExpired {
-				t.Fatalf("without a reauth: closed with %v (%v), want %d", code, err, wire.CloseAuthExpired)
+			var ce websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != wire.CloseAuthExpired || !strings.Contains(ce.Reason, "owner") {
+				t.Fatalf("without a reauth: closed with %v, want %d from the owner", err, wire.CloseAuthExpired)
 			}
 			continue
 		}
