@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"time"
@@ -37,10 +38,25 @@ const (
 	relayQueueBytes = 4 << 20
 )
 
-// relayFrame is one message an upstream reader queued for the client.
+// relayFrame is one message an upstream reader queued for the client;
+// buf, when set, holds b and goes back to relayBuffers once written.
 type relayFrame struct {
 	typ websocket.MessageType
 	b   []byte
+	buf *[]byte
+}
+
+// relayBuffers are the upstream readers' message buffers: an output
+// frame is read into one and written to the client from it, so relaying
+// it allocates nothing.
+var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// putRelayBuffer returns buf to relayBuffers unless a large message (a
+// snapshot) grew it: the pool keeps only frame-sized buffers.
+func putRelayBuffer(buf *[]byte) {
+	if cap(*buf) <= 1<<20 {
+		relayBuffers.Put(buf)
+	}
 }
 
 // upstream is one connection to an owner node, serving the channels one
@@ -401,34 +417,62 @@ func (u *upstream) reader() {
 	var err error
 	for {
 		var typ websocket.MessageType
-		var b []byte
-		typ, b, err = u.ws.Read(u.ctx)
-		if err != nil {
+		var buf *[]byte
+		if typ, buf, err = u.read(); err != nil {
 			break
 		}
-		if !u.forward(typ, b) {
+		if !u.forward(typ, buf) {
 			return // the client connection ended
 		}
 	}
 	u.finish(err)
 }
 
-// forward rewrites one owner message for the client and queues it.
-func (u *upstream) forward(typ websocket.MessageType, b []byte) bool {
-	if typ == websocket.MessageBinary {
-		if len(b) < 5 {
-			return true
+// read reads one message into a buffer of relayBuffers; the connection's
+// read limit bounds it.
+func (u *upstream) read() (websocket.MessageType, *[]byte, error) {
+	typ, r, err := u.ws.Reader(u.ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	buf := relayBuffers.Get().(*[]byte)
+	b := (*buf)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
 		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			*buf = b
+			return typ, buf, nil
+		}
+		if err != nil {
+			putRelayBuffer(buf)
+			return 0, nil, err
+		}
+	}
+}
+
+// forward rewrites one owner message for the client and queues it.
+func (u *upstream) forward(typ websocket.MessageType, buf *[]byte) bool {
+	b := *buf
+	if typ == websocket.MessageBinary {
 		u.mu.Lock()
-		n, ok := u.chans[binary.BigEndian.Uint32(b[1:5])]
+		n, ok := uint32(0), false
+		if len(b) >= 5 {
+			n, ok = u.chans[binary.BigEndian.Uint32(b[1:5])]
+		}
 		u.mu.Unlock()
 		if !ok {
+			putRelayBuffer(buf)
 			return true // a channel the client detached
 		}
 		binary.BigEndian.PutUint32(b[1:5], n)
-		return u.c.queue(relayFrame{typ: typ, b: b})
+		return u.c.queue(relayFrame{typ: typ, b: b, buf: buf})
 	}
 	out, ok := u.rewrite(b)
+	putRelayBuffer(buf)
 	if !ok {
 		return true
 	}
@@ -616,9 +660,12 @@ func (c *conn) queue(f relayFrame) bool {
 	}
 }
 
-// writeRelayed writes one relayed frame and frees its budget.
+// writeRelayed writes one relayed frame and frees its budget and buffer.
 func (c *conn) writeRelayed(f relayFrame) bool {
 	defer c.outBytes.release(len(f.b))
+	if f.buf != nil {
+		defer putRelayBuffer(f.buf)
+	}
 	return c.write(f.typ, f.b)
 }
 
