@@ -75,7 +75,8 @@ type Error struct {
 	Code    string // a stable code: a wire.Code constant or CodeInputLost
 	Message string
 
-	received uint64 // input offset the server reported with input_offset
+	received uint64        // input offset the server reported with input_offset
+	retry    time.Duration // how long the server asked to wait (retry_ms), with unavailable
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -89,6 +90,12 @@ func (e *Error) Is(target error) bool {
 
 // DefaultReconnectBudget is Config.ReconnectBudget's default.
 const DefaultReconnectBudget = 60 * time.Second
+
+// DefaultPingInterval is Config.PingInterval's default.
+const DefaultPingInterval = 15 * time.Second
+
+// keepaliveReq is the req of the pings that check the connection is alive.
+const keepaliveReq = "keepalive"
 
 // restartBackoff caps the reconnect delay after the server closed with
 // 1012: a restarting gateway is back within seconds.
@@ -110,6 +117,12 @@ type Config struct {
 	// once its connection is lost (DefaultReconnectBudget; negative:
 	// for ever). Past it every execution ends with ErrGatewayGone.
 	ReconnectBudget time.Duration
+	// PingInterval is how often the client pings the server, and how long
+	// it waits for the pong: none within it drops the connection, and the
+	// client reconnects and resumes. Behind a proxy that passes bytes
+	// through, this is how a frozen server is noticed
+	// (DefaultPingInterval; negative: no pings).
+	PingInterval time.Duration
 	// HTTPClient dials the WebSocket (http.DefaultClient).
 	HTTPClient *http.Client
 	// Logger receives reconnects; nil discards.
@@ -134,6 +147,8 @@ type Client struct {
 	nextReq  uint64
 	fatal    error
 	hello    Hello // of the current (or the last) connection
+
+	pong chan struct{} // a keepalive pong came; buffered 1
 }
 
 // Hello is what the server said of itself when a connection opened: its
@@ -186,6 +201,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.ReconnectBudget == 0 {
 		cfg.ReconnectBudget = DefaultReconnectBudget
 	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -193,7 +211,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{
 		cfg: cfg, url: u, log: cfg.Logger, ctx: cctx, cancel: cancel, done: make(chan struct{}),
 		connUp: make(chan struct{}), execs: map[*Execution]struct{}{}, channels: map[uint32]*Execution{},
-		pending: map[string]*pending{},
+		pending: map[string]*pending{}, pong: make(chan struct{}, 1),
 	}
 	ws, err := c.dial(ctx)
 	if err != nil {
@@ -283,7 +301,7 @@ func (c *Client) run(ws *websocket.Conn, h Hello) {
 	defer close(c.done)
 	for {
 		c.up(ws, h)
-		err := c.readLoop(ws)
+		err := c.serve(ws)
 		ws.CloseNow()
 		c.down(err)
 		if c.ctx.Err() != nil {
@@ -293,6 +311,75 @@ func (c *Client) run(ws *websocket.Conn, h Hello) {
 		if ws, h, ok = c.reconnect(time.Now(), websocket.CloseStatus(err) == wire.CloseServiceRestart); !ok {
 			return
 		}
+	}
+}
+
+// serve reads ws until it breaks, pinging it meanwhile.
+func (c *Client) serve(ws *websocket.Conn) error {
+	if c.cfg.PingInterval < 0 {
+		return c.readLoop(ws)
+	}
+	ctx, stop := context.WithCancel(c.ctx)
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		c.keepalive(ctx, ws)
+	}()
+	err := c.readLoop(ws)
+	stop()
+	<-pinged
+	return err
+}
+
+// keepalive pings ws every PingInterval until ctx ends, and drops it when
+// a pong does not come within PingInterval: the read loop then ends and
+// the client reconnects. A server or a node behind a proxy that stopped
+// (frozen, or its network gone without a reset) is noticed this way.
+func (c *Client) keepalive(ctx context.Context, ws *websocket.Conn) {
+	d := c.cfg.PingInterval
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	b, _ := json.Marshal(wire.Request{Type: wire.TypePing, Req: keepaliveReq})
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		select {
+		case <-c.pong: // a late pong of the last ping
+		default:
+		}
+		wctx, cancel := context.WithTimeout(ctx, d)
+		err := ws.Write(wctx, websocket.MessageText, b)
+		cancel()
+		if err == nil {
+			err = c.awaitPong(ctx, d)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("the gateway does not answer pings: reconnecting", "url", c.cfg.URL, "err", err)
+				ws.CloseNow()
+			}
+			return
+		}
+	}
+}
+
+// errNoPong is keepalive's failure when the pong does not come in time.
+var errNoPong = errors.New("client: no pong within the ping interval")
+
+// awaitPong waits up to d for a keepalive pong.
+func (c *Client) awaitPong(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.pong:
+		return nil
+	case <-t.C:
+		return errNoPong
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -347,16 +434,7 @@ func (c *Client) backoff(attempt int, maxDelay time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func (c *Client) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.ctx.Done():
-		return false
-	}
-}
+func (c *Client) sleep(d time.Duration) bool { return sleepContext(c.ctx, d) }
 
 // up installs a fresh connection and reattaches every live execution
 // after the last sequence it delivered.
@@ -459,6 +537,19 @@ func (c *Client) dispatch(m wire.Message) {
 		}
 	}
 	switch m.Type {
+	case wire.MsgPong:
+		if m.Req == keepaliveReq {
+			select {
+			case c.pong <- struct{}{}:
+			default:
+			}
+		}
+	case wire.MsgDetached:
+		// Unasked: the node relaying the channel lost the execution's
+		// owner. The execution resumes on this connection.
+		if e := c.channel(m.Channel); e != nil && m.Error != "" {
+			e.detachedByServer(m)
+		}
 	case wire.MsgEvent:
 		ev := Event{Seq: m.Seq, Kind: m.Event, Rows: m.Rows, Cols: m.Cols, Signal: m.Signal}
 		if m.Event == wire.EventNotice {
@@ -549,7 +640,8 @@ func (c *Client) request(ctx context.Context, r wire.Request, onAnswer ...func(w
 				continue // lost with the connection
 			}
 			if m.Type == wire.MsgError {
-				return m, &Error{Code: m.Error, Message: m.Message, received: m.InputOffset}
+				return m, &Error{Code: m.Error, Message: m.Message, received: m.InputOffset,
+					retry: time.Duration(m.RetryMS) * time.Millisecond}
 			}
 			return m, nil
 		case <-ctx.Done():

@@ -61,6 +61,12 @@ type Message struct {
 	// error
 	Error   string `json:"error,omitempty"` // a stable code
 	Message string `json:"message,omitempty"`
+	// RetryMS, on an unavailable error or a server-sent detached, is how
+	// long to wait before asking again.
+	RetryMS int64 `json:"retry_ms,omitempty"`
+	// Node names the node that owns the execution (started, attached) or
+	// serves the connection (hello): a routing hint only.
+	Node string `json:"node,omitempty"`
 
 	// auth-expiring, reauthed
 	ExpiresAt string `json:"expires_at,omitempty"`
