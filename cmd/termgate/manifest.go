@@ -13,14 +13,14 @@ import (
 )
 
 // manifestKinds are the configurations termgate manifest prints.
-var manifestKinds = []string{"systemd", "nginx", "caddy"}
+var manifestKinds = []string{"systemd", "nginx", "caddy", "haproxy"}
 
 // runManifest prints a ready configuration for running termgate serve
 // under a service manager or behind a reverse proxy, generated from the
-// flags given: termgate manifest systemd|nginx|caddy [flags].
+// flags given: termgate manifest systemd|nginx|caddy|haproxy [flags].
 func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	if len(args) == 0 {
-		return usageError{errors.New("manifest: want systemd, nginx or caddy")}
+		return usageError{errors.New("manifest: want systemd, nginx, caddy or haproxy")}
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -31,8 +31,10 @@ func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 		return runManifestNginx(args[1:], stdout)
 	case "caddy":
 		return runManifestCaddy(args[1:], stdout)
+	case "haproxy":
+		return runManifestHaproxy(args[1:], stdout)
 	}
-	return usageError{fmt.Errorf("manifest: unknown kind %q: want systemd, nginx or caddy", args[0])}
+	return usageError{fmt.Errorf("manifest: unknown kind %q: want systemd, nginx, caddy or haproxy", args[0])}
 }
 
 // manifestFlagSet is what help lists for manifest: the nginx flags, the
