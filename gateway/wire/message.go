@@ -61,11 +61,14 @@ type Message struct {
 	// error
 	Error   string `json:"error,omitempty"` // a stable code
 	Message string `json:"message,omitempty"`
-	// RetryMS, on an unavailable error or a server-sent detached, is how
-	// long to wait before asking again.
+	// RetryMS, on an error or a server-sent detached whose Error is
+	// CodeUnavailable, is how long to wait before trying again: the node
+	// that owns the execution is not answering.
 	RetryMS int64 `json:"retry_ms,omitempty"`
-	// Node names the node that owns the execution (started, attached) or
-	// serves the connection (hello): a routing hint only.
+
+	// Node, on hello, started and attached, names the node that serves the
+	// connection (hello) or owns the execution (started, attached): a
+	// routing hint (?node= on /v1/connect), never part of an ID to parse.
 	Node string `json:"node,omitempty"`
 
 	// auth-expiring, reauthed
@@ -118,6 +121,7 @@ const (
 	FeatureSeen     = "seen"      // attach with seen: exact gap bytes after a reconnect
 	FeatureFlow     = "flow"      // start with flow and hold_ms
 	FeatureSnapshot = "snapshot"  // attach with snapshot: a screen snapshot in place of evicted terminal history
+	FeatureNodes    = "nodes"     // one node of several: node fields, unavailable with retry_ms, detached with an error
 )
 
 // Output flows of an execution.
@@ -166,3 +170,12 @@ const (
 	MsgInputAck     = "input-ack" // input accepted on an acknowledging channel
 	MsgSnapshot     = "snapshot"  // a terminal's screen in place of history it no longer holds
 )
+
+// ListStatus is what the answer of GET /v1/executions holds beside its
+// executions on one node of several: Partial when some nodes did not
+// answer in time, and Unreachable names them, sorted. The list is then
+// what the nodes that answered hold.
+type ListStatus struct {
+	Partial     bool     `json:"partial,omitempty"`
+	Unreachable []string `json:"unreachable,omitempty"`
+}
