@@ -155,7 +155,10 @@ type Client struct {
 // name and version, its protocol, the features and limits it has. A
 // server from before acknowledged delivery says nothing: a zero Hello.
 type Hello struct {
-	Server   string
+	Server string
+	// Node names the node that served the connection, from a gateway of
+	// several nodes ("" from a single one).
+	Node     string
 	Protocol int
 	Features []string
 	Limits   wire.Bounds
@@ -166,7 +169,7 @@ func (h Hello) Has(feature string) bool { return slices.Contains(h.Features, fea
 
 // hello turns a hello message into a Hello.
 func hello(m wire.Message) Hello {
-	h := Hello{Server: m.Server, Protocol: m.Protocol, Features: slices.Clone(m.Features)}
+	h := Hello{Server: m.Server, Node: m.Node, Protocol: m.Protocol, Features: slices.Clone(m.Features)}
 	if m.Limits != nil {
 		h.Limits = *m.Limits
 	}
@@ -229,14 +232,20 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// wsURL turns http(s)://host into ws(s)://host/v1/connect.
+// wsURL turns http(s)://host into ws(s)://host/v1/connect. A query is
+// kept: ?node=NAME asks a load balancer or node for the node that owns
+// the executions followed (a routing hint, PROTOCOL.md "Nodes").
 func wsURL(base string) (string, error) {
+	base, query, _ := strings.Cut(base, "?")
+	if query != "" {
+		query = "?" + query
+	}
 	base = strings.TrimRight(base, "/")
 	switch {
 	case strings.HasPrefix(base, "http://"):
-		return "ws://" + strings.TrimPrefix(base, "http://") + "/v1/connect", nil
+		return "ws://" + strings.TrimPrefix(base, "http://") + "/v1/connect" + query, nil
 	case strings.HasPrefix(base, "https://"):
-		return "wss://" + strings.TrimPrefix(base, "https://") + "/v1/connect", nil
+		return "wss://" + strings.TrimPrefix(base, "https://") + "/v1/connect" + query, nil
 	}
 	return "", fmt.Errorf("client: URL %q must start with http:// or https://", base)
 }
@@ -401,13 +410,9 @@ func (c *Client) reconnect(lost time.Time, restart bool) (*websocket.Conn, Hello
 		if !c.sleep(d) {
 			return nil, Hello{}, false
 		}
-		ws, err := c.dial(c.ctx)
+		ws, h, err := c.open()
 		if err == nil {
-			var h Hello
-			if h, err = c.handshake(c.ctx, ws); err == nil {
-				return ws, h, true
-			}
-			ws.CloseNow()
+			return ws, h, true
 		}
 		var te *Error
 		switch tried := time.Since(lost); {
@@ -423,6 +428,27 @@ func (c *Client) reconnect(lost time.Time, restart bool) (*websocket.Conn, Hello
 		}
 		c.log.Info("reconnect failed", "err", err, "attempt", attempt+1)
 	}
+}
+
+// openTimeout bounds a reconnect's dial and handshake: a gateway that
+// accepts and never answers (frozen) is given up and dialled again.
+var openTimeout = 10 * time.Second // a variable for tests (export_test.go)
+
+// open dials and handshakes within openTimeout, or PingInterval when
+// longer.
+func (c *Client) open() (*websocket.Conn, Hello, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, max(openTimeout, c.cfg.PingInterval))
+	defer cancel()
+	ws, err := c.dial(ctx)
+	if err != nil {
+		return nil, Hello{}, err
+	}
+	h, err := c.handshake(ctx, ws)
+	if err != nil {
+		ws.CloseNow()
+		return nil, Hello{}, err
+	}
+	return ws, h, nil
 }
 
 // backoff is exponential with full jitter, at most maxDelay.

@@ -166,3 +166,48 @@ func TestPingsOff(t *testing.T) {
 		t.Fatalf("the client sent %+v with pings off", r)
 	}
 }
+
+func TestWSURLKeepsTheQuery(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"http://lb:80":            "ws://lb:80/v1/connect",
+		"https://lb/":             "wss://lb/v1/connect",
+		"http://lb:80/?node=n1":   "ws://lb:80/v1/connect?node=n1",
+		"https://lb?node=n1&x=2":  "wss://lb/v1/connect?node=n1&x=2",
+		"http://lb/base/?node=n2": "ws://lb/base/v1/connect?node=n2",
+	} {
+		if got, err := client.WSURL(in); err != nil || got != want {
+			t.Errorf("wsURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func TestHelloNamesTheNode(t *testing.T) {
+	t.Parallel()
+	h := gatewaytest.Hello()
+	h.Node = "n1"
+	c, _, _ := scripted(t, h)
+	if got := c.Server().Node; got != "n1" {
+		t.Fatalf("Server().Node = %q, want n1", got)
+	}
+}
+
+// TestFrozenGatewayIsDialledAgain: a reconnect to a gateway that accepts
+// the upgrade and then never answers the handshake (a frozen node) is
+// given up after the open timeout and dialled again.
+func TestFrozenGatewayIsDialledAgain(t *testing.T) {
+	defer client.SetOpenTimeout(300 * time.Millisecond)()
+	s, conn, _ := scriptedWith(t, client.Config{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, PingInterval: -1})
+	conn.Drop()
+	frozen := s.Accept(t) // and no handshake
+	select {
+	case <-frozen.Done():
+	case <-time.After(gatewaytest.ScriptTimeout):
+		t.Fatal("the client waits for ever on a gateway that does not answer its handshake")
+	}
+	next := s.Accept(t)
+	next.Handshake(t, gatewaytest.Hello())
+	if req := next.Request(t, wire.TypeAttach); req.ID != "job" {
+		t.Fatalf("reattach %+v, want job", req)
+	}
+}
