@@ -473,8 +473,8 @@ func TestClusterFrozenNode(t *testing.T) {
 }
 
 // TestClusterRestartedNode: a node restarted (SIGTERM) on its state
-// directory brings its live executions back; one that ended and expired
-// while it was down is gone through every node; with the state directory
+// directory brings its live executions back; one that had ended and
+// whose retention ran out while it was down is gone through every node; with the state directory
 // wiped (keeper killed first: a new epoch) its old IDs are gone, never
 // not_found.
 func TestClusterRestartedNode(t *testing.T) {
@@ -484,12 +484,16 @@ func TestClusterRestartedNode(t *testing.T) {
 	defer cancel()
 	needRouting(t, c.dial(t, c.url(0), nil, 0))
 	_, liveID := c.apiStart(t, c.url(2), wire.Request{Command: "/bin/sh", Args: []string{"-c", echoScript}})
-	_, shortID := c.apiStart(t, c.url(2), wire.Request{Command: "/bin/sh", Args: []string{"-c", "sleep 1; echo done"}})
+	_, shortID := c.apiStart(t, c.url(2), wire.Request{Command: "/bin/sh", Args: []string{"-c", "echo done"}})
+	until(t, "the short execution ends while n2 is up", func() bool {
+		_, body := c.apiGet(t, c.url(2), "/v1/executions/"+shortID)
+		return body["status"] != nil && body["status"] != "running"
+	})
 	f := follow(ctx, attachOrSkip(t, ctx, c.dial(t, c.url(0), nil, 0), liveID, false))
 	until(t, "ready", func() bool { return f.output() == "ready\n" })
 
 	c.nodes[2].kill(syscall.SIGTERM) // a restart: the executions live on in the keeper
-	time.Sleep(4 * time.Second)      // short ends and its 2s retention passes while n2 is down
+	time.Sleep(3 * time.Second)      // the short one's 2s retention runs out while n2 is down
 	c.nodes[2].start()
 	f.e.WriteContext(ctx, []byte("back\nquit\n"))
 	f.ended(t, ctx)
