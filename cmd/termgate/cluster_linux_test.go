@@ -280,9 +280,10 @@ func TestClusterResumeAcrossNodes(t *testing.T) {
 	cl := c.dial(t, "http://"+proxy.Addr(), nil, 0)
 	const rounds = 40
 	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do seq $((i*1000+1)) $((i*1000+1000)); i=$((i+1)); sleep 0.05; done; exit 3`, rounds)
-	out := start(t, ctx, cl, wire.Request{ID: "resume-out", Command: "/bin/sh", Args: []string{"-c", script}})
-	in := start(t, ctx, cl, wire.Request{ID: "resume-in", Command: "/bin/sh", Args: []string{"-c", echoScript}})
-	needCanonical(t, in.e.ID())
+	_, outID := c.apiStart(t, c.lb, wire.Request{ID: "resume-out", Command: "/bin/sh", Args: []string{"-c", script}})
+	_, inID := c.apiStart(t, c.lb, wire.Request{ID: "resume-in", Command: "/bin/sh", Args: []string{"-c", echoScript}})
+	out := follow(ctx, attachOrSkip(t, ctx, cl, outID, false))
+	in := follow(ctx, attachOrSkip(t, ctx, cl, inID, false))
 	until(t, "the echo is ready", func() bool { return strings.HasPrefix(in.output(), "ready\n") })
 	want := "ready\n"
 	for k := range 100 {
