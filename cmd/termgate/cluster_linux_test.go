@@ -366,6 +366,10 @@ func TestClusterList(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, ids[0]) || !strings.Contains(stderr, "termgate: partial list: n2 did not answer") {
 		t.Errorf("termgate ls with n2 killed: status %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	c.nodes[2].start() // its keeper kept the execution
+	if status, body := c.apiGet(t, c.url(0), "/v1/executions"); status != http.StatusOK || body["partial"] == true || !slices.Contains(listIDs(body), ids[2]) {
+		t.Errorf("list with n2 back: %d %v, want whole again", status, body)
+	}
 }
 
 // TestClusterKilledNode: with the owner's serve killed -9 (its keeper
@@ -518,16 +522,36 @@ func TestClusterRestartedNode(t *testing.T) {
 	expectGone("expired while down", shortID)
 
 	_, wipedID := c.apiStart(t, c.url(2), wire.Request{Command: "/bin/sh", Args: []string{"-c", echoScript}})
-	for _, pid := range c.nodes[2].keepers() {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	c.nodes[2].kill(syscall.SIGKILL)
-	c.nodes[2].unmountWorkspaces()
-	if err := os.RemoveAll(c.nodes[2].state); err != nil {
-		t.Fatal(err)
-	}
+	c.wipe(2)
 	c.nodes[2].start()
 	expectGone("on a wiped state directory", wipedID)
+}
+
+// wipe ends node i for good, its keeper first and then serve, and
+// removes its state directory: the node restarts as a new epoch.
+func (c *testCluster) wipe(i int) {
+	t, n := c.t, c.nodes[i]
+	t.Helper()
+	for _, pid := range n.keepers() {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	n.kill(syscall.SIGKILL)
+	until(t, "the keeper and its sandboxes are gone, and the workspaces unmounted", func() bool {
+		if len(n.keepers()) > 0 {
+			return false
+		}
+		mi, _ := os.ReadFile("/proc/self/mountinfo")
+		busy := false
+		for _, line := range strings.Split(string(mi), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], n.dir+"/") {
+				busy = syscall.Unmount(f[4], 0) != nil || busy // EBUSY while a sandbox still dies
+			}
+		}
+		return !busy
+	})
+	if err := os.RemoveAll(n.state); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // keyWithFirst is a key whose rendezvous rank for tenant acme puts first
