@@ -97,4 +97,12 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 }
 
 // remoteAddr is r's client address by the server's trusted proxies.
-func (s *Server) remoteAddr(r *http.Request) string { return requestAddr(r, s.cfg.TrustedProxies) }
+//
+// A verified hop's request (route.go) is the client's that the front
+// node saw: the hop's addr.
+func (s *Server) remoteAddr(r *http.Request) string {
+	if h, ok := hopFrom(r.Context()); ok && h.Addr != "" {
+		return h.Addr
+	}
+	return requestAddr(r, s.cfg.TrustedProxies)
+}

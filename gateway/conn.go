@@ -49,6 +49,7 @@ type conn struct {
 	closeCode    atomic.Int32  // the code this side closed with, once it did
 	started      time.Time
 	remote       string        // the client's address
+	hop          bool          // a verified hop's connection: served here only, never relayed (route_connect.go)
 	bytesIn      atomic.Uint64 // message bytes read
 	bytesOut     atomic.Uint64 // message bytes written
 	closed       chan struct{} // closed when a close handshake we started ended

@@ -14,16 +14,21 @@ var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen,
 
 // hello is the first message on every connection: what the server is,
 // what it supports and its limits, so a client adapts without guessing.
+// One node of several names itself and lists FeatureNodes.
 func (s *Server) hello() wire.Message {
 	b := s.bounds()
 	f := slices.Clone(features)
 	if s.cfg.Supervisor.Config().RecordingsDir != "" {
 		f = append(f, wire.FeatureRecord)
 	}
-	return wire.Message{
+	m := wire.Message{
 		Type: wire.MsgHello, Server: "termgate " + version(), Protocol: wire.ProtocolVersion,
 		Features: f, Limits: &b,
 	}
+	if s.route != nil {
+		m.Node, m.Features = s.route.self(), append(m.Features, wire.FeatureNodes)
+	}
+	return m
 }
 
 // bounds are the limits a hello states, from the server's and the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -65,6 +66,7 @@ type testEnv struct {
 	authn  *auth.Authenticator
 	secret []byte
 	sup    *session.Supervisor
+	fake   *sessiontest.Launcher // newFakeCluster's launcher; nil otherwise
 }
 
 // newEnv starts a gateway over the real sandbox; tweak adjusts its
@@ -89,6 +91,13 @@ func newEnvOn(t testing.TB, l session.Launcher, tweak func(*Config)) *testEnv {
 // newEnvSession starts a gateway over a supervisor configured as sc.
 func newEnvSession(t testing.TB, sc session.Config, tweak func(*Config)) *testEnv {
 	t.Helper()
+	return newEnvListener(t, sc, nil, tweak)
+}
+
+// newEnvListener is newEnvSession serving on ln (nil: a new listener on
+// 127.0.0.1).
+func newEnvListener(t testing.TB, sc session.Config, ln net.Listener, tweak func(*Config)) *testEnv {
+	t.Helper()
 	dir := sandboxtest.Dir(t)
 	secret := []byte("0123456789abcdef0123456789abcdef-test-secret")
 	secretFile := filepath.Join(dir, "secret")
@@ -112,7 +121,12 @@ func newEnvSession(t testing.TB, sc session.Config, tweak func(*Config)) *testEn
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv.Handler())
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	if ln != nil {
+		ts.Listener.Close()
+		ts.Listener = ln
+	}
+	ts.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

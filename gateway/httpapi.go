@@ -88,7 +88,14 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 // error.
 func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		r, ok := a.verifyHop(w, r) // route_http.go
+		if !ok {
+			return
+		}
 		c, err := a.authorize(r, scope)
+		if err == nil && a.forward(w, r, c) {
+			return
+		}
 		if err == nil {
 			err = h(w, r, c)
 		}
@@ -259,12 +266,18 @@ func (b apiStart) request() wire.Request {
 // first starts of one id may both see 201; both describe the same
 // execution.
 func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	if !a.s.starts.allow(c) {
+	if a.s.route == nil && !a.s.starts.allow(c) {
 		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
 	}
 	var body apiStart
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
 		return err
+	}
+	if a.placed(w, r, c, &body) { // route_start.go: elsewhere, or a probe
+		return nil
+	}
+	if a.s.route != nil && !a.s.starts.allow(c) { // the owner's limit, not the front's
+		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
 	}
 	req := body.request()
 	spec, err := a.s.spec(c.Tenant, req)
@@ -287,7 +300,7 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 		return err
 	}
 	w.Header().Set("Location", "/v1/executions/"+url.PathEscape(info.ID))
-	a.respond(w, status, info)
+	a.respond(w, status, a.execution(info))
 	return nil
 }
 
@@ -300,9 +313,7 @@ func (a *httpAPI) exists(tenant, id string) bool {
 }
 
 func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	a.respond(w, http.StatusOK, struct {
-		Executions []session.Info `json:"executions"`
-	}{a.s.cfg.Supervisor.List(c.Tenant)})
+	a.respond(w, http.StatusOK, a.clusterList(r, c, a.s.cfg.Supervisor.List(c.Tenant)))
 	return nil
 }
 
@@ -311,7 +322,7 @@ func (a *httpAPI) get(w http.ResponseWriter, r *http.Request, c auth.Claims) err
 	if err != nil {
 		return err
 	}
-	a.respond(w, http.StatusOK, info)
+	a.respond(w, http.StatusOK, a.execution(info))
 	return nil
 }
 
@@ -329,7 +340,7 @@ func (a *httpAPI) cancel(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	if err != nil {
 		return err
 	}
-	a.respond(w, http.StatusAccepted, info)
+	a.respond(w, http.StatusAccepted, a.execution(info))
 	return nil
 }
 

@@ -312,6 +312,10 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the termgate.v1 subprotocol is required", http.StatusBadRequest)
 		return
 	}
+	r, ok := s.route.connectHop(w, r) // route_connect.go
+	if !ok {
+		return
+	}
 	token := s.token(r, offered)
 	claims, err := s.cfg.Auth.Verify(token)
 	if err != nil {
@@ -325,6 +329,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		s.metrics.authFailures.WithLabelValues(authScope).Inc()
 		s.auditConnect(r, claims.Tenant, claims.Subject, wire.CodeForbidden, "")
 		http.Error(w, "forbidden", http.StatusForbidden)
+		return
+	}
+	if s.route.proxyConnect(w, r) { // ?node= names another node
 		return
 	}
 	subject := subjectKey(claims)
@@ -349,6 +356,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c := newConn(s, ws, claims, s.remoteAddr(r))
+	_, c.hop = hopFrom(r.Context())
 	if !s.register(c) {
 		code, reason := s.closeCode()
 		ws.Close(code, reason)
