@@ -31,15 +31,23 @@ const benchOutput = `yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghi
 // client, beside the same command read from a PTY directly in one
 // process: a client that acknowledges (termgate's own clients; the
 // program waits for it) and one that does not (served free running).
+// gateway-acked-recorded also records every execution to a file.
 func BenchmarkPTYThroughput(b *testing.B) {
 	for _, v := range []struct {
-		name          string
-		ack, noScreen bool
-	}{{"gateway-acked", true, false}, {"gateway-acked-no-screen-state", true, true}, {"gateway", false, false}} {
+		name                  string
+		ack, noScreen, record bool
+	}{
+		{"gateway-acked", true, false, false}, {"gateway-acked-no-screen-state", true, true, false},
+		{"gateway-acked-recorded", true, false, true}, {"gateway", false, false, false},
+	} {
 		ack := v.ack
 		b.Run(v.name, func(b *testing.B) {
 			sc := session.Config{Launcher: session.SandboxLauncher(needLauncher(b)), NoScreenState: v.noScreen}
+			if v.record {
+				sc.RecordingsDir, sc.RecordingMaxSize = b.TempDir(), 256<<20
+			}
 			e := newEnvSession(b, sc, func(c *Config) {
+				c.Record.All = v.record
 				c.Sandbox.MaxTimeout = time.Hour
 				if !ack { // served free running: a ring that holds it all, so no gap
 					c.Ring = replay.Config{MaxBytes: 16 << 20}

@@ -73,6 +73,10 @@ func (c *conn) start(req wire.Request) {
 		c.failErr(req, 0, err)
 		return
 	}
+	if code, msg := c.s.recordStart(claims, req, &spec); code != "" {
+		c.fail(req, 0, code, msg)
+		return
+	}
 	if !c.auditStart(&req, spec) {
 		return
 	}

@@ -16,9 +16,13 @@ var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen,
 // what it supports and its limits, so a client adapts without guessing.
 func (s *Server) hello() wire.Message {
 	b := s.bounds()
+	f := slices.Clone(features)
+	if s.cfg.Supervisor.Config().RecordingsDir != "" {
+		f = append(f, wire.FeatureRecord)
+	}
 	return wire.Message{
 		Type: wire.MsgHello, Server: "termgate " + version(), Protocol: wire.ProtocolVersion,
-		Features: slices.Clone(features), Limits: &b,
+		Features: f, Limits: &b,
 	}
 }
 

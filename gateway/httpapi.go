@@ -79,6 +79,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/executions", a.route(auth.ScopeAttach, a.list))
 	mux.HandleFunc("GET /v1/executions/{id}", a.route(auth.ScopeAttach, a.get))
 	mux.HandleFunc("GET /v1/executions/{id}/events", a.route(auth.ScopeAttach, a.events))
+	mux.HandleFunc("GET /v1/executions/{id}/recording", a.route(auth.ScopeAttach, a.recording))
 	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(auth.ScopeWrite, a.input))
 	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(auth.ScopeWrite, a.cancel))
 }
@@ -241,13 +242,15 @@ type apiStart struct {
 	Flow          string       `json:"flow"`
 	HoldMS        int64        `json:"hold_ms"`
 	Limits        *wire.Limits `json:"limits"`
+	Record        bool         `json:"record"`
+	RecordInput   bool         `json:"record_input"`
 }
 
 func (b apiStart) request() wire.Request {
 	return wire.Request{
 		Type: wire.TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
 		PTY: b.PTY, TimeoutMS: b.TimeoutMS, IdleTimeoutMS: b.IdleTimeoutMS, Interactive: b.Interactive,
-		Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS,
+		Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS, Record: b.Record, RecordInput: b.RecordInput,
 	}
 }
 
@@ -267,6 +270,9 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 	spec, err := a.s.spec(c.Tenant, req)
 	if err != nil {
 		return err
+	}
+	if code, msg := a.s.recordStart(c, req, &spec); code != "" {
+		return &apiError{code, msg}
 	}
 	if err := a.auditStart(r, c, &req, spec); err != nil {
 		return err

@@ -67,6 +67,12 @@ func newMetrics(s *Server) *metrics {
 		m.connsOpen, m.connsClosed, m.authFailures,
 		serverCollector{s, s.cfg.MetricsTenantLabel},
 	)
+	if a := s.cfg.Audit; a != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "termgate_audit_lost_records_total",
+			Help: "Audit records that could not be written once nothing could be refused any more (ends, channel closes, refusals).",
+		}, func() float64 { return float64(a.Lost()) }))
+	}
 	return m
 }
 

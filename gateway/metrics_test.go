@@ -203,3 +203,28 @@ func TestMetricLabelsBounded(t *testing.T) {
 		t.Errorf("authReason(other) = %q, want %q", got, authInvalid)
 	}
 }
+
+// TestMetricsAuditLost: records the audit trail could not write once
+// nothing could be refused any more are a counter, so an operator is
+// alerted to a hole in the trail; without a trail there is no series.
+func TestMetricsAuditLost(t *testing.T) {
+	t.Parallel()
+	a, err := OpenAudit(AuditConfig{Path: filepath.Join(t.TempDir(), "audit.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	e := newFakeEnv(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, func(c *Config) { c.Audit = a })
+	ms := httptest.NewServer(e.srv.MetricsHandler())
+	defer ms.Close()
+	wantMetrics(t, ms.URL, "none lost", map[string]float64{"termgate_audit_lost_records_total": 0})
+	a.lost.Add(3)
+	wantMetrics(t, ms.URL, "three lost", map[string]float64{"termgate_audit_lost_records_total": 3})
+
+	plain := newFakeEnv(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, nil)
+	ps := httptest.NewServer(plain.srv.MetricsHandler())
+	defer ps.Close()
+	if _, ok := scrape(t, ps.URL)["termgate_audit_lost_records_total"]; ok {
+		t.Error("a server without an audit trail has termgate_audit_lost_records_total")
+	}
+}

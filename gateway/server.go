@@ -77,6 +77,9 @@ type Config struct {
 	// (DefaultHold); MaxHold bounds a start's hold_ms (DefaultMaxHold).
 	Hold    time.Duration
 	MaxHold time.Duration
+	// Record says which executions are recorded when the supervisor has
+	// a recordings directory (recording.go).
+	Record RecordPolicy
 
 	MaxMessageBytes    int64
 	MaxChannels        int

@@ -35,6 +35,9 @@ type execution struct {
 	dir         string        // the state directory of a durable execution (durable.go)
 	logAttrs    []any         // of its lifecycle log lines: which, whose, what program, who started it
 	startAttrs  []any         // WithLogAttrs' attributes of its start, for OnEnd
+	rec         *recorder     // its recorder while it is recorded here (recording.go)
+	recName     string        // its recording's file name; empty when not recorded
+	recCut      bool          // its recording was cut by a restart
 
 	mu        sync.Mutex
 	proc      Process
@@ -59,6 +62,15 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) (*executi
 	}
 	if err := e.makeStorage(); err != nil {
 		return nil, err
+	}
+	if spec.Record {
+		if err := e.startRecording(); err != nil {
+			if e.dir != "" {
+				os.RemoveAll(e.dir)
+			}
+			return nil, err
+		}
+		e.in.onAccept = e.rec.record
 	}
 	if tty := spec.Policy.TTY; tty != nil && newTerminal != nil && !s.cfg.NoScreenState {
 		e.screen = newScreenState(int(tty.Rows), int(tty.Cols), s.cfg.Scrollback)
@@ -171,6 +183,7 @@ func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 	if errors.Is(err, ErrCapacity) || errors.Is(err, sandbox.ErrInvalidPolicy) || errors.Is(err, sandbox.ErrUnenforceable) {
 		s.forget(e)
 		e.unpin()
+		e.abandonRecording()
 		e.launchErr = err
 		close(e.launched)
 		close(e.done)
@@ -243,12 +256,13 @@ func (e *execution) stopAs(why Status, idle bool) error {
 // finish records the result, appends the exit event (always the last),
 // and starts the retention timer.
 func (e *execution) finish(exit sandbox.Exit) {
+	recording := e.recordingResult()
 	e.mu.Lock()
 	status, reason, ringReason := e.classify(exit)
 	res := &Result{
 		Status: status, ExitCode: exit.Code, Reason: reason,
 		Started: e.started, Ended: time.Now(),
-		Stdout: e.stdout.result(), Stderr: e.stderr.result(),
+		Stdout: e.stdout.result(), Stderr: e.stderr.result(), Recording: recording,
 	}
 	res.Duration = res.Ended.Sub(res.Started)
 	if exit.Signal != 0 {
@@ -325,7 +339,7 @@ func (e *execution) info() Info {
 	in := Info{
 		ID: e.key.id, Owner: e.key.owner, Status: StatusRunning, PTY: e.spec.Policy.TTY != nil,
 		Started: e.started, FirstSeq: first, LastSeq: last, InputOffset: offset, Result: e.res,
-		Incarnation: e.incarnation, Live: e.spec.Live,
+		Incarnation: e.incarnation, Live: e.spec.Live, Recorded: e.recName != "",
 	}
 	if e.res != nil {
 		in.Status = e.res.Status

@@ -29,6 +29,7 @@ type inputQueue struct {
 
 	counted  *atomic.Uint64 // the supervisor's input bytes (metrics.go)
 	log      *inputLog      // durable executions only (inputlog.go)
+	onAccept func([]byte)   // sees accepted input in order, with mu held (a recording); may be nil
 	wroteOff uint64         // input offset written to the program; the writer's
 }
 
@@ -92,6 +93,9 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 	q.pending = append(q.pending, append([]byte(nil), fresh...))
 	if q.log != nil {
 		q.log.accept(q.offset, fresh)
+	}
+	if q.onAccept != nil {
+		q.onAccept(fresh)
 	}
 	q.size += len(fresh)
 	q.offset += uint64(len(fresh))

@@ -193,6 +193,7 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 		e.restoreCapture()
 		e.restoreScreen()
 	}
+	e.restoreRecording(rec.Result == nil)
 	s.mu.Lock()
 	s.execs[k] = e
 	s.held[k.owner]++
@@ -296,6 +297,8 @@ func (s *Supervisor) Detach(ctx context.Context) error {
 		if e.result() == nil {
 			e.saveScreen()
 		}
+		e.stopRecorder()
 	}
+	s.closeCasts()
 	return err
 }

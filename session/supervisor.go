@@ -65,7 +65,12 @@ type Config struct {
 	// restarted takes over (Restore). Empty: executions live in memory
 	// and end with the supervisor.
 	StateDir string
-	Logger   *slog.Logger
+	// RecordingsDir is where recordings are written (recording.go);
+	// empty: no execution is recorded. RecordingMaxSize bounds each
+	// (DefaultRecordingMaxSize, at least MinRecordingMaxSize).
+	RecordingsDir    string
+	RecordingMaxSize int64
+	Logger           *slog.Logger
 }
 
 // Supervisor owns executions. It is safe for concurrent use.
@@ -100,6 +105,7 @@ type Supervisor struct {
 	io        context.Context             // ends output's waits for room; ended by Detach or Close
 	stopIO    context.CancelFunc          //
 	onEnd     atomic.Pointer[func(Ended)] // OnEnd's hook (audithooks.go)
+	casts     *castDir                    // nil without Config.RecordingsDir
 }
 
 type key struct{ owner, id string }
@@ -133,6 +139,16 @@ func New(cfg Config) (*Supervisor, error) {
 		gone:      map[key]time.Time{},
 	}
 	s.io, s.stopIO = context.WithCancel(ctx)
+	if cfg.RecordingMaxSize == 0 {
+		cfg.RecordingMaxSize = DefaultRecordingMaxSize
+		s.cfg.RecordingMaxSize = cfg.RecordingMaxSize
+	}
+	if cfg.RecordingsDir != "" {
+		var err error
+		if s.casts, err = openCastDir(cfg.RecordingsDir, cfg.RecordingMaxSize); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.StateDir != "" {
 		s.store = &store{dir: cfg.StateDir}
 		if err := s.store.prepare(); err != nil {
@@ -159,6 +175,9 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 	}
 	if !idPattern.MatchString(id) {
 		return Info{}, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, idPattern)
+	}
+	if err := s.checkRecording(spec); err != nil {
+		return Info{}, err
 	}
 	spec, err := s.normalize(spec)
 	if err != nil {
@@ -426,11 +445,13 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		defer close(done)
 		for _, e := range es {
 			<-e.done
+			e.waitRecorder()
 			s.mu.Lock()
 			s.removeLocked(e)
 			s.mu.Unlock()
 		}
 		s.wg.Wait()
+		s.closeCasts()
 	}()
 	select {
 	case <-done:

@@ -112,6 +112,11 @@ type Spec struct {
 	// Hold is how long held output waits for an acknowledging writer to
 	// come back once none is attached (Config.DefaultHold).
 	Hold time.Duration `json:"hold"`
+	// Record writes the execution's output and resizes to a recording
+	// (recording.go), and its input too with RecordInput. It needs
+	// Config.RecordingsDir.
+	Record      bool `json:"record,omitempty"`
+	RecordInput bool `json:"record_input,omitempty"`
 }
 
 // Output is the retained part of one stream, cut on UTF-8 boundaries.
@@ -135,6 +140,8 @@ type Result struct {
 	Duration time.Duration `json:"duration"`
 	Stdout   Output        `json:"stdout"` // the terminal's output for a PTY
 	Stderr   Output        `json:"stderr"`
+	// Recording says what the recording lacks; nil when not recorded.
+	Recording *RecordingResult `json:"recording,omitempty"`
 }
 
 // Info describes an execution at one moment.
@@ -154,6 +161,9 @@ type Info struct {
 	// before or will after it (IDs are reused once retention ends).
 	Incarnation string `json:"incarnation"`
 	Live        bool   `json:"live,omitempty"`
+	// Recorded: the execution has a recording
+	// (GET /v1/executions/{id}/recording).
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // Stats counts executions.

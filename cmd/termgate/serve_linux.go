@@ -238,6 +238,11 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	o.workspaces.register(e)
 	e.str(&o.stateDir, "state-dir", "", "directory of the executions' state, best on tmpfs: they outlive a restart or crash of the server (default $XDG_RUNTIME_DIR/termgate, /run/termgate when /run is tmpfs, else /dev/shm/termgate-UID; none: executions end with the server)")
 	e.duration(&o.orphanGrace, "orphan-grace", defaultOrphanGrace, "how long executions outlive a server that does not come back, before they are stopped as a cancel would")
+	e.str(&o.session.RecordingsDir, "recordings-dir", "", "directory of session recordings, asciicast v2 files of mode 0600 (absolute; default none: nothing is recorded)")
+	o.session.RecordingMaxSize = session.DefaultRecordingMaxSize
+	e.parsed("recording-max-size", "largest recording in bytes, at least 4K: what comes after is not recorded, and a final marker and the result say how much (default 64M)", sizeFlag(&o.session.RecordingMaxSize))
+	e.parsed("record", "whose executions are recorded: all, none, or tenant,tenant (default none); any start may ask with record when its token has the exec:record scope", recordFlag(&o.server.Record))
+	e.boolean(&o.server.Record.Input, "record-input", false, "also record the input of every recorded execution (input can hold passwords; without it, only a start's record_input does)")
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	e.str(&o.logFormat, "log-format", "json", "json (one object per line) or text (key=value)")
 	e.str(&o.audit.Path, "audit-log", "", "append-only JSON-lines audit file, mode 0600, in a directory that exists (default off)")
@@ -486,6 +491,12 @@ func (o *serveOptions) check() error {
 		return usageError{errors.New("serve: --interactive-timeout and --interactive-idle-timeout must be positive, --timeout-warning not negative")}
 	case o.stateDir != "" && o.stateDir != "none" && !filepath.IsAbs(o.stateDir):
 		return usageError{fmt.Errorf("serve: --state-dir %q: want an absolute path, or none", o.stateDir)}
+	case o.session.RecordingsDir != "" && !filepath.IsAbs(o.session.RecordingsDir):
+		return usageError{fmt.Errorf("serve: --recordings-dir %q: want an absolute path", o.session.RecordingsDir)}
+	case o.session.RecordingsDir == "" && (o.server.Record.Enabled() || o.server.Record.Input):
+		return usageError{errors.New("serve: --record and --record-input need --recordings-dir")}
+	case o.session.RecordingMaxSize < session.MinRecordingMaxSize:
+		return usageError{fmt.Errorf("serve: --recording-max-size %d: want at least 4K", o.session.RecordingMaxSize)}
 	case o.logFormat != "json" && o.logFormat != "text":
 		return usageError{fmt.Errorf("serve: --log-format: want json or text, got %q", o.logFormat)}
 	case o.orphanGrace < time.Second || o.orphanGrace > 24*time.Hour:
@@ -928,7 +939,29 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),
 		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes),
 		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, gateway.DefaultAuditMaxSize))), "audit_keep", o.audit.Keep,
+		"recordings_dir", o.session.RecordingsDir, "recording_max_size", sizeText(uint64(o.session.RecordingMaxSize)),
+		"record", recordText(o.server.Record), "record_input", o.server.Record.Input,
 		"sigterm", o.sigterm, "dev", o.dev)
+}
+
+// recordFlag parses --record into p's tenants, leaving its Input alone.
+func recordFlag(p *gateway.RecordPolicy) func(string) error {
+	return func(s string) error {
+		v, err := gateway.ParseRecordPolicy(s)
+		p.All, p.Tenants = v.All, v.Tenants
+		return err
+	}
+}
+
+// recordText is --record as given: all, none, or the tenants.
+func recordText(p gateway.RecordPolicy) string {
+	switch {
+	case p.All:
+		return "all"
+	case len(p.Tenants) == 0:
+		return "none"
+	}
+	return strings.Join(p.Tenants, ",")
 }
 
 // commandsLog is the programs clients may start, the default included.

@@ -112,6 +112,7 @@ const (
 	FeatureSeen     = "seen"      // attach with seen: exact gap bytes after a reconnect
 	FeatureFlow     = "flow"      // start with flow and hold_ms
 	FeatureSnapshot = "snapshot"  // attach with snapshot: a screen snapshot in place of evicted terminal history
+	FeatureRecord   = "record"    // start with record and record_input: this server keeps recordings
 )
 
 // Output flows of an execution.

@@ -88,6 +88,11 @@ type Request struct {
 	// long held output waits for a writer to come back.
 	Flow   string `json:"flow,omitempty"`
 	HoldMS int64  `json:"hold_ms,omitempty"`
+	// start: record the execution (output and resizes), and its input
+	// too with RecordInput (which implies Record); either needs the
+	// exec:record scope and a server with recordings on.
+	Record      bool `json:"record,omitempty"`
+	RecordInput bool `json:"record_input,omitempty"`
 
 	// attach
 	After    uint64 `json:"after,omitempty"`

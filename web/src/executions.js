@@ -12,6 +12,7 @@ import { shown } from './claims.js';
  * @property {boolean} [pty]
  * @property {string} [started] RFC 3339
  * @property {string} [title] the terminal's title, from a gateway that keeps it
+ * @property {boolean} [recorded] it has a recording (GET /v1/executions/{id}/recording)
  */
 
 /**
@@ -22,6 +23,7 @@ import { shown } from './claims.js';
  * @property {boolean} running
  * @property {boolean} pty
  * @property {string} started when it started, in the viewer's time zone ('' unknown)
+ * @property {boolean} recorded it has a recording to download
  */
 
 /** ExecutionsError is a refusal of the HTTP API: its status and stable code. */
@@ -76,22 +78,53 @@ export class ExecutionsAPI {
   }
 
   /**
+   * recording fetches an execution's recording (asciicast v2; what is
+   * written so far of one still running).
+   * @param {string} id
+   * @returns {Promise<Blob>}
+   */
+  async recording(id) {
+    const r = await this.send('GET', `/v1/executions/${encodeURIComponent(id)}/recording`);
+    if (!r.ok) throw await refusal(r);
+    return r.blob();
+  }
+
+  /**
    * @param {string} method
    * @param {string} path
    */
   async call(method, path) {
+    const r = await this.send(method, path);
+    if (!r.ok) throw await refusal(r);
+    return r.json().catch(() => null);
+  }
+
+  /**
+   * send sends a request with the page's token.
+   * @param {string} method
+   * @param {string} path
+   * @returns {Promise<Response>}
+   */
+  async send(method, path) {
     const token = this.getToken();
     if (token === null) throw new ExecutionsError(401, 'unauthorized', 'no token');
-    const r = await this.fetch(path, { method, headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
-    let body = null;
-    try {
-      body = await r.json();
-    } catch {
-      body = null;
-    }
-    if (!r.ok) throw new ExecutionsError(r.status, body?.error ?? '', body?.message ?? '');
-    return body;
+    return this.fetch(path, { method, headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
   }
+}
+
+/**
+ * refusal is the ExecutionsError of an answer that is not ok.
+ * @param {Response} r
+ * @returns {Promise<ExecutionsError>}
+ */
+async function refusal(r) {
+  let body = null;
+  try {
+    body = await r.json();
+  } catch {
+    body = null;
+  }
+  return new ExecutionsError(r.status, body?.error ?? '', body?.message ?? '');
 }
 
 /**
@@ -111,6 +144,7 @@ export function rows(list, titleOf) {
       running: e.status === 'running',
       pty: !!e.pty,
       started: startedText(e.started),
+      recorded: e.recorded === true,
       at: Date.parse(e.started ?? '') || 0,
     }))
     .sort((a, b) => Number(b.running) - Number(a.running) || b.at - a.at)

@@ -122,12 +122,42 @@ export class ExecutionList {
       open ? 'Show its tab' : 'Open it in a tab', () => this.opts.attach(r.id));
     attach.disabled = !r.running && !open;
     actions.append(attach);
+    if (r.recorded) {
+      const rec = button('recording', 'Recording', 'Download its recording (asciicast v2; asciinema play plays it)', () => this.download(r.id, rec));
+      actions.append(rec);
+    }
     if (r.running && this.opts.canWrite()) {
       const cancel = button('cancel', 'Cancel', 'Stop it (SIGTERM, then it ends as cancelled)', () => this.cancel(r.id, cancel));
       actions.append(cancel);
     }
     tr.append(actions);
     return tr;
+  }
+
+  /**
+   * download saves an execution's recording as ID.cast: fetched with the
+   * token (a plain link cannot carry it), then handed to the browser.
+   * @param {string} id
+   * @param {HTMLButtonElement} b
+   */
+  async download(id, b) {
+    b.disabled = true;
+    try {
+      const blob = await this.opts.api.recording(id);
+      const url = URL.createObjectURL(blob);
+      const a = document.createElement('a');
+      a.href = url;
+      a.download = `${id}.cast`;
+      a.hidden = true;
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    } catch (err) {
+      this.render(this.rows, `The recording of ${id} could not be read: ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      b.disabled = false;
+    }
   }
 
   /**
