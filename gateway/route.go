@@ -263,10 +263,13 @@ func (r *router) peerURL(node, path string) (*url.URL, error) {
 
 // peerDo sends a hop request asking op of node, with the client's token,
 // and returns its status and at most maxPeerAnswerBytes of its body. A
-// node marked down is not dialled; a failed dial or a header timeout
-// marks it down.
+// node marked down is not dialled, except by a keyed start's probe: a
+// holder back from a restart is marked down for a moment yet, and a
+// probe skipped would make a second execution for a key it answers for
+// (the guarantee of PROTOCOL.md's keyed start). A failed dial or a header
+// timeout marks a node down.
 func (r *router) peerDo(ctx context.Context, method, node, path, token, op, addr string, body []byte) (int, []byte, error) {
-	if r.health.Down(node) {
+	if op != cluster.OpProbe && r.health.Down(node) {
 		return 0, nil, r.unavailable(node, errors.New("gateway: marked down after a recent failure"))
 	}
 	u, err := r.peerURL(node, path)

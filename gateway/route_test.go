@@ -445,6 +445,19 @@ func TestClusterKeyedStart(t *testing.T) {
 			t.Fatalf("started on %q, want H n1", x.Node)
 		}
 	})
+	t.Run("a holder marked down is still asked", func(t *testing.T) {
+		// Right after a node returns, the front may still count it down
+		// from a failure a moment ago; skipping the probe would make a
+		// second execution for a key its holder answers for.
+		key := keyRanked(t, "acme", "markeddown", "n1", "n2", members)
+		x := startOn(t, envs[0], tok, sh(key))
+		envs[0].srv.route.health.Fail("n1")
+		var again apiExecution
+		front.must(t, http.StatusOK, "POST", "/v1/executions", tok, sh(key), &again)
+		if again.ID != x.ID {
+			t.Fatalf("retry with H marked down: %q, want %q", again.ID, x.ID)
+		}
+	})
 	t.Run("5 both silent: unavailable", func(t *testing.T) {
 		key := keyRanked(t, "acme", "nsilent", "n1", "n2", members)
 		sw.block(t, envs[0], "n1", true)

@@ -193,13 +193,14 @@ func commands() []command {
 			operands: func() []string { return shells },
 		},
 		{
-			name: "manifest", args: "systemd|nginx|caddy [flags]",
-			summary: "print a systemd unit, or an nginx or Caddy reverse proxy, for serve",
+			name: "manifest", args: "systemd|nginx|caddy|kubernetes [flags]",
+			summary: "print a systemd unit, an nginx or Caddy reverse proxy, or Kubernetes manifests, for serve",
 			examples: []string{
 				"termgate manifest systemd --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces \\\n      > /etc/systemd/system/termgate.service",
 				"termgate manifest systemd --binary /usr/bin/termgate --dev",
 				"termgate manifest nginx --server-name gateway.example.com > /etc/nginx/conf.d/termgate.conf",
 				"termgate manifest caddy --server-name gateway.example.com > /etc/caddy/termgate.caddy",
+				"termgate manifest kubernetes --image registry.example/termgate:1.4 --namespace tools --max-running 64 > termgate.yaml",
 			},
 			run:      runManifest,
 			flags:    manifestFlagSet,

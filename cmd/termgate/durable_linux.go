@@ -177,23 +177,30 @@ func runKeeper(_ context.Context, args []string, stderr io.Writer) error {
 
 // stopSignals records the signal that ends serve: SIGINT stops every
 // execution (shutdown for good), SIGTERM restarts (executions live on for
-// the next server on the state directory). SIGHUP does not end serve: it
-// reloads the keys (reloadOnHangup).
-type stopSignals struct{ ch chan os.Signal }
+// the next server on the state directory), unless --sigterm shutdown
+// makes it SIGINT's equal: on Kubernetes a pod's processes, the keeper
+// included, end with it, and clients must get real exits rather than a
+// resume that cannot come. SIGHUP does not end serve: it reloads the keys
+// (reloadOnHangup).
+type stopSignals struct {
+	ch              chan os.Signal
+	sigtermShutdown bool
+}
 
-func watchStopSignals() *stopSignals {
-	s := &stopSignals{ch: make(chan os.Signal, 4)}
+func watchStopSignals(sigtermShutdown bool) *stopSignals {
+	s := &stopSignals{ch: make(chan os.Signal, 4), sigtermShutdown: sigtermShutdown}
 	signal.Notify(s.ch, syscall.SIGTERM, os.Interrupt)
 	return s
 }
 
 // restart reports whether the stop is a restart: the first signal was
-// SIGTERM. A stop without a signal (a test's cancel) is final.
+// SIGTERM and --sigterm is restart. A stop without a signal (a test's
+// cancel) is final.
 func (s *stopSignals) restart() bool {
 	signal.Stop(s.ch)
 	select {
 	case sig := <-s.ch:
-		return sig != os.Interrupt
+		return sig != os.Interrupt && !s.sigtermShutdown
 	default:
 		return false
 	}

@@ -68,13 +68,21 @@ type durableNode struct {
 
 func newDurableNode(t *testing.T, extra ...string) *durableNode {
 	t.Helper()
+	return newDurableNodeOn(t, "127.0.0.1", extra...)
+}
+
+// newDurableNodeOn is a durable node listening on ip (one of 127/8), with
+// a --cgroup-parent of its own when ip is not 127.0.0.1: several nodes of
+// one test run side by side.
+func newDurableNodeOn(t *testing.T, ip string, extra ...string) *durableNode {
+	t.Helper()
 	needBwrap(t)
 	dir := t.TempDir()
 	os.Chmod(filepath.Dir(dir), 0o711)
 	os.Chmod(dir, 0o711)
 	secret := filepath.Join(dir, "secret")
 	os.WriteFile(secret, []byte("a-test-secret-of-more-than-32-bytes-0123456789"), 0o600)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +93,32 @@ func newDurableNode(t *testing.T, extra ...string) *durableNode {
 		t.Fatal(err)
 	}
 	n := &durableNode{t: t, dir: dir, state: filepath.Join(dir, "state"), secretFile: secret, addr: addr, exe: self,
-		cgParent: sandboxtest.CgroupParent(t)}
+		cgParent: nodeCgroupParent(t, ip)}
 	n.args = append([]string{"serve", "--listen", addr, "--jwt-secret-file", secret,
 		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", n.cgParent,
 		"--state-dir", n.state, "--input-per-second", "100000", "--max-running-per-tenant", "32"}, extra...)
 	t.Cleanup(n.cleanup)
 	return n
+}
+
+// nodeCgroupParent is the test's cgroup parent, suffixed by ip's last
+// byte for a node not on 127.0.0.1, and removed when the test ends.
+func nodeCgroupParent(t *testing.T, ip string) string {
+	t.Helper()
+	parent := sandboxtest.CgroupParent(t)
+	if ip == "127.0.0.1" {
+		return parent
+	}
+	suffix := "-" + ip[strings.LastIndex(ip, ".")+1:]
+	name := parent[:min(len(parent), 64-len(suffix))] + suffix
+	t.Cleanup(func() {
+		for _, hier := range sandboxtest.CgroupHierarchies(t) {
+			if err := sandboxtest.RemoveCgroupTree(filepath.Join(hier, name)); err != nil {
+				t.Errorf("remove the node's cgroup parent: %v", err)
+			}
+		}
+	})
+	return name
 }
 
 // start runs serve as a child process and waits until it listens.

@@ -51,11 +51,43 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(newClientFlagSet("ls", &cf), args); err != nil {
 		return err
 	}
-	list, err := cf.listExecutions(ctx)
-	if err != nil {
+	var page executionList
+	if err := cf.apiGet(ctx, "/v1/executions", &page); err != nil {
 		return err
 	}
-	return printExecutions(stdout, list, false)
+	if err := printExecutions(stdout, page.Executions, false); err != nil {
+		return err
+	}
+	page.warnPartial(stderr)
+	return nil
+}
+
+// executionList is GET /v1/executions' answer. With many nodes it is
+// partial when some did not answer in time, and names them.
+type executionList struct {
+	Executions  []executionSummary `json:"executions"`
+	Partial     bool               `json:"partial"`
+	Unreachable []string           `json:"unreachable"`
+}
+
+// warnPartial says on w which nodes a partial list lacks: their
+// executions exist but are not shown. The list itself is still an answer.
+func (l executionList) warnPartial(w io.Writer) {
+	if !l.Partial {
+		return
+	}
+	nodes := "some nodes"
+	if len(l.Unreachable) > 0 {
+		// Names come from the server: no control character reaches the
+		// terminal.
+		nodes = strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+				return '?'
+			}
+			return r
+		}, strings.Join(l.Unreachable, ", "))
+	}
+	fmt.Fprintf(w, "termgate: partial list: %s did not answer\n", nodes)
 }
 
 // logsOptions are the flags of termgate logs.

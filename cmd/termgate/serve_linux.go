@@ -60,6 +60,8 @@ type serveOptions struct {
 	printConfig                   bool      // --print-config
 	flags                         *envFlags // for --print-config
 	audit                         gateway.AuditConfig
+	cluster                       clusterOptions // cluster_linux.go
+	sigterm                       string         // restart or shutdown
 }
 
 // envFlags registers flags whose defaults come from the environment,
@@ -246,6 +248,16 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.audit.Path, "audit-log", "", "append-only JSON-lines audit file, mode 0600, in a directory that exists (default off)")
 	e.parsed("audit-max-size", "size at which the audit file is rotated, at least 64K (default 100M)", sizeFlag(&o.audit.MaxSize))
 	e.parsed("audit-keep", fmt.Sprintf("rotated audit files kept, PATH.1 ... PATH.N, 1..%d (default %d)", gateway.MaxAuditKeep, gateway.DefaultAuditKeep), intPtr(&o.audit.Keep, gateway.DefaultAuditKeep))
+	e.str(&o.sigterm, "sigterm", sigtermRestart, "what SIGTERM does: restart (executions live on for the next server on the state directory) or shutdown (stop them, as SIGINT; on Kubernetes, where a pod's processes end with it)")
+	e.str(&o.cluster.node, "node", "", "this node's name, an RFC 1123 label such as termgate-0: cluster mode, new execution IDs name their node (default off: a single node)")
+	e.list(&o.cluster.peers, "peer", "another node, NAME=URL such as termgate-1=http://10.0.0.2:8080 (may list this node too)")
+	e.str(&o.cluster.peerDNS, "peer-dns", "", "headless Service whose SRV records (port named http) list the nodes, such as termgate-headless.default.svc.cluster.local; excludes --peer")
+	e.parsed("peer-port", "the nodes' port with --peer-dns (default --listen's)", peerPortFlag(&o.cluster.peerPort))
+	e.str(&o.cluster.peerScheme, "peer-scheme", "", "http or https: how nodes found by --peer-dns are reached (default http)")
+	e.list(&o.cluster.secretFiles, "node-secret-file", "file holding the secret every node shares (at least 32 bytes, mode 0600), which signs the hops between nodes; required with --node; the first signs, all verify (rotation)")
+	e.duration(&o.cluster.dialTimeout, "peer-dial-timeout", gateway.DefaultPeerDialTimeout, "how long a TCP connect to another node may take (at most 1m)")
+	e.duration(&o.cluster.timeout, "peer-timeout", gateway.DefaultPeerTimeout, "how long another node may take to answer: response headers, a keyed start's probe, ls across nodes (at most 1m)")
+	e.duration(&o.cluster.ping, "peer-ping", gateway.DefaultPeerPing, "how often a relayed connection pings its node; a pong missing this long ends it (50ms to 5m)")
 	return e
 }
 
@@ -497,6 +509,10 @@ func (o *serveOptions) check() error {
 		return usageError{fmt.Errorf("serve: --jwt-jwks-refresh %v: want 10s to 24h", o.jwksRefresh)}
 	case o.checkAuthFlags() != nil:
 		return usageError{o.checkAuthFlags()}
+	case o.sigterm != sigtermRestart && o.sigterm != sigtermShutdown:
+		return usageError{fmt.Errorf("serve: --sigterm: want restart or shutdown, got %q", o.sigterm)}
+	case o.cluster.check(o.listen) != nil:
+		return usageError{o.cluster.check(o.listen)}
 	case o.dev:
 		return nil
 	case o.secretFile == "" && len(o.publicKeys) == 0 && len(o.jwksURLs) == 0:
@@ -629,6 +645,7 @@ type gatewayParts struct {
 	authn      *auth.Authenticator
 	srv        *gateway.Server
 	stops      *stopSignals
+	runPeers   func(context.Context) // the cluster's member refresh (buildCluster)
 }
 
 // build probes the sandbox (serve refuses to start when it cannot
@@ -646,6 +663,12 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	if err := o.useStateDir(); err != nil {
 		return nil, err
 	}
+	// Before the restore: a state directory of another node is refused.
+	clusterCfg, runPeers, err := buildCluster(o, log)
+	if err != nil {
+		return nil, err
+	}
+	o.server.Cluster = clusterCfg
 	l, err := sandbox.NewLauncher(o.sandbox)
 	if err != nil {
 		return nil, err
@@ -705,7 +728,8 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	if err != nil {
 		return nil, err
 	}
-	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv, stops: watchStopSignals()}, nil
+	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv,
+		stops: watchStopSignals(o.sigterm == sigtermShutdown), runPeers: runPeers}, nil
 }
 
 // useStateDir resolves --state-dir into the launcher's and the
@@ -781,6 +805,7 @@ func routes(gw, terminal http.Handler) *http.ServeMux {
 
 func (g *gatewayParts) serve(ctx context.Context, ln, mln net.Listener, o *serveOptions, log *slog.Logger) error {
 	defer g.serveMetrics(mln, o, log)()
+	defer g.refreshPeers(ctx)()
 	mux := routes(g.srv.Handler(), web.Handler())
 	// Requests derive from base, which shutdown cancels: long polls end
 	// at once instead of holding the shutdown for up to a minute.
@@ -812,6 +837,18 @@ func (g *gatewayParts) serve(ctx context.Context, ln, mln net.Listener, o *serve
 	<-errc
 	log.Info("stopped")
 	return nil
+}
+
+// refreshPeers runs the cluster's member refresh until ctx ends or the
+// returned stop is called, which waits for it.
+func (g *gatewayParts) refreshPeers(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.runPeers(ctx)
+	}()
+	return func() { cancel(); <-done }
 }
 
 // restart ends this server and leaves every execution running for the
@@ -904,7 +941,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, gateway.DefaultAuditMaxSize))), "audit_keep", o.audit.Keep,
 		"recordings_dir", o.session.RecordingsDir, "recording_max_size", sizeText(uint64(o.session.RecordingMaxSize)),
 		"record", recordText(o.server.Record), "record_input", o.server.Record.Input,
-		"dev", o.dev)
+		"sigterm", o.sigterm, "dev", o.dev)
 }
 
 // recordFlag parses --record into p's tenants, leaving its Input alone.

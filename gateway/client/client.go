@@ -75,7 +75,8 @@ type Error struct {
 	Code    string // a stable code: a wire.Code constant or CodeInputLost
 	Message string
 
-	received uint64 // input offset the server reported with input_offset
+	received uint64        // input offset the server reported with input_offset
+	retry    time.Duration // how long the server asked to wait (retry_ms), with unavailable
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -89,6 +90,12 @@ func (e *Error) Is(target error) bool {
 
 // DefaultReconnectBudget is Config.ReconnectBudget's default.
 const DefaultReconnectBudget = 60 * time.Second
+
+// DefaultPingInterval is Config.PingInterval's default.
+const DefaultPingInterval = 15 * time.Second
+
+// keepaliveReq is the req of the pings that check the connection is alive.
+const keepaliveReq = "keepalive"
 
 // restartBackoff caps the reconnect delay after the server closed with
 // 1012: a restarting gateway is back within seconds.
@@ -110,6 +117,12 @@ type Config struct {
 	// once its connection is lost (DefaultReconnectBudget; negative:
 	// for ever). Past it every execution ends with ErrGatewayGone.
 	ReconnectBudget time.Duration
+	// PingInterval is how often the client pings the server, and how long
+	// it waits for the pong: none within it drops the connection, and the
+	// client reconnects and resumes. Behind a proxy that passes bytes
+	// through, this is how a frozen server is noticed
+	// (DefaultPingInterval; negative: no pings).
+	PingInterval time.Duration
 	// HTTPClient dials the WebSocket (http.DefaultClient).
 	HTTPClient *http.Client
 	// Logger receives reconnects; nil discards.
@@ -134,13 +147,18 @@ type Client struct {
 	nextReq  uint64
 	fatal    error
 	hello    Hello // of the current (or the last) connection
+
+	pong chan struct{} // a keepalive pong came; buffered 1
 }
 
 // Hello is what the server said of itself when a connection opened: its
 // name and version, its protocol, the features and limits it has. A
 // server from before acknowledged delivery says nothing: a zero Hello.
 type Hello struct {
-	Server   string
+	Server string
+	// Node names the node that served the connection, from a gateway of
+	// several nodes ("" from a single one).
+	Node     string
 	Protocol int
 	Features []string
 	Limits   wire.Bounds
@@ -151,7 +169,7 @@ func (h Hello) Has(feature string) bool { return slices.Contains(h.Features, fea
 
 // hello turns a hello message into a Hello.
 func hello(m wire.Message) Hello {
-	h := Hello{Server: m.Server, Protocol: m.Protocol, Features: slices.Clone(m.Features)}
+	h := Hello{Server: m.Server, Node: m.Node, Protocol: m.Protocol, Features: slices.Clone(m.Features)}
 	if m.Limits != nil {
 		h.Limits = *m.Limits
 	}
@@ -186,6 +204,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.ReconnectBudget == 0 {
 		cfg.ReconnectBudget = DefaultReconnectBudget
 	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -193,7 +214,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{
 		cfg: cfg, url: u, log: cfg.Logger, ctx: cctx, cancel: cancel, done: make(chan struct{}),
 		connUp: make(chan struct{}), execs: map[*Execution]struct{}{}, channels: map[uint32]*Execution{},
-		pending: map[string]*pending{},
+		pending: map[string]*pending{}, pong: make(chan struct{}, 1),
 	}
 	ws, err := c.dial(ctx)
 	if err != nil {
@@ -211,14 +232,20 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// wsURL turns http(s)://host into ws(s)://host/v1/connect.
+// wsURL turns http(s)://host into ws(s)://host/v1/connect. A query is
+// kept: ?node=NAME asks a load balancer or node for the node that owns
+// the executions followed (a routing hint, PROTOCOL.md "Nodes").
 func wsURL(base string) (string, error) {
+	base, query, _ := strings.Cut(base, "?")
+	if query != "" {
+		query = "?" + query
+	}
 	base = strings.TrimRight(base, "/")
 	switch {
 	case strings.HasPrefix(base, "http://"):
-		return "ws://" + strings.TrimPrefix(base, "http://") + "/v1/connect", nil
+		return "ws://" + strings.TrimPrefix(base, "http://") + "/v1/connect" + query, nil
 	case strings.HasPrefix(base, "https://"):
-		return "wss://" + strings.TrimPrefix(base, "https://") + "/v1/connect", nil
+		return "wss://" + strings.TrimPrefix(base, "https://") + "/v1/connect" + query, nil
 	}
 	return "", fmt.Errorf("client: URL %q must start with http:// or https://", base)
 }
@@ -283,7 +310,7 @@ func (c *Client) run(ws *websocket.Conn, h Hello) {
 	defer close(c.done)
 	for {
 		c.up(ws, h)
-		err := c.readLoop(ws)
+		err := c.serve(ws)
 		ws.CloseNow()
 		c.down(err)
 		if c.ctx.Err() != nil {
@@ -293,6 +320,75 @@ func (c *Client) run(ws *websocket.Conn, h Hello) {
 		if ws, h, ok = c.reconnect(time.Now(), websocket.CloseStatus(err) == wire.CloseServiceRestart); !ok {
 			return
 		}
+	}
+}
+
+// serve reads ws until it breaks, pinging it meanwhile.
+func (c *Client) serve(ws *websocket.Conn) error {
+	if c.cfg.PingInterval < 0 {
+		return c.readLoop(ws)
+	}
+	ctx, stop := context.WithCancel(c.ctx)
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		c.keepalive(ctx, ws)
+	}()
+	err := c.readLoop(ws)
+	stop()
+	<-pinged
+	return err
+}
+
+// keepalive pings ws every PingInterval until ctx ends, and drops it when
+// a pong does not come within PingInterval: the read loop then ends and
+// the client reconnects. A server or a node behind a proxy that stopped
+// (frozen, or its network gone without a reset) is noticed this way.
+func (c *Client) keepalive(ctx context.Context, ws *websocket.Conn) {
+	d := c.cfg.PingInterval
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	b, _ := json.Marshal(wire.Request{Type: wire.TypePing, Req: keepaliveReq})
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		select {
+		case <-c.pong: // a late pong of the last ping
+		default:
+		}
+		wctx, cancel := context.WithTimeout(ctx, d)
+		err := ws.Write(wctx, websocket.MessageText, b)
+		cancel()
+		if err == nil {
+			err = c.awaitPong(ctx, d)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("the gateway does not answer pings: reconnecting", "url", c.cfg.URL, "err", err)
+				ws.CloseNow()
+			}
+			return
+		}
+	}
+}
+
+// errNoPong is keepalive's failure when the pong does not come in time.
+var errNoPong = errors.New("client: no pong within the ping interval")
+
+// awaitPong waits up to d for a keepalive pong.
+func (c *Client) awaitPong(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.pong:
+		return nil
+	case <-t.C:
+		return errNoPong
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -314,13 +410,9 @@ func (c *Client) reconnect(lost time.Time, restart bool) (*websocket.Conn, Hello
 		if !c.sleep(d) {
 			return nil, Hello{}, false
 		}
-		ws, err := c.dial(c.ctx)
+		ws, h, err := c.open()
 		if err == nil {
-			var h Hello
-			if h, err = c.handshake(c.ctx, ws); err == nil {
-				return ws, h, true
-			}
-			ws.CloseNow()
+			return ws, h, true
 		}
 		var te *Error
 		switch tried := time.Since(lost); {
@@ -338,6 +430,27 @@ func (c *Client) reconnect(lost time.Time, restart bool) (*websocket.Conn, Hello
 	}
 }
 
+// openTimeout bounds a reconnect's dial and handshake: a gateway that
+// accepts and never answers (frozen) is given up and dialled again.
+var openTimeout = 10 * time.Second // a variable for tests (export_test.go)
+
+// open dials and handshakes within openTimeout, or PingInterval when
+// longer.
+func (c *Client) open() (*websocket.Conn, Hello, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, max(openTimeout, c.cfg.PingInterval))
+	defer cancel()
+	ws, err := c.dial(ctx)
+	if err != nil {
+		return nil, Hello{}, err
+	}
+	h, err := c.handshake(ctx, ws)
+	if err != nil {
+		ws.CloseNow()
+		return nil, Hello{}, err
+	}
+	return ws, h, nil
+}
+
 // backoff is exponential with full jitter, at most maxDelay.
 func (c *Client) backoff(attempt int, maxDelay time.Duration) time.Duration {
 	d := c.cfg.MinBackoff << min(attempt, 16)
@@ -347,16 +460,7 @@ func (c *Client) backoff(attempt int, maxDelay time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func (c *Client) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.ctx.Done():
-		return false
-	}
-}
+func (c *Client) sleep(d time.Duration) bool { return sleepContext(c.ctx, d) }
 
 // up installs a fresh connection and reattaches every live execution
 // after the last sequence it delivered.
@@ -459,6 +563,19 @@ func (c *Client) dispatch(m wire.Message) {
 		}
 	}
 	switch m.Type {
+	case wire.MsgPong:
+		if m.Req == keepaliveReq {
+			select {
+			case c.pong <- struct{}{}:
+			default:
+			}
+		}
+	case wire.MsgDetached:
+		// Unasked: the node relaying the channel lost the execution's
+		// owner. The execution resumes on this connection.
+		if e := c.channel(m.Channel); e != nil && m.Error != "" {
+			e.detachedByServer(m)
+		}
 	case wire.MsgEvent:
 		ev := Event{Seq: m.Seq, Kind: m.Event, Rows: m.Rows, Cols: m.Cols, Signal: m.Signal}
 		if m.Event == wire.EventNotice {
@@ -549,7 +666,8 @@ func (c *Client) request(ctx context.Context, r wire.Request, onAnswer ...func(w
 				continue // lost with the connection
 			}
 			if m.Type == wire.MsgError {
-				return m, &Error{Code: m.Error, Message: m.Message, received: m.InputOffset}
+				return m, &Error{Code: m.Error, Message: m.Message, received: m.InputOffset,
+					retry: time.Duration(m.RetryMS) * time.Millisecond}
 			}
 			return m, nil
 		case <-ctx.Done():

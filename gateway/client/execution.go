@@ -121,6 +121,9 @@ type Execution struct {
 	inc     string // the incarnation last and seen belong to
 	gen     uint64 // counts incarnation changes: events of an older one are not acked
 	in      input  // guarded by mu
+	// stopResume cancels the reattach in progress: a newer one (a new
+	// connection, a server-sent detached) replaces it.
+	stopResume context.CancelFunc
 
 	ack       bool       // the channel is served with acknowledged delivery
 	processed uint64     // the last sequence Next handed to the caller
@@ -299,19 +302,94 @@ func (e *Execution) whenReady(ctx context.Context) error {
 	}
 }
 
-// reattach follows the execution on a new connection after e.last.
+// reattach follows the execution on the current connection after
+// e.last. An unavailable answer (the node that owns the execution is down
+// or cut off) keeps the execution: the attach is asked again after
+// max(retry_ms, backoff) until the reconnect budget is spent, and then the
+// execution ends with ErrGatewayGone. Any other error answer ends it.
 func (e *Execution) reattach() {
+	ctx, cancel := context.WithCancel(e.c.ctx)
+	defer cancel()
 	e.mu.Lock()
-	ended := e.ended
-	e.mu.Unlock()
-	if ended {
+	if e.ended {
+		e.mu.Unlock()
 		return
 	}
-	if _, err := e.c.request(e.c.ctx, e.attachRequest(), e.attached); err != nil {
+	if e.stopResume != nil {
+		e.stopResume()
+	}
+	e.stopResume = cancel
+	e.mu.Unlock()
+	var since time.Time
+	for attempt := 0; ; attempt++ {
+		_, err := e.c.request(ctx, e.attachRequest(), e.attached)
 		var se *Error
-		if errors.As(err, &se) {
+		switch {
+		case err == nil || !errors.As(err, &se):
+			return // attached; or closed, or replaced by a newer reattach
+		case se.Code != wire.CodeUnavailable:
 			e.finish(err)
+			return
 		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		d, ok := e.retryDelay(attempt, since, se)
+		if !ok {
+			return
+		}
+		e.c.log.Info("the execution's node is unavailable: attaching again", "execution", e.id, "in", d.String(), "err", se.Message)
+		if !sleepContext(ctx, d) {
+			return
+		}
+	}
+}
+
+// retryDelay is how long reattach waits after an unavailable answer:
+// what the server asked (retry_ms) or the backoff, whichever is longer,
+// cut to the end of the reconnect budget counted from since. Past the
+// budget it ends the execution with ErrGatewayGone and ok is false.
+func (e *Execution) retryDelay(attempt int, since time.Time, se *Error) (time.Duration, bool) {
+	budget, tried := e.c.cfg.ReconnectBudget, time.Since(since)
+	if budget > 0 && tried >= budget {
+		e.c.log.Warn("the execution's node stayed unavailable: giving up", "execution", e.id, "for", tried.String(), "err", se.Message)
+		e.finish(&UnreachableError{URL: e.c.cfg.URL, For: tried, Err: se})
+		return 0, false
+	}
+	d := max(se.retry, e.c.backoff(attempt, e.c.cfg.MaxBackoff))
+	if budget > 0 {
+		d = max(0, min(d, budget-tried)) // the last attempt comes at the budget's end
+	}
+	return d, true
+}
+
+// detachedByServer handles a detached the server sent unasked, with an
+// error: the node relaying the channel lost the execution's owner, after
+// passing on everything it had. The execution attaches again on this
+// connection after what it delivered; the owner's ring and hold keep
+// what was not acked, and input is resent from the attached input offset.
+// It runs in the read loop, so no later message is read before the
+// channel is forgotten.
+func (e *Execution) detachedByServer(m wire.Message) {
+	e.c.mu.Lock()
+	if e.c.channels[m.Channel] == e {
+		delete(e.c.channels, m.Channel)
+	}
+	e.c.mu.Unlock()
+	e.unready()
+	e.c.log.Info("the server detached the execution: attaching again", "execution", e.id, "code", m.Error, "err", m.Message)
+	go e.reattach()
+}
+
+// sleepContext waits d, or until ctx ends (false).
+func sleepContext(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -9,3 +9,13 @@ func SetAckDelay(d time.Duration) (restore func()) {
 	ackDelay = d
 	return func() { ackDelay = old }
 }
+
+// WSURL is wsURL.
+var WSURL = wsURL
+
+// SetOpenTimeout sets how long a reconnect's dial and handshake may take.
+func SetOpenTimeout(d time.Duration) (restore func()) {
+	old := openTimeout
+	openTimeout = d
+	return func() { openTimeout = old }
+}

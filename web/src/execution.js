@@ -5,6 +5,7 @@
 import { Emitter } from './emitter.js';
 import { InputQueue } from './input.js';
 import { STREAMS, FATAL_ERRORS, INPUT_REFUSED_ERRORS, encodeInput } from './wire.js';
+import { backoffDelay } from './transport.js';
 
 /**
  * @typedef {import('./wire.js').Message} Message
@@ -33,6 +34,8 @@ import { STREAMS, FATAL_ERRORS, INPUT_REFUSED_ERRORS, encodeInput } from './wire
  * @property {(why: string) => void} drop abandons the connection: events were lost on the way
  * @property {(ex: Execution) => void} forget the execution is closed: stop following it
  * @property {() => string[]} features the features the gateway's hello listed on this connection
+ * @property {(ex: Execution) => void} reattach sends the execution's attach again on the current
+ *   connection (none while there is none: the next connection's opening sends it)
  */
 
 /**
@@ -42,6 +45,13 @@ import { STREAMS, FATAL_ERRORS, INPUT_REFUSED_ERRORS, encodeInput } from './wire
  */
 const ACK_BYTES = 64 << 10;
 const ACK_DELAY_MS = 25;
+
+/**
+ * Resuming through an unavailable owner: the attach is asked again after
+ * max(retry_ms, a backoff from RETRY_MIN_MS doubling up to RETRY_MAX_MS).
+ */
+const RETRY_MIN_MS = 250;
+const RETRY_MAX_MS = 10000;
 
 const FATAL = new Set(FATAL_ERRORS);
 const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
@@ -67,7 +77,8 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
  *    no longer holds: reset the terminal and write data, then what follows
  *  - 'attached' (msg): on every (re)attach; replay runs until msg.last_seq
  *  - 'replay' (replaying: boolean): history replay began or caught up
- *  - 'error' ({error, message, fatal}): fatal ends the execution here
+ *  - 'error' ({error, message, fatal, retry_ms}): fatal ends the execution here;
+ *    unavailable (its node does not answer) is retried after retry_ms
  *  - 'closed' (): no more events will come
  *
  * Methods whose names begin with an underscore are the client's: it calls
@@ -112,6 +123,10 @@ export class Execution extends Emitter {
     this._unacked = 0;
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     this._ackTimer = undefined;
+    /** @type {ReturnType<typeof setTimeout> | undefined} the next attach after unavailable */
+    this._retryTimer = undefined;
+    /** Attaches answered unavailable in a row: the backoff's attempt. */
+    this._unavailable = 0;
     /** The newest sequence processed, in order: what may be acked. */
     this._processed = 0;
     /** @type {{seq: number, bytes: number, done: boolean}[]} handed, not all processed */
@@ -263,6 +278,7 @@ export class Execution extends Emitter {
     this.pty = !!msg.pty;
     this.readOnly = !!msg.read_only;
     this._startedKnown = true;
+    this._unavailable = 0;
     let inputLost = 0;
     if (this.incarnation && msg.incarnation && msg.incarnation !== this.incarnation) {
       // The ID names a new execution: follow it from its first event.
@@ -361,6 +377,10 @@ export class Execution extends Emitter {
    */
   _onError(msg) {
     const code = msg.error ?? '';
+    if (code === 'unavailable' && msg.req !== undefined && this.channel === null) {
+      this._retryAttach(msg);
+      return;
+    }
     if (INPUT_REFUSED.has(code)) {
       if (this.channel !== null && !this.closed) this._input.refused(code, msg.input_offset ?? 0);
       return;
@@ -378,9 +398,41 @@ export class Execution extends Emitter {
     if (this.channel !== null && !this.closed) this._input.acked(msg.input_offset ?? 0, msg.input_end ?? 0);
   }
 
+  /**
+   * _onDetached handles a detached the gateway sent unasked, with an error:
+   * the node relaying the channel lost the execution's owner after passing
+   * on everything it had. The execution attaches again on this connection
+   * after the last event delivered; input is resent from the attached
+   * input offset.
+   * @param {Message} msg
+   */
+  _onDetached(msg) {
+    this._onDisconnect();
+    this._emit('error', { error: msg.error, message: msg.message ?? '', fatal: false });
+    this._link.reattach(this);
+  }
+
+  /**
+   * _retryAttach keeps the execution after an unavailable answer to its
+   * attach (its node is down or cut off) and asks again later: after
+   * retry_ms, or the backoff when longer.
+   * @param {Message} msg
+   */
+  _retryAttach(msg) {
+    const delay = Math.max(msg.retry_ms ?? 0, backoffDelay(this._unavailable++, RETRY_MIN_MS, RETRY_MAX_MS));
+    this._emit('error', { error: 'unavailable', message: msg.message ?? '', fatal: false, retry_ms: delay });
+    clearTimeout(this._retryTimer);
+    this._retryTimer = setTimeout(() => {
+      this._retryTimer = undefined;
+      if (!this.closed && this.channel === null) this._link.reattach(this);
+    }, delay);
+  }
+
   _onDisconnect() {
     clearTimeout(this._ackTimer);
     this._ackTimer = undefined;
+    clearTimeout(this._retryTimer); // the next connection's opening attaches
+    this._retryTimer = undefined;
     this.channel = null;
     this._setReplaying(false);
     this._input.pause(); // the reattach resends from what the gateway has
@@ -465,6 +517,8 @@ export class Execution extends Emitter {
     this.closed = true;
     clearTimeout(this._ackTimer);
     this._ackTimer = undefined;
+    clearTimeout(this._retryTimer);
+    this._retryTimer = undefined;
     this._input.stop();
     this.channel = null;
     this._link.forget(this);

@@ -63,8 +63,21 @@ export class ExecutionsAPI {
    * @returns {Promise<ExecutionInfo[]>}
    */
   async list() {
+    return (await this.listPage()).executions;
+  }
+
+  /**
+   * listPage returns the tenant's executions, oldest first, and the nodes
+   * that did not answer in time (a cluster's partial list; none from a
+   * single node).
+   * @returns {Promise<{executions: ExecutionInfo[], unreachable: string[]}>}
+   */
+  async listPage() {
     const body = await this.call('GET', '/v1/executions');
-    return Array.isArray(body?.executions) ? body.executions : [];
+    const executions = Array.isArray(body?.executions) ? body.executions : [];
+    let unreachable = Array.isArray(body?.unreachable) ? body.unreachable.filter((/** @type {unknown} */ n) => typeof n === 'string') : [];
+    if (body?.partial === true && unreachable.length === 0) unreachable = ['(unnamed)'];
+    return { executions, unreachable };
   }
 
   /**
@@ -110,6 +123,16 @@ export class ExecutionsAPI {
     if (token === null) throw new ExecutionsError(401, 'unauthorized', 'no token');
     return this.fetch(path, { method, headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
   }
+}
+
+/**
+ * partialText says which nodes a partial list lacks; '' for a whole list.
+ * @param {string[]} unreachable
+ * @returns {string}
+ */
+export function partialText(unreachable) {
+  if (unreachable.length === 0) return '';
+  return `Some nodes did not answer: ${unreachable.map((n) => shown(n, 63)).join(', ')}. Their executions are missing from this list.`;
 }
 
 /**

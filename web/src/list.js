@@ -3,7 +3,7 @@
 // started, can be reattached or cancelled. Everything shown is text
 // (textContent): IDs and titles come from outside.
 
-import { ExecutionsError, rows } from './executions.js';
+import { ExecutionsError, partialText, rows } from './executions.js';
 
 /** How often an open list asks the gateway again. */
 const REFRESH_MS = 5000;
@@ -73,8 +73,9 @@ export class ExecutionList {
   async refresh() {
     const gen = ++this.generation;
     try {
-      const list = rows(await this.opts.api.list(), this.opts.titleOf);
-      if (gen === this.generation) this.render(list, '');
+      const page = await this.opts.api.listPage();
+      const list = rows(page.executions, this.opts.titleOf);
+      if (gen === this.generation) this.render(list, partialText(page.unreachable));
       return list;
     } catch (err) {
       if (err instanceof ExecutionsError && err.status === 401) this.opts.refused(err);

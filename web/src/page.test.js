@@ -2,7 +2,7 @@
 // notices): `npm test`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ExecutionsAPI, ExecutionsError, rows, startedText } from './executions.js';
+import { ExecutionsAPI, ExecutionsError, partialText, rows, startedText } from './executions.js';
 import { Flag, Titles, TITLES_MAX } from './prefs.js';
 import { noticeLine, noticeText, plain, connectionText, endedText } from './notices.js';
 
@@ -120,4 +120,14 @@ test('the status line tells a restart from a lost connection', () => {
 test('an execution the restarted server no longer has says so', () => {
   assert.equal(endedText('gone'), 'ended: gone (the server restarted without this execution)');
   assert.equal(endedText('not_found'), 'ended: not_found');
+});
+
+test('a partial list names the nodes that did not answer', async () => {
+  const api = new ExecutionsAPI(() => 'tok', fakeFetch(200, { executions: [{ id: 'a', status: 'running' }], partial: true, unreachable: ['n2'] }).fn);
+  const page = await api.listPage();
+  assert.deepEqual(page, { executions: [{ id: 'a', status: 'running' }], unreachable: ['n2'] });
+  assert.equal(partialText(page.unreachable), 'Some nodes did not answer: n2. Their executions are missing from this list.');
+  const whole = await new ExecutionsAPI(() => 'tok', fakeFetch(200, { executions: [] }).fn).listPage();
+  assert.deepEqual(whole.unreachable, []);
+  assert.equal(partialText(whole.unreachable), '');
 });

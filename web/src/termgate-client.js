@@ -98,6 +98,7 @@ export class TermgateClient extends Emitter {
       drop: (why) => this._transport.drop(why),
       forget: (ex) => this._forget(ex),
       features: () => this._transport.hello?.features ?? [],
+      reattach: (ex) => { if (this._transport.ready && !ex.closed) this._sendAttach(ex); },
     };
     this._transport = new Transport(o, {
       opened: () => { for (const ex of this._executions) this._sendAttach(ex); },
@@ -224,11 +225,18 @@ export class TermgateClient extends Emitter {
       case 'error':
         this._onErrorMessage(msg, byReq ?? byChannel);
         break;
+      case 'detached':
+        // Unasked, with an error: a relay lost the owner; resume on this connection.
+        if (byChannel && msg.channel && msg.error && msg.req === undefined) {
+          this._channels.delete(msg.channel);
+          byChannel._onDetached(msg);
+        }
+        break;
       case 'auth-expiring':
         this._transport.reauth();
         break;
       default:
-        break; // pong, ok, detached, a late hello; unknown types are ignored, as the protocol asks
+        break; // pong, ok, a late hello; unknown types are ignored, as the protocol asks
     }
   }
 

@@ -451,3 +451,50 @@ test('a connection lost without 1012 is not a restart', async () => {
   assert.ok(!client.status.restart);
   client.close();
 });
+
+test('an attach answered unavailable keeps the execution and is asked again after retry_ms', async () => {
+  const { client, ws, ex } = await attachedJob(HELLO);
+  ws.binary(outputFrame(2, 1, 1, 0, enc('abc')));
+  ws.drop();
+  const ws2 = await connected(client, HELLO);
+  const first = ws2.controls().find((m) => m.type === 'attach');
+  const errors = [];
+  ex.on('error', (e) => errors.push(e));
+  const answered = Date.now();
+  ws2.text({ type: 'error', req: first.req, error: 'unavailable', message: 'node n2 is not answering', retry_ms: 60 });
+  assert.equal(ex.closed, false, 'unavailable is not fatal');
+  assert.deepEqual(errors.map((e) => [e.error, e.fatal]), [['unavailable', false]]);
+  let again;
+  for (let i = 0; i < 400 && !again; i++) {
+    await tick(5);
+    again = ws2.controls().filter((m) => m.type === 'attach')[1];
+  }
+  assert.ok(again, 'the attach was asked again');
+  assert.ok(Date.now() - answered >= 55, 'not before retry_ms');
+  assert.deepEqual({ ...again, req: undefined }, { type: 'attach', id: 'job', after: 1, ack: true, seen: 3, incarnation: 'i1', req: undefined });
+  ws2.text({ type: 'attached', req: again.req, channel: 4, id: 'job', status: 'running', pty: true, last_seq: 1, ack: true, incarnation: 'i1' });
+  assert.equal(ex.channel, 4);
+  client.close();
+});
+
+test('a detached sent with an error resumes on the same connection and resends input from its offset', async () => {
+  const { client, ws, ex } = await attachedJob(HELLO);
+  ws.text({ type: 'input-ack', channel: 2, input_offset: 0 }); // nothing yet
+  ws.binary(outputFrame(2, 1, 1, 0, enc('abc')));
+  ex.write('0123456789');
+  assert.deepEqual(ws.inputs(), [{ offset: 0, text: '0123456789' }]);
+  ws.text({ type: 'detached', channel: 2, error: 'unavailable', message: 'node n2 is not answering', retry_ms: 1000 });
+  assert.equal(ex.channel, null);
+  assert.equal(FakeSocket.all.at(-1), ws, 'no new connection');
+  const attaches = ws.controls().filter((m) => m.type === 'attach');
+  assert.equal(attaches.length, 2, 'attached again at once');
+  assert.deepEqual({ ...attaches[1], req: undefined }, { type: 'attach', id: 'job', after: 1, ack: true, seen: 3, incarnation: 'i1', req: undefined });
+  ws.text({ type: 'attached', req: attaches[1].req, channel: 3, id: 'job', status: 'running', pty: true, last_seq: 1, ack: true, incarnation: 'i1', input_offset: 4 });
+  assert.deepEqual(ws.inputs().at(-1), { offset: 4, text: '456789' });
+  const out = [];
+  ex.on('output', (b) => out.push(new TextDecoder().decode(b)));
+  ws.binary(outputFrame(2, 2, 1, 3, enc('stale'))); // the old channel is forgotten
+  ws.binary(outputFrame(3, 2, 1, 3, enc('de')));
+  assert.deepEqual(out, ['de']);
+  client.close();
+});

@@ -78,6 +78,8 @@ export const INPUT_REFUSED_ERRORS = Object.freeze([
  * @property {number} [protocol] hello
  * @property {string[]} [features] hello: ack, input-ack, seen, flow
  * @property {Record<string, number>} [limits] hello
+ * @property {number} [retry_ms] error unavailable, detached: how long to wait before asking again
+ * @property {string} [node] hello, started, attached: the node serving it (a routing hint only)
  */
 
 /**
