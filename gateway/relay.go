@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/session"
 )
 
 // The relay serves a client connection's channels on executions that
@@ -121,7 +122,7 @@ func (c *conn) relay(req wire.Request) bool {
 		c.relayStart(req)
 		return true
 	case c.hop:
-		return false
+		return c.hopRefuse(req)
 	}
 	switch req.Type {
 	case wire.TypeAttach:
@@ -145,6 +146,30 @@ func (c *conn) relay(req wire.Request) bool {
 		return false
 	}
 	return c.relayChannelRequest(req)
+}
+
+// hopRefuse answers an attach or cancel by ID on a hop's connection that
+// this node cannot serve, and reports whether it did: an ID naming this
+// node under another epoch is gone (this node restarted without its
+// state), one naming another node is unavailable (a hop is never relayed
+// again). Everything else is served here.
+func (c *conn) hopRefuse(req wire.Request) bool {
+	if req.Type != wire.TypeAttach && (req.Type != wire.TypeCancel || req.Channel != 0) {
+		return false
+	}
+	r := c.s.route
+	o, _, canonical, err := session.ParseID(req.ID)
+	switch {
+	case err != nil || !canonical:
+		return false
+	case o.Node != r.self():
+		c.relayFail(req, r.unavailable(o.Node, errors.New("gateway: a hop for another node's execution")))
+	case o.Epoch != r.cfg.Owner.Epoch:
+		c.failErr(req, 0, fmt.Errorf("%w: %s: this node restarted without its earlier state", session.ErrGone, req.ID))
+	default:
+		return false
+	}
+	return true
 }
 
 // relayOwner finds the node owning req's execution: local when it is

@@ -866,3 +866,32 @@ func TestRelayKeyedStart(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayHopAnswersItself: an owner's hop connection answers an ID of
+// its own name under an earlier epoch gone, relayed back to the client,
+// and an ID of another node unavailable: a hop is never relayed again.
+func TestRelayHopAnswersItself(t *testing.T) {
+	t.Parallel()
+	nodes := newRelayCluster(t, 2, nil)
+	n0, n1 := nodes[0], nodes[1]
+	tok := n0.token(t, "acme", allScopes...)
+	old := session.Owner{Node: "n1", Epoch: "aaaaaa"}
+	if old.Epoch == n1.owner.Epoch {
+		old.Epoch = "bbbbbb"
+	}
+	c := dialRelayNode(t, n0, tok)
+	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "old", ID: session.CanonicalID(old, "x")})
+	if m := nextMsg(t, c, nil, isType(wire.MsgError, "old")); m.Error != wire.CodeGone {
+		t.Fatalf("an ID of n1's earlier epoch through n0: %+v, want gone", m)
+	}
+	ws, err := n0.srv.route.dialUpstream(t.Context(), "n1", tok, "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	hop := &client{ws: ws}
+	hop.send(t, wire.Request{Type: wire.TypeAttach, Req: "foreign", ID: n0.id("x")})
+	if m := nextMsg(t, hop, nil, isType(wire.MsgError, "foreign")); m.Error != wire.CodeUnavailable || m.RetryMS <= 0 {
+		t.Fatalf("an ID of n0 on a hop to n1: %+v, want unavailable", m)
+	}
+}
