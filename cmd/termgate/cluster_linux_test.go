@@ -39,11 +39,11 @@ type testCluster struct {
 	tok   string   // tenant acme, every scope
 }
 
-// needClusterServe skips when serve has no cluster mode yet.
+// needClusterServe fails when serve has no cluster mode.
 func needClusterServe(t *testing.T) {
 	t.Helper()
 	if serveFlagSet().Lookup("node") == nil || serveFlagSet().Lookup("peer") == nil {
-		t.Skip("serve has no --node and --peer: the cluster flags (issue 16 WP4, cmd/termgate/cluster_linux.go) are not in this build")
+		t.Fatal("serve has no --node and --peer")
 	}
 }
 
@@ -104,36 +104,31 @@ func (c *testCluster) dial(t *testing.T, url string, log io.Writer, ping time.Du
 	return cl
 }
 
-// needRouting skips when a node does not say its name: the gateway has
-// no cluster routing yet.
+// needRouting fails when a node does not say its name: the gateway is
+// not in cluster mode.
 func needRouting(t *testing.T, cl *client.Client) {
 	t.Helper()
 	if h := cl.Server(); h.Node == "" || !h.Has(wire.FeatureNodes) {
-		t.Skip("the nodes' hello names no node: the routing (issue 16 WP2, gateway/route*.go) is not in this build")
+		t.Fatalf("the node's hello names no node: %+v", h)
 	}
 }
 
-// attachOrSkip attaches to id through cl; an attach the node answers
-// not_found for an execution another node owns means there is no relay
-// yet.
-func attachOrSkip(t *testing.T, ctx context.Context, cl *client.Client, id string, readOnly bool) *client.Execution {
+// mustAttach attaches to id through cl, whichever node owns it.
+func mustAttach(t *testing.T, ctx context.Context, cl *client.Client, id string, readOnly bool) *client.Execution {
 	t.Helper()
 	e, err := cl.Attach(ctx, id, 0, readOnly)
-	if errors.Is(err, client.ErrNotFound) {
-		t.Skipf("attach to %s through another node: %v: the relay (issue 16 WP3, gateway/relay.go) is not in this build", id, err)
-	}
 	if err != nil {
 		t.Fatalf("attach %s: %v", id, err)
 	}
 	return e
 }
 
-// needCanonical skips when a start over the WebSocket made a bare ID:
-// the start's placement in cluster mode is not in this build.
+// needCanonical fails when a start made a bare ID: in cluster mode
+// every start is placed and named by its owner.
 func needCanonical(t *testing.T, id string) {
 	t.Helper()
 	if ownerOf(id) == "" {
-		t.Skipf("a start over the WebSocket made the bare ID %q: the start's placement (issue 16, the start hook in gateway/handlers.go) is not in this build", id)
+		t.Fatalf("a start made the bare ID %q, not a canonical one", id)
 	}
 }
 
@@ -245,7 +240,7 @@ func TestClusterStartAttachEverywhere(t *testing.T) {
 		urls := []string{c.url(owner), c.lb + "?node=" + c.names[owner], c.url((owner + 1) % 3), c.url((owner + 2) % 3), c.lb}
 		for _, url := range urls {
 			cl := c.dial(t, url, nil, 0)
-			f := follow(ctx, attachOrSkip(t, ctx, cl, id, true))
+			f := follow(ctx, mustAttach(t, ctx, cl, id, true))
 			f.ended(t, ctx)
 			if f.err != nil || f.exit == nil || f.exit.Code != 5 || f.output() != "out-1\nout-2\n" {
 				t.Errorf("attach %s through %s: exit %+v, err %v, output %q", id, url, f.exit, f.err, f.output())
@@ -282,8 +277,8 @@ func TestClusterResumeAcrossNodes(t *testing.T) {
 	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do seq $((i*1000+1)) $((i*1000+1000)); i=$((i+1)); sleep 0.05; done; exit 3`, rounds)
 	_, outID := c.apiStart(t, c.lb, wire.Request{ID: "resume-out", Command: "/bin/sh", Args: []string{"-c", script}})
 	_, inID := c.apiStart(t, c.lb, wire.Request{ID: "resume-in", Command: "/bin/sh", Args: []string{"-c", echoScript}})
-	out := follow(ctx, attachOrSkip(t, ctx, cl, outID, false))
-	in := follow(ctx, attachOrSkip(t, ctx, cl, inID, false))
+	out := follow(ctx, mustAttach(t, ctx, cl, outID, false))
+	in := follow(ctx, mustAttach(t, ctx, cl, inID, false))
 	until(t, "the echo is ready", func() bool { return strings.HasPrefix(in.output(), "ready\n") })
 	want := "ready\n"
 	for k := range 100 {
@@ -389,7 +384,7 @@ func TestClusterKilledNode(t *testing.T) {
 	_, id := c.apiStart(t, c.url(2), wire.Request{Command: "/bin/sh", Args: []string{"-c", echoScript}})
 	var logs sandboxtest.SyncBuffer
 	relayed := c.dial(t, c.url(0), &logs, 0)
-	f := follow(ctx, attachOrSkip(t, ctx, relayed, id, false))
+	f := follow(ctx, mustAttach(t, ctx, relayed, id, false))
 	until(t, "ready", func() bool { return f.output() == "ready\n" })
 	f.e.WriteContext(ctx, []byte("a\n"))
 	until(t, "got:a", func() bool { return strings.HasSuffix(f.output(), "got:a\n") })
@@ -441,12 +436,12 @@ func TestClusterFrozenNode(t *testing.T) {
 	needRouting(t, c.dial(t, c.url(0), nil, 0))
 	_, id := c.apiStart(t, c.url(1), wire.Request{Command: "/bin/sh", Args: []string{"-c", echoScript}})
 	var relayLog, directLog sandboxtest.SyncBuffer
-	writer := follow(ctx, attachOrSkip(t, ctx, c.dial(t, c.url(0), &relayLog, 0), id, false))
+	writer := follow(ctx, mustAttach(t, ctx, c.dial(t, c.url(0), &relayLog, 0), id, false))
 	direct := c.dial(t, c.lb+"?node=n1", &directLog, 300*time.Millisecond)
 	if got := direct.Server().Node; got != "n1" {
 		t.Fatalf("a connection through the LB with ?node=n1 served by %q", got)
 	}
-	viewer := follow(ctx, attachOrSkip(t, ctx, direct, id, true))
+	viewer := follow(ctx, mustAttach(t, ctx, direct, id, true))
 	until(t, "ready", func() bool { return writer.output() == "ready\n" && viewer.output() == "ready\n" })
 
 	serve := c.nodes[1].cur.Process.Pid
@@ -497,7 +492,7 @@ func TestClusterRestartedNode(t *testing.T) {
 		_, body := c.apiGet(t, c.url(2), "/v1/executions/"+shortID)
 		return body["status"] != nil && body["status"] != "running"
 	})
-	f := follow(ctx, attachOrSkip(t, ctx, c.dial(t, c.url(0), nil, 0), liveID, false))
+	f := follow(ctx, mustAttach(t, ctx, c.dial(t, c.url(0), nil, 0), liveID, false))
 	until(t, "ready", func() bool { return f.output() == "ready\n" })
 
 	c.nodes[2].kill(syscall.SIGTERM) // a restart: the executions live on in the keeper
