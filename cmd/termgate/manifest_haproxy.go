@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/gateway/cluster"
 )
 
 // haproxyOptions are termgate manifest haproxy's flags.
@@ -73,7 +73,7 @@ func haproxyServers(list []string) ([]haproxyServer, error) {
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("--server %q: want NAME=HOST:PORT", s)
-		case !session.ValidNodeName(name):
+		case !cluster.ValidNodeName(name):
 			return nil, fmt.Errorf("--server %q: %q is no node name (lower-case letters, digits and -, at most 63)", s, name)
 		case seen[name]:
 			return nil, fmt.Errorf("--server %q: node %s is given twice", s, name)

@@ -10,5 +10,7 @@ var nodePattern = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
 // epochPattern is session's EPOCH grammar (session.ValidEpoch).
 var epochPattern = regexp.MustCompile(`^[a-z2-7]{6}$`)
 
-// validNodeName reports whether s can name a node (an RFC 1123 label).
-func validNodeName(s string) bool { return nodePattern.MatchString(s) }
+// ValidNodeName reports whether s can name a node (an RFC 1123 label, as
+// a StatefulSet pod's name is). It builds on every OS, for the clients'
+// and manifests' side.
+func ValidNodeName(s string) bool { return nodePattern.MatchString(s) }

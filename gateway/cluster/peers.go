@@ -61,12 +61,12 @@ type Membership struct {
 // URL (http or https, a host, no path, query or user). peers may list
 // self, whose URL is then only checked.
 func NewStatic(self string, peers map[string]string) (*Membership, error) {
-	if !validNodeName(self) {
+	if !ValidNodeName(self) {
 		return nil, fmt.Errorf("cluster: node name %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", self)
 	}
 	m := &Membership{self: self, static: make(map[string]*url.URL, len(peers))}
 	for _, name := range slices.Sorted(maps.Keys(peers)) {
-		if !validNodeName(name) {
+		if !ValidNodeName(name) {
 			return nil, fmt.Errorf("cluster: peer %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", name)
 		}
 		u, err := parseBaseURL(peers[name])
@@ -107,7 +107,7 @@ func parseBaseURL(s string) (*url.URL, error) {
 // Run's first lookup succeeds it holds self alone; URL answers for any
 // node name from the start.
 func NewDNS(self string, c DNSConfig) (*Membership, error) {
-	if !validNodeName(self) {
+	if !ValidNodeName(self) {
 		return nil, fmt.Errorf("cluster: node name %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", self)
 	}
 	c.Domain = strings.TrimSuffix(strings.ToLower(c.Domain), ".")
@@ -149,7 +149,7 @@ func (m *Membership) URL(node string) (*url.URL, bool) {
 		c := *u
 		return &c, true
 	}
-	if !validNodeName(node) {
+	if !ValidNodeName(node) {
 		return nil, false
 	}
 	return &url.URL{Scheme: m.dns.Scheme, Host: net.JoinHostPort(node+"."+m.dns.Domain, strconv.Itoa(m.dns.Port))}, true
@@ -237,7 +237,7 @@ func (m *Membership) Refresh(ctx context.Context) error {
 func (m *Membership) memberName(target string) (string, bool) {
 	target = strings.TrimSuffix(strings.ToLower(target), ".")
 	name, rest, ok := strings.Cut(target, ".")
-	if !ok || rest != m.dns.Domain || !validNodeName(name) {
+	if !ok || rest != m.dns.Domain || !ValidNodeName(name) {
 		m.dns.Log.Debug("ignoring an SRV target outside the peer domain", "target", target, "domain", m.dns.Domain)
 		return "", false
 	}
