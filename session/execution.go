@@ -162,6 +162,7 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 	e.proc = proc
 	e.mu.Unlock()
 	close(e.launched)
+	s.runs.Add(1)
 	go e.run(proc)
 	s.log.Info("execution started", e.logAttrs...)
 	return e.info(), nil
@@ -199,6 +200,7 @@ func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 // feeds input, and finalises once the process tree is gone and all output
 // is in the ring.
 func (e *execution) run(proc Process) {
+	defer e.s.runs.Done()
 	e.armTimeouts()
 	e.in.attach(proc.Stdin())
 	exit := proc.Wait()

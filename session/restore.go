@@ -261,6 +261,7 @@ func (s *Supervisor) adopt(ctx context.Context, byKey map[string]*execution, n *
 		e.proc = p
 		e.mu.Unlock()
 		close(e.launched)
+		s.runs.Add(1)
 		go e.run(p)
 		n.Running++
 		s.log.Info("execution adopted", e.logAttrs...)

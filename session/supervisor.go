@@ -94,6 +94,7 @@ type Supervisor struct {
 	counters     counters // metrics.go
 	closed       bool
 	wg           sync.WaitGroup // one per execution until its retention ends
+	runs         sync.WaitGroup // one per execution's run, which releases the process after its record
 
 	store    *store            // nil without Config.StateDir
 	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go)
@@ -451,6 +452,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 			s.mu.Unlock()
 		}
 		s.wg.Wait()
+		s.runs.Wait() // each Release sent: a keeper keeps no exit for a next server
 		s.closeCasts()
 	}()
 	select {

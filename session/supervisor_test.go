@@ -679,3 +679,54 @@ func TestDescriptorExhaustionIsCapacity(t *testing.T) {
 		t.Error("an EMFILE outside a start is not capacity")
 	}
 }
+
+// releasingLauncher hands out processes whose Release, which follows the
+// exit's record, takes a while.
+type releasingLauncher struct {
+	sessiontest.Launcher
+	done sync.Map // process -> true once Release returned
+}
+
+type releasingProc struct {
+	Process
+	l *releasingLauncher
+}
+
+func (p releasingProc) Release() error {
+	time.Sleep(200 * time.Millisecond)
+	p.l.done.Store(p.Process, true)
+	return nil
+}
+
+func (l *releasingLauncher) Start(ctx context.Context, p sandbox.Policy, stdio sandbox.Stdio) (Process, error) {
+	proc, err := l.Launcher.Start(ctx, p, stdio)
+	if err != nil {
+		return nil, err
+	}
+	return releasingProc{proc, l}, nil
+}
+
+// TestCloseWaitsForRelease: Close returns only once every ended process
+// was released. A keeper keeps an exit that was never released for the
+// next server, and waits its orphan grace (10 minutes) for one that never
+// comes after a shutdown for good.
+func TestCloseWaitsForRelease(t *testing.T) {
+	l := &releasingLauncher{Launcher: sessiontest.Launcher{Script: sessiontest.UntilStopped}}
+	s, err := New(Config{Launcher: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, err := s.Start(t.Context(), "acme", id, spec("sh")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	l.done.Range(func(_, _ any) bool { n++; return true })
+	if n != 2 {
+		t.Errorf("Close returned with %d of 2 ended processes released", n)
+	}
+}
