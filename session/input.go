@@ -175,6 +175,7 @@ func (q *inputQueue) writeOut(w io.Writer, b []byte) {
 	}
 	for len(b) > 0 {
 		n := min(len(b), inputPiece)
+		q.log.beginWrite(q.wroteOff + uint64(n))
 		w.Write(b[:n])
 		b = b[n:]
 		q.wroteOff += uint64(n)

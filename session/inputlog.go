@@ -17,15 +17,19 @@ import (
 // The one input that can still be written twice is a piece the program
 // was being written when the supervisor was killed, between the write
 // returning and the offset's store: pieces are at most inputPiece bytes.
+// The offset a piece is being written to is stored before the write, so a
+// restarted supervisor knows when a kill landed there (inFlight), writes
+// the piece again (the program may have it, or not) and says so.
 type inputLog struct {
 	mem      []byte
 	data     []byte
 	accepted *atomic.Uint64 // input offset received
 	written  *atomic.Uint64 // input offset written to the program
+	writing  *atomic.Uint64 // the end of the piece being written, stored before the write
 }
 
-// Input file layout: a 64-byte header (magic, accepted, written, size),
-// then the data.
+// Input file layout: a 64-byte header (magic, accepted, written, size,
+// writing), then the data. A file of before writing has 0 there.
 const (
 	inputMagic  = 0x74676970_6e707431 // "tgipnpt1"
 	inputHeader = 64
@@ -47,6 +51,7 @@ func bindInputLog(mem []byte) *inputLog {
 		mem: mem, data: mem[inputHeader:],
 		accepted: (*atomic.Uint64)(unsafe.Pointer(&mem[8])),
 		written:  (*atomic.Uint64)(unsafe.Pointer(&mem[16])),
+		writing:  (*atomic.Uint64)(unsafe.Pointer(&mem[32])),
 	}
 }
 
@@ -80,5 +85,18 @@ func (l *inputLog) accept(at uint64, p []byte) {
 	l.accepted.Store(at)
 }
 
+// beginWrite records that input up to at is being written to the program.
+func (l *inputLog) beginWrite(at uint64) { l.writing.Store(at) }
+
 // wrote records the input offset written to the program.
 func (l *inputLog) wrote(at uint64) { l.written.Store(at) }
+
+// inFlight is the input a killed supervisor was writing when it died:
+// the program may have it or not. 0 when no write was under way.
+func (l *inputLog) inFlight() uint64 {
+	wr, w := l.written.Load(), l.writing.Load()
+	if w <= wr || w-wr > inputPiece {
+		return 0
+	}
+	return w - wr
+}

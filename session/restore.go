@@ -189,6 +189,11 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 			return nil, err
 		}
 		unmapWith(e.in, mem)
+		if n := log.inFlight(); n > 0 {
+			// Written again rather than lost: at most one piece.
+			s.log.Warn("input possibly written twice: the last server was killed while writing it",
+				append([]any{"input_offset", log.written.Load(), "bytes", n}, e.logAttrs...)...)
+		}
 		e.in.restore(log, log.accepted.Load(), pending)
 		e.restoreCapture()
 		e.restoreScreen()

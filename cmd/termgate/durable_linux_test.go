@@ -454,18 +454,40 @@ func TestKillNineLosesNothing(t *testing.T) {
 			t.Fatalf("job %d did not end: %d bytes so far", i, len(j.f.output()))
 		}
 		want := j.want
+		got := j.f.output()
 		if j.inputs {
 			want = wantEcho.String()
+			if twice := inputWrittenTwice(n.logs.String(), j.f.e.ID()); twice != "" {
+				// The one window left (session/inputlog.go): the kill
+				// landed inside the write of the last line before it, and
+				// the new server said so, with the piece's size. The
+				// program has that line once or twice.
+				t.Logf("job %d: the server reports input possibly written twice: %s", i, twice)
+				if dup := strings.Replace(want, "got:in-flight\n", "got:in-flight\ngot:in-flight\n", 1); strings.ReplaceAll(got, "\r\n", "\n") == dup {
+					want = dup
+				}
+			}
 			if i%2 == 0 {
 				want = strings.ReplaceAll(want, "\n", "\r\n")
 			}
 		}
-		got := j.f.output()
 		if j.f.err != nil || j.f.exit == nil || j.f.exit.Code != j.code || got != want {
 			t.Errorf("job %d: exit %+v (want code %d), err %v, output %d bytes (want %d), equal %v; first difference at %d",
 				i, j.f.exit, j.code, j.f.err, len(got), len(want), got == want, firstDiff(got, want))
 		}
 	}
+}
+
+// inputWrittenTwice is the log line of a server that took over id while
+// a killed one was writing its last line ("in-flight\n", 10 bytes), or "".
+func inputWrittenTwice(logs, id string) string {
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, `"msg":"input possibly written twice`) && strings.Contains(l, `"execution":"`+id+`"`) &&
+			strings.Contains(l, `"bytes":10,`) {
+			return l
+		}
+	}
+	return ""
 }
 
 // info is the server's view of execution id, as JSON.
