@@ -158,30 +158,31 @@ func BenchmarkDurable(b *testing.B) {
 			sc, dir := config(b)
 			sc.MaxRunning, sc.MaxRunningPerOwner, sc.MaxRetained, sc.MaxRetainedPerOwner = 400, 400, 400, 400
 			e := newEnvSession(b, sc, func(c *Config) { c.StartsPerMinute, c.MaxConnsPerSubject = 1<<20, 64 })
+			round := 0
 			for b.Loop() {
-				benchIdle(b, e, dir, 200)
+				round++
+				benchIdle(b, e, dir, fmt.Sprintf("idle-%d-", round), 200)
 			}
 		})
 	}
 }
 
-// benchIdle starts n idle PTY shells and reports what each costs.
-func benchIdle(b *testing.B, e *testEnv, dir string, n int) {
+// benchIdle starts n idle PTY shells, their IDs starting with prefix,
+// reports what each costs and ends them.
+func benchIdle(b *testing.B, e *testEnv, dir, prefix string, n int) {
 	c := e.dial(b, e.token(b, "bench", allScopes...))
 	defer c.close()
-	c.send(b, wire.Request{Type: wire.TypeStart, ID: "warm", PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
+	c.send(b, wire.Request{Type: wire.TypeStart, ID: prefix + "warm", PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
 	c.expect(b, wire.MsgStarted)
 	time.Sleep(time.Second)
 	keeper := keeperPid(dir)
 	before, keeperBefore, filesBefore := memUse(), rssKiB(keeper), diskKiB(dir)
-	startIdleShells(b, e, n, 4)
+	startIdleShells(b, e, prefix, n, 4)
 	time.Sleep(2 * time.Second) // let every shell reach its prompt
 	b.ReportMetric(float64(memUse()-before)/float64(n)/1024, "server-KiB/execution")
 	if dir != "" {
 		b.ReportMetric(float64(rssKiB(keeper)-keeperBefore)/float64(n), "keeper-KiB/execution")
 		b.ReportMetric(float64(diskKiB(dir)-filesBefore)/float64(n), "files-KiB/execution")
 	}
-	for _, info := range e.sup.List("bench") {
-		e.sup.Cancel("bench", info.ID)
-	}
+	endShells(b, e, prefix)
 }

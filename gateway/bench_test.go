@@ -247,8 +247,14 @@ func drain(b *testing.B, c *client, o drainOptions) int {
 	}
 }
 
+// echoKeystrokes is how many keystrokes one iteration of BenchmarkEcho
+// (and BenchmarkDurable's echo) times, so that -benchtime=1x gives
+// percentiles of samples enough.
+const echoKeystrokes = 500
+
 // BenchmarkEcho measures a keystroke's round trip: input frame in, the
-// PTY's echo out, through the sandbox. Reports p50 and p99.
+// PTY's echo out, through the sandbox. Reports p50 and p99 over
+// echoKeystrokes keystrokes per iteration.
 func BenchmarkEcho(b *testing.B) {
 	b.Run("acked", func(b *testing.B) { benchEcho(b, true) })
 	b.Run("unacked", func(b *testing.B) { benchEcho(b, false) })
@@ -292,11 +298,13 @@ func benchEchoOn(b *testing.B, e *testEnv, ack bool) {
 	waitEcho('x', time.Now())
 	rtts = rtts[:0]
 	for b.Loop() {
-		k := byte('a' + len(rtts)%26)
-		start := time.Now()
-		c.sendInput(b, att.Channel, offset, string(k))
-		offset++
-		waitEcho(k, start)
+		for range echoKeystrokes {
+			k := byte('a' + len(rtts)%26)
+			start := time.Now()
+			c.sendInput(b, att.Channel, offset, string(k))
+			offset++
+			waitEcho(k, start)
+		}
 	}
 	slices.Sort(rtts)
 	b.ReportMetric(float64(rtts[len(rtts)/2].Microseconds()), "µs-p50")
@@ -328,7 +336,8 @@ func BenchmarkResume1MiB(b *testing.B) {
 
 // BenchmarkIdlePTYExecutions starts 1,000 idle PTY shells and reports
 // termgate's memory per execution (heap and goroutine stacks) and the
-// threads it holds.
+// threads it holds. Each iteration ends its shells (and waits for them)
+// so that the next starts from the same state.
 func BenchmarkIdlePTYExecutions(b *testing.B) {
 	const n = 1000
 	e := newEnv(b, func(c *Config) {
@@ -341,26 +350,27 @@ func BenchmarkIdlePTYExecutions(b *testing.B) {
 		b.Cleanup(func() { sup.Close(context.Background()) })
 		c.Supervisor = sup
 	})
+	round := 0
 	for b.Loop() {
+		round++
+		prefix := fmt.Sprintf("idle-%d-", round)
 		before := memUse()
 		threadsBefore := threads()
 		start := time.Now()
-		startIdleShells(b, e, n, 8)
+		startIdleShells(b, e, prefix, n, 8)
 		elapsed := time.Since(start)
 		time.Sleep(2 * time.Second) // let every shell reach its prompt
 		after := memUse()
 		b.ReportMetric(float64(after-before)/n/1024, "KiB/execution")
 		b.ReportMetric(float64(threads()-threadsBefore)/n, "threads/execution")
 		b.ReportMetric(elapsed.Seconds(), "s-to-start-1000")
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		e.srv.cfg.Supervisor.Close(ctx)
-		cancel()
+		endShells(b, e, prefix)
 	}
 }
 
-// startIdleShells starts n idle PTY shells, idle-0 to idle-(n-1), from
+// startIdleShells starts n idle PTY shells, prefix0 to prefix(n-1), from
 // workers connections at once.
-func startIdleShells(b *testing.B, e *testEnv, n, workers int) {
+func startIdleShells(b *testing.B, e *testEnv, prefix string, n, workers int) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -369,12 +379,32 @@ func startIdleShells(b *testing.B, e *testEnv, n, workers int) {
 			c := e.dial(b, e.token(b, "bench", allScopes...))
 			defer c.close()
 			for i := w; i < n; i += workers {
-				c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("idle-", i), PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
+				c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint(prefix, i), PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", TimeoutMS: 3600_000})
 				c.expect(b, wire.MsgStarted)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// endShells cancels the running executions of "bench" whose IDs start
+// with prefix and waits, at most two minutes, until each has a result.
+func endShells(b *testing.B, e *testEnv, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sup := e.srv.cfg.Supervisor
+	var ended []string
+	for _, info := range sup.List("bench") {
+		if strings.HasPrefix(info.ID, prefix) && info.Result == nil {
+			sup.Cancel("bench", info.ID)
+			ended = append(ended, info.ID)
+		}
+	}
+	for _, id := range ended {
+		if info, err := sup.Wait(ctx, "bench", id, 1<<62, time.Minute); err != nil || info.Result == nil {
+			b.Fatalf("end %s: %+v %v", id, info, err)
+		}
+	}
 }
 
 // memUse is the Go heap in use plus goroutine stacks.

@@ -466,7 +466,7 @@ func TestInputRefusalsAreNotRepeated(t *testing.T) {
 	t.Parallel()
 	// One frame a second: a stall of the server under load refills no
 	// token before the frames that follow are refused.
-	e := newEnv(t, func(c *Config) { c.InputPerSecond = 1 })
+	e := newEnv(t, func(c *Config) { c.InputPerSecond, c.InputBurst = 1, 1 })
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	ch := startCat(t, c)

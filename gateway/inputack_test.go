@@ -196,7 +196,7 @@ func TestInputAckRefusalsAreNeverSilent(t *testing.T) {
 // reported through the input-ack too.
 func TestInputAckReportsRateLimits(t *testing.T) {
 	t.Parallel()
-	e, l := newStuckEnv(t, func(c *Config) { c.InputPerSecond = 1 })
+	e, l := newStuckEnv(t, func(c *Config) { c.InputPerSecond, c.InputBurst = 1, 1 })
 	l.release()
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()

@@ -184,7 +184,7 @@ func TestMetricsLimitRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnvSession(t, session.Config{Launcher: &sessiontest.Launcher{Script: sessiontest.UntilStopped}, MaxRunning: 1},
 		func(c *Config) {
-			c.StartsPerMinute, c.InputPerSecond, c.MaxChannels, c.MaxConnsPerSubject, c.MaxMessageBytes = 2, 1, 1, 2, 4<<10
+			c.StartsPerMinute, c.InputPerSecond, c.InputBurst, c.MaxChannels, c.MaxConnsPerSubject, c.MaxMessageBytes = 2, 1, 1, 1, 2, 4<<10
 		})
 	ms := httptest.NewServer(e.srv.MetricsHandler())
 	defer ms.Close()

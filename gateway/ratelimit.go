@@ -31,6 +31,24 @@ type subjectBucket struct {
 
 const minSubjectSweep = 1024
 
+// InputBurstSeconds is the default input burst (Config.InputBurst), in
+// seconds of Config.InputPerSecond: at the default 1000 messages a second,
+// 16,000 messages at once. Humans type 30 keys a second at most and
+// termgate's clients send at most 50 frames a second per channel, so only
+// a client sending a message per keystroke or per line draws on the burst:
+// a 1 MiB paste cut into 80-byte lines (13,108 messages), or 19,000
+// keystrokes sent as fast as their echo returns (7,000 a second here)
+// before the sustained rate paces them. The burst refills in 16 s; a client
+// that keeps on sending faster than the rate is refused, with the input
+// offset to resend from, the rest of the time.
+const InputBurstSeconds = 16
+
+// newInputLimits limits a subject's input messages to perSecond, with
+// bursts of burst.
+func newInputLimits(perSecond, burst int) *subjectLimits {
+	return newSubjectLimits(float64(perSecond), max(burst, 1))
+}
+
 func newSubjectLimits(rate float64, burst int) *subjectLimits {
 	refill := time.Duration(float64(burst) / rate * float64(time.Second))
 	return &subjectLimits{rate: rate, burst: burst, refill: refill, m: map[string]*subjectBucket{}, sweep: minSubjectSweep}

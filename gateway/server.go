@@ -86,10 +86,13 @@ type Config struct {
 	MaxConnsPerSubject int
 	StartsPerMinute    int
 	InputPerSecond     int
-	PingInterval       time.Duration
-	PongTimeout        time.Duration
-	AuthWarning        time.Duration
-	WriteTimeout       time.Duration
+	// InputBurst is how many input messages a subject may send at once
+	// beyond InputPerSecond (InputBurstSeconds of it when 0).
+	InputBurst   int
+	PingInterval time.Duration
+	PongTimeout  time.Duration
+	AuthWarning  time.Duration
+	WriteTimeout time.Duration
 	// RequestReadTimeout bounds reading an HTTP API request's body
 	// (DefaultRequestReadTimeout). Headers are the http.Server's
 	// ReadHeaderTimeout; long polls and WebSockets have no body to wait for.
@@ -204,7 +207,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
-		inputs:        newSubjectLimits(float64(cfg.InputPerSecond), cfg.InputPerSecond),
+		inputs:        newInputLimits(cfg.InputPerSecond, cfg.InputBurst),
 		ownWorkspaces: own,
 	}
 	s.metrics = newMetrics(s)
@@ -241,6 +244,7 @@ func applyDefaults(c *Config) {
 	def(&c.MaxConnsPerSubject, DefaultMaxConnsPerSubject)
 	def(&c.StartsPerMinute, DefaultStartsPerMinute)
 	def(&c.InputPerSecond, DefaultInputPerSecond)
+	def(&c.InputBurst, InputBurstSeconds*c.InputPerSecond)
 	defDur(&c.PingInterval, DefaultPingInterval)
 	defDur(&c.PongTimeout, DefaultPongTimeout)
 	defDur(&c.AuthWarning, DefaultAuthWarning)

@@ -226,7 +226,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
 	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
 	e.parsed("starts-per-minute", "starts per minute per token subject, across its connections and the HTTP API", intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
-	e.parsed("input-per-second", "input messages per second per token subject, across its connections and the HTTP API", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
+	e.parsed("input-per-second", "input messages per second per token subject, across its connections and the HTTP API, sustained; bursts of 16 s of it (a paste sent a line a message, keystrokes as fast as their echo) are taken at once", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
 	e.duration(&o.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a kept-alive HTTP connection may wait for its next request")
 	e.duration(&o.headerTimeout, "read-header-timeout", defaultHeaderTimeout, "how long a client may take to send a request's headers")
 	e.duration(&o.server.RequestReadTimeout, "read-timeout", gateway.DefaultRequestReadTimeout, "how long a client may take to send an HTTP API request's body (not long polls or WebSockets)")

@@ -1,0 +1,134 @@
+//go:build linux
+
+// Command termgate-load measures a real termgate server the way issue 17's
+// table does, from one command: it starts `termgate serve` on 127.0.0.1
+// with its own secret, workspace root, state directory and cgroup parent,
+// and measures, over the wire protocol,
+//
+//   - keystroke echo p50 / p99: one byte in, its echo from `cat` on a raw
+//     PTY out, one at a time;
+//   - the server process's CPU and context switches (every thread's
+//     voluntary and nonvoluntary) per keystroke over the same keystrokes;
+//   - opening shells (bash on a PTY, a WebSocket each), so many at a time:
+//     open when the prompt arrived;
+//   - CPU per shell of the whole process tree (the server and everything
+//     below it, live or reaped) from before the first open until the last
+//     shell is gone;
+//   - server RSS per attached idle session, processes and tree PSS per
+//     shell, with every shell open and attached.
+//
+// Every wait is bounded (-timeout), every process it starts is stopped by
+// its pid, and what it created is removed. The defaults finish in about a
+// minute; -keys 2000 -shells 500 gives the issue's table.
+//
+// Usage:
+//
+//	make build && go run ./cmd/termgate-load -termgate bin/termgate
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// options are the command line.
+type options struct {
+	termgate       string        // the termgate binary to serve with
+	keys, warm     int           // keystrokes timed, and sent before
+	shells, par    int           // shells opened, and at a time
+	inputPerSecond int           // serve's --input-per-second; 0: its default
+	timeout        time.Duration // the whole run
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termgate-load:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, serves, measures and prints the table to stdout.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	srv, err := startServer(ctx, o)
+	if err != nil {
+		return err
+	}
+	t, err := measure(ctx, srv, o)
+	if stopErr := srv.stop(); err == nil {
+		err = stopErr
+	}
+	if err != nil {
+		return err
+	}
+	t.print(stdout, o)
+	return nil
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("termgate-load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.termgate, "termgate", defaultBinary(), "the termgate binary to serve with")
+	fs.IntVar(&o.keys, "keys", 2000, "keystrokes timed")
+	fs.IntVar(&o.warm, "warm", 100, "keystrokes sent before timing")
+	fs.IntVar(&o.shells, "shells", 50, "shells opened (the table: 500)")
+	fs.IntVar(&o.par, "par", 16, "shells opened at a time")
+	fs.IntVar(&o.inputPerSecond, "input-per-second", 0, "serve's --input-per-second (0: its default)")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: termgate-load [-termgate PATH] [-keys 2000] [-shells 50] [-par 16]")
+		fmt.Fprintln(stderr, "example, the full table: termgate-load -termgate bin/termgate -shells 500")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.keys < 2 || o.warm < 0 || o.shells < 1 || o.par < 1 || o.timeout <= 0:
+		return o, errors.New("-keys must be at least 2, -shells and -par at least 1, -warm at least 0, -timeout positive")
+	case o.termgate == "":
+		return o, errors.New("no termgate binary: build one (make build) and pass -termgate")
+	}
+	return o, nil
+}
+
+// defaultBinary is termgate beside this program, else bin/termgate, else
+// none.
+func defaultBinary() string {
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "termgate"); isFile(p) {
+			return p
+		}
+	}
+	if isFile("bin/termgate") {
+		return "bin/termgate"
+	}
+	return ""
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}

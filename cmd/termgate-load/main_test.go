@@ -1,0 +1,64 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestParseRefusesWhatCannotBeMeasured: sizes that give no figure are
+// refused before anything starts.
+func TestParseRefusesWhatCannotBeMeasured(t *testing.T) {
+	for _, args := range [][]string{
+		{"-keys", "1"}, {"-shells", "0"}, {"-par", "0"}, {"-warm", "-1"}, {"-timeout", "0s"}, {"extra"},
+		{"-termgate", ""},
+	} {
+		if _, err := parse(append([]string{"-termgate", "/bin/true"}, args...), io.Discard); err == nil {
+			t.Errorf("%q: accepted", args)
+		}
+	}
+	if o, err := parse([]string{"-termgate", "/bin/true"}, io.Discard); err != nil || o.keys != 2000 || o.shells != 50 || o.par != 16 {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+}
+
+// TestLoadPrintsTheTable runs the whole measurement, small, against a
+// termgate built from this checkout, and leaves nothing behind.
+func TestLoadPrintsTheTable(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "termgate")
+	build := exec.Command("go", "build", "-o", bin, "../termgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build termgate: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var out, errs bytes.Buffer
+	args := []string{"-termgate", bin, "-keys", "50", "-warm", "5", "-shells", "4", "-par", "2", "-timeout", "2m"}
+	if err := run(ctx, args, &out, &errs); err != nil {
+		t.Fatalf("run: %v\n%s", err, errs.String())
+	}
+	for _, row := range []string{"| keystroke echo p50 / p99, us | ", "| server CPU and context switches per keystroke | ",
+		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree | ", "| server RSS per attached idle session | ",
+		"| processes per shell / tree PSS per shell | "} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("no row %q in\n%s", row, out.String())
+		}
+	}
+	left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/termgate-load-%d", os.Getpid()))
+	if len(left) > 0 {
+		t.Errorf("cgroups left: %v", left)
+	}
+}

@@ -1,0 +1,215 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/termgate/termgate/gateway/wire"
+)
+
+// table is one run's figures.
+type table struct {
+	p50, p99          time.Duration // keystroke echo
+	cpuPerKey         time.Duration // server process
+	ctxPerKey         float64
+	openAll           time.Duration
+	cpuPerShell       time.Duration // whole tree
+	rssPerSession     float64       // kB, server, attached idle
+	procsPerShell     float64
+	pssPerShell       float64 // kB, whole tree
+	rssAfterClose     int64   // kB, server, all shells gone
+	rssBefore, rssMax int64   // kB, server
+}
+
+// measure runs the echo, then the shells, on srv.
+func measure(ctx context.Context, srv *server, o options) (table, error) {
+	var t table
+	if err := t.echo(ctx, srv, o); err != nil {
+		return t, fmt.Errorf("echo: %w", err)
+	}
+	if err := t.shells(ctx, srv, o); err != nil {
+		return t, fmt.Errorf("shells: %w", err)
+	}
+	return t, nil
+}
+
+// echo types o.warm and then o.keys bytes into cat on a raw PTY, each
+// after the echo of the one before, and times the second lot.
+func (t *table) echo(ctx context.Context, srv *server, o options) error {
+	s, err := dial(ctx, srv, "echo", "/bin/sh", "-c", "stty raw -echo; echo READY; exec cat")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := waitFor(ctx, s, []byte("READY")); err != nil {
+		return err
+	}
+	rtts := make([]time.Duration, 0, o.keys)
+	var cpu0 time.Duration
+	var ctx0 int64
+	for i := range o.warm + o.keys {
+		if i == o.warm {
+			cpu0, ctx0 = ownCPU(srv.pid), ctxSwitches(srv.pid)
+		}
+		k := []byte{byte('a' + i%26)}
+		start := time.Now()
+		if err := s.input(ctx, k); err != nil {
+			return err
+		}
+		if err := waitFor(ctx, s, k); err != nil {
+			return fmt.Errorf("keystroke %d: %w", i, err)
+		}
+		if i >= o.warm {
+			rtts = append(rtts, time.Since(start))
+		}
+	}
+	t.cpuPerKey = (ownCPU(srv.pid) - cpu0) / time.Duration(o.keys)
+	t.ctxPerKey = float64(ctxSwitches(srv.pid)-ctx0) / float64(o.keys)
+	slices.Sort(rtts)
+	t.p50, t.p99 = rtts[len(rtts)/2], rtts[len(rtts)*99/100]
+	return s.send(ctx, wire.Request{Type: wire.TypeCancel, ID: "echo"})
+}
+
+// waitFor reads s's output until want arrived.
+func waitFor(ctx context.Context, s *session, want []byte) error {
+	var seen []byte
+	for {
+		out, err := s.output(ctx)
+		if err != nil {
+			return err
+		}
+		seen = append(seen, out...)
+		if bytes.Contains(seen, want) {
+			return nil
+		}
+		seen = seen[max(0, len(seen)-len(want)):]
+	}
+}
+
+// shells opens o.shells bash shells, o.par at a time, samples memory
+// with all of them attached and idle, then ends them and waits, at most
+// a minute, until their processes are gone.
+func (t *table) shells(ctx context.Context, srv *server, o options) error {
+	base := sampleMemory(srv.pid)
+	cpu0 := treeCPU(srv.pid)
+	start := time.Now()
+	sessions, err := openShells(ctx, srv, o.shells, o.par)
+	t.openAll = time.Since(start)
+	defer func() {
+		for _, s := range sessions {
+			s.close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Second) // the last prompts' output is read and acknowledged
+	loaded := sampleMemory(srv.pid)
+	n := float64(o.shells)
+	t.rssBefore, t.rssMax = base.serverRSS, loaded.serverRSS
+	t.rssPerSession = float64(loaded.serverRSS-base.serverRSS) / n
+	t.procsPerShell = float64(loaded.processes-base.processes) / n
+	t.pssPerShell = float64(loaded.treePSS-base.treePSS) / n
+	if err := endShells(ctx, sessions); err != nil {
+		return err
+	}
+	if err := waitProcesses(ctx, srv.pid, base.processes, time.Minute); err != nil {
+		return err
+	}
+	t.cpuPerShell = (treeCPU(srv.pid) - cpu0) / time.Duration(o.shells)
+	t.rssAfterClose = statusKB(srv.pid, "VmRSS:")
+	return nil
+}
+
+// openShells opens n shells, par at a time; a shell is open when its
+// prompt arrived. A reader per shell then drains its output.
+func openShells(ctx context.Context, srv *server, n, par int) ([]*session, error) {
+	sessions := make([]*session, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sessions[i], errs[i] = openShell(ctx, srv, fmt.Sprint("shell-", i))
+		}()
+	}
+	wg.Wait()
+	opened := slices.DeleteFunc(sessions, func(s *session) bool { return s == nil })
+	return opened, errors.Join(errs...)
+}
+
+func openShell(ctx context.Context, srv *server, id string) (*session, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := dial(ctx, srv, id, "/bin/bash", "--noprofile", "--norc")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.output(ctx); err != nil { // the prompt
+		s.close()
+		return nil, fmt.Errorf("%s: %w", id, err)
+	}
+	go drain(s) // ends when the connection is closed
+	return s, nil
+}
+
+// drain reads s until its connection ends, so pings are answered.
+func drain(s *session) {
+	for {
+		if _, _, err := s.read(context.Background()); err != nil {
+			return
+		}
+	}
+}
+
+// endShells sends every shell's cancel and closes its connection.
+func endShells(ctx context.Context, sessions []*session) error {
+	var errs []error
+	for i, s := range sessions {
+		errs = append(errs, s.send(ctx, wire.Request{Type: wire.TypeCancel, ID: fmt.Sprint("shell-", i)}))
+	}
+	for _, s := range sessions {
+		s.ws.Close(1000, "")
+	}
+	return errors.Join(errs...)
+}
+
+// waitProcesses waits until at most want processes are below pid.
+func waitProcesses(ctx context.Context, pid, want int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		n := len(descendants(pid))
+		if n <= want {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%d processes left below the server after %v, want %d", n, limit, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// print writes the table in issue 17's rows.
+func (t table) print(w io.Writer, o options) {
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	fmt.Fprintf(w, "| figure (termgate-load -keys %d -shells %d -par %d) | termgate |\n|---|---|\n", o.keys, o.shells, o.par)
+	fmt.Fprintf(w, "| keystroke echo p50 / p99, us | %.0f / %.0f |\n", us(t.p50), us(t.p99))
+	fmt.Fprintf(w, "| server CPU and context switches per keystroke | %.0f us, %.1f |\n", us(t.cpuPerKey), t.ctxPerKey)
+	fmt.Fprintf(w, "| open %d shells, %d at a time | %.2f s |\n", o.shells, o.par, t.openAll.Seconds())
+	fmt.Fprintf(w, "| CPU per shell, whole process tree | %.1f ms |\n", us(t.cpuPerShell)/1000)
+	fmt.Fprintf(w, "| server RSS per attached idle session | %.0f kB |\n", t.rssPerSession)
+	fmt.Fprintf(w, "| processes per shell / tree PSS per shell | %.0f / %.0f kB |\n", t.procsPerShell, t.pssPerShell)
+	fmt.Fprintf(w, "| server RSS before / all open / all closed | %d / %d / %d kB |\n", t.rssBefore, t.rssMax, t.rssAfterClose)
+}

@@ -1,0 +1,144 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the unit of /proc/PID/stat's CPU times (USER_HZ).
+const clockTick = 10 * time.Millisecond
+
+// statFields are the fields of /proc/PID/stat after the command's ")":
+// state is index 0, ppid 1, utime 11, stime 12, cutime 13, cstime 14.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return nil, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	return f, nil
+}
+
+// ticks sums the given fields of pid's stat; a process gone counts 0.
+func ticks(pid int, fields ...int) int64 {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, i := range fields {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		n += v
+	}
+	return n
+}
+
+// ownCPU is the CPU time of pid's threads, live and exited.
+func ownCPU(pid int) time.Duration { return time.Duration(ticks(pid, 11, 12)) * clockTick }
+
+// treeCPU is the CPU time of pid and every process below it, live or
+// reaped: each live process's own time and that of the children it
+// reaped (a process reaped by a live one is in that one's cutime).
+func treeCPU(pid int) time.Duration {
+	var n int64
+	for _, p := range append(descendants(pid), pid) {
+		n += ticks(p, 11, 12, 13, 14)
+	}
+	return time.Duration(n) * clockTick
+}
+
+// ctxSwitches sums the voluntary and nonvoluntary context switches of
+// every thread of pid.
+func ctxSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				n += atoi(v)
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				n += atoi(v)
+			}
+		}
+	}
+	return n
+}
+
+// descendants are the live processes below pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f, err := statFields(p); err == nil {
+			ppid, _ := strconv.Atoi(f[1])
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	for todo := children[pid]; len(todo) > 0; {
+		p := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], children[p]...)
+		out = append(out, p)
+	}
+	return out
+}
+
+// memory is a sample of the server's and its tree's memory.
+type memory struct {
+	serverRSS, treePSS int64 // kB
+	processes          int   // below the server
+}
+
+func sampleMemory(pid int) memory {
+	kids := descendants(pid)
+	m := memory{serverRSS: statusKB(pid, "VmRSS:"), treePSS: pssKB(pid), processes: len(kids)}
+	for _, k := range kids {
+		m.treePSS += pssKB(k)
+	}
+	return m
+}
+
+// statusKB is a kB field of /proc/PID/status.
+func statusKB(pid int, field string) int64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			return atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0
+}
+
+// pssKB is pid's proportional set size.
+func pssKB(pid int) int64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+			return atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	return n
+}
