@@ -195,6 +195,22 @@ static void tg_landlock(void) {
 	close((int)fd);
 }
 
+// tg_signals leaves the command the signals the Go init would: none
+// blocked, and none ignored but SIGHUP and SIGINT, whose inherited SIG_IGN
+// the Go runtime keeps (it installs its own handler for every other, which
+// the exec resets).
+static void tg_signals(void) {
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGHUP || sig == SIGINT || sigaction(sig, NULL, &sa) < 0 || sa.sa_handler != SIG_IGN) continue;
+		sa.sa_handler = SIG_DFL;
+		sigaction(sig, &sa, NULL);
+	}
+}
+
 // tg_exec is execCommand: rlimits, then exec. Its failures read as run's,
 // "exec NAME: " and the reason.
 static void tg_exec(const char *path, char **argv, const struct tg_config *c) {
@@ -219,9 +235,7 @@ static void tg_exec(const char *path, char **argv, const struct tg_config *c) {
 			tg_fail_errno(TG_FAILED, what, errno);
 		}
 	}
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
+	tg_signals();
 	execve(path, argv, c->env);
 	int err = errno;
 	tg_fail_errno(err == ENOENT ? TG_NOT_FOUND : TG_FAILED, what, err);

@@ -4,6 +4,7 @@ package sandboxinit
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -111,5 +112,38 @@ func TestInitFailures(t *testing.T) {
 				t.Fatalf("exit %d, said %q; want %d, %q", code, said, tc.code, tc.said)
 			}
 		})
+	}
+}
+
+// TestInitSignals: the command gets no ignored signal from the init's
+// parent but SIGHUP and SIGINT, which the Go runtime keeps ignored too.
+func TestInitSignals(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ctl"), os.NewFile(uintptr(fds[1]), "ctl-child")
+	defer ours.Close()
+	if _, err := ours.Write(encode(t, Config{Cwd: "/"})); err != nil {
+		t.Fatal(err)
+	}
+	// The shell ignores TERM, HUP and USR1, then execs the init as
+	// Path, which execs grep.
+	script := `trap "" TERM HUP USR1; exec -a ` + Path + ` "$0" /bin/grep SigIgn /proc/self/status`
+	cmd := exec.Command("/bin/bash", "-c", script, exe)
+	cmd.ExtraFiles = []*os.File{theirs}
+	out, err := cmd.CombinedOutput()
+	theirs.Close()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	const hup = 1 << (unix.SIGHUP - 1)
+	if got := strings.TrimSpace(strings.TrimPrefix(string(out), "SigIgn:")); got != fmt.Sprintf("%016x", hup) {
+		t.Fatalf("command ignores %s, want only SIGHUP (%016x)", got, hup)
 	}
 }
