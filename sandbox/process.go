@@ -108,9 +108,6 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File) spawnRequest {
 	proc.bwrapArgs = append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...)
 	req := spawnRequest{key: proc.policy.Key, path: l.bwrap, args: proc.bwrapArgs, files: append(first, files...)}
-	if proc.cg != nil {
-		req.cgroup = proc.cg.Unified()
-	}
 	if id, _ := l.identityFor(proc.policy); id.switchTo { // checked by Start
 		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
 	}
@@ -209,7 +206,7 @@ func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, 
 		p.track = p.l.events.Track(pid)
 		p.track.NotifyWorkloadExit(p.endSandbox)
 	}
-	err = p.confine(pid, child.cgroup())
+	err = p.confine(pid)
 	if err == nil {
 		_, err = argsW.Write(args)
 	}
@@ -235,13 +232,12 @@ func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, 
 }
 
 // confine puts the blocked bwrap into its cgroup, which every process it
-// starts inherits: into every directory but placed, which it was forked
-// into.
-func (p *Process) confine(pid int, placed string) error {
+// starts inherits.
+func (p *Process) confine(pid int) error {
 	if p.cg == nil {
 		return nil
 	}
-	return p.cg.AddExcept(pid, placed)
+	return p.cg.Add(pid)
 }
 
 func closeAll[T interface{ Close() error }](xs []T) {
