@@ -68,6 +68,93 @@ func BenchmarkStart(b *testing.B) {
 		}
 		b.ReportMetric(float64(first.Microseconds())/float64(b.N)/1000, "ms-first-byte/op")
 	})
+	// The same with serve's default ceilings, in cgroups of every
+	// hierarchy.
+	limited := p
+	limited.Limits = Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
+	for _, v := range []struct {
+		name string
+		p    Policy
+	}{{"paired", p}, {"paired-limits", limited}} {
+		b.Run(v.name, func(b *testing.B) {
+			// A termgate start and a plain bwrap per iteration, in turns
+			// first: both see the same load, so the ratio holds on a busy
+			// machine where the two runs above, seconds apart, do not.
+			// CPU: of this process and of every process it reaped, bwrap
+			// and what bwrap reaped, per start.
+			np := v.p.Normalize()
+			var ours, plain, ratios []float64
+			var oursCPU, plainCPU time.Duration
+			for i := 0; b.Loop(); i++ {
+				var t, w float64
+				if i%2 == 0 {
+					t, w = cpuOf(b, &oursCPU, func() float64 { return startFirstByte(b, l, v.p) }), cpuOf(b, &plainCPU, func() float64 { return plainFirstByte(b, l, np) })
+				} else {
+					w, t = cpuOf(b, &plainCPU, func() float64 { return plainFirstByte(b, l, np) }), cpuOf(b, &oursCPU, func() float64 { return startFirstByte(b, l, v.p) })
+				}
+				ours, plain, ratios = append(ours, t), append(plain, w), append(ratios, t/w)
+			}
+			b.ReportMetric(median(ours), "ms-first-byte")
+			b.ReportMetric(median(plain), "ms-first-byte-bwrap")
+			b.ReportMetric(100*(median(ratios)-1), "%-overhead")
+			b.ReportMetric(float64(oursCPU.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(plainCPU.Microseconds())/1000/float64(b.N), "cpu-ms-bwrap/op")
+		})
+	}
+}
+
+// cpuOf runs f and adds the CPU time it took to *sum: this process's and
+// that of the processes it reaped meanwhile.
+func cpuOf(b testing.TB, sum *time.Duration, f func() float64) float64 {
+	before := cpuTime(b) + childCPUTime(b)
+	ms := f()
+	*sum += cpuTime(b) + childCPUTime(b) - before
+	return ms
+}
+
+// childCPUTime returns the CPU time of the reaped children of this process
+// and of theirs, user and system.
+func childCPUTime(b testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startFirstByte runs p to its end and returns the milliseconds from Start
+// to its first output byte.
+func startFirstByte(b testing.TB, l *Launcher, p Policy) float64 {
+	var fb firstByte
+	start := time.Now()
+	proc, err := l.Start(context.Background(), p, Stdio{Stdout: &fb})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if exit := proc.Wait(); !exit.Success() {
+		b.Fatal(exit)
+	}
+	return fb.at.Sub(start).Seconds() * 1000
+}
+
+// plainFirstByte is startFirstByte of plainBwrap.
+func plainFirstByte(b testing.TB, l *Launcher, p Policy) float64 {
+	start := time.Now()
+	at, err := plainBwrap(l, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return at.Sub(start).Seconds() * 1000
+}
+
+// median returns the middle of xs, which it sorts.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // plainBwrap runs bwrap with the plan termgate would use, but running the
@@ -168,7 +255,7 @@ func BenchmarkPTYThroughput(b *testing.B) {
 
 // cpuTime returns the CPU time this process used so far, user and
 // system: the copier's cost, steadier than throughput on a loaded machine.
-func cpuTime(b *testing.B) time.Duration {
+func cpuTime(b testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)
