@@ -195,19 +195,28 @@ static void tg_landlock(void) {
 	close((int)fd);
 }
 
+// tg_ksigaction is the kernel's struct sigaction, large enough for every
+// architecture's layout: the handler comes first in all of them, and an
+// all-zero one is SIG_DFL with no flags and an empty mask.
+struct tg_ksigaction {
+	unsigned long handler, rest[3];
+};
+
 // tg_signals leaves the command the signals the Go init would: none
 // blocked, and none ignored but SIGHUP and SIGINT, whose inherited SIG_IGN
 // the Go runtime keeps (it installs its own handler for every other, which
-// the exec resets).
+// the exec resets). It asks the kernel directly: glibc's sigaction refuses
+// the two signals it reserves for itself (32 and 33), which a parent may
+// still have left ignored.
 static void tg_signals(void) {
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-		if (sig == SIGHUP || sig == SIGINT || sigaction(sig, NULL, &sa) < 0 || sa.sa_handler != SIG_IGN) continue;
-		sa.sa_handler = SIG_DFL;
-		sigaction(sig, &sa, NULL);
+	for (int sig = 1; sig <= 64; sig++) {
+		struct tg_ksigaction old = {0}, dfl = {0};
+		if (sig == SIGHUP || sig == SIGINT || sig == SIGKILL || sig == SIGSTOP) continue;
+		if (syscall(SYS_rt_sigaction, sig, NULL, &old, 8) < 0 || old.handler != (unsigned long)SIG_IGN) continue;
+		syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8);
 	}
 }
 

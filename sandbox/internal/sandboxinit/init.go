@@ -245,6 +245,7 @@ func execCommand(path string, argv []string, cfg Config) error {
 		return errors.New("exec from thread " + strconv.Itoa(tid) + ", not the first thread " + strconv.Itoa(pid))
 	}
 	syscall.CloseOnExec(ControlFD)
+	resetIgnoredSignals()
 	if err := restoreOpenFiles(cfg.Rlimits); err != nil {
 		return err
 	}
@@ -286,4 +287,23 @@ func cStrings(ss []string) ([]*byte, error) {
 		out[i] = p
 	}
 	return out, nil
+}
+
+// resetIgnoredSignals gives the command the default action of every
+// signal an ancestor left ignored, but SIGHUP and SIGINT (nohup's and a
+// shell's background jobs' own choice). The Go runtime replaces most
+// inherited SIG_IGNs with its handler, which the exec resets, but keeps
+// some (glibc's reserved 32 and 33 among them); the C init does the same
+// as this.
+func resetIgnoredSignals() {
+	for sig := uintptr(1); sig <= 64; sig++ {
+		if sig == uintptr(syscall.SIGHUP) || sig == uintptr(syscall.SIGINT) || sig == uintptr(syscall.SIGKILL) || sig == uintptr(syscall.SIGSTOP) {
+			continue
+		}
+		var old, dfl [4]uint64 // the kernel's sigaction on every architecture; all zero is SIG_DFL
+		_, _, errno := syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0)
+		if errno == 0 && old[0] == 1 { // SIG_IGN
+			syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+		}
+	}
 }

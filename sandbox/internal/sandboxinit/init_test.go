@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -132,10 +133,13 @@ func TestInitSignals(t *testing.T) {
 	if _, err := ours.Write(encode(t, Config{Cwd: "/"})); err != nil {
 		t.Fatal(err)
 	}
-	// The shell ignores TERM, HUP and USR1, then execs the init as
-	// Path, which execs grep.
+	// This test binary ignores the two signals glibc reserves (32 and 33,
+	// which glibc's sigaction will not touch; a parent may leave them
+	// ignored) and execs a shell that ignores TERM, HUP and USR1, then
+	// execs the init as Path, which execs grep.
 	script := `trap "" TERM HUP USR1; exec -a ` + Path + ` "$0" /bin/grep SigIgn /proc/self/status`
-	cmd := exec.Command("/bin/bash", "-c", script, exe)
+	cmd := exec.Command(exe, "-c", script, exe)
+	cmd.Env = append(os.Environ(), ignoreReservedEnv+"=1")
 	cmd.ExtraFiles = []*os.File{theirs}
 	out, err := cmd.CombinedOutput()
 	theirs.Close()
@@ -146,4 +150,25 @@ func TestInitSignals(t *testing.T) {
 	if got := strings.TrimSpace(strings.TrimPrefix(string(out), "SigIgn:")); got != fmt.Sprintf("%016x", hup) {
 		t.Fatalf("command ignores %s, want only SIGHUP (%016x)", got, hup)
 	}
+}
+
+// ignoreReservedEnv makes this test binary (TestMain) ignore signals 32
+// and 33 and exec /bin/bash with its arguments.
+const ignoreReservedEnv = "TERMGATE_TEST_IGNORE_RESERVED"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(ignoreReservedEnv) == "1" {
+		ign := [4]uint64{1} // SIG_IGN, no flags, an empty mask
+		for _, sig := range []uintptr{32, 33} {
+			if _, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&ign)), 0, 8, 0, 0); errno != 0 {
+				fmt.Fprintln(os.Stderr, "ignore signal", sig, errno)
+				os.Exit(2)
+			}
+		}
+		os.Unsetenv(ignoreReservedEnv)
+		err := unix.Exec("/bin/bash", append([]string{"bash"}, os.Args[1:]...), os.Environ())
+		fmt.Fprintln(os.Stderr, "exec bash:", err)
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
 }
