@@ -3,6 +3,7 @@ package gatewaytest
 import (
 	"bytes"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -26,18 +27,19 @@ type ProxyConfig struct {
 	Path string
 }
 
-// CuttingProxy forwards 127.0.0.1 connections to a target and cuts each
-// after a random number of bytes from the server. It stops when the test
-// ends.
+// CuttingProxy forwards 127.0.0.1 connections to a target, or each to one
+// of several picked at random (NewRotatingProxy), and cuts each after a
+// random number of bytes from the server. It stops when the test ends.
 type CuttingProxy struct {
-	ln     net.Listener
-	target string
-	cfg    ProxyConfig
+	ln      net.Listener
+	targets []string
+	cfg     ProxyConfig
 
 	mu       sync.Mutex
 	rng      *rand.Rand
 	cuts     int
 	refusing bool
+	served   map[string]int // connections sent to each target
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
 }
@@ -45,12 +47,23 @@ type CuttingProxy struct {
 // NewCuttingProxy starts a proxy to target (host:port).
 func NewCuttingProxy(t testing.TB, target string, cfg ProxyConfig) *CuttingProxy {
 	t.Helper()
+	return NewRotatingProxy(t, []string{target}, cfg)
+}
+
+// NewRotatingProxy starts a proxy that sends each connection to one of
+// targets (host:port each; at least one) picked at random: a client behind
+// it that is cut reconnects, landing on another node of a cluster.
+func NewRotatingProxy(t testing.TB, targets []string, cfg ProxyConfig) *CuttingProxy {
+	t.Helper()
+	if len(targets) == 0 {
+		t.Fatal("proxy: no targets")
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &CuttingProxy{ln: ln, target: target, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1)),
-		conns: map[net.Conn]struct{}{}}
+	p := &CuttingProxy{ln: ln, targets: append([]string(nil), targets...), cfg: cfg,
+		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1)), served: map[string]int{}, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
@@ -75,6 +88,13 @@ func (p *CuttingProxy) Cuts() int {
 	return p.cuts
 }
 
+// Served returns how many connections went to each target so far.
+func (p *CuttingProxy) Served() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.served)
+}
+
 // Refuse, while on, cuts every open connection and closes new ones (those
 // on Path, when set) at once: the server looks gone.
 func (p *CuttingProxy) Refuse(on bool) {
@@ -96,18 +116,21 @@ func (p *CuttingProxy) accept() {
 			return
 		}
 		p.mu.Lock()
+		target := p.targets[p.rng.IntN(len(p.targets))]
 		budget := p.cfg.MinBudget + p.rng.Int64N(max(p.cfg.Spread, 1))
 		if p.cfg.MaxCuts > 0 && p.cuts >= p.cfg.MaxCuts {
 			budget = 1 << 40
 		}
+		p.served[target]++
 		p.conns[c] = struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(1)
-		go p.forward(c, budget)
+		go p.forward(c, target, budget)
 	}
 }
 
-func (p *CuttingProxy) forward(c net.Conn, budget int64) {
+// forward copies c to target and back, the way back for budget bytes.
+func (p *CuttingProxy) forward(c net.Conn, target string, budget int64) {
 	defer p.wg.Done()
 	defer func() {
 		c.Close()
@@ -115,7 +138,7 @@ func (p *CuttingProxy) forward(c net.Conn, budget int64) {
 		delete(p.conns, c)
 		p.mu.Unlock()
 	}()
-	up, err := net.Dial("tcp", p.target)
+	up, err := net.Dial("tcp", target)
 	if err != nil {
 		return
 	}
@@ -134,7 +157,9 @@ func (p *CuttingProxy) forward(c net.Conn, budget int64) {
 	if cut && p.refused() {
 		return
 	}
+	p.wg.Add(1)
 	go func() {
+		defer p.wg.Done()
 		io.Copy(up, c)
 		up.Close() // the client left: so does the server side
 	}()
