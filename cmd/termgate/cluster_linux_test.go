@@ -534,19 +534,8 @@ func (c *testCluster) wipe(i int) {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	n.kill(syscall.SIGKILL)
-	until(t, "the keeper and its sandboxes are gone, and the workspaces unmounted", func() bool {
-		if len(n.keepers()) > 0 {
-			return false
-		}
-		mi, _ := os.ReadFile("/proc/self/mountinfo")
-		busy := false
-		for _, line := range strings.Split(string(mi), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], n.dir+"/") {
-				busy = syscall.Unmount(f[4], 0) != nil || busy // EBUSY while a sandbox still dies
-			}
-		}
-		return !busy
-	})
+	until(t, "the keeper is gone", func() bool { return len(n.keepers()) == 0 })
+	n.unmountWorkspaces()
 	if err := os.RemoveAll(n.state); err != nil {
 		t.Fatal(err)
 	}

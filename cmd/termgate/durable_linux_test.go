@@ -197,12 +197,15 @@ func (n *durableNode) cleanup() {
 
 // unmountWorkspaces removes the workspace mounts a serve killed for good
 // left in the node's directory, and so their loop devices (autoclear),
-// which would otherwise outlive the test.
+// which would otherwise outlive the test. The unmount is lazy: a sandbox
+// of any test on the machine made while the mount existed holds a copy of
+// it in its own mount namespace, which can keep a plain unmount busy for
+// as long as that sandbox lives; the loop device goes with the last copy.
 func (n *durableNode) unmountWorkspaces() {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mi), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], n.dir+"/") {
-			if err := syscall.Unmount(f[4], 0); err != nil {
+			if err := syscall.Unmount(f[4], syscall.MNT_DETACH); err != nil {
 				n.t.Errorf("unmount %s: %v", f[4], err)
 			}
 		}
