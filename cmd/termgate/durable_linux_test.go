@@ -125,8 +125,21 @@ func nodeCgroupParent(t *testing.T, ip string) string {
 func (n *durableNode) start() time.Duration {
 	n.t.Helper()
 	began := time.Now()
+	n.startUnder("")
+	return time.Since(began)
+}
+
+// startUnder runs serve, through wrapper when one is given (a program
+// that execs the rest of its arguments, such as nohup), and waits until
+// it listens.
+func (n *durableNode) startUnder(wrapper string) {
+	n.t.Helper()
 	enc, _ := json.Marshal(n.args)
-	cmd := exec.Command(n.exe, "-test.run=^"+n.t.Name()+"$")
+	argv := []string{n.exe, "-test.run=^" + n.t.Name() + "$"}
+	if wrapper != "" {
+		argv = append([]string{wrapper}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), serveInChildEnv+"="+string(enc))
 	n.logs = &sandboxtest.SyncBuffer{}
 	cmd.Stderr = n.logs
@@ -147,7 +160,6 @@ func (n *durableNode) start() time.Duration {
 	}) {
 		n.t.Fatalf("serve listens")
 	}
-	return time.Since(began)
 }
 
 // kill ends the current serve with sig and waits for it.

@@ -164,15 +164,24 @@ func startCaddy(t *testing.T, caddy, dir, site, listen string) {
 			t.Fatal(err)
 		}
 	}
-	var logs sandboxtest.SyncBuffer
 	cmd := exec.Command(caddy, "run", "--config", main, "--adapter", "caddyfile")
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, caddyEnv(dir), &logs, &logs
+	cmd.Dir, cmd.Env = dir, caddyEnv(dir)
+	startListening(t, "caddy", cmd, listen)
+}
+
+// startListening starts cmd, a server this test runs in the foreground,
+// stops it by pid when the test ends, and waits (at most 20 s) until it
+// accepts connections on listen; its output shows when it does not.
+func startListening(t *testing.T, name string, cmd *exec.Cmd, listen string) {
+	t.Helper()
+	var logs sandboxtest.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { stopByPid(t, "caddy", cmd.Process.Pid, done) })
+	t.Cleanup(func() { stopByPid(t, name, cmd.Process.Pid, done) })
 	up := sandboxtest.Eventually(t, 20*time.Second, func() bool {
 		if len(done) > 0 {
 			return true
@@ -184,7 +193,7 @@ func startCaddy(t *testing.T, caddy, dir, site, listen string) {
 		return err == nil
 	})
 	if !up || len(done) > 0 {
-		t.Fatalf("caddy did not start on %s:\n%s", listen, logs.String())
+		t.Fatalf("%s did not start on %s:\n%s", name, listen, logs.String())
 	}
 }
 

@@ -59,28 +59,7 @@ func startHAProxy(t *testing.T, conf, listen string) {
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs sandboxtest.SyncBuffer
-	cmd := exec.Command(haproxy, "-db", "-f", file)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { stopByPid(t, "haproxy", cmd.Process.Pid, done) })
-	up := sandboxtest.Eventually(t, 20*time.Second, func() bool {
-		if len(done) > 0 {
-			return true
-		}
-		c, err := net.Dial("tcp", listen)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	if !up || len(done) > 0 {
-		t.Fatalf("haproxy did not start on %s:\n%s", listen, logs.String())
-	}
+	startListening(t, "haproxy", exec.Command(haproxy, "-db", "-f", file), listen)
 }
 
 func TestManifestHaproxyPassesHaproxyCheck(t *testing.T) {

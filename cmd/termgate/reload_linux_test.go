@@ -6,12 +6,10 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -77,34 +75,6 @@ func (n *durableNode) dialToken(t *testing.T, tok string) (*client.Client, error
 		t.Cleanup(func() { c.Close() })
 	}
 	return c, err
-}
-
-// startUnder runs serve as start does, but through wrapper (a program
-// that execs the rest of its arguments, such as nohup).
-func (n *durableNode) startUnder(wrapper string) {
-	n.t.Helper()
-	enc, _ := json.Marshal(n.args)
-	cmd := exec.Command(wrapper, n.exe, "-test.run=^"+n.t.Name()+"$")
-	cmd.Env = append(os.Environ(), serveInChildEnv+"="+string(enc))
-	n.logs = &sandboxtest.SyncBuffer{}
-	cmd.Stderr = n.logs
-	if err := cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	n.cur = cmd
-	done := make(chan struct{})
-	n.ended = done
-	go func() { cmd.Wait(); close(done) }()
-	if !sandboxtest.Eventually(n.t, 30*time.Second, func() bool {
-		select {
-		case <-done:
-			n.t.Fatalf("serve ended: %s", n.logs.String())
-		default:
-		}
-		return strings.Contains(n.logs.String(), `"msg":"listening"`)
-	}) {
-		n.t.Fatalf("serve listens")
-	}
 }
 
 // hangup sends SIGHUP to serve and waits for the log line saying what
