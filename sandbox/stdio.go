@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -141,6 +142,10 @@ type socketInput struct{ f *os.File }
 
 func (w socketInput) Write(b []byte) (int, error) { return w.f.Write(b) }
 
+// SyscallConn returns the socket's descriptor, non-blocking, so that a
+// writer can try a write without waiting.
+func (w socketInput) SyscallConn() (syscall.RawConn, error) { return w.f.SyscallConn() }
+
 func (w socketInput) Close() error {
 	raw, err := w.f.SyscallConn()
 	if err == nil {
@@ -154,6 +159,10 @@ func (w socketInput) Close() error {
 type ptyInput struct{ f *os.File }
 
 func (w ptyInput) Write(b []byte) (int, error) { return w.f.Write(b) }
+
+// SyscallConn returns the master's descriptor, non-blocking, so that a
+// writer can try a write without waiting.
+func (w ptyInput) SyscallConn() (syscall.RawConn, error) { return w.f.SyscallConn() }
 
 func (w ptyInput) Close() error { return nil }
 

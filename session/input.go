@@ -5,12 +5,17 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// inputQueue accepts input by offset and feeds it to the process on the
-// execution's writer goroutine, so a process that does not read its input
-// never blocks a client: a full queue answers ErrInputFull, and the client
-// retries from the same offset.
+// inputQueue accepts input by offset and feeds it to the process. When
+// nothing waits to be written, the caller writes what the process takes
+// at once itself, without blocking (direct); the rest waits in the queue
+// for its writer goroutine, so a process that does not read its input
+// never blocks a client: a full queue answers ErrInputFull, and the
+// client retries from the same offset.
 type inputQueue struct {
 	mu       sync.Mutex
 	offset   uint64   // bytes accepted so far
@@ -18,56 +23,72 @@ type inputQueue struct {
 	size     int      // bytes in pending
 	max      int
 	closeReq bool // close stdin once pending is written
+	closed   bool // stdin was closed
 	shut     bool // the process ended: accept nothing more
-	wake     chan struct{}
 
-	// The writer goroutine starts with the first input, so an execution
-	// nobody types into costs no goroutine.
+	// The writer goroutine runs only while input waits, so an idle
+	// execution costs no goroutine: it starts when a write would block
+	// and ends once the queue drained.
 	dst     io.WriteCloser
-	started bool
-	done    chan struct{} // closed when the writer returned
+	raw     syscall.RawConn // dst's non-blocking descriptor, for direct writes; nil without one
+	running bool            // the writer goroutine runs
+	writers sync.WaitGroup
 
 	counted  *atomic.Uint64 // the supervisor's input bytes (metrics.go)
 	log      *inputLog      // durable executions only (inputlog.go)
 	onAccept func([]byte)   // sees accepted input in order, with mu held (a recording); may be nil
-	wroteOff uint64         // input offset written to the program; the writer's
+	wroteOff uint64         // input offset written to the program; the writer's, or direct's with mu held
 }
 
 func newInputQueue(max int, counted *atomic.Uint64) *inputQueue {
-	return &inputQueue{max: max, wake: make(chan struct{}, 1), done: make(chan struct{}), counted: counted}
+	return &inputQueue{max: max, counted: counted}
 }
 
 // attach sets where input goes, once the process runs.
 func (q *inputQueue) attach(w io.WriteCloser) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.dst = w
-	if len(q.pending) > 0 || q.closeReq {
-		q.startLocked()
-	}
+	q.dst, q.raw = w, nonBlocking(w)
+	q.startLocked()
 }
 
-// startLocked starts the writer once. Called with q.mu held.
+// nonBlocking returns the raw descriptor of w when it has one in
+// non-blocking mode (a PTY master, a pipe or socket through Go's poller),
+// which a write can try without waiting.
+func nonBlocking(w io.Writer) syscall.RawConn {
+	sc, ok := w.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var flags int
+	ferr := raw.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if ferr != nil || err != nil || flags&unix.O_NONBLOCK == 0 {
+		return nil
+	}
+	return raw
+}
+
+// startLocked starts the writer when there is work for it and it does
+// not run. Called with q.mu held.
 func (q *inputQueue) startLocked() {
-	if q.started || q.dst == nil || q.shut {
+	if q.running || q.dst == nil || q.shut || len(q.pending) == 0 && (!q.closeReq || q.closed) {
 		return
 	}
-	q.started = true
+	q.running = true
+	q.writers.Add(1)
 	go func() {
-		defer close(q.done)
+		defer q.writers.Done()
 		q.run(q.dst)
 	}()
 }
 
-// wait returns once the writer, if it ever started, has returned.
-func (q *inputQueue) wait() {
-	q.mu.Lock()
-	started := q.started
-	q.mu.Unlock()
-	if started {
-		<-q.done
-	}
-}
+// wait returns once the writer, if it runs, has returned. Called after
+// shutdown, which starts no writer any more.
+func (q *inputQueue) wait() { q.writers.Wait() }
 
 // write applies the part of p the queue has not seen yet.
 func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
@@ -90,19 +111,66 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 	if q.size+len(fresh) > q.max {
 		return q.offset, ErrInputFull
 	}
-	q.pending = append(q.pending, append([]byte(nil), fresh...))
 	if q.log != nil {
 		q.log.accept(q.offset, fresh)
 	}
 	if q.onAccept != nil {
 		q.onAccept(fresh)
 	}
-	q.size += len(fresh)
 	q.offset += uint64(len(fresh))
 	q.counted.Add(uint64(len(fresh)))
-	q.startLocked()
-	q.signal()
+	if rest := q.writeDirectLocked(fresh); len(rest) > 0 {
+		q.pending = append(q.pending, append([]byte(nil), rest...))
+		q.size += len(rest)
+		q.startLocked()
+	}
 	return q.offset, nil
+}
+
+// writeDirectLocked writes what it can of p to the program without
+// waiting, when nothing is queued before it, and returns the rest: all
+// of p when the writer runs or dst has no non-blocking descriptor. A
+// durable execution writes in pieces, each recorded as writeOut does;
+// a piece written in part leaves nothing in flight. Called with q.mu held.
+func (q *inputQueue) writeDirectLocked(p []byte) []byte {
+	if q.raw == nil || q.running || len(q.pending) > 0 {
+		return p
+	}
+	for len(p) > 0 {
+		k := len(p)
+		if q.log != nil {
+			k = min(k, inputPiece)
+			q.log.beginWrite(q.wroteOff + uint64(k))
+		}
+		n := tryWrite(q.raw, p[:k])
+		p = p[n:]
+		q.wroteOff += uint64(n)
+		if q.log != nil {
+			q.log.wrote(q.wroteOff)
+			if n < k {
+				q.log.beginWrite(q.wroteOff) // the rest is the writer's: none in flight
+			}
+		}
+		if n < k {
+			break
+		}
+	}
+	return p
+}
+
+// tryWrite is one write(2) of p to raw's descriptor that never waits. It
+// returns the bytes written: 0 on any error, which the writer goroutine
+// then meets again, or not.
+func tryWrite(raw syscall.RawConn, p []byte) int {
+	var n int
+	var err error
+	if cerr := raw.Write(func(fd uintptr) bool {
+		n, err = unix.Write(int(fd), p)
+		return true // never wait: the writer goroutine does
+	}); cerr != nil || err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // received returns the input offset: bytes accepted so far.
@@ -123,7 +191,6 @@ func (q *inputQueue) closeStdin(at *uint64) (uint64, bool, error) {
 	first := !q.closeReq && !q.shut
 	q.closeReq = true
 	q.startLocked()
-	q.signal()
 	return q.offset, first, nil
 }
 
@@ -132,36 +199,34 @@ func (q *inputQueue) shutdown() {
 	q.mu.Lock()
 	q.shut = true
 	q.pending, q.size = nil, 0
-	q.signal()
 	q.mu.Unlock()
 }
 
-func (q *inputQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run writes pending input to w until shutdown. A write blocks only this
-// goroutine; it fails once the process has ended and its stdin is closed.
+// run writes pending input to w, and closes w once asked to after it,
+// until nothing is left or shutdown. A write blocks only this goroutine;
+// it fails once the process has ended and its stdin is closed.
 func (q *inputQueue) run(w io.WriteCloser) {
-	for range q.wake {
+	for {
 		q.mu.Lock()
-		batch, shut, closeReq := q.pending, q.shut, q.closeReq
+		batch := q.pending
 		q.pending = nil
+		closing := len(batch) == 0 && q.closeReq && !q.closed && !q.shut
+		if len(batch) == 0 && !closing || q.shut {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.closed = q.closed || closing
 		q.mu.Unlock()
+		if closing {
+			w.Close()
+			continue
+		}
 		for _, b := range batch {
 			q.writeOut(w, b)
 			q.mu.Lock()
 			q.size -= len(b)
 			q.mu.Unlock()
-		}
-		if shut {
-			return
-		}
-		if closeReq {
-			w.Close()
 		}
 	}
 }
@@ -192,6 +257,6 @@ func (q *inputQueue) restore(log *inputLog, accepted uint64, pending []byte) {
 	q.wroteOff = accepted - uint64(len(pending))
 	if len(pending) > 0 {
 		q.pending, q.size = [][]byte{pending}, len(pending)
-		q.signal()
+		q.startLocked()
 	}
 }
