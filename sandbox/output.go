@@ -67,30 +67,83 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	}()
 }
 
-// copyOutput drains r into w until end of file or error. Its buffer
-// starts small, so an idle execution costs little, and doubles up to
-// maxReadBuf while reads fill it.
+// copyOutput drains r into w until end of file or error. It waits in the
+// poller holding no buffer, so an idle execution costs little: a read
+// borrows one from readBufs, and gives it back after writing what it read.
 func copyOutput(r *os.File, w io.Writer) {
-	raw, rawErr := r.SyscallConn()
+	raw, err := r.SyscallConn()
+	if err != nil {
+		copyBlocking(r, w)
+		return
+	}
+	for {
+		buf, n, err := readWaiting(raw)
+		if n > 0 {
+			w.Write((*buf)[:n])
+		}
+		if buf != nil {
+			readBufs.Put(buf)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readBufs lends the output readers their buffers while they read.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, maxReadBuf); return &b }}
+
+// readWaiting waits until raw's descriptor is readable and reads what
+// waits into a buffer of readBufs, and with a read of at least burstMin
+// what came meanwhile (readBurst); the caller puts the buffer back. Its
+// error is io.EOF at end of file, when a PTY master's slaves closed, or
+// the read's.
+func readWaiting(raw syscall.RawConn) (*[]byte, int, error) {
+	var buf *[]byte
+	var n int
+	var rerr error
+	err := raw.Read(func(fd uintptr) bool {
+		buf = readBufs.Get().(*[]byte)
+		n, rerr = unix.Read(int(fd), *buf)
+		if errors.Is(rerr, unix.EAGAIN) {
+			readBufs.Put(buf) // wait in the poller without it
+			buf = nil
+			return false
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return buf, 0, err
+	case errors.Is(rerr, unix.EINTR):
+		return buf, 0, nil
+	case errors.Is(rerr, unix.EIO) || rerr == nil && n == 0:
+		return buf, 0, io.EOF
+	case rerr != nil:
+		return buf, 0, rerr
+	}
+	if n >= burstMin {
+		n = readBurst(raw, *buf, n)
+	}
+	return buf, n, nil
+}
+
+// copyBlocking is copyOutput for a descriptor without a poller.
+func copyBlocking(r *os.File, w io.Writer) {
 	buf := make([]byte, minReadBuf)
 	for {
 		n, err := r.Read(buf)
-		if rawErr == nil && err == nil && n >= burstMin {
-			n = readBurst(raw, buf, n)
-		}
 		if n > 0 {
 			w.Write(buf[:n])
 		}
 		if err != nil {
 			return
 		}
-		if n == len(buf) && len(buf) < maxReadBuf {
-			buf = make([]byte, 2*len(buf))
-		}
 	}
 }
 
-// Output read buffer bounds.
+// Output read buffer bounds: a reader without a poller reads minReadBuf at
+// a time, the others a burst of at most maxReadBuf.
 const (
 	minReadBuf = 4 << 10
 	maxReadBuf = 32 << 10

@@ -1,0 +1,125 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is an output writer the test reads while the copier writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Len() int { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.Len() }
+
+// waitLen waits, a bounded time, until b holds n bytes.
+func (b *syncBuffer) waitLen(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); b.Len() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("copied %d bytes, want %d", b.Len(), n)
+		}
+	}
+}
+
+// TestCopyOutput drives the copier over a pipe and a PTY: every byte
+// arrives once, in order, and the copier ends at end of file.
+func TestCopyOutput(t *testing.T) {
+	t.Parallel()
+	data := bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz"), 30000)
+	pieces := []int{1, 100, 1023, 1024, 4096, 5000, 32 << 10, 70 << 10}
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) (r, w *os.File)
+	}{{"pipe", openPipe}, {"pty", openPTY}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, w := tc.open(t)
+			var out syncBuffer
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				defer r.Close()
+				copyOutput(r, &out)
+			}()
+			for i, off := 0, 0; off < len(data); i++ {
+				n := min(pieces[i%len(pieces)], len(data)-off)
+				if _, err := w.Write(data[off : off+n]); err != nil {
+					t.Fatal(err)
+				}
+				off += n
+			}
+			out.waitLen(t, len(data))
+			w.Close()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the copier did not end at end of file")
+			}
+			if !bytes.Equal(out.buf.Bytes(), data) {
+				t.Fatal("the output differs from what was written")
+			}
+		})
+	}
+}
+
+// TestCopyOutputIdleHoldsNoBuffer: readers that copied a burst and now
+// wait for more hold no read buffer; before, each kept one of up to
+// maxReadBuf.
+func TestCopyOutputIdleHoldsNoBuffer(t *testing.T) {
+	const readers = 100
+	var wg sync.WaitGroup
+	var writers []*os.File
+	outs := make([]syncBuffer, readers)
+	burst := bytes.Repeat([]byte("x"), 64<<10)
+	before := heapInUse()
+	for i := range readers {
+		r, w := openPipe(t)
+		writers = append(writers, w)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			copyOutput(r, &outs[i])
+		}()
+		if _, err := w.Write(burst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range outs {
+		outs[i].waitLen(t, len(burst))
+	}
+	for i := range outs {
+		outs[i].buf = bytes.Buffer{} // the writers' own memory is not the readers'
+	}
+	held := int64(heapInUse()) - int64(before)
+	for _, w := range writers {
+		w.Close()
+	}
+	wg.Wait()
+	if perReader := held / readers; perReader > 4<<10 {
+		t.Fatalf("an idle reader holds %d bytes of heap, want at most 4 KiB", perReader)
+	}
+}
+
+// heapInUse is the heap in use after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC() // a second one empties sync.Pools too
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
