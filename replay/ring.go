@@ -15,9 +15,9 @@ const (
 )
 
 // initialSlots is the first capacity of the event slice. It is small
-// because most rings of a busy server are idle: the slice doubles as
-// events arrive, up to MaxEvents.
-const initialSlots = 8
+// because most rings of a busy server are idle, with a started event and
+// a prompt or two: the slice doubles as events arrive, up to MaxEvents.
+const initialSlots = 4
 
 var (
 	// ErrClosed is returned by Append after the exit event, including for a
