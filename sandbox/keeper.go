@@ -275,6 +275,9 @@ func newKeeperChild(k *keeperState, c *keeper.Client, key string, pid int) *keep
 
 func (c *keeperChild) pid() int { return c.p }
 
+// cgroup is "": the keeper forks bwrap outside, and the launcher moves it.
+func (c *keeperChild) cgroup() string { return "" }
+
 func (c *keeperChild) kill() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
