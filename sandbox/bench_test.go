@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -72,11 +73,19 @@ func BenchmarkStart(b *testing.B) {
 	// hierarchy.
 	limited := p
 	limited.Limits = Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
+	// And through a keeper, as serve starts them by default (its CPU is
+	// not counted: the keeper is no child of this process).
 	for _, v := range []struct {
 		name string
 		p    Policy
-	}{{"paired", p}, {"paired-limits", limited}} {
+		l    func() *Launcher
+	}{
+		{"paired", p, func() *Launcher { return l }},
+		{"paired-limits", limited, func() *Launcher { return l }},
+		{"paired-keeper", p, func() *Launcher { return keeperLauncher(b, keeperDir(b)) }},
+	} {
 		b.Run(v.name, func(b *testing.B) {
+			l := v.l()
 			// A termgate start and a plain bwrap per iteration, in turns
 			// first: both see the same load, so the ratio holds on a busy
 			// machine where the two runs above, seconds apart, do not.
@@ -125,6 +134,9 @@ func childCPUTime(b testing.TB) time.Duration {
 // startFirstByte runs p to its end and returns the milliseconds from Start
 // to its first output byte.
 func startFirstByte(b testing.TB, l *Launcher, p Policy) float64 {
+	if l.keeper != nil {
+		p.Key = fmt.Sprintf("bench-%d", startKeys.Add(1)) // starts through a keeper need one
+	}
 	var fb firstByte
 	start := time.Now()
 	proc, err := l.Start(context.Background(), p, Stdio{Stdout: &fb})
@@ -134,8 +146,14 @@ func startFirstByte(b testing.TB, l *Launcher, p Policy) float64 {
 	if exit := proc.Wait(); !exit.Success() {
 		b.Fatal(exit)
 	}
+	if err := proc.Release(); err != nil { // a keeper keeps it until then
+		b.Fatal(err)
+	}
 	return fb.at.Sub(start).Seconds() * 1000
 }
+
+// startKeys numbers the keys of the starts through a keeper.
+var startKeys atomic.Int64
 
 // plainFirstByte is startFirstByte of plainBwrap.
 func plainFirstByte(b testing.TB, l *Launcher, p Policy) float64 {

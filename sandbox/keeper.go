@@ -237,9 +237,9 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: start bwrap through the keeper: %w", ErrUnavailable, err)
 	}
-	pid, err := c.Spawn(ctx, keeper.SpawnRequest{
+	sp, err := c.Spawn(ctx, keeper.SpawnRequest{
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
-		Files: req.files, Held: req.held, Cgroups: req.cgroups, Remove: req.remove, Meta: req.meta,
+		Files: req.files, Held: req.held, Cgroups: req.cgroups, Into: req.cgroup, Remove: req.remove, Meta: req.meta,
 		Supervised: true, // bwrap and its pid 1: SIGTERM goes to the command
 	})
 	switch {
@@ -248,7 +248,11 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 	case err != nil:
 		return nil, fmt.Errorf("%w: start bwrap through the keeper: %w", ErrUnavailable, err)
 	}
-	return newKeeperChild(s.k, c, req.key, pid), nil
+	child := newKeeperChild(s.k, c, req.key, sp.Pid)
+	if sp.Placed {
+		child.placed = req.cgroup
+	}
+	return child, nil
 }
 
 // keeperChild is bwrap as the keeper's child. A pidfd, opened while bwrap
@@ -260,6 +264,9 @@ type keeperChild struct {
 	key  string
 	p    int
 	exit <-chan unix.WaitStatus
+	// placed is the cgroup2 directory the keeper forked bwrap into, or
+	// "": the launcher moves it there.
+	placed string
 
 	mu    sync.Mutex
 	pidfd int // -1 once closed or when unavailable
@@ -274,6 +281,8 @@ func newKeeperChild(k *keeperState, c *keeper.Client, key string, pid int) *keep
 }
 
 func (c *keeperChild) pid() int { return c.p }
+
+func (c *keeperChild) cgroup() string { return c.placed }
 
 func (c *keeperChild) kill() {
 	c.mu.Lock()

@@ -108,6 +108,9 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File) spawnRequest {
 	proc.bwrapArgs = append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...)
 	req := spawnRequest{key: proc.policy.Key, path: l.bwrap, args: proc.bwrapArgs, files: append(first, files...)}
+	if proc.cg != nil {
+		req.cgroup = proc.cg.Unified()
+	}
 	if id, _ := l.identityFor(proc.policy); id.switchTo { // checked by Start
 		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
 	}
@@ -206,7 +209,7 @@ func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, 
 		p.track = p.l.events.Track(pid)
 		p.track.NotifyWorkloadExit(p.endSandbox)
 	}
-	err = p.confine(pid)
+	err = p.confine(pid, child.cgroup())
 	if err == nil {
 		_, err = argsW.Write(args)
 	}
@@ -232,12 +235,13 @@ func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, 
 }
 
 // confine puts the blocked bwrap into its cgroup, which every process it
-// starts inherits.
-func (p *Process) confine(pid int) error {
+// starts inherits: into every directory but placed, which it was forked
+// into.
+func (p *Process) confine(pid int, placed string) error {
 	if p.cg == nil {
 		return nil
 	}
-	return p.cg.Add(pid)
+	return p.cg.AddExcept(pid, placed)
 }
 
 func closeAll[T interface{ Close() error }](xs []T) {

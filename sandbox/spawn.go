@@ -19,6 +19,10 @@ type spawnRequest struct {
 	args  []string // argv, Args[0] included; the environment is always empty
 	cred  *syscall.Credential
 	files []*os.File // the child's descriptors 0..len-1; the caller closes its own
+	// cgroup is a cgroup2 directory to fork bwrap straight into, so that
+	// it needs no move there (see cgroup.Group.AddExcept); "" for none. A
+	// spawner that cannot says so: spawned.cgroup is then "".
+	cgroup string
 	// What only the keeper uses: the parent ends it keeps for a later
 	// launcher, the cgroup directories and state it removes with an
 	// orphan, and the launcher's notes on the process.
@@ -42,6 +46,9 @@ type spawned interface {
 	wait() (ws unix.WaitStatus, lost bool, err error)
 	// kill sends SIGKILL to bwrap, never to a reused pid.
 	kill()
+	// cgroup is the spawnRequest's cgroup when bwrap was forked into it,
+	// else "".
+	cgroup() string
 }
 
 // execSpawner forks bwrap with exec.Cmd: it dies with the launcher's
@@ -54,11 +61,30 @@ func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
 	}
+	if req.cgroup != "" {
+		if cmd, err := startInCgroup(req); err == nil {
+			return execChild{cmd, req.cgroup}, nil
+		}
+		// A kernel without clone3's CLONE_INTO_CGROUP: bwrap is moved in
+		// while blocked, as without a cgroup2 directory.
+	}
 	cmd := execCommand(req)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
 	}
-	return execChild{cmd}, nil
+	return execChild{cmd, ""}, nil
+}
+
+// startInCgroup starts req's bwrap forked into req.cgroup.
+func startInCgroup(req spawnRequest) (*exec.Cmd, error) {
+	fd, err := unix.Open(req.cgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	cmd := execCommand(req)
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	return cmd, cmd.Start()
 }
 
 // execCommand builds the exec.Cmd of req: descriptors 0-2 as stdio, the
@@ -91,7 +117,12 @@ func execCommand(req spawnRequest) *exec.Cmd {
 }
 
 // execChild is bwrap as the launcher's child.
-type execChild struct{ cmd *exec.Cmd }
+type execChild struct {
+	cmd    *exec.Cmd
+	placed string // the cgroup2 directory it was forked into, or ""
+}
+
+func (c execChild) cgroup() string { return c.placed }
 
 func (c execChild) pid() int { return c.cmd.Process.Pid }
 

@@ -497,17 +497,69 @@ func TestBrowserLargeInputArrivesWhole(t *testing.T) {
 }
 
 // TestBrowserShowsGap: with flow live (the program never waits), output
-// lost through cuts shows as a notice. With the default flow nothing is
-// lost: TestBrowserResumesAfterServerDrops.
+// a page reads too slowly to keep is lost and shows as a notice. With the
+// default flow nothing is lost: TestBrowserResumesAfterServerDrops.
+//
+// The page falls behind on purpose: its main thread is busy in one
+// synchronous script (so the WebSocket's bytes stay in the browser's and
+// the kernel's buffers, and the gateway's writer waits) from before the
+// program starts writing until it has written all of its 20 MB, far more
+// than those buffers and the 64K ring hold. A gap then comes on the open
+// connection. Cuts between the page and the gateway would not do: a page
+// that resumes past evicted history gets a snapshot of the screen, not a
+// gap, so whether a notice showed depended on the page falling behind
+// between two cuts by chance.
 func TestBrowserShowsGap(t *testing.T) {
 	g := startGateway(t, "--ring-bytes", "64K", "--flow", "live")
-	proxy := newDroppingProxy(t, strings.TrimPrefix(g.url, "http://"))
 	ctx := needBrowser(t)
-	openPage(t, ctx, "http://"+proxy.Addr()+"/#token="+g.token(t, "acme", allScopes))
+	tok := g.token(t, "acme", allScopes)
+	openPage(t, ctx, g.url+"/#token="+tok)
 	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	typeKeys(t, ctx, "seq 1 3000000 > /dev/tty; echo gap-done\r")
+	keys := "read x; seq 1 3000000 > /dev/tty; echo gap-done-$((1+1))\r"
+	typeKeys(t, ctx, keys)
+	var id string
+	sandboxtest.Eventually(t, 20*time.Second, func() bool {
+		if list := g.executionsOf(t, "acme"); len(list) == 1 {
+			id = list[0].ID
+		}
+		return id != ""
+	})
+	// The page paces its input: the script starts once all of it arrived.
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return g.inputOffset(t, tok, id) >= uint64(len(keys)) }) {
+		t.Fatalf("execution %q did not receive the typed line", id)
+	}
+	bctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	finished, err := chromedp.Run(bctx, chromedp.Evaluate[bool](fmt.Sprintf(busyUntilWritten, tok, id)))
+	if err != nil || !finished {
+		t.Fatalf("the program did not finish writing while the page was busy: %v, %v", finished, err)
+	}
 	poll(t, ctx, "a gap notice", `document.querySelectorAll("#notices .gap-notice").length`, func(n int) bool { return n > 0 })
 }
+
+// busyUntilWritten is a script that keeps the page's main thread busy with
+// synchronous requests to the HTTP API (token, then id): it answers the
+// shell's read, then follows the execution's events until its marker
+// shows (true), at most 20 s (false): within the gateway's write timeout.
+const busyUntilWritten = `(() => {
+  const api = (method, path, body) => {
+    const x = new XMLHttpRequest();
+    x.open(method, '/v1/executions/' + %[2]q + path, false);
+    x.setRequestHeader('Authorization', 'Bearer ' + %[1]q);
+    x.setRequestHeader('Content-Type', 'application/json');
+    x.send(body ? JSON.stringify(body) : null);
+    return JSON.parse(x.responseText);
+  };
+  const offset = api('POST', '/input', { offset: 0 }).input_offset;
+  api('POST', '/input', { offset, data: btoa('\r') });
+  let after = 0;
+  for (const end = Date.now() + 20000; Date.now() < end;) {
+    const r = api('GET', '/events?wait=1s&after=' + after);
+    if (r.events.some((e) => e.data && atob(e.data).includes('gap-done-2'))) return true;
+    after = r.next_after;
+  }
+  return false;
+})()`
 
 func TestBrowserReadOnlyViewerCannotType(t *testing.T) {
 	g := startGateway(t)
@@ -548,6 +600,30 @@ ws.onerror = () => { document.title = "refused"; };
 	if title != "refused" {
 		t.Fatalf("a page from another origin connected: %s", title)
 	}
+}
+
+// inputOffset is how many input bytes execution id received, over the
+// HTTP API; 0 while it cannot say (not running yet: 409).
+func (g gatewayUnderTest) inputOffset(t *testing.T, tok, id string) uint64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", g.url+"/v1/executions/"+id+"/input", strings.NewReader(`{"offset":0}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("input offset: %v", err)
+	}
+	defer r.Body.Close()
+	var body struct {
+		InputOffset uint64 `json:"input_offset"`
+	}
+	if r.StatusCode == http.StatusConflict {
+		return 0
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.StatusCode != 200 {
+		t.Fatalf("input offset: %d %v", r.StatusCode, err)
+	}
+	return body.InputOffset
 }
 
 // owner connects a Go client to g with all scopes of tenant acme, closed

@@ -325,14 +325,28 @@ func subtreeHas(dir, ctl string) bool {
 
 // Add moves pid into every directory of the group. The launcher calls it
 // while bwrap is still blocked, so every descendant is born inside.
-func (c *Group) Add(pid int) error {
+func (c *Group) Add(pid int) error { return c.AddExcept(pid, "") }
+
+// AddExcept is Add but for the directory pid was forked into
+// (CLONE_INTO_CGROUP, see Unified), which needs no move: a move takes the
+// kernel's global lock on every process's cgroups for writing, which
+// waits for forks and exits everywhere on the host (milliseconds on a
+// busy one), while a fork into the group takes no such lock.
+func (c *Group) AddExcept(pid int, placed string) error {
 	for _, dir := range c.dirs {
+		if dir == placed {
+			continue
+		}
 		if err := writeFile(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// Unified returns the group's cgroup2 directory, "" when it has none: the
+// one a process can be forked straight into.
+func (c *Group) Unified() string { return c.unified }
 
 // Events are counters of one execution, read to explain how it ended.
 type Events struct {

@@ -526,3 +526,34 @@ func TestKillV1Fallbacks(t *testing.T) {
 		})
 	}
 }
+
+// TestAddExcept: a process forked into the cgroup2 directory is moved
+// into the group's other directories only.
+func TestAddExcept(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	h := Detect(testRoot, sandboxtest.CgroupParent(t)) // not a real server's parent
+	info := h.Info()
+	require(t, info.Version == "hybrid" && info.Pids, "pids in v1 beside a cgroup2 directory", info)
+	c := testCreate(t, h, Limits{Pids: 64})
+	if c.Unified() == "" || len(c.Dirs()) < 2 {
+		t.Fatalf("want a cgroup2 directory and another, have %v", c.Dirs())
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sleep: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if err := c.AddExcept(cmd.Process.Pid, c.Unified()); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range c.Dirs() {
+		procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in := len(strings.TrimSpace(string(procs))) > 0; in != (dir != c.Unified()) {
+			t.Errorf("%s holds %q", dir, procs)
+		}
+	}
+}

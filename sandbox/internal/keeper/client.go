@@ -35,7 +35,14 @@ type SpawnRequest struct {
 	Files   []*os.File          // become the child's descriptors 0..len-1, in blocking mode, which the caller's copies share (the keeper closes its copies after the fork)
 	Held    []*os.File          // kept by the keeper, handed back on adoption (PTY master, pipe parent ends, init control); the caller's stay as they are
 	Cgroups []string            // cgroup directories (below /sys/fs/cgroup) the keeper kills and removes when it stops an orphan
-	Remove  []string            // paths below the keeper's Dir it removes after that (the execution's state directory)
+	// Into, one of Cgroups, is a cgroup2 directory to fork the child
+	// straight into (clone3's CLONE_INTO_CGROUP), so that it needs no
+	// move there, which waits for the kernel's global cgroup lock. A
+	// keeper that cannot (a kernel without it, or a keeper older than
+	// version 3) forks the child where it is itself: Spawned.Placed is
+	// then false, and the caller moves the child.
+	Into   string
+	Remove []string // paths below the keeper's Dir it removes after that (the execution's state directory)
 	// Supervised says the child and its own children supervise what
 	// runs below them (bwrap and its pid 1): stopping an orphan sends
 	// SIGTERM past them, to the processes they run, so that those end as
@@ -315,47 +322,57 @@ func (c *Client) abandon(seq uint64) {
 	c.mu.Unlock()
 }
 
-// Spawn asks the keeper to start a child and returns its pid. The caller
+// Spawned is a child the keeper started.
+type Spawned struct {
+	Pid int
+	// Placed says the child was forked into SpawnRequest.Into.
+	Placed bool
+}
+
+// Spawn asks the keeper to start a child. The caller
 // keeps its own Files and Held; the keeper works on copies. When ctx ends
 // before the keeper answered, the child may still have started: it is in
 // the next connection's Children.
-func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (pid int, err error) {
+func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (Spawned, error) {
 	m := message{Op: opSpawn, Key: req.Key, Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir,
 		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Supervised: req.Supervised, Meta: req.Meta}
+	if c.version >= 3 {
+		m.Into = req.Into
+	}
 	if req.Cred != nil {
 		m.Cred = &credential{Uid: req.Cred.Uid, Gid: req.Cred.Gid, Groups: req.Cred.Groups, NoSetGroups: req.Cred.NoSetGroups}
 	}
 	m.ArgsFile = c.version >= 2
 	if err := m.check(); err != nil {
-		return 0, err
+		return Spawned{}, err
 	}
 	files := append(append([]*os.File{}, req.Files...), req.Held...)
 	if m.ArgsFile {
 		af, err := argsFile(m.Args, m.Env)
 		if err != nil {
-			return 0, err
+			return Spawned{}, err
 		}
 		defer af.Close()
 		files = append(files, af)
 		m.Argc, m.Args, m.Env = len(m.Args), nil, nil
 	} else if err := checkInline(m.Args, m.Env); err != nil {
-		return 0, err
+		return Spawned{}, err
 	}
 	fds, err := rawFds(files)
 	if err != nil {
-		return 0, err
+		return Spawned{}, err
 	}
 	r, err := c.request(ctx, m, fds)
 	runtime.KeepAlive(files)
 	if err != nil {
-		return 0, err
+		return Spawned{}, err
 	}
 	c.mu.Lock()
 	if c.exits[req.Key] == nil {
 		c.exits[req.Key] = &exitState{}
 	}
 	c.mu.Unlock()
-	return r.Pid, nil
+	return Spawned{Pid: r.Pid, Placed: r.Placed && m.Into != ""}, nil
 }
 
 // Annotate replaces the child's Meta.

@@ -23,7 +23,11 @@
 // arguments and environment travel in a sealed memfd of their own,
 // byte for byte; with a version 1 keeper they ride in the JSON, and the
 // Client refuses (ErrInvalid) what JSON would change: bytes that are not
-// UTF-8. The Client sends descriptors without os.File.Fd, so the
+// UTF-8. From version 3 a spawn may name one of its cgroups as Into: the
+// keeper forks the child straight into that cgroup2 directory (clone3's
+// CLONE_INTO_CGROUP) and the reply says whether it did; where the kernel
+// cannot, and with an older keeper, the child starts where the keeper is
+// and the gateway moves it. The Client sends descriptors without os.File.Fd, so the
 // caller's files keep their mode; the child's Files share their open
 // file descriptions with the caller's, which become blocking. Only peers with the keeper's own uid are accepted, and only
 // one gateway at a time: a second is refused with ErrBusy naming the

@@ -29,13 +29,15 @@ type forkRequest struct {
 }
 
 type forkResult struct {
-	pid   int
-	pidfd *os.File
-	err   error
+	pid    int
+	pidfd  *os.File
+	placed bool
+	err    error
 }
 
-// fork starts the child described by m on the forking thread.
-func fork(m *message, files []int) (int, *os.File, error) {
+// fork starts the child described by m on the forking thread; placed
+// says it was forked into m.Into.
+func fork(m *message, files []int) (pid int, pidfd *os.File, placed bool, err error) {
 	forker.once.Do(func() {
 		forker.reqs = make(chan forkRequest)
 		go forkLoop(forker.reqs)
@@ -43,21 +45,42 @@ func fork(m *message, files []int) (int, *os.File, error) {
 	r := forkRequest{m: m, files: files, reply: make(chan forkResult, 1)}
 	forker.reqs <- r
 	res := <-r.reply
-	return res.pid, res.pidfd, res.err
+	return res.pid, res.pidfd, res.placed, res.err
 }
 
 func forkLoop(reqs <-chan forkRequest) {
 	runtime.LockOSThread() // never unlocked: see forker
 	for r := range reqs {
-		pid, pidfd, err := forkExec(r.m, r.files)
-		r.reply <- forkResult{pid, pidfd, err}
+		res := forkResult{}
+		if r.m.Into != "" {
+			res.pid, res.pidfd, res.err = forkExecInto(r.m, r.files)
+			res.placed = res.err == nil
+		}
+		if !res.placed {
+			// Also a kernel without clone3's CLONE_INTO_CGROUP: the
+			// child starts outside, and the gateway moves it.
+			res.pid, res.pidfd, res.err = forkExec(r.m, r.files, -1)
+		}
+		r.reply <- res
 	}
+}
+
+// forkExecInto is forkExec into the cgroup2 directory m.Into.
+func forkExecInto(m *message, files []int) (int, *os.File, error) {
+	fd, err := unix.Open(m.Into, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("keeper: open cgroup %s: %w", m.Into, err)
+	}
+	defer unix.Close(fd)
+	return forkExec(m, files, fd)
 }
 
 // forkExec starts the program in a session of its own, killed when the
 // keeper dies, with exactly the given environment, descriptors (in
-// blocking mode) and credentials. It returns a non-blocking pidfd for the runtime poller.
-func forkExec(m *message, files []int) (int, *os.File, error) {
+// blocking mode) and credentials, forked into the cgroup2 directory
+// cgroupFD when it is not -1. It returns a non-blocking pidfd for the
+// runtime poller.
+func forkExec(m *message, files []int, cgroupFD int) (int, *os.File, error) {
 	fds := make([]uintptr, len(files))
 	for i, fd := range files {
 		// A program expects blocking stdio (exec.Cmd gives it that too);
@@ -82,6 +105,9 @@ func forkExec(m *message, files []int) (int, *os.File, error) {
 			Credential: m.Cred.syscall(),
 			PidFD:      &pidfd,
 		},
+	}
+	if cgroupFD >= 0 {
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, cgroupFD
 	}
 	pid, err := syscall.ForkExec(m.Path, argv, attr)
 	if err != nil {

@@ -416,10 +416,10 @@ func (k *keeper) serveRequests(s *session) {
 // handle carries out one request; it owns files.
 func (k *keeper) handle(s *session, m *message, files []int) message {
 	var err error
-	var pid int
+	var sp Spawned
 	switch m.Op {
 	case opSpawn:
-		pid, err = k.spawn(s, m, files)
+		sp, err = k.spawn(s, m, files)
 	case opAnnotate:
 		closeFds(files)
 		err = k.annotate(m.Key, m.Meta)
@@ -433,11 +433,11 @@ func (k *keeper) handle(s *session, m *message, files []int) message {
 	if err != nil {
 		return message{Code: codeOf(err), Error: err.Error()}
 	}
-	return message{Pid: pid}
+	return message{Pid: sp.Pid, Placed: sp.Placed}
 }
 
 // spawn forks the child and registers it.
-func (k *keeper) spawn(s *session, m *message, files []int) (int, error) {
+func (k *keeper) spawn(s *session, m *message, files []int) (Spawned, error) {
 	if m.ArgsFile {
 		fd := files[len(files)-1]
 		files = files[:len(files)-1]
@@ -449,30 +449,30 @@ func (k *keeper) spawn(s *session, m *message, files []int) (int, error) {
 		}
 		if err != nil {
 			closeFds(files)
-			return 0, err
+			return Spawned{}, err
 		}
 	}
 	childFiles, held := files[:m.Files], files[m.Files:m.Files+m.Held]
 	defer closeFds(childFiles)
 	if err := k.admit(m); err != nil {
 		closeFds(held)
-		return 0, err
+		return Spawned{}, err
 	}
-	pid, pidfd, err := fork(m, childFiles)
+	pid, pidfd, placed, err := fork(m, childFiles)
 	if err != nil {
 		closeFds(held)
 		k.release(m.Key)
-		return 0, err
+		return Spawned{}, err
 	}
 	ch := &child{key: m.Key, pid: pid, held: held, cgroups: m.Cgroups, remove: m.Remove, super: m.Supervised,
 		meta: m.Meta, reaped: make(chan struct{})}
 	k.mu.Lock()
 	k.children[m.Key] = ch
 	k.mu.Unlock()
-	k.log.Info("spawned", "key", m.Key, "pid", pid, "path", m.Path)
+	k.log.Info("spawned", "key", m.Key, "pid", pid, "path", m.Path, "placed", placed)
 	k.reaps.Add(1)
 	go k.await(ch, pidfd)
-	return pid, nil
+	return Spawned{Pid: pid, Placed: placed}, nil
 }
 
 // admit checks a spawn against the keeper's state and reserves its key.

@@ -319,10 +319,11 @@ func TestKeeperKilled(t *testing.T) {
 	// Pdeathsig reaches the keeper's child alone (in production bwrap,
 	// whose sandbox dies with it): the child here is sleep itself.
 	null := devNull(t)
-	pid, err := c.Spawn(t.Context(), SpawnRequest{Key: "s", Path: "/bin/sleep", Args: []string{"sleep", "1000"}, Files: []*os.File{null, null, null}})
+	sp, err := c.Spawn(t.Context(), SpawnRequest{Key: "s", Path: "/bin/sleep", Args: []string{"sleep", "1000"}, Files: []*os.File{null, null, null}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pid := sp.Pid
 	exit := c.Exit("s")
 	if err := ks.last().cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -351,11 +351,11 @@ func shSpawn(t *testing.T, c *Client, key, script string, extra ...func(*SpawnRe
 	for _, f := range extra {
 		f(&req)
 	}
-	pid, err := c.Spawn(t.Context(), req)
+	sp, err := c.Spawn(t.Context(), req)
 	if err != nil {
 		t.Fatalf("spawn %s: %v", key, err)
 	}
-	return pid
+	return sp.Pid
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

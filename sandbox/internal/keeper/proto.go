@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,8 +28,10 @@ const (
 	// Version is the protocol version this package speaks. Version 2
 	// sends a spawn's arguments and environment in a descriptor of their
 	// own (ArgsFile), byte for byte; version 1 sent them in the JSON
-	// message, which replaces bytes that are not UTF-8.
-	Version = 2
+	// message, which replaces bytes that are not UTF-8. Version 3 adds a
+	// spawn's Into, a cgroup2 directory to fork the child straight into,
+	// and the reply's Placed, which says whether it was.
+	Version = 3
 	// MinVersion is the oldest protocol version this package still speaks.
 	MinVersion = 1
 	// MaxMessage bounds a message's bytes (its JSON encoding).
@@ -96,6 +99,8 @@ type message struct {
 	ArgsFile   bool        `json:"args_file,omitempty"` // version 2: one more descriptor holds Args then Env
 	Argc       int         `json:"argc,omitempty"`      // with ArgsFile: how many of its entries are Args
 	Cgroups    []string    `json:"cgroups,omitempty"`
+	Into       string      `json:"into,omitempty"`   // version 3: one of Cgroups, to fork the child into
+	Placed     bool        `json:"placed,omitempty"` // version 3, a spawn's reply: the child was forked into Into
 	Remove     []string    `json:"remove,omitempty"`
 	Supervised bool        `json:"supervised,omitempty"` // see SpawnRequest.Supervised
 	Meta       []byte      `json:"meta,omitempty"`
@@ -190,6 +195,9 @@ func (m *message) checkSpawn() error {
 		if !below(cgroupRoot, c) {
 			return fmt.Errorf("%w: cgroup %q is not below %s", ErrInvalid, c, cgroupRoot)
 		}
+	}
+	if m.Into != "" && !slices.Contains(m.Cgroups, m.Into) {
+		return fmt.Errorf("%w: cgroup to fork into %q is not one of the spawn's cgroups", ErrInvalid, m.Into)
 	}
 	return nil
 }

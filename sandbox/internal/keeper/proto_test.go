@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -154,6 +155,7 @@ func TestHandshakeLimit(t *testing.T) {
 func TestHello(t *testing.T) {
 	t.Parallel()
 	dir, _ := startKeeper(t)
+	serves := fmt.Sprintf("this keeper %d..%d", MinVersion, Version)
 	cases := []struct {
 		name  string
 		hello string
@@ -162,8 +164,8 @@ func TestHello(t *testing.T) {
 		text  string
 	}{
 		{"newer gateway", `{"op":"hello","version":7,"min_version":1,"future":{"x":1}}`, opWelcome, "", ""},
-		{"too new", `{"op":"hello","version":9,"min_version":8}`, opRefuse, "version", "speaks 8..9, this keeper 1..2"},
-		{"too old", `{"op":"hello","version":0}`, opRefuse, "version", "this keeper 1..2"},
+		{"too new", `{"op":"hello","version":9,"min_version":8}`, opRefuse, "version", "speaks 8..9, " + serves},
+		{"too old", `{"op":"hello","version":0}`, opRefuse, "version", serves},
 		{"no hello", `{"op":"forget","key":"x"}`, opRefuse, "invalid", `first message is "forget"`},
 		{"garbage", `hello`, opRefuse, "invalid", "decode message"},
 	}
@@ -222,6 +224,7 @@ func TestSpawnRefusals(t *testing.T) {
 		{"env", SpawnRequest{Key: "e", Path: "/bin/true", Env: []string{"NOEQUALS"}}, ErrInvalid, "no '='"},
 		{"missing program", SpawnRequest{Key: "p", Path: "/nonexistent/prog"}, nil, "no such file"},
 		{"nil file", SpawnRequest{Key: "n", Path: "/bin/true", Files: []*os.File{nil}}, ErrInvalid, "nil"},
+		{"into another cgroup", SpawnRequest{Key: "i", Path: "/bin/true", Cgroups: []string{"/sys/fs/cgroup/a"}, Into: "/sys/fs/cgroup/b"}, ErrInvalid, "not one of the spawn's cgroups"},
 	}
 	for _, tc := range cases {
 		_, err := c.Spawn(t.Context(), tc.req)
@@ -312,8 +315,10 @@ func TestEnvironmentAndCredentials(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"op":"hello","version":1,"min_version":1}`,
-		`{"op":"spawn","seq":1,"key":"k","path":"/bin/sh","args":["sh","-c","x"],"env":["A=1"],"files":3,"held":1,"cgroups":["/sys/fs/cgroup/a"],"remove":["/s/x"],"meta":"AAEC","cred":{"uid":1,"gid":2,"groups":[3]}}`,
+		`{"op":"spawn","seq":1,"key":"k","path":"/bin/sh","args":["sh","-c","x"],"env":["A=1"],"files":3,"held":1,"cgroups":["/sys/fs/cgroup/a"],"into":"/sys/fs/cgroup/a","remove":["/s/x"],"meta":"AAEC","cred":{"uid":1,"gid":2,"groups":[3]}}`,
 		`{"op":"exit","key":"k","status":256}`,
+		`{"op":"spawn","key":"k","path":"/bin/sh","cgroups":["/sys/fs/cgroup/a"],"into":"/sys/fs/cgroup/b"}`,
+		`{"op":"reply","seq":2,"pid":7,"placed":true}`,
 		`{"op":"child","key":"k","pid":5,"exited":true,"held":2}`,
 		`{"op":"reply","seq":9,"code":"busy","error":"keeper: another gateway is attached: pid 1"}`,
 		`{"op":"forget","key":"../.."}`, `{}`, `[]`, `null`, `{"op":"spawn","files":-1}`,
