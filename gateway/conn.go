@@ -22,7 +22,8 @@ import (
 const controlQueue = 256
 
 // conn is one WebSocket connection. Its goroutines: the read loop (serve),
-// the writer, the heartbeat, the expiry timer, one pump per channel, and
+// the writer, the heartbeat's and the expiry's timers while they fire,
+// one pump per channel, and
 // a reader and a pinger per relay upstream (relay.go); serve waits for
 // all of them before it returns.
 type conn struct {
@@ -39,12 +40,12 @@ type conn struct {
 	expiry   *time.Timer
 	warning  *time.Timer
 
-	control   chan wire.Message
-	ready     chan *channel // channels holding a batch for the writer, FIFO: fair
-	inputAcks inputAcks     // input-acks waiting for the writer, at most one per channel
-	frame     []byte        // the writer's output frame buffer, reused
+	control   controlMessages // answers and events for the writer, FIFO, bounded
+	ready     chan *channel   // channels holding a batch for the writer, FIFO: fair
+	inputAcks inputAcks       // input-acks waiting for the writer, at most one per channel
 	pumps     sync.WaitGroup
 
+	beat         heartbeat
 	closeOnce    sync.Once
 	closeStarted chan struct{} // closed when close was called
 	closeCode    atomic.Int32  // the code this side closed with, once it did
@@ -65,6 +66,14 @@ type conn struct {
 	relays   sync.WaitGroup // the upstreams' goroutines
 }
 
+// heartbeat is a connection's ping timer (startHeartbeat).
+type heartbeat struct {
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool           // stopHeartbeat was called: arm no more
+	running sync.WaitGroup // the armed timer, or its ping under way
+}
+
 func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &conn{
@@ -72,7 +81,7 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		log:          s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
 		remote:       remote,
 		channels:     map[uint32]*channel{},
-		control:      make(chan wire.Message, controlQueue),
+		control:      newControlMessages(),
 		ready:        make(chan *channel, s.cfg.MaxChannels),
 		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}, wake: make(chan struct{}, 1)},
 		closed:       make(chan struct{}),
@@ -88,9 +97,9 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 // serve runs the connection until the client leaves or it is closed.
 func (c *conn) serve() {
 	var helpers sync.WaitGroup
-	helpers.Add(2)
+	helpers.Add(1)
 	go func() { defer helpers.Done(); c.writer() }()
-	go func() { defer helpers.Done(); c.heartbeat() }()
+	c.startHeartbeat()
 	c.armExpiry()
 	c.log.Info("connected")
 	err := c.readLoop()
@@ -100,6 +109,7 @@ func (c *conn) serve() {
 	<-c.closed
 	c.cancel(err)
 	c.stopExpiry()
+	c.stopHeartbeat()
 	c.closeUpstreams()
 	c.pumps.Wait()
 	helpers.Wait()
@@ -146,10 +156,7 @@ func (c *conn) readLoop() error {
 // send queues a control message; a client that does not read its answers
 // while sending requests is closed rather than buffered without bound.
 func (c *conn) send(m wire.Message) {
-	select {
-	case c.control <- m:
-	case <-c.ctx.Done():
-	default:
+	if !c.control.add(m) && c.ctx.Err() == nil {
 		c.close(wire.CloseLimit, "control messages not read")
 	}
 }
@@ -226,8 +233,8 @@ func (c *conn) writer() {
 		select {
 		case <-c.ctx.Done():
 			return
-		case m := <-c.control:
-			if !c.writeJSON(m) {
+		case <-c.control.wake:
+			if !c.writeControl() {
 				return
 			}
 		case <-c.inputAcks.wake:
@@ -248,16 +255,14 @@ func (c *conn) writer() {
 
 // writeControl writes the control messages queued now.
 func (c *conn) writeControl() bool {
-	for {
-		select {
-		case m := <-c.control:
-			if !c.writeJSON(m) {
-				return false
-			}
-		default:
-			return true
+	ms := c.control.take()
+	defer c.control.done(ms)
+	for _, m := range ms {
+		if !c.writeJSON(m) {
+			return false
 		}
 	}
+	return true
 }
 
 func (c *conn) write(typ websocket.MessageType, b []byte) bool {
@@ -299,11 +304,13 @@ func (c *conn) writeBatch(ch *channel) bool {
 	if n := len(b.events); n > 0 {
 		ch.sent.Store(b.events[n-1].Seq) // before the client can ack it
 	}
+	frame := framePool.Get().(*[]byte)
+	defer framePool.Put(frame)
 	for _, ev := range b.events {
 		if ev.Kind == replay.KindOutput {
-			c.frame = wire.AppendOutputHeader(c.frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset, len(ev.Data))
-			c.frame = append(c.frame, ev.Data...)
-			if !c.write(websocket.MessageBinary, c.frame) {
+			*frame = wire.AppendOutputHeader((*frame)[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset, len(ev.Data))
+			*frame = append(*frame, ev.Data...)
+			if !c.write(websocket.MessageBinary, *frame) {
 				return false
 			}
 			continue
@@ -314,6 +321,10 @@ func (c *conn) writeBatch(ch *channel) bool {
 	}
 	return true
 }
+
+// framePool holds the writers' output frame buffers between batches: a
+// connection holds one only while it writes, not while it is idle.
+var framePool = sync.Pool{New: func() any { return new([]byte) }}
 
 // eventMessage turns a ring event other than output into its message.
 func eventMessage(channel uint32, ev replay.Event) wire.Message {
@@ -343,25 +354,45 @@ func noticeTime(at time.Time) string {
 	return at.UTC().Format(time.RFC3339)
 }
 
-// heartbeat pings every PingInterval; no pong within PongTimeout closes
-// the connection.
-func (c *conn) heartbeat() {
-	t := time.NewTicker(c.s.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PongTimeout)
-			err := c.ws.Ping(ctx)
-			cancel()
-			if err != nil && c.ctx.Err() == nil {
-				c.close(wire.CloseHeartbeatTimeout, "no pong")
-				return
-			}
-		}
+// startHeartbeat pings every PingInterval from a timer, not a goroutine
+// of its own: an idle connection holds no stack for it. No pong within
+// PongTimeout closes the connection. stopHeartbeat ends it.
+func (c *conn) startHeartbeat() {
+	c.beat.mu.Lock()
+	defer c.beat.mu.Unlock()
+	c.beat.running.Add(1) // the armed timer's; its ping or a Stop ends it
+	c.beat.timer = time.AfterFunc(c.s.cfg.PingInterval, c.ping)
+}
+
+// ping is one heartbeat: it pings, then arms the next unless the
+// connection is ending.
+func (c *conn) ping() {
+	defer c.beat.running.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PongTimeout)
+	err := c.ws.Ping(ctx)
+	cancel()
+	if err != nil && c.ctx.Err() == nil {
+		c.close(wire.CloseHeartbeatTimeout, "no pong")
+		return
 	}
+	c.beat.mu.Lock()
+	defer c.beat.mu.Unlock()
+	if !c.beat.stopped && c.ctx.Err() == nil {
+		c.beat.running.Add(1)
+		c.beat.timer.Reset(c.s.cfg.PingInterval)
+	}
+}
+
+// stopHeartbeat stops the timer and waits for a ping under way (its
+// context ends with the connection's).
+func (c *conn) stopHeartbeat() {
+	c.beat.mu.Lock()
+	c.beat.stopped = true
+	if c.beat.timer.Stop() {
+		c.beat.running.Done() // it will not fire
+	}
+	c.beat.mu.Unlock()
+	c.beat.running.Wait()
 }
 
 // armExpiry warns the client AuthWarning before its token stops being

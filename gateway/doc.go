@@ -9,7 +9,7 @@
 //     the limits. Handler returns its routes; build it once and mount it.
 //   - connect (server.go) checks the subprotocol, the token and the Origin,
 //     then upgrades: each WebSocket is a conn (conn.go) with one read loop,
-//     one writer, a heartbeat and an expiry timer.
+//     one writer, and a heartbeat and an expiry timer.
 //   - The read loop decodes each message with package wire and dispatches it
 //     (handlers.go: start, attach, input, resize, signal, cancel, reauth).
 //     Every answer and refusal goes through the writer, with a stable code
