@@ -22,8 +22,9 @@ import (
 const controlQueue = 256
 
 // conn is one WebSocket connection. Its goroutines: the read loop (serve),
-// the writer, the heartbeat's and the expiry's timers while they fire,
-// one pump per channel, and
+// one pump per channel, a short-lived flusher while the read loop has
+// something written (flush), the heartbeat's and the expiry's timers while
+// they fire, and
 // a reader and a pinger per relay upstream (relay.go); serve waits for
 // all of them before it returns.
 type conn struct {
@@ -44,6 +45,13 @@ type conn struct {
 	ready     chan *channel   // channels holding a batch for the writer, FIFO: fair
 	inputAcks inputAcks       // input-acks waiting for the writer, at most one per channel
 	pumps     sync.WaitGroup
+	writing   atomic.Bool    // a goroutine is writing (flush)
+	wants     atomic.Uint64  // work queued for the writer, counted (flush)
+	flushers  sync.WaitGroup // the goroutines kick started
+	// flushersMu guards flushersDone: serve waits for the flushers, and
+	// kick starts none after that.
+	flushersMu   sync.Mutex
+	flushersDone bool
 
 	beat         heartbeat
 	closeOnce    sync.Once
@@ -76,14 +84,13 @@ type heartbeat struct {
 
 func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &conn{
+	c := &conn{
 		s: s, ws: ws, ctx: ctx, cancel: cancel, claims: claims,
 		log:          s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
 		remote:       remote,
 		channels:     map[uint32]*channel{},
-		control:      newControlMessages(),
 		ready:        make(chan *channel, s.cfg.MaxChannels),
-		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}, wake: make(chan struct{}, 1)},
+		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}},
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
 		started:      time.Now(),
@@ -92,13 +99,15 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		out:          make(chan relayFrame, relayQueueFrames),
 		outBytes:     newByteBudget(relayQueueBytes),
 	}
+	c.writing.Store(true) // serve writes the hello first
+	return c
 }
 
 // serve runs the connection until the client leaves or it is closed.
 func (c *conn) serve() {
-	var helpers sync.WaitGroup
-	helpers.Add(1)
-	go func() { defer helpers.Done(); c.writer() }()
+	c.writeJSON(c.s.hello()) // a failure cancels c.ctx, which ends the read loop
+	c.writing.Store(false)   // held since newConn, so that the hello goes first
+	c.flush()
 	c.startHeartbeat()
 	c.armExpiry()
 	c.log.Info("connected")
@@ -112,7 +121,7 @@ func (c *conn) serve() {
 	c.stopHeartbeat()
 	c.closeUpstreams()
 	c.pumps.Wait()
-	helpers.Wait()
+	c.waitFlushers()
 	c.ws.CloseNow()
 	code := int(c.closeCode.Load())
 	if code == 0 {
@@ -156,9 +165,13 @@ func (c *conn) readLoop() error {
 // send queues a control message; a client that does not read its answers
 // while sending requests is closed rather than buffered without bound.
 func (c *conn) send(m wire.Message) {
-	if !c.control.add(m) && c.ctx.Err() == nil {
-		c.close(wire.CloseLimit, "control messages not read")
+	if !c.control.add(m) {
+		if c.ctx.Err() == nil {
+			c.close(wire.CloseLimit, "control messages not read")
+		}
+		return
 	}
+	c.kick()
 }
 
 // fail answers req with a stable error code and a message safe to show.
@@ -215,40 +228,97 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 	})
 }
 
-// writer is the connection's only writer. The hello goes first, before
-// any answer. Then control messages go first; input-acks and channel
-// batches follow, batches in the order they became ready, one batch per
-// channel at a time, so every channel gets its turn.
+// The connection has no writer goroutine: whoever has something to write
+// writes, one goroutine at a time (writing), so output crosses no
+// goroutine between the pump that read it and the socket. A pump writes
+// inline (flush); the read loop and timers, which must never wait on the
+// client, start a short-lived flusher instead (kick). The hello goes
+// first, before any answer.
 //
-// A channel's attached answer is queued before its pump starts, so it is
-// in the control queue by the time the channel's first batch is ready.
-// When both wait, select picks at random: the control queue is drained
-// again before a batch is written, or a client would receive output of a
-// channel it does not know yet, drop it, and lose those bytes.
-func (c *conn) writer() {
-	if !c.writeJSON(c.s.hello()) {
-		return
-	}
-	for {
-		select {
-		case <-c.ctx.Done():
+// The one writing drains in rounds: all control messages first, then the
+// input-acks, one channel batch (in the order they became ready, one per
+// channel at a time, so every channel gets its turn) and one relayed
+// frame. A channel's attached answer is queued before its pump starts, and
+// control messages are drained again before a batch is written: a client
+// must never receive output of a channel it does not know yet.
+
+// flush writes what waits unless another goroutine is writing, which
+// then writes it. Before flush, the caller queued its work and counted it
+// in wants: a writer that finishes re-checks wants, so nothing queued is
+// left behind.
+func (c *conn) flush() {
+	for c.writing.CompareAndSwap(false, true) {
+		seen := c.wants.Load()
+		ok := c.drain()
+		c.writing.Store(false)
+		if !ok || c.wants.Load() == seen {
 			return
-		case <-c.control.wake:
-			if !c.writeControl() {
-				return
+		}
+	}
+}
+
+// want counts work queued for the writer; call flush or kick after it.
+func (c *conn) want() { c.wants.Add(1) }
+
+// kick flushes from a new goroutine unless one is writing already, for
+// callers that must not wait on the client.
+func (c *conn) kick() {
+	c.want()
+	if c.writing.Load() {
+		return // it re-checks wants when it is done
+	}
+	c.flushersMu.Lock()
+	defer c.flushersMu.Unlock()
+	if c.flushersDone {
+		return // serve returns: nothing more is written
+	}
+	c.flushers.Add(1)
+	go func() {
+		defer c.flushers.Done()
+		c.flush()
+	}()
+}
+
+// waitFlushers waits for the flushers kick started; it starts no more.
+func (c *conn) waitFlushers() {
+	c.flushersMu.Lock()
+	c.flushersDone = true
+	c.flushersMu.Unlock()
+	c.flushers.Wait()
+}
+
+// drain writes in rounds until nothing waits; false when the connection
+// ended or a write failed.
+func (c *conn) drain() bool {
+	for {
+		if c.ctx.Err() != nil || !c.writeControl() {
+			return false
+		}
+		wrote := false
+		if msgs := c.inputAcks.take(); len(msgs) > 0 {
+			wrote = true
+			if !c.writeInputAcks(msgs) {
+				return false
 			}
-		case <-c.inputAcks.wake:
-			if !c.writeControl() || !c.writeInputAcks() {
-				return
-			}
+		}
+		select {
 		case ch := <-c.ready:
+			wrote = true
 			if !c.writeControl() || !c.writeBatch(ch) {
-				return
+				return false
 			}
+		default:
+		}
+		select {
 		case f := <-c.out:
+			wrote = true
 			if !c.writeControl() || !c.writeRelayed(f) {
-				return
+				return false
 			}
+		default:
+		}
+		if !wrote {
+			return true
 		}
 	}
 }

@@ -11,22 +11,18 @@ import (
 // memory only while messages wait: an idle connection keeps at most a
 // small slice, where a channel of controlQueue messages would hold
 // controlQueue*sizeof(wire.Message) (over 100 KiB) for its whole life.
-// Any goroutine adds; the writer takes.
+// Any goroutine adds; the one writing takes.
 type controlMessages struct {
 	mu      sync.Mutex
 	pending []wire.Message
 	spare   []wire.Message // a small drained slice, reused by the next add
-	wake    chan struct{}  // holds a token while something may be pending
 }
 
 // controlSpare is the largest drained slice kept for reuse.
-const controlSpare = 8
+const controlSpare = 2
 
-func newControlMessages() controlMessages {
-	return controlMessages{wake: make(chan struct{}, 1)}
-}
-
-// add queues m and wakes the writer; false when the queue is full.
+// add queues m; false when the queue is full. The caller kicks the
+// writer.
 func (q *controlMessages) add(m wire.Message) bool {
 	q.mu.Lock()
 	if len(q.pending) >= controlQueue {
@@ -38,10 +34,6 @@ func (q *controlMessages) add(m wire.Message) bool {
 	}
 	q.pending = append(q.pending, m)
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default: // the writer was woken already and will take this one too
-	}
 	return true
 }
 
