@@ -5,16 +5,19 @@ import (
 	"fmt"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session/sessiontest"
 )
 
 // idleConnGoroutines is what an attached idle connection may keep
-// running: its read loop, its writer and its channel's pump. The
+// running: its read loop and its channel's pump, which writes. The
 // heartbeat and the expiry are timers, not goroutines.
-const idleConnGoroutines = 3
+const idleConnGoroutines = 2
 
 // TestIdleAttachedConnectionGoroutines counts the goroutines of the
 // server's connections while each is attached to one running execution
@@ -46,4 +49,35 @@ func connGoroutines(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// TestClosedConnectionsReleaseMemory: once enough connections closed,
+// the server returns free memory to the OS once, after a delay; fewer
+// closes release nothing.
+func TestClosedConnectionsReleaseMemory(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, &sessiontest.Launcher{}, nil)
+	var releases atomic.Int32
+	e.srv.memory.after, e.srv.memory.delay = 4, 20*time.Millisecond
+	e.srv.memory.free = func() { releases.Add(1) }
+	var cs []*client
+	for range 4 {
+		c := e.dial(t, e.token(t, "acme", allScopes...))
+		c.expect(t, wire.MsgHello)
+		cs = append(cs, c)
+	}
+	for _, c := range cs[:3] {
+		c.close()
+	}
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return e.srv.connections() == 1 }) {
+		t.Fatal("three closed connections are still open")
+	}
+	time.Sleep(100 * time.Millisecond) // five delays
+	if n := releases.Load(); n != 0 {
+		t.Fatalf("%d releases after 3 closes, want none before 4", n)
+	}
+	cs[3].close()
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return releases.Load() == 1 }) {
+		t.Fatalf("%d releases after 4 closes, want 1", releases.Load())
+	}
 }

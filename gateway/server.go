@@ -148,6 +148,7 @@ type Server struct {
 	// restarting: it was Restart; the executions live on (shutdown.go).
 	restarting bool
 	wg         sync.WaitGroup
+	memory     *memoryRelease // returns closed connections' memory (release.go)
 	// channels counts the attached channels whose pumps run; drained,
 	// when set, is closed once it drops (see shutdown.go).
 	channels int
@@ -204,7 +205,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	polls, stopPolls := context.WithCancelCause(context.Background())
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
+		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}, memory: newMemoryRelease(),
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newInputLimits(cfg.InputPerSecond, cfg.InputBurst),
@@ -454,6 +455,7 @@ func (s *Server) unregister(c *conn) {
 	delete(s.conns, c)
 	s.metrics.connsOpen.Dec()
 	s.mu.Unlock()
+	s.memory.closed()
 	s.wg.Done()
 }
 
