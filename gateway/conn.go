@@ -21,12 +21,12 @@ import (
 // client that floods requests without reading the answers is closed.
 const controlQueue = 256
 
-// conn is one WebSocket connection. Its goroutines: the read loop (serve),
-// one pump per channel, a short-lived flusher while the read loop has
-// something written (flush), the heartbeat's and the expiry's timers while
-// they fire, and
-// a reader and a pinger per relay upstream (relay.go); serve waits for
-// all of them before it returns.
+// conn is one WebSocket connection. Its goroutines: the read loop (serve,
+// on a goroutine of its own: serveConn), one pump per channel, a
+// short-lived flusher while the read loop has something written (flush),
+// the heartbeat's and the expiry's timers while they fire, and a reader
+// and a pinger per relay upstream (relay.go); serve waits for all of them
+// before it returns.
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn

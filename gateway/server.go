@@ -350,8 +350,13 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), status)
 		return
 	}
-	defer s.release(subject)
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	served := false // then serveConn releases the subject
+	defer func() {
+		if !served {
+			s.release(subject)
+		}
+	}()
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{wire.Subprotocol},
 		OriginPatterns: s.cfg.Origins,
 	})
@@ -368,6 +373,16 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		ws.Close(code, reason)
 		return
 	}
+	served = true
+	go s.serveConn(c, subject)
+}
+
+// serveConn runs c on a goroutine of its own and ends its registration:
+// the handler returns, and net/http lets go of its goroutine, whose stack
+// is deep, and of the buffers it kept for the hijacked connection
+// (hijack.go).
+func (s *Server) serveConn(c *conn, subject string) {
+	defer s.release(subject)
 	defer s.unregister(c)
 	c.serve()
 }
