@@ -379,8 +379,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 
 // serveConn runs c on a goroutine of its own and ends its registration:
 // the handler returns, and net/http lets go of its goroutine, whose stack
-// is deep, and of the buffers it kept for the hijacked connection
-// (hijack.go).
+// is deep, and of its connection's state (hijack.go).
 func (s *Server) serveConn(c *conn, subject string) {
 	defer s.release(subject)
 	defer s.unregister(c)
