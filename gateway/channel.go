@@ -14,8 +14,9 @@ import (
 
 // channel is one attached execution on a connection. Its pump reads the
 // ring through a subscription and hands one batch at a time to the
-// writer: a slow client makes the pump wait, the ring evicts, and the
-// client later sees a gap. Nothing else is buffered.
+// connection's writing (flush), which it usually does itself: a slow
+// client makes the pump wait, the ring evicts, and the client later sees
+// a gap. Nothing else is buffered.
 type channel struct {
 	id       uint32
 	execID   string
@@ -77,6 +78,8 @@ func (c *conn) pump(ch *channel) {
 		case <-ctx.Done():
 			return
 		}
+		c.want()
+		c.flush() // writes this batch here, unless another goroutine is writing
 		select {
 		case <-ch.taken:
 		case <-c.ctx.Done():

@@ -21,10 +21,12 @@ import (
 // client that floods requests without reading the answers is closed.
 const controlQueue = 256
 
-// conn is one WebSocket connection. Its goroutines: the read loop (serve),
-// the writer, the heartbeat, the expiry timer, one pump per channel, and
-// a reader and a pinger per relay upstream (relay.go); serve waits for
-// all of them before it returns.
+// conn is one WebSocket connection. Its goroutines: the read loop (serve,
+// on a goroutine of its own: serveConn), one pump per channel, a
+// short-lived flusher while the read loop has something written (flush),
+// the heartbeat's and the expiry's timers while they fire, and a reader
+// and a pinger per relay upstream (relay.go); serve waits for all of them
+// before it returns.
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
@@ -39,12 +41,19 @@ type conn struct {
 	expiry   *time.Timer
 	warning  *time.Timer
 
-	control   chan wire.Message
-	ready     chan *channel // channels holding a batch for the writer, FIFO: fair
-	inputAcks inputAcks     // input-acks waiting for the writer, at most one per channel
-	frame     []byte        // the writer's output frame buffer, reused
+	control   controlMessages // answers and events for the writer, FIFO, bounded
+	ready     chan *channel   // channels holding a batch for the writer, FIFO: fair
+	inputAcks inputAcks       // input-acks waiting for the writer, at most one per channel
 	pumps     sync.WaitGroup
+	writing   atomic.Bool    // a goroutine is writing (flush)
+	wants     atomic.Uint64  // work queued for the writer, counted (flush)
+	flushers  sync.WaitGroup // the goroutines kick started
+	// flushersMu guards flushersDone: serve waits for the flushers, and
+	// kick starts none after that.
+	flushersMu   sync.Mutex
+	flushersDone bool
 
+	beat         heartbeat
 	closeOnce    sync.Once
 	closeStarted chan struct{} // closed when close was called
 	closeCode    atomic.Int32  // the code this side closed with, once it did
@@ -65,16 +74,23 @@ type conn struct {
 	relays   sync.WaitGroup // the upstreams' goroutines
 }
 
+// heartbeat is a connection's ping timer (startHeartbeat).
+type heartbeat struct {
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool           // stopHeartbeat was called: arm no more
+	running sync.WaitGroup // the armed timer, or its ping under way
+}
+
 func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &conn{
+	c := &conn{
 		s: s, ws: ws, ctx: ctx, cancel: cancel, claims: claims,
 		log:          s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
 		remote:       remote,
 		channels:     map[uint32]*channel{},
-		control:      make(chan wire.Message, controlQueue),
 		ready:        make(chan *channel, s.cfg.MaxChannels),
-		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}, wake: make(chan struct{}, 1)},
+		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}},
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
 		started:      time.Now(),
@@ -83,14 +99,16 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		out:          make(chan relayFrame, relayQueueFrames),
 		outBytes:     newByteBudget(relayQueueBytes),
 	}
+	c.writing.Store(true) // serve writes the hello first
+	return c
 }
 
 // serve runs the connection until the client leaves or it is closed.
 func (c *conn) serve() {
-	var helpers sync.WaitGroup
-	helpers.Add(2)
-	go func() { defer helpers.Done(); c.writer() }()
-	go func() { defer helpers.Done(); c.heartbeat() }()
+	c.writeJSON(c.s.hello()) // a failure cancels c.ctx, which ends the read loop
+	c.writing.Store(false)   // held since newConn, so that the hello goes first
+	c.flush()
+	c.startHeartbeat()
 	c.armExpiry()
 	c.log.Info("connected")
 	err := c.readLoop()
@@ -100,9 +118,10 @@ func (c *conn) serve() {
 	<-c.closed
 	c.cancel(err)
 	c.stopExpiry()
+	c.stopHeartbeat()
 	c.closeUpstreams()
 	c.pumps.Wait()
-	helpers.Wait()
+	c.waitFlushers()
 	c.ws.CloseNow()
 	code := int(c.closeCode.Load())
 	if code == 0 {
@@ -146,12 +165,13 @@ func (c *conn) readLoop() error {
 // send queues a control message; a client that does not read its answers
 // while sending requests is closed rather than buffered without bound.
 func (c *conn) send(m wire.Message) {
-	select {
-	case c.control <- m:
-	case <-c.ctx.Done():
-	default:
-		c.close(wire.CloseLimit, "control messages not read")
+	if !c.control.add(m) {
+		if c.ctx.Err() == nil {
+			c.close(wire.CloseLimit, "control messages not read")
+		}
+		return
 	}
+	c.kick()
 }
 
 // fail answers req with a stable error code and a message safe to show.
@@ -208,56 +228,111 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 	})
 }
 
-// writer is the connection's only writer. The hello goes first, before
-// any answer. Then control messages go first; input-acks and channel
-// batches follow, batches in the order they became ready, one batch per
-// channel at a time, so every channel gets its turn.
+// The connection has no writer goroutine: whoever has something to write
+// writes, one goroutine at a time (writing), so output crosses no
+// goroutine between the pump that read it and the socket. A pump writes
+// inline (flush); the read loop and timers, which must never wait on the
+// client, start a short-lived flusher instead (kick). The hello goes
+// first, before any answer.
 //
-// A channel's attached answer is queued before its pump starts, so it is
-// in the control queue by the time the channel's first batch is ready.
-// When both wait, select picks at random: the control queue is drained
-// again before a batch is written, or a client would receive output of a
-// channel it does not know yet, drop it, and lose those bytes.
-func (c *conn) writer() {
-	if !c.writeJSON(c.s.hello()) {
-		return
-	}
-	for {
-		select {
-		case <-c.ctx.Done():
+// The one writing drains in rounds: all control messages first, then the
+// input-acks, one channel batch (in the order they became ready, one per
+// channel at a time, so every channel gets its turn) and one relayed
+// frame. A channel's attached answer is queued before its pump starts, and
+// control messages are drained again before a batch is written: a client
+// must never receive output of a channel it does not know yet.
+
+// flush writes what waits unless another goroutine is writing, which
+// then writes it. Before flush, the caller queued its work and counted it
+// in wants: a writer that finishes re-checks wants, so nothing queued is
+// left behind.
+func (c *conn) flush() {
+	for c.writing.CompareAndSwap(false, true) {
+		seen := c.wants.Load()
+		ok := c.drain()
+		c.writing.Store(false)
+		if !ok || c.wants.Load() == seen {
 			return
-		case m := <-c.control:
-			if !c.writeJSON(m) {
-				return
+		}
+	}
+}
+
+// want counts work queued for the writer; call flush or kick after it.
+func (c *conn) want() { c.wants.Add(1) }
+
+// kick flushes from a new goroutine unless one is writing already, for
+// callers that must not wait on the client.
+func (c *conn) kick() {
+	c.want()
+	if c.writing.Load() {
+		return // it re-checks wants when it is done
+	}
+	c.flushersMu.Lock()
+	defer c.flushersMu.Unlock()
+	if c.flushersDone {
+		return // serve returns: nothing more is written
+	}
+	c.flushers.Add(1)
+	go func() {
+		defer c.flushers.Done()
+		c.flush()
+	}()
+}
+
+// waitFlushers waits for the flushers kick started; it starts no more.
+func (c *conn) waitFlushers() {
+	c.flushersMu.Lock()
+	c.flushersDone = true
+	c.flushersMu.Unlock()
+	c.flushers.Wait()
+}
+
+// drain writes in rounds until nothing waits; false when the connection
+// ended or a write failed.
+func (c *conn) drain() bool {
+	for {
+		if c.ctx.Err() != nil || !c.writeControl() {
+			return false
+		}
+		wrote := false
+		if msgs := c.inputAcks.take(); len(msgs) > 0 {
+			wrote = true
+			if !c.writeInputAcks(msgs) {
+				return false
 			}
-		case <-c.inputAcks.wake:
-			if !c.writeControl() || !c.writeInputAcks() {
-				return
-			}
+		}
+		select {
 		case ch := <-c.ready:
+			wrote = true
 			if !c.writeControl() || !c.writeBatch(ch) {
-				return
+				return false
 			}
+		default:
+		}
+		select {
 		case f := <-c.out:
+			wrote = true
 			if !c.writeControl() || !c.writeRelayed(f) {
-				return
+				return false
 			}
+		default:
+		}
+		if !wrote {
+			return true
 		}
 	}
 }
 
 // writeControl writes the control messages queued now.
 func (c *conn) writeControl() bool {
-	for {
-		select {
-		case m := <-c.control:
-			if !c.writeJSON(m) {
-				return false
-			}
-		default:
-			return true
+	ms := c.control.take()
+	defer c.control.done(ms)
+	for _, m := range ms {
+		if !c.writeJSON(m) {
+			return false
 		}
 	}
+	return true
 }
 
 func (c *conn) write(typ websocket.MessageType, b []byte) bool {
@@ -299,11 +374,13 @@ func (c *conn) writeBatch(ch *channel) bool {
 	if n := len(b.events); n > 0 {
 		ch.sent.Store(b.events[n-1].Seq) // before the client can ack it
 	}
+	frame := framePool.Get().(*[]byte)
+	defer framePool.Put(frame)
 	for _, ev := range b.events {
 		if ev.Kind == replay.KindOutput {
-			c.frame = wire.AppendOutputHeader(c.frame[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset, len(ev.Data))
-			c.frame = append(c.frame, ev.Data...)
-			if !c.write(websocket.MessageBinary, c.frame) {
+			*frame = wire.AppendOutputHeader((*frame)[:0], ch.id, ev.Seq, uint8(ev.Stream), ev.Offset, len(ev.Data))
+			*frame = append(*frame, ev.Data...)
+			if !c.write(websocket.MessageBinary, *frame) {
 				return false
 			}
 			continue
@@ -314,6 +391,10 @@ func (c *conn) writeBatch(ch *channel) bool {
 	}
 	return true
 }
+
+// framePool holds the writers' output frame buffers between batches: a
+// connection holds one only while it writes, not while it is idle.
+var framePool = sync.Pool{New: func() any { return new([]byte) }}
 
 // eventMessage turns a ring event other than output into its message.
 func eventMessage(channel uint32, ev replay.Event) wire.Message {
@@ -343,25 +424,45 @@ func noticeTime(at time.Time) string {
 	return at.UTC().Format(time.RFC3339)
 }
 
-// heartbeat pings every PingInterval; no pong within PongTimeout closes
-// the connection.
-func (c *conn) heartbeat() {
-	t := time.NewTicker(c.s.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PongTimeout)
-			err := c.ws.Ping(ctx)
-			cancel()
-			if err != nil && c.ctx.Err() == nil {
-				c.close(wire.CloseHeartbeatTimeout, "no pong")
-				return
-			}
-		}
+// startHeartbeat pings every PingInterval from a timer, not a goroutine
+// of its own: an idle connection holds no stack for it. No pong within
+// PongTimeout closes the connection. stopHeartbeat ends it.
+func (c *conn) startHeartbeat() {
+	c.beat.mu.Lock()
+	defer c.beat.mu.Unlock()
+	c.beat.running.Add(1) // the armed timer's; its ping or a Stop ends it
+	c.beat.timer = time.AfterFunc(c.s.cfg.PingInterval, c.ping)
+}
+
+// ping is one heartbeat: it pings, then arms the next unless the
+// connection is ending.
+func (c *conn) ping() {
+	defer c.beat.running.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PongTimeout)
+	err := c.ws.Ping(ctx)
+	cancel()
+	if err != nil && c.ctx.Err() == nil {
+		c.close(wire.CloseHeartbeatTimeout, "no pong")
+		return
 	}
+	c.beat.mu.Lock()
+	defer c.beat.mu.Unlock()
+	if !c.beat.stopped && c.ctx.Err() == nil {
+		c.beat.running.Add(1)
+		c.beat.timer.Reset(c.s.cfg.PingInterval)
+	}
+}
+
+// stopHeartbeat stops the timer and waits for a ping under way (its
+// context ends with the connection's).
+func (c *conn) stopHeartbeat() {
+	c.beat.mu.Lock()
+	c.beat.stopped = true
+	if c.beat.timer.Stop() {
+		c.beat.running.Done() // it will not fire
+	}
+	c.beat.mu.Unlock()
+	c.beat.running.Wait()
 }
 
 // armExpiry warns the client AuthWarning before its token stops being

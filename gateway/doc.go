@@ -9,15 +9,16 @@
 //     the limits. Handler returns its routes; build it once and mount it.
 //   - connect (server.go) checks the subprotocol, the token and the Origin,
 //     then upgrades: each WebSocket is a conn (conn.go) with one read loop,
-//     one writer, a heartbeat and an expiry timer.
+//     a heartbeat and an expiry timer, and no writer goroutine: whoever has
+//     something to write writes, one at a time (flush).
 //   - The read loop decodes each message with package wire and dispatches it
 //     (handlers.go: start, attach, input, resize, signal, cancel, reauth).
-//     Every answer and refusal goes through the writer, with a stable code
-//     from wire.
+//     Every answer and refusal is queued for the writing, with a stable
+//     code from wire.
 //   - An attached execution is a channel (channel.go): its pump reads the
-//     execution's replay ring through a session.Subscription and hands one
-//     batch at a time to the writer, so a slow client sees a gap instead of
-//     slowing the execution.
+//     execution's replay ring through a session.Subscription and writes one
+//     batch at a time (or hands it to the one writing), so a slow client
+//     sees a gap instead of slowing the execution.
 //   - The HTTP API (httpapi.go) does the same requests without a
 //     connection, sharing the per-subject rate limits and connection budget.
 //   - listener.go bounds connections per address before any handshake.

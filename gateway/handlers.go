@@ -277,6 +277,7 @@ func (c *conn) ackedInput(ch *channel, in wire.Input) {
 		received, code, msg = c.applyInput(wire.Request{Type: "input", Channel: ch.id}, ch, in)
 	}
 	c.inputAcks.add(ch.id, received, inputEnd(in), code, msg)
+	c.kick()
 }
 
 // applyInput hands a frame to the execution within the subject's input

@@ -26,6 +26,7 @@ import (
 
 func TestMain(m *testing.M) {
 	runKeeperRole()
+	runAttachRole()
 	code := m.Run()
 	sharedLauncher.Release()
 	if code == 0 {

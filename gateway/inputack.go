@@ -9,12 +9,11 @@ import (
 // inputAcks are a connection's input-acks waiting for its writer: at most
 // one per channel, into which a newer one is merged, so a burst of input
 // frames yields few messages and what waits is bounded by the channels.
-// The read loop adds; the writer takes.
+// The read loop adds and kicks the writer; the one writing takes.
 type inputAcks struct {
 	mu      sync.Mutex
 	pending map[uint32]*wire.Message
-	order   []uint32      // the channels in pending, oldest first
-	wake    chan struct{} // holds a token while something may be pending
+	order   []uint32 // the channels in pending, oldest first
 }
 
 // add reports an input frame processed on channel: the input the
@@ -38,16 +37,16 @@ func (a *inputAcks) add(channel uint32, received, end uint64, code, msg string) 
 		m.Error, m.Message = "", ""
 	}
 	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default: // the writer was woken already and will take this one too
-	}
 }
 
-// take removes and returns the pending input-acks, oldest first.
+// take removes and returns the pending input-acks, oldest first; nil
+// when none.
 func (a *inputAcks) take() []wire.Message {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.order) == 0 {
+		return nil
+	}
 	out := make([]wire.Message, 0, len(a.order))
 	for _, ch := range a.order {
 		out = append(out, *a.pending[ch])
@@ -57,10 +56,10 @@ func (a *inputAcks) take() []wire.Message {
 	return out
 }
 
-// writeInputAcks writes the pending input-acks of channels still
-// attached (writer only).
-func (c *conn) writeInputAcks() bool {
-	for _, m := range c.inputAcks.take() {
+// writeInputAcks writes the input-acks of channels still attached (the
+// one writing only).
+func (c *conn) writeInputAcks(msgs []wire.Message) bool {
+	for _, m := range msgs {
 		if _, ok := c.channel(m.Channel); !ok {
 			continue // detached meanwhile: its detached answer ended it
 		}

@@ -261,19 +261,16 @@ func numbered(from, n int) []byte {
 
 // TestInputAcksCoalesce: input-acks waiting for the writer merge into one
 // per channel, offsets as maxima, the newest refusal kept until the
-// received offset covers every frame; one wake-up stands for them all.
+// received offset covers every frame.
 func TestInputAcksCoalesce(t *testing.T) {
 	t.Parallel()
-	a := inputAcks{pending: map[uint32]*wire.Message{}, wake: make(chan struct{}, 1)}
+	a := inputAcks{pending: map[uint32]*wire.Message{}}
 	a.add(1, 3, 3, "", "")
 	a.add(1, 3, 8, wire.CodeInputFull, "full")
 	a.add(2, 0, 5, wire.CodeRateLimited, "slow")
 	a.add(1, 5, 5, "", "")
 	a.add(3, 0, 4, wire.CodeInputFull, "full")
 	a.add(3, 4, 4, "", "")
-	if len(a.wake) != 1 {
-		t.Fatalf("%d wake-ups pending, want 1", len(a.wake))
-	}
 	want := []wire.Message{
 		{Type: wire.MsgInputAck, Channel: 1, InputOffset: 5, InputEnd: 8, Error: wire.CodeInputFull, Message: "full"},
 		{Type: wire.MsgInputAck, Channel: 2, InputOffset: 0, InputEnd: 5, Error: wire.CodeRateLimited, Message: "slow"},

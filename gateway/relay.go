@@ -494,14 +494,24 @@ func (u *upstream) forward(typ websocket.MessageType, buf *[]byte) bool {
 			return true // a channel the client detached
 		}
 		binary.BigEndian.PutUint32(b[1:5], n)
-		return u.c.queue(relayFrame{typ: typ, b: b, buf: buf})
+		return u.c.queueFlush(relayFrame{typ: typ, b: b, buf: buf})
 	}
 	out, ok := u.rewrite(b)
 	putRelayBuffer(buf)
 	if !ok {
 		return true
 	}
-	return u.c.queue(relayFrame{typ: websocket.MessageText, b: out})
+	return u.c.queueFlush(relayFrame{typ: websocket.MessageText, b: out})
+}
+
+// queueFlush queues f and writes what waits from the calling upstream
+// reader, as a pump does.
+func (c *conn) queueFlush(f relayFrame) bool {
+	if !c.queue(f) {
+		return false
+	}
+	c.flush()
+	return true
 }
 
 // rewrite maps an owner's control message to the client's request id and
@@ -668,7 +678,9 @@ func (c *conn) queueNotice(n wire.Message) {
 		c.log.Error("encode relay notice", "err", err)
 		return
 	}
-	c.queue(relayFrame{typ: websocket.MessageText, b: b})
+	if c.queue(relayFrame{typ: websocket.MessageText, b: b}) {
+		c.kick()
+	}
 }
 
 // queue puts f into the connection's relay FIFO within its frame and byte
@@ -679,6 +691,7 @@ func (c *conn) queue(f relayFrame) bool {
 	}
 	select {
 	case c.out <- f:
+		c.want() // the caller flushes or kicks
 		return true
 	case <-c.ctx.Done():
 		return false

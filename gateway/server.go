@@ -148,6 +148,7 @@ type Server struct {
 	// restarting: it was Restart; the executions live on (shutdown.go).
 	restarting bool
 	wg         sync.WaitGroup
+	memory     *memoryRelease // returns closed connections' memory (release.go)
 	// channels counts the attached channels whose pumps run; drained,
 	// when set, is closed once it drops (see shutdown.go).
 	channels int
@@ -204,7 +205,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	polls, stopPolls := context.WithCancelCause(context.Background())
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{},
+		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}, memory: newMemoryRelease(),
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newInputLimits(cfg.InputPerSecond, cfg.InputBurst),
@@ -349,8 +350,13 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), status)
 		return
 	}
-	defer s.release(subject)
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	served := false // then serveConn releases the subject
+	defer func() {
+		if !served {
+			s.release(subject)
+		}
+	}()
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{wire.Subprotocol},
 		OriginPatterns: s.cfg.Origins,
 	})
@@ -367,6 +373,15 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		ws.Close(code, reason)
 		return
 	}
+	served = true
+	go s.serveConn(c, subject)
+}
+
+// serveConn runs c on a goroutine of its own and ends its registration:
+// the handler returns, and net/http lets go of its goroutine, whose stack
+// is deep, and of its connection's state (hijack.go).
+func (s *Server) serveConn(c *conn, subject string) {
+	defer s.release(subject)
 	defer s.unregister(c)
 	c.serve()
 }
@@ -454,6 +469,7 @@ func (s *Server) unregister(c *conn) {
 	delete(s.conns, c)
 	s.metrics.connsOpen.Dec()
 	s.mu.Unlock()
+	s.memory.closed()
 	s.wg.Done()
 }
 

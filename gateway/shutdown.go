@@ -52,6 +52,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopAdmitting(false)
 	drained := s.drain(ctx)
 	s.closeAll(websocket.StatusGoingAway, reasonShutdown)
+	defer s.memory.stop()
 	return errors.Join(drained, s.waitConns(ctx))
 }
 
@@ -66,6 +67,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	s.stopAdmitting(true)
 	s.stopPolls(errRestarting)
 	s.closeAll(wire.CloseServiceRestart, reasonRestart)
+	defer s.memory.stop()
 	return s.waitConns(ctx)
 }
 

@@ -15,6 +15,10 @@ import (
 	"github.com/termgate/termgate/gateway/wire"
 )
 
+// closeSettle is how long after the last shell closed the server's RSS
+// is sampled again: a Go server returns freed memory to the OS lazily.
+const closeSettle = 5 * time.Second
+
 // table is one run's figures.
 type table struct {
 	p50, p99          time.Duration // keystroke echo
@@ -26,6 +30,7 @@ type table struct {
 	procsPerShell     float64
 	pssPerShell       float64 // kB, whole tree
 	rssAfterClose     int64   // kB, server, all shells gone
+	rssSettled        int64   // kB, server, closeSettle later
 	rssBefore, rssMax int64   // kB, server
 }
 
@@ -126,6 +131,12 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	}
 	t.cpuPerShell = (treeCPU(srv.pid) - cpu0) / time.Duration(o.shells)
 	t.rssAfterClose = statusKB(srv.pid, "VmRSS:")
+	select { // the server may return freed memory to the OS lazily
+	case <-time.After(closeSettle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	t.rssSettled = statusKB(srv.pid, "VmRSS:")
 	return nil
 }
 
@@ -211,5 +222,6 @@ func (t table) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| CPU per shell, whole process tree | %.1f ms |\n", us(t.cpuPerShell)/1000)
 	fmt.Fprintf(w, "| server RSS per attached idle session | %.0f kB |\n", t.rssPerSession)
 	fmt.Fprintf(w, "| processes per shell / tree PSS per shell | %.0f / %.0f kB |\n", t.procsPerShell, t.pssPerShell)
-	fmt.Fprintf(w, "| server RSS before / all open / all closed | %d / %d / %d kB |\n", t.rssBefore, t.rssMax, t.rssAfterClose)
+	fmt.Fprintf(w, "| server RSS before / all open / all closed / %s later | %d / %d / %d / %d kB |\n",
+		closeSettle, t.rssBefore, t.rssMax, t.rssAfterClose, t.rssSettled)
 }

@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"runtime/pprof"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+	"github.com/termgate/termgate/session/sessiontest"
+)
+
+// idleConnGoroutines is what an attached idle connection may keep
+// running: its read loop and its channel's pump, which writes. The
+// heartbeat and the expiry are timers, not goroutines.
+const idleConnGoroutines = 2
+
+// TestIdleAttachedConnectionGoroutines counts the goroutines of the
+// server's connections while each is attached to one running execution
+// and idle. Not parallel: it counts every connection of the process.
+func TestIdleAttachedConnectionGoroutines(t *testing.T) {
+	const n = 10
+	e := newFakeEnv(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, nil)
+	for i := range n {
+		c := e.dial(t, e.token(t, "acme", allScopes...))
+		defer c.close()
+		c.send(t, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("idle-", i), Command: "/bin/sh", Attach: true, Ack: true})
+		c.expect(t, wire.MsgAttached)
+	}
+	// A flusher that wrote the attached answer may still be returning.
+	if !sandboxtest.Eventually(t, 5*time.Second, func() bool { return connGoroutines(t) <= n*idleConnGoroutines }) {
+		t.Fatalf("%d connections run %d goroutines, more than %d each", n, connGoroutines(t), idleConnGoroutines)
+	}
+}
+
+// connGoroutines counts the goroutines running a connection's code.
+func connGoroutines(t *testing.T) int {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, "gateway.(*conn).") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClosedConnectionsReleaseMemory: once enough connections closed,
+// the server returns free memory to the OS once, after a delay; fewer
+// closes release nothing.
+func TestClosedConnectionsReleaseMemory(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, &sessiontest.Launcher{}, nil)
+	var releases atomic.Int32
+	e.srv.memory.after, e.srv.memory.delay = 4, 20*time.Millisecond
+	e.srv.memory.free = func() { releases.Add(1) }
+	var cs []*client
+	for range 4 {
+		c := e.dial(t, e.token(t, "acme", allScopes...))
+		c.expect(t, wire.MsgHello)
+		cs = append(cs, c)
+	}
+	for _, c := range cs[:3] {
+		c.close()
+	}
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return e.srv.connections() == 1 }) {
+		t.Fatal("three closed connections are still open")
+	}
+	time.Sleep(100 * time.Millisecond) // five delays
+	if n := releases.Load(); n != 0 {
+		t.Fatalf("%d releases after 3 closes, want none before 4", n)
+	}
+	cs[3].close()
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return releases.Load() == 1 }) {
+		t.Fatalf("%d releases after 4 closes, want 1", releases.Load())
+	}
+}
