@@ -61,5 +61,6 @@
 // [A-Za-z0-9._-]{1,128}. At most 8 connections may be in their hello at
 // once, each for HelloTimeout.
 //
-// The package imports nothing of termgate.
+// The package imports nothing of termgate but the leaf package
+// cgroup/v1thread.
 package keeper
