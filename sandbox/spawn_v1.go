@@ -115,4 +115,3 @@ func (f *v1Forker) loop(jobs <-chan func(*v1thread.Thread)) {
 		}
 	}
 }
-

@@ -102,8 +102,8 @@ type message struct {
 	ArgsFile   bool        `json:"args_file,omitempty"` // version 2: one more descriptor holds Args then Env
 	Argc       int         `json:"argc,omitempty"`      // with ArgsFile: how many of its entries are Args
 	Cgroups    []string    `json:"cgroups,omitempty"`
-	Into       string      `json:"into,omitempty"`   // version 3: one of Cgroups, to fork the child into
-	Placed     bool        `json:"placed,omitempty"` // version 3, a spawn's reply: the child was forked into Into
+	Into       string      `json:"into,omitempty"`    // version 3: one of Cgroups, to fork the child into
+	Placed     bool        `json:"placed,omitempty"`  // version 3, a spawn's reply: the child was forked into Into
 	Enter      []string    `json:"enter,omitempty"`   // version 4: of Cgroups, v1 directories the child is to be born in
 	Entered    []string    `json:"entered,omitempty"` // version 4, a spawn's reply: those of Enter it was born in
 	Remove     []string    `json:"remove,omitempty"`
