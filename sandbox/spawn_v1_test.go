@@ -29,7 +29,9 @@ func (m *stuckMover) Return([]string) error {
 // forkerSpawner spawns through one v1Forker.
 type forkerSpawner struct{ f *v1Forker }
 
-func (s forkerSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) { return s.f.spawn(req) }
+func (s forkerSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
+	return s.f.spawn(req)
+}
 
 // TestV1ForkerStranded: when the forker's thread cannot leave an
 // execution's directories, the spawn still succeeds, forked on the
