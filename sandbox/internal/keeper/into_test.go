@@ -3,15 +3,18 @@
 package keeper
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -135,4 +138,53 @@ func spawnCatIn(t *testing.T, c *Client, key string, req SpawnRequest) (Spawned,
 		t.Fatal(err)
 	}
 	return sp, string(out)
+}
+
+// stuckMover claims to enter every directory and cannot leave; it moves
+// no thread.
+type stuckMover struct{}
+
+func (stuckMover) Enter(dirs []string) []string { return dirs }
+func (stuckMover) Return([]string) error        { return errors.New("cannot leave") }
+
+// TestForkStranded: a forking thread that cannot leave the directories
+// it entered fails the spawn with its child killed and reaped, and
+// forks nothing after.
+func TestForkStranded(t *testing.T) {
+	null := devNull(t)
+	fds := []int{int(null.Fd()), int(null.Fd()), int(null.Fd())}
+	m := &message{Path: "/bin/sleep", Args: []string{"sleep", "60"}, Cgroups: []string{"/sys/fs/cgroup/memory/x"}, Enter: []string{"/sys/fs/cgroup/memory/x"}}
+	done := make(chan [2]error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread() // the mover moved nothing
+		th := v1thread.NewThread(stuckMover{})
+		first := forkOn(th, m, fds)
+		second := forkOn(th, m, fds)
+		done <- [2]error{first.err, second.err}
+	}()
+	errs := <-done
+	for i, err := range errs {
+		if !errors.Is(err, v1thread.ErrStranded) {
+			t.Errorf("fork %d from a stranded thread: %v, want ErrStranded", i+1, err)
+		}
+	}
+	if kids := children(t); kids != "" {
+		t.Errorf("children left: %s", kids)
+	}
+}
+
+// children lists this process's children of every thread.
+func children(t *testing.T) string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "children"))
+		all = append(all, strings.Fields(string(b))...)
+	}
+	return strings.Join(all, " ")
 }
