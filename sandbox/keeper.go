@@ -239,7 +239,7 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 	}
 	sp, err := c.Spawn(ctx, keeper.SpawnRequest{
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
-		Files: req.files, Held: req.held, Cgroups: req.cgroups, Into: req.cgroup, Remove: req.remove, Meta: req.meta,
+		Files: req.files, Held: req.held, Cgroups: req.cgroups, Into: req.cgroup, Enter: req.enter, Remove: req.remove, Meta: req.meta,
 		Supervised: true, // bwrap and its pid 1: SIGTERM goes to the command
 	})
 	switch {
@@ -250,8 +250,9 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 	}
 	child := newKeeperChild(s.k, c, req.key, sp.Pid)
 	if sp.Placed {
-		child.placed = req.cgroup
+		child.placed = append(child.placed, req.cgroup)
 	}
+	child.placed = append(child.placed, sp.Entered...)
 	return child, nil
 }
 
@@ -264,9 +265,10 @@ type keeperChild struct {
 	key  string
 	p    int
 	exit <-chan unix.WaitStatus
-	// placed is the cgroup2 directory the keeper forked bwrap into, or
-	// "": the launcher moves it there.
-	placed string
+	// placed are the cgroup directories the keeper forked bwrap into
+	// (its cgroup2 one) or in (v1 ones its forking thread entered): the
+	// launcher moves it into the others.
+	placed []string
 
 	mu    sync.Mutex
 	pidfd int // -1 once closed or when unavailable
@@ -282,7 +284,7 @@ func newKeeperChild(k *keeperState, c *keeper.Client, key string, pid int) *keep
 
 func (c *keeperChild) pid() int { return c.p }
 
-func (c *keeperChild) cgroup() string { return c.placed }
+func (c *keeperChild) born() []string { return c.placed }
 
 func (c *keeperChild) kill() {
 	c.mu.Lock()

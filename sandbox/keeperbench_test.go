@@ -60,3 +60,27 @@ func ptyRun(b *testing.B, l *Launcher, p Policy) (wall, cpu time.Duration) {
 	cpu = time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 	return wall, cpu
 }
+
+// BenchmarkStartKeeperLimits is BenchmarkStart/paired-keeper with
+// serve's default ceilings, as serve starts an execution: a start through
+// a keeper and a plain bwrap per iteration, in turns first.
+func BenchmarkStartKeeperLimits(b *testing.B) {
+	l := keeperLauncher(b, keeperDir(b))
+	p := benchPolicy
+	p.Workspace = sandboxtest.Dir(b)
+	p.Limits = Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
+	np := p.Normalize()
+	var ours, plain, ratios []float64
+	for i := 0; b.Loop(); i++ {
+		var t, w float64
+		if i%2 == 0 {
+			t, w = startFirstByte(b, l, p), plainFirstByte(b, l, np)
+		} else {
+			w, t = plainFirstByte(b, l, np), startFirstByte(b, l, p)
+		}
+		ours, plain, ratios = append(ours, t), append(plain, w), append(ratios, t/w)
+	}
+	b.ReportMetric(median(ours), "ms-first-byte")
+	b.ReportMetric(median(plain), "ms-first-byte-bwrap")
+	b.ReportMetric(100*(median(ratios)-1), "%-overhead")
+}

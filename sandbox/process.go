@@ -109,7 +109,7 @@ func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File)
 	proc.bwrapArgs = append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...)
 	req := spawnRequest{key: proc.policy.Key, path: l.bwrap, args: proc.bwrapArgs, files: append(first, files...)}
 	if proc.cg != nil {
-		req.cgroup = proc.cg.Unified()
+		req.cgroup, req.enter = proc.cg.Unified(), proc.cg.V1()
 	}
 	if id, _ := l.identityFor(proc.policy); id.switchTo { // checked by Start
 		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
@@ -209,7 +209,7 @@ func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, 
 		p.track = p.l.events.Track(pid)
 		p.track.NotifyWorkloadExit(p.endSandbox)
 	}
-	err = p.confine(pid, child.cgroup())
+	err = p.confine(pid, child.born())
 	if err == nil {
 		_, err = argsW.Write(args)
 	}
@@ -235,9 +235,8 @@ func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, 
 }
 
 // confine puts the blocked bwrap into its cgroup, which every process it
-// starts inherits: into every directory but placed, which it was forked
-// into.
-func (p *Process) confine(pid int, placed string) error {
+// starts inherits: into every directory but those it was born in.
+func (p *Process) confine(pid int, placed []string) error {
 	if p.cg == nil {
 		return nil
 	}

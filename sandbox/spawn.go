@@ -23,6 +23,10 @@ type spawnRequest struct {
 	// it needs no move there (see cgroup.Group.AddExcept); "" for none. A
 	// spawner that cannot says so: spawned.cgroup is then "".
 	cgroup string
+	// enter are the execution's cgroup v1 directories, for the forking
+	// thread to enter alone before the fork so that bwrap is born in
+	// them (see v1thread); a spawner reports those it was.
+	enter []string
 	// What only the keeper uses: the parent ends it keeps for a later
 	// launcher, the cgroup directories and state it removes with an
 	// orphan, and the launcher's notes on the process.
@@ -46,13 +50,14 @@ type spawned interface {
 	wait() (ws unix.WaitStatus, lost bool, err error)
 	// kill sends SIGKILL to bwrap, never to a reused pid.
 	kill()
-	// cgroup is the spawnRequest's cgroup when bwrap was forked into it,
-	// else "".
-	cgroup() string
+	// born lists the spawnRequest's cgroup and enter directories bwrap
+	// was born in: they need no move (see cgroup.Group.AddExcept).
+	born() []string
 }
 
 // execSpawner forks bwrap with exec.Cmd: it dies with the launcher's
-// forking thread (Pdeathsig).
+// forking thread (Pdeathsig), which is one of the runtime's, or the v1
+// forker's (see v1Forker), and never exits.
 type execSpawner struct{}
 
 func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
@@ -61,18 +66,27 @@ func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
 	}
+	if len(req.enter) == 0 {
+		return startPlaced(req)
+	}
+	return launcherForker.spawn(req)
+}
+
+// startPlaced starts req's bwrap forked into req.cgroup when it can,
+// else where the calling thread is.
+func startPlaced(req spawnRequest) (execChild, error) {
 	if req.cgroup != "" {
 		if cmd, err := startInCgroup(req); err == nil {
-			return execChild{cmd, req.cgroup}, nil
+			return execChild{cmd: cmd, placed: []string{req.cgroup}}, nil
 		}
 		// A kernel without clone3's CLONE_INTO_CGROUP: bwrap is moved in
 		// while blocked, as without a cgroup2 directory.
 	}
 	cmd := execCommand(req)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
+		return execChild{}, fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
 	}
-	return execChild{cmd, ""}, nil
+	return execChild{cmd: cmd}, nil
 }
 
 // startInCgroup starts req's bwrap forked into req.cgroup.
@@ -119,10 +133,10 @@ func execCommand(req spawnRequest) *exec.Cmd {
 // execChild is bwrap as the launcher's child.
 type execChild struct {
 	cmd    *exec.Cmd
-	placed string // the cgroup2 directory it was forked into, or ""
+	placed []string // the cgroup directories it was born in
 }
 
-func (c execChild) cgroup() string { return c.placed }
+func (c execChild) born() []string { return c.placed }
 
 func (c execChild) pid() int { return c.cmd.Process.Pid }
 

@@ -325,16 +325,17 @@ func subtreeHas(dir, ctl string) bool {
 
 // Add moves pid into every directory of the group. The launcher calls it
 // while bwrap is still blocked, so every descendant is born inside.
-func (c *Group) Add(pid int) error { return c.AddExcept(pid, "") }
+func (c *Group) Add(pid int) error { return c.AddExcept(pid, nil) }
 
-// AddExcept is Add but for the directory pid was forked into
-// (CLONE_INTO_CGROUP, see Unified), which needs no move: a move takes the
+// AddExcept is Add but for the directories pid was born in: forked into
+// the cgroup2 one (CLONE_INTO_CGROUP, see Unified), or by a thread that
+// had entered v1 ones (see V1), which need no move: a move takes the
 // kernel's global lock on every process's cgroups for writing, which
 // waits for forks and exits everywhere on the host (milliseconds on a
 // busy one), while a fork into the group takes no such lock.
-func (c *Group) AddExcept(pid int, placed string) error {
+func (c *Group) AddExcept(pid int, placed []string) error {
 	for _, dir := range c.dirs {
-		if dir == placed {
+		if slices.Contains(placed, dir) {
 			continue
 		}
 		if err := writeFile(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
@@ -342,6 +343,18 @@ func (c *Group) AddExcept(pid int, placed string) error {
 		}
 	}
 	return nil
+}
+
+// V1 lists the group's cgroup v1 directories, in creation order: those a
+// thread can enter alone (v1thread) so that its child is born in them.
+func (c *Group) V1() []string {
+	var v1 []string
+	for _, dir := range c.dirs {
+		if dir != c.unified {
+			v1 = append(v1, dir)
+		}
+	}
+	return v1
 }
 
 // Unified returns the group's cgroup2 directory, "" when it has none: the

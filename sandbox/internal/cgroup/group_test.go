@@ -544,7 +544,7 @@ func TestAddExcept(t *testing.T) {
 		t.Fatalf("start sleep: %v", err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if err := c.AddExcept(cmd.Process.Pid, c.Unified()); err != nil {
+	if err := c.AddExcept(cmd.Process.Pid, []string{c.Unified()}); err != nil {
 		t.Fatal(err)
 	}
 	for _, dir := range c.Dirs() {

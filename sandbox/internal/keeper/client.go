@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -41,7 +42,13 @@ type SpawnRequest struct {
 	// keeper that cannot (a kernel without it, or a keeper older than
 	// version 3) forks the child where it is itself: Spawned.Placed is
 	// then false, and the caller moves the child.
-	Into   string
+	Into string
+	// Enter, of Cgroups but Into, are cgroup v1 directories for the
+	// child to be born in: the keeper's forking thread enters them
+	// alone before the fork (no global lock) and leaves after it. Those
+	// it could not enter (or all, with a keeper older than version 4)
+	// are missing from Spawned.Entered, and the caller moves the child.
+	Enter  []string
 	Remove []string // paths below the keeper's Dir it removes after that (the execution's state directory)
 	// Supervised says the child and its own children supervise what
 	// runs below them (bwrap and its pid 1): stopping an orphan sends
@@ -327,6 +334,8 @@ type Spawned struct {
 	Pid int
 	// Placed says the child was forked into SpawnRequest.Into.
 	Placed bool
+	// Entered are the directories of SpawnRequest.Enter it was born in.
+	Entered []string
 }
 
 // Spawn asks the keeper to start a child. The caller
@@ -338,6 +347,9 @@ func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (Spawned, error) {
 		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Supervised: req.Supervised, Meta: req.Meta}
 	if c.version >= 3 {
 		m.Into = req.Into
+	}
+	if c.version >= 4 {
+		m.Enter = req.Enter
 	}
 	if req.Cred != nil {
 		m.Cred = &credential{Uid: req.Cred.Uid, Gid: req.Cred.Gid, Groups: req.Cred.Groups, NoSetGroups: req.Cred.NoSetGroups}
@@ -372,7 +384,13 @@ func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (Spawned, error) {
 		c.exits[req.Key] = &exitState{}
 	}
 	c.mu.Unlock()
-	return Spawned{Pid: r.Pid, Placed: r.Placed && m.Into != ""}, nil
+	var entered []string
+	for _, dir := range r.Entered {
+		if slices.Contains(m.Enter, dir) {
+			entered = append(entered, dir)
+		}
+	}
+	return Spawned{Pid: r.Pid, Placed: r.Placed && m.Into != "", Entered: entered}, nil
 }
 
 // Annotate replaces the child's Meta.

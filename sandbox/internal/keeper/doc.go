@@ -27,7 +27,13 @@
 // keeper forks the child straight into that cgroup2 directory (clone3's
 // CLONE_INTO_CGROUP) and the reply says whether it did; where the kernel
 // cannot, and with an older keeper, the child starts where the keeper is
-// and the gateway moves it. The Client sends descriptors without os.File.Fd, so the
+// and the gateway moves it. From version 4 a spawn may name cgroup v1
+// directories of its cgroups as Enter: the keeper's forking thread moves
+// itself alone into them (no global cgroup lock), forks, and moves back,
+// and the reply's Entered lists those the child was born in; the gateway
+// moves it into the rest. A forking thread that cannot move back fails
+// the spawn, its child killed, and every later one until it moved back;
+// it never exits, because every child dies with it. The Client sends descriptors without os.File.Fd, so the
 // caller's files keep their mode; the child's Files share their open
 // file descriptions with the caller's, which become blocking. Only peers with the keeper's own uid are accepted, and only
 // one gateway at a time: a second is refused with ErrBusy naming the
@@ -61,5 +67,6 @@
 // [A-Za-z0-9._-]{1,128}. At most 8 connections may be in their hello at
 // once, each for HelloTimeout.
 //
-// The package imports nothing of termgate.
+// The package imports nothing of termgate but the leaf package
+// cgroup/v1thread.
 package keeper

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
 )
 
 // forker is the one goroutine that forks every child. It locks itself to
@@ -29,40 +31,72 @@ type forkRequest struct {
 }
 
 type forkResult struct {
-	pid    int
-	pidfd  *os.File
-	placed bool
-	err    error
+	pid     int
+	pidfd   *os.File
+	placed  bool     // forked into m.Into
+	entered []string // the cgroup v1 directories of m.Enter it was born in
+	err     error
 }
 
-// fork starts the child described by m on the forking thread; placed
-// says it was forked into m.Into.
-func fork(m *message, files []int) (pid int, pidfd *os.File, placed bool, err error) {
+// fork starts the child described by m on the forking thread.
+func fork(m *message, files []int) forkResult {
 	forker.once.Do(func() {
 		forker.reqs = make(chan forkRequest)
 		go forkLoop(forker.reqs)
 	})
 	r := forkRequest{m: m, files: files, reply: make(chan forkResult, 1)}
 	forker.reqs <- r
-	res := <-r.reply
-	return res.pid, res.pidfd, res.placed, res.err
+	return <-r.reply
 }
 
 func forkLoop(reqs <-chan forkRequest) {
 	runtime.LockOSThread() // never unlocked: see forker
-	for r := range reqs {
-		res := forkResult{}
-		if r.m.Into != "" {
-			res.pid, res.pidfd, res.err = forkExecInto(r.m, r.files)
-			res.placed = res.err == nil
-		}
-		if !res.placed {
-			// Also a kernel without clone3's CLONE_INTO_CGROUP: the
-			// child starts outside, and the gateway moves it.
-			res.pid, res.pidfd, res.err = forkExec(r.m, r.files, -1)
-		}
-		r.reply <- res
+	var mover v1thread.Mover
+	if homes, err := v1thread.Load(); err == nil {
+		mover = homes
 	}
+	t := v1thread.NewThread(mover)
+	for r := range reqs {
+		r.reply <- forkOn(t, r.m, r.files)
+	}
+}
+
+// forkOn starts the child of m on t's thread, born in those of m.Enter
+// it could enter (see v1thread.Thread.Fork).
+func forkOn(t *v1thread.Thread, m *message, files []int) forkResult {
+	var res forkResult
+	entered, err := t.Fork(m.Enter, func() (func(), error) {
+		res = forkPlaced(m, files)
+		pid, pidfd := res.pid, res.pidfd
+		return func() { kill(pid, pidfd) }, res.err
+	})
+	if err != nil {
+		return forkResult{err: err}
+	}
+	res.entered = entered
+	return res
+}
+
+// forkPlaced forks m's child into m.Into when it can, else where the
+// thread is.
+func forkPlaced(m *message, files []int) forkResult {
+	res := forkResult{}
+	if m.Into != "" {
+		res.pid, res.pidfd, res.err = forkExecInto(m, files)
+		res.placed = res.err == nil
+	}
+	if !res.placed {
+		// Also a kernel without clone3's CLONE_INTO_CGROUP: the
+		// child starts outside, and the gateway moves it.
+		res.pid, res.pidfd, res.err = forkExec(m, files, -1)
+	}
+	return res
+}
+
+// kill ends a child nobody will hear of and reaps it.
+func kill(pid int, pidfd *os.File) {
+	unix.Kill(pid, unix.SIGKILL) // a zombie until reaped: the pid is still its own
+	reap(pid, pidfd)
 }
 
 // forkExecInto is forkExec into the cgroup2 directory m.Into.

@@ -3,14 +3,18 @@
 package keeper
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -65,27 +69,122 @@ func TestSpawnInto(t *testing.T) {
 	}
 }
 
+// TestSpawnEnter: a child spawned with Enter is born in those cgroup v1
+// directories (the forking thread entered them, and left), and the reply
+// says so; a directory it cannot enter is left out; a gateway speaking
+// version 3 sends no Enter, and its child is born where the keeper is.
+func TestSpawnEnter(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		sandboxtest.Unavailable(t, "cgroups need root")
+	}
+	_, ks := startKeeper(t)
+	c := ks.dial(t)
+	defer c.Detach()
+	parent := sandboxtest.CgroupParent(t)
+	var v1 string
+	for _, hier := range sandboxtest.CgroupHierarchies(t) {
+		var st unix.Statfs_t
+		if unix.Statfs(hier, &st) == nil && st.Type == unix.CGROUP_SUPER_MAGIC && strings.HasSuffix(hier, "/memory") {
+			v1 = filepath.Join(hier, parent, "enter")
+		}
+	}
+	if v1 == "" {
+		sandboxtest.Unavailable(t, "no cgroup v1 memory hierarchy")
+	}
+	if err := os.MkdirAll(v1, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(filepath.Dir(v1), "gone")
+	rel := ":memory:/" + parent + "/enter\n"
+	sp, out := spawnCatIn(t, c, "entered", SpawnRequest{Cgroups: []string{gone, v1}, Enter: []string{gone, v1}})
+	if !slices.Equal(sp.Entered, []string{v1}) || !strings.Contains(out, rel) {
+		t.Errorf("spawn entering %s: entered %q, /proc/self/cgroup %q, want the line %q", v1, sp.Entered, out, rel)
+	}
+	c.version = 3 // as with a keeper (or gateway) of protocol 3
+	sp, out = spawnCatIn(t, c, "v3", SpawnRequest{Cgroups: []string{v1}, Enter: []string{v1}})
+	if len(sp.Entered) != 0 || strings.Contains(out, rel) {
+		t.Errorf("version 3 spawn: entered %q, /proc/self/cgroup %q", sp.Entered, out)
+	}
+}
+
 // spawnCat spawns cat /proc/self/cgroup with Into dir and returns what
 // it wrote.
 func spawnCat(t *testing.T, c *Client, key, dir string) (Spawned, string) {
+	t.Helper()
+	return spawnCatIn(t, c, key, SpawnRequest{Cgroups: []string{dir}, Into: dir})
+}
+
+// spawnCatIn spawns cat /proc/self/cgroup with req's cgroups and returns
+// what it wrote.
+func spawnCatIn(t *testing.T, c *Client, key string, req SpawnRequest) (Spawned, string) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	sp, err := c.Spawn(t.Context(), SpawnRequest{Key: key, Path: "/bin/cat", Args: []string{"cat", "/proc/self/cgroup"},
-		Files: []*os.File{devNull(t), w, w}, Cgroups: []string{dir}, Into: dir})
+	req.Key, req.Path, req.Args, req.Files = key, "/bin/cat", []string{"cat", "/proc/self/cgroup"}, []*os.File{devNull(t), w, w}
+	sp, err := c.Spawn(t.Context(), req)
 	w.Close()
 	if err != nil {
-		t.Fatalf("spawn %s into %s: %v", key, dir, err)
+		t.Fatalf("spawn %s in %q: %v", key, req.Cgroups, err)
 	}
 	out, _ := io.ReadAll(r)
 	if ws := <-c.Exit(key); ws.ExitStatus() != 0 {
-		t.Fatalf("cat in %s: %v: %s", dir, ws, out)
+		t.Fatalf("cat in %q: %v: %s", req.Cgroups, ws, out)
 	}
 	if err := c.Forget(key); err != nil {
 		t.Fatal(err)
 	}
 	return sp, string(out)
+}
+
+// stuckMover claims to enter every directory and cannot leave; it moves
+// no thread.
+type stuckMover struct{}
+
+func (stuckMover) Enter(dirs []string) []string { return dirs }
+func (stuckMover) Return([]string) error        { return errors.New("cannot leave") }
+
+// TestForkStranded: a forking thread that cannot leave the directories
+// it entered fails the spawn with its child killed and reaped, and
+// forks nothing after.
+func TestForkStranded(t *testing.T) {
+	null := devNull(t)
+	fds := []int{int(null.Fd()), int(null.Fd()), int(null.Fd())}
+	m := &message{Path: "/bin/sleep", Args: []string{"sleep", "60"}, Cgroups: []string{"/sys/fs/cgroup/memory/x"}, Enter: []string{"/sys/fs/cgroup/memory/x"}}
+	done := make(chan [2]error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread() // the mover moved nothing
+		th := v1thread.NewThread(stuckMover{})
+		first := forkOn(th, m, fds)
+		second := forkOn(th, m, fds)
+		done <- [2]error{first.err, second.err}
+	}()
+	errs := <-done
+	for i, err := range errs {
+		if !errors.Is(err, v1thread.ErrStranded) {
+			t.Errorf("fork %d from a stranded thread: %v, want ErrStranded", i+1, err)
+		}
+	}
+	if kids := children(t); kids != "" {
+		t.Errorf("children left: %s", kids)
+	}
+}
+
+// children lists this process's children of every thread.
+func children(t *testing.T) string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "children"))
+		all = append(all, strings.Fields(string(b))...)
+	}
+	return strings.Join(all, " ")
 }

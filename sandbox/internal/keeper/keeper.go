@@ -433,7 +433,7 @@ func (k *keeper) handle(s *session, m *message, files []int) message {
 	if err != nil {
 		return message{Code: codeOf(err), Error: err.Error()}
 	}
-	return message{Pid: sp.Pid, Placed: sp.Placed}
+	return message{Pid: sp.Pid, Placed: sp.Placed, Entered: sp.Entered}
 }
 
 // spawn forks the child and registers it.
@@ -458,21 +458,22 @@ func (k *keeper) spawn(s *session, m *message, files []int) (Spawned, error) {
 		closeFds(held)
 		return Spawned{}, err
 	}
-	pid, pidfd, placed, err := fork(m, childFiles)
-	if err != nil {
+	res := fork(m, childFiles)
+	pid, pidfd, placed := res.pid, res.pidfd, res.placed
+	if res.err != nil {
 		closeFds(held)
 		k.release(m.Key)
-		return Spawned{}, err
+		return Spawned{}, res.err
 	}
 	ch := &child{key: m.Key, pid: pid, held: held, cgroups: m.Cgroups, remove: m.Remove, super: m.Supervised,
 		meta: m.Meta, reaped: make(chan struct{})}
 	k.mu.Lock()
 	k.children[m.Key] = ch
 	k.mu.Unlock()
-	k.log.Info("spawned", "key", m.Key, "pid", pid, "path", m.Path, "placed", placed)
+	k.log.Info("spawned", "key", m.Key, "pid", pid, "path", m.Path, "placed", placed, "entered", len(res.entered))
 	k.reaps.Add(1)
 	go k.await(ch, pidfd)
-	return Spawned{Pid: pid, Placed: placed}, nil
+	return Spawned{Pid: pid, Placed: placed, Entered: res.entered}, nil
 }
 
 // admit checks a spawn against the keeper's state and reserves its key.

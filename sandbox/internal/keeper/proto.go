@@ -30,8 +30,11 @@ const (
 	// own (ArgsFile), byte for byte; version 1 sent them in the JSON
 	// message, which replaces bytes that are not UTF-8. Version 3 adds a
 	// spawn's Into, a cgroup2 directory to fork the child straight into,
-	// and the reply's Placed, which says whether it was.
-	Version = 3
+	// and the reply's Placed, which says whether it was. Version 4 adds a
+	// spawn's Enter, cgroup v1 directories for the forking thread to
+	// enter before the fork, so that the child is born in them, and the
+	// reply's Entered, the ones it was.
+	Version = 4
 	// MinVersion is the oldest protocol version this package still speaks.
 	MinVersion = 1
 	// MaxMessage bounds a message's bytes (its JSON encoding).
@@ -99,8 +102,10 @@ type message struct {
 	ArgsFile   bool        `json:"args_file,omitempty"` // version 2: one more descriptor holds Args then Env
 	Argc       int         `json:"argc,omitempty"`      // with ArgsFile: how many of its entries are Args
 	Cgroups    []string    `json:"cgroups,omitempty"`
-	Into       string      `json:"into,omitempty"`   // version 3: one of Cgroups, to fork the child into
-	Placed     bool        `json:"placed,omitempty"` // version 3, a spawn's reply: the child was forked into Into
+	Into       string      `json:"into,omitempty"`    // version 3: one of Cgroups, to fork the child into
+	Placed     bool        `json:"placed,omitempty"`  // version 3, a spawn's reply: the child was forked into Into
+	Enter      []string    `json:"enter,omitempty"`   // version 4: of Cgroups, v1 directories the child is to be born in
+	Entered    []string    `json:"entered,omitempty"` // version 4, a spawn's reply: those of Enter it was born in
 	Remove     []string    `json:"remove,omitempty"`
 	Supervised bool        `json:"supervised,omitempty"` // see SpawnRequest.Supervised
 	Meta       []byte      `json:"meta,omitempty"`
@@ -198,6 +203,11 @@ func (m *message) checkSpawn() error {
 	}
 	if m.Into != "" && !slices.Contains(m.Cgroups, m.Into) {
 		return fmt.Errorf("%w: cgroup to fork into %q is not one of the spawn's cgroups", ErrInvalid, m.Into)
+	}
+	for _, c := range m.Enter {
+		if !slices.Contains(m.Cgroups, c) || c == m.Into {
+			return fmt.Errorf("%w: cgroup to enter %q is not one of the spawn's cgroups but Into", ErrInvalid, c)
+		}
 	}
 	return nil
 }

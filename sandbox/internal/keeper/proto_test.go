@@ -225,6 +225,8 @@ func TestSpawnRefusals(t *testing.T) {
 		{"missing program", SpawnRequest{Key: "p", Path: "/nonexistent/prog"}, nil, "no such file"},
 		{"nil file", SpawnRequest{Key: "n", Path: "/bin/true", Files: []*os.File{nil}}, ErrInvalid, "nil"},
 		{"into another cgroup", SpawnRequest{Key: "i", Path: "/bin/true", Cgroups: []string{"/sys/fs/cgroup/a"}, Into: "/sys/fs/cgroup/b"}, ErrInvalid, "not one of the spawn's cgroups"},
+		{"enter another cgroup", SpawnRequest{Key: "i", Path: "/bin/true", Cgroups: []string{"/sys/fs/cgroup/a"}, Enter: []string{"/sys/fs/cgroup/b"}}, ErrInvalid, "not one of the spawn's cgroups"},
+		{"enter into", SpawnRequest{Key: "i", Path: "/bin/true", Cgroups: []string{"/sys/fs/cgroup/a"}, Into: "/sys/fs/cgroup/a", Enter: []string{"/sys/fs/cgroup/a"}}, ErrInvalid, "but Into"},
 	}
 	for _, tc := range cases {
 		_, err := c.Spawn(t.Context(), tc.req)
@@ -319,6 +321,9 @@ func FuzzDecode(f *testing.F) {
 		`{"op":"exit","key":"k","status":256}`,
 		`{"op":"spawn","key":"k","path":"/bin/sh","cgroups":["/sys/fs/cgroup/a"],"into":"/sys/fs/cgroup/b"}`,
 		`{"op":"reply","seq":2,"pid":7,"placed":true}`,
+		`{"op":"spawn","key":"k","path":"/bin/sh","cgroups":["/sys/fs/cgroup/u/a","/sys/fs/cgroup/memory/a"],"into":"/sys/fs/cgroup/u/a","enter":["/sys/fs/cgroup/memory/a"]}`,
+		`{"op":"spawn","key":"k","path":"/bin/sh","cgroups":["/sys/fs/cgroup/a"],"enter":["/sys/fs/cgroup/b"]}`,
+		`{"op":"reply","seq":2,"pid":7,"placed":true,"entered":["/sys/fs/cgroup/memory/a"]}`,
 		`{"op":"child","key":"k","pid":5,"exited":true,"held":2}`,
 		`{"op":"reply","seq":9,"code":"busy","error":"keeper: another gateway is attached: pid 1"}`,
 		`{"op":"forget","key":"../.."}`, `{}`, `[]`, `null`, `{"op":"spawn","files":-1}`,

@@ -1,0 +1,76 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
+)
+
+// stuckMover claims to enter every directory and, while stuck, fails to
+// leave; it moves no thread.
+type stuckMover struct{ stuck atomic.Bool }
+
+func (m *stuckMover) Enter(dirs []string) []string { return dirs }
+
+func (m *stuckMover) Return([]string) error {
+	if m.stuck.Load() {
+		return errors.New("cannot leave")
+	}
+	return nil
+}
+
+// forkerSpawner spawns through one v1Forker.
+type forkerSpawner struct{ f *v1Forker }
+
+func (s forkerSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
+	return s.f.spawn(req)
+}
+
+// TestV1ForkerStranded: when the forker's thread cannot leave an
+// execution's directories, the spawn still succeeds, forked on the
+// caller's thread and born in none of them (the launcher moves it); the
+// forker forks nothing until its thread left, then enters again, and
+// ends once idle.
+func TestV1ForkerStranded(t *testing.T) {
+	t.Parallel()
+	l := needLauncher(t)
+	g := v1Group(t, l)
+	m := &stuckMover{}
+	m.stuck.Store(true)
+	f := &v1Forker{mover: func() (v1thread.Mover, error) { return m, nil }, idle: 10 * time.Millisecond}
+	s := forkerSpawner{f}
+	req := spawnRequest{key: "stranded", cgroup: g.Unified(), enter: g.V1(), cgroups: g.Dirs()}
+	_, child := spawnCat(t, s, req)
+	if born := child.born(); !slices.Equal(born, []string{g.Unified()}) {
+		t.Errorf("spawn from a stranded forker says it was born in %q, want only %q", born, g.Unified())
+	}
+	_, child = spawnCat(t, s, req)
+	if born := child.born(); !slices.Equal(born, []string{g.Unified()}) {
+		t.Errorf("second spawn from a stranded forker: born in %q", born)
+	}
+	m.stuck.Store(false)
+	_, child = spawnCat(t, s, req)
+	if born := child.born(); !sameSet(born, g.Dirs()) {
+		t.Errorf("spawn once the forker left says it was born in %q, want %q", born, g.Dirs())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		running := f.running
+		f.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the forker still runs 5 s after its last job")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
