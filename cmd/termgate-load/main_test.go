@@ -61,4 +61,25 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
+	// The keeper ends with the executions once serve shut down for good;
+	// a restart (serve's default SIGTERM) would leave it for 10 minutes.
+	deadline := time.Now().Add(10 * time.Second)
+	for procs := running(bin); len(procs) > 0; procs = running(bin) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of %s left: %v", bin, procs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// running lists the pids whose executable is bin.
+func running(bin string) []string {
+	var pids []string
+	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, exe := range exes {
+		if target, err := os.Readlink(exe); err == nil && target == bin {
+			pids = append(pids, filepath.Base(filepath.Dir(exe)))
+		}
+	}
+	return pids
 }

@@ -93,11 +93,13 @@ func startServer(ctx context.Context, o options) (_ *server, err error) {
 
 // serveArgs are serve's flags: 127.0.0.1 only, and every limit above what
 // the load asks for, but the input rate (its default unless asked).
+// SIGTERM shuts down for good: a run cut short leaves no shells for the
+// keeper to hold through its orphan grace.
 func serveArgs(o options, dir, secret, cgParent string) []string {
 	room := strconv.Itoa(o.shells + 16)
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", secret,
 		"--workspace-root", filepath.Join(dir, "ws"), "--state-dir", filepath.Join(dir, "state"),
-		"--cgroup-parent", cgParent, "--starts-per-minute", "1000000",
+		"--cgroup-parent", cgParent, "--starts-per-minute", "1000000", "--sigterm", "shutdown",
 		"--max-running", room, "--max-running-per-tenant", room, "--max-retained", room, "--max-retained-per-tenant", room,
 		"--max-conns-per-subject", room, "--max-conns", room, "--max-conns-per-addr", room}
 	if o.inputPerSecond > 0 {
