@@ -262,5 +262,5 @@ func (p *Process) letGo() {
 		p.l.events.Untrack(p.track)
 	}
 	p.exit = Exit{Code: -1, Detached: true, Started: p.started, Duration: time.Since(p.started)}
-	close(p.done)
+	p.announce()
 }

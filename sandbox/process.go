@@ -56,6 +56,7 @@ type Process struct {
 	exited chan struct{}  // closed when bwrap has been reaped
 	done   chan struct{}  // closed when exit is final
 	exit   Exit
+	notice exitNotice // OnExit's callbacks (exitnotice.go)
 }
 
 // start runs bwrap blocked on its --args pipe, puts it into the cgroup,

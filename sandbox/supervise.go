@@ -44,7 +44,7 @@ func (p *Process) supervise(ctx context.Context) {
 		p.exit = *p.recorded // a previous launcher's, which its caller may not have seen
 	}
 	p.l.keepExit(p)
-	close(p.done)
+	p.announce()
 	if p.declined {
 		p.Release()
 	}

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// execution is one supervised process. Its owner goroutine (run) is the
-// only one that waits for the process and finalises it.
+// execution is one supervised process. Only exited, called once when the
+// process ended (supervise), finalises it.
 type execution struct {
 	s           *Supervisor
 	key         key
@@ -162,9 +162,8 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 	e.proc = proc
 	e.mu.Unlock()
 	close(e.launched)
-	s.runs.Add(1)
-	go e.run(proc)
 	s.log.Info("execution started", e.logAttrs...)
+	e.supervise(proc)
 	return e.info(), nil
 }
 
@@ -196,14 +195,32 @@ func (s *Supervisor) launchFailed(e *execution, err error) (Info, error) {
 	return e.info(), nil
 }
 
-// run is the owner goroutine: it enforces the timeouts (timeout.go),
-// feeds input, and finalises once the process tree is gone and all output
-// is in the ring.
-func (e *execution) run(proc Process) {
-	defer e.s.runs.Done()
+// exitNotifier is the part of *sandbox.Process that reports the end
+// without a goroutine waiting for it.
+type exitNotifier interface {
+	OnExit(func(sandbox.Exit))
+}
+
+// supervise starts supervising proc: it enforces the timeouts
+// (timeout.go), feeds input, and finalises once the process tree is gone
+// and all output is in the ring (exited). A process that reports its end
+// (exitNotifier) costs no goroutine of ours while it runs; for another,
+// one goroutine owns its Wait.
+func (e *execution) supervise(proc Process) {
+	e.s.runs.Add(1)
 	e.armTimeouts()
 	e.in.attach(proc.Stdin())
-	exit := proc.Wait()
+	if n, ok := proc.(exitNotifier); ok {
+		n.OnExit(func(exit sandbox.Exit) { e.exited(proc, exit) })
+		return
+	}
+	go func() { e.exited(proc, proc.Wait()) }()
+}
+
+// exited finalises the execution once proc ended with exit. It is called
+// once per supervise.
+func (e *execution) exited(proc Process, exit sandbox.Exit) {
+	defer e.s.runs.Done()
 	e.disarmTimeouts()
 	e.in.shutdown()
 	e.in.wait()

@@ -266,8 +266,7 @@ func (s *Supervisor) adopt(ctx context.Context, byKey map[string]*execution, n *
 		e.proc = p
 		e.mu.Unlock()
 		close(e.launched)
-		s.runs.Add(1)
-		go e.run(p)
+		e.supervise(p)
 		n.Running++
 		s.log.Info("execution adopted", e.logAttrs...)
 	}

@@ -344,7 +344,7 @@ func (s *Supervisor) removeLocked(e *execution) {
 	s.wg.Done()
 }
 
-// settled moves e from running to settled. Called by e's owner goroutine.
+// settled moves e from running to settled. Called by exited.
 func (s *Supervisor) settled(e *execution, status Status, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

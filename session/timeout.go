@@ -89,7 +89,7 @@ func (e *execution) warningLead(d time.Duration) time.Duration {
 	return max(min(e.s.cfg.TimeoutWarning, d/2), 0)
 }
 
-// armTimeouts sets the timers once the process runs. Called by run.
+// armTimeouts sets the timers once the process runs. Called by supervise.
 func (e *execution) armTimeouts() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -103,7 +103,7 @@ func (e *execution) armTimeouts() {
 	e.scheduleIdleLocked()
 }
 
-// disarmTimeouts stops the timers: the process ended. Called by run.
+// disarmTimeouts stops the timers: the process ended. Called by exited.
 func (e *execution) disarmTimeouts() {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -53,6 +53,7 @@ func (l *Launcher) Start(_ context.Context, pol sandbox.Policy, stdio sandbox.St
 		p.exit = exit
 		p.mu.Unlock()
 		close(p.done)
+		p.notify()
 	}()
 	return p, nil
 }
@@ -91,6 +92,7 @@ func (l *Launcher) Detach() error {
 		p.mu.Lock()
 		close(p.detached)
 		p.mu.Unlock()
+		p.notify()
 	}
 	return nil
 }
@@ -110,8 +112,9 @@ type Proc struct {
 
 	stopped   chan sandbox.Stop
 	done      chan struct{}
-	detached  chan struct{} // closed by Detach; replaced by Adopt
-	collected bool          // Wait returned the exit
+	detached  chan struct{}      // closed by Detach; replaced by Adopt
+	collected bool               // Wait returned the exit
+	onExit    func(sandbox.Exit) // OnExit's callback, until it is called
 
 	mu      sync.Mutex
 	stdin   bytes.Buffer
@@ -203,6 +206,49 @@ func (p *Proc) Wait() sandbox.Exit {
 	}
 	p.collected = true
 	return p.exit
+}
+
+// OnExit calls f once with what Wait would return, as soon as it would
+// return, as *sandbox.Process does: on the script's goroutine or
+// Detach's, or at once when the exit is known. A later call replaces a
+// callback not yet called.
+func (p *Proc) OnExit(f func(sandbox.Exit)) {
+	p.mu.Lock()
+	p.onExit = f
+	p.mu.Unlock()
+	p.notify()
+}
+
+// notify calls the OnExit callback once Wait would return: a zero Exit
+// once detached, else the script's.
+func (p *Proc) notify() {
+	p.mu.Lock()
+	f := p.onExit
+	var exit sandbox.Exit
+	switch {
+	case f == nil:
+	case isClosed(p.detached):
+	case isClosed(p.done):
+		p.collected, exit = true, p.exit
+	default:
+		f = nil
+	}
+	if f != nil {
+		p.onExit = nil
+	}
+	p.mu.Unlock()
+	if f != nil {
+		f(exit)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 type stdin struct{ p *Proc }
