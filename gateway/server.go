@@ -149,7 +149,7 @@ type Server struct {
 	restarting bool
 	wg         sync.WaitGroup
 	memory     *memoryRelease // returns closed connections' memory (release.go)
-	// channels counts the attached channels whose pumps run; drained,
+	// channels counts the attached channels not finished yet; drained,
 	// when set, is closed once it drops (see shutdown.go).
 	channels int
 	drained  chan struct{}
