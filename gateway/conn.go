@@ -122,6 +122,7 @@ func (c *conn) serve() {
 	c.cancel(err)
 	c.stopExpiry()
 	c.stopHeartbeat()
+	c.stopInputAcks()
 	c.closeUpstreams()
 	c.waitFlushers()
 	c.finishChannels()

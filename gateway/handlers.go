@@ -279,7 +279,11 @@ func (c *conn) ackedInput(ch *channel, in wire.Input) {
 		received, code, msg = c.applyInput(wire.Request{Type: "input", Channel: ch.id}, ch, in)
 	}
 	c.inputAcks.add(ch.id, received, inputEnd(in), code, msg)
-	c.kick()
+	if code != "" || c.writing.Load() {
+		c.kick() // a refusal goes at once; one writing takes the ack anyway
+		return
+	}
+	c.holdInputAck()
 }
 
 // applyInput hands a frame to the execution within the subject's input

@@ -111,6 +111,10 @@ type Config struct {
 	// it, and closes it after the server and the supervisor.
 	Audit  *AuditLog
 	Logger *slog.Logger
+
+	// inputAckDelay is how long an accepted frame's input-ack waits for
+	// output to go with (inputack.go): inputAckDelay but in tests.
+	inputAckDelay time.Duration
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -222,6 +226,9 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 func applyDefaults(c *Config) {
+	if c.inputAckDelay == 0 {
+		c.inputAckDelay = inputAckDelay
+	}
 	if len(c.Commands) == 0 {
 		c.Commands = slices.Clone(DefaultCommands)
 	}
