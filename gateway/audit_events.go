@@ -47,7 +47,7 @@ func clip(s string, n int) string {
 }
 
 // channelAudit is a channel's audit state. inputSeen and refusing and
-// received belong to the read loop; bytes is read by the pump at detach.
+// received belong to the read loop; bytes is read by the writer at detach.
 type channelAudit struct {
 	inputSeen bool          // the first input's record was written
 	refusing  bool          // an input refusal was recorded, no input accepted since
@@ -220,7 +220,7 @@ func (c *conn) auditInput(ch *channel, in wire.Input, received uint64, code stri
 
 // auditDetach records a channel's end with the input it delivered:
 // detached by the client, disconnected, or ended with its execution.
-// Called by the pump before it cancels the channel.
+// Called by finishChannel before it cancels the channel.
 func (c *conn) auditDetach(ch *channel) {
 	if c.s.cfg.Audit == nil {
 		return

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +10,13 @@ import (
 	"github.com/termgate/termgate/session"
 )
 
-// channel is one attached execution on a connection. Its pump reads the
-// ring through a subscription and hands one batch at a time to the
-// connection's writing (flush), which it usually does itself: a slow
-// client makes the pump wait, the ring evicts, and the client later sees
-// a gap. Nothing else is buffered.
+// channel is one attached execution on a connection. It has no goroutine
+// of its own: whoever writes for the connection reads the ring through
+// the channel's subscription when the channel is ready, one batch at a
+// turn, and when the ring has nothing more arms the subscription's
+// callback, which marks the channel ready again on the goroutine that
+// appends to the execution. A slow client makes the writer lag, the ring
+// evicts, and the client later sees a gap. Nothing else is buffered.
 type channel struct {
 	id       uint32
 	execID   string
@@ -30,61 +30,143 @@ type channel struct {
 	// most a client may acknowledge.
 	sent   atomic.Uint64
 	ctx    context.Context    // ends with the connection or on detach
-	detach context.CancelFunc // stops the pump
+	detach context.CancelFunc // ends the channel at the writer's next turn
 	// inputRefused: an input refusal was sent and no input accepted
 	// since; further refusals stay silent (read loop only).
 	inputRefused bool
 	audit        channelAudit // the audit trail's (audit_events.go)
 
-	mu      sync.Mutex
-	pending batch
-	taken   chan struct{} // the writer finished with pending; buffered so the writer never waits
+	// queued: the channel waits in the connection's ready queue; at most
+	// once there (wake).
+	queued atomic.Bool
+	// wake is the subscription's callback: c.wake(ch), made once.
+	wake func()
+	// finished: the channel ended (finishChannel); the writer's, or
+	// serve's once no writer is left.
+	finished bool
 }
 
-// batch is what a pump hands to the writer.
+// batch is what the writer read from a channel's subscription.
 type batch struct {
 	events []replay.Event
 	gap    *replay.Gap
 }
 
-func (ch *channel) take() batch {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return ch.pending
+// readyQueue is the connection's channels ready for the writer, FIFO:
+// every channel gets its turn. A channel is in it at most once.
+type readyQueue struct {
+	mu  sync.Mutex
+	chs []*channel
 }
 
-func (ch *channel) release() { ch.taken <- struct{}{} }
+func (q *readyQueue) push(ch *channel) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.chs = append(q.chs, ch)
+}
 
-// pump runs until the exit event was written, the channel is detached, or
-// the connection ends. It owns the subscription.
-func (c *conn) pump(ch *channel) {
-	defer c.pumps.Done()
-	defer c.s.closeChannel()
-	defer c.dropChannel(ch.id)
-	defer ch.detach()
-	defer ch.sub.Close()
-	defer c.auditDetach(ch)
-	ctx := ch.ctx
-	for {
-		evs, gap, err := ch.sub.Next(ctx)
-		if errors.Is(err, io.EOF) || err != nil {
-			return
+// pop returns the oldest ready channel, or nil.
+func (q *readyQueue) pop() *channel {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.chs) == 0 {
+		return nil
+	}
+	ch := q.chs[0]
+	q.chs[0] = nil
+	q.chs = q.chs[1:]
+	if len(q.chs) == 0 {
+		q.chs = q.chs[:0:0] // let the drained backing array go
+	}
+	return ch
+}
+
+// startChannel lets the writer read ch; its attached answer was queued
+// first.
+func (c *conn) startChannel(ch *channel) {
+	ch.wake = func() { c.wake(ch) }
+	c.enqueue(ch)
+	c.kick()
+}
+
+// wake marks ch ready and has the connection written: the subscription's
+// callback and detach. It never blocks on the client.
+func (c *conn) wake(ch *channel) {
+	if c.enqueue(ch) {
+		c.kick()
+	}
+}
+
+// enqueue puts ch in the ready queue unless it waits there already.
+func (c *conn) enqueue(ch *channel) bool {
+	if !ch.queued.CompareAndSwap(false, true) {
+		return false
+	}
+	c.ready.push(ch)
+	return true
+}
+
+// serveChannel is one turn of ch at the writer: it writes the batch the
+// subscription has, or arms its callback when it has none, or ends the
+// channel after its exit, on detach or when the subscription fails.
+// false when a write failed.
+func (c *conn) serveChannel(ch *channel) bool {
+	if ch.finished {
+		return true
+	}
+	ch.queued.Store(false)
+	if ch.ctx.Err() != nil {
+		c.finishChannel(ch)
+		return true
+	}
+	evs, gap, ok, err := ch.sub.TryNext()
+	switch {
+	case err != nil: // io.EOF after the exit event
+		c.finishChannel(ch)
+		return true
+	case !ok:
+		if !ch.sub.Notify(ch.wake) {
+			c.enqueue(ch) // it has a batch now: the next round reads it
 		}
-		ch.mu.Lock()
-		ch.pending = batch{events: evs, gap: gap}
-		ch.mu.Unlock()
-		select {
-		case c.ready <- ch:
-		case <-ctx.Done():
-			return
-		}
-		c.want()
-		c.flush() // writes this batch here, unless another goroutine is writing
-		select {
-		case <-ch.taken:
-		case <-c.ctx.Done():
-			return
-		}
+		return true
+	}
+	if !c.writeBatch(ch, batch{events: evs, gap: gap}) {
+		return false
+	}
+	c.enqueue(ch) // its next turn, after the other ready channels
+	return true
+}
+
+// finishChannel ends ch once: the writer's after the channel's end, or
+// serve's for the channels left when the connection ends.
+func (c *conn) finishChannel(ch *channel) {
+	if ch.finished {
+		return
+	}
+	ch.finished = true
+	ch.queued.Store(true) // never queued again
+	ch.sub.StopNotify()
+	c.auditDetach(ch)
+	ch.sub.Close()
+	ch.detach()
+	c.dropChannel(ch.id)
+	c.mu.Lock()
+	delete(c.open, ch)
+	c.mu.Unlock()
+	c.s.closeChannel()
+}
+
+// finishChannels ends the channels left when the connection ends, once
+// no goroutine writes any more.
+func (c *conn) finishChannels() {
+	c.mu.Lock()
+	left := make([]*channel, 0, len(c.open))
+	for ch := range c.open {
+		left = append(left, ch)
+	}
+	c.mu.Unlock()
+	for _, ch := range left {
+		c.finishChannel(ch)
 	}
 }
 

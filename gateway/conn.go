@@ -22,8 +22,9 @@ import (
 const controlQueue = 256
 
 // conn is one WebSocket connection. Its goroutines: the read loop (serve,
-// on a goroutine of its own: serveConn), one pump per channel, a
-// short-lived flusher while the read loop has something written (flush),
+// on a goroutine of its own: serveConn), a short-lived
+// flusher while the read loop, a timer or a channel's ring has something
+// written (flush),
 // the heartbeat's and the expiry's timers while they fire, and a reader
 // and a pinger per relay upstream (relay.go); serve waits for all of them
 // before it returns.
@@ -42,12 +43,14 @@ type conn struct {
 	warning  *time.Timer
 
 	control   controlMessages // answers and events for the writer, FIFO, bounded
-	ready     chan *channel   // channels holding a batch for the writer, FIFO: fair
+	ready     readyQueue      // channels with a turn at the writer, FIFO: fair
 	inputAcks inputAcks       // input-acks waiting for the writer, at most one per channel
-	pumps     sync.WaitGroup
-	writing   atomic.Bool    // a goroutine is writing (flush)
-	wants     atomic.Uint64  // work queued for the writer, counted (flush)
-	flushers  sync.WaitGroup // the goroutines kick started
+	// open are the channels not finished yet, attached or detached
+	// (finishChannel); serve finishes those left.
+	open     map[*channel]struct{}
+	writing  atomic.Bool    // a goroutine is writing (flush)
+	wants    atomic.Uint64  // work queued for the writer, counted (flush)
+	flushers sync.WaitGroup // the goroutines kick started
 	// flushersMu guards flushersDone: serve waits for the flushers, and
 	// kick starts none after that.
 	flushersMu   sync.Mutex
@@ -89,7 +92,7 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		log:          s.log.With("remote_addr", remote, "tenant", claims.Tenant, "subject", claims.Subject),
 		remote:       remote,
 		channels:     map[uint32]*channel{},
-		ready:        make(chan *channel, s.cfg.MaxChannels),
+		open:         map[*channel]struct{}{},
 		inputAcks:    inputAcks{pending: map[uint32]*wire.Message{}},
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
@@ -119,9 +122,10 @@ func (c *conn) serve() {
 	c.cancel(err)
 	c.stopExpiry()
 	c.stopHeartbeat()
+	c.stopInputAcks()
 	c.closeUpstreams()
-	c.pumps.Wait()
 	c.waitFlushers()
+	c.finishChannels()
 	c.ws.CloseNow()
 	code := int(c.closeCode.Load())
 	if code == 0 {
@@ -229,16 +233,18 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 }
 
 // The connection has no writer goroutine: whoever has something to write
-// writes, one goroutine at a time (writing), so output crosses no
-// goroutine between the pump that read it and the socket. A pump writes
-// inline (flush); the read loop and timers, which must never wait on the
-// client, start a short-lived flusher instead (kick). The hello goes
+// writes, one goroutine at a time (writing), so output crosses at
+// most one goroutine between the ring and the socket. A relay reader
+// writes inline (flush); the read loop, timers and a channel's ring
+// callback, which must never wait on the client, start a short-lived
+// flusher instead (kick) unless one is writing. The hello goes
 // first, before any answer.
 //
 // The one writing drains in rounds: all control messages first, then the
-// input-acks, one channel batch (in the order they became ready, one per
-// channel at a time, so every channel gets its turn) and one relayed
-// frame. A channel's attached answer is queued before its pump starts, and
+// input-acks, one channel's turn (in the order they became ready, one
+// batch per channel at a time, so every channel gets its turn) and one
+// relayed frame. A channel's attached answer is queued before the channel
+// is ready, and
 // control messages are drained again before a batch is written: a client
 // must never receive output of a channel it does not know yet.
 
@@ -301,13 +307,11 @@ func (c *conn) drain() bool {
 				return false
 			}
 		}
-		select {
-		case ch := <-c.ready:
+		if ch := c.ready.pop(); ch != nil {
 			wrote = true
-			if !c.writeControl() || !c.writeBatch(ch) {
+			if !c.writeControl() || !c.serveChannel(ch) {
 				return false
 			}
-		default:
 		}
 		select {
 		case f := <-c.out:
@@ -358,14 +362,8 @@ func (c *conn) writeJSON(m wire.Message) bool {
 	return c.write(websocket.MessageText, b)
 }
 
-// writeBatch writes a channel's pending batch and hands the channel back
-// to its pump.
-func (c *conn) writeBatch(ch *channel) bool {
-	b := ch.take()
-	defer ch.release()
-	if ch.ctx.Err() != nil {
-		return true // detached while queued
-	}
+// writeBatch writes a batch read from a channel's subscription.
+func (c *conn) writeBatch(ch *channel, b batch) bool {
 	if b.gap != nil {
 		ch.sent.Store(b.gap.To - 1)
 		return c.writeJSON(wire.Message{Type: wire.MsgGap, Channel: ch.id, From: b.gap.From, To: b.gap.To,

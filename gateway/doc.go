@@ -15,10 +15,11 @@
 //     (handlers.go: start, attach, input, resize, signal, cancel, reauth).
 //     Every answer and refusal is queued for the writing, with a stable
 //     code from wire.
-//   - An attached execution is a channel (channel.go): its pump reads the
-//     execution's replay ring through a session.Subscription and writes one
-//     batch at a time (or hands it to the one writing), so a slow client
-//     sees a gap instead of slowing the execution.
+//   - An attached execution is a channel (channel.go) with no goroutine:
+//     the ring's callback marks it ready, and whoever writes for the
+//     connection reads the execution's replay ring through a
+//     session.Subscription, one batch per turn, so a slow client sees a
+//     gap instead of slowing the execution.
 //   - The HTTP API (httpapi.go) does the same requests without a
 //     connection, sharing the per-subject rate limits and connection budget.
 //   - listener.go bounds connections per address before any handshake.

@@ -129,13 +129,13 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	ch := &channel{execID: info.ID, readOnly: readOnly, pty: info.PTY, ack: req.Ack && !readOnly, sub: sub, ctx: ctx, detach: cancel, taken: make(chan struct{}, 1)}
+	ch := &channel{execID: info.ID, readOnly: readOnly, pty: info.PTY, ack: req.Ack && !readOnly, sub: sub, ctx: ctx, detach: cancel}
 	ch.sent.Store(sub.After()) // the client has those: it may ack them again
 	c.mu.Lock()
 	c.next++
 	ch.id = c.next
 	c.channels[ch.id] = ch
-	c.pumps.Add(1)
+	c.open[ch] = struct{}{}
 	c.mu.Unlock()
 	c.send(wire.Message{
 		Type: wire.MsgAttached, Req: req.Req, Channel: ch.id, ID: info.ID, Status: string(info.Status), PTY: info.PTY,
@@ -148,7 +148,7 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 			Data: string(snap.Data), From: snap.From, To: snap.To, Bytes: snap.Bytes, Inexact: snap.Inexact, Cause: sub.LossCause(),
 		})
 	}
-	go c.pump(ch)
+	c.startChannel(ch)
 }
 
 // flowName is an execution's flow on the wire.
@@ -168,6 +168,8 @@ func (c *conn) detachChannel(req wire.Request) {
 	ch.detach()
 	c.dropChannel(ch.id)
 	c.send(wire.Message{Type: wire.MsgDetached, Req: req.Req, Channel: ch.id})
+	c.wake(ch) // the writer finishes it
+
 }
 
 // writable returns the channel of a request that changes an execution.
@@ -277,7 +279,11 @@ func (c *conn) ackedInput(ch *channel, in wire.Input) {
 		received, code, msg = c.applyInput(wire.Request{Type: "input", Channel: ch.id}, ch, in)
 	}
 	c.inputAcks.add(ch.id, received, inputEnd(in), code, msg)
-	c.kick()
+	if code != "" || c.writing.Load() {
+		c.kick() // a refusal goes at once; one writing takes the ack anyway
+		return
+	}
+	c.holdInputAck()
 }
 
 // applyInput hands a frame to the execution within the subject's input

@@ -15,9 +15,9 @@ import (
 )
 
 // idleConnGoroutines is what an attached idle connection may keep
-// running: its read loop and its channel's pump, which writes. The
+// running: its read loop. Its channel is a callback of the ring, the
 // heartbeat and the expiry are timers, not goroutines.
-const idleConnGoroutines = 2
+const idleConnGoroutines = 1
 
 // TestIdleAttachedConnectionGoroutines counts the goroutines of the
 // server's connections while each is attached to one running execution

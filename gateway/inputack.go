@@ -2,9 +2,20 @@ package gateway
 
 import (
 	"sync"
+	"time"
 
 	"github.com/termgate/termgate/gateway/wire"
 )
+
+// inputAckDelay is how long an accepted frame's input-ack waits for the
+// connection's next write, so that it rides with the keystroke's echo
+// instead of waking a goroutine of its own: echoes take well under a
+// millisecond, so this is reached only by input that prints nothing.
+// Nothing waits on it: the clients send input paced 20 ms apart whatever
+// the acks, an ack only frees input they keep (1 MiB of it before a
+// write waits), and they resend 200 ms after a refusal, which is never
+// held.
+const inputAckDelay = 2 * time.Millisecond
 
 // inputAcks are a connection's input-acks waiting for its writer: at most
 // one per channel, into which a newer one is merged, so a burst of input
@@ -14,6 +25,13 @@ type inputAcks struct {
 	mu      sync.Mutex
 	pending map[uint32]*wire.Message
 	order   []uint32 // the channels in pending, oldest first
+
+	// The hold timer (holdInputAck): armed while an accepted frame's ack
+	// waits for output; timer is made on first use.
+	timer   *time.Timer
+	armed   bool
+	stopped bool           // stopInputAcks was called: arm no more
+	running sync.WaitGroup // the armed timer, or its kick under way
 }
 
 // add reports an input frame processed on channel: the input the
@@ -44,6 +62,7 @@ func (a *inputAcks) add(channel uint32, received, end uint64, code, msg string) 
 func (a *inputAcks) take() []wire.Message {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.disarmLocked()
 	if len(a.order) == 0 {
 		return nil
 	}
@@ -78,4 +97,55 @@ func inputEnd(in wire.Input) uint64 {
 		return ^uint64(0)
 	}
 	return end
+}
+
+// holdInputAck arms the hold timer unless it is armed: whoever writes
+// for the connection first sends the acks waiting, and disarms it;
+// otherwise the timer has them written.
+func (c *conn) holdInputAck() {
+	a := &c.inputAcks
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.armed || a.stopped {
+		return
+	}
+	a.armed = true
+	a.running.Add(1) // the armed timer's; its firing or a Stop ends it
+	if a.timer == nil {
+		a.timer = time.AfterFunc(c.s.cfg.inputAckDelay, c.inputAckDue)
+		return
+	}
+	a.timer.Reset(c.s.cfg.inputAckDelay)
+}
+
+// inputAckDue is the hold timer firing: no output took the acks in time.
+func (c *conn) inputAckDue() {
+	defer c.inputAcks.running.Done()
+	a := &c.inputAcks
+	a.mu.Lock()
+	due := a.armed
+	a.armed = false
+	a.mu.Unlock()
+	if due {
+		c.kick()
+	}
+}
+
+// disarmLocked stops the hold timer: the acks are being written.
+func (a *inputAcks) disarmLocked() {
+	if a.armed && a.timer.Stop() {
+		a.running.Done() // it will not fire
+	}
+	a.armed = false
+}
+
+// stopInputAcks stops the hold timer for good and waits for a firing
+// under way.
+func (c *conn) stopInputAcks() {
+	a := &c.inputAcks
+	a.mu.Lock()
+	a.stopped = true
+	a.disarmLocked()
+	a.mu.Unlock()
+	a.running.Wait()
 }

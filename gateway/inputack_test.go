@@ -306,3 +306,61 @@ func TestReadOnlyAckGetsNoInputAck(t *testing.T) {
 	c.send(t, wire.Request{Type: wire.TypeCancel, Req: "c", Channel: ch})
 	c.expect(t, wire.MsgOK)
 }
+
+// TestInputAckWaitsForTheNextWrite: an accepted frame's input-ack waits
+// for the connection's next write (a keystroke's echo, usually) instead
+// of being written on its own, and goes with it; a refusal goes at once.
+func TestInputAckWaitsForTheNextWrite(t *testing.T) {
+	t.Parallel()
+	e, l := newStuckEnv(t, func(c *Config) { c.inputAckDelay = time.Hour })
+	l.release()
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	ch := startAttached(t, c, "quiet", true) // prints nothing
+	ctx, cancel := context.WithCancel(t.Context())
+	msgs := make(chan wire.Message, 16)
+	go func() {
+		defer close(msgs)
+		for {
+			f, err := c.read(ctx)
+			if err != nil {
+				return
+			}
+			if f.msg != nil && (f.msg.Type == wire.MsgInputAck || f.msg.Type == wire.MsgError) {
+				msgs <- *f.msg
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		for range msgs {
+		}
+	}()
+	next := func(what string) wire.Message {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s", what)
+			return wire.Message{}
+		}
+	}
+	c.sendInput(t, ch, 0, "ab")
+	select {
+	case m := <-msgs:
+		t.Fatalf("%+v written on its own, before anything else was", m)
+	case <-time.After(300 * time.Millisecond):
+	}
+	c.send(t, wire.Request{Type: wire.TypeDetach, Req: "d", Channel: ch + 1})
+	if m := next("answer"); m.Type != wire.MsgError || m.Req != "d" {
+		t.Fatalf("got %+v, want the detach's error", m)
+	}
+	if m := next("input-ack"); m.Type != wire.MsgInputAck || m.InputOffset != 2 || m.InputEnd != 2 {
+		t.Fatalf("got %+v, want the input-ack of 2 bytes with the answer", m)
+	}
+	c.sendInput(t, ch, 5, "x")
+	if m := next("refusal"); m.Type != wire.MsgInputAck || m.Error != wire.CodeInputOffset || m.InputEnd != 6 {
+		t.Fatalf("got %+v, want the input_offset refusal at once", m)
+	}
+}

@@ -505,7 +505,7 @@ func (u *upstream) forward(typ websocket.MessageType, buf *[]byte) bool {
 }
 
 // queueFlush queues f and writes what waits from the calling upstream
-// reader, as a pump does.
+// reader.
 func (c *conn) queueFlush(f relayFrame) bool {
 	if !c.queue(f) {
 		return false

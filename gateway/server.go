@@ -111,6 +111,10 @@ type Config struct {
 	// it, and closes it after the server and the supervisor.
 	Audit  *AuditLog
 	Logger *slog.Logger
+
+	// inputAckDelay is how long an accepted frame's input-ack waits for
+	// output to go with (inputack.go): inputAckDelay but in tests.
+	inputAckDelay time.Duration
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -149,7 +153,7 @@ type Server struct {
 	restarting bool
 	wg         sync.WaitGroup
 	memory     *memoryRelease // returns closed connections' memory (release.go)
-	// channels counts the attached channels whose pumps run; drained,
+	// channels counts the attached channels not finished yet; drained,
 	// when set, is closed once it drops (see shutdown.go).
 	channels int
 	drained  chan struct{}
@@ -222,6 +226,9 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 func applyDefaults(c *Config) {
+	if c.inputAckDelay == 0 {
+		c.inputAckDelay = inputAckDelay
+	}
 	if len(c.Commands) == 0 {
 		c.Commands = slices.Clone(DefaultCommands)
 	}

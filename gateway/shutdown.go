@@ -144,7 +144,7 @@ func (s *Server) openChannel() error {
 	return nil
 }
 
-// closeChannel uncounts a channel whose pump ended (or that was never
+// closeChannel uncounts a channel that finished (or that was never
 // attached), waking a drain when it was the last.
 func (s *Server) closeChannel() {
 	s.mu.Lock()

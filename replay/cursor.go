@@ -24,8 +24,12 @@ type Cursor struct {
 	// for a cursor created by Cursor at an evicted sequence, until its
 	// first gap.
 	seen  uint64
-	guess bool    // seen is a lower bound: the next gap's Bytes is Inexact
-	held  []*slab // slabs lent to the last batch, returned by the next Next
+	guess bool // seen is a lower bound: the next gap's Bytes is Inexact
+	// armed: Notify armed the cursor and notify is its callback (both
+	// under the ring's lock).
+	armed  bool
+	notify func()
+	held   []*slab // slabs lent to the last batch, returned by the next Next
 	// buf holds the last batch's Data in a backed ring, whose log the
 	// writer reuses at once: a copy costs less than keeping the writer
 	// off leased log memory, which would make the log unbounded.
@@ -77,6 +81,23 @@ func (c *Cursor) Next(ctx context.Context) ([]Event, *Gap, error) {
 	if err := c.ring.Wait(ctx, c.after); err != nil {
 		return nil, nil, err
 	}
+	return c.next()
+}
+
+// TryNext is Next without waiting: ok is false, and nothing else is
+// returned, when the ring is open and has no event after the cursor yet
+// (Notify arms a callback for when it has).
+func (c *Cursor) TryNext() (evs []Event, gap *Gap, ok bool, err error) {
+	c.release()
+	if !c.ring.ready(c.after) {
+		return nil, nil, false, nil
+	}
+	evs, gap, err = c.next()
+	return evs, gap, true, err
+}
+
+// next reads the batch or gap after the cursor, which need not wait.
+func (c *Cursor) next() ([]Event, *Gap, error) {
 	evs, gap := c.read()
 	switch {
 	case gap != nil:

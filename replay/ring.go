@@ -70,6 +70,10 @@ type Ring struct {
 	// wake is closed by the next Append. Allocated only when a reader has to
 	// wait, so appends to a ring nobody follows cost nothing extra.
 	wake chan struct{}
+	// notified are the cursors armed by Notify; firing are their callbacks
+	// that the next Append took, called once the lock is released.
+	notified []*Cursor
+	firing   []func()
 
 	outputBytes  uint64 // output bytes ever appended
 	evictedBytes uint64 // output bytes evicted
@@ -134,7 +138,7 @@ func (r *Ring) Append(ev Event) (uint64, error) {
 		ev.Notice = &notice
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	if ev.Kind == KindOutput {
 		return r.outputLocked(&ev)
 	}
@@ -149,7 +153,7 @@ func (r *Ring) AppendOutput(s Stream, p []byte) (uint64, error) {
 	}
 	ev := Event{Kind: KindOutput, Stream: s, Data: p}
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	return r.outputLocked(&ev)
 }
 
@@ -254,6 +258,7 @@ func (r *Ring) woken() {
 		close(r.wake)
 		r.wake = nil
 	}
+	r.takeNotified()
 	if r.room != nil && !r.fullLocked() {
 		// The exit, or the hard ceiling evicting held output, made room.
 		close(r.room)

@@ -258,7 +258,7 @@ func (b *backing) lend(p *pending) []byte {
 // after the exit ErrClosed; both cancel the reservation.
 func (r *Ring) Commit(s Stream, n int) (uint64, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	if r.b == nil {
 		return r.commitMemory(s, n)
 	}

@@ -115,6 +115,29 @@ func (sub *Subscription) Next(ctx context.Context) ([]replay.Event, *replay.Gap,
 	return evs, gap, err
 }
 
+// TryNext is Next without waiting: ok is false, and nothing else is
+// returned, when there is no batch yet (Notify arms a callback for when
+// there is). It is not safe for concurrent use with Next or itself.
+func (sub *Subscription) TryNext() ([]replay.Event, *replay.Gap, bool, error) {
+	evs, gap, ok, err := sub.cursor.TryNext()
+	if !ok {
+		return nil, nil, false, nil
+	}
+	sub.unpinSnapshot()
+	sub.countGap(gap)
+	return evs, gap, true, err
+}
+
+// Notify arms f to be called once when TryNext has a batch (or the end)
+// for the subscription, in place of a goroutine waiting in Next; false,
+// arming nothing, when it has one already. f runs on the goroutine that
+// appended to the execution and must not block. StopNotify disarms it.
+func (sub *Subscription) Notify(f func()) bool { return sub.cursor.Notify(f) }
+
+// StopNotify disarms Notify's callback, which may still run once if it
+// was being called.
+func (sub *Subscription) StopNotify() { sub.cursor.StopNotify() }
+
 // Snapshot returns the screen that stands in for evicted history, to be
 // applied before the first batch; nil when none (AttachOptions.Snapshot).
 func (sub *Subscription) Snapshot() *Snapshot { return sub.snapshot }
