@@ -59,7 +59,10 @@ func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
 		return n, err
 	}
 	for _, e := range byKey {
-		if e.res == nil && e.proc == nil {
+		e.mu.Lock() // an adopted execution may be finishing on its process's goroutine
+		lost := e.res == nil && e.proc == nil
+		e.mu.Unlock()
+		if lost {
 			n.Lost++
 			close(e.launched)
 			e.finish(sandbox.Exit{Code: -1, Lost: true, Started: e.started})
