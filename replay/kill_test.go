@@ -185,14 +185,17 @@ func runKilled(t *testing.T, path string, d time.Duration) uint64 {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	first := make([]byte, 1)
+	stdout.(*os.File).SetReadDeadline(time.Now().Add(time.Minute))
+	n, _ := stdout.Read(first) // the writer has begun
+	// Only then the rest, by one reader: two at once could each take
+	// part of the log, and the last line read would not be the last one
+	// written.
 	lines := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(stdout)
 		lines <- b
 	}()
-	first := make([]byte, 1)
-	stdout.(*os.File).SetReadDeadline(time.Now().Add(time.Minute))
-	n, _ := stdout.Read(first) // the writer has begun
 	time.Sleep(d)
 	cmd.Process.Signal(syscall.SIGKILL)
 	out := append(first[:n], <-lines...)
