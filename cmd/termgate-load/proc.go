@@ -60,9 +60,11 @@ func treeCPU(pid int) time.Duration {
 // keeperPID is the keeper serve started (`termgate __keeper`), a child
 // of pid; 0 when there is none, whose CPU then reads 0.
 func keeperPID(pid int) int {
-	children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	for _, f := range strings.Fields(string(children)) {
-		c, _ := strconv.Atoi(f)
+	for _, c := range descendants(pid) {
+		f, err := statFields(c)
+		if err != nil || f[1] != strconv.Itoa(pid) {
+			continue
+		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
 		if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && args[1] == "__keeper" {
 			return c
