@@ -14,6 +14,8 @@
 //   - CPU per shell of the whole process tree (the server and everything
 //     below it, live or reaped) from before the first open until the last
 //     shell is gone;
+//   - CPU per shell of the server process alone, and of the keeper alone
+//     (its own threads, not the sandboxes it reaped), over the opening;
 //   - server RSS per attached idle session, processes and tree PSS per
 //     shell, with every shell open and attached.
 //
@@ -45,6 +47,8 @@ type options struct {
 	keys, warm     int           // keystrokes timed, and sent before
 	shells, par    int           // shells opened, and at a time
 	inputPerSecond int           // serve's --input-per-second; 0: its default
+	cpuProfile     string        // where to write serve's CPU profile of the opening; "" for none
+	profileFor     time.Duration // how long that profile runs
 	timeout        time.Duration // the whole run
 }
 
@@ -95,6 +99,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.par, "par", 16, "shells opened at a time")
 	fs.IntVar(&o.inputPerSecond, "input-per-second", 0, "serve's --input-per-second (0: its default)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) from the first shell's open to `FILE`")
+	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: termgate-load [-termgate PATH] [-keys 2000] [-shells 50] [-par 16]")
 		fmt.Fprintln(stderr, "example, the full table: termgate-load -termgate bin/termgate -shells 500")
@@ -108,6 +114,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.keys < 2 || o.warm < 0 || o.shells < 1 || o.par < 1 || o.timeout <= 0:
 		return o, errors.New("-keys must be at least 2, -shells and -par at least 1, -warm at least 0, -timeout positive")
+	case o.profileFor < time.Second:
+		return o, errors.New("-profile-for must be at least 1s")
 	case o.termgate == "":
 		return o, errors.New("no termgate binary: build one (make build) and pass -termgate")
 	}

@@ -46,16 +46,21 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var out, errs bytes.Buffer
-	args := []string{"-termgate", bin, "-keys", "50", "-warm", "5", "-shells", "4", "-par", "2", "-timeout", "2m"}
+	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	args := []string{"-termgate", bin, "-keys", "50", "-warm", "5", "-shells", "4", "-par", "2", "-timeout", "2m",
+		"-cpuprofile", profile, "-profile-for", "1s"}
 	if err := run(ctx, args, &out, &errs); err != nil {
 		t.Fatalf("run: %v\n%s", err, errs.String())
 	}
 	for _, row := range []string{"| keystroke echo p50 / p99, us | ", "| server CPU and context switches per keystroke | ",
 		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree | ", "| server RSS per attached idle session | ",
-		"| processes per shell / tree PSS per shell | "} {
+		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | "} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("no row %q in\n%s", row, out.String())
 		}
+	}
+	if b, err := os.ReadFile(profile); err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		t.Errorf("-cpuprofile wrote no gzipped profile: %v, %d bytes", err, len(b))
 	}
 	left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/termgate-load-%d", os.Getpid()))
 	if len(left) > 0 {

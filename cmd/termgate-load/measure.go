@@ -26,6 +26,8 @@ type table struct {
 	ctxPerKey         float64
 	openAll           time.Duration
 	cpuPerShell       time.Duration // whole tree
+	serverPerShell    time.Duration // the server process's own, over the opening
+	keeperPerShell    time.Duration // the keeper's own, over the opening; 0 without one
 	rssPerSession     float64       // kB, server, attached idle
 	procsPerShell     float64
 	pssPerShell       float64 // kB, whole tree
@@ -104,15 +106,20 @@ func waitFor(ctx context.Context, s *session, want []byte) error {
 // a minute, until their processes are gone.
 func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	base := sampleMemory(srv.pid)
-	cpu0 := treeCPU(srv.pid)
+	keeper := keeperPID(srv.pid)
+	cpu0, own0, keeper0 := treeCPU(srv.pid), ownCPU(srv.pid), ownCPU(keeper)
+	profiled := startProfile(ctx, srv, o)
 	start := time.Now()
 	sessions, err := openShells(ctx, srv, o.shells, o.par)
 	t.openAll = time.Since(start)
+	t.serverPerShell = (ownCPU(srv.pid) - own0) / time.Duration(o.shells)
+	t.keeperPerShell = (ownCPU(keeper) - keeper0) / time.Duration(o.shells)
 	defer func() {
 		for _, s := range sessions {
 			s.close()
 		}
 	}()
+	err = errors.Join(err, <-profiled)
 	if err != nil {
 		return err
 	}
@@ -220,6 +227,8 @@ func (t table) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| server CPU and context switches per keystroke | %.0f us, %.1f |\n", us(t.cpuPerKey), t.ctxPerKey)
 	fmt.Fprintf(w, "| open %d shells, %d at a time | %.2f s |\n", o.shells, o.par, t.openAll.Seconds())
 	fmt.Fprintf(w, "| CPU per shell, whole process tree | %.1f ms |\n", us(t.cpuPerShell)/1000)
+	fmt.Fprintf(w, "| CPU per shell opened, server process / keeper process | %.2f / %.2f ms |\n",
+		us(t.serverPerShell)/1000, us(t.keeperPerShell)/1000)
 	fmt.Fprintf(w, "| server RSS per attached idle session | %.0f kB |\n", t.rssPerSession)
 	fmt.Fprintf(w, "| processes per shell / tree PSS per shell | %.0f / %.0f kB |\n", t.procsPerShell, t.pssPerShell)
 	fmt.Fprintf(w, "| server RSS before / all open / all closed / %s later | %d / %d / %d / %d kB |\n",

@@ -57,6 +57,22 @@ func treeCPU(pid int) time.Duration {
 	return time.Duration(n) * clockTick
 }
 
+// keeperPID is the keeper serve started (`termgate __keeper`), a child
+// of pid; 0 when there is none, whose CPU then reads 0.
+func keeperPID(pid int) int {
+	for _, c := range descendants(pid) {
+		f, err := statFields(c)
+		if err != nil || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
+		if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && args[1] == "__keeper" {
+			return c
+		}
+	}
+	return 0
+}
+
 // ctxSwitches sums the voluntary and nonvoluntary context switches of
 // every thread of pid.
 func ctxSwitches(pid int) int64 {

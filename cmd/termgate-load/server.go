@@ -28,6 +28,7 @@ type server struct {
 	cmd      *exec.Cmd
 	pid      int
 	addr     string // where it listens, on 127.0.0.1
+	metrics  string // where its metrics and pprof listen; "" without -cpuprofile
 	token    string
 	dir      string // its secret, workspaces and state, removed by stop
 	cgParent string
@@ -83,6 +84,7 @@ func startServer(ctx context.Context, o options) (_ *server, err error) {
 	go func() { s.cmd.Wait(); close(s.done) }()
 	select {
 	case s.addr = <-listening:
+		s.metrics = s.logs.metricsAddr()
 		return s, nil
 	case <-s.done:
 		return nil, fmt.Errorf("serve ended before it listened: %s", s.logs.String())
@@ -104,6 +106,9 @@ func serveArgs(o options, dir, secret, cgParent string) []string {
 		"--max-conns-per-subject", room, "--max-conns", room, "--max-conns-per-addr", room}
 	if o.inputPerSecond > 0 {
 		args = append(args, "--input-per-second", strconv.Itoa(o.inputPerSecond))
+	}
+	if o.cpuProfile != "" {
+		args = append(args, "--metrics-listen", "127.0.0.1:0")
 	}
 	return args
 }
@@ -138,23 +143,35 @@ func (s *server) stop() error {
 
 // logTail keeps the last of serve's log for errors.
 type logTail struct {
-	mu    sync.Mutex
-	lines []string
+	mu      sync.Mutex
+	lines   []string
+	metrics string // the address of the "metrics listening" line
 }
 
-// follow reads r's JSON log lines and sends the address of the first
-// "listening" line to listening.
+func (l *logTail) metricsAddr() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.metrics
+}
+
+// follow reads r's JSON log lines, keeps the address of the "metrics
+// listening" line (logged before the other) and sends the address of the
+// first "listening" line to listening.
 func (l *logTail) follow(r io.Reader, listening chan<- string) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	sent := false
 	for sc.Scan() {
 		line := sc.Text()
+		var rec struct{ Msg, Addr string }
+		json.Unmarshal([]byte(line), &rec)
 		l.mu.Lock()
 		l.lines = append(l.lines[max(0, len(l.lines)-19):], line)
+		if rec.Msg == "metrics listening" && l.metrics == "" {
+			l.metrics = rec.Addr
+		}
 		l.mu.Unlock()
-		var rec struct{ Msg, Addr string }
-		if !sent && json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" && rec.Addr != "" {
+		if !sent && rec.Msg == "listening" && rec.Addr != "" {
 			listening <- rec.Addr
 			sent = true
 		}
