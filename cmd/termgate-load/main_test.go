@@ -66,6 +66,9 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
+	if states, _ := filepath.Glob(filepath.Join(stateParent(), "termgate-load-state-*")); len(states) > 0 {
+		t.Errorf("state directories left: %v", states) // another run's would show too: one at a time
+	}
 	// The keeper ends with the executions once serve shut down for good;
 	// a restart (serve's default SIGTERM) would leave it for 10 minutes.
 	deadline := time.Now().Add(10 * time.Second)
