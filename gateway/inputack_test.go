@@ -346,6 +346,9 @@ func TestInputAckWaitsForTheNextWrite(t *testing.T) {
 			return wire.Message{}
 		}
 	}
+	// Let the channel's first batch (its started event) be written: an
+	// ack accepted while a write is under way goes with that write.
+	time.Sleep(200 * time.Millisecond)
 	c.sendInput(t, ch, 0, "ab")
 	select {
 	case m := <-msgs:

@@ -231,6 +231,15 @@ func TestReattachAfterEvictionMatchesAWatcher(t *testing.T) {
 				time.Sleep(200 * time.Microsecond)
 			}
 			c.close() // the driver leaves; the watcher holds the history
+			// The driver never acked: until its hold goes, the ring is
+			// full and the program waits, which quiet would take for the
+			// end of its output.
+			if !sandboxtest.Eventually(t, time.Minute, func() bool {
+				st, _ := e.sup.RingStats("acme", tc.name)
+				return st.Holds <= 1
+			}) {
+				t.Fatal("the driver's hold outlived its connection")
+			}
 			quiet(t, e, tc.name)
 			if st, _ := e.sup.RingStats("acme", tc.name); st.EvictedBytes == 0 {
 				t.Fatalf("nothing was evicted (%+v): the test would test nothing", st)
