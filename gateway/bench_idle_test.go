@@ -19,7 +19,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/wire"
-	"github.com/termgate/termgate/session"
 )
 
 // envAttachClients makes the test binary a client process that attaches
@@ -40,16 +39,7 @@ const envHeapProfile = "TERMGATE_BENCH_HEAPPROFILE"
 // of free memory to the OS (kB-rss-closed, kB-rss-freed, per connection).
 func BenchmarkIdleAttachedConnections(b *testing.B) {
 	const n = 200
-	e := newEnv(b, func(c *Config) {
-		c.StartsPerMinute, c.MaxConnsPerSubject = 1<<20, 2*n
-		sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(needLauncher(b)),
-			MaxRunning: 2 * n, MaxRunningPerOwner: 2 * n, MaxRetained: 2 * n, MaxRetainedPerOwner: 2 * n})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { sup.Close(context.Background()) })
-		c.Supervisor = sup
-	})
+	e := newRoomyEnv(b, n, 2*n)
 	round := 0
 	for b.Loop() {
 		round++

@@ -340,16 +340,7 @@ func BenchmarkResume1MiB(b *testing.B) {
 // so that the next starts from the same state.
 func BenchmarkIdlePTYExecutions(b *testing.B) {
 	const n = 1000
-	e := newEnv(b, func(c *Config) {
-		c.StartsPerMinute, c.MaxConnsPerSubject = 1<<20, 64
-		sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(needLauncher(b)),
-			MaxRunning: 2 * n, MaxRunningPerOwner: 2 * n, MaxRetained: 2 * n, MaxRetainedPerOwner: 2 * n})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { sup.Close(context.Background()) })
-		c.Supervisor = sup
-	})
+	e := newRoomyEnv(b, n, 64)
 	round := 0
 	for b.Loop() {
 		round++
@@ -480,4 +471,20 @@ func drainOutputQuiet(c *client) int {
 			return n
 		}
 	}
+}
+
+// newRoomyEnv is an environment on the real sandbox whose supervisor has
+// room for twice n executions, running and retained, and whose subject
+// may open conns connections, starting at any rate.
+func newRoomyEnv(b *testing.B, n, conns int) *testEnv {
+	return newEnv(b, func(c *Config) {
+		c.StartsPerMinute, c.MaxConnsPerSubject = 1<<20, conns
+		sup, err := session.New(session.Config{Launcher: session.SandboxLauncher(needLauncher(b)),
+			MaxRunning: 2 * n, MaxRunningPerOwner: 2 * n, MaxRetained: 2 * n, MaxRetainedPerOwner: 2 * n})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { sup.Close(context.Background()) })
+		c.Supervisor = sup
+	})
 }

@@ -15,21 +15,27 @@ import (
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
+// spawnerCase is one of bwrap's spawners with the launcher it serves.
+type spawnerCase struct {
+	name string
+	s    spawner
+	l    *Launcher
+}
+
+// bothSpawners returns the launcher's own spawner and a keeper's.
+func bothSpawners(t *testing.T) []spawnerCase {
+	l := needLauncher(t)
+	kl := keeperLauncher(t, keeperDir(t))
+	return []spawnerCase{{"exec", execSpawner{}, l}, {"keeper", keeperSpawner{kl.keeper}, kl}}
+}
+
 // TestSpawnIntoCgroup: both of bwrap's spawners, the launcher's own and
 // the keeper's, fork the child straight into the execution's cgroup2
 // directory, so it needs no move there, and say so.
 func TestSpawnIntoCgroup(t *testing.T) {
 	t.Parallel()
-	l := needLauncher(t)
-	kl := keeperLauncher(t, keeperDir(t))
-	for _, tc := range []struct {
-		name string
-		s    spawner
-		l    *Launcher
-	}{
-		{"exec", execSpawner{}, l},
-		{"keeper", keeperSpawner{kl.keeper}, kl},
-	} {
+	spawners := bothSpawners(t)
+	for _, tc := range spawners {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := tc.l.cgroups.Create(sandboxtest.CgroupName(t), cgroup.Limits{})
 			if err != nil {
@@ -62,16 +68,8 @@ func TestSpawnIntoCgroup(t *testing.T) {
 // the spawn, and after a spawn that failed while it was inside.
 func TestSpawnBornInV1(t *testing.T) {
 	t.Parallel()
-	l := needLauncher(t)
-	kl := keeperLauncher(t, keeperDir(t))
-	for _, tc := range []struct {
-		name string
-		s    spawner
-		l    *Launcher
-	}{
-		{"exec", execSpawner{}, l},
-		{"keeper", keeperSpawner{kl.keeper}, kl},
-	} {
+	spawners := bothSpawners(t)
+	for _, tc := range spawners {
 		t.Run(tc.name, func(t *testing.T) {
 			g := v1Group(t, tc.l)
 			out, child := spawnCat(t, tc.s, spawnRequest{key: "v1-" + tc.name, cgroup: g.Unified(), enter: g.V1(), cgroups: g.Dirs()})
@@ -81,7 +79,7 @@ func TestSpawnBornInV1(t *testing.T) {
 			checkBornIn(t, out, g.V1())
 			pid := os.Getpid()
 			if tc.name == "keeper" {
-				pid = kl.keeper.conn().Pid()
+				pid = tc.l.keeper.conn().Pid()
 			}
 			threadsHome(t, pid)
 			req := spawnRequest{key: "v1-fail-" + tc.name, path: "/nonexistent/bwrap", args: []string{"bwrap"},
@@ -99,16 +97,8 @@ func TestSpawnBornInV1(t *testing.T) {
 // others still are.
 func TestSpawnV1Fallback(t *testing.T) {
 	t.Parallel()
-	l := needLauncher(t)
-	kl := keeperLauncher(t, keeperDir(t))
-	for _, tc := range []struct {
-		name string
-		s    spawner
-		l    *Launcher
-	}{
-		{"exec", execSpawner{}, l},
-		{"keeper", keeperSpawner{kl.keeper}, kl},
-	} {
+	spawners := bothSpawners(t)
+	for _, tc := range spawners {
 		t.Run(tc.name, func(t *testing.T) {
 			g := v1Group(t, tc.l)
 			v1 := g.V1()
