@@ -9,24 +9,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
-// syncBuffer is an output writer the test reads while the copier writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Len() int { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.Len() }
-
 // waitLen waits, a bounded time, until b holds n bytes.
-func (b *syncBuffer) waitLen(t *testing.T, n int) {
+func waitLen(t *testing.T, b *sandboxtest.SyncBuffer, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); b.Len() < n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -48,7 +36,7 @@ func TestCopyOutput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, w := tc.open(t)
-			var out syncBuffer
+			var out sandboxtest.SyncBuffer
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -62,14 +50,14 @@ func TestCopyOutput(t *testing.T) {
 				}
 				off += n
 			}
-			out.waitLen(t, len(data))
+			waitLen(t, &out, len(data))
 			w.Close()
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the copier did not end at end of file")
 			}
-			if !bytes.Equal(out.buf.Bytes(), data) {
+			if out.String() != string(data) {
 				t.Fatal("the output differs from what was written")
 			}
 		})
@@ -83,7 +71,7 @@ func TestCopyOutputIdleHoldsNoBuffer(t *testing.T) {
 	const readers = 100
 	var wg sync.WaitGroup
 	var writers []*os.File
-	outs := make([]syncBuffer, readers)
+	outs := make([]sandboxtest.SyncBuffer, readers)
 	burst := bytes.Repeat([]byte("x"), 64<<10)
 	before := heapInUse()
 	for i := range readers {
@@ -100,10 +88,10 @@ func TestCopyOutputIdleHoldsNoBuffer(t *testing.T) {
 		}
 	}
 	for i := range outs {
-		outs[i].waitLen(t, len(burst))
+		waitLen(t, &outs[i], len(burst))
 	}
 	for i := range outs {
-		outs[i].buf = bytes.Buffer{} // the writers' own memory is not the readers'
+		outs[i] = sandboxtest.SyncBuffer{} // the writers' own memory is not the readers'
 	}
 	held := int64(heapInUse()) - int64(before)
 	for _, w := range writers {

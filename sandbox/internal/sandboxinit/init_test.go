@@ -24,15 +24,7 @@ func startInit(t *testing.T, cfg []byte, env []string, command ...string) (stder
 	if err != nil {
 		t.Fatal(err)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ctl"), os.NewFile(uintptr(fds[1]), "ctl-child")
-	defer ours.Close()
-	if _, err := ours.Write(cfg); err != nil {
-		t.Fatal(err)
-	}
+	ours, theirs := controlSocket(t, cfg)
 	var errBuf bytes.Buffer
 	cmd := &exec.Cmd{Path: exe, Args: append([]string{Path}, command...), Env: env, Stderr: &errBuf, ExtraFiles: []*os.File{theirs}}
 	err = cmd.Run()
@@ -40,10 +32,27 @@ func startInit(t *testing.T, cfg []byte, env []string, command ...string) (stder
 	if _, ok := err.(*exec.ExitError); err != nil && !ok {
 		t.Fatal(err)
 	}
-	unix.SetNonblock(fds[0], true)
+	unix.SetNonblock(int(ours.Fd()), true)
 	buf := make([]byte, 4096)
 	n, _ := ours.Read(buf)
 	return errBuf.String(), cmd.ProcessState.ExitCode(), string(buf[:max(n, 0)])
+}
+
+// controlSocket returns the two ends of an init's control socket, cfg
+// waiting on ours; ours is closed when the test ends, theirs is the
+// caller's to close once the init has it.
+func controlSocket(t *testing.T, cfg []byte) (ours, theirs *os.File) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs = os.NewFile(uintptr(fds[0]), "ctl"), os.NewFile(uintptr(fds[1]), "ctl-child")
+	t.Cleanup(func() { ours.Close() })
+	if _, err := ours.Write(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return ours, theirs
 }
 
 func encode(t *testing.T, c Config) []byte {
@@ -124,15 +133,7 @@ func TestInitSignals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ctl"), os.NewFile(uintptr(fds[1]), "ctl-child")
-	defer ours.Close()
-	if _, err := ours.Write(encode(t, Config{Cwd: "/"})); err != nil {
-		t.Fatal(err)
-	}
+	_, theirs := controlSocket(t, encode(t, Config{Cwd: "/"}))
 	// This test binary ignores the two signals glibc reserves (32 and 33,
 	// which glibc's sigaction will not touch; a parent may leave them
 	// ignored) and execs a shell that ignores TERM, HUP and USR1, then
