@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,10 +162,7 @@ func (c *conn) finishChannel(ch *channel) {
 // no goroutine writes any more.
 func (c *conn) finishChannels() {
 	c.mu.Lock()
-	left := make([]*channel, 0, len(c.open))
-	for ch := range c.open {
-		left = append(left, ch)
-	}
+	left := slices.Collect(maps.Keys(c.open))
 	c.mu.Unlock()
 	for _, ch := range left {
 		c.finishChannel(ch)
