@@ -22,9 +22,8 @@ import (
 const controlQueue = 256
 
 // conn is one WebSocket connection. Its goroutines: the read loop (serve,
-// on a goroutine of its own: serveConn), a short-lived
-// flusher while the read loop, a timer or a channel's ring has something
-// written (flush),
+// on a goroutine of its own: serveConn), a short-lived flusher while the
+// read loop, a timer or a channel's ring has something written (flush),
 // the heartbeat's and the expiry's timers while they fire, and a reader
 // and a pinger per relay upstream (relay.go); serve waits for all of them
 // before it returns.
