@@ -30,3 +30,12 @@ func SetNewTerminal(f func(rows, cols, scrollback int) Terminal) (restore func()
 
 // DirKey names the state directory of owner's execution id.
 func DirKey(owner, id string) string { return dirKey(key{owner, id}) }
+
+// SetMakeHook makes f run as each new execution starts being made, until
+// restore is called. Tests that use it must not run in parallel with
+// other tests.
+func SetMakeHook(f func(owner, id string)) (restore func()) {
+	old := makeHook
+	makeHook = f
+	return func() { makeHook = old }
+}

@@ -80,13 +80,17 @@ type Supervisor struct {
 	ctx    context.Context // parent of every execution; cancelled by Close
 	cancel context.CancelCauseFunc
 
-	mu      sync.Mutex
-	execs   map[key]*execution
-	running int
-	byOwner map[string]int // running executions of each owner
-	held    map[string]int // retained executions of each owner, running or settled
-	started uint64
-	ended   map[EndKey]uint64
+	mu    sync.Mutex
+	execs map[key]*execution
+	// starting holds the starts admitted and still making their
+	// execution (its storage, outside mu): a concurrent start of the same
+	// key waits for it, and it counts against the limits already.
+	starting map[key]*reservation
+	running  int
+	byOwner  map[string]int // running executions of each owner
+	held     map[string]int // retained executions of each owner, running or settled
+	started  uint64
+	ended    map[EndKey]uint64
 	// startedBy counts the starts of the first TenantSeries owners,
 	// startedOther those of the rest (metrics.go).
 	startedBy    map[string]uint64
@@ -135,7 +139,7 @@ func New(cfg Config) (*Supervisor, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Supervisor{
 		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		execs: map[key]*execution{}, byOwner: map[string]int{}, held: map[string]int{}, ended: map[EndKey]uint64{},
+		execs: map[key]*execution{}, starting: map[key]*reservation{}, byOwner: map[string]int{}, held: map[string]int{}, ended: map[EndKey]uint64{},
 		startedBy: map[string]uint64{},
 		gone:      map[key]time.Time{},
 	}
@@ -189,15 +193,23 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 		return Info{}, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	s.mu.Lock()
-	e, created, err := s.admit(key{owner, id}, spec, string(fingerprint))
+	r, created, err := s.admit(key{owner, id}, string(fingerprint))
 	s.mu.Unlock()
 	if err != nil {
 		return Info{}, err
 	}
 	if created {
+		e, err := s.make(r, key{owner, id}, spec, string(fingerprint))
+		if err != nil {
+			return Info{}, err
+		}
 		e.logAttrs = slices.Clip(append(e.logAttrs, logAttrs(ctx)...))
 		e.startAttrs = startAttrsOf(ctx)
 		return s.launch(e)
+	}
+	e, err := r.wait(ctx)
+	if err != nil {
+		return Info{}, err
 	}
 	select {
 	case <-e.launched:
@@ -208,6 +220,63 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 	case <-ctx.Done():
 		return Info{}, context.Cause(ctx)
 	}
+}
+
+// makeHook, when set (by tests), runs as each new execution starts being
+// made, outside s.mu.
+var makeHook func(owner, id string)
+
+// reservation is a start admitted whose execution is being made. Its
+// execution, or the error that made none, is set before made closes.
+type reservation struct {
+	fingerprint string
+	made        chan struct{}
+	e           *execution
+	err         error
+}
+
+// wait returns r's execution once it is made, or ctx's cause.
+func (r *reservation) wait(ctx context.Context) (*execution, error) {
+	select {
+	case <-r.made:
+		return r.e, r.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// make makes the execution r reserved, its files included, outside s.mu,
+// so that one start's storage does not hold up every other start, and
+// registers it; or, when that failed or s closed meanwhile, gives the
+// reservation's counts back.
+func (s *Supervisor) make(r *reservation, k key, spec Spec, fingerprint string) (*execution, error) {
+	if makeHook != nil {
+		makeHook(k.owner, k.id)
+	}
+	e, err := newExecution(s, k, spec, fingerprint)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.starting, k)
+	if err == nil && s.closed {
+		if e.dir != "" {
+			os.RemoveAll(e.dir)
+		}
+		e.unpin()
+		e.abandonRecording()
+		err = ErrClosed
+	}
+	if err != nil {
+		s.unreserveLocked(k.owner)
+		r.err = err
+		close(r.made)
+		return nil, err
+	}
+	delete(s.gone, k)
+	s.execs[k] = e
+	s.wg.Add(1)
+	r.e = e
+	close(r.made)
+	return e, nil
 }
 
 // normalize fills spec defaults and validates what the supervisor owns.
@@ -237,9 +306,11 @@ func (s *Supervisor) normalize(spec Spec) (Spec, error) {
 	return spec, nil
 }
 
-// admit returns the existing execution for k, or registers a new one that
-// the caller must launch (created). Called with s.mu held.
-func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, created bool, err error) {
+// admit returns the existing execution for k, as a reservation already
+// made, or the start of k under way; or it reserves k and its place in
+// the limits for a new execution that the caller must make (Supervisor.make)
+// and launch (created). Called with s.mu held.
+func (s *Supervisor) admit(k key, fingerprint string) (r *reservation, created bool, err error) {
 	if s.closed {
 		return nil, false, ErrClosed
 	}
@@ -247,7 +318,15 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 		if e.fingerprint != fingerprint {
 			return nil, false, fmt.Errorf("%w: %s", ErrConflict, k.id)
 		}
-		return e, false, nil
+		r := &reservation{fingerprint: fingerprint, made: make(chan struct{}), e: e}
+		close(r.made)
+		return r, false, nil
+	}
+	if r, ok := s.starting[k]; ok {
+		if r.fingerprint != fingerprint {
+			return nil, false, fmt.Errorf("%w: %s", ErrConflict, k.id)
+		}
+		return r, false, nil
 	}
 	if s.running >= s.cfg.MaxRunning {
 		s.counters.refuse(RefusedMaxRunning)
@@ -261,23 +340,32 @@ func (s *Supervisor) admit(k key, spec Spec, fingerprint string) (e *execution, 
 		s.counters.refuse(RefusedTenantRetained)
 		return nil, false, fmt.Errorf("%w: %d executions retained for this owner and all running", ErrCapacity, s.held[k.owner])
 	}
-	if len(s.execs) >= s.cfg.MaxRetained && !s.evictOldestSettled(k.owner) {
+	if retained := len(s.execs) + len(s.starting); retained >= s.cfg.MaxRetained && !s.evictOldestSettled(k.owner) {
 		s.counters.refuse(RefusedRetained)
-		return nil, false, fmt.Errorf("%w: %d executions retained and all running", ErrCapacity, len(s.execs))
+		return nil, false, fmt.Errorf("%w: %d executions retained and all running", ErrCapacity, retained)
 	}
-	e, err = newExecution(s, k, spec, fingerprint)
-	if err != nil {
-		return nil, false, err
-	}
-	delete(s.gone, k)
-	s.execs[k] = e
+	r = &reservation{fingerprint: fingerprint, made: make(chan struct{})}
+	s.starting[k] = r
 	s.held[k.owner]++
 	s.running++
 	s.byOwner[k.owner]++
 	s.started++
 	s.countStartLocked(k.owner)
-	s.wg.Add(1)
-	return e, true, nil
+	return r, true, nil
+}
+
+// unreserveLocked gives back the counts admit took for a start of owner
+// that made no execution. Called with s.mu held.
+func (s *Supervisor) unreserveLocked(owner string) {
+	if s.held[owner]--; s.held[owner] <= 0 {
+		delete(s.held, owner)
+	}
+	s.running--
+	s.started--
+	s.uncountStartLocked(owner)
+	if s.byOwner[owner]--; s.byOwner[owner] == 0 {
+		delete(s.byOwner, owner)
+	}
 }
 
 // evictOldestSettled makes room for owner: it removes owner's own oldest
