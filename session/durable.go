@@ -113,12 +113,23 @@ func (st *store) create(k key) (string, error) {
 	return dir, nil
 }
 
-// writeRecord replaces dir's record.json atomically.
+// writeRecord writes dir's record.json. The first, of a start (no
+// result, not a tombstone), is written into the fresh directory in place:
+// one file, no rename. It is written before the process is launched, so
+// a start killed before it ended leaves no record, or a partial one that
+// Restore drops with the directory, and no process. Every later record
+// replaces it atomically (write, then rename).
 func writeRecord(dir string, rec *record) error {
 	rec.Version = recordVersion
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("session: encode record: %w", err)
+	}
+	if rec.Result == nil && rec.Gone.IsZero() {
+		if err := writeNew(filepath.Join(dir, "record.json"), b); err != nil {
+			return fmt.Errorf("session: write record: %w", err)
+		}
+		return nil
 	}
 	tmp := filepath.Join(dir, "record.json.tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
@@ -128,6 +139,16 @@ func writeRecord(dir string, rec *record) error {
 		return fmt.Errorf("session: write record: %w", err)
 	}
 	return nil
+}
+
+// writeNew writes b to name, which must not exist.
+func writeNew(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return errors.Join(err, f.Close())
 }
 
 // maxRecord bounds a record.json read back: a spec is bounded by the

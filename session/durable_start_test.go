@@ -3,6 +3,8 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -89,4 +91,63 @@ func TestConcurrentIdempotentStarts(t *testing.T) {
 	if _, err := s.Start(t.Context(), "t", "once", untimed("fake")); err != nil {
 		t.Fatalf("a start once it is made: %v", err)
 	}
+}
+
+// TestRestoreDropsATornFirstRecord: a start killed while it wrote its
+// first record (written in place, before the launch) left a partial
+// record and no process. Restore drops its directory, and the key starts
+// afresh.
+func TestRestoreDropsATornFirstRecord(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
+	s := newDurable(t, l, dir)
+	if _, err := s.Start(t.Context(), "t", "torn", untimed("fake")); err != nil {
+		t.Fatal(err)
+	}
+	exec := filepath.Join(dir, "executions", DirKey("t", "torn"))
+	names := dirNames(t, exec)
+	if fmt.Sprint(names) != "[input record.json ring]" {
+		t.Fatalf("a started execution's directory holds %v, want input, record.json and ring", names)
+	}
+	b, err := os.ReadFile(filepath.Join(exec, "record.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// What a start killed while writing its record leaves: its files and
+	// the first half of its record.
+	if err := os.Mkdir(exec, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"ring": nil, "input": nil, "record.json": b[:len(b)/2]} {
+		if err := os.WriteFile(filepath.Join(exec, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2 := newDurable(t, l, dir)
+	defer s2.Close(context.Background())
+	if n, err := s2.Restore(t.Context()); err != nil || n != (Restored{}) {
+		t.Fatalf("restore: %+v, %v; want the torn start dropped", n, err)
+	}
+	if _, err := os.Stat(exec); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the torn start's directory: %v, want it removed", err)
+	}
+	if info, err := s2.Start(t.Context(), "t", "torn", untimed("fake")); err != nil || info.Status != StatusRunning {
+		t.Fatalf("starting the key again: %+v, %v", info, err)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
