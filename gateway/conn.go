@@ -67,13 +67,14 @@ type conn struct {
 	closed       chan struct{} // closed when a close handshake we started ended
 
 	// The relay's (relay.go): channels on executions of other nodes, one
-	// upstream per owner node, and their FIFO into the writer.
-	token    string // the raw bearer, for upstream dials and reauth; never logged
-	relayed  map[uint32]*relayChannel
-	ups      map[string]*upstream
-	out      chan relayFrame
-	outBytes *byteBudget
-	relays   sync.WaitGroup // the upstreams' goroutines
+	// upstream per owner node, and their FIFO into the writer. The maps
+	// and the FIFO are made with the first upstream: most connections
+	// never relay.
+	token   string // the raw bearer, for upstream dials and reauth; never logged
+	relayed map[uint32]*relayChannel
+	ups     map[string]*upstream
+	relayQ  atomic.Pointer[relayQueue] // nil until the first upstream
+	relays  sync.WaitGroup             // the upstreams' goroutines
 }
 
 // heartbeat is a connection's ping timer (startHeartbeat).
@@ -96,10 +97,6 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		closed:       make(chan struct{}),
 		closeStarted: make(chan struct{}),
 		started:      time.Now(),
-		relayed:      map[uint32]*relayChannel{},
-		ups:          map[string]*upstream{},
-		out:          make(chan relayFrame, relayQueueFrames),
-		outBytes:     newByteBudget(relayQueueBytes),
 	}
 	c.writing.Store(true) // serve writes the hello first
 	return c
@@ -312,13 +309,15 @@ func (c *conn) drain() bool {
 				return false
 			}
 		}
-		select {
-		case f := <-c.out:
-			wrote = true
-			if !c.writeControl() || !c.writeRelayed(f) {
-				return false
+		if q := c.relayQ.Load(); q != nil {
+			select {
+			case f := <-q.out:
+				wrote = true
+				if !c.writeControl() || !c.writeRelayed(q, f) {
+					return false
+				}
+			default:
 			}
-		default:
 		}
 		if !wrote {
 			return true

@@ -3,12 +3,15 @@ package gateway
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session/sessiontest"
@@ -81,4 +84,32 @@ func TestClosedConnectionsReleaseMemory(t *testing.T) {
 	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return releases.Load() == 1 }) {
 		t.Fatalf("%d releases after 4 closes, want 1", releases.Load())
 	}
+}
+
+// idleConnBytes bounds what newConn allocates for a connection that never
+// relays: the relay's frame queue and byte budget come with its first
+// upstream.
+const idleConnBytes = 2 << 10
+
+// TestNewConnHoldsNoRelayQueue measures the bytes newConn allocates. A
+// connection that relays nothing holds no relay queue (a channel of
+// relayQueueFrames frames, about 2.7 KiB) nor its budget.
+func TestNewConnHoldsNoRelayQueue(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	const n = 100
+	cs := make([]*conn, 0, n)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		cs = append(cs, newConn(s, nil, auth.Claims{Tenant: "acme"}, "127.0.0.1:1"))
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / n
+	for _, c := range cs {
+		c.cancel(nil)
+	}
+	if per > idleConnBytes {
+		t.Fatalf("newConn allocates %d bytes per connection, want at most %d", per, idleConnBytes)
+	}
+	t.Logf("newConn allocates %d bytes per connection", per)
 }

@@ -357,6 +357,7 @@ func (c *conn) upstreamFor(node string) (*upstream, error) {
 	u = &upstream{node: node, ws: ws, c: c, ctx: uctx, cancel: ucancel,
 		chans: map[uint32]uint32{}, pending: map[string]*relayPending{}, done: make(chan struct{})}
 	c.mu.Lock()
+	c.makeRelayLocked()
 	c.ups[node] = u
 	c.relays.Add(2)
 	c.mu.Unlock()
@@ -683,14 +684,45 @@ func (c *conn) queueNotice(n wire.Message) {
 	}
 }
 
+// relayQueue is a connection's relay FIFO: the frames its upstream readers
+// queued for the client, within a frame and a byte budget.
+type relayQueue struct {
+	out   chan relayFrame
+	bytes *byteBudget
+}
+
+// makeRelayLocked makes the relay's maps the first time an upstream is
+// added; c.mu is held.
+func (c *conn) makeRelayLocked() {
+	if c.ups != nil {
+		return
+	}
+	c.ups = map[string]*upstream{}
+	c.relayed = map[uint32]*relayChannel{}
+}
+
+// relayFIFO returns the connection's relay FIFO, making it the first time
+// a frame is queued: by an upstream reader or the relay's own notice.
+func (c *conn) relayFIFO() *relayQueue {
+	if q := c.relayQ.Load(); q != nil {
+		return q
+	}
+	q := &relayQueue{out: make(chan relayFrame, relayQueueFrames), bytes: newByteBudget(relayQueueBytes)}
+	if c.relayQ.CompareAndSwap(nil, q) {
+		return q
+	}
+	return c.relayQ.Load()
+}
+
 // queue puts f into the connection's relay FIFO within its frame and byte
 // budget, waiting while it is full; false when the connection ended.
 func (c *conn) queue(f relayFrame) bool {
-	if !c.outBytes.acquire(c.ctx, len(f.b)) {
+	q := c.relayFIFO()
+	if !q.bytes.acquire(c.ctx, len(f.b)) {
 		return false
 	}
 	select {
-	case c.out <- f:
+	case q.out <- f:
 		c.want() // the caller flushes or kicks
 		return true
 	case <-c.ctx.Done():
@@ -699,8 +731,8 @@ func (c *conn) queue(f relayFrame) bool {
 }
 
 // writeRelayed writes one relayed frame and frees its budget and buffer.
-func (c *conn) writeRelayed(f relayFrame) bool {
-	defer c.outBytes.release(len(f.b))
+func (c *conn) writeRelayed(q *relayQueue, f relayFrame) bool {
+	defer q.bytes.release(len(f.b))
 	if f.buf != nil {
 		defer putRelayBuffer(f.buf)
 	}
