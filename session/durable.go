@@ -45,7 +45,8 @@ const TombstoneRetention = 24 * time.Hour
 // first.
 const maxTombstones = 4096
 
-// recordVersion is the layout of record.json; a supervisor refuses others.
+// recordVersion is the layout of record.json; a supervisor refuses a
+// state directory with newer ones (ErrStateVersion).
 const recordVersion = 1
 
 // record is record.json.
@@ -171,6 +172,9 @@ func readRecord(dir string) (*record, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("session: read record in %s: %w", dir, err)
+	}
+	if rec.Version > recordVersion {
+		return nil, fmt.Errorf("%w: record in %s has version %d, this termgate reads %d", ErrStateVersion, dir, rec.Version, recordVersion)
 	}
 	if rec.Version != recordVersion {
 		return nil, fmt.Errorf("session: record in %s has version %d, this termgate reads %d", dir, rec.Version, recordVersion)

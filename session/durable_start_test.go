@@ -1,6 +1,7 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -150,4 +151,49 @@ func dirNames(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// A record of another version is another termgate's: Restore refuses the
+// directory and removes nothing, rather than taking it for a torn start.
+func TestRestoreRefusesAnotherVersion(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	l := &sessiontest.Launcher{Keep: true, Script: sessiontest.UntilStopped}
+	s := newDurable(t, l, dir)
+	if _, err := s.Start(t.Context(), "t", "newer", untimed("fake")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Detach(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	exec := filepath.Join(dir, "executions", DirKey("t", "newer"))
+	rec := filepath.Join(exec, "record.json")
+	b, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := bytes.Replace(b, []byte(`"version":1`), []byte(`"version":2`), 1)
+	if bytes.Equal(newer, b) {
+		t.Fatalf("no version 1 in the record: %s", b)
+	}
+	if err := os.WriteFile(rec, newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newDurable(t, l, dir)
+	defer s2.Close(context.Background())
+	if _, err := s2.Restore(t.Context()); !errors.Is(err, ErrStateVersion) {
+		t.Fatalf("restore of a version 2 record: %v, want ErrStateVersion", err)
+	}
+	if got, err := os.ReadFile(rec); err != nil || !bytes.Equal(got, newer) {
+		t.Fatalf("the version 2 record after the refusal: %q, %v; want it untouched", got, err)
+	}
+	// The termgate that wrote it (here: the record put back) takes over
+	// the execution, still running.
+	if err := os.WriteFile(rec, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s3 := newDurable(t, l, dir)
+	defer s3.Close(context.Background())
+	if n, err := s3.Restore(t.Context()); err != nil || n.Running != 1 {
+		t.Fatalf("restore after the refusal: %+v, %v; want the execution adopted", n, err)
+	}
 }

@@ -305,9 +305,9 @@ func firstDir(t *testing.T, dir string) string {
 	return ents[0].Name()
 }
 
-// TestRestoreDropsUnreadableRecords: a record over the size bound, of
-// another version, or not JSON is dropped with its directory, and the
-// rest restores.
+// TestRestoreDropsUnreadableRecords: a record over the size bound,
+// without a version, or not JSON is dropped with its directory, and the
+// rest restores. (A newer version is refused: TestRestoreRefusesAnotherVersion.)
 func TestRestoreDropsUnreadableRecords(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	if _, err := New(Config{Launcher: &sessiontest.Launcher{}, StateDir: dir}); err != nil {
@@ -325,7 +325,7 @@ func TestRestoreDropsUnreadableRecords(t *testing.T) {
 	os.WriteFile(filepath.Join(at, "record.json"), padded("at-bound", 1<<20), 0o600)
 	bad := map[string][]byte{
 		DirKey("t", "big"): padded("big", 1<<20+1),
-		"xversion":         []byte(`{"version":99}`),
+		"xversion":         []byte(`{"version":0}`),
 		"xgarbage":         []byte(`not json`),
 	}
 	for name, b := range bad {

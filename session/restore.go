@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,10 +50,26 @@ func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
 	if err != nil {
 		return n, fmt.Errorf("session: restore: %w", err)
 	}
-	byKey := map[string]*execution{}
+	// Every record is read before anything is changed: a directory
+	// another termgate wrote is refused whole.
+	type found struct {
+		dir string
+		rec *record
+		err error
+	}
+	all := make([]found, 0, len(entries))
 	for _, ent := range entries {
-		if e := s.restoreOne(filepath.Join(s.store.executionsDir(), ent.Name()), &n); e != nil {
-			byKey[ent.Name()] = e
+		dir := filepath.Join(s.store.executionsDir(), ent.Name())
+		rec, err := readRecord(dir)
+		if errors.Is(err, ErrStateVersion) {
+			return n, fmt.Errorf("session: restore: %w; run that termgate on it, or another --state-dir", err)
+		}
+		all = append(all, found{dir, rec, err})
+	}
+	byKey := map[string]*execution{}
+	for _, f := range all {
+		if e := s.restoreOne(f.dir, f.rec, f.err, &n); e != nil {
+			byKey[filepath.Base(f.dir)] = e
 		}
 	}
 	if err := s.adopt(ctx, byKey, &n); err != nil {
@@ -72,10 +89,10 @@ func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
 	return n, nil
 }
 
-// restoreOne reads one execution's directory. It returns the execution
+// restoreOne takes over one execution's directory from its record
+// (readRecord's answer). It returns the execution
 // when it is live or retained, after registering it; nil otherwise.
-func (s *Supervisor) restoreOne(dir string, n *Restored) *execution {
-	rec, err := readRecord(dir)
+func (s *Supervisor) restoreOne(dir string, rec *record, err error, n *Restored) *execution {
 	if err != nil {
 		// A start killed before its record was written never started
 		// its process: nothing to keep.

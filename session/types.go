@@ -29,6 +29,9 @@ var (
 	ErrClosed      = errors.New("session: supervisor is closed")
 	ErrAfter       = errors.New("session: after is beyond the execution's newest event")
 	ErrAck         = errors.New("session: ack beyond the newest event")
+	// ErrStateVersion refuses a state directory that holds records of
+	// another layout (another termgate's): Restore changes nothing in it.
+	ErrStateVersion = errors.New("session: the state directory was written by another termgate version")
 )
 
 // ErrOutOfDescriptors is the capacity error of a start that ran out of
