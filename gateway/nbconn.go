@@ -150,7 +150,7 @@ func (c *nbConn) flushBacklog() {
 			}
 			return
 		}
-		c.backlog = c.spare[:0]
+		c.backlog, c.spare = c.spare[:0], nil // never two owners of a buffer
 		c.mu.Unlock()
 		err := c.writeAll(b)
 		c.mu.Lock()

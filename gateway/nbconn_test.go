@@ -1,0 +1,223 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session/sessiontest"
+)
+
+// shortSocket is a socket for nbConn that takes a random part of each
+// non-blocking write and, on a blocking one, everything after random
+// pauses; or fails the blocking write as past its deadline (stall).
+type shortSocket struct {
+	net.Conn // nil: only Write, SetWriteDeadline and Close are used
+	mu       sync.Mutex
+	rnd      *rand.Rand
+	out      bytes.Buffer
+	stall    bool
+}
+
+func (s *shortSocket) try(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.rnd.IntN(len(p) + 1)
+	if s.rnd.IntN(4) == 0 {
+		n = len(p)
+	}
+	s.out.Write(p[:n])
+	return n, nil
+}
+
+func (s *shortSocket) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stall {
+		return 0, os.ErrDeadlineExceeded
+	}
+	s.out.Write(p)
+	return len(p), nil
+}
+
+func (s *shortSocket) SetWriteDeadline(time.Time) error { return nil }
+func (s *shortSocket) Close() error                     { return nil }
+
+// TestNBConnKeepsOrderUnderShortWrites: whatever part of each write the
+// socket takes at once, the bytes leave whole and in order, and each
+// drained backlog is reported.
+func TestNBConnKeepsOrderUnderShortWrites(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(20) {
+		sock := &shortSocket{rnd: rand.New(rand.NewPCG(seed, 1))}
+		nb := &nbConn{Conn: sock, try: sock.try, timeout: time.Second}
+		drained := make(chan struct{}, 1)
+		nb.notify(func() {
+			select {
+			case drained <- struct{}{}:
+			default:
+			}
+		}, func(err error) { t.Errorf("seed %d: stalled: %v", seed, err) })
+		rnd := rand.New(rand.NewPCG(seed, 2))
+		var want bytes.Buffer
+		for i := range 2000 {
+			p := make([]byte, 1+rnd.IntN(3000))
+			for j := range p {
+				p[j] = byte(i + j)
+			}
+			want.Write(p)
+			if n, err := nb.Write(p); n != len(p) || err != nil {
+				t.Fatalf("seed %d: write %d: %d, %v", seed, i, n, err)
+			}
+		}
+		waitDrained(t, nb, drained)
+		sock.mu.Lock()
+		got := sock.out.Bytes()
+		sock.mu.Unlock()
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("seed %d: %d bytes out of %d written, not the same", seed, len(got), want.Len())
+		}
+		nb.Close()
+	}
+}
+
+// waitDrained waits, a bounded number of times, until nb has no backlog.
+func waitDrained(t *testing.T, nb *nbConn, drained <-chan struct{}) {
+	t.Helper()
+	for range 1000 {
+		nb.mu.Lock()
+		flushing := nb.flushing
+		nb.mu.Unlock()
+		if !flushing {
+			return
+		}
+		select {
+		case <-drained:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the backlog was never written")
+}
+
+// TestNBConnStalls: a backlog the socket does not take within the
+// timeout is reported once, and every later write fails.
+func TestNBConnStalls(t *testing.T) {
+	t.Parallel()
+	sock := &shortSocket{rnd: rand.New(rand.NewPCG(1, 1)), stall: true}
+	nb := &nbConn{Conn: sock, try: func([]byte) (int, error) { return 0, nil }, timeout: time.Second}
+	stalled := make(chan error, 2)
+	nb.notify(func() {}, func(err error) { stalled <- err })
+	if _, err := nb.Write([]byte("never taken")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stalled; !errors.Is(err, errBacklogStalled) {
+		t.Fatalf("stalled with %v", err)
+	}
+	nb.done.Wait()
+	if _, err := nb.Write([]byte("more")); !errors.Is(err, errBacklogStalled) {
+		t.Fatalf("a write after the stall: %v", err)
+	}
+	if len(stalled) != 0 {
+		t.Fatal("the stall was reported twice")
+	}
+	nb.Close()
+}
+
+// TestOutputNeverWaitsForAClientThatStopsReading: a client that stops
+// reading, with a small socket buffer, never blocks the execution's
+// output (the ring's callback writes on its goroutine): the program
+// writes all it has, the connection's backlog stays bounded, and the
+// connection is closed as too slow (1013) after the write timeout.
+func TestOutputNeverWaitsForAClientThatStopsReading(t *testing.T) {
+	t.Parallel()
+	const chunks, chunk = 4096, 4 << 10 // 16 MiB, far over any socket buffer
+	wrote := make(chan int, 1)
+	typed := make(chan struct{})
+	l := &sessiontest.Launcher{}
+	l.Script = func(p *sessiontest.Proc) sandbox.Exit {
+		<-typed
+		b := bytes.Repeat([]byte("y"), chunk)
+		n := 0
+		for range chunks {
+			if _, err := p.Out().Stdout.Write(b); err != nil {
+				break
+			}
+			n++
+		}
+		wrote <- n
+		return sessiontest.UntilStopped(p)
+	}
+	e := newFakeEnv(t, l, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+			}
+			return nc, err
+		}},
+	}}
+	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
+	c, _, err := e.dialRaw("", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "flood", Command: "/bin/sh", Attach: true})
+	c.expect(t, wire.MsgStarted)
+	c.expect(t, wire.MsgAttached)
+	sc := serverConn(t, e)
+	if sc.nb == nil {
+		t.Fatal("a TCP connection has no non-blocking writer")
+	}
+	close(typed) // the client reads no more
+	select {
+	case n := <-wrote:
+		if n != chunks {
+			t.Fatalf("the program wrote %d of %d chunks", n, chunks)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the program's output waited for the client")
+	}
+	if m := backlogHeld(sc.nb); m > backlogBound+2*chunk+64<<10 {
+		t.Fatalf("the backlog holds %d bytes", m)
+	}
+	select {
+	case <-sc.ctx.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the stalled client was never closed")
+	}
+	if code := sc.closeCode.Load(); code != int32(websocket.StatusTryAgainLater) {
+		t.Fatalf("closed with %d, want 1013", code)
+	}
+}
+
+// serverConn is the one connection e serves.
+func serverConn(t *testing.T, e *testEnv) *conn {
+	t.Helper()
+	e.srv.mu.Lock()
+	defer e.srv.mu.Unlock()
+	for c := range e.srv.conns {
+		return c
+	}
+	t.Fatal("no connection")
+	return nil
+}
+
+// backlogHeld is what nb holds unwritten.
+func backlogHeld(nb *nbConn) int {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	return len(nb.backlog)
+}
