@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session/sessiontest"
+	"golang.org/x/sys/unix"
 )
 
 // shortSocket is a socket for nbConn that takes a random part of each
@@ -220,4 +222,111 @@ func backlogHeld(nb *nbConn) int {
 	nb.mu.Lock()
 	defer nb.mu.Unlock()
 	return len(nb.backlog)
+}
+
+// TestEchoIsInTheSocketWhenTheOutputWriteReturns: output is written to
+// the client on the goroutine that appended it (the ring's callback), so
+// each keystroke's echo is in the client's socket by the time the
+// program's write returns, with no goroutine left to schedule.
+func TestEchoIsInTheSocketWhenTheOutputWriteReturns(t *testing.T) {
+	t.Parallel()
+	const keys = 20
+	var client atomic.Pointer[net.TCPConn]
+	queued := make(chan int, keys) // what the client's socket held, per key
+	next := make(chan struct{})    // the client read the key's echo
+	done := make(chan struct{})    // the test ended
+	l := &sessiontest.Launcher{}
+	l.Script = func(p *sessiontest.Proc) sandbox.Exit {
+		for i := range keys + 1 {
+			select {
+			case <-next: // nothing else is being written
+			case <-done:
+				return sessiontest.UntilStopped(p)
+			}
+			if i == keys {
+				break
+			}
+			if _, err := p.Out().Stdout.Write([]byte{byte('a' + i)}); err != nil {
+				break
+			}
+			queued <- socketQueued(t, client.Load())
+		}
+		return sessiontest.UntilStopped(p)
+	}
+	e := newFakeEnv(t, l, nil)
+	t.Cleanup(func() { close(done) }) // runs before e's
+	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				client.Store(nc.(*net.TCPConn))
+			}
+			return nc, err
+		}},
+	}}
+	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
+	c, _, err := e.dialRaw("", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "echo", Command: "/bin/sh", Attach: true})
+	c.expect(t, wire.MsgStarted)
+	c.expect(t, wire.MsgAttached)
+	if m, _ := c.expect(t, wire.MsgEvent); m.Event != "started" {
+		t.Fatalf("the first event is %q", m.Event)
+	}
+	sc := serverConn(t, e)
+	for i := 0; i < 1000 && sc.writing.Load(); i++ {
+		time.Sleep(time.Millisecond) // the writer of the event finishes its round
+	}
+	next <- struct{}{}
+	for i := range keys {
+		if n := <-queued; n == 0 {
+			t.Fatalf("key %d: its echo was not in the client's socket when the write returned", i)
+		}
+		if got := c.readOutput(t); got != string(rune('a'+i)) {
+			t.Fatalf("key %d: got %q, want its echo", i, got)
+		}
+		next <- struct{}{}
+	}
+}
+
+// readOutput reads the next output message, past control messages.
+func (c *client) readOutput(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 100 {
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.out != nil {
+			return string(f.out.Data)
+		}
+		t.Logf("before the output: %+v", *f.msg)
+	}
+	t.Fatal("no output in 100 messages")
+	return ""
+}
+
+// socketQueued is how many bytes wait unread in nc's receive queue.
+func socketQueued(t *testing.T, nc *net.TCPConn) int {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		t.Error(err)
+		return -1
+	}
+	var n int
+	var ierr error
+	if err := raw.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		ierr = err
+	}
+	if ierr != nil {
+		t.Error(ierr)
+		return -1
+	}
+	return n
 }
