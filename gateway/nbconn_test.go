@@ -330,3 +330,136 @@ func socketQueued(t *testing.T, nc *net.TCPConn) int {
 	}
 	return n
 }
+
+// TestPingAndCloseBehindABacklog: with output held in the backlog for a
+// client that paused reading, a ping waits behind it and is answered
+// once the client reads again, and a close handshake started with a
+// backlog delivers all the output before the close frame.
+func TestPingAndCloseBehindABacklog(t *testing.T) {
+	t.Parallel()
+	const chunks, chunk = 16, 4 << 10 // per round: over the socket buffers, under the bound
+	round := make(chan struct{})
+	l := &sessiontest.Launcher{}
+	l.Script = func(p *sessiontest.Proc) sandbox.Exit {
+		b := bytes.Repeat([]byte("z"), chunk)
+		for range 2 {
+			select {
+			case <-round:
+			case <-p.Stopped():
+				return sandbox.Exit{Code: -1}
+			}
+			for range chunks {
+				if _, err := p.Out().Stdout.Write(b); err != nil {
+					break
+				}
+			}
+		}
+		return sessiontest.UntilStopped(p)
+	}
+	e := newFakeEnv(t, l, nil)
+	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+			}
+			return nc, err
+		}},
+	}}
+	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
+	c, _, err := e.dialRaw("", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "big", Command: "/bin/sh", Attach: true})
+	c.expect(t, wire.MsgStarted)
+	c.expect(t, wire.MsgAttached)
+	c.expect(t, wire.MsgEvent) // started
+	sc := serverConn(t, e)
+	if sc.nb == nil {
+		t.Fatal("a TCP connection has no non-blocking writer")
+	}
+
+	if err := sc.nb.Conn.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+		t.Fatal(err) // a round is then well over both socket buffers
+	}
+
+	round <- struct{}{}
+	waitBacklog(t, sc.nb)
+	pinged := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pinged <- sc.ws.Ping(ctx)
+	}()
+	c.readOutputBytes(t, chunks*chunk) // the ping frame follows
+
+	round <- struct{}{}
+	waitBacklog(t, sc.nb)
+	sc.close(websocket.StatusNormalClosure, "bye")
+	c.readOutputBytes(t, chunks*chunk) // the client's reads answer the ping on the way
+	if err := <-pinged; err != nil {
+		t.Fatalf("a ping behind the backlog: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 100 {
+		f, err := c.read(ctx)
+		if err != nil {
+			if code := closeCode(err); code != websocket.StatusNormalClosure {
+				t.Fatalf("the close behind the backlog: %v", err)
+			}
+			return
+		}
+		if f.out != nil {
+			t.Fatalf("output after the close: %d bytes", len(f.out.Data))
+		}
+	}
+	t.Fatal("no close in 100 messages")
+}
+
+// waitBacklog waits, bounded, until nb has a backlog (its goroutine
+// writes it).
+func waitBacklog(t *testing.T, nb *nbConn) {
+	t.Helper()
+	for range 3000 {
+		nb.mu.Lock()
+		flushing := nb.flushing
+		nb.mu.Unlock()
+		if flushing {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no backlog formed")
+}
+
+// readOutputBytes reads output messages until n bytes arrived, past
+// control messages; a gap fails the test.
+func (c *client) readOutputBytes(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := 0
+	for range 10000 {
+		if got >= n {
+			break
+		}
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", got, n, err)
+		}
+		if f.out != nil {
+			got += len(f.out.Data)
+			continue
+		}
+		if f.msg.Type == wire.MsgGap {
+			t.Fatalf("a gap after %d bytes: %+v", got, *f.msg)
+		}
+	}
+	if got != n {
+		t.Fatalf("read %d bytes of output, want %d", got, n)
+	}
+}
