@@ -46,15 +46,20 @@ type nbConn struct {
 	done     sync.WaitGroup
 }
 
-// newNBConn wraps nc when it is a plain TCP or unix socket; ok is false
-// for any other connection (TLS), which keeps blocking writes.
+// newNBConn wraps nc when it is a plain TCP or unix socket, or one that
+// the Listener counts (limitedConn); ok is false for any other
+// connection (TLS), which keeps blocking writes.
 func newNBConn(nc net.Conn, timeout time.Duration) (*nbConn, bool) {
-	switch nc.(type) {
+	sock := nc
+	if lc, ok := nc.(*limitedConn); ok {
+		sock = lc.Conn // nc itself stays the one to close: it gives its place back
+	}
+	switch sock.(type) {
 	case *net.TCPConn, *net.UnixConn:
 	default:
 		return nil, false
 	}
-	raw, err := nc.(syscall.Conn).SyscallConn()
+	raw, err := sock.(syscall.Conn).SyscallConn()
 	if err != nil {
 		return nil, false
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -461,5 +462,41 @@ func (c *client) readOutputBytes(t *testing.T, n int) {
 	}
 	if got != n {
 		t.Fatalf("read %d bytes of output, want %d", got, n)
+	}
+}
+
+// TestNBConnUnderTheListener: a TCP connection that the Listener hands
+// out (counted, in a limitedConn), as serve's are, gets the writer that
+// never blocks; a TLS one does not.
+func TestNBConnUnderTheListener(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err == nil {
+			accepted <- nc
+		}
+		close(accepted)
+	}()
+	dc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	nc, ok := <-accepted
+	if !ok {
+		t.Fatal("nothing accepted")
+	}
+	defer nc.Close()
+	if _, ok := newNBConn(&limitedConn{Conn: nc}, time.Second); !ok {
+		t.Fatal("a counted TCP connection keeps blocking writes")
+	}
+	if _, ok := newNBConn(tls.Server(nc, &tls.Config{}), time.Second); ok {
+		t.Fatal("a TLS connection got the raw writer")
 	}
 }
