@@ -47,6 +47,7 @@ type conn struct {
 	// open are the channels not finished yet, attached or detached
 	// (finishChannel); serve finishes those left.
 	open     map[*channel]struct{}
+	nb       *nbConn        // the socket's writer that never blocks, nil on TLS (nbconn.go)
 	writing  atomic.Bool    // a goroutine is writing (flush)
 	wants    atomic.Uint64  // work queued for the writer, counted (flush)
 	flushers sync.WaitGroup // the goroutines kick started
@@ -262,23 +263,48 @@ func (c *conn) flush() {
 // want counts work queued for the writer; call flush or kick after it.
 func (c *conn) want() { c.wants.Add(1) }
 
-// kick flushes from a new goroutine unless one is writing already, for
-// callers that must not wait on the client.
+// kick has what waits written without waiting on the client: on the
+// caller's goroutine when the socket's writer never blocks (nb), else
+// from a new goroutine; neither when one is writing already.
 func (c *conn) kick() {
 	c.want()
 	if c.writing.Load() {
 		return // it re-checks wants when it is done
 	}
 	c.flushersMu.Lock()
-	defer c.flushersMu.Unlock()
 	if c.flushersDone {
+		c.flushersMu.Unlock()
 		return // serve returns: nothing more is written
 	}
 	c.flushers.Add(1)
+	c.flushersMu.Unlock()
+	if c.nb != nil {
+		defer c.flushers.Done()
+		c.flush()
+		return
+	}
 	go func() {
 		defer c.flushers.Done()
 		c.flush()
 	}()
+}
+
+// useNonBlocking has the connection write through nb, when it has one:
+// kick then flushes inline, and a writer that finds nb congested leaves
+// the rest for nb's backlog goroutine, which resumes once it is written.
+func (c *conn) useNonBlocking(nb *nbConn) {
+	if nb == nil {
+		return
+	}
+	c.nb = nb
+	nb.notify(c.kick, c.stalled)
+}
+
+// stalled is nb's backlog not taken within the write timeout: as a
+// frame's write past it, the client is closed as too slow.
+func (c *conn) stalled(err error) {
+	c.close(websocket.StatusTryAgainLater, "client too slow")
+	c.cancel(err)
 }
 
 // waitFlushers waits for the flushers kick started; it starts no more.
@@ -293,7 +319,13 @@ func (c *conn) waitFlushers() {
 // ended or a write failed.
 func (c *conn) drain() bool {
 	for {
-		if c.ctx.Err() != nil || !c.writeControl() {
+		if c.ctx.Err() != nil {
+			return false
+		}
+		if c.nb != nil && c.nb.congested() {
+			return true // the backlog's goroutine kicks once it wrote it
+		}
+		if !c.writeControl() {
 			return false
 		}
 		wrote := false
@@ -337,12 +369,21 @@ func (c *conn) writeControl() bool {
 	return true
 }
 
+// write writes one message. Through nb it cannot block, so it needs no
+// deadline (nb's backlog has one); otherwise the write timeout bounds it.
+// A client too slow for either is closed with 1013.
 func (c *conn) write(typ websocket.MessageType, b []byte) bool {
-	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
-	defer cancel()
 	c.bytesOut.Add(uint64(len(b)))
-	if err := c.ws.Write(ctx, typ, b); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
+	var err error
+	if c.nb != nil {
+		err = c.ws.Write(context.Background(), typ, b)
+	} else {
+		ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.WriteTimeout)
+		err = c.ws.Write(ctx, typ, b)
+		cancel()
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errBacklogStalled) {
 			c.close(websocket.StatusTryAgainLater, "client too slow")
 		}
 		c.cancel(err)

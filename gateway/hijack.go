@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"time"
 )
 
 // Buffer sizes of an upgraded connection. net/http hands a hijacked
@@ -23,18 +24,25 @@ const (
 )
 
 // smallBuffers is a ResponseWriter whose Hijack hands out a smaller write
-// buffer than net/http's: 3 KiB less per idle connection.
+// buffer than net/http's: 3 KiB less per idle connection. A plain TCP or
+// unix connection gets a writer that never blocks (nbConn), which Hijack
+// keeps in nb; other connections keep blocking writes and nb nil.
 type smallBuffers struct {
 	http.ResponseWriter
+	writeTimeout time.Duration // the backlog's (nbConn)
+	nb           *nbConn
 }
 
 // Hijack takes over the connection and moves what the client already
 // sent (net/http read it into its buffer) into the new reader's buffer,
 // where websocket.Accept looks for it.
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
+	}
+	if nb, ok := newNBConn(nc, w.writeTimeout); ok {
+		w.nb, nc = nb, nb
 	}
 	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(slices.Clone(early)), nc), max(upgradeReadBuffer, len(early)))
@@ -49,4 +57,4 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
-func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -363,7 +363,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 			s.release(subject)
 		}
 	}()
-	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
+	hj := &smallBuffers{ResponseWriter: w, writeTimeout: s.cfg.WriteTimeout}
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{wire.Subprotocol},
 		OriginPatterns: s.cfg.Origins,
 	})
@@ -374,6 +375,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c := newConn(s, ws, claims, s.remoteAddr(r))
 	c.token = token
+	c.useNonBlocking(hj.nb)
 	_, c.hop = hopFrom(r.Context())
 	if !s.register(c) {
 		code, reason := s.closeCode()

@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// backlogBound is how much a connection's backlog may hold before its
+// writer stops draining (conn.drain): a client that reads slowly gets
+// flow control from the ring (a gap) instead of memory held for it. A
+// round already under way may add one batch past it.
+const backlogBound = 64 << 10
+
+// errBacklogStalled is a backlog that the client did not take within
+// the write timeout.
+var errBacklogStalled = errors.New("gateway: client did not read its output in time")
+
+// nbConn is a hijacked TCP or unix connection whose Write never blocks:
+// it makes one non-blocking write, and what the socket does not take
+// goes to a backlog that a goroutine of its own (flushBacklog, started
+// only then, ended when the backlog is empty) writes with the write
+// timeout. While a backlog exists, writes append to it, so bytes leave
+// in the order they were written. The WebSocket above it then never
+// blocks in Write, which lets whoever has output write it on its own
+// goroutine (conn.kick). Reads, addresses and Close are the socket's.
+type nbConn struct {
+	net.Conn
+	// try is the non-blocking write: the bytes the socket took, fewer
+	// than asked (maybe none) when it would block.
+	try     func(p []byte) (int, error)
+	timeout time.Duration
+
+	mu       sync.Mutex
+	backlog  []byte // written, not yet taken by the socket
+	spare    []byte // the buffer flushBacklog last wrote, for reuse
+	flushing bool   // flushBacklog runs; writes append to backlog
+	err      error  // the write error that ended the connection, sticky
+	closed   bool
+	drained  func()      // called once a backlog was written (conn.resume)
+	stalled  func(error) // called when it was not, in time (conn.stalled)
+	done     sync.WaitGroup
+}
+
+// newNBConn wraps nc when it is a plain TCP or unix socket, or one that
+// the Listener counts (limitedConn); ok is false for any other
+// connection (TLS), which keeps blocking writes.
+func newNBConn(nc net.Conn, timeout time.Duration) (*nbConn, bool) {
+	sock := nc
+	if lc, ok := nc.(*limitedConn); ok {
+		sock = lc.Conn // nc itself stays the one to close: it gives its place back
+	}
+	switch sock.(type) {
+	case *net.TCPConn, *net.UnixConn:
+	default:
+		return nil, false
+	}
+	raw, err := sock.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	return &nbConn{Conn: nc, try: rawTry(raw), timeout: timeout}, true
+}
+
+// rawTry is a non-blocking write on raw: one write(2) that never waits
+// for the socket to become writable (the callback never asks to wait).
+func rawTry(raw syscall.RawConn) func(p []byte) (int, error) {
+	return func(p []byte) (int, error) {
+		var n int
+		var werr error
+		err := raw.Write(func(fd uintptr) bool {
+			for {
+				n, werr = syscall.Write(int(fd), p)
+				if werr != syscall.EINTR {
+					return true
+				}
+			}
+		})
+		switch {
+		case err != nil:
+			return 0, err
+		case werr == syscall.EAGAIN:
+			return 0, nil
+		case werr != nil:
+			return 0, &net.OpError{Op: "write", Net: "tcp", Err: werr}
+		}
+		return n, nil
+	}
+}
+
+// notify sets what is called when a backlog was written, or was not
+// within the timeout; both run on the backlog's goroutine.
+func (c *nbConn) notify(drained func(), stalled func(error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drained, c.stalled = drained, stalled
+}
+
+// Write writes p without blocking: what the socket does not take now is
+// kept in the backlog. It fails only once a write failed (or the
+// backlog stalled) or the connection was closed.
+func (c *nbConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.err != nil:
+		return 0, c.err
+	case c.closed:
+		return 0, net.ErrClosed
+	case c.flushing:
+		c.backlog = append(c.backlog, p...)
+		return len(p), nil
+	}
+	n, err := c.try(p)
+	if err != nil {
+		c.err = err
+		return n, err
+	}
+	if n < len(p) {
+		c.backlog = append(c.spare[:0], p[n:]...)
+		c.spare = nil
+		c.flushing = true
+		c.done.Add(1)
+		go c.flushBacklog()
+	}
+	return len(p), nil
+}
+
+// congested reports whether the backlog holds more than backlogBound:
+// the writer should leave the rest until it was written.
+func (c *nbConn) congested() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.backlog) > backlogBound
+}
+
+// flushBacklog is the backlog's goroutine: it writes the backlog, and
+// what was added meanwhile, each part within the timeout, and ends when
+// the backlog is empty, the connection closed or a write failed.
+func (c *nbConn) flushBacklog() {
+	defer c.done.Done()
+	for {
+		c.mu.Lock()
+		b := c.backlog
+		if len(b) == 0 || c.closed {
+			c.backlog, c.flushing = nil, false
+			drained := c.drained
+			c.mu.Unlock()
+			if drained != nil && len(b) == 0 {
+				drained()
+			}
+			return
+		}
+		c.backlog, c.spare = c.spare[:0], nil // never two owners of a buffer
+		c.mu.Unlock()
+		err := c.writeAll(b)
+		c.mu.Lock()
+		if err != nil {
+			if errors.Is(err, errBacklogStalled) || c.err == nil {
+				c.err = err
+			}
+			c.backlog, c.spare, c.flushing = nil, nil, false
+			stalled := c.stalled
+			c.mu.Unlock()
+			if stalled != nil && errors.Is(err, errBacklogStalled) {
+				stalled(err)
+			}
+			return
+		}
+		if cap(b) <= backlogBound {
+			c.spare = b[:0]
+		}
+		c.mu.Unlock()
+	}
+}
+
+// writeAll writes b to the socket, blocking, within the timeout.
+func (c *nbConn) writeAll(b []byte) error {
+	if c.timeout > 0 {
+		c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+	}
+	_, err := c.Conn.Write(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w (%v)", errBacklogStalled, c.timeout)
+	}
+	return err
+}
+
+// Close closes the socket and waits for the backlog's goroutine, which
+// the close ends.
+func (c *nbConn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	err := c.Conn.Close()
+	c.done.Wait()
+	return err
+}

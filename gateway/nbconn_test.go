@@ -1,0 +1,502 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session/sessiontest"
+	"golang.org/x/sys/unix"
+)
+
+// shortSocket is a socket for nbConn that takes a random part of each
+// non-blocking write and, on a blocking one, everything after random
+// pauses; or fails the blocking write as past its deadline (stall).
+type shortSocket struct {
+	net.Conn // nil: only Write, SetWriteDeadline and Close are used
+	mu       sync.Mutex
+	rnd      *rand.Rand
+	out      bytes.Buffer
+	stall    bool
+}
+
+func (s *shortSocket) try(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.rnd.IntN(len(p) + 1)
+	if s.rnd.IntN(4) == 0 {
+		n = len(p)
+	}
+	s.out.Write(p[:n])
+	return n, nil
+}
+
+func (s *shortSocket) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stall {
+		return 0, os.ErrDeadlineExceeded
+	}
+	s.out.Write(p)
+	return len(p), nil
+}
+
+func (s *shortSocket) SetWriteDeadline(time.Time) error { return nil }
+func (s *shortSocket) Close() error                     { return nil }
+
+// TestNBConnKeepsOrderUnderShortWrites: whatever part of each write the
+// socket takes at once, the bytes leave whole and in order, and each
+// drained backlog is reported.
+func TestNBConnKeepsOrderUnderShortWrites(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(20) {
+		sock := &shortSocket{rnd: rand.New(rand.NewPCG(seed, 1))}
+		nb := &nbConn{Conn: sock, try: sock.try, timeout: time.Second}
+		drained := make(chan struct{}, 1)
+		nb.notify(func() {
+			select {
+			case drained <- struct{}{}:
+			default:
+			}
+		}, func(err error) { t.Errorf("seed %d: stalled: %v", seed, err) })
+		rnd := rand.New(rand.NewPCG(seed, 2))
+		var want bytes.Buffer
+		for i := range 2000 {
+			p := make([]byte, 1+rnd.IntN(3000))
+			for j := range p {
+				p[j] = byte(i + j)
+			}
+			want.Write(p)
+			if n, err := nb.Write(p); n != len(p) || err != nil {
+				t.Fatalf("seed %d: write %d: %d, %v", seed, i, n, err)
+			}
+		}
+		waitDrained(t, nb, drained)
+		sock.mu.Lock()
+		got := sock.out.Bytes()
+		sock.mu.Unlock()
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("seed %d: %d bytes out of %d written, not the same", seed, len(got), want.Len())
+		}
+		nb.Close()
+	}
+}
+
+// waitDrained waits, a bounded number of times, until nb has no backlog.
+func waitDrained(t *testing.T, nb *nbConn, drained <-chan struct{}) {
+	t.Helper()
+	for range 1000 {
+		nb.mu.Lock()
+		flushing := nb.flushing
+		nb.mu.Unlock()
+		if !flushing {
+			return
+		}
+		select {
+		case <-drained:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the backlog was never written")
+}
+
+// TestNBConnStalls: a backlog the socket does not take within the
+// timeout is reported once, and every later write fails.
+func TestNBConnStalls(t *testing.T) {
+	t.Parallel()
+	sock := &shortSocket{rnd: rand.New(rand.NewPCG(1, 1)), stall: true}
+	nb := &nbConn{Conn: sock, try: func([]byte) (int, error) { return 0, nil }, timeout: time.Second}
+	stalled := make(chan error, 2)
+	nb.notify(func() {}, func(err error) { stalled <- err })
+	if _, err := nb.Write([]byte("never taken")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stalled; !errors.Is(err, errBacklogStalled) {
+		t.Fatalf("stalled with %v", err)
+	}
+	nb.done.Wait()
+	if _, err := nb.Write([]byte("more")); !errors.Is(err, errBacklogStalled) {
+		t.Fatalf("a write after the stall: %v", err)
+	}
+	if len(stalled) != 0 {
+		t.Fatal("the stall was reported twice")
+	}
+	nb.Close()
+}
+
+// TestOutputNeverWaitsForAClientThatStopsReading: a client that stops
+// reading, with a small socket buffer, never blocks the execution's
+// output (the ring's callback writes on its goroutine): the program
+// writes all it has, the connection's backlog stays bounded, and the
+// connection is closed as too slow (1013) after the write timeout.
+func TestOutputNeverWaitsForAClientThatStopsReading(t *testing.T) {
+	t.Parallel()
+	const chunks, chunk = 4096, 4 << 10 // 16 MiB, far over any socket buffer
+	wrote := make(chan int, 1)
+	typed := make(chan struct{})
+	l := &sessiontest.Launcher{}
+	l.Script = func(p *sessiontest.Proc) sandbox.Exit {
+		<-typed
+		b := bytes.Repeat([]byte("y"), chunk)
+		n := 0
+		for range chunks {
+			if _, err := p.Out().Stdout.Write(b); err != nil {
+				break
+			}
+			n++
+		}
+		wrote <- n
+		return sessiontest.UntilStopped(p)
+	}
+	e := newFakeEnv(t, l, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+			}
+			return nc, err
+		}},
+	}}
+	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
+	c, _, err := e.dialRaw("", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "flood", Command: "/bin/sh", Attach: true})
+	c.expect(t, wire.MsgStarted)
+	c.expect(t, wire.MsgAttached)
+	sc := serverConn(t, e)
+	if sc.nb == nil {
+		t.Fatal("a TCP connection has no non-blocking writer")
+	}
+	close(typed) // the client reads no more
+	select {
+	case n := <-wrote:
+		if n != chunks {
+			t.Fatalf("the program wrote %d of %d chunks", n, chunks)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the program's output waited for the client")
+	}
+	if m := backlogHeld(sc.nb); m > backlogBound+2*chunk+64<<10 {
+		t.Fatalf("the backlog holds %d bytes", m)
+	}
+	select {
+	case <-sc.ctx.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the stalled client was never closed")
+	}
+	if code := sc.closeCode.Load(); code != int32(websocket.StatusTryAgainLater) {
+		t.Fatalf("closed with %d, want 1013", code)
+	}
+}
+
+// serverConn is the one connection e serves.
+func serverConn(t *testing.T, e *testEnv) *conn {
+	t.Helper()
+	e.srv.mu.Lock()
+	defer e.srv.mu.Unlock()
+	for c := range e.srv.conns {
+		return c
+	}
+	t.Fatal("no connection")
+	return nil
+}
+
+// backlogHeld is what nb holds unwritten.
+func backlogHeld(nb *nbConn) int {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	return len(nb.backlog)
+}
+
+// TestEchoIsInTheSocketWhenTheOutputWriteReturns: output is written to
+// the client on the goroutine that appended it (the ring's callback), so
+// each keystroke's echo is in the client's socket by the time the
+// program's write returns, with no goroutine left to schedule.
+func TestEchoIsInTheSocketWhenTheOutputWriteReturns(t *testing.T) {
+	t.Parallel()
+	const keys = 20
+	var client atomic.Pointer[net.TCPConn]
+	queued := make(chan int, keys) // what the client's socket held, per key
+	next := make(chan struct{})    // the client read the key's echo
+	done := make(chan struct{})    // the test ended
+	l := &sessiontest.Launcher{}
+	l.Script = func(p *sessiontest.Proc) sandbox.Exit {
+		for i := range keys + 1 {
+			select {
+			case <-next: // nothing else is being written
+			case <-done:
+				return sessiontest.UntilStopped(p)
+			}
+			if i == keys {
+				break
+			}
+			if _, err := p.Out().Stdout.Write([]byte{byte('a' + i)}); err != nil {
+				break
+			}
+			queued <- socketQueued(t, client.Load())
+		}
+		return sessiontest.UntilStopped(p)
+	}
+	e := newFakeEnv(t, l, nil)
+	t.Cleanup(func() { close(done) }) // runs before e's
+	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				client.Store(nc.(*net.TCPConn))
+			}
+			return nc, err
+		}},
+	}}
+	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
+	c, _, err := e.dialRaw("", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "echo", Command: "/bin/sh", Attach: true})
+	c.expect(t, wire.MsgStarted)
+	c.expect(t, wire.MsgAttached)
+	if m, _ := c.expect(t, wire.MsgEvent); m.Event != "started" {
+		t.Fatalf("the first event is %q", m.Event)
+	}
+	sc := serverConn(t, e)
+	for i := 0; i < 1000 && sc.writing.Load(); i++ {
+		time.Sleep(time.Millisecond) // the writer of the event finishes its round
+	}
+	next <- struct{}{}
+	for i := range keys {
+		if n := <-queued; n == 0 {
+			t.Fatalf("key %d: its echo was not in the client's socket when the write returned", i)
+		}
+		if got := c.readOutput(t); got != string(rune('a'+i)) {
+			t.Fatalf("key %d: got %q, want its echo", i, got)
+		}
+		next <- struct{}{}
+	}
+}
+
+// readOutput reads the next output message, past control messages.
+func (c *client) readOutput(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 100 {
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.out != nil {
+			return string(f.out.Data)
+		}
+		t.Logf("before the output: %+v", *f.msg)
+	}
+	t.Fatal("no output in 100 messages")
+	return ""
+}
+
+// socketQueued is how many bytes wait unread in nc's receive queue.
+func socketQueued(t *testing.T, nc *net.TCPConn) int {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		t.Error(err)
+		return -1
+	}
+	var n int
+	var ierr error
+	if err := raw.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		ierr = err
+	}
+	if ierr != nil {
+		t.Error(ierr)
+		return -1
+	}
+	return n
+}
+
+// TestPingAndCloseBehindABacklog: with output held in the backlog for a
+// client that paused reading, a ping waits behind it and is answered
+// once the client reads again, and a close handshake started with a
+// backlog delivers all the output before the close frame.
+func TestPingAndCloseBehindABacklog(t *testing.T) {
+	t.Parallel()
+	const chunks, chunk = 16, 4 << 10 // per round: over the socket buffers, under the bound
+	round := make(chan struct{})
+	l := &sessiontest.Launcher{}
+	l.Script = func(p *sessiontest.Proc) sandbox.Exit {
+		b := bytes.Repeat([]byte("z"), chunk)
+		for range 2 {
+			select {
+			case <-round:
+			case <-p.Stopped():
+				return sandbox.Exit{Code: -1}
+			}
+			for range chunks {
+				if _, err := p.Out().Stdout.Write(b); err != nil {
+					break
+				}
+			}
+		}
+		return sessiontest.UntilStopped(p)
+	}
+	e := newFakeEnv(t, l, nil)
+	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+			}
+			return nc, err
+		}},
+	}}
+	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
+	c, _, err := e.dialRaw("", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "big", Command: "/bin/sh", Attach: true})
+	c.expect(t, wire.MsgStarted)
+	c.expect(t, wire.MsgAttached)
+	c.expect(t, wire.MsgEvent) // started
+	sc := serverConn(t, e)
+	if sc.nb == nil {
+		t.Fatal("a TCP connection has no non-blocking writer")
+	}
+
+	if err := sc.nb.Conn.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+		t.Fatal(err) // a round is then well over both socket buffers
+	}
+
+	round <- struct{}{}
+	waitBacklog(t, sc.nb)
+	pinged := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pinged <- sc.ws.Ping(ctx)
+	}()
+	c.readOutputBytes(t, chunks*chunk) // the ping frame follows
+
+	round <- struct{}{}
+	waitBacklog(t, sc.nb)
+	sc.close(websocket.StatusNormalClosure, "bye")
+	c.readOutputBytes(t, chunks*chunk) // the client's reads answer the ping on the way
+	if err := <-pinged; err != nil {
+		t.Fatalf("a ping behind the backlog: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 100 {
+		f, err := c.read(ctx)
+		if err != nil {
+			if code := closeCode(err); code != websocket.StatusNormalClosure {
+				t.Fatalf("the close behind the backlog: %v", err)
+			}
+			return
+		}
+		if f.out != nil {
+			t.Fatalf("output after the close: %d bytes", len(f.out.Data))
+		}
+	}
+	t.Fatal("no close in 100 messages")
+}
+
+// waitBacklog waits, bounded, until nb has a backlog (its goroutine
+// writes it).
+func waitBacklog(t *testing.T, nb *nbConn) {
+	t.Helper()
+	for range 3000 {
+		nb.mu.Lock()
+		flushing := nb.flushing
+		nb.mu.Unlock()
+		if flushing {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no backlog formed")
+}
+
+// readOutputBytes reads output messages until n bytes arrived, past
+// control messages; a gap fails the test.
+func (c *client) readOutputBytes(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := 0
+	for range 10000 {
+		if got >= n {
+			break
+		}
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", got, n, err)
+		}
+		if f.out != nil {
+			got += len(f.out.Data)
+			continue
+		}
+		if f.msg.Type == wire.MsgGap {
+			t.Fatalf("a gap after %d bytes: %+v", got, *f.msg)
+		}
+	}
+	if got != n {
+		t.Fatalf("read %d bytes of output, want %d", got, n)
+	}
+}
+
+// TestNBConnUnderTheListener: a TCP connection that the Listener hands
+// out (counted, in a limitedConn), as serve's are, gets the writer that
+// never blocks; a TLS one does not.
+func TestNBConnUnderTheListener(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err == nil {
+			accepted <- nc
+		}
+		close(accepted)
+	}()
+	dc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	nc, ok := <-accepted
+	if !ok {
+		t.Fatal("nothing accepted")
+	}
+	defer nc.Close()
+	if _, ok := newNBConn(&limitedConn{Conn: nc}, time.Second); !ok {
+		t.Fatal("a counted TCP connection keeps blocking writes")
+	}
+	if _, ok := newNBConn(tls.Server(nc, &tls.Config{}), time.Second); ok {
+		t.Fatal("a TLS connection got the raw writer")
+	}
+}
