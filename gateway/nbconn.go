@@ -37,7 +37,7 @@ type nbConn struct {
 
 	mu       sync.Mutex
 	backlog  []byte // written, not yet taken by the socket
-	spare    []byte // the buffer flushBacklog last wrote, for reuse
+	spare    []byte // the buffer flushBacklog last wrote, for its next round
 	flushing bool   // flushBacklog runs; writes append to backlog
 	err      error  // the write error that ended the connection, sticky
 	closed   bool
@@ -147,7 +147,9 @@ func (c *nbConn) flushBacklog() {
 		c.mu.Lock()
 		b := c.backlog
 		if len(b) == 0 || c.closed {
-			c.backlog, c.flushing = nil, false
+			// An idle connection holds no buffer: the spare serves one
+			// backlog's rounds only.
+			c.backlog, c.spare, c.flushing = nil, nil, false
 			drained := c.drained
 			c.mu.Unlock()
 			if drained != nil && len(b) == 0 {
@@ -178,10 +180,13 @@ func (c *nbConn) flushBacklog() {
 	}
 }
 
-// writeAll writes b to the socket, blocking, within the timeout.
+// writeAll writes b to the socket, blocking, within the timeout. The
+// deadline is taken off again: left on the socket, it would fail the
+// next non-blocking write once it passed.
 func (c *nbConn) writeAll(b []byte) error {
 	if c.timeout > 0 {
 		c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+		defer c.Conn.SetWriteDeadline(time.Time{})
 	}
 	_, err := c.Conn.Write(b)
 	if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -498,5 +499,74 @@ func TestNBConnUnderTheListener(t *testing.T) {
 	}
 	if _, ok := newNBConn(tls.Server(nc, &tls.Config{}), time.Second); ok {
 		t.Fatal("a TLS connection got the raw writer")
+	}
+}
+
+// TestNBConnWritesAfterABacklogOutlivedItsDeadline: the backlog's
+// goroutine writes under a deadline; once the backlog is written that
+// deadline must not stay on the socket, or the next write, a timeout
+// later, would fail as past it and end a healthy connection. It also
+// checks that a drained backlog leaves no buffer held for an idle
+// connection.
+func TestNBConnWritesAfterABacklogOutlivedItsDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	peer.(*net.TCPConn).SetReadBuffer(4 << 10)
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.(*net.TCPConn).SetWriteBuffer(4 << 10)
+	const timeout = time.Second
+	nb, ok := newNBConn(nc, timeout)
+	if !ok {
+		t.Fatal("a TCP connection gets no non-blocking writer")
+	}
+	defer nb.Close()
+	drained := make(chan struct{}, 1)
+	nb.notify(func() { drained <- struct{}{} }, nil)
+	chunk := bytes.Repeat([]byte("x"), 16<<10)
+	sent := 0
+	for i := 0; i < 64 && backlogHeld(nb) == 0; i++ { // until the socket is full
+		if _, err := nb.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+		sent += len(chunk)
+	}
+	if backlogHeld(nb) == 0 {
+		t.Fatal("no backlog after 1 MiB to a client that does not read")
+	}
+	got := make(chan error, 1)
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		_, err := io.ReadFull(peer, make([]byte, sent))
+		got <- err
+	}()
+	waitDrained(t, nb, drained)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	nb.mu.Lock()
+	held := cap(nb.spare) + cap(nb.backlog)
+	nb.mu.Unlock()
+	if held != 0 {
+		t.Errorf("a drained backlog leaves %d bytes held", held)
+	}
+	time.Sleep(timeout + 200*time.Millisecond) // the backlog's deadline passes
+	if _, err := nb.Write([]byte("after")); err != nil {
+		t.Fatalf("a write after the backlog's deadline passed: %v", err)
+	}
+	b := make([]byte, 5)
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(peer, b); err != nil || string(b) != "after" {
+		t.Fatalf("read %q, %v; want after", b, err)
 	}
 }
