@@ -162,20 +162,7 @@ func TestOutputNeverWaitsForAClientThatStopsReading(t *testing.T) {
 		return sessiontest.UntilStopped(p)
 	}
 	e := newFakeEnv(t, l, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
-	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
-		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err == nil {
-				nc.(*net.TCPConn).SetReadBuffer(4 << 10)
-			}
-			return nc, err
-		}},
-	}}
-	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
-	c, _, err := e.dialRaw("", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := e.dialSmall(t, e.token(t, "acme", allScopes...))
 	defer c.ws.CloseNow()
 	c.expect(t, wire.MsgHello)
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "flood", Command: "/bin/sh", Attach: true})
@@ -359,20 +346,7 @@ func TestPingAndCloseBehindABacklog(t *testing.T) {
 		return sessiontest.UntilStopped(p)
 	}
 	e := newFakeEnv(t, l, nil)
-	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}, HTTPClient: &http.Client{
-		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err == nil {
-				nc.(*net.TCPConn).SetReadBuffer(4 << 10)
-			}
-			return nc, err
-		}},
-	}}
-	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
-	c, _, err := e.dialRaw("", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := e.dialSmall(t, e.token(t, "acme", allScopes...))
 	defer c.ws.CloseNow()
 	c.expect(t, wire.MsgHello)
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "big", Command: "/bin/sh", Attach: true})
