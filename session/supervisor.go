@@ -199,7 +199,7 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 		return Info{}, err
 	}
 	if created {
-		e, err := s.make(r, key{owner, id}, spec, string(fingerprint))
+		e, err := s.makeExecution(r, key{owner, id}, spec, string(fingerprint))
 		if err != nil {
 			return Info{}, err
 		}
@@ -245,11 +245,11 @@ func (r *reservation) wait(ctx context.Context) (*execution, error) {
 	}
 }
 
-// make makes the execution r reserved, its files included, outside s.mu,
+// makeExecution makes the execution r reserved, its files included, outside s.mu,
 // so that one start's storage does not hold up every other start, and
 // registers it; or, when that failed or s closed meanwhile, gives the
 // reservation's counts back.
-func (s *Supervisor) make(r *reservation, k key, spec Spec, fingerprint string) (*execution, error) {
+func (s *Supervisor) makeExecution(r *reservation, k key, spec Spec, fingerprint string) (*execution, error) {
 	if makeHook != nil {
 		makeHook(k.owner, k.id)
 	}
@@ -308,7 +308,7 @@ func (s *Supervisor) normalize(spec Spec) (Spec, error) {
 
 // admit returns the existing execution for k, as a reservation already
 // made, or the start of k under way; or it reserves k and its place in
-// the limits for a new execution that the caller must make (Supervisor.make)
+// the limits for a new execution that the caller must make (makeExecution)
 // and launch (created). Called with s.mu held.
 func (s *Supervisor) admit(k key, fingerprint string) (r *reservation, created bool, err error) {
 	if s.closed {
@@ -360,6 +360,12 @@ func (s *Supervisor) unreserveLocked(owner string) {
 	if s.held[owner]--; s.held[owner] <= 0 {
 		delete(s.held, owner)
 	}
+	s.unstartLocked(owner)
+}
+
+// unstartLocked gives back the running and started counts admit took for
+// a start of owner that never ran. Called with s.mu held.
+func (s *Supervisor) unstartLocked(owner string) {
 	s.running--
 	s.started--
 	s.uncountStartLocked(owner)
@@ -448,12 +454,7 @@ func (s *Supervisor) forget(e *execution) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.removeLocked(e)
-	s.running--
-	s.started--
-	s.uncountStartLocked(e.key.owner)
-	if s.byOwner[e.key.owner]--; s.byOwner[e.key.owner] == 0 {
-		delete(s.byOwner, e.key.owner)
-	}
+	s.unstartLocked(e.key.owner)
 }
 
 // lookup returns owner's execution id. Another owner's ID is not found,
