@@ -69,12 +69,12 @@ type conn struct {
 
 	// The relay's (relay.go): channels on executions of other nodes, one
 	// upstream per owner node, and their FIFO into the writer. The maps
-	// and the FIFO are made with the first upstream: most connections
-	// never relay.
+	// are made with the first upstream, the FIFO with the first frame
+	// queued (relayFIFO): most connections never relay.
 	token   string // the raw bearer, for upstream dials and reauth; never logged
 	relayed map[uint32]*relayChannel
 	ups     map[string]*upstream
-	relayQ  atomic.Pointer[relayQueue] // nil until the first upstream
+	relayQ  atomic.Pointer[relayQueue] // nil until a frame is first queued
 	relays  sync.WaitGroup             // the upstreams' goroutines
 }
 
