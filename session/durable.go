@@ -114,19 +114,19 @@ func (st *store) create(k key) (string, error) {
 	return dir, nil
 }
 
-// writeRecord writes dir's record.json. The first, of a start (no
-// result, not a tombstone), is written into the fresh directory in place:
-// one file, no rename. It is written before the process is launched, so
-// a start killed before it ended leaves no record, or a partial one that
-// Restore drops with the directory, and no process. Every later record
-// replaces it atomically (write, then rename).
-func writeRecord(dir string, rec *record) error {
+// writeRecord writes dir's record.json. A start's first record (first)
+// is written into the fresh directory in place: one file, no rename. It
+// is written before the process is launched, so a start killed before it
+// ended leaves no record, or a partial one that Restore drops with the
+// directory, and no process. Every later record replaces it atomically
+// (write, then rename).
+func writeRecord(dir string, rec *record, first bool) error {
 	rec.Version = recordVersion
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("session: encode record: %w", err)
 	}
-	if rec.Result == nil && rec.Gone.IsZero() {
+	if first {
 		if err := writeNew(filepath.Join(dir, "record.json"), b); err != nil {
 			return fmt.Errorf("session: write record: %w", err)
 		}

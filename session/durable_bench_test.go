@@ -40,7 +40,7 @@ func BenchmarkDurableStorage(b *testing.B) {
 		in[0] = 1
 		syscall.Munmap(in)
 		rec := &record{Owner: "t", ID: dir, Incarnation: "i", Ring: ringBounds(replay.Config{}), Started: time.Now()}
-		if err := writeRecord(dir, rec); err != nil {
+		if err := writeRecord(dir, rec, true); err != nil {
 			b.Fatal(err)
 		}
 	}

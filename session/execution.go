@@ -107,9 +107,10 @@ func (e *execution) makeStorage() error {
 	return nil
 }
 
-// record writes a durable execution's record.json; nothing otherwise,
-// and nothing once the supervisor detached: the next one owns the files.
-func (e *execution) record() {
+// record writes a durable execution's record.json, the start's first
+// when first; nothing otherwise, and nothing once the supervisor
+// detached: the next one owns the files.
+func (e *execution) record(first bool) {
 	if e.dir == "" || e.s.detached.Load() {
 		return
 	}
@@ -122,7 +123,7 @@ func (e *execution) record() {
 		rec.Expires = e.res.Ended.Add(e.spec.Retention)
 	}
 	e.mu.Unlock()
-	if err := writeRecord(e.dir, rec); err != nil {
+	if err := writeRecord(e.dir, rec, first); err != nil {
 		e.s.log.Error("cannot record the execution's state", "execution", e.key.id, "tenant", e.key.owner, "err", err)
 	}
 }
@@ -147,7 +148,7 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 		started.Rows, started.Cols = tty.Rows, tty.Cols
 	}
 	e.ring.Append(started)
-	e.record()
+	e.record(true)
 	policy := e.spec.Policy
 	if e.dir != "" {
 		policy.Key = filepath.Base(e.dir)
@@ -294,7 +295,7 @@ func (e *execution) finish(exit sandbox.Exit) {
 		Code: exit.Code, Signal: int(exit.Signal), Reason: ringReason, Duration: res.Duration,
 	}})
 	e.s.settled(e, status, ringReason)
-	e.record()
+	e.record(false)
 	e.s.log.Info("execution ended", append(e.logAttrs, "status", status, "reason", ringReason, "exit_code", exit.Code,
 		"signal", res.Signal, "duration", res.Duration.Seconds(), "stdout_bytes", res.Stdout.Original, "stderr_bytes", res.Stderr.Original)...)
 	e.ended()

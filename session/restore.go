@@ -140,7 +140,7 @@ func (s *Supervisor) bury(dir string, rec *record, why string) {
 	for _, f := range []string{"ring", "input"} {
 		os.Remove(filepath.Join(dir, f))
 	}
-	if err := writeRecord(dir, rec); err != nil {
+	if err := writeRecord(dir, rec, false); err != nil {
 		s.log.Error("state: cannot keep a tombstone", "execution", rec.ID, "err", err)
 		os.RemoveAll(dir)
 		return
