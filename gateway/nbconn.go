@@ -3,11 +3,15 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // backlogBound is how much a connection's backlog may hold before its
@@ -27,9 +31,11 @@ var errBacklogStalled = errors.New("gateway: client did not read its output in t
 // timeout. While a backlog exists, writes append to it, so bytes leave
 // in the order they were written. The WebSocket above it then never
 // blocks in Write, which lets whoever has output write it on its own
-// goroutine (conn.kick). Reads, addresses and Close are the socket's.
+// goroutine (conn.kick). Reads are the socket's, made raw (Read);
+// addresses and Close are the socket's own.
 type nbConn struct {
 	net.Conn
+	raw syscall.RawConn
 	// try is the non-blocking write: the bytes the socket took, fewer
 	// than asked (maybe none) when it would block.
 	try     func(p []byte) (int, error)
@@ -63,7 +69,7 @@ func newNBConn(nc net.Conn, timeout time.Duration) (*nbConn, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &nbConn{Conn: nc, try: rawTry(raw), timeout: timeout}, true
+	return &nbConn{Conn: nc, raw: raw, try: rawTry(raw), timeout: timeout}, true
 }
 
 // rawTry is a non-blocking write on raw: one write(2) that never waits
@@ -74,7 +80,7 @@ func rawTry(raw syscall.RawConn) func(p []byte) (int, error) {
 		var werr error
 		err := raw.Write(func(fd uintptr) bool {
 			for {
-				n, werr = syscall.Write(int(fd), p)
+				n, werr = rawSyscall(unix.SYS_WRITE, fd, p)
 				if werr != syscall.EINTR {
 					return true
 				}
@@ -90,6 +96,45 @@ func rawTry(raw syscall.RawConn) func(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+}
+
+// Read reads from the socket as net.Conn's Read does, waiting in the
+// poller within the read deadline, but its read(2) goes to the kernel
+// without the scheduler's system-call bookkeeping (rawSyscall), as the
+// writes do.
+func (c *nbConn) Read(p []byte) (int, error) {
+	var n int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = rawSyscall(unix.SYS_READ, fd, p)
+			if rerr != syscall.EINTR {
+				return rerr != syscall.EAGAIN
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// rawSyscall is read(2) or write(2) (trap) of p on a socket's
+// descriptor, which Go keeps in non-blocking mode, made without the
+// scheduler's system-call bookkeeping: it returns at once, and a call
+// through the scheduler wakes the runtime's monitor thread whenever the
+// process was idle, as it is between keystrokes. n is 0 on error.
+func rawSyscall(trap, fd uintptr, p []byte) (int, error) {
+	n, _, e := unix.RawSyscall(trap, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // notify sets what is called when a backlog was written, or was not

@@ -445,34 +445,92 @@ func (c *client) readOutputBytes(t *testing.T, n int) {
 // never blocks; a TLS one does not.
 func TestNBConnUnderTheListener(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		nc, err := ln.Accept()
-		if err == nil {
-			accepted <- nc
-		}
-		close(accepted)
-	}()
-	dc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dc.Close()
-	nc, ok := <-accepted
-	if !ok {
-		t.Fatal("nothing accepted")
-	}
-	defer nc.Close()
+	nc, _ := tcpPair(t)
 	if _, ok := newNBConn(&limitedConn{Conn: nc}, time.Second); !ok {
 		t.Fatal("a counted TCP connection keeps blocking writes")
 	}
 	if _, ok := newNBConn(tls.Server(nc, &tls.Config{}), time.Second); ok {
 		t.Fatal("a TLS connection got the raw writer")
+	}
+}
+
+// tcpPair returns both ends of a TCP connection on 127.0.0.1, closed
+// when the test ends.
+func tcpPair(t *testing.T) (accepted, dialed net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err == nil {
+			got <- nc
+		}
+		close(got)
+	}()
+	dc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	nc, ok := <-got
+	if !ok {
+		t.Fatal("nothing accepted")
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc, dc
+}
+
+// TestNBConnReadsAsTheSocketDoes: its raw reads keep net.Conn's
+// meaning: the bytes in order, a deadline's timeout, end of file when
+// the peer closes, and a Close that ends a waiting Read.
+func TestNBConnReadsAsTheSocketDoes(t *testing.T) {
+	t.Parallel()
+	nc, dc := tcpPair(t)
+	nb, ok := newNBConn(nc, time.Second)
+	if !ok {
+		t.Fatal("no raw writer for TCP")
+	}
+	if _, err := dc.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	if n, err := io.ReadAtLeast(nb, buf, 5); err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("read %q, %v; want hello", buf[:n], err)
+	}
+	if n, err := nb.Read(buf[:0]); n != 0 || err != nil {
+		t.Fatalf("an empty read: %d, %v", n, err)
+	}
+	nb.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	var ne net.Error
+	if _, err := nb.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past its deadline: %v, want a timeout", err)
+	}
+	nb.SetReadDeadline(time.Time{})
+	dc.Close()
+	if _, err := nb.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want io.EOF", err)
+	}
+
+	nc2, _ := tcpPair(t)
+	nb2, _ := newNBConn(nc2, time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := nb2.Read(buf)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let it wait in the poller (it also passes if not yet)
+	nb2.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read ended by Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end a waiting Read")
 	}
 }
 

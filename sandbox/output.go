@@ -71,8 +71,8 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 // poller holding no buffer, so an idle execution costs little: a read
 // borrows one from readBufs, and gives it back after writing what it read.
 func copyOutput(r *os.File, w io.Writer) {
-	raw, err := r.SyscallConn()
-	if err != nil {
+	raw, ok := polledRaw(r)
+	if !ok {
 		copyBlocking(r, w)
 		return
 	}
@@ -104,7 +104,7 @@ func readWaiting(raw syscall.RawConn) (*[]byte, int, error) {
 	var rerr error
 	err := raw.Read(func(fd uintptr) bool {
 		buf = readBufs.Get().(*[]byte)
-		n, rerr = unix.Read(int(fd), *buf)
+		n, rerr = rawRead(int(fd), *buf)
 		if errors.Is(rerr, unix.EAGAIN) {
 			readBufs.Put(buf) // wait in the poller without it
 			buf = nil
@@ -126,6 +126,20 @@ func readWaiting(raw syscall.RawConn) (*[]byte, int, error) {
 		n = readBurst(raw, *buf, n)
 	}
 	return buf, n, nil
+}
+
+// polledRaw returns r's descriptor when it waits in the poller, which
+// only a descriptor in non-blocking mode does (and the raw reads need).
+func polledRaw(r *os.File) (syscall.RawConn, bool) {
+	raw, err := r.SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	ok := false
+	if err := raw.Control(func(fd uintptr) { ok = isNonBlocking(fd) }); err != nil {
+		return nil, false
+	}
+	return raw, ok
 }
 
 // copyBlocking is copyOutput for a descriptor without a poller.
@@ -161,7 +175,7 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 		var m int
 		var err error
 		raw.Read(func(fd uintptr) bool {
-			m, err = unix.Read(int(fd), buf[n:])
+			m, err = rawRead(int(fd), buf[n:])
 			return true // never wait
 		})
 		if err != nil || m <= 0 {
@@ -180,8 +194,8 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 // bursts do, what came meanwhile, up to maxReadBuf. The first bytes also
 // go to head. A descriptor without a poller falls back to copyOutput.
 func copyReserved(r *os.File, w Reserver, head io.Writer) {
-	raw, err := r.SyscallConn()
-	if err != nil {
+	raw, ok := polledRaw(r)
+	if !ok {
 		copyOutput(r, io.MultiWriter(head, w))
 		return
 	}
@@ -242,8 +256,7 @@ func readPieces(fd int, w Reserver, head io.Writer, k int) (int, error) {
 	total := 0
 	for {
 		piece := w.Extend(k)[:k]
-		n, err := unix.Read(fd, piece)
-		n = max(n, 0)
+		n, err := rawRead(fd, piece)
 		if n > 0 {
 			head.Write(piece[:n])
 		}
@@ -264,7 +277,7 @@ func readPieces(fd int, w Reserver, head io.Writer, k int) (int, error) {
 // waiting asks the kernel how many bytes wait to be read from fd, a pipe,
 // a socket or a terminal.
 func waiting(fd int) (int, error) {
-	k, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // FIONREAD on Linux
+	k, err := rawWaiting(fd)
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: bytes waiting: %w", err)
 	}
@@ -279,17 +292,14 @@ func waitingNow(fd int) (int, error) {
 	if err != nil || k >= burstMin {
 		return k, err
 	}
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	unix.Poll(pfd, 0)
+	rawPollNow(fd)
 	return waiting(fd)
 }
 
 // hungUp reports whether the other side of fd closed: the writers of a
 // pipe, every slave of a PTY master.
 func hungUp(fd int) bool {
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(pfd, 0)
-	return err == nil && n == 1 && pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+	return rawPollNow(fd)&(unix.POLLHUP|unix.POLLERR) != 0
 }
 
 // headCapture keeps the first bytes of output, where bwrap prints its

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
+	"golang.org/x/sys/unix"
 )
 
 // waitLen waits, a bounded time, until b holds n bytes.
@@ -110,4 +111,41 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+// TestRawReadsOnlyOnNonBlockingDescriptors: the copiers' raw reads
+// would hold a P in a read that blocks, so a descriptor in blocking mode
+// is read the blocking way, and still copied whole.
+func TestRawReadsOnlyOnNonBlockingDescriptors(t *testing.T) {
+	t.Parallel()
+	nb, _ := openPipe(t)
+	defer nb.Close()
+	if _, ok := polledRaw(nb); !ok {
+		t.Fatal("a pipe of os.Pipe (non-blocking) is not read raw")
+	}
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+	defer r.Close()
+	if _, ok := polledRaw(r); ok {
+		t.Fatal("a blocking pipe would be read raw")
+	}
+	var out sandboxtest.SyncBuffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		copyOutput(r, &out)
+	}()
+	w.Write([]byte("every byte"))
+	w.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the copier did not end at end of file")
+	}
+	if out.String() != "every byte" {
+		t.Fatalf("copied %q", out.String())
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -165,12 +166,24 @@ func tryWrite(raw syscall.RawConn, p []byte) int {
 	var n int
 	var err error
 	if cerr := raw.Write(func(fd uintptr) bool {
-		n, err = unix.Write(int(fd), p)
+		n, err = rawWrite(int(fd), p)
 		return true // never wait: the writer goroutine does
 	}); cerr != nil || err != nil || n < 0 {
 		return 0
 	}
 	return n
+}
+
+// rawWrite is write(2) to a descriptor that nonBlocking approved, made
+// without the scheduler's system-call bookkeeping: it returns at once,
+// and a call through the scheduler wakes the runtime's monitor thread
+// whenever the process was idle, as it is between keystrokes.
+func rawWrite(fd int, p []byte) (int, error) {
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // received returns the input offset: bytes accepted so far.
