@@ -99,7 +99,7 @@ func (l *Launcher) Adopt(ctx context.Context, stdio func(key string) (Stdio, boo
 		proc.declined = !ok
 		proc.startCopies(out)
 		l.track(proc)
-		go proc.supervise(ctx)
+		proc.supervise(ctx)
 		if !ok {
 			proc.Kill()
 			continue
@@ -236,6 +236,9 @@ func (l *Launcher) Detach() error {
 		}
 		l.keeper.mu.Unlock()
 		for _, p := range procs {
+			if kc, ok := p.child.(*keeperChild); ok {
+				kc.detach()
+			}
 			<-p.done
 		}
 		err = l.keeper.conn().Detach()

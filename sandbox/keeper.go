@@ -260,18 +260,18 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 // cannot have exited yet (blocked on its arguments) or, when adopted,
 // while the keeper had not reaped it, keeps kill from reaching a reused pid.
 type keeperChild struct {
-	k    *keeperState
-	c    *keeper.Client // of the keeper it runs on
-	key  string
-	p    int
-	exit <-chan unix.WaitStatus
+	k   *keeperState
+	c   *keeper.Client // of the keeper it runs on
+	key string
+	p   int
 	// placed are the cgroup directories the keeper forked bwrap into
 	// (its cgroup2 one) or in (v1 ones its forking thread entered): the
 	// launcher moves it into the others.
 	placed []string
 
-	mu    sync.Mutex
-	pidfd int // -1 once closed or when unavailable
+	mu       sync.Mutex
+	pidfd    int    // -1 once closed or when unavailable
+	onDetach func() // set by onExit: ends its wait as detached
 }
 
 func newKeeperChild(k *keeperState, c *keeper.Client, key string, pid int) *keeperChild {
@@ -279,7 +279,7 @@ func newKeeperChild(k *keeperState, c *keeper.Client, key string, pid int) *keep
 	if err != nil {
 		fd = -1
 	}
-	return &keeperChild{k: k, c: c, key: key, p: pid, exit: c.Exit(key), pidfd: fd}
+	return &keeperChild{k: k, c: c, key: key, p: pid, pidfd: fd}
 }
 
 func (c *keeperChild) pid() int { return c.p }
@@ -300,10 +300,46 @@ func (c *keeperChild) wait() (unix.WaitStatus, bool, error) {
 	var ws unix.WaitStatus
 	var ok bool
 	select {
-	case ws, ok = <-c.exit:
+	case ws, ok = <-c.c.Exit(c.key):
 	case <-c.k.detached:
 		return 0, false, errDetached
 	}
+	return c.ended(ws, ok)
+}
+
+// onExit hands done what wait returns, from the keeper's report of the
+// exit (keeper.Client.OnExit): no goroutine waits meanwhile. Detach ends
+// the wait early (detach).
+func (c *keeperChild) onExit(done func(unix.WaitStatus, bool, error)) {
+	cancel := c.c.OnExit(c.key, func(ws unix.WaitStatus, ok bool) { done(c.ended(ws, ok)) })
+	c.mu.Lock()
+	c.onDetach = func() {
+		if cancel() {
+			go done(0, false, errDetached)
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case <-c.k.detached: // Detach may have passed this child already
+		c.detach()
+	default:
+	}
+}
+
+// detach ends an onExit's wait with errDetached, unless the exit came
+// first; Launcher.Detach calls it once it closed k.detached.
+func (c *keeperChild) detach() {
+	c.mu.Lock()
+	onDetach := c.onDetach
+	c.mu.Unlock()
+	if onDetach != nil {
+		onDetach()
+	}
+}
+
+// ended is wait's result for the keeper's report: the status, or
+// (closed without one) lost, unless the launcher detached.
+func (c *keeperChild) ended(ws unix.WaitStatus, ok bool) (unix.WaitStatus, bool, error) {
 	c.mu.Lock()
 	if c.pidfd >= 0 {
 		unix.Close(c.pidfd)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -357,5 +358,40 @@ func TestKeeperKeepsExitUntilReleased(t *testing.T) {
 	procs[0].l.Close()
 	if procs := adopt(); len(procs) != 0 {
 		t.Errorf("a released exit was adopted again: %d processes", len(procs))
+	}
+}
+
+// TestKeeperIdleProcessesKeepOneGoroutine: an idle process on a keeper
+// keeps its output copier and no goroutine waiting for its end: the
+// keeper's report of the exit starts the one that finishes it. Before,
+// each kept a second, blocked in its wait. Not parallel: it counts the
+// whole process's goroutines.
+func TestKeeperIdleProcessesKeepOneGoroutine(t *testing.T) {
+	l := keeperLauncher(t, keeperDir(t))
+	start := func(key string) *Process {
+		p, err := l.Start(t.Context(), Policy{Key: key, Command: sh("read x"), Workspace: sandboxtest.Dir(t),
+			TTY: &WindowSize{Rows: 24, Cols: 80}}, Stdio{Stdout: &sandboxtest.SyncBuffer{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	procs := []*Process{start("warm-up")}
+	time.Sleep(200 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	const n = 10
+	for i := range n {
+		procs = append(procs, start(fmt.Sprint("idle-", i)))
+	}
+	per := func() float64 { return float64(runtime.NumGoroutine()-before) / n }
+	sandboxtest.Eventually(t, 3*time.Second, func() bool { return per() <= 1 })
+	if got := per(); got > 1 {
+		t.Errorf("%.2f goroutines per idle process on a keeper, want 1 (the output copier)", got)
+	}
+	for _, p := range procs {
+		p.Stdin().Write([]byte("\n"))
+		if exit, ok := waitReleased(p, 30*time.Second); !ok || exit.Code != 0 {
+			t.Errorf("%s: exit %s (done %v)", p.Key(), exit, ok)
+		}
 	}
 }

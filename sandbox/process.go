@@ -98,7 +98,7 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 		return nil, err
 	}
 	l.track(proc)
-	go proc.supervise(ctx)
+	proc.supervise(ctx)
 	return proc, nil
 }
 

@@ -48,6 +48,11 @@ type spawned interface {
 	// wait blocks until bwrap was reaped and returns its status; lost
 	// says the keeper died, and bwrap with it, before it said how.
 	wait() (ws unix.WaitStatus, lost bool, err error)
+	// onExit calls done with what wait would return, once bwrap was
+	// reaped, on a goroutine that exists only from then on where the
+	// child allows (the keeper's tells of exits): an idle execution
+	// then keeps no goroutine waiting for its end.
+	onExit(done func(ws unix.WaitStatus, lost bool, err error))
 	// kill sends SIGKILL to bwrap, never to a reused pid.
 	kill()
 	// born lists the spawnRequest's cgroup and enter directories bwrap
@@ -150,6 +155,12 @@ func (c execChild) wait() (unix.WaitStatus, bool, error) {
 	}
 	ws, _ := state.Sys().(syscall.WaitStatus)
 	return unix.WaitStatus(ws), false, nil
+}
+
+// onExit waits on a goroutine of its own: the launcher's child is
+// reaped by the launcher.
+func (c execChild) onExit(done func(unix.WaitStatus, bool, error)) {
+	go func() { done(c.wait()) }()
 }
 
 // awaitExit parks until pid has exited, through the runtime poller on a

@@ -10,13 +10,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// supervise owns the wait for bwrap. It stops the process when ctx ends or the
-// timeout passes, and finalises the exit once bwrap is reaped and every
-// output stream has ended.
+// supervise stops the process when ctx ends or the timeout passes, and
+// has the exit finalised (finish) once bwrap is reaped: the child says
+// when, without a goroutine of ours waiting meanwhile where it can.
 func (p *Process) supervise(ctx context.Context) {
 	stopWatching := p.watch(ctx)
-	defer stopWatching()
-	ws, lost, err := p.child.wait()
+	p.child.onExit(func(ws unix.WaitStatus, lost bool, err error) {
+		defer stopWatching()
+		p.finish(ws, lost, err)
+	})
+}
+
+// finish finalises the exit once bwrap is reaped and every output stream
+// has ended, or lets the process go when the launcher detached.
+func (p *Process) finish(ws unix.WaitStatus, lost bool, err error) {
 	if errors.Is(err, errDetached) {
 		p.letGo()
 		return

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,9 +89,22 @@ type Client struct {
 
 // exitState is what the client knows of one key's exit.
 type exitState struct {
-	done    bool
-	status  unix.WaitStatus
-	waiters []chan unix.WaitStatus
+	done   bool
+	status unix.WaitStatus
+	calls  []*exitCall
+}
+
+// exitCall is one OnExit: it runs once, on a goroutine of its own,
+// unless cancelled first.
+type exitCall struct {
+	fn    func(ws unix.WaitStatus, ok bool)
+	taken atomic.Bool
+}
+
+func (e *exitCall) run(ws unix.WaitStatus, ok bool) {
+	if e.taken.CompareAndSwap(false, true) {
+		go e.fn(ws, ok)
+	}
 }
 
 // Dial connects to the keeper serving dir. When none listens, it calls
@@ -263,10 +277,10 @@ func (c *Client) read() {
 	}
 	for _, st := range c.exits {
 		if !st.done {
-			for _, w := range st.waiters {
-				close(w)
+			for _, e := range st.calls {
+				e.run(0, false)
 			}
-			st.waiters = nil
+			st.calls = nil
 		}
 	}
 	c.mu.Unlock()
@@ -274,7 +288,7 @@ func (c *Client) read() {
 }
 
 // recordExit keeps the first status reported for key and hands it to
-// the waiters.
+// the calls waiting for it (OnExit).
 func (c *Client) recordExit(key string, ws unix.WaitStatus) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -287,11 +301,10 @@ func (c *Client) recordExit(key string, ws unix.WaitStatus) {
 		return
 	}
 	st.done, st.status = true, ws
-	for _, w := range st.waiters {
-		w <- ws
-		close(w)
+	for _, e := range st.calls {
+		e.run(ws, true)
 	}
-	st.waiters = nil
+	st.calls = nil
 }
 
 // request sends m and waits for its reply.
@@ -431,19 +444,35 @@ func (c *Client) Children() []Child { return append([]Child(nil), c.children...)
 // or forgotten) or the keeper is lost before the child exited.
 func (c *Client) Exit(key string) <-chan unix.WaitStatus {
 	w := make(chan unix.WaitStatus, 1)
+	c.OnExit(key, func(ws unix.WaitStatus, ok bool) {
+		if ok {
+			w <- ws
+		}
+		close(w)
+	})
+	return w
+}
+
+// OnExit calls fn, on a goroutine of its own, with the child's wait
+// status once it was reaped (at once for a child that had already
+// exited), or with ok false when the key is unknown (never spawned, or
+// forgotten) or the keeper is lost before the child exited: Exit
+// without a goroutine waiting for it. cancel stops a call that has not
+// begun, and reports whether it did.
+func (c *Client) OnExit(key string, fn func(ws unix.WaitStatus, ok bool)) (cancel func() bool) {
+	e := &exitCall{fn: fn}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.exits[key]
 	switch {
 	case st != nil && st.done:
-		w <- st.status
-		close(w)
+		e.run(st.status, true)
 	case st == nil || c.gone:
-		close(w)
+		e.run(0, false)
 	default:
-		st.waiters = append(st.waiters, w)
+		st.calls = append(st.calls, e)
 	}
-	return w
+	return func() bool { return e.taken.CompareAndSwap(false, true) }
 }
 
 // Lost returns a channel closed when the keeper is gone (the socket
