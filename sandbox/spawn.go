@@ -49,9 +49,9 @@ type spawned interface {
 	// says the keeper died, and bwrap with it, before it said how.
 	wait() (ws unix.WaitStatus, lost bool, err error)
 	// onExit calls done with what wait would return, once bwrap was
-	// reaped, on a goroutine that exists only from then on where the
-	// child allows (the keeper's tells of exits): an idle execution
-	// then keeps no goroutine waiting for its end.
+	// reaped. A keeper's child starts that goroutine only when the
+	// keeper reports the exit, so an idle execution keeps no goroutine
+	// waiting for its end; the launcher's own child waits on one.
 	onExit(done func(ws unix.WaitStatus, lost bool, err error))
 	// kill sends SIGKILL to bwrap, never to a reused pid.
 	kill()
