@@ -51,7 +51,7 @@ func findBwrap(name string) (path, version string, err error) {
 
 // detectLayout reads the host paths the plan binds or recreates.
 func detectLayout() (hostLayout, error) {
-	h := hostLayout{links: map[string]string{}, etc: map[string]string{}, hostNet: map[string][]byte{}, procMasked: map[string]bool{}}
+	h := hostLayout{links: map[string]string{}, etc: map[string]etcEntry{}, hostNet: map[string][]byte{}, procMasked: map[string]bool{}}
 	if fi, err := os.Stat("/usr"); err != nil || !fi.IsDir() {
 		return h, fmt.Errorf("%w: /usr is not a directory", ErrUnavailable)
 	}
@@ -224,11 +224,18 @@ func (h *hostLayout) addEtc(e string) error {
 		if err != nil {
 			return fmt.Errorf("%w: read link %s: %w", ErrUnavailable, e, err)
 		}
-		h.etc[e] = target
+		h.etc[e] = etcEntry{link: target}
 	default:
-		h.etc[e] = ""
+		h.etc[e] = etcEntry{copy: copiable(fi)}
 	}
 	return nil
+}
+
+// copiable says whether an /etc entry is shown as a copy (see etcEntry):
+// only a regular file everyone may read, so the copy shows nothing a bind
+// as the sandbox identity would not.
+func copiable(fi fs.FileInfo) bool {
+	return fi.Mode().IsRegular() && fi.Mode().Perm()&0o004 != 0 && fi.Size() <= maxCopiedEtc
 }
 
 // openNoFollow opens an absolute host path without following any symlink

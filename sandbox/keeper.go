@@ -26,9 +26,10 @@ const (
 	bwrapOwnArgs = 5
 	// maxSpawnFiles are bwrap's descriptors: stdio, the init's control
 	// socket and the --args pipe (firstFileFD of them), the workspace and
-	// every bind, the init and the seccomp program, and the data files
-	// (passwd, group, hostname, hosts, resolv.conf).
-	maxSpawnFiles = firstFileFD + 1 + maxBinds + 2 + 5
+	// every bind, the init and the seccomp program, the data files
+	// (passwd, group, hostname, hosts, resolv.conf) and the copied /etc
+	// files.
+	maxSpawnFiles = firstFileFD + 1 + maxBinds + 2 + 5 + len(etcEntries)
 	// maxSpawnHeld are the parent ends the keeper holds (pipes: stdin,
 	// stdout, stderr, the init's control socket).
 	maxSpawnHeld = 4

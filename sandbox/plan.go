@@ -25,13 +25,14 @@ type fileKind int
 const (
 	fileData fileKind = iota // bytes in a sealed memfd
 	fileBind                 // a host path opened with O_PATH, no symlinks followed
+	fileCopy                 // a world-readable host file opened for reading, no symlinks followed
 )
 
 // planFile is one descriptor bwrap inherits beyond stdio.
 type planFile struct {
 	kind fileKind
 	data []byte // fileData
-	path string // fileBind
+	path string // fileBind, fileCopy
 	dir  bool   // fileBind: the path must be a directory
 }
 
@@ -65,9 +66,8 @@ type hostLayout struct {
 	// ("usr/bin"); a path absent here but listed in dirs is a real directory.
 	links map[string]string
 	dirs  []string
-	// etc lists the /etc entries present on the host, with the symlink
-	// target for those that are links.
-	etc map[string]string
+	// etc lists the /etc entries present on the host and how each is shown.
+	etc map[string]etcEntry
 	// hostNet holds file contents copied into /etc with host networking.
 	hostNet map[string][]byte
 	// procMasked lists the procMasks entries the host's /proc has, each
@@ -80,9 +80,30 @@ type hostLayout struct {
 	landlock bool
 }
 
+// etcEntry is how one of etcEntries is shown in the sandbox: a link
+// recreated, a small file copied, or else a read-only bind.
+//
+// Every bind costs bwrap a read of the whole mount table, and the kernel
+// formats it under its global mount lock (namespace_sem), which every
+// other sandbox's mount then waits for: with 16 starts at once, that lock
+// was where their time went. A copy into the sandbox's read-only root
+// costs no mount and no lock, only the file's pages, so the small
+// configuration files are copied, each at every start from the host's
+// file as it is then. Large files (the loader's cache) and directories
+// stay bound.
+type etcEntry struct {
+	link string // the symlink's target
+	copy bool   // a world-readable regular file of at most maxCopiedEtc bytes
+}
+
+// maxCopiedEtc is the largest /etc file copied rather than bound: the
+// configuration files (services, openssl.cnf) are within it, the
+// loader's cache is not.
+const maxCopiedEtc = 16 << 10
+
 // etcEntries are the only /etc entries a sandbox sees: what the dynamic
 // linker, name service and TLS need. Never shadow, ssh keys or ssl/private.
-var etcEntries = []string{
+var etcEntries = [...]string{
 	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
 	"/etc/nsswitch.conf", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
 	"/etc/ca-certificates", "/etc/localtime", "/etc/alternatives",
@@ -171,11 +192,13 @@ func (pl *plan) system(host hostLayout) {
 
 func (pl *plan) etc(p Policy, host hostLayout) {
 	for _, e := range etcEntries {
-		target, ok := host.etc[e]
+		entry, ok := host.etc[e]
 		switch {
 		case !ok:
-		case target != "":
-			pl.add("--symlink", target, e)
+		case entry.link != "":
+			pl.add("--symlink", entry.link, e)
+		case entry.copy:
+			pl.add("--perms", "0444", "--file", pl.addFile(planFile{kind: fileCopy, path: e}), e)
 		default:
 			pl.add("--ro-bind", e, e)
 		}
@@ -204,9 +227,11 @@ func hostsFile() []byte {
 	return []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + DefaultHostname + "\n")
 }
 
+// addData writes data to dest in the sandbox's root, which bwrap makes
+// read-only before the command runs (see etcEntry for why not a bind).
 func (pl *plan) addData(dest string, data []byte) {
 	fd := pl.addFile(planFile{kind: fileData, data: data})
-	pl.add("--perms", "0444", "--ro-bind-data", fd, dest)
+	pl.add("--perms", "0444", "--file", fd, dest)
 }
 
 func passwdFile(home string) []byte {

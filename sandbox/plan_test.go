@@ -12,8 +12,9 @@ import (
 )
 
 var testLayout = hostLayout{
-	links:   map[string]string{"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"},
-	etc:     map[string]string{"/etc/ld.so.cache": "", "/etc/localtime": "/usr/share/zoneinfo/Etc/UTC", "/etc/ssl/certs": ""},
+	links: map[string]string{"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"},
+	etc: map[string]etcEntry{"/etc/ld.so.cache": {}, "/etc/localtime": {link: "/usr/share/zoneinfo/Etc/UTC"},
+		"/etc/ssl/certs": {}, "/etc/services": {copy: true}},
 	hostNet: map[string][]byte{"/etc/resolv.conf": []byte("nameserver 127.0.0.53\n")},
 }
 
@@ -48,8 +49,9 @@ func TestPlanDefaults(t *testing.T) {
 		{"--cap-drop", "ALL"}, {"--new-session"}, {"--ro-bind", "/usr", "/usr"}, {"--symlink", "usr/bin", "/bin"},
 		{"--symlink", "/usr/share/zoneinfo/Etc/UTC", "/etc/localtime"}, {"--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"},
 		{"--dev", "/dev"}, {"--size", "67108864", "--tmpfs", "/tmp"}, {"--size", "67108864", "--tmpfs", "/run"},
-		{"--bind-fd", "9", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
-		{"--seccomp", "11", "--clearenv", "--setenv", "GOMAXPROCS", "1"},
+		{"--perms", "0444", "--file", "5", "/etc/services"},
+		{"--bind-fd", "10", "/workspace"}, {"--remount-ro", "/", "--chdir", "/workspace"},
+		{"--seccomp", "12", "--clearenv", "--setenv", "GOMAXPROCS", "1"},
 	} {
 		if !hasSeq(pl.opts, seq...) {
 			t.Errorf("options lack %q:\n%q", seq, pl.opts)
@@ -117,13 +119,13 @@ func TestPlanModes(t *testing.T) {
 		{"terminals of its own keep devpts", Policy{Command: []string{"x"}, PTYs: 4},
 			[][]string{{"--remount-ro", "/dev"}}, []string{"/dev/pts"}, nil},
 		{"host network", Policy{Command: []string{"x"}, Network: NetworkHost},
-			[][]string{{"--ro-bind-data"}}, []string{"--unshare-net"}, nil},
+			[][]string{{"--file"}}, []string{"--unshare-net"}, nil},
 		{"private proc", Policy{Command: []string{"x"}, Proc: ProcPrivate},
 			[][]string{{"--proc", "/proc"}}, nil, nil},
 		{"self-exe", Policy{Command: []string{"x"}, Proc: ProcSelfExe, SelfExe: "/opt/app"},
 			[][]string{{"--symlink", "/opt/app", "/proc/self/exe"}}, []string{"--proc"}, nil},
 		{"read-only workspace", Policy{Command: []string{"x"}, WorkspaceReadOnly: true},
-			[][]string{{"--ro-bind-fd", "9", "/workspace"}}, []string{"--bind-fd"}, nil},
+			[][]string{{"--ro-bind-fd", "10", "/workspace"}}, []string{"--bind-fd"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -151,7 +153,7 @@ func TestPlanHostNetworkCopiesResolver(t *testing.T) {
 	pl := testPlan(t, Policy{Command: []string{"x"}, Network: NetworkHost})
 	found := false
 	for i, o := range pl.opts {
-		if o == "--ro-bind-data" && pl.opts[i+2] == "/etc/resolv.conf" {
+		if o == "--file" && pl.opts[i+2] == "/etc/resolv.conf" {
 			found = true
 		}
 	}

@@ -145,8 +145,11 @@ func (l *Launcher) openFiles(pl plan, p Policy) ([]*os.File, error) {
 }
 
 func (l *Launcher) openFile(f planFile, p Policy) (*os.File, error) {
-	if f.kind == fileData {
+	switch f.kind {
+	case fileData:
 		return sealedData(f.data)
+	case fileCopy:
+		return openCopied(f.path)
 	}
 	what := "bind source"
 	if f.path == p.Workspace && f.dir {
@@ -166,6 +169,21 @@ func (l *Launcher) openFile(f planFile, p Policy) (*os.File, error) {
 	file, err := openNoFollow(f.path, unix.O_PATH)
 	if err != nil {
 		return nil, fmt.Errorf("%w: bind source: %w", ErrInvalidPolicy, err)
+	}
+	return file, nil
+}
+
+// openCopied opens a host file the sandbox gets a copy of, checking again
+// that it is a file everyone may read: a host that changed it since the
+// launcher started gets an error, not a copy it did not mean to give.
+func openCopied(path string) (*os.File, error) {
+	file, err := openNoFollow(path, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if fi, err := file.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o004 == 0 {
+		file.Close()
+		return nil, fmt.Errorf("%w: %s is no longer a file everyone may read", ErrUnavailable, path)
 	}
 	return file, nil
 }

@@ -198,6 +198,8 @@ func TestEscapesFail(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ name, script, forbidden string }{
 		{"write system", "touch /usr/x /etc/x /x /bin/x 2>/dev/null && echo ESCAPED", "ESCAPED"},
+		{"change /etc", `for f in /etc/passwd /etc/hosts /etc/services /etc/nsswitch.conf; do test -e $f || continue
+			(echo x >> $f || chmod 666 $f || rm -f $f) 2>/dev/null && echo ESCAPED; done`, "ESCAPED"},
 		{"write through tmp", "touch /tmp/../usr/x 2>/dev/null && echo ESCAPED", "ESCAPED"},
 		{"read shadow", "cat /etc/shadow 2>/dev/null && echo ESCAPED", "ESCAPED"},
 		{"host home and keys", "ls /root /home /var /srv /mnt /media /sys /etc/ssh /etc/ssl/private 2>/dev/null && echo ESCAPED", "ESCAPED"},

@@ -3,22 +3,26 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// dataDests lists where the plan's --ro-bind-data mounts go, in order,
-// with the bytes each gets.
+// dataDests lists where the plan's data files go, with the bytes each
+// gets.
 func dataDests(pl plan) map[string]string {
 	out := map[string]string{}
 	for i, o := range pl.opts {
-		if o == "--ro-bind-data" {
-			var fd int
-			for _, c := range pl.opts[i+1] {
-				fd = fd*10 + int(c-'0')
-			}
-			out[pl.opts[i+2]] = string(pl.files[fd-firstFileFD].data)
+		if o != "--file" {
+			continue
+		}
+		fd, _ := strconv.Atoi(pl.opts[i+1])
+		if f := pl.files[fd-firstFileFD]; f.kind == fileData {
+			out[pl.opts[i+2]] = string(f.data)
 		}
 	}
 	return out
@@ -81,5 +85,46 @@ func TestPrivateProcShowsOnlyTheSandbox(t *testing.T) {
 	}
 	if !strings.Contains(rest, "top=ok") || !strings.Contains(rest, "environ=closed") {
 		t.Errorf("top or /proc/1/environ: %v", r)
+	}
+}
+
+// TestEtcCopiesAreTheHostsFilesAndNoMounts: the small /etc files a
+// sandbox gets are copies, not binds (no line of the mount table), with
+// the host's bytes; the files termgate writes are not binds either.
+func TestEtcCopiesAreTheHostsFilesAndNoMounts(t *testing.T) {
+	t.Parallel()
+	l := needLauncher(t)
+	var copied []string
+	want := map[string]string{}
+	for e, entry := range l.layout.etc {
+		if entry.copy {
+			data, err := os.ReadFile(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copied = append(copied, e)
+			want[e] = fmt.Sprintf("%x", sha256.Sum256(data))
+		}
+	}
+	if len(copied) == 0 {
+		t.Skip("this host has no small /etc file to copy")
+	}
+	slices.Sort(copied)
+	files := append(slices.Clone(copied), "/etc/passwd", "/etc/group", "/etc/hostname", "/etc/hosts")
+	script := "sha256sum " + strings.Join(copied, " ") + "; for f in " + strings.Join(files, " ") +
+		`; do grep -q " $f " /proc/self/mountinfo && echo "MOUNT $f"; stat -c "%a $f" $f; done`
+	r := runPolicy(t, Policy{Command: sh(script), Proc: ProcPrivate})
+	if !r.exit.Success() || strings.Contains(r.stdout, "MOUNT") {
+		t.Fatalf("copied /etc files: %v", r)
+	}
+	for _, e := range copied {
+		if !strings.Contains(r.stdout, want[e]+"  "+e+"\n") {
+			t.Errorf("%s in the sandbox is not the host's (sha256 %s): %v", e, want[e], r)
+		}
+	}
+	for _, f := range files {
+		if !strings.Contains(r.stdout, "444 "+f+"\n") {
+			t.Errorf("%s is not mode 444: %v", f, r)
+		}
 	}
 }
