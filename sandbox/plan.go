@@ -102,11 +102,13 @@ type etcEntry struct {
 const maxCopiedEtc = 16 << 10
 
 // etcEntries are the only /etc entries a sandbox sees: what the dynamic
-// linker, name service and TLS need. Never shadow, ssh keys or ssl/private.
+// linker, name service and TLS need. Never shadow, ssh keys or ssl/private;
+// nor /etc/ca-certificates, which holds only update-ca-certificates' hooks
+// (the certificates are in /etc/ssl/certs).
 var etcEntries = [...]string{
 	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
 	"/etc/nsswitch.conf", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
-	"/etc/ca-certificates", "/etc/localtime", "/etc/alternatives",
+	"/etc/localtime", "/etc/alternatives",
 	"/etc/host.conf", "/etc/gai.conf", "/etc/services", "/etc/protocols",
 }
 
