@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestLoadPrintsTheTable(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, errs.String())
 	}
 	for _, row := range []string{"| keystroke echo p50 / p99, us | ", "| server CPU and context switches per keystroke | ",
-		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree | ", "| server RSS per attached idle session | ",
+		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree (serve, keeper and the executions' cgroups) | ", "| server RSS per attached idle session | ",
 		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | "} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("no row %q in\n%s", row, out.String())
@@ -90,4 +91,56 @@ func running(bin string) []string {
 		}
 	}
 	return pids
+}
+
+// TestShellsCPUCountsProcessesLeftOutOfTheTree: a process that outlives
+// its parent is reparented out of the process tree, and its CPU with it;
+// the cgroup it runs in still counts it, also once the group is removed.
+func TestShellsCPUCountsProcessesLeftOutOfTheTree(t *testing.T) {
+	root := unifiedRoot()
+	if root == "" || os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root and a cgroup2 tree")
+		}
+		t.Skip("needs root and a cgroup2 tree")
+	}
+	parent := fmt.Sprintf("termgate-load-test-%d", os.Getpid())
+	child := filepath.Join(root, parent, "x")
+	if err := os.MkdirAll(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Rmdir(child); syscall.Rmdir(filepath.Join(root, parent)) })
+	dir, err := os.Open(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	tree0 := treeCPU(os.Getpid())
+	cg0, _ := groupCPU(parent)
+	// The outer shell exits at once; its child burns CPU on its own.
+	cmd := exec.Command("sh", "-c", "sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done' & exit 0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(child, "cgroup.procs")); len(b) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the burning shell did not end within 30 s")
+		}
+	}
+	if err := syscall.Rmdir(child); err != nil {
+		t.Fatal(err)
+	}
+	cg1, ok := groupCPU(parent)
+	tree1 := treeCPU(os.Getpid())
+	burnt, inTree := cg1-cg0, tree1-tree0
+	if !ok || burnt < 50*time.Millisecond {
+		t.Fatalf("the parent group counted %v (ok %v), want the burning shell's CPU", burnt, ok)
+	}
+	if inTree > burnt/2 {
+		t.Errorf("the process tree counted %v of the group's %v: this test's burner was not left out of it", inTree, burnt)
+	}
 }

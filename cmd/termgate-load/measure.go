@@ -26,6 +26,7 @@ type table struct {
 	ctxPerKey         float64
 	openAll           time.Duration
 	cpuPerShell       time.Duration // whole tree
+	cpuByGroups       bool          // cpuPerShell counts the executions' cgroups, not only the process tree
 	serverPerShell    time.Duration // the server process's own, over the opening
 	keeperPerShell    time.Duration // the keeper's own, over the opening; 0 without one
 	rssPerSession     float64       // kB, server, attached idle
@@ -107,7 +108,8 @@ func waitFor(ctx context.Context, s *session, want []byte) error {
 func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	base := sampleMemory(srv.pid)
 	keeper := keeperPID(srv.pid)
-	cpu0, own0, keeper0 := treeCPU(srv.pid), ownCPU(srv.pid), ownCPU(keeper)
+	cpu0, _ := shellsCPU(srv.pid, keeper, srv.cgParent)
+	own0, keeper0 := ownCPU(srv.pid), ownCPU(keeper)
 	profiled := startProfile(ctx, srv, o)
 	start := time.Now()
 	sessions, err := openShells(ctx, srv, o.shells, o.par)
@@ -136,7 +138,8 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	if err := waitProcesses(ctx, srv.pid, base.processes, time.Minute); err != nil {
 		return err
 	}
-	t.cpuPerShell = (treeCPU(srv.pid) - cpu0) / time.Duration(o.shells)
+	cpu1, byGroups := shellsCPU(srv.pid, keeper, srv.cgParent)
+	t.cpuPerShell, t.cpuByGroups = (cpu1-cpu0)/time.Duration(o.shells), byGroups
 	t.rssAfterClose = statusKB(srv.pid, "VmRSS:")
 	select { // the server may return freed memory to the OS lazily
 	case <-time.After(closeSettle):
@@ -226,7 +229,11 @@ func (t table) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| keystroke echo p50 / p99, us | %.0f / %.0f |\n", us(t.p50), us(t.p99))
 	fmt.Fprintf(w, "| server CPU and context switches per keystroke | %.0f us, %.1f |\n", us(t.cpuPerKey), t.ctxPerKey)
 	fmt.Fprintf(w, "| open %d shells, %d at a time | %.2f s |\n", o.shells, o.par, t.openAll.Seconds())
-	fmt.Fprintf(w, "| CPU per shell, whole process tree | %.1f ms |\n", us(t.cpuPerShell)/1000)
+	how := "serve, keeper and the executions' cgroups"
+	if !t.cpuByGroups {
+		how = "/proc, without cgroup2: misses processes reparented out of the tree"
+	}
+	fmt.Fprintf(w, "| CPU per shell, whole process tree (%s) | %.1f ms |\n", how, us(t.cpuPerShell)/1000)
 	fmt.Fprintf(w, "| CPU per shell opened, server process / keeper process | %.2f / %.2f ms |\n",
 		us(t.serverPerShell)/1000, us(t.keeperPerShell)/1000)
 	fmt.Fprintf(w, "| server RSS per attached idle session | %.0f kB |\n", t.rssPerSession)

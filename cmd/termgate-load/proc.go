@@ -46,6 +46,55 @@ func ticks(pid int, fields ...int) int64 {
 // ownCPU is the CPU time of pid's threads, live and exited.
 func ownCPU(pid int) time.Duration { return time.Duration(ticks(pid, 11, 12)) * clockTick }
 
+// shellsCPU is the CPU time the shells cost, live or ended: serve's and
+// the keeper's own, and that of every process in the executions'
+// cgroups under parent. The cgroups count what the process tree cannot:
+// when a sandbox is killed, its outer bwrap may die before it reaps the
+// sandbox's pid 1, which is then reparented out of the tree, and its
+// time, the shell's included, would not show. ok is false on a host
+// without cgroup2, where the figure is the tree's (treeCPU).
+func shellsCPU(pid, keeper int, parent string) (d time.Duration, ok bool) {
+	if cg, ok := groupCPU(parent); ok {
+		return ownCPU(pid) + ownCPU(keeper) + cg, true
+	}
+	return treeCPU(pid), false
+}
+
+// groupCPU is the CPU time used in the cgroup2 directory parent and every
+// group below it, removed ones included: the kernel folds a removed
+// group's usage into its parent's cpu.stat. A parent not made yet has
+// used none.
+func groupCPU(parent string) (time.Duration, bool) {
+	root := unifiedRoot()
+	if root == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(root, parent, "cpu.stat"))
+	if os.IsNotExist(err) {
+		return 0, true
+	}
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			return time.Duration(atoi(v)) * time.Microsecond, true
+		}
+	}
+	return 0, false
+}
+
+// unifiedRoot is where the cgroup2 tree is mounted: /sys/fs/cgroup on a
+// pure cgroup2 host, its "unified" directory on a hybrid one; "" without.
+func unifiedRoot() string {
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+			return root
+		}
+	}
+	return ""
+}
+
 // treeCPU is the CPU time of pid and every process below it, live or
 // reaped: each live process's own time and that of the children it
 // reaped (a process reaped by a live one is in that one's cutime).
