@@ -31,7 +31,7 @@ type inputAcks struct {
 	timer   *time.Timer
 	armed   bool
 	stopped bool           // stopInputAcks was called: arm no more
-	running sync.WaitGroup // the armed timer, or its kick under way
+	running sync.WaitGroup // one for each firing to come or under way
 }
 
 // add reports an input frame processed on channel: the input the
@@ -110,12 +110,17 @@ func (c *conn) holdInputAck() {
 		return
 	}
 	a.armed = true
-	a.running.Add(1) // the armed timer's; its firing or a Stop ends it
+	a.running.Add(1) // one per firing to come; the firing or a Stop ends it
 	if a.timer == nil {
 		a.timer = time.AfterFunc(c.s.cfg.inputAckDelay, c.inputAckDue)
 		return
 	}
-	a.timer.Reset(c.s.cfg.inputAckDelay)
+	if a.timer.Reset(c.s.cfg.inputAckDelay) {
+		// A firing was still to come (a take disarmed it while it had
+		// begun, and its run then cleared armed): Reset moved it instead
+		// of adding one, and it already counts.
+		a.running.Done()
+	}
 }
 
 // inputAckDue is the hold timer firing: no output took the acks in time.

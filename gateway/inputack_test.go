@@ -367,3 +367,33 @@ func TestInputAckWaitsForTheNextWrite(t *testing.T) {
 		t.Fatalf("got %+v, want the input_offset refusal at once", m)
 	}
 }
+
+// TestInputAckTimerEndsWithTheConnection: however arming, taking and the
+// hold timer's firing interleave, stopInputAcks returns; a leaked count
+// once kept a closed connection's teardown, and the ring holds of its
+// channels, waiting forever.
+func TestInputAckTimerEndsWithTheConnection(t *testing.T) {
+	t.Parallel()
+	c := &conn{s: &Server{cfg: Config{inputAckDelay: time.Microsecond}}, flushersDone: true,
+		inputAcks: inputAcks{pending: map[uint32]*wire.Message{}}}
+	deadline := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for i := 0; i < 200_000 && time.Now().Before(deadline); i++ {
+				c.holdInputAck()
+				if i%3 == 0 {
+					c.inputAcks.take()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stopped := make(chan struct{})
+	go func() { c.stopInputAcks(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopInputAcks still waits for a hold timer 10 s after the last arming")
+	}
+}
