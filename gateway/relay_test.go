@@ -266,10 +266,13 @@ func TestRelayAttachRenumbersChannels(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The next relayed request dials a new upstream.
+	// The next relayed request dials a new upstream: with the old one
+	// closed, its answer can only have come through one. (That upstream
+	// is retired as soon as the ended execution's channel ends, so the
+	// count of n1's connections says nothing by now.)
 	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "late", ID: st.ID})
-	if m := nextMsg(t, c, nil, isType(wire.MsgAttached, "late")); m.Channel != 4 || n1.srv.connections() != 1 {
-		t.Fatalf("attach after the idle close: channel %d, n1 serving %d connections", m.Channel, n1.srv.connections())
+	if m := nextMsg(t, c, nil, isType(wire.MsgAttached, "late")); m.Channel != 4 {
+		t.Fatalf("attach after the idle close: channel %d, want 4", m.Channel)
 	}
 }
 
