@@ -4,8 +4,10 @@ package sandbox
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +127,38 @@ func TestEtcCopiesAreTheHostsFilesAndNoMounts(t *testing.T) {
 	for _, f := range files {
 		if !strings.Contains(r.stdout, "444 "+f+"\n") {
 			t.Errorf("%s is not mode 444: %v", f, r)
+		}
+	}
+}
+
+// TestOpenCopiedRefusesWhatABindWouldNotShow: a host /etc file is only
+// copied while it is a regular file everyone may read; a file made
+// private, a directory or a symlink since the launcher started fails the
+// start instead.
+func TestOpenCopiedRefusesWhatABindWouldNotShow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	public, private := filepath.Join(dir, "public"), filepath.Join(dir, "private")
+	for name, mode := range map[string]os.FileMode{public: 0o644, private: 0o600} {
+		if err := os.WriteFile(name, []byte("x\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(public, link); err != nil {
+		t.Fatal(err)
+	}
+	f, err := openCopied(public)
+	if err != nil {
+		t.Fatalf("a public file: %v", err)
+	}
+	f.Close()
+	for _, p := range []string{private, dir, link} {
+		if f, err := openCopied(p); !errors.Is(err, ErrUnavailable) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("openCopied(%s) = %v, want an error wrapping ErrUnavailable", p, err)
 		}
 	}
 }
