@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"go.uber.org/goleak"
 )
 
@@ -97,12 +98,10 @@ func running(bin string) []string {
 // its parent is reparented out of the process tree, and its CPU with it;
 // the cgroup it runs in still counts it, also once the group is removed.
 func TestShellsCPUCountsProcessesLeftOutOfTheTree(t *testing.T) {
+	sandboxtest.NeedRoot(t)
 	root := unifiedRoot()
-	if root == "" || os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root and a cgroup2 tree")
-		}
-		t.Skip("needs root and a cgroup2 tree")
+	if root == "" {
+		sandboxtest.Unavailable(t, "needs a cgroup2 tree")
 	}
 	parent := fmt.Sprintf("termgate-load-test-%d", os.Getpid())
 	child := filepath.Join(root, parent, "x")
