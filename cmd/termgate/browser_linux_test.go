@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -581,6 +582,66 @@ func TestBrowserReadOnlyViewerCannotType(t *testing.T) {
 	}
 }
 
+// TestBrowserWriterFitsTheTerminal: a page that may type makes the
+// terminal it attaches to the size of its window, as it does after a
+// reload and when the window changes, so a program draws for the screen
+// the viewer sees; a read-only page leaves the size to the writers.
+func TestBrowserWriterFitsTheTerminal(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	e, err := g.owner(t).Start(t.Context(), wire.Request{ID: "fit", Command: "/bin/sh", PTY: &wire.Size{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var out []byte
+	go func() {
+		for {
+			ev, err := e.Next(t.Context())
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out = append(out, ev.Data...)
+			mu.Unlock()
+		}
+	}()
+	// sized asks the shell for its terminal's size until it answers want,
+	// and returns what it last answered.
+	sized := func(want string) (string, bool) {
+		var last string
+		ok := sandboxtest.Eventually(t, 30*time.Second, func() bool {
+			mu.Lock()
+			out = out[:0]
+			mu.Unlock()
+			e.Write([]byte("echo size=$(stty size)\r"))
+			time.Sleep(100 * time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			last = string(out)
+			return strings.Contains(last, "size="+want+"\r")
+		})
+		return last, ok
+	}
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", "exec:attach")+"&id=fit")
+	poll(t, ctx, "read-only", `window.__termgate.status()`, func(s string) bool { return s == "read-only" })
+	if last, ok := sized("24 80"); !ok {
+		t.Fatalf("with a read-only page attached the terminal is not 24x80: %q", last)
+	}
+	// The writer opens in a browser of its own, while the viewer stays.
+	writer := needBrowser(t)
+	openPage(t, writer, g.url+"/#token="+g.token(t, "acme", allScopes)+"&id=fit")
+	poll(t, writer, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	page := poll(t, writer, "the page's size", `window.__termgate.screen()`, func(s browserScreen) bool { return s.Size[0] > 0 })
+	if page.Size == [2]int{24, 80} {
+		t.Fatalf("the page's window fits 24x80: the test cannot tell a fitted terminal")
+	}
+	want := fmt.Sprintf("%d %d", page.Size[0], page.Size[1])
+	if last, ok := sized(want); !ok {
+		t.Fatalf("a writing page of %s attached, and the terminal is not its size: %q", want, last)
+	}
+}
+
 // TestBrowserOtherOriginCannotConnect: a page from another origin that
 // holds a valid token still cannot open the WebSocket.
 func TestBrowserOtherOriginCannotConnect(t *testing.T) {
@@ -955,6 +1016,7 @@ type browserScreen struct {
 	Lines  []string `json:"lines"`
 	Cursor [2]int   `json:"cursor"`
 	Buffer string   `json:"buffer"`
+	Size   [2]int   `json:"size"` // rows, columns
 }
 
 // TestBrowserReloadRestoresTheTUI: a page watches a TUI draw 20 lines and
@@ -1034,7 +1096,7 @@ func TestBrowserReloadRestoresVimAndLess(t *testing.T) {
 			return s.Buffer == "alternate" && len(s.Lines) > 0 && s.Lines[0] == "line 0 of the notes, typed one after another" && s.Cursor == [2]int{0, 0}
 		}},
 		{"less", "seq 1 500000 | exec less", func(e *client.Execution) {
-			for range 4000 {
+			for range 3000 { // pages of 23 to 33 lines stay short of line 99999
 				e.Write([]byte(" "))
 			}
 			e.Write([]byte("/99999\r"))

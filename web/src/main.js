@@ -188,13 +188,18 @@ class Tab {
     byId('terminals').append(this.el);
     this.term.open(this.el);
     this.button = this.makeButton();
-    // Fit before starting, so the PTY starts at the window's size.
+    // Fit before starting or attaching, so the PTY is the window's size.
     this.el.hidden = false;
     this.fitNow();
     this.el.hidden = true;
     this.ex = how.id
       ? app.client.attach(how.id, { readOnly: this.readOnly, snapshot: true })
       : app.client.start({ pty: { rows: this.term.rows, cols: this.term.cols }, snapshot: true });
+    // A page that may type makes the terminal it attaches to its window's
+    // size, so the program draws for the screen it shows (sent once
+    // attached, and only where the execution has a PTY and the page may
+    // write).
+    if (how.id) this.ex.resize(this.term.rows, this.term.cols);
     this.bind();
     this.label();
   }
@@ -830,15 +835,15 @@ function cellsOf(term, prefix) {
 
 /**
  * screenOf is what a terminal shows: the visible lines of its active
- * buffer, the cursor and which buffer is active.
+ * buffer, the cursor, which buffer is active, and its size (rows, columns).
  * @param {Terminal} term
- * @returns {{lines: string[], cursor: [number, number], buffer: string}}
+ * @returns {{lines: string[], cursor: [number, number], buffer: string, size: [number, number]}}
  */
 function screenOf(term) {
   const b = term.buffer.active;
   const lines = [];
   for (let y = 0; y < term.rows; y++) lines.push(b.getLine(b.viewportY + y)?.translateToString(true) ?? '');
-  return { lines, cursor: [b.cursorX, b.cursorY], buffer: b.type };
+  return { lines, cursor: [b.cursorX, b.cursorY], buffer: b.type, size: [term.rows, term.cols] };
 }
 
 const app = new App(readFragment());

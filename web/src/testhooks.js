@@ -64,8 +64,8 @@ export class Transcript {
  *   the active terminal's buffer that starts with prefix: characters and
  *   width of each cell
  * @property {() => string} selection the active terminal's selected text
- * @property {() => {lines: string[], cursor: [number, number], buffer: string} | null} screen
- *   what the active terminal shows: its visible lines, cursor and active buffer
+ * @property {() => {lines: string[], cursor: [number, number], buffer: string, size: [number, number]} | null} screen
+ *   what the active terminal shows: its visible lines, cursor, active buffer and size (rows, columns)
  */
 
 /**
