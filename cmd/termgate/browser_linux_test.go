@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -593,32 +592,16 @@ func TestBrowserWriterFitsTheTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var out []byte
-	go func() {
-		for {
-			ev, err := e.Next(t.Context())
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			out = append(out, ev.Data...)
-			mu.Unlock()
-		}
-	}()
+	f := follow(t.Context(), e)
 	// sized asks the shell for its terminal's size until it answers want,
 	// and returns what it last answered.
 	sized := func(want string) (string, bool) {
 		var last string
 		ok := sandboxtest.Eventually(t, 30*time.Second, func() bool {
-			mu.Lock()
-			out = out[:0]
-			mu.Unlock()
+			from := len(f.output())
 			e.Write([]byte("echo size=$(stty size)\r"))
 			time.Sleep(100 * time.Millisecond)
-			mu.Lock()
-			defer mu.Unlock()
-			last = string(out)
+			last = f.output()[from:]
 			return strings.Contains(last, "size="+want+"\r")
 		})
 		return last, ok
