@@ -345,14 +345,15 @@ func BenchmarkIdlePTYExecutions(b *testing.B) {
 	for b.Loop() {
 		round++
 		prefix := fmt.Sprintf("idle-%d-", round)
-		before := memUse()
+		heap0, stacks0 := memSplit()
 		threadsBefore := threads()
 		start := time.Now()
 		startIdleShells(b, e, prefix, n, 8)
 		elapsed := time.Since(start)
 		time.Sleep(2 * time.Second) // let every shell reach its prompt
-		after := memUse()
-		b.ReportMetric(float64(after-before)/n/1024, "KiB/execution")
+		heap1, stacks1 := memSplit()
+		b.ReportMetric(float64(heap1+stacks1-heap0-stacks0)/n/1024, "KiB/execution")
+		b.ReportMetric(float64(stacks1-stacks0)/n/1024, "KiB-stacks/execution")
 		b.ReportMetric(float64(threads()-threadsBefore)/n, "threads/execution")
 		b.ReportMetric(elapsed.Seconds(), "s-to-start-1000")
 		endShells(b, e, prefix)
@@ -400,10 +401,17 @@ func endShells(b *testing.B, e *testEnv, prefix string) {
 
 // memUse is the Go heap in use plus goroutine stacks.
 func memUse() uint64 {
+	heap, stacks := memSplit()
+	return heap + stacks
+}
+
+// memSplit is the Go heap in use and the goroutine stacks, after a
+// collection.
+func memSplit() (heap, stacks uint64) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse + m.StackInuse
+	return m.HeapInuse, m.StackInuse
 }
 
 func threads() int {
