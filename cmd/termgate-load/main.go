@@ -49,6 +49,7 @@ type options struct {
 	inputPerSecond int           // serve's --input-per-second; 0: its default
 	cpuProfile     string        // where to write serve's CPU profile of the opening; "" for none
 	profileFor     time.Duration // how long that profile runs
+	heapProfile    string        // where to write serve's heap profile with the shells idle; "" for none
 	timeout        time.Duration // the whole run
 }
 
@@ -101,6 +102,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) from the first shell's open to `FILE`")
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")
+	fs.StringVar(&o.heapProfile, "heapprofile", "", "write serve's heap profile (pprof, through --metrics-listen) with every shell attached and idle to `FILE`, and its goroutines to FILE.goroutines")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: termgate-load [-termgate PATH] [-keys 2000] [-shells 50] [-par 16]")
 		fmt.Fprintln(stderr, "example, the full table: termgate-load -termgate bin/termgate -shells 500")

@@ -48,9 +48,9 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var out, errs bytes.Buffer
-	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	profile, heap := filepath.Join(t.TempDir(), "cpu.pprof"), filepath.Join(t.TempDir(), "heap.pprof")
 	args := []string{"-termgate", bin, "-keys", "50", "-warm", "5", "-shells", "4", "-par", "2", "-timeout", "2m",
-		"-cpuprofile", profile, "-profile-for", "1s"}
+		"-cpuprofile", profile, "-profile-for", "1s", "-heapprofile", heap}
 	if err := run(ctx, args, &out, &errs); err != nil {
 		t.Fatalf("run: %v\n%s", err, errs.String())
 	}
@@ -63,6 +63,12 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	}
 	if b, err := os.ReadFile(profile); err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
 		t.Errorf("-cpuprofile wrote no gzipped profile: %v, %d bytes", err, len(b))
+	}
+	if b, err := os.ReadFile(heap); err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		t.Errorf("-heapprofile wrote no gzipped profile: %v, %d bytes", err, len(b))
+	}
+	if b, err := os.ReadFile(heap + ".goroutines"); err != nil || !bytes.Contains(b, []byte("goroutine profile: total")) {
+		t.Errorf("-heapprofile wrote no goroutine profile: %v, %d bytes", err, len(b))
 	}
 	left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/termgate-load-%d", os.Getpid()))
 	if len(left) > 0 {

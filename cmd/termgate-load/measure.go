@@ -132,6 +132,9 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	t.rssPerSession = float64(loaded.serverRSS-base.serverRSS) / n
 	t.procsPerShell = float64(loaded.processes-base.processes) / n
 	t.pssPerShell = float64(loaded.treePSS-base.treePSS) / n
+	if err := writeHeapProfile(ctx, srv, o); err != nil {
+		return err
+	}
 	if err := endShells(ctx, sessions); err != nil {
 		return err
 	}

@@ -24,32 +24,50 @@ func startProfile(ctx context.Context, srv *server, o options) <-chan error {
 }
 
 func fetchProfile(ctx context.Context, addr string, o options) error {
-	if addr == "" {
-		return fmt.Errorf("cpu profile: serve logged no metrics address")
+	query := fmt.Sprintf("profile?seconds=%d", int(o.profileFor.Seconds()))
+	return fetchPprof(ctx, addr, query, o.cpuProfile, "cpu profile")
+}
+
+// writeHeapProfile writes serve's heap profile, taken after a collection,
+// and its goroutines (FILE.goroutines), to o.heapProfile; without
+// -heapprofile it does nothing.
+func writeHeapProfile(ctx context.Context, srv *server, o options) error {
+	if o.heapProfile == "" {
+		return nil
 	}
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(o.profileFor.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err := fetchPprof(ctx, srv.metrics, "heap?gc=1", o.heapProfile, "heap profile"); err != nil {
+		return err
+	}
+	return fetchPprof(ctx, srv.metrics, "goroutine?debug=1", o.heapProfile+".goroutines", "goroutine profile")
+}
+
+// fetchPprof writes what serve's /debug/pprof/query answers to file.
+func fetchPprof(ctx context.Context, addr, query, file, what string) error {
+	if addr == "" {
+		return fmt.Errorf("%s: serve logged no metrics address", what)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/"+query, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cpu profile: %s", resp.Status)
+		return fmt.Errorf("%s: %s", what, resp.Status)
 	}
-	f, err := os.Create(o.cpuProfile)
+	f, err := os.Create(file)
 	if err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	_, err = io.Copy(f, resp.Body)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("cpu profile: write %s: %w", o.cpuProfile, err)
+		return fmt.Errorf("%s: write %s: %w", what, file, err)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ type server struct {
 	cmd      *exec.Cmd
 	pid      int
 	addr     string // where it listens, on 127.0.0.1
-	metrics  string // where its metrics and pprof listen; "" without -cpuprofile
+	metrics  string // where its metrics and pprof listen; "" without -cpuprofile or -heapprofile
 	token    string
 	dir      string // its secret and workspaces, removed by stop
 	state    string // its state directory, removed by stop
@@ -113,7 +113,7 @@ func serveArgs(o options, dir, state, secret, cgParent string) []string {
 	if o.inputPerSecond > 0 {
 		args = append(args, "--input-per-second", strconv.Itoa(o.inputPerSecond))
 	}
-	if o.cpuProfile != "" {
+	if o.cpuProfile != "" || o.heapProfile != "" {
 		args = append(args, "--metrics-listen", "127.0.0.1:0")
 	}
 	return args
