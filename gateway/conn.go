@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,7 @@ type conn struct {
 	// (finishChannel); serve finishes those left.
 	open     map[*channel]struct{}
 	nb       *nbConn        // the socket's writer that never blocks, nil on TLS (nbconn.go)
+	raw      net.Conn       // the hijacked connection, for linger (hijack.go)
 	writing  atomic.Bool    // a goroutine is writing (flush)
 	wants    atomic.Uint64  // work queued for the writer, counted (flush)
 	flushers sync.WaitGroup // the goroutines kick started
@@ -137,6 +139,9 @@ func (c *conn) finish(err error) {
 	c.closeUpstreams()
 	c.waitFlushers()
 	c.finishChannels()
+	if errors.Is(err, websocket.ErrMessageTooBig) {
+		linger(c.raw)
+	}
 	c.ws.CloseNow()
 	code := int(c.closeCode.Load())
 	if code == 0 {

@@ -218,20 +218,35 @@ func TestReadOnlyCannotType(t *testing.T) {
 	}
 }
 
+// TestOversizedMessageCloses1009 sends messages over the limit, one a
+// little over and one half a megabyte over: the client's write completes
+// and it reads the 1009 either way. A server that closed with the rest of
+// the message unread would reset the connection, failing the write.
 func TestOversizedMessageCloses1009(t *testing.T) {
 	t.Parallel()
-	e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.MaxMessageBytes = 4096 })
-	c := e.dial(t, e.token(t, "acme", allScopes...))
-	defer c.close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	c.ws.Write(ctx, websocket.MessageBinary, wire.AppendInput(nil, 1, 0, bytes.Repeat([]byte("x"), 8192)))
-	var err error
-	for err == nil { // past the hello
-		_, err = c.read(ctx)
-	}
-	if closeCode(err) != websocket.StatusMessageTooBig {
-		t.Fatalf("want close 1009, got %v", err)
+	for _, size := range []int{8 << 10, 512 << 10} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			t.Parallel()
+			e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.MaxMessageBytes = 4096 })
+			c := e.dial(t, e.token(t, "acme", allScopes...))
+			defer c.close()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			wrote := make(chan error, 1)
+			go func() { // the server stops reading it at the limit
+				wrote <- c.ws.Write(ctx, websocket.MessageBinary, wire.AppendInput(nil, 1, 0, bytes.Repeat([]byte("x"), size)))
+			}()
+			var err error
+			for err == nil { // past the hello
+				_, err = c.read(ctx)
+			}
+			if closeCode(err) != websocket.StatusMessageTooBig {
+				t.Fatalf("want close 1009, got %v", err)
+			}
+			if err := <-wrote; err != nil {
+				t.Fatalf("the oversized message's write failed: %v", err)
+			}
+		})
 	}
 }
 

@@ -12,15 +12,19 @@ import (
 
 // Buffer sizes of an upgraded connection. net/http hands a hijacked
 // connection a 4 KiB reader and a 4 KiB writer, which the WebSocket keeps
-// for the connection's life. Echo frames are a few bytes, and a larger
-// write bypasses the buffer anyway, at the cost of one more system call
-// for frames between 1 and 4 KiB. The reader stays at 4 KiB: with 512 B,
-// a message over the read limit was refused after its first bytes, and
-// closing with the rest unread reset the connection before the client
-// saw its 1009 (TestMetricsLimitRefusals, 1 run in 8 under -race).
+// for the connection's life: 7 KiB of an idle connection's 20. Keystrokes
+// and control messages are a few bytes to a few hundred, and a read or a
+// write larger than its buffer bypasses it, at the cost of one more
+// system call for frames between the two sizes.
 const (
-	upgradeReadBuffer  = 4 << 10
+	upgradeReadBuffer  = 512
 	upgradeWriteBuffer = 1 << 10
+)
+
+// What linger reads at most, and for how long, of a refused message.
+const (
+	lingerBytes = 1 << 20
+	lingerTime  = 2 * time.Second
 )
 
 // smallBuffers is a ResponseWriter whose Hijack hands out a smaller write
@@ -31,6 +35,7 @@ type smallBuffers struct {
 	http.ResponseWriter
 	writeTimeout time.Duration // the backlog's (nbConn)
 	nb           *nbConn
+	conn         net.Conn // the hijacked connection, for linger
 }
 
 // Hijack takes over the connection and moves what the client already
@@ -44,6 +49,7 @@ func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if nb, ok := newNBConn(nc, w.writeTimeout); ok {
 		w.nb, nc = nb, nb
 	}
+	w.conn = nc
 	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(slices.Clone(early)), nc), max(upgradeReadBuffer, len(early)))
 	if len(early) > 0 {
@@ -58,3 +64,17 @@ func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// linger reads and drops what the client still sends on nc, until it
+// closes or lingerBytes or lingerTime passed. A message over the read
+// limit is refused after its first bytes (the library writes the 1009
+// then), and closing the socket with the rest of it unread would reset
+// the connection: the client's write of the message would fail, and its
+// read of the 1009 might.
+func linger(nc net.Conn) {
+	if nc == nil {
+		return
+	}
+	nc.SetReadDeadline(time.Now().Add(lingerTime))
+	io.Copy(io.Discard, io.LimitReader(nc, lingerBytes))
+}

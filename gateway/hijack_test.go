@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/termgate/termgate/gateway/wire"
@@ -88,4 +89,59 @@ func readServerFrame(t *testing.T, r *bufio.Reader) string {
 		t.Fatal(err)
 	}
 	return string(p)
+}
+
+// TestLingerIsBounded: linger reads what the client still sends until it
+// closes, but never more than lingerBytes, nor for longer than lingerTime.
+func TestLingerIsBounded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		send     int
+		close    bool
+		wantRead int
+		wantTook time.Duration // on the bubble's clock
+	}{
+		{"the client closes", 64 << 10, true, 64 << 10, 0},
+		{"more than lingerBytes", lingerBytes + 64<<10, false, lingerBytes, 0},
+		{"the client sends nothing and stays", 0, false, 0, lingerTime},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				server, client := net.Pipe()
+				defer client.Close()
+				counted := &countingConn{Conn: server}
+				go func() {
+					client.Write(make([]byte, tc.send)) // returns once read, or when server closes
+					if tc.close {
+						client.Close()
+					}
+				}()
+				start := time.Now()
+				linger(counted)
+				took := time.Since(start)
+				server.Close()
+				if counted.n != tc.wantRead {
+					t.Errorf("read %d bytes, want %d", counted.n, tc.wantRead)
+				}
+				if took != tc.wantTook {
+					t.Errorf("lingered %v, want %v", took, tc.wantTook)
+				}
+			})
+		})
+	}
+	linger(nil) // a connection linger cannot reach: nothing to do
+}
+
+// countingConn counts the bytes read from it.
+type countingConn struct {
+	net.Conn
+	n int
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n += n
+	return n, err
 }
