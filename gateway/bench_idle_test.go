@@ -19,6 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/session"
 )
 
 // envAttachClients makes the test binary a client process that attaches
@@ -30,43 +31,62 @@ const envAttachClients = "TERMGATE_BENCH_ATTACH"
 const envHeapProfile = "TERMGATE_BENCH_HEAPPROFILE"
 
 // BenchmarkIdleAttachedConnections measures what the gateway holds for
-// an attached idle connection: idleConns PTY shells are started first,
-// then another process (so that its clients' memory is not counted)
-// attaches one connection to each, and the server's memory grows by the
-// connections' share alone. Reports per connection the Go heap and
-// stacks (B/conn), VmRSS (kB-rss/conn) and goroutines, then the VmRSS
-// left once every connection closed: at once and after a forced return
-// of free memory to the OS (kB-rss-closed, kB-rss-freed, per connection).
+// an attached idle session, with executions in memory and durable ones
+// (serve's default: a keeper forks the sandboxes). idleConns PTY shells
+// are started first, then another process (so that its clients' memory
+// is not counted) attaches one connection to each. Reports the Go heap
+// and stacks of a whole session, execution and connection (B/session),
+// and the connection's share alone (B/conn, B-stacks/conn), VmRSS
+// (kB-rss/conn) and goroutines, then the VmRSS left once every
+// connection closed: at once and after a forced return of free memory to
+// the OS (kB-rss-closed, kB-rss-freed, per connection).
 func BenchmarkIdleAttachedConnections(b *testing.B) {
 	const n = 200
-	e := newRoomyEnv(b, n, 2*n)
-	round := 0
-	for b.Loop() {
-		round++
-		prefix := fmt.Sprintf("attach-%d-", round)
-		startIdleShells(b, e, prefix, n, 8)
-		time.Sleep(2 * time.Second) // let every shell reach its prompt
-		heap0, stacks0 := memSplit()
-		rss0, g0 := vmRSS(), runtime.NumGoroutine()
-		stop := attachClients(b, e, prefix, n)
-		time.Sleep(time.Second) // the prompts are written, the writers idle
-		heap1, stacks1 := memSplit()
-		rss1, g1 := vmRSS(), runtime.NumGoroutine()
-		writeProfiles(b, os.Getenv(envHeapProfile))
-		stop()
-		waitGoroutines(b, g0, 10*time.Second)
-		memUse()
-		rss2 := vmRSS()
-		debug.FreeOSMemory()
-		rss3 := vmRSS()
-		b.ReportMetric(float64(heap1+stacks1-heap0-stacks0)/n, "B/conn")
-		b.ReportMetric(float64(stacks1-stacks0)/n, "B-stacks/conn")
-		b.ReportMetric(float64(rss1-rss0)/n, "kB-rss/conn")
-		b.ReportMetric(float64(g1-g0)/n, "goroutines/conn")
-		b.ReportMetric(float64(rss2-rss0)/n, "kB-rss-closed/conn")
-		b.ReportMetric(float64(rss3-rss0)/n, "kB-rss-freed/conn")
-		endShells(b, e, prefix)
+	for _, durable := range []bool{false, true} {
+		b.Run(map[bool]string{false: "memory", true: "durable"}[durable], func(b *testing.B) {
+			sc := session.Config{}
+			if durable {
+				sc, _ = durableSession(b)
+			} else {
+				sc.Launcher = session.SandboxLauncher(needLauncher(b))
+			}
+			sc.MaxRunning, sc.MaxRunningPerOwner, sc.MaxRetained, sc.MaxRetainedPerOwner = 2*n, 2*n, 2*n, 2*n
+			e := newEnvSession(b, sc, func(c *Config) { c.StartsPerMinute, c.MaxConnsPerSubject = 1<<20, 2*n })
+			round := 0
+			for b.Loop() {
+				round++
+				benchIdleAttached(b, e, fmt.Sprintf("attach-%d-", round), n)
+			}
+		})
 	}
+}
+
+func benchIdleAttached(b *testing.B, e *testEnv, prefix string, n int) {
+	heapEmpty, stacksEmpty := memSplit()
+	startIdleShells(b, e, prefix, n, 8)
+	time.Sleep(2 * time.Second) // let every shell reach its prompt
+	heap0, stacks0 := memSplit()
+	rss0, g0 := vmRSS(), runtime.NumGoroutine()
+	stop := attachClients(b, e, prefix, n)
+	time.Sleep(time.Second) // the prompts are written, the writers idle
+	heap1, stacks1 := memSplit()
+	rss1, g1 := vmRSS(), runtime.NumGoroutine()
+	writeProfiles(b, os.Getenv(envHeapProfile))
+	stop()
+	waitGoroutines(b, g0, 10*time.Second)
+	memUse()
+	rss2 := vmRSS()
+	debug.FreeOSMemory()
+	rss3 := vmRSS()
+	per := float64(n)
+	b.ReportMetric(float64(heap1+stacks1-heapEmpty-stacksEmpty)/per, "B/session")
+	b.ReportMetric(float64(heap1+stacks1-heap0-stacks0)/per, "B/conn")
+	b.ReportMetric(float64(stacks1-stacks0)/per, "B-stacks/conn")
+	b.ReportMetric(float64(rss1-rss0)/per, "kB-rss/conn")
+	b.ReportMetric(float64(g1-g0)/per, "goroutines/conn")
+	b.ReportMetric(float64(rss2-rss0)/per, "kB-rss-closed/conn")
+	b.ReportMetric(float64(rss3-rss0)/per, "kB-rss-freed/conn")
+	endShells(b, e, prefix)
 }
 
 // attachClients starts a client process that attaches one connection to

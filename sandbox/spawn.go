@@ -82,7 +82,7 @@ func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
 func startPlaced(req spawnRequest) (execChild, error) {
 	if req.cgroup != "" {
 		if cmd, err := startInCgroup(req); err == nil {
-			return execChild{cmd: cmd, placed: []string{req.cgroup}}, nil
+			return execChild{proc: cmd.Process, placed: []string{req.cgroup}}, nil
 		}
 		// A kernel without clone3's CLONE_INTO_CGROUP: bwrap is moved in
 		// while blocked, as without a cgroup2 directory.
@@ -91,7 +91,7 @@ func startPlaced(req spawnRequest) (execChild, error) {
 	if err := cmd.Start(); err != nil {
 		return execChild{}, fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
 	}
-	return execChild{cmd: cmd}, nil
+	return execChild{proc: cmd.Process}, nil
 }
 
 // startInCgroup starts req's bwrap forked into req.cgroup.
@@ -135,21 +135,23 @@ func execCommand(req spawnRequest) *exec.Cmd {
 	return cmd
 }
 
-// execChild is bwrap as the launcher's child.
+// execChild is bwrap as the launcher's child. It keeps the process
+// alone, not its exec.Cmd: the command's arguments and descriptors (closed
+// once started) would stay in memory for the execution's life.
 type execChild struct {
-	cmd    *exec.Cmd
+	proc   *os.Process
 	placed []string // the cgroup directories it was born in
 }
 
 func (c execChild) born() []string { return c.placed }
 
-func (c execChild) pid() int { return c.cmd.Process.Pid }
+func (c execChild) pid() int { return c.proc.Pid }
 
-func (c execChild) kill() { c.cmd.Process.Kill() }
+func (c execChild) kill() { c.proc.Kill() }
 
 func (c execChild) wait() (unix.WaitStatus, bool, error) {
-	awaitExit(c.cmd.Process.Pid)
-	state, err := c.cmd.Process.Wait()
+	awaitExit(c.proc.Pid)
+	state, err := c.proc.Wait()
 	if err != nil {
 		return 0, false, err
 	}

@@ -46,7 +46,7 @@ func (f *v1Forker) spawn(req spawnRequest) (spawned, error) {
 			var serr error
 			child, serr = startPlaced(req)
 			c := child
-			return func() { c.cmd.Process.Kill(); c.cmd.Wait() }, serr
+			return func() { c.proc.Kill(); c.proc.Wait() }, serr
 		})
 	})
 	switch {
