@@ -50,6 +50,7 @@ type options struct {
 	cpuProfile     string        // where to write serve's CPU profile of the opening; "" for none
 	profileFor     time.Duration // how long that profile runs
 	heapProfile    string        // where to write serve's heap profile with the shells idle; "" for none
+	settle         time.Duration // how long after the last shell closed the server's RSS is sampled again
 	timeout        time.Duration // the whole run
 }
 
@@ -102,6 +103,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) from the first shell's open to `FILE`")
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")
+	fs.DurationVar(&o.settle, "settle", 5*time.Second, "how long after the last shell closed the server's RSS is sampled again: the runtime returns freed memory to the OS lazily")
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write serve's heap profile (pprof, through --metrics-listen) with every shell attached and idle to `FILE`, and its goroutines to FILE.goroutines")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: termgate-load [-termgate PATH] [-keys 2000] [-shells 50] [-par 16]")
@@ -114,8 +116,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case o.keys < 2 || o.warm < 0 || o.shells < 1 || o.par < 1 || o.timeout <= 0:
-		return o, errors.New("-keys must be at least 2, -shells and -par at least 1, -warm at least 0, -timeout positive")
+	case o.keys < 2 || o.warm < 0 || o.shells < 1 || o.par < 1 || o.timeout <= 0 || o.settle < 0:
+		return o, errors.New("-keys must be at least 2, -shells and -par at least 1, -warm and -settle at least 0, -timeout positive")
 	case o.profileFor < time.Second:
 		return o, errors.New("-profile-for must be at least 1s")
 	case o.termgate == "":

@@ -15,10 +15,6 @@ import (
 	"github.com/termgate/termgate/gateway/wire"
 )
 
-// closeSettle is how long after the last shell closed the server's RSS
-// is sampled again: a Go server returns freed memory to the OS lazily.
-const closeSettle = 5 * time.Second
-
 // table is one run's figures.
 type table struct {
 	p50, p99          time.Duration // keystroke echo
@@ -33,7 +29,7 @@ type table struct {
 	procsPerShell     float64
 	pssPerShell       float64 // kB, whole tree
 	rssAfterClose     int64   // kB, server, all shells gone
-	rssSettled        int64   // kB, server, closeSettle later
+	rssSettled        int64   // kB, server, -settle later
 	rssBefore, rssMax int64   // kB, server
 }
 
@@ -145,7 +141,7 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	t.cpuPerShell, t.cpuByGroups = (cpu1-cpu0)/time.Duration(o.shells), byGroups
 	t.rssAfterClose = statusKB(srv.pid, "VmRSS:")
 	select { // the server may return freed memory to the OS lazily
-	case <-time.After(closeSettle):
+	case <-time.After(o.settle):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -242,5 +238,5 @@ func (t table) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| server RSS per attached idle session | %.0f kB |\n", t.rssPerSession)
 	fmt.Fprintf(w, "| processes per shell / tree PSS per shell | %.0f / %.0f kB |\n", t.procsPerShell, t.pssPerShell)
 	fmt.Fprintf(w, "| server RSS before / all open / all closed / %s later | %d / %d / %d / %d kB |\n",
-		closeSettle, t.rssBefore, t.rssMax, t.rssAfterClose, t.rssSettled)
+		o.settle, t.rssBefore, t.rssMax, t.rssAfterClose, t.rssSettled)
 }
