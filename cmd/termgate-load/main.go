@@ -49,6 +49,7 @@ type options struct {
 	inputPerSecond int           // serve's --input-per-second; 0: its default
 	cpuProfile     string        // where to write serve's CPU profile of the opening; "" for none
 	profileFor     time.Duration // how long that profile runs
+	profilePhase   string        // what it profiles: phaseShells or phaseEcho
 	heapProfile    string        // where to write serve's heap profile with the shells idle; "" for none
 	settle         time.Duration // how long after the last shell closed the server's RSS is sampled again
 	timeout        time.Duration // the whole run
@@ -66,6 +67,12 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// The phases -cpuprofile can profile.
+const (
+	phaseShells = "shells"
+	phaseEcho   = "echo"
+)
 
 // run parses args, serves, measures and prints the table to stdout.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,7 +108,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.par, "par", 16, "shells opened at a time")
 	fs.IntVar(&o.inputPerSecond, "input-per-second", 0, "serve's --input-per-second (0: its default)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) from the first shell's open to `FILE`")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) of the -profile phase to `FILE`")
+	fs.StringVar(&o.profilePhase, "profile", phaseShells, "what -cpuprofile profiles: "+phaseShells+" (from the first shell's open) or "+phaseEcho+" (from the first timed keystroke)")
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")
 	fs.DurationVar(&o.settle, "settle", 5*time.Second, "how long after the last shell closed the server's RSS is sampled again: the runtime returns freed memory to the OS lazily")
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write serve's heap profile (pprof, through --metrics-listen) with every shell attached and idle to `FILE`, and its goroutines to FILE.goroutines")
@@ -120,6 +128,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-keys must be at least 2, -shells and -par at least 1, -warm and -settle at least 0, -timeout positive")
 	case o.profileFor < time.Second:
 		return o, errors.New("-profile-for must be at least 1s")
+	case o.profilePhase != phaseShells && o.profilePhase != phaseEcho:
+		return o, fmt.Errorf("-profile must be %s or %s", phaseShells, phaseEcho)
 	case o.termgate == "":
 		return o, errors.New("no termgate binary: build one (make build) and pass -termgate")
 	}

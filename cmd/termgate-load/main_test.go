@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // refused before anything starts.
 func TestParseRefusesWhatCannotBeMeasured(t *testing.T) {
 	for _, args := range [][]string{
-		{"-keys", "1"}, {"-shells", "0"}, {"-par", "0"}, {"-warm", "-1"}, {"-timeout", "0s"}, {"-settle", "-1s"}, {"extra"},
+		{"-keys", "1"}, {"-shells", "0"}, {"-par", "0"}, {"-warm", "-1"}, {"-timeout", "0s"}, {"-settle", "-1s"}, {"-profile", "idle"}, {"extra"},
 		{"-termgate", ""},
 	} {
 		if _, err := parse(append([]string{"-termgate", "/bin/true"}, args...), io.Discard); err == nil {

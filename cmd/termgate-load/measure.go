@@ -59,9 +59,11 @@ func (t *table) echo(ctx context.Context, srv *server, o options) error {
 	rtts := make([]time.Duration, 0, o.keys)
 	var cpu0 time.Duration
 	var ctx0 int64
+	profiled := make(<-chan error)
 	for i := range o.warm + o.keys {
 		if i == o.warm {
 			cpu0, ctx0 = ownCPU(srv.pid), ctxSwitches(srv.pid)
+			profiled = startProfile(ctx, srv, o, phaseEcho)
 		}
 		k := []byte{byte('a' + i%26)}
 		start := time.Now()
@@ -79,6 +81,9 @@ func (t *table) echo(ctx context.Context, srv *server, o options) error {
 	t.ctxPerKey = float64(ctxSwitches(srv.pid)-ctx0) / float64(o.keys)
 	slices.Sort(rtts)
 	t.p50, t.p99 = rtts[len(rtts)/2], rtts[len(rtts)*99/100]
+	if err := <-profiled; err != nil {
+		return err
+	}
 	return s.send(ctx, wire.Request{Type: wire.TypeCancel, ID: "echo"})
 }
 
@@ -106,7 +111,7 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	keeper := keeperPID(srv.pid)
 	cpu0, _ := shellsCPU(srv.pid, keeper, srv.cgParent)
 	own0, keeper0 := ownCPU(srv.pid), ownCPU(keeper)
-	profiled := startProfile(ctx, srv, o)
+	profiled := startProfile(ctx, srv, o, phaseShells)
 	start := time.Now()
 	sessions, err := openShells(ctx, srv, o.shells, o.par)
 	t.openAll = time.Since(start)

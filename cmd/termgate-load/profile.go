@@ -12,10 +12,11 @@ import (
 
 // startProfile asks serve's pprof for a CPU profile of o.profileFor,
 // from now, and writes it to o.cpuProfile; the channel says how that
-// went once it is done. Without -cpuprofile it is done at once.
-func startProfile(ctx context.Context, srv *server, o options) <-chan error {
+// went once it is done. Without -cpuprofile, or when -profile names
+// another phase than phase, it is done at once.
+func startProfile(ctx context.Context, srv *server, o options, phase string) <-chan error {
 	done := make(chan error, 1)
-	if o.cpuProfile == "" {
+	if o.cpuProfile == "" || o.profilePhase != phase {
 		done <- nil
 		return done
 	}
