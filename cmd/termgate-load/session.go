@@ -91,6 +91,8 @@ func (s *session) output(ctx context.Context) ([]byte, error) {
 			return nil, err
 		case out != nil:
 			return out.Data, nil
+		case m.Type == wire.MsgError && m.Error == wire.CodeRateLimited:
+			return nil, fmt.Errorf("%s: %s (keys typed back to back outrun serve's --input-per-second: raise it with -input-per-second)", m.Error, m.Message)
 		case m.Type == wire.MsgError:
 			return nil, fmt.Errorf("%s: %s", m.Error, m.Message)
 		case m.Type == wire.MsgExit:
