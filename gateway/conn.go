@@ -344,10 +344,11 @@ func (c *conn) waitFlushers() {
 }
 
 // drain writes in rounds until nothing waits; false when the connection
-// ended or a write failed.
+// ended, a write failed or a close started: the close frame follows what
+// was written, and the rest waits in the rings for the client's resume.
 func (c *conn) drain() bool {
 	for {
-		if c.ctx.Err() != nil {
+		if c.ctx.Err() != nil || c.closing() {
 			return false
 		}
 		if c.nb != nil && c.nb.congested() {
@@ -411,8 +412,14 @@ func (c *conn) write(typ websocket.MessageType, b []byte) bool {
 		cancel()
 	}
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errBacklogStalled) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errBacklogStalled):
 			c.close(websocket.StatusTryAgainLater, "client too slow")
+		case c.closing() && errors.Is(err, net.ErrClosed):
+			// The close frame went first. Cancelling would end the
+			// handshake and drop the backlog ahead of it; the handshake
+			// ends the connection.
+			return false
 		}
 		c.cancel(err)
 		return false

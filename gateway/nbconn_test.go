@@ -323,15 +323,16 @@ func socketQueued(t *testing.T, nc *net.TCPConn) int {
 // TestPingAndCloseBehindABacklog: with output held in the backlog for a
 // client that paused reading, a ping waits behind it and is answered
 // once the client reads again, and a close handshake started with a
-// backlog delivers all the output before the close frame.
+// backlog delivers all the output before the close frame, even when the
+// program writes more once the close frame is queued.
 func TestPingAndCloseBehindABacklog(t *testing.T) {
 	t.Parallel()
 	const chunks, chunk = 16, 4 << 10 // per round: over the socket buffers, under the bound
-	round := make(chan struct{})
+	round, wrote := make(chan struct{}), make(chan struct{}, 3)
 	l := &sessiontest.Launcher{}
 	l.Script = func(p *sessiontest.Proc) sandbox.Exit {
 		b := bytes.Repeat([]byte("z"), chunk)
-		for range 2 {
+		for range 3 {
 			select {
 			case <-round:
 			case <-p.Stopped():
@@ -342,6 +343,7 @@ func TestPingAndCloseBehindABacklog(t *testing.T) {
 					break
 				}
 			}
+			wrote <- struct{}{}
 		}
 		return sessiontest.UntilStopped(p)
 	}
@@ -371,10 +373,15 @@ func TestPingAndCloseBehindABacklog(t *testing.T) {
 		pinged <- sc.ws.Ping(ctx)
 	}()
 	c.readOutputBytes(t, chunks*chunk) // the ping frame follows
+	<-wrote
 
+	before := sc.bytesOut.Load()
 	round <- struct{}{}
-	waitBacklog(t, sc.nb)
+	<-wrote
+	waitWritten(t, sc, before+chunks*chunk) // all of it in the backlog, then the close
 	sc.close(websocket.StatusNormalClosure, "bye")
+	round <- struct{}{} // output after the close frame: it waits in the ring
+	<-wrote
 	c.readOutputBytes(t, chunks*chunk) // the client's reads answer the ping on the way
 	if err := <-pinged; err != nil {
 		t.Fatalf("a ping behind the backlog: %v", err)
@@ -394,6 +401,19 @@ func TestPingAndCloseBehindABacklog(t *testing.T) {
 		}
 	}
 	t.Fatal("no close in 100 messages")
+}
+
+// waitWritten waits, bounded, until c wrote at least n message bytes
+// and nobody is writing.
+func waitWritten(t *testing.T, c *conn, n uint64) {
+	t.Helper()
+	for range 3000 {
+		if c.bytesOut.Load() >= n && !c.writing.Load() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("wrote %d message bytes, want %d", c.bytesOut.Load(), n)
 }
 
 // waitBacklog waits, bounded, until nb has a backlog (its goroutine
