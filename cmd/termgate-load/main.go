@@ -112,7 +112,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profilePhase, "profile", phaseShells, "what -cpuprofile profiles: "+phaseShells+" (from the first shell's open) or "+phaseEcho+" (from the first timed keystroke)")
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")
 	fs.DurationVar(&o.settle, "settle", 5*time.Second, "how long after the last shell closed the server's RSS is sampled again: the runtime returns freed memory to the OS lazily")
-	fs.StringVar(&o.heapProfile, "heapprofile", "", "write serve's heap profile (pprof, through --metrics-listen) with every shell attached and idle to `FILE`, and its goroutines to FILE.goroutines")
+	fs.StringVar(&o.heapProfile, "heapprofile", "", "write serve's heap profile (pprof, through --metrics-listen) with every shell attached and idle to `FILE`, its goroutines to FILE.goroutines, and its heap once the shells ended and -settle passed to FILE.settled")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: termgate-load [-termgate PATH] [-keys 2000] [-shells 50] [-par 16]")
 		fmt.Fprintln(stderr, "example, the full table: termgate-load -termgate bin/termgate -shells 500")

@@ -70,6 +70,9 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	if b, err := os.ReadFile(heap + ".goroutines"); err != nil || !bytes.Contains(b, []byte("goroutine profile: total")) {
 		t.Errorf("-heapprofile wrote no goroutine profile: %v, %d bytes", err, len(b))
 	}
+	if b, err := os.ReadFile(heap + ".settled"); err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		t.Errorf("-heapprofile wrote no profile of the settled heap: %v, %d bytes", err, len(b))
+	}
 	left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/termgate-load-%d", os.Getpid()))
 	if len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)

@@ -151,7 +151,7 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 		return ctx.Err()
 	}
 	t.rssSettled = statusKB(srv.pid, "VmRSS:")
-	return nil
+	return writeSettledHeapProfile(ctx, srv, o)
 }
 
 // openShells opens n shells, par at a time; a shell is open when its

@@ -42,6 +42,16 @@ func writeHeapProfile(ctx context.Context, srv *server, o options) error {
 	return fetchPprof(ctx, srv.metrics, "goroutine?debug=1", o.heapProfile+".goroutines", "goroutine profile")
 }
 
+// writeSettledHeapProfile writes serve's heap profile once every shell
+// ended and -settle passed (FILE.settled): what finished executions and
+// the server itself still hold. Without -heapprofile it does nothing.
+func writeSettledHeapProfile(ctx context.Context, srv *server, o options) error {
+	if o.heapProfile == "" {
+		return nil
+	}
+	return fetchPprof(ctx, srv.metrics, "heap?gc=1", o.heapProfile+".settled", "heap profile")
+}
+
 // fetchPprof writes what serve's /debug/pprof/query answers to file.
 func fetchPprof(ctx context.Context, addr, query, file, what string) error {
 	if addr == "" {
