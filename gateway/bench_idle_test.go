@@ -36,7 +36,8 @@ const envHeapProfile = "TERMGATE_BENCH_HEAPPROFILE"
 // are started first, then another process (so that its clients' memory
 // is not counted) attaches one connection to each. Reports the Go heap
 // and stacks of a whole session, execution and connection (B/session),
-// and the connection's share alone (B/conn, B-stacks/conn), VmRSS
+// and the connection's share alone (B/conn, B-stacks/conn), the
+// executions' stacks (B-stacks/execution), VmRSS
 // (kB-rss/conn) and goroutines, then the VmRSS left once every
 // connection closed: at once and after a forced return of free memory to
 // the OS (kB-rss-closed, kB-rss-freed, per connection).
@@ -82,6 +83,7 @@ func benchIdleAttached(b *testing.B, e *testEnv, prefix string, n int) {
 	b.ReportMetric(float64(heap1+stacks1-heapEmpty-stacksEmpty)/per, "B/session")
 	b.ReportMetric(float64(heap1+stacks1-heap0-stacks0)/per, "B/conn")
 	b.ReportMetric(float64(stacks1-stacks0)/per, "B-stacks/conn")
+	b.ReportMetric(float64(stacks0-stacksEmpty)/per, "B-stacks/execution")
 	b.ReportMetric(float64(rss1-rss0)/per, "kB-rss/conn")
 	b.ReportMetric(float64(g1-g0)/per, "goroutines/conn")
 	b.ReportMetric(float64(rss2-rss0)/per, "kB-rss-closed/conn")
