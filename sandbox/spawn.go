@@ -151,6 +151,11 @@ func (c execChild) kill() { c.proc.Kill() }
 
 func (c execChild) wait() (unix.WaitStatus, bool, error) {
 	awaitExit(c.proc.Pid)
+	return c.reap()
+}
+
+// reap waits for bwrap, which has exited or is about to.
+func (c execChild) reap() (unix.WaitStatus, bool, error) {
 	state, err := c.proc.Wait()
 	if err != nil {
 		return 0, false, err
@@ -159,9 +164,13 @@ func (c execChild) wait() (unix.WaitStatus, bool, error) {
 	return unix.WaitStatus(ws), false, nil
 }
 
-// onExit waits on a goroutine of its own: the launcher's child is
-// reaped by the launcher.
+// onExit has the launcher's child waited for with every other (exits),
+// so that an idle execution keeps no goroutine of its own; without a
+// pidfd, one goroutine waits for it.
 func (c execChild) onExit(done func(unix.WaitStatus, bool, error)) {
+	if exits.watch(c.proc.Pid, func() { done(c.reap()) }) {
+		return
+	}
 	go func() { done(c.wait()) }()
 }
 
