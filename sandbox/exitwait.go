@@ -47,7 +47,10 @@ func (w *exitWaiter) watch(pid int, exited func()) bool {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		unix.Close(fd)
-		w.endIfIdleLocked()
+		if len(w.waiting) == 0 {
+			w.ep.Close() // its goroutine, waiting for nothing, returns
+			w.ep = nil
+		}
 		return false
 	}
 	w.waiting[int32(fd)] = exited
@@ -113,8 +116,11 @@ func (w *exitWaiter) take(ready []int32) bool {
 			continue
 		}
 		delete(w.waiting, fd)
-		unix.Close(int(fd)) // which takes it out of ep: nothing else holds it
-		go exited()         // it reaps the child, and a Wait must never hold the lock
+		// Out of the epoll first: a close alone leaves it there while a
+		// child forked meanwhile holds a copy until its exec.
+		unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+		unix.Close(int(fd))
+		go exited() // it reaps the child, and a Wait must never hold the lock
 	}
 	return w.endIfIdleLocked()
 }
