@@ -164,11 +164,11 @@ func (c execChild) reap() (unix.WaitStatus, bool, error) {
 	return unix.WaitStatus(ws), false, nil
 }
 
-// onExit has the launcher's child waited for with every other (exits),
+// onExit has the launcher's child waited for with every other (idleFDs),
 // so that an idle execution keeps no goroutine of its own; without a
 // pidfd, one goroutine waits for it.
 func (c execChild) onExit(done func(unix.WaitStatus, bool, error)) {
-	if exits.watch(c.proc.Pid, func() { done(c.reap()) }) {
+	if watchExit(idleFDs, c.proc.Pid, func() { done(c.reap()) }) {
 		return
 	}
 	go func() { done(c.wait()) }()

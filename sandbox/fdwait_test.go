@@ -16,7 +16,7 @@ import (
 // once, and the waiter lets go of its epoll descriptor (and its
 // goroutine) once it waits for none; the next child starts it again.
 func TestExitWaiterReportsEveryExitOnce(t *testing.T) {
-	w := &exitWaiter{waiting: map[int32]func(){}}
+	w := &fdWaiter{waiting: map[int32]func(){}}
 	for round := range 2 {
 		const n = 40
 		cmds := make([]*exec.Cmd, n)
@@ -33,7 +33,7 @@ func TestExitWaiterReportsEveryExitOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the first has exited by now
 		reported := make(chan int, 2*n)
 		for i, cmd := range cmds {
-			if !w.watch(cmd.Process.Pid, func() {
+			if !watchExit(w, cmd.Process.Pid, func() {
 				if !exitedNow(cmd.Process.Pid) {
 					i = -1 - i // called before the child exited
 				}

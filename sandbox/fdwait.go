@@ -1,0 +1,181 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// idleFDs waits for what the launcher's idle executions wait for: their
+// bwrap's exit (a pidfd, watchExit) and, once idle, their output (see
+// copier). One goroutine parked in the runtime poller on an epoll
+// descriptor that holds them all, instead of a goroutine each.
+var idleFDs = &fdWaiter{waiting: map[int32]func(){}}
+
+// fdWaiter calls a function once a descriptor is readable or hung up, for
+// many descriptors, from one goroutine parked in the runtime poller on an
+// epoll descriptor holding them all. It runs only while it waits for some
+// descriptor, and a new one starts with the next. A descriptor is waited
+// for once: it leaves the set when its function is called.
+type fdWaiter struct {
+	mu      sync.Mutex
+	ep      *os.File         // the epoll descriptor; nil while nothing is waited for
+	epfd    int              // ep's descriptor (ep.Fd would make it blocking)
+	waiting map[int32]func() // what to call when the descriptor is ready, by descriptor
+}
+
+// add calls ready on a goroutine of its own once fd is readable or hung
+// up (it may be already). The caller keeps fd open until then, or until
+// remove. False, with nothing started, when the epoll descriptor cannot
+// be made or take fd.
+func (w *fdWaiter) add(fd int, ready func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ep == nil {
+		ep, epfd, err := newEpoll()
+		if err != nil {
+			return false
+		}
+		w.ep, w.epfd = ep, epfd
+		go w.run(ep) // ends once nothing is waited for (take)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		if len(w.waiting) == 0 {
+			w.ep.Close() // its goroutine, waiting for nothing, returns
+			w.ep = nil
+		}
+		return false
+	}
+	w.waiting[int32(fd)] = ready
+	return true
+}
+
+// remove stops waiting for fd; true when it was waited for, whose ready
+// is then never called.
+func (w *fdWaiter) remove(fd int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.waiting[int32(fd)]; !ok {
+		return false
+	}
+	w.dropLocked(int32(fd))
+	if len(w.waiting) == 0 {
+		w.ep.Close() // its goroutine, waiting for nothing, returns
+		w.ep = nil
+	}
+	return true
+}
+
+// dropLocked takes fd out of the set. Out of the epoll explicitly: a
+// close alone would leave it there while a child forked meanwhile holds a
+// copy until its exec.
+func (w *fdWaiter) dropLocked(fd int32) {
+	delete(w.waiting, fd)
+	unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+}
+
+// newEpoll makes an epoll descriptor that the runtime's poller watches:
+// it is readable while any descriptor in it is.
+func newEpoll() (*os.File, int, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, 0, err
+	}
+	return os.NewFile(uintptr(fd), "idle-fds"), fd, nil
+}
+
+// run waits on ep until it is no longer w's.
+func (w *fdWaiter) run(ep *os.File) {
+	defer ep.Close()
+	raw, err := ep.SyscallConn()
+	if err != nil {
+		w.failAll(ep)
+		return
+	}
+	events := make([]unix.EpollEvent, 16)
+	for {
+		var ready []int32
+		var werr error
+		err := raw.Read(func(fd uintptr) bool {
+			n, err := unix.EpollWait(int(fd), events, 0)
+			if err != nil && err != syscall.EINTR {
+				werr = err
+				return true
+			}
+			for _, ev := range events[:max(n, 0)] {
+				ready = append(ready, ev.Fd)
+			}
+			return n > 0 // none yet: wait in the poller
+		})
+		if err != nil || werr != nil {
+			w.failAll(ep)
+			return
+		}
+		if !w.take(ep, ready) {
+			return
+		}
+	}
+}
+
+// take removes the ready descriptors and calls what waited for each.
+// False once ep is no longer w's: nothing else is waited for on it.
+func (w *fdWaiter) take(ep *os.File, ready []int32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ep != ep {
+		return false // remove let go of it
+	}
+	for _, fd := range ready {
+		f, ok := w.waiting[fd]
+		if !ok {
+			continue
+		}
+		w.dropLocked(fd)
+		go f() // a Wait or a copier must never hold the lock
+	}
+	if len(w.waiting) == 0 {
+		w.ep = nil
+		return false
+	}
+	return true
+}
+
+// failAll is the poller failing ep, which should not happen: whatever
+// waited on it is called as if ready, and finds out for itself.
+func (w *fdWaiter) failAll(ep *os.File) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ep != ep {
+		return // not w's any more: it waits for nothing on ep
+	}
+	w.ep = nil
+	for fd, f := range w.waiting {
+		delete(w.waiting, fd)
+		go f()
+	}
+}
+
+// watchExit calls exited on a goroutine of its own once the launcher's
+// child pid has exited (it may have already). False, with nothing
+// started, when pid has no pidfd (a kernel before 5.3) or w cannot take
+// it: the caller waits for it as it can.
+func watchExit(w *fdWaiter, pid int, exited func()) bool {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return false
+	}
+	if !w.add(fd, func() { unix.Close(fd); exited() }) {
+		unix.Close(fd)
+		return false
+	}
+	return true
+}
