@@ -207,7 +207,7 @@ func (l *Launcher) openCgroup(m processMeta) (*cgroup.Group, error) {
 // startCopies reads an adopted process's output on into stdio's writers.
 func (p *Process) startCopies(stdio Stdio) {
 	outs := p.outputs
-	p.outputs = nil
+	p.outputs, p.copiers = nil, nil
 	if p.master != nil {
 		p.copy(p.master, stdio.Stdout, true)
 		return
@@ -250,8 +250,10 @@ func (l *Launcher) Detach() error {
 // copiers stop at once (a read under way completes), and the launcher's
 // descriptors close; the keeper's copies keep the process going.
 func (p *Process) letGo() {
-	for _, f := range p.outputs {
-		f.SetReadDeadline(time.Unix(1, 0))
+	p.stopCopies.Store(true)
+	for i, f := range p.outputs {
+		f.SetReadDeadline(time.Unix(1, 0)) // a copier in the poller returns
+		p.copiers[i].unpark()
 	}
 	p.copies.Wait()
 	close(p.exited)

@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,9 +45,9 @@ type Reserver interface {
 }
 
 // copy drains r into w until end of file, on a goroutine owned by the
-// process; Wait waits for it. A PTY master reports EIO once every slave
-// is closed: that is its end of file. With capture, the first bytes are
-// kept for the setup message.
+// process, or on none while the output is idle (copier); Wait waits for
+// it. A PTY master reports EIO once every slave is closed: that is its end
+// of file. With capture, the first bytes are kept for the setup message.
 func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	if w == nil {
 		w = io.Discard
@@ -54,40 +56,146 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	if capture {
 		head = p.head
 	}
+	c := &copier{stopping: &p.stopCopies, r: r, head: head, done: p.copies.Done}
+	if rw, ok := w.(Reserver); ok {
+		c.reserver = rw
+	} else {
+		c.w = io.MultiWriter(head, w)
+	}
 	p.outputs = append(p.outputs, r)
+	p.copiers = append(p.copiers, c)
 	p.copies.Add(1)
-	go func() {
-		defer p.copies.Done()
-		defer r.Close()
-		if rw, ok := w.(Reserver); ok {
-			copyReserved(r, rw, head)
-			return
-		}
-		copyOutput(r, io.MultiWriter(head, w))
-	}()
+	go c.start()
 }
 
-// copyOutput drains r into w until end of file or error. It waits in the
+// idleAfter is how long a copier waits in the runtime's poller for output
+// before it gives its goroutine up: the descriptor then waits in idleFDs,
+// which runs the copier again once output comes or the writers hang up.
+// An idle execution then has no goroutine reading its output, and an
+// active one never leaves the poller.
+var idleAfter = 5 * time.Second
+
+// copier drains one output descriptor until end of file. It waits in the
 // poller holding no buffer, so an idle execution costs little: a read
-// borrows one from readBufs, and gives it back after writing what it read.
+// borrows one from readBufs, and gives it back after writing what it
+// read; or it reads straight into a Reserver's memory (readReserved).
+type copier struct {
+	stopping *atomic.Bool // set when the launcher lets go of the process (letGo)
+	r        *os.File
+	head     io.Writer
+	reserver Reserver  // the writer, when it lends its memory
+	w        io.Writer // the writer otherwise, head included
+	done     func()    // called once the copier ended and closed r
+	raw      syscall.RawConn
+	fd       int
+}
+
+// copyOutput drains r into w until end of file or error, as a process's
+// copier does, and closes r.
 func copyOutput(r *os.File, w io.Writer) {
-	raw, ok := polledRaw(r)
+	runCopier(&copier{r: r, head: io.Discard, w: w})
+}
+
+// copyReserved drains r into w's own memory until end of file or error, as
+// a process's copier does, and closes r: an event holds what waited when
+// the copier woke and what came meanwhile, up to maxReadBuf. The first
+// bytes also go to head.
+func copyReserved(r *os.File, w Reserver, head io.Writer) {
+	runCopier(&copier{r: r, head: head, reserver: w})
+}
+
+// runCopier runs c to its end.
+func runCopier(c *copier) {
+	ended := make(chan struct{})
+	c.stopping, c.done = new(atomic.Bool), func() { close(ended) }
+	c.start()
+	<-ended
+}
+
+// start copies in the poller, or blocking where r has none.
+func (c *copier) start() {
+	raw, ok := polledRaw(c.r)
 	if !ok {
-		copyBlocking(r, w)
+		w := c.w
+		if c.reserver != nil {
+			w = io.MultiWriter(c.head, c.reserver)
+		}
+		copyBlocking(c.r, w)
+		c.finish()
 		return
 	}
+	c.raw = raw
+	raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	c.run()
+}
+
+// run copies until end of file, or until the output was idle for
+// idleAfter: then it parks the descriptor in idleFDs and returns, and
+// idleFDs runs it again.
+func (c *copier) run() {
 	for {
-		buf, n, err := readWaiting(raw)
-		if n > 0 {
-			w.Write((*buf)[:n])
+		c.r.SetReadDeadline(time.Now().Add(idleAfter))
+		if c.stopping.Load() { // after the deadline: see letGo
+			c.finish()
+			return
 		}
-		if buf != nil {
-			readBufs.Put(buf)
-		}
-		if err != nil {
+		err := c.round()
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if c.stopping.Load() {
+				c.finish()
+				return
+			}
+			if c.park() {
+				return
+			}
+		case err != nil:
+			c.finish()
 			return
 		}
 	}
+}
+
+// round waits for output, then reads and writes what came.
+func (c *copier) round() error {
+	if c.reserver != nil {
+		return readReserved(c.raw, c.reserver, c.head)
+	}
+	buf, n, err := readWaiting(c.raw)
+	if n > 0 {
+		c.w.Write((*buf)[:n])
+	}
+	if buf != nil {
+		readBufs.Put(buf)
+	}
+	return err
+}
+
+// park hands the descriptor to idleFDs; false when it cannot take it,
+// and the copier waits on in the poller. Once parked, the copier is
+// idleFDs', unless letGo began meanwhile and looked before it was parked.
+func (c *copier) park() bool {
+	if !idleFDs.add(c.fd, c.run) {
+		return false
+	}
+	if c.stopping.Load() && idleFDs.remove(c.fd) {
+		c.finish()
+	}
+	return true
+}
+
+// unpark ends a copier parked in idleFDs, for letGo; one that runs finds
+// stopping set itself.
+func (c *copier) unpark() {
+	if c.raw != nil && idleFDs.remove(c.fd) {
+		go c.run() // it finds stopping set and ends
+	}
+}
+
+// finish closes the descriptor and says the copier ended.
+func (c *copier) finish() {
+	c.r.Close()
+	c.done()
 }
 
 // readBufs lends the output readers their buffers while they read.
@@ -187,23 +295,6 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 		}
 	}
 	return n
-}
-
-// copyReserved drains r into w's own memory until end of file or error:
-// an event holds what waited when the copier woke and, as copyOutput's
-// bursts do, what came meanwhile, up to maxReadBuf. The first bytes also
-// go to head. A descriptor without a poller falls back to copyOutput.
-func copyReserved(r *os.File, w Reserver, head io.Writer) {
-	raw, ok := polledRaw(r)
-	if !ok {
-		copyOutput(r, io.MultiWriter(head, w))
-		return
-	}
-	for {
-		if err := readReserved(raw, w, head); err != nil {
-			return
-		}
-	}
 }
 
 // readReserved waits until r is readable, asks the kernel how many bytes

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,8 +54,13 @@ type Process struct {
 	stopOnce sync.Once
 
 	copies sync.WaitGroup // output copiers; stop at end of file
-	exited chan struct{}  // closed when bwrap has been reaped
-	done   chan struct{}  // closed when exit is final
+	// copiers are the output copiers, in the order of outputs; stopCopies
+	// is set when the launcher lets go of the process (letGo).
+	copiers    []*copier
+	stopCopies atomic.Bool
+
+	exited chan struct{} // closed when bwrap has been reaped
+	done   chan struct{} // closed when exit is final
 	exit   Exit
 	notice exitNotice // OnExit's callbacks (exitnotice.go)
 }

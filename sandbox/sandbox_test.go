@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	if runKeeperRole() || runCrashRole() {
 		return
 	}
+	idleAfter = testIdleAfter // every pause in a test's output parks its copier
 	code := m.Run()
 	testLauncher.Release()
 	if code == 0 {
