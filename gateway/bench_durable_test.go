@@ -178,7 +178,7 @@ func benchIdle(b *testing.B, e *testEnv, dir, prefix string, n int) {
 	keeper := keeperPid(dir)
 	before, keeperBefore, filesBefore := memUse(), rssKiB(keeper), diskKiB(dir)
 	startIdleShells(b, e, prefix, n, 4)
-	time.Sleep(2 * time.Second) // let every shell reach its prompt
+	time.Sleep(idleSettle) // every shell reached its prompt and went idle
 	b.ReportMetric(float64(memUse()-before)/float64(n)/1024, "server-KiB/execution")
 	if dir != "" {
 		b.ReportMetric(float64(rssKiB(keeper)-keeperBefore)/float64(n), "keeper-KiB/execution")

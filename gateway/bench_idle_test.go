@@ -22,6 +22,12 @@ import (
 	"github.com/termgate/termgate/session"
 )
 
+// idleSettle is how long the idle benchmarks let sessions be before they
+// measure: past the sandbox's 5 s after which an output copier with
+// nothing to read gives its goroutine up, as a session idle for minutes
+// has.
+const idleSettle = 6 * time.Second
+
 // envAttachClients makes the test binary a client process that attaches
 // idle connections (runAttachRole): "url token prefix n".
 const envAttachClients = "TERMGATE_BENCH_ATTACH"
@@ -65,11 +71,11 @@ func BenchmarkIdleAttachedConnections(b *testing.B) {
 func benchIdleAttached(b *testing.B, e *testEnv, prefix string, n int) {
 	heapEmpty, stacksEmpty := memSplit()
 	startIdleShells(b, e, prefix, n, 8)
-	time.Sleep(2 * time.Second) // let every shell reach its prompt
+	time.Sleep(idleSettle) // every shell reached its prompt and went idle
 	heap0, stacks0 := memSplit()
 	rss0, g0 := vmRSS(), runtime.NumGoroutine()
 	stop := attachClients(b, e, prefix, n)
-	time.Sleep(time.Second) // the prompts are written, the writers idle
+	time.Sleep(idleSettle) // the prompts are written, the writers and copiers idle
 	heap1, stacks1 := memSplit()
 	rss1, g1 := vmRSS(), runtime.NumGoroutine()
 	writeProfiles(b, os.Getenv(envHeapProfile))

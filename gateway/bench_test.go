@@ -350,7 +350,7 @@ func BenchmarkIdlePTYExecutions(b *testing.B) {
 		start := time.Now()
 		startIdleShells(b, e, prefix, n, 8)
 		elapsed := time.Since(start)
-		time.Sleep(2 * time.Second) // let every shell reach its prompt
+		time.Sleep(idleSettle) // every shell reached its prompt and went idle
 		heap1, stacks1 := memSplit()
 		b.ReportMetric(float64(heap1+stacks1-heap0-stacks0)/n/1024, "KiB/execution")
 		b.ReportMetric(float64(stacks1-stacks0)/n/1024, "KiB-stacks/execution")
