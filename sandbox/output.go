@@ -68,11 +68,10 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	go c.start()
 }
 
-// idleAfter is how long a copier waits in the runtime's poller for output
-// before it gives its goroutine up: the descriptor then waits in idleFDs,
-// which runs the copier again once output comes or the writers hang up.
-// An idle execution then has no goroutine reading its output, and an
-// active one never leaves the poller.
+// idleAfter is how long a copier reads in the runtime's poller before it
+// gives its goroutine up: the descriptor then waits in idleFDs, which
+// runs the copier again once output comes or the writers hang up. An idle
+// execution then has no goroutine reading its output.
 var idleAfter = 5 * time.Second
 
 // copier drains one output descriptor until end of file. It waits in the
@@ -129,26 +128,25 @@ func (c *copier) start() {
 	c.run()
 }
 
-// run copies until end of file, or until the output was idle for
-// idleAfter: then it parks the descriptor in idleFDs and returns, and
-// idleFDs runs it again.
+// run copies until end of file, or for idleAfter: then it parks the
+// descriptor in idleFDs and returns, and idleFDs runs it again once
+// output comes, at once if some waits. The deadline is set once a run,
+// not once a read: a keystroke's echo pays for no timer, and a copier
+// that keeps busy only goes through idleFDs every idleAfter.
 func (c *copier) run() {
+	c.r.SetReadDeadline(time.Now().Add(idleAfter))
 	for {
-		c.r.SetReadDeadline(time.Now().Add(idleAfter))
-		if c.stopping.Load() { // after the deadline: see letGo
+		if c.stopping.Load() { // checked after the deadline was set: see letGo
 			c.finish()
 			return
 		}
 		err := c.round()
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if c.stopping.Load() {
-				c.finish()
+			if !c.stopping.Load() && c.park() {
 				return
 			}
-			if c.park() {
-				return
-			}
+			c.r.SetReadDeadline(time.Now().Add(idleAfter))
 		case err != nil:
 			c.finish()
 			return
