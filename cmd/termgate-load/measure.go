@@ -103,6 +103,12 @@ func waitFor(ctx context.Context, s *session, want []byte) error {
 	}
 }
 
+// idleSettle is how long the shells are left idle before serve's memory
+// is sampled: the last prompts' output is read and acknowledged, and
+// serve's output copiers, which give their goroutines up after 5 s
+// without output, have, as a session idle for minutes has.
+const idleSettle = 6 * time.Second
+
 // shells opens o.shells bash shells, o.par at a time, samples memory
 // with all of them attached and idle, then ends them and waits, at most
 // a minute, until their processes are gone.
@@ -126,7 +132,7 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	if err != nil {
 		return err
 	}
-	time.Sleep(time.Second) // the last prompts' output is read and acknowledged
+	time.Sleep(idleSettle)
 	loaded := sampleMemory(srv.pid)
 	n := float64(o.shells)
 	t.rssBefore, t.rssMax = base.serverRSS, loaded.serverRSS
