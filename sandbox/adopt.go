@@ -251,9 +251,11 @@ func (l *Launcher) Detach() error {
 // descriptors close; the keeper's copies keep the process going.
 func (p *Process) letGo() {
 	p.stopCopies.Store(true)
-	for i, f := range p.outputs {
+	for _, f := range p.outputs {
 		f.SetReadDeadline(time.Unix(1, 0)) // a copier in the poller returns
-		p.copiers[i].unpark()
+	}
+	for _, c := range p.copiers {
+		c.unpark()
 	}
 	p.copies.Wait()
 	close(p.exited)

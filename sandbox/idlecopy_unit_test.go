@@ -38,7 +38,8 @@ func TestIdleCopierGivesItsGoroutineUp(t *testing.T) {
 		}
 		r, w := open(t)
 		e := end{w: w, out: &sandboxtest.SyncBuffer{}, ended: make(chan struct{})}
-		c := &copier{stopping: new(atomic.Bool), r: r, head: io.Discard, done: func() { close(e.ended) }}
+		c := newCopier(r, io.Discard, func() { close(e.ended) })
+		c.stopping = new(atomic.Bool)
 		if reserve {
 			c.reserver = &ringOf{out: e.out}
 		} else {

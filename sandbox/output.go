@@ -56,7 +56,8 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 	if capture {
 		head = p.head
 	}
-	c := &copier{stopping: &p.stopCopies, r: r, head: head, done: p.copies.Done}
+	c := newCopier(r, head, p.copies.Done)
+	c.stopping = &p.stopCopies
 	if rw, ok := w.(Reserver); ok {
 		c.reserver = rw
 	} else {
@@ -82,17 +83,30 @@ type copier struct {
 	stopping *atomic.Bool // set when the launcher lets go of the process (letGo)
 	r        *os.File
 	head     io.Writer
-	reserver Reserver  // the writer, when it lends its memory
-	w        io.Writer // the writer otherwise, head included
-	done     func()    // called once the copier ended and closed r
-	raw      syscall.RawConn
+	reserver Reserver        // the writer, when it lends its memory
+	w        io.Writer       // the writer otherwise, head included
+	done     func()          // called once the copier ended and closed r
+	raw      syscall.RawConn // nil for a descriptor without a poller, read blocking
 	fd       int
+}
+
+// newCopier is a copier of r, whose descriptor it learns before any
+// goroutine runs it: letGo may read it from another.
+func newCopier(r *os.File, head io.Writer, done func()) *copier {
+	c := &copier{r: r, head: head, done: done}
+	if raw, ok := polledRaw(r); ok {
+		c.raw = raw
+		raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	}
+	return c
 }
 
 // copyOutput drains r into w until end of file or error, as a process's
 // copier does, and closes r.
 func copyOutput(r *os.File, w io.Writer) {
-	runCopier(&copier{r: r, head: io.Discard, w: w})
+	c := newCopier(r, io.Discard, nil)
+	c.w = w
+	runCopier(c)
 }
 
 // copyReserved drains r into w's own memory until end of file or error, as
@@ -100,7 +114,9 @@ func copyOutput(r *os.File, w io.Writer) {
 // the copier woke and what came meanwhile, up to maxReadBuf. The first
 // bytes also go to head.
 func copyReserved(r *os.File, w Reserver, head io.Writer) {
-	runCopier(&copier{r: r, head: head, reserver: w})
+	c := newCopier(r, head, nil)
+	c.reserver = w
+	runCopier(c)
 }
 
 // runCopier runs c to its end.
@@ -113,19 +129,16 @@ func runCopier(c *copier) {
 
 // start copies in the poller, or blocking where r has none.
 func (c *copier) start() {
-	raw, ok := polledRaw(c.r)
-	if !ok {
-		w := c.w
-		if c.reserver != nil {
-			w = io.MultiWriter(c.head, c.reserver)
-		}
-		copyBlocking(c.r, w)
-		c.finish()
+	if c.raw != nil {
+		c.run()
 		return
 	}
-	c.raw = raw
-	raw.Control(func(fd uintptr) { c.fd = int(fd) })
-	c.run()
+	w := c.w
+	if c.reserver != nil {
+		w = io.MultiWriter(c.head, c.reserver)
+	}
+	copyBlocking(c.r, w)
+	c.finish()
 }
 
 // run copies until end of file, or for idleAfter: then it parks the
