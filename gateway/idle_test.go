@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -112,4 +113,45 @@ func TestNewConnHoldsNoRelayQueue(t *testing.T) {
 		t.Fatalf("newConn allocates %d bytes per connection, want at most %d", per, idleConnBytes)
 	}
 	t.Logf("newConn allocates %d bytes per connection", per)
+}
+
+// TestIdleTerminalEchoesOnceItsCopierParked: a terminal idle for longer
+// than the sandbox's output copier keeps its goroutine (5 s) echoes the
+// next keystroke and reaches its exit all the same: while idle, its
+// output waits in the sandbox's shared poller, and the copier comes back
+// with the first byte.
+func TestIdleTerminalEchoesOnceItsCopierParked(t *testing.T) {
+	t.Parallel()
+	const idle = 6 * time.Second // past the copiers' 5 s
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "idle", Command: "/bin/sh", Args: []string{"-c", "stty raw -echo; echo READY; dd bs=1 count=2 2>/dev/null"},
+		PTY: &wire.Size{Rows: 24, Cols: 80}, Attach: true})
+	att, _ := c.expect(t, wire.MsgAttached)
+	var out []byte
+	waitFor := func(want string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for !bytes.Contains(out, []byte(want)) {
+			f, err := c.read(ctx)
+			if err != nil {
+				t.Fatalf("waiting for %q: %v (output %q)", want, err, out)
+			}
+			if f.out != nil {
+				out = append(out, f.out.Data...)
+			}
+		}
+	}
+	waitFor("READY\n")
+	c.sendInput(t, att.Channel, 0, "a")
+	waitFor("READY\na")
+	time.Sleep(idle)
+	c.sendInput(t, att.Channel, 1, "b")
+	waitFor("READY\nab")
+	exit, rest := c.expect(t, wire.MsgExit)
+	if exit.Code == nil || *exit.Code != 0 || len(rest) != 0 {
+		t.Fatalf("exit %+v after output %q, then %q", exit, out, rest)
+	}
 }
