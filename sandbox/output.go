@@ -101,32 +101,6 @@ func newCopier(r *os.File, head io.Writer, done func()) *copier {
 	return c
 }
 
-// copyOutput drains r into w until end of file or error, as a process's
-// copier does, and closes r.
-func copyOutput(r *os.File, w io.Writer) {
-	c := newCopier(r, io.Discard, nil)
-	c.w = w
-	runCopier(c)
-}
-
-// copyReserved drains r into w's own memory until end of file or error, as
-// a process's copier does, and closes r: an event holds what waited when
-// the copier woke and what came meanwhile, up to maxReadBuf. The first
-// bytes also go to head.
-func copyReserved(r *os.File, w Reserver, head io.Writer) {
-	c := newCopier(r, head, nil)
-	c.reserver = w
-	runCopier(c)
-}
-
-// runCopier runs c to its end.
-func runCopier(c *copier) {
-	ended := make(chan struct{})
-	c.stopping, c.done = new(atomic.Bool), func() { close(ended) }
-	c.start()
-	<-ended
-}
-
 // start copies in the poller, or blocking where r has none.
 func (c *copier) start() {
 	if c.raw != nil {
@@ -261,7 +235,7 @@ func polledRaw(r *os.File) (syscall.RawConn, bool) {
 	return raw, ok
 }
 
-// copyBlocking is copyOutput for a descriptor without a poller.
+// copyBlocking is a copier's work for a descriptor without a poller.
 func copyBlocking(r *os.File, w io.Writer) {
 	buf := make([]byte, minReadBuf)
 	for {

@@ -4,15 +4,43 @@ package sandbox
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
 )
+
+// copyOutput drains r into w until end of file or error, as a process's
+// copier does (parked while idle), and closes r.
+func copyOutput(r *os.File, w io.Writer) {
+	c := newCopier(r, io.Discard, nil)
+	c.w = w
+	runCopier(c)
+}
+
+// copyReserved drains r into w's own memory until end of file or error, as
+// a process's copier does, and closes r: an event holds what waited when
+// the copier woke and what came meanwhile, up to maxReadBuf. The first
+// bytes also go to head.
+func copyReserved(r *os.File, w Reserver, head io.Writer) {
+	c := newCopier(r, head, nil)
+	c.reserver = w
+	runCopier(c)
+}
+
+// runCopier runs c to its end.
+func runCopier(c *copier) {
+	ended := make(chan struct{})
+	c.stopping, c.done = new(atomic.Bool), func() { close(ended) }
+	c.start()
+	<-ended
+}
 
 // waitLen waits, a bounded time, until b holds n bytes.
 func waitLen(t *testing.T, b *sandboxtest.SyncBuffer, n int) {

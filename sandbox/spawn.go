@@ -149,8 +149,14 @@ func (c execChild) pid() int { return c.proc.Pid }
 
 func (c execChild) kill() { c.proc.Kill() }
 
+// wait parks until bwrap has exited, in idleFDs, so that no OS thread
+// waits in wait4 meanwhile, then reaps it; without a pidfd, the reaping
+// Wait blocks as usual.
 func (c execChild) wait() (unix.WaitStatus, bool, error) {
-	awaitExit(c.proc.Pid)
+	exited := make(chan struct{})
+	if watchExit(idleFDs, c.proc.Pid, func() { close(exited) }) {
+		<-exited
+	}
 	return c.reap()
 }
 
@@ -172,25 +178,4 @@ func (c execChild) onExit(done func(unix.WaitStatus, bool, error)) {
 		return
 	}
 	go func() { done(c.wait()) }()
-}
-
-// awaitExit parks until pid has exited, through the runtime poller on a
-// pidfd, so that an idle execution holds no OS thread in wait4. Where
-// pidfds are unavailable, the Wait that follows blocks as usual.
-func awaitExit(pid int) {
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	defer f.Close()
-	raw, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	raw.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		return err != nil || info.Signo != 0 // Linux zeroes info when nothing exited
-	})
 }
