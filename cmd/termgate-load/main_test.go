@@ -56,6 +56,7 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	}
 	for _, row := range []string{"| keystroke echo p50 / p99, us | ", "| server CPU and context switches per keystroke | ",
 		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree (serve, keeper and the executions' cgroups) | ", "| server RSS per attached idle session | ",
+		"| of it anonymous (Go heap, stacks, runtime) / shared memory (mapped rings, input logs) / file | ",
 		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | "} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("no row %q in\n%s", row, out.String())
@@ -150,5 +151,20 @@ func TestShellsCPUCountsProcessesLeftOutOfTheTree(t *testing.T) {
 	}
 	if inTree > burnt/2 {
 		t.Errorf("the process tree counted %v of the group's %v: this test's burner was not left out of it", inTree, burnt)
+	}
+}
+
+// TestStatusPartsAddUpToRSS reads the server's RSS and its three parts the
+// way the table does, from this process: the kernel's parts add up to it.
+func TestStatusPartsAddUpToRSS(t *testing.T) {
+	st := statusKBs(os.Getpid(), "VmRSS:", "RssAnon:", "RssShmem:", "RssFile:", "NoSuchField:")
+	if st[0] <= 0 || st[1] <= 0 || st[3] <= 0 {
+		t.Fatalf("VmRSS, RssAnon and RssFile must be positive: %v", st)
+	}
+	if sum := st[1] + st[2] + st[3]; sum != st[0] {
+		t.Errorf("RssAnon %d + RssShmem %d + RssFile %d = %d kB, VmRSS %d kB", st[1], st[2], st[3], sum, st[0])
+	}
+	if st[4] != 0 {
+		t.Errorf("a field /proc/PID/status lacks read as %d, want 0", st[4])
 	}
 }

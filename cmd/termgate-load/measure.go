@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ type table struct {
 	serverPerShell    time.Duration // the server process's own, over the opening
 	keeperPerShell    time.Duration // the keeper's own, over the opening; 0 without one
 	rssPerSession     float64       // kB, server, attached idle
+	rssParts          [3]float64    // kB: rssPerSession's anonymous, shared memory and file parts
 	procsPerShell     float64
 	pssPerShell       float64 // kB, whole tree
 	rssAfterClose     int64   // kB, server, all shells gone
@@ -137,6 +139,7 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	n := float64(o.shells)
 	t.rssBefore, t.rssMax = base.serverRSS, loaded.serverRSS
 	t.rssPerSession = float64(loaded.serverRSS-base.serverRSS) / n
+	t.rssParts = [3]float64{float64(loaded.anon-base.anon) / n, float64(loaded.shmem-base.shmem) / n, float64(loaded.file-base.file) / n}
 	t.procsPerShell = float64(loaded.processes-base.processes) / n
 	t.pssPerShell = float64(loaded.treePSS-base.treePSS) / n
 	if err := writeHeapProfile(ctx, srv, o); err != nil {
@@ -247,7 +250,18 @@ func (t table) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| CPU per shell opened, server process / keeper process | %.2f / %.2f ms |\n",
 		us(t.serverPerShell)/1000, us(t.keeperPerShell)/1000)
 	fmt.Fprintf(w, "| server RSS per attached idle session | %.0f kB |\n", t.rssPerSession)
+	fmt.Fprintf(w, "| of it anonymous (Go heap, stacks, runtime) / shared memory (mapped rings, input logs) / file | %.1f / %.1f / %.1f kB |\n",
+		tenths(t.rssParts[0]), tenths(t.rssParts[1]), tenths(t.rssParts[2]))
 	fmt.Fprintf(w, "| processes per shell / tree PSS per shell | %.0f / %.0f kB |\n", t.procsPerShell, t.pssPerShell)
 	fmt.Fprintf(w, "| server RSS before / all open / all closed / %s later | %d / %d / %d / %d kB |\n",
 		o.settle, t.rssBefore, t.rssMax, t.rssAfterClose, t.rssSettled)
+}
+
+// tenths rounds kB to a tenth, a part that shrank by less than that
+// printing as 0.0 rather than -0.0.
+func tenths(kb float64) float64 {
+	if r := math.Round(kb*10) / 10; r != 0 {
+		return r
+	}
+	return 0
 }

@@ -169,12 +169,18 @@ func descendants(pid int) []int {
 // memory is a sample of the server's and its tree's memory.
 type memory struct {
 	serverRSS, treePSS int64 // kB
-	processes          int   // below the server
+	// The server's RSS in the kernel's three parts, which add up to it:
+	// anonymous memory (the Go heap, stacks and the runtime's own), shared
+	// memory (the pages of the rings and input logs it maps, on tmpfs) and
+	// file pages (its binary's).
+	anon, shmem, file int64 // kB
+	processes         int   // below the server
 }
 
 func sampleMemory(pid int) memory {
 	kids := descendants(pid)
-	m := memory{serverRSS: statusKB(pid, "VmRSS:"), treePSS: pssKB(pid), processes: len(kids)}
+	st := statusKBs(pid, "VmRSS:", "RssAnon:", "RssShmem:", "RssFile:")
+	m := memory{serverRSS: st[0], anon: st[1], shmem: st[2], file: st[3], treePSS: pssKB(pid), processes: len(kids)}
 	for _, k := range kids {
 		m.treePSS += pssKB(k)
 	}
@@ -183,13 +189,22 @@ func sampleMemory(pid int) memory {
 
 // statusKB is a kB field of /proc/PID/status.
 func statusKB(pid int, field string) int64 {
+	return statusKBs(pid, field)[0]
+}
+
+// statusKBs are kB fields of one read of /proc/PID/status, in the order
+// asked; a field it lacks is 0.
+func statusKBs(pid int, fields ...string) []int64 {
+	out := make([]int64, len(fields))
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			return atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		for i, field := range fields {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				out[i] = atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			}
 		}
 	}
-	return 0
+	return out
 }
 
 // pssKB is pid's proportional set size.
