@@ -151,3 +151,38 @@ func TestCopyReservedKeystrokes(t *testing.T) {
 		t.Errorf("20 keystrokes in %d events %v", len(out.events), out.events)
 	}
 }
+
+// TestCopyReservedEndsAfterALastShortWrite: a short write and the hang-up
+// that follows it at once, while the copier waits, still end it with every
+// byte. The round after a short read asks the kernel before it waits: the
+// wakeup those two made may be spent already.
+func TestCopyReservedEndsAfterALastShortWrite(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"pipe", "pty"} {
+		for i := range 50 {
+			r, w := openPipe(t)
+			if kind == "pty" {
+				r, w = openPTY(t)
+			}
+			var out lendingWriter
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				defer r.Close()
+				copyReserved(r, &out, io.Discard)
+			}()
+			w.Write([]byte("a"))
+			if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return out.String() == "a" }) {
+				t.Fatalf("%s %d: the first byte never came: %q", kind, i, out.String())
+			}
+			w.Write([]byte("bc"))
+			w.Close()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s %d: the copier did not end within 10 s of the hang-up, after %q", kind, i, out.String())
+			}
+			out.check(t, kind, "abc")
+		}
+	}
+}
