@@ -60,9 +60,10 @@ func (p *Process) held() []*os.File {
 // Key returns Policy.Key.
 func (p *Process) Key() string { return p.policy.Key }
 
-// Policy returns the normalized policy the process runs under; for an
-// adopted process without its Env, and, when it was too long to keep,
-// with only the command's first word and no Binds.
+// Policy returns the normalized policy the process runs under, without
+// its Env, which the init took at the start; for an adopted process whose
+// policy was too long to keep, with only the command's first word and no
+// Binds.
 func (p *Process) Policy() Policy { return p.policy }
 
 // Adopted reports whether a previous launcher started the process.

@@ -87,7 +87,9 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 		return nil, err
 	}
 	defer ctlChild.Close()
-	proc := &Process{l: l, policy: p, argv: pl.argv[1:], ctl: ctl, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
+	kept := p
+	kept.Env = nil // the plan took it to the init: a running process needs it no more
+	proc := &Process{l: l, policy: kept, argv: pl.argv[1:], ctl: ctl, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
 	child, err := proc.setupIO(stdio)
 	if err != nil {
 		ctl.close()

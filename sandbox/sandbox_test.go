@@ -264,6 +264,9 @@ func TestEnvironmentIsRebuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, &out, "ONLY=")
+	if env := proc.Policy().Env; env != nil {
+		t.Errorf("a running process keeps the environment the init took: %v", env) // memory held for nothing
+	}
 	hostEnv, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", proc.Pid()))
 	if err != nil || len(hostEnv) != 0 {
 		t.Errorf("bwrap runs on the host with environment %q (%v)", hostEnv, err)
