@@ -389,8 +389,11 @@ func (c *conn) drain() bool {
 // writeControl writes the control messages queued now.
 func (c *conn) writeControl() bool {
 	ms := c.control.take()
+	if ms == nil {
+		return true
+	}
 	defer c.control.done(ms)
-	for _, m := range ms {
+	for _, m := range *ms {
 		if !c.writeJSON(m) {
 			return false
 		}
