@@ -129,12 +129,7 @@ func TestCopyReservedKeystrokes(t *testing.T) {
 	t.Parallel()
 	r, w := openPTY(t)
 	var out lendingWriter
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer r.Close()
-		copyReserved(r, &out, io.Discard)
-	}()
+	done := copyReservedInBackground(r, &out)
 	want := ""
 	for i := range 20 {
 		key := string(rune('a' + i))
@@ -160,17 +155,13 @@ func TestCopyReservedEndsAfterALastShortWrite(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"pipe", "pty"} {
 		for i := range 50 {
-			r, w := openPipe(t)
+			open := openPipe
 			if kind == "pty" {
-				r, w = openPTY(t)
+				open = openPTY
 			}
+			r, w := open(t)
 			var out lendingWriter
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				defer r.Close()
-				copyReserved(r, &out, io.Discard)
-			}()
+			done := copyReservedInBackground(r, &out)
 			w.Write([]byte("a"))
 			if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return out.String() == "a" }) {
 				t.Fatalf("%s %d: the first byte never came: %q", kind, i, out.String())
@@ -185,4 +176,16 @@ func TestCopyReservedEndsAfterALastShortWrite(t *testing.T) {
 			out.check(t, kind, "abc")
 		}
 	}
+}
+
+// copyReservedInBackground runs copyReserved from r into out on a
+// goroutine, and closes r and the channel it returns once that ended.
+func copyReservedInBackground(r *os.File, out *lendingWriter) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer r.Close()
+		copyReserved(r, out, io.Discard)
+	}()
+	return done
 }
