@@ -378,19 +378,26 @@ func hungUp(fd int) bool {
 	return rawPollNow(fd)&(unix.POLLHUP|unix.POLLERR) != 0
 }
 
-// headCapture keeps the first bytes of output, where bwrap prints its
-// setup error.
+// headCapture keeps the first headSize bytes of output, where bwrap prints
+// its setup error. Once it has them all it keeps only that error line, if
+// they hold one: an execution that goes on for hours does not carry the
+// first 2 KiB of its output along.
 type headCapture struct {
-	mu  sync.Mutex
-	buf []byte
+	mu   sync.Mutex
+	buf  []byte
+	full bool   // headSize bytes came: msg is the answer, buf is gone
+	msg  string // the setup message found in them, once full
 }
 
 const headSize = 2048
 
 func (h *headCapture) Write(b []byte) (int, error) {
 	h.mu.Lock()
-	if room := headSize - len(h.buf); room > 0 {
+	if room := headSize - len(h.buf); !h.full && room > 0 {
 		h.buf = append(h.buf, b[:min(room, len(b))]...)
+		if len(h.buf) == headSize {
+			h.msg, h.buf, h.full = setupLine(h.buf), nil, true
+		}
 	}
 	h.mu.Unlock()
 	return len(b), nil
@@ -401,11 +408,19 @@ func (h *headCapture) Write(b []byte) (int, error) {
 var setupPrefixes = []string{"bwrap: ", "termgate-init: "}
 
 // setupMessage returns the error line of bwrap or of the init, if the
-// output holds one.
+// output's first headSize bytes hold one.
 func (h *headCapture) setupMessage() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, line := range bytes.Split(h.buf, []byte("\n")) {
+	if h.full {
+		return h.msg
+	}
+	return setupLine(h.buf)
+}
+
+// setupLine returns the first line of head that starts as a setup error.
+func setupLine(head []byte) string {
+	for _, line := range bytes.Split(head, []byte("\n")) {
 		line = bytes.TrimRight(line, "\r")
 		for _, prefix := range setupPrefixes {
 			if bytes.HasPrefix(line, []byte(prefix)) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -175,5 +176,39 @@ func TestRawReadsOnlyOnNonBlockingDescriptors(t *testing.T) {
 	}
 	if out.String() != "every byte" {
 		t.Fatalf("copied %q", out.String())
+	}
+}
+
+// TestHeadCaptureLetsGoOnceFull: the setup message is what the first
+// headSize bytes of output hold, whatever the writes' sizes, and once they
+// all came the capture keeps that line alone, not the bytes.
+func TestHeadCaptureLetsGoOnceFull(t *testing.T) {
+	t.Parallel()
+	filler := strings.Repeat("output of the command\r\n", 200) // 4,600 bytes
+	for _, tc := range []struct{ name, out, want string }{
+		{"message first", "bwrap: Can't mount proc on /newroot/proc\n" + filler, "bwrap: Can't mount proc on /newroot/proc"},
+		{"init's message", "termgate-init: control socket: EOF\r\n" + filler, "termgate-init: control socket: EOF"},
+		{"none", filler, ""},
+		{"message past the head", filler[:headSize] + "bwrap: too late\n", ""},
+		{"message cut at the head's end", filler[:headSize-10] + "\nbwrap: a long message\n", "bwrap: a "},
+		{"short output", "bwrap: Creating new namespace failed\n", "bwrap: Creating new namespace failed"},
+		{"nothing", "", ""},
+	} {
+		for _, size := range []int{1, 7, 100, 2047, 2048, 5000} {
+			var h headCapture
+			for rest := tc.out; rest != ""; {
+				n := min(size, len(rest))
+				if m, err := h.Write([]byte(rest[:n])); m != n || err != nil {
+					t.Fatalf("%s, writes of %d: Write = %d, %v", tc.name, size, m, err)
+				}
+				rest = rest[n:]
+			}
+			if got := h.setupMessage(); got != tc.want {
+				t.Errorf("%s, writes of %d: setup message %q, want %q", tc.name, size, got, tc.want)
+			}
+			if len(tc.out) >= headSize && h.buf != nil {
+				t.Errorf("%s, writes of %d: %d bytes of output kept once the head was full", tc.name, size, len(h.buf))
+			}
+		}
 	}
 }
