@@ -393,8 +393,8 @@ const headSize = 2048
 
 func (h *headCapture) Write(b []byte) (int, error) {
 	h.mu.Lock()
-	if room := headSize - len(h.buf); !h.full && room > 0 {
-		h.buf = append(h.buf, b[:min(room, len(b))]...)
+	if !h.full { // then buf holds less than headSize
+		h.buf = append(h.buf, b[:min(headSize-len(h.buf), len(b))]...)
 		if len(h.buf) == headSize {
 			h.msg, h.buf, h.full = setupLine(h.buf), nil, true
 		}
