@@ -122,7 +122,6 @@ func TestNewConnHoldsNoRelayQueue(t *testing.T) {
 // with the first byte.
 func TestIdleTerminalEchoesOnceItsCopierParked(t *testing.T) {
 	t.Parallel()
-	const idle = 6 * time.Second // past the copiers' 5 s
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
@@ -132,7 +131,7 @@ func TestIdleTerminalEchoesOnceItsCopierParked(t *testing.T) {
 	var out []byte
 	waitFor := func(want string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		for !bytes.Contains(out, []byte(want)) {
 			f, err := c.read(ctx)
@@ -147,7 +146,7 @@ func TestIdleTerminalEchoesOnceItsCopierParked(t *testing.T) {
 	waitFor("READY\n")
 	c.sendInput(t, att.Channel, 0, "a")
 	waitFor("READY\na")
-	time.Sleep(idle)
+	time.Sleep(idleSettle) // past the copiers' 5 s
 	c.sendInput(t, att.Channel, 1, "b")
 	waitFor("READY\nab")
 	exit, rest := c.expect(t, wire.MsgExit)
