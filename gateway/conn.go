@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,7 @@ type conn struct {
 	open     map[*channel]struct{}
 	nb       *nbConn        // the socket's writer that never blocks, nil on TLS (nbconn.go)
 	raw      net.Conn       // the hijacked connection, for linger (hijack.go)
+	br       *bufio.Reader  // the WebSocket's reader of raw (hijack.go)
 	writing  atomic.Bool    // a goroutine is writing (flush)
 	wants    atomic.Uint64  // work queued for the writer, counted (flush)
 	flushers sync.WaitGroup // the goroutines kick started
@@ -58,9 +60,13 @@ type conn struct {
 	flushersMu   sync.Mutex
 	flushersDone bool
 
+	// readGate orders awaitMessage's look at the WebSocket's reader before
+	// a close handshake, which reads on a goroutine of its own.
+	readGate sync.Mutex
+
 	beat         heartbeat
 	closeOnce    sync.Once
-	closeStarted chan struct{} // closed when close was called
+	closeStarted chan struct{} // closed when close was called, under readGate
 	closeCode    atomic.Int32  // the code this side closed with, once it did
 	started      time.Time
 	remote       string        // the client's address
@@ -108,9 +114,10 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 // serve runs the connection until the client leaves or it is closed.
 // The read loop blocks for the connection's whole life, so what runs
 // before and after it lives in functions of their own: their frames (log
-// arguments, teardown) are not on the stack while it waits, which stays
-// under a quarter of 8 KiB and shrinks back there after an attach or a
-// start made it grow (BenchmarkIdleAttachedConnections, B-stacks/conn).
+// arguments, teardown) are not on the stack while it waits (awaitMessage),
+// which stays under a quarter of 4 KiB and shrinks back there after an
+// attach or a start made it grow (BenchmarkIdleAttachedConnections,
+// B-stacks/conn).
 func (c *conn) serve() {
 	c.greet()
 	c.finish(c.readLoop())
@@ -154,9 +161,18 @@ func (c *conn) finish(err error) {
 
 // readLoop is the connection's only reader: one long-lived Read per
 // message, never a short read deadline used as a poll.
+//
+// The connection's end is watched once, not by each Read: a Read given a
+// context that can end registers on it and deregisters, twice a message.
+// When c.ctx ends while the loop reads, the socket is closed, as the
+// WebSocket's Read would have closed it.
 func (c *conn) readLoop() error {
+	stop := context.AfterFunc(c.ctx, func() { c.raw.Close() })
+	defer stop()
+	ctx := context.WithoutCancel(c.ctx)
 	for {
-		typ, b, err := c.ws.Read(c.ctx)
+		c.awaitMessage()
+		typ, b, err := c.ws.Read(ctx)
 		if err != nil {
 			return err
 		}
@@ -171,6 +187,21 @@ func (c *conn) readLoop() error {
 				return err
 			}
 		}
+	}
+}
+
+// awaitMessage waits for the client's next bytes on a short stack
+// (nbConn.awaitInput), unless the WebSocket's reader already holds some
+// or a close handshake started (it reads the reader then).
+func (c *conn) awaitMessage() {
+	if c.nb == nil || c.br == nil {
+		return
+	}
+	c.readGate.Lock()
+	wait := !c.closing() && c.br.Buffered() == 0
+	c.readGate.Unlock()
+	if wait {
+		c.nb.awaitInput()
 	}
 }
 
@@ -247,7 +278,9 @@ func (c *conn) closing() bool {
 // when it completes (the library bounds it in time).
 func (c *conn) close(code websocket.StatusCode, reason string) {
 	c.closeOnce.Do(func() {
+		c.readGate.Lock()
 		close(c.closeStarted)
+		c.readGate.Unlock()
 		c.closeCode.Store(int32(code))
 		c.log.Info("closing", "code", int(code), "reason", reason)
 		go func() {

@@ -35,26 +35,32 @@ type smallBuffers struct {
 	http.ResponseWriter
 	writeTimeout time.Duration // the backlog's (nbConn)
 	nb           *nbConn
-	conn         net.Conn // the hijacked connection, for linger
+	conn         net.Conn      // the hijacked connection, for linger
+	br           *bufio.Reader // the WebSocket's reader of it
 }
 
-// Hijack takes over the connection and moves what the client already
-// sent (net/http read it into its buffer) into the new reader's buffer,
-// where websocket.Accept looks for it.
+// Hijack takes over the connection. What the client already sent (net/http
+// read it into its buffer) goes to the non-blocking connection, which
+// hands it out first, or else into the new reader's buffer, where
+// websocket.Accept looks for it.
 func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
+	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	var r *bufio.Reader
 	if nb, ok := newNBConn(nc, w.writeTimeout); ok {
 		w.nb, nc = nb, nb
+		nb.unread(early)
+		r = bufio.NewReaderSize(nc, upgradeReadBuffer)
+	} else {
+		r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(slices.Clone(early)), nc), max(upgradeReadBuffer, len(early)))
+		if len(early) > 0 {
+			r.Peek(len(early)) // from the copy alone: it cannot block
+		}
 	}
-	w.conn = nc
-	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
-	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(slices.Clone(early)), nc), max(upgradeReadBuffer, len(early)))
-	if len(early) > 0 {
-		r.Peek(len(early)) // from the copy alone: it cannot block
-	}
+	w.conn, w.br = nc, r
 	if err := brw.Writer.Flush(); err != nil {
 		nc.Close()
 		return nil, nil, err

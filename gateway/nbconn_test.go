@@ -622,3 +622,105 @@ func TestNBConnWritesAfterABacklogOutlivedItsDeadline(t *testing.T) {
 		t.Fatalf("read %q, %v; want after", b, err)
 	}
 }
+
+// TestNBConnAwaitInputHandsOutWhatItRead: what awaitInput read, and the
+// bytes sent with the upgrade before it, come out of Read first, in
+// order and in reads of any size, before the socket is read again; its
+// read's error comes from the next Read, once; and the lent buffer goes
+// back once it is all taken.
+func TestNBConnAwaitInputHandsOutWhatItRead(t *testing.T) {
+	t.Parallel()
+	nc, dc := tcpPair(t)
+	nb, ok := newNBConn(nc, time.Second)
+	if !ok {
+		t.Fatal("no raw writer for TCP")
+	}
+	nb.unread([]byte("early-"))
+	nb.awaitInput() // the early bytes are there: it must not wait
+	if _, err := dc.Write([]byte("abcde")); err != nil {
+		t.Fatal(err)
+	}
+	got := readAllOf(t, nb, len("early-abcde"), 4)
+	if got != "early-abcde" {
+		t.Fatalf("read %q, want early-abcde", got)
+	}
+	if nb.lent != nil || nb.pending != nil {
+		t.Fatalf("still held: %q, lent %v", nb.pending, nb.lent != nil)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond) // awaitInput waits in the poller first (it also passes if not)
+		dc.Write([]byte("fghij"))
+	}()
+	nb.awaitInput()
+	if nb.lent == nil || string(nb.pending) != "fghij" {
+		t.Fatalf("awaitInput holds %q (lent %v), want fghij", nb.pending, nb.lent != nil)
+	}
+	nb.awaitInput() // holds bytes: no second read
+	if _, err := dc.Write([]byte("klm")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAllOf(t, nb, len("fghijklm"), 3); got != "fghijklm" {
+		t.Fatalf("read %q, want fghijklm", got)
+	}
+	dc.Close()
+	nb.awaitInput()
+	buf := make([]byte, 8)
+	if n, err := nb.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("read after the peer closed: %d, %v; want io.EOF", n, err)
+	}
+	if nb.readErr != nil {
+		t.Fatalf("the error is kept after it was read: %v", nb.readErr)
+	}
+}
+
+// readAllOf reads n bytes from r in reads of at most size bytes, bounded.
+func readAllOf(t *testing.T, r io.Reader, n, size int) string {
+	t.Helper()
+	var out []byte
+	buf := make([]byte, size)
+	for i := 0; i < 100 && len(out) < n; i++ {
+		k, err := r.Read(buf)
+		if err != nil {
+			t.Fatalf("after %q: %v", out, err)
+		}
+		out = append(out, buf[:k]...)
+	}
+	return string(out)
+}
+
+// TestReadLoopEndsWithItsConnection: the read loop waits for a message
+// outside the WebSocket's Read (awaitMessage), so the end of the
+// connection's context must still end it, as it ended the Read: the
+// client sees the connection go, and the server lets go of it.
+func TestReadLoopEndsWithItsConnection(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, &sessiontest.Launcher{}, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	sc := serverConn(t, e)
+	time.Sleep(20 * time.Millisecond) // the read loop waits for a message (it also passes if not yet)
+	sc.cancel(errors.New("ended by the test"))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for range 100 {
+		if _, err := c.read(ctx); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal("the connection stayed open after its context ended")
+			}
+			break
+		}
+	}
+	for i := 0; ; i++ {
+		e.srv.mu.Lock()
+		n := len(e.srv.conns)
+		e.srv.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if i == 1000 {
+			t.Fatalf("%d connections still registered", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -376,7 +376,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	c := newConn(s, ws, claims, s.remoteAddr(r))
 	c.token = token
 	c.useNonBlocking(hj.nb)
-	c.raw = hj.conn
+	c.raw, c.br = hj.conn, hj.br
 	_, c.hop = hopFrom(r.Context())
 	if !s.register(c) {
 		code, reason := s.closeCode()
