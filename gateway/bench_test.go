@@ -400,18 +400,19 @@ func endShells(b *testing.B, e *testEnv, prefix string) {
 }
 
 // memUse is the Go heap in use plus goroutine stacks.
-func memUse() uint64 {
+func memUse() int64 {
 	heap, stacks := memSplit()
 	return heap + stacks
 }
 
 // memSplit is the Go heap in use and the goroutine stacks, after a
-// collection.
-func memSplit() (heap, stacks uint64) {
+// collection. Signed: the benchmarks subtract them, and a figure that
+// fell between two samples must come out negative, not wrapped.
+func memSplit() (heap, stacks int64) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse, m.StackInuse
+	return int64(m.HeapInuse), int64(m.StackInuse)
 }
 
 func threads() int {
