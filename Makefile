@@ -9,15 +9,24 @@ export GOTOOLCHAIN := go1.27.3
 GO ?= go
 STATICCHECK := $(GO) run -modfile=.ci/tools/go.mod honnef.co/go/tools/cmd/staticcheck
 
+# The binary is linked statically when the C compiler has a static libc
+# (Debian's libc6-dev, which gcc brings): every sandbox's init is an exec of
+# this binary, and a static one skips the dynamic loader, 0.1-0.15 ms of each
+# start. netgo and osusergo keep the C library's name services, which a static
+# binary cannot load, out of it. Without one, the binary is dynamic.
+ifneq ($(filter /%,$(shell $(shell $(GO) env CC) -print-file-name=libc.a 2>/dev/null)),)
+BUILDFLAGS := -tags netgo,osusergo -ldflags '-linkmode=external -extldflags=-static'
+endif
+
 .PHONY: run test deps test-deps web build check cross unit bench
 
 run: deps web
-	$(GO) run ./cmd/termgate serve --dev
+	$(GO) run $(BUILDFLAGS) ./cmd/termgate serve --dev
 
 test: test-deps web check cross unit
 
 build:
-	$(GO) build -o bin/termgate ./cmd/termgate
+	$(GO) build $(BUILDFLAGS) -o bin/termgate ./cmd/termgate
 
 # deps installs the system packages termgate needs, or says what to install.
 deps:
