@@ -221,3 +221,56 @@ func TestHandlerGzip(t *testing.T) {
 		t.Errorf("app.css: encoding %q, body %q", w.Header().Get("Content-Encoding"), w.Body.String())
 	}
 }
+
+// TestHandlerServesTheBuildsGzip: the build's compressed copy (NAME.gz)
+// is served as it is, so the server compresses nothing as it starts; a
+// copy that does not hold the file (a bundle rebuilt without it) is
+// never served: the file is compressed at load instead.
+func TestHandlerServesTheBuildsGzip(t *testing.T) {
+	t.Parallel()
+	script := strings.Repeat("console.log('termgate');\n", 200)
+	gzipped := func(s, name string) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Name = name // marks the copy: compressing at load names nothing
+		zw.Write([]byte(s))
+		zw.Close()
+		return buf.Bytes()
+	}
+	built := gzipped(script, "built")
+	stale := gzipped(strings.Repeat("console.log('old');\n", 200), "stale")
+	for _, tt := range []struct {
+		name string
+		gz   []byte
+		want string // the served copy's gzip name
+	}{
+		{"the build's copy", built, "built"},
+		{"a stale copy", stale, ""},
+		{"a broken copy", built[:len(built)/2], ""},
+	} {
+		fsys := fstest.MapFS{
+			"dist/index.html": {Data: []byte("<!doctype html><title>termgate</title>")},
+			"dist/app.js":     {Data: []byte(script)},
+			"dist/app.js.gz":  {Data: tt.gz},
+			"dist/app.css":    {Data: []byte("body{}")},
+		}
+		r := httptest.NewRequest(http.MethodGet, "/app.js", nil)
+		r.Header.Set("Accept-Encoding", "gzip")
+		w := httptest.NewRecorder()
+		handler(loadAssets(fsys)).ServeHTTP(w, r)
+		if w.Header().Get("Content-Encoding") != "gzip" {
+			t.Fatalf("%s: not compressed", tt.name)
+		}
+		zr, err := gzip.NewReader(w.Body)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		body, err := io.ReadAll(zr)
+		if err != nil || string(body) != script {
+			t.Errorf("%s: served %d bytes (%v), not the script", tt.name, len(body), err)
+		}
+		if zr.Name != tt.want {
+			t.Errorf("%s: served the copy named %q, want %q", tt.name, zr.Name, tt.want)
+		}
+	}
+}
