@@ -504,16 +504,23 @@ func tcpPair(t *testing.T) (accepted, dialed net.Conn) {
 	return nc, dc
 }
 
-// TestNBConnReadsAsTheSocketDoes: its raw reads keep net.Conn's
-// meaning: the bytes in order, a deadline's timeout, end of file when
-// the peer closes, and a Close that ends a waiting Read.
-func TestNBConnReadsAsTheSocketDoes(t *testing.T) {
-	t.Parallel()
+// nbPair is tcpPair with the accepted end wrapped as the server wraps it.
+func nbPair(t *testing.T) (*nbConn, net.Conn) {
+	t.Helper()
 	nc, dc := tcpPair(t)
 	nb, ok := newNBConn(nc, time.Second)
 	if !ok {
 		t.Fatal("no raw writer for TCP")
 	}
+	return nb, dc
+}
+
+// TestNBConnReadsAsTheSocketDoes: its raw reads keep net.Conn's
+// meaning: the bytes in order, a deadline's timeout, end of file when
+// the peer closes, and a Close that ends a waiting Read.
+func TestNBConnReadsAsTheSocketDoes(t *testing.T) {
+	t.Parallel()
+	nb, dc := nbPair(t)
 	if _, err := dc.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -630,11 +637,7 @@ func TestNBConnWritesAfterABacklogOutlivedItsDeadline(t *testing.T) {
 // back once it is all taken.
 func TestNBConnAwaitInputHandsOutWhatItRead(t *testing.T) {
 	t.Parallel()
-	nc, dc := tcpPair(t)
-	nb, ok := newNBConn(nc, time.Second)
-	if !ok {
-		t.Fatal("no raw writer for TCP")
-	}
+	nb, dc := nbPair(t)
 	nb.unread([]byte("early-"))
 	nb.awaitInput() // the early bytes are there: it must not wait
 	if _, err := dc.Write([]byte("abcde")); err != nil {
