@@ -127,7 +127,11 @@ func (c *nbConn) Read(p []byte) (int, error) {
 		c.readErr = nil
 		return 0, err
 	}
-	return c.read(p)
+	if len(p) == 0 {
+		return 0, nil // and nil p is read's, for a lent buffer
+	}
+	n, _, err := c.read(p)
+	return n, err
 }
 
 // awaitInput waits until the socket has bytes and reads them into a lent
@@ -144,10 +148,8 @@ func (c *nbConn) awaitInput() {
 	if len(c.pending) > 0 || c.readErr != nil {
 		return
 	}
-	b := inputBuffers.Get().(*[]byte)
-	n, err := c.read(*b)
+	n, b, err := c.read(nil)
 	if n == 0 {
-		inputBuffers.Put(b)
 		c.readErr = err
 		return
 	}
@@ -176,27 +178,39 @@ func (c *nbConn) takePending(p []byte) int {
 	return n
 }
 
-// read is one read of the socket, waiting in the poller.
-func (c *nbConn) read(p []byte) (int, error) {
-	var n int
+// read is one read of the socket, waiting in the poller: into p, or,
+// when p is nil, into a buffer from inputBuffers taken for each attempt
+// and kept (lent) only when it got bytes, so that a connection holds none
+// while it waits.
+func (c *nbConn) read(p []byte) (n int, lent *[]byte, err error) {
 	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
+	err = c.raw.Read(func(fd uintptr) bool {
+		buf := p
+		if p == nil {
+			lent = inputBuffers.Get().(*[]byte)
+			buf = *lent
+		}
 		for {
-			n, rerr = rawSyscall(unix.SYS_READ, fd, p)
+			n, rerr = rawSyscall(unix.SYS_READ, fd, buf)
 			if rerr != syscall.EINTR {
-				return rerr != syscall.EAGAIN
+				break
 			}
 		}
+		if n == 0 && lent != nil {
+			inputBuffers.Put(lent)
+			lent = nil
+		}
+		return rerr != syscall.EAGAIN
 	})
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, nil, err
 	case rerr != nil:
-		return 0, &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
-	case n == 0 && len(p) > 0:
-		return 0, io.EOF
+		return 0, nil, &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n == 0:
+		return 0, nil, io.EOF
 	}
-	return n, nil
+	return n, lent, nil
 }
 
 // rawSyscall is read(2) or write(2) (trap) of p on a socket's
