@@ -128,7 +128,7 @@ func (c *nbConn) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	if len(p) == 0 {
-		return 0, nil // and nil p is read's, for a lent buffer
+		return 0, nil // as a socket does; and a nil p would ask read for a lent buffer
 	}
 	n, _, err := c.read(p)
 	return n, err
