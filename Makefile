@@ -45,6 +45,7 @@ check:
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	$(GO) build $(BUILDFLAGS) -o /dev/null ./cmd/termgate # as make build links it
 
 # cross builds the client side for the systems users attach from: the
 # command line (whose sandbox commands say there that they need Linux) and
