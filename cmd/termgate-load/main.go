@@ -6,7 +6,9 @@
 // and measures, over the wire protocol,
 //
 //   - keystroke echo p50 / p99: one byte in, its echo from `cat` on a raw
-//     PTY out, one at a time;
+//     PTY out, one at a time; and the same on the two floors the issue
+//     measures it against, a bare PTY and a bare WebSocket echo whose
+//     server is another process (floors.go);
 //   - the server process's CPU and context switches (every thread's
 //     voluntary and nonvoluntary) per keystroke over the same keystrokes;
 //   - opening shells (bash on a PTY, a WebSocket each), so many at a time:
@@ -53,9 +55,17 @@ type options struct {
 	heapProfile    string        // where to write serve's heap profile with the shells idle; "" for none
 	settle         time.Duration // how long after the last shell closed the server's RSS is sampled again
 	timeout        time.Duration // the whole run
+	floors         bool          // measure the echo floors first
 }
 
 func main() {
+	if os.Getenv(envEchoServer) != "" {
+		if err := serveEcho(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "termgate-load: echo server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -82,11 +92,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	var f floors
+	if o.floors {
+		if f, err = measureFloors(ctx, o); err != nil {
+			return fmt.Errorf("floors: %w", err)
+		}
+	}
 	srv, err := startServer(ctx, o)
 	if err != nil {
 		return err
 	}
 	t, err := measure(ctx, srv, o)
+	t.floors, t.floorsOn = f, o.floors
 	if stopErr := srv.stop(); err == nil {
 		err = stopErr
 	}
@@ -108,6 +125,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.par, "par", 16, "shells opened at a time")
 	fs.IntVar(&o.inputPerSecond, "input-per-second", 0, "serve's --input-per-second (0: its default)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
+	fs.BoolVar(&o.floors, "floors", true, "first time the same keystrokes on a bare PTY and over a bare WebSocket echo in another process")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) of the -profile phase to `FILE`")
 	fs.StringVar(&o.profilePhase, "profile", phaseShells, "what -cpuprofile profiles: "+phaseShells+" (from the first shell's open) or "+phaseEcho+" (from the first timed keystroke)")
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -15,11 +16,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain is also the WebSocket floor's echo server, which the floors
+// start as this very binary.
+func TestMain(m *testing.M) {
+	if os.Getenv(envEchoServer) != "" {
+		if err := serveEcho(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "echo server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // TestParseRefusesWhatCannotBeMeasured: sizes that give no figure are
 // refused before anything starts.
@@ -54,7 +67,8 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	if err := run(ctx, args, &out, &errs); err != nil {
 		t.Fatalf("run: %v\n%s", err, errs.String())
 	}
-	for _, row := range []string{"| keystroke echo p50 / p99, us | ", "| server CPU and context switches per keystroke | ",
+	for _, row := range []string{"| keystroke echo p50 / p99, us | ", "| floor: bare PTY echo p50 / p99 (cat, raw), us | ",
+		"| floor: bare WebSocket echo p50 / p99, server in another process, us | ", "| keystroke echo p50 above the floors' sum, us | ", "| server CPU and context switches per keystroke | ",
 		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree (serve, keeper and the executions' cgroups) | ", "| server RSS per attached idle session | ",
 		"| of it anonymous (Go heap, stacks, runtime) / shared memory (mapped rings, input logs) / file | ",
 		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | "} {
@@ -166,5 +180,43 @@ func TestStatusPartsAddUpToRSS(t *testing.T) {
 	}
 	if st[4] != 0 {
 		t.Errorf("a field /proc/PID/status lacks read as %d, want 0", st[4])
+	}
+}
+
+// TestEchoServerEchoesAndEndsWithItsInput: the WebSocket floor's server
+// echoes each message as it came, and ends once its standard input ends,
+// so that it never outlives the run that started it.
+func TestEchoServerEchoesAndEndsWithItsInput(t *testing.T) {
+	in, feed := io.Pipe()
+	addrs, out := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- serveEcho(in, out) }()
+	addr, err := bufio.NewReader(addrs).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+strings.TrimSpace(addr)+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"a", "", strings.Repeat("z", 16<<10)} {
+		if err := c.Write(ctx, websocket.MessageBinary, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		if typ, b, err := c.Read(ctx); err != nil || typ != websocket.MessageBinary || string(b) != m {
+			t.Fatalf("echo of %d bytes: %v, %d bytes, %v", len(m), typ, len(b), err)
+		}
+	}
+	c.CloseNow()
+	feed.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serveEcho: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the echo server did not end with its input")
 	}
 }

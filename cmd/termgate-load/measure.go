@@ -33,6 +33,8 @@ type table struct {
 	rssAfterClose     int64   // kB, server, all shells gone
 	rssSettled        int64   // kB, server, -settle later
 	rssBefore, rssMax int64   // kB, server
+	floors            floors  // the echo's floors, when floorsOn
+	floorsOn          bool
 }
 
 // measure runs the echo, then the shells, on srv.
@@ -240,6 +242,11 @@ func (t table) print(w io.Writer, o options) {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 	fmt.Fprintf(w, "| figure (termgate-load -keys %d -shells %d -par %d) | termgate |\n|---|---|\n", o.keys, o.shells, o.par)
 	fmt.Fprintf(w, "| keystroke echo p50 / p99, us | %.0f / %.0f |\n", us(t.p50), us(t.p99))
+	if t.floorsOn {
+		fmt.Fprintf(w, "| floor: bare PTY echo p50 / p99 (cat, raw), us | %.0f / %.0f |\n", us(t.floors.pty[0]), us(t.floors.pty[1]))
+		fmt.Fprintf(w, "| floor: bare WebSocket echo p50 / p99, server in another process, us | %.0f / %.0f |\n", us(t.floors.ws[0]), us(t.floors.ws[1]))
+		fmt.Fprintf(w, "| keystroke echo p50 above the floors' sum, us | %.0f |\n", us(t.p50-t.floors.pty[0]-t.floors.ws[0]))
+	}
 	fmt.Fprintf(w, "| server CPU and context switches per keystroke | %.0f us, %.1f |\n", us(t.cpuPerKey), t.ctxPerKey)
 	fmt.Fprintf(w, "| open %d shells, %d at a time | %.2f s |\n", o.shells, o.par, t.openAll.Seconds())
 	how := "serve, keeper and the executions' cgroups"
