@@ -135,13 +135,10 @@ func handler(files map[string]asset) http.Handler {
 // compressing saves too little.
 func compressed(fsys fs.FS, name string, b []byte) []byte {
 	gz, err := fs.ReadFile(fsys, name+".gz")
-	if err == nil && gunzips(gz, b) {
-		if len(gz) > len(b)*9/10 {
-			return nil
-		}
-		return gz
+	if err != nil || !gunzips(gz, b) {
+		gz = compress(b)
 	}
-	return compress(b)
+	return worthServing(gz, b)
 }
 
 // gunzips reports whether gz decompresses to exactly b.
@@ -154,17 +151,22 @@ func gunzips(gz, b []byte) bool {
 	return err == nil && bytes.Equal(got, b)
 }
 
-// compress returns b gzip-compressed, or nil when that saves too little:
-// the bundle's 357 KB script goes over the wire as 95 KB.
+// compress returns b gzip-compressed: the bundle's 357 KB script goes
+// over the wire as 95 KB.
 func compress(b []byte) []byte {
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	zw.Write(b)
 	zw.Close()
-	if buf.Len() > len(b)*9/10 {
+	return buf.Bytes()
+}
+
+// worthServing is gz, the compressed b, or nil when it saves too little.
+func worthServing(gz, b []byte) []byte {
+	if len(gz) > len(b)*9/10 {
 		return nil
 	}
-	return buf.Bytes()
+	return gz
 }
 
 // acceptsGzip reports whether Accept-Encoding values accept gzip: named
