@@ -74,7 +74,7 @@ func ptyFloor(ctx context.Context, o options) ([2]time.Duration, error) {
 	if err := read([]byte("READY")); err != nil {
 		return [2]time.Duration{}, err
 	}
-	return roundTrips(o, func(k []byte) error {
+	return roundTrips(o, nil, func(k []byte) error {
 		if _, err := f.Write(k); err != nil {
 			return err
 		}
@@ -113,7 +113,7 @@ func wsFloor(ctx context.Context, o options) ([2]time.Duration, error) {
 		return [2]time.Duration{}, err
 	}
 	defer c.CloseNow()
-	return roundTrips(o, func(k []byte) error {
+	return roundTrips(o, nil, func(k []byte) error {
 		if err := c.Write(ctx, websocket.MessageBinary, k); err != nil {
 			return err
 		}
@@ -126,14 +126,18 @@ func wsFloor(ctx context.Context, o options) ([2]time.Duration, error) {
 }
 
 // roundTrips times o.keys calls of trip after o.warm untimed ones, each
-// with one byte, and returns their p50 and p99.
-func roundTrips(o options, trip func(k []byte) error) ([2]time.Duration, error) {
+// with one byte, and returns their p50 and p99; timed, when not nil, is
+// called as the timing starts.
+func roundTrips(o options, timed func(), trip func(k []byte) error) ([2]time.Duration, error) {
 	rtts := make([]time.Duration, 0, o.keys)
 	for i := range o.warm + o.keys {
+		if i == o.warm && timed != nil {
+			timed()
+		}
 		k := []byte{byte('a' + i%26)}
 		start := time.Now()
 		if err := trip(k); err != nil {
-			return [2]time.Duration{}, fmt.Errorf("round trip %d: %w", i, err)
+			return [2]time.Duration{}, fmt.Errorf("keystroke %d: %w", i, err)
 		}
 		if i >= o.warm {
 			rtts = append(rtts, time.Since(start))

@@ -60,31 +60,25 @@ func (t *table) echo(ctx context.Context, srv *server, o options) error {
 	if err := waitFor(ctx, s, []byte("READY")); err != nil {
 		return err
 	}
-	rtts := make([]time.Duration, 0, o.keys)
 	var cpu0 time.Duration
 	var ctx0 int64
 	profiled := make(<-chan error)
-	for i := range o.warm + o.keys {
-		if i == o.warm {
-			cpu0, ctx0 = ownCPU(srv.pid), ctxSwitches(srv.pid)
-			profiled = startProfile(ctx, srv, o, phaseEcho)
-		}
-		k := []byte{byte('a' + i%26)}
-		start := time.Now()
+	timed := func() {
+		cpu0, ctx0 = ownCPU(srv.pid), ctxSwitches(srv.pid)
+		profiled = startProfile(ctx, srv, o, phaseEcho)
+	}
+	p, err := roundTrips(o, timed, func(k []byte) error {
 		if err := s.input(ctx, k); err != nil {
 			return err
 		}
-		if err := waitFor(ctx, s, k); err != nil {
-			return fmt.Errorf("keystroke %d: %w", i, err)
-		}
-		if i >= o.warm {
-			rtts = append(rtts, time.Since(start))
-		}
+		return waitFor(ctx, s, k)
+	})
+	if err != nil {
+		return err
 	}
 	t.cpuPerKey = (ownCPU(srv.pid) - cpu0) / time.Duration(o.keys)
 	t.ctxPerKey = float64(ctxSwitches(srv.pid)-ctx0) / float64(o.keys)
-	slices.Sort(rtts)
-	t.p50, t.p99 = rtts[len(rtts)/2], rtts[len(rtts)*99/100]
+	t.p50, t.p99 = p[0], p[1]
 	if err := <-profiled; err != nil {
 		return err
 	}
