@@ -66,9 +66,9 @@ type Listener struct {
 	refusedBy  [3]uint64 // by MaxConns, MaxConnsPerAddr, FDHeadroom
 	lastWarned time.Time
 
-	// The last count of free descriptors and when it was taken: counting
-	// reads /proc/self/fd, about 2 ms with 4,000 open, so far from the
-	// limit a count serves for fdRecount.
+	// The last count of free descriptors and when it was taken: on a
+	// kernel older than 6.2 counting lists /proc/self/fd, about 2 ms with
+	// 4,000 open, so far from the limit a count serves for fdRecount.
 	fdMu      sync.Mutex
 	freeFDs   int64
 	countedAt time.Time
@@ -247,9 +247,23 @@ func clientAddr(a net.Addr) string {
 	return ip.String()
 }
 
-// countOpenFiles counts the process's open descriptors, less the one
-// reading the directory.
+// countOpenFiles counts the process's open descriptors. Since Linux 6.2
+// the size stat gives /proc/self/fd is that count, taken from the
+// descriptor table without listing it: 1.3-1.8 ms with 4,000 open becomes
+// about 1.5 µs. Older kernels give 0, and then it lists them.
 func countOpenFiles() (int, error) {
+	fi, err := os.Stat("/proc/self/fd")
+	if err != nil {
+		return 0, err
+	}
+	if fi.Size() > 0 {
+		return int(fi.Size()), nil
+	}
+	return listOpenFiles()
+}
+
+// listOpenFiles lists /proc/self/fd, less the descriptor reading it.
+func listOpenFiles() (int, error) {
 	d, err := os.Open("/proc/self/fd")
 	if err != nil {
 		return 0, err

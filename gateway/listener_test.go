@@ -173,31 +173,48 @@ func TestNewListenerRefusesHeadroomAboveTheLimit(t *testing.T) {
 }
 
 // TestOpenFilesCounts runs alone (not parallel), so the files it opens
-// are the only change in the count.
+// are the only change in the count. Both ways of counting must see them,
+// and agree.
 func TestOpenFilesCounts(t *testing.T) {
-	before, err := countOpenFiles()
-	if err != nil {
-		t.Fatal(err)
+	counts := func() (stat, list int) {
+		t.Helper()
+		stat, err := countOpenFiles()
+		if err == nil {
+			list, err = listOpenFiles()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stat, list
 	}
+	before, listedBefore := counts()
 	dir := t.TempDir()
-	var files []*os.File
 	for i := range 20 {
 		f, err := os.Create(filepath.Join(dir, string(rune('a'+i))))
 		if err != nil {
 			t.Fatal(err)
 		}
-		files = append(files, f)
+		defer f.Close()
 	}
-	after, err := countOpenFiles()
-	for _, f := range files {
-		f.Close()
+	after, listed := counts()
+	if after < before+20 || listed < listedBefore+20 {
+		t.Fatalf("%d (listed: %d) open before 20 more, %d (%d) after", before, listedBefore, after, listed)
 	}
-	if err != nil || after < before+20 {
-		t.Fatalf("%d open before 20 more, %d after (%v)", before, after, err)
+	if after != listed {
+		t.Errorf("counted %d open, listed %d", after, listed)
 	}
 }
 
+// BenchmarkCountOpenFiles counts with as many descriptors open as 1,000
+// attached shells hold.
 func BenchmarkCountOpenFiles(b *testing.B) {
+	for range 4000 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+	}
 	for b.Loop() {
 		if _, err := countOpenFiles(); err != nil {
 			b.Fatal(err)
