@@ -27,6 +27,8 @@ type spawnRequest struct {
 	// thread to enter alone before the fork so that bwrap is born in
 	// them (see v1thread); a spawner reports those it was.
 	enter []string
+	// lean: bwrap may start from a lean mount namespace (see leanSafe).
+	lean bool
 	// What only the keeper uses: the parent ends it keeps for a later
 	// launcher, the cgroup directories and state it removes with an
 	// orphan, and the launcher's notes on the process.
@@ -61,7 +63,7 @@ type spawned interface {
 }
 
 // execSpawner forks bwrap with exec.Cmd: it dies with the launcher's
-// forking thread (Pdeathsig), which is one of the runtime's, or the v1
+// forking thread (Pdeathsig), which is one of the runtime's, or the
 // forker's (see v1Forker), and never exits.
 type execSpawner struct{}
 
@@ -71,39 +73,50 @@ func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
 	}
-	if len(req.enter) == 0 {
-		return startPlaced(req)
+	if len(req.enter) == 0 && !req.lean {
+		return startPlaced(req, fromHost)
 	}
 	return launcherForker.spawn(req)
 }
 
-// startPlaced starts req's bwrap forked into req.cgroup when it can,
-// else where the calling thread is.
-func startPlaced(req spawnRequest) (execChild, error) {
-	if req.cgroup != "" {
-		if cmd, err := startInCgroup(req); err == nil {
-			return execChild{proc: cmd.Process, placed: []string{req.cgroup}}, nil
-		}
-		// A kernel without clone3's CLONE_INTO_CGROUP: bwrap is moved in
-		// while blocked, as without a cgroup2 directory.
-	}
-	cmd := execCommand(req)
-	if err := cmd.Start(); err != nil {
-		return execChild{}, fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
-	}
-	return execChild{proc: cmd.Process}, nil
-}
+// forkFrom runs fork from a mount namespace of its choosing, the lean
+// one (mountns) only where lean allows it.
+type forkFrom func(lean bool, fork func() error) error
 
-// startInCgroup starts req's bwrap forked into req.cgroup.
-func startInCgroup(req spawnRequest) (*exec.Cmd, error) {
-	fd, err := unix.Open(req.cgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
+// fromHost forks from the calling thread's mount namespace.
+func fromHost(_ bool, fork func() error) error { return fork() }
+
+// startPlaced starts req's bwrap forked into req.cgroup when it can,
+// else where the calling thread is, from the mount namespace from picks.
+func startPlaced(req spawnRequest, from forkFrom) (execChild, error) {
+	cgroup := -1
+	if req.cgroup != "" {
+		// Opened before from picks: the lean namespace has no /sys.
+		if fd, err := unix.Open(req.cgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			defer unix.Close(fd)
+			cgroup = fd
+		}
 	}
-	defer unix.Close(fd)
-	cmd := execCommand(req)
-	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-	return cmd, cmd.Start()
+	var child execChild
+	err := from(req.lean, func() error {
+		if cgroup >= 0 {
+			cmd := execCommand(req)
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroup
+			if cmd.Start() == nil {
+				child = execChild{proc: cmd.Process, placed: []string{req.cgroup}}
+				return nil
+			}
+			// A kernel without clone3's CLONE_INTO_CGROUP: bwrap is
+			// moved in while blocked, as without a cgroup2 directory.
+		}
+		cmd := execCommand(req)
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("%w: start bwrap: %w", ErrUnavailable, err)
+		}
+		child = execChild{proc: cmd.Process}
+		return nil
+	})
+	return child, err
 }
 
 // execCommand builds the exec.Cmd of req: descriptors 0-2 as stdio, the

@@ -203,7 +203,10 @@ func spawnCat(t *testing.T, s spawner, req spawnRequest) (string, spawned) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	req.path, req.args, req.files = "/bin/cat", []string{"cat", "/proc/self/cgroup"}, []*os.File{nil, w, w}
+	req.path, req.files = "/bin/cat", []*os.File{nil, w, w}
+	if req.args == nil {
+		req.args = []string{"cat", "/proc/self/cgroup"}
+	}
 	if _, ok := s.(keeperSpawner); ok {
 		null, err := os.Open(os.DevNull)
 		if err != nil {

@@ -4,18 +4,21 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
+	"github.com/termgate/termgate/sandbox/internal/mountns"
 )
 
 // launcherForker forks the launcher's own bwraps that are to be born in
-// cgroup v1 directories.
+// cgroup v1 directories or may start from a lean mount namespace.
 var launcherForker = &v1Forker{
 	mover: func() (v1thread.Mover, error) { return v1thread.Load() },
 	idle:  100 * time.Millisecond,
+	lean:  true,
 }
 
 // v1Forker runs forks on one goroutine locked to its thread, which
@@ -24,10 +27,17 @@ var launcherForker = &v1Forker{
 // after: it then unlocks its thread, which the runtime keeps (children
 // forked on it die when it exits). A thread that could not leave an
 // execution's directories stays locked for good, forking nothing; the
-// spawns fall back to a fork on their own thread and a move.
+// spawns fall back to a fork on their own thread and a move. With lean,
+// the thread makes a lean mount namespace (mountns) to fork the spawns
+// that allow it from; a thread that made one stays locked for good, as
+// its root and working directory are no longer shared.
 type v1Forker struct {
 	mover func() (v1thread.Mover, error) // the calling thread's, called on the locked thread
 	idle  time.Duration
+	lean  bool
+	ns    *mountns.Lean // the thread's, once made
+	// nsStuck: the thread made a namespace and could not return from it.
+	nsStuck bool
 
 	mu      sync.Mutex
 	pending int  // jobs sent or about to be
@@ -44,7 +54,7 @@ func (f *v1Forker) spawn(req spawnRequest) (spawned, error) {
 	f.do(func(t *v1thread.Thread) {
 		entered, err = t.Fork(req.enter, func() (func(), error) {
 			var serr error
-			child, serr = startPlaced(req)
+			child, serr = startPlaced(req, f.from)
 			c := child
 			return func() { c.proc.Kill(); c.proc.Wait() }, serr
 		})
@@ -53,12 +63,30 @@ func (f *v1Forker) spawn(req spawnRequest) (spawned, error) {
 	case errors.Is(err, v1thread.ErrStranded):
 		// Never from a thread inside an execution's groups: from the
 		// caller's, moved into every v1 directory.
-		return startPlaced(req)
+		return startPlaced(req, fromHost)
 	case err != nil:
 		return nil, err
 	}
 	child.placed = append(child.placed, entered...)
 	return child, nil
+}
+
+// from forks from the thread's lean mount namespace where lean allows it
+// and there is one, else from the host's.
+func (f *v1Forker) from(lean bool, fork func() error) error {
+	switch {
+	case f.nsStuck:
+		return fmt.Errorf("%w: %w", ErrUnavailable, mountns.ErrStuck)
+	case f.ns == nil:
+		return fork()
+	case lean:
+		_, err := f.ns.Do(fork)
+		return err
+	}
+	if err := f.ns.Host(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fork()
 }
 
 // do runs job on the forker's thread and returns when it is done.
@@ -81,6 +109,11 @@ func (f *v1Forker) do(job func(*v1thread.Thread)) {
 // loop serves jobs on a locked thread until idle passed without one.
 func (f *v1Forker) loop(jobs <-chan func(*v1thread.Thread)) {
 	runtime.LockOSThread()
+	if f.lean && f.ns == nil && !f.nsStuck {
+		var err error
+		f.ns, err = mountns.New()
+		f.nsStuck = errors.Is(err, mountns.ErrStuck)
+	}
 	var t *v1thread.Thread
 	if m, err := f.mover(); err == nil {
 		t = v1thread.NewThread(m)
@@ -104,9 +137,9 @@ func (f *v1Forker) loop(jobs <-chan func(*v1thread.Thread)) {
 				timer.Reset(f.idle)
 				continue
 			}
-			if t.Stranded() {
+			if t.Stranded() || f.ns != nil || f.nsStuck {
 				f.mu.Unlock()
-				continue // parked, locked, until a job tries to leave again
+				continue // parked, locked, until the next job
 			}
 			f.running = false
 			f.mu.Unlock()

@@ -5,12 +5,15 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // stuckMover claims to enter every directory and, while stuck, fails to
@@ -72,5 +75,31 @@ func TestV1ForkerStranded(t *testing.T) {
 			t.Fatal("the forker still runs 5 s after its last job")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestForkerLean: a spawn that allows it is forked from the forker's lean
+// mount namespace, without /sys; one that does not, from the host's.
+func TestForkerLean(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		sandboxtest.Unavailable(t, "a mount namespace needs root")
+	}
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(host), " /sys ") {
+		t.Skip("the host has no /sys mounted")
+	}
+	s := forkerSpawner{&v1Forker{mover: func() (v1thread.Mover, error) { return nil, errors.New("none") }, idle: 10 * time.Millisecond, lean: true}}
+	cat := []string{"cat", "/proc/self/mountinfo"}
+	out, _ := spawnCat(t, s, spawnRequest{key: "lean", args: cat, lean: true})
+	if strings.Contains(out, " /sys ") || !strings.Contains(out, " /proc ") {
+		t.Errorf("a lean spawn sees these mounts:\n%s", out)
+	}
+	out, _ = spawnCat(t, s, spawnRequest{key: "host", args: cat})
+	if !strings.Contains(out, " /sys ") {
+		t.Errorf("a spawn that is not lean sees these mounts:\n%s", out)
 	}
 }

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	integrationLauncher.Release()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(sandboxtest.Forker); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -67,6 +67,13 @@
 // [A-Za-z0-9._-]{1,128}. At most 8 connections may be in their hello at
 // once, each for HelloTimeout.
 //
-// The package imports nothing of termgate but the leaf package
-// cgroup/v1thread.
+// A spawn may allow a fork from the forking thread's lean mount namespace
+// (SpawnRequest.Lean, package mountns): a copy of the keeper's without
+// /sys and what is mounted below /proc and /dev, which bwrap reads back
+// after every mount it makes; the reply says whether it was. A keeper
+// without one (no CAP_SYS_ADMIN) forks from its own; one older than the
+// field ignores it.
+//
+// The package imports nothing of termgate but the leaf packages
+// cgroup/v1thread and mountns.
 package keeper

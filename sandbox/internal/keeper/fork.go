@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
+	"github.com/termgate/termgate/sandbox/internal/mountns"
 )
 
 // forker is the one goroutine that forks every child. It locks itself to
@@ -22,6 +23,10 @@ import (
 var forker struct {
 	once sync.Once
 	reqs chan forkRequest
+	// The thread's lean mount namespace (mountns), made as it starts:
+	// nil, with why, where it could not be.
+	lean    *mountns.Lean
+	leanErr error
 }
 
 type forkRequest struct {
@@ -34,23 +39,34 @@ type forkResult struct {
 	pid     int
 	pidfd   *os.File
 	placed  bool     // forked into m.Into
+	lean    bool     // forked from the lean mount namespace
 	entered []string // the cgroup v1 directories of m.Enter it was born in
 	err     error
 }
 
 // fork starts the child described by m on the forking thread.
 func fork(m *message, files []int) forkResult {
-	forker.once.Do(func() {
-		forker.reqs = make(chan forkRequest)
-		go forkLoop(forker.reqs)
-	})
+	startForker()
 	r := forkRequest{m: m, files: files, reply: make(chan forkResult, 1)}
 	forker.reqs <- r
 	return <-r.reply
 }
 
-func forkLoop(reqs <-chan forkRequest) {
+// startForker starts the forking thread once and returns when its lean
+// mount namespace is made, or known impossible.
+func startForker() {
+	forker.once.Do(func() {
+		forker.reqs = make(chan forkRequest)
+		ready := make(chan struct{})
+		go forkLoop(forker.reqs, ready)
+		<-ready
+	})
+}
+
+func forkLoop(reqs <-chan forkRequest, ready chan<- struct{}) {
 	runtime.LockOSThread() // never unlocked: see forker
+	forker.lean, forker.leanErr = mountns.New()
+	close(ready)
 	var mover v1thread.Mover
 	if homes, err := v1thread.Load(); err == nil {
 		mover = homes
@@ -78,35 +94,54 @@ func forkOn(t *v1thread.Thread, m *message, files []int) forkResult {
 }
 
 // forkPlaced forks m's child into m.Into when it can, else where the
-// thread is.
+// thread is; from the lean mount namespace when m allows it.
 func forkPlaced(m *message, files []int) forkResult {
 	res := forkResult{}
+	into := -1
 	if m.Into != "" {
-		res.pid, res.pidfd, res.err = forkExecInto(m, files)
-		res.placed = res.err == nil
+		// Opened here, from the host's mount namespace: the lean one has
+		// no /sys.
+		if fd, err := unix.Open(m.Into, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			defer unix.Close(fd)
+			into = fd
+		}
 	}
-	if !res.placed {
-		// Also a kernel without clone3's CLONE_INTO_CGROUP: the
-		// child starts outside, and the gateway moves it.
-		res.pid, res.pidfd, res.err = forkExec(m, files, -1)
-	}
+	res.lean, res.err = fromNamespace(m.Lean, func() error {
+		var err error
+		if into >= 0 {
+			res.pid, res.pidfd, err = forkExec(m, files, into)
+			res.placed = err == nil
+		}
+		if !res.placed {
+			// Also a kernel without clone3's CLONE_INTO_CGROUP: the
+			// child starts outside, and the gateway moves it.
+			res.pid, res.pidfd, err = forkExec(m, files, -1)
+		}
+		return err
+	})
 	return res
+}
+
+// fromNamespace runs fork from the forking thread's lean mount namespace
+// when lean allows it and the thread has one, else from the host's, and
+// says which.
+func fromNamespace(lean bool, fork func() error) (bool, error) {
+	switch {
+	case forker.lean == nil:
+		return false, fork()
+	case lean:
+		return forker.lean.Do(fork)
+	}
+	if err := forker.lean.Host(); err != nil {
+		return false, fmt.Errorf("keeper: %w", err)
+	}
+	return false, fork()
 }
 
 // kill ends a child nobody will hear of and reaps it.
 func kill(pid int, pidfd *os.File) {
 	unix.Kill(pid, unix.SIGKILL) // a zombie until reaped: the pid is still its own
 	reap(pid, pidfd)
-}
-
-// forkExecInto is forkExec into the cgroup2 directory m.Into.
-func forkExecInto(m *message, files []int) (int, *os.File, error) {
-	fd, err := unix.Open(m.Into, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, nil, fmt.Errorf("keeper: open cgroup %s: %w", m.Into, err)
-	}
-	defer unix.Close(fd)
-	return forkExec(m, files, fd)
 }
 
 // forkExec starts the program in a session of its own, killed when the

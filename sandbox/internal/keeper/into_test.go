@@ -119,20 +119,26 @@ func spawnCat(t *testing.T, c *Client, key, dir string) (Spawned, string) {
 // what it wrote.
 func spawnCatIn(t *testing.T, c *Client, key string, req SpawnRequest) (Spawned, string) {
 	t.Helper()
+	return spawnCatFile(t, c, key, "/proc/self/cgroup", req)
+}
+
+// spawnCatFile spawns cat of file as req asks and returns what it wrote.
+func spawnCatFile(t *testing.T, c *Client, key, file string, req SpawnRequest) (Spawned, string) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	req.Key, req.Path, req.Args, req.Files = key, "/bin/cat", []string{"cat", "/proc/self/cgroup"}, []*os.File{devNull(t), w, w}
+	req.Key, req.Path, req.Args, req.Files = key, "/bin/cat", []string{"cat", file}, []*os.File{devNull(t), w, w}
 	sp, err := c.Spawn(t.Context(), req)
 	w.Close()
 	if err != nil {
-		t.Fatalf("spawn %s in %q: %v", key, req.Cgroups, err)
+		t.Fatalf("spawn %s (%+v): %v", key, req, err)
 	}
 	out, _ := io.ReadAll(r)
 	if ws := <-c.Exit(key); ws.ExitStatus() != 0 {
-		t.Fatalf("cat in %q: %v: %s", req.Cgroups, ws, out)
+		t.Fatalf("cat %s (%+v): %v: %s", file, req, ws, out)
 	}
 	if err := c.Forget(key); err != nil {
 		t.Fatal(err)

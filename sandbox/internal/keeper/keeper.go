@@ -147,6 +147,13 @@ func Serve(ctx context.Context, cfg Config) error {
 		shakes: make(chan struct{}, maxHandshakes), children: map[string]*child{}}
 	k.log.Info("keeper started", "dir", dir, "pid", os.Getpid(),
 		"orphan_grace", cfg.OrphanGrace.String(), "kill_grace", cfg.KillGrace.String())
+	startForker()
+	if forker.lean != nil {
+		lean, host := forker.lean.Mounts()
+		k.log.Info("forking from a lean mount namespace", "mounts", lean, "host_mounts", host)
+	} else {
+		k.log.Info("forking from the host's mount namespace", "err", forker.leanErr)
+	}
 	k.mu.Lock()
 	k.armIdle()
 	k.mu.Unlock()
@@ -433,7 +440,7 @@ func (k *keeper) handle(s *session, m *message, files []int) message {
 	if err != nil {
 		return message{Code: codeOf(err), Error: err.Error()}
 	}
-	return message{Pid: sp.Pid, Placed: sp.Placed, Entered: sp.Entered}
+	return message{Pid: sp.Pid, Placed: sp.Placed, Entered: sp.Entered, Lean: sp.Lean}
 }
 
 // spawn forks the child and registers it.
@@ -470,10 +477,10 @@ func (k *keeper) spawn(s *session, m *message, files []int) (Spawned, error) {
 	k.mu.Lock()
 	k.children[m.Key] = ch
 	k.mu.Unlock()
-	k.log.Info("spawned", "key", m.Key, "pid", pid, "path", m.Path, "placed", placed, "entered", len(res.entered))
+	k.log.Info("spawned", "key", m.Key, "pid", pid, "path", m.Path, "placed", placed, "entered", len(res.entered), "lean", res.lean)
 	k.reaps.Add(1)
 	go k.await(ch, pidfd)
-	return Spawned{Pid: pid, Placed: placed, Entered: res.entered}, nil
+	return Spawned{Pid: pid, Placed: placed, Entered: res.entered, Lean: res.lean}, nil
 }
 
 // admit checks a spawn against the keeper's state and reserves its key.

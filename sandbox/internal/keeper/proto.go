@@ -107,6 +107,7 @@ type message struct {
 	Enter      []string    `json:"enter,omitempty"`   // version 4: of Cgroups, v1 directories the child is to be born in
 	Entered    []string    `json:"entered,omitempty"` // version 4, a spawn's reply: those of Enter it was born in
 	Remove     []string    `json:"remove,omitempty"`
+	Lean       bool        `json:"lean,omitempty"`       // a spawn: it may be forked from the lean mount namespace; its reply: it was
 	Supervised bool        `json:"supervised,omitempty"` // see SpawnRequest.Supervised
 	Meta       []byte      `json:"meta,omitempty"`
 	Exited     bool        `json:"exited,omitempty"`

@@ -1,0 +1,39 @@
+//go:build linux
+
+package keeper
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+)
+
+// TestSpawnLean: a spawn that allows it is forked from the lean mount
+// namespace, without /sys, and its reply says so; one that does not is
+// forked from the keeper's, with /sys.
+func TestSpawnLean(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		sandboxtest.Unavailable(t, "a mount namespace needs root")
+	}
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(host), " /sys ") {
+		t.Skip("the host has no /sys mounted")
+	}
+	_, ks := startKeeper(t)
+	c := ks.dial(t)
+	defer c.Detach()
+	sp, out := spawnCatFile(t, c, "lean", "/proc/self/mountinfo", SpawnRequest{Lean: true})
+	if !sp.Lean || strings.Contains(out, " /sys ") || !strings.Contains(out, " /proc ") {
+		t.Errorf("a lean spawn: Lean %v, its mounts:\n%s", sp.Lean, out)
+	}
+	sp, out = spawnCatFile(t, c, "host", "/proc/self/mountinfo", SpawnRequest{})
+	if sp.Lean || !strings.Contains(out, " /sys ") {
+		t.Errorf("a spawn that is not lean: Lean %v, its mounts:\n%s", sp.Lean, out)
+	}
+}
