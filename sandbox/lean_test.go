@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,36 +13,30 @@ import (
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
-func TestLeanSafe(t *testing.T) {
+func TestResolvesListsEveryHostPathOfThePlan(t *testing.T) {
 	t.Parallel()
-	l := &Launcher{bwrap: "/usr/bin/bwrap", layout: hostLayout{init: "/usr/local/bin/termgate"}}
-	for _, c := range []struct {
-		name string
-		p    Policy
-		want bool
-	}{
-		{"workspace on /srv", Policy{Workspace: "/srv/ws/t"}, true},
-		{"workspace on /dev/shm", Policy{Workspace: "/dev/shm/ws"}, false},
-		{"a bind from /sys", Policy{Workspace: "/srv/ws/t", Binds: []Bind{{Source: "/srv/data", Dest: "/data"}, {Source: "/sys/kernel", Dest: "/k"}}}, false},
-		{"a bind from /proc", Policy{Workspace: "/srv/ws/t", Binds: []Bind{{Source: "/proc/sys/fs/binfmt_misc", Dest: "/b"}}}, false},
-		{"binds elsewhere", Policy{Workspace: "/srv/ws/t", Binds: []Bind{{Source: "/srv/data", Dest: "/data"}}}, true},
-	} {
-		if got := l.leanSafe(c.p); got != c.want {
-			t.Errorf("%s: leanSafe = %v, want %v", c.name, got, c.want)
+	l := &Launcher{bwrap: "/opt/bin/bwrap", layout: hostLayout{
+		init: "/usr/local/bin/termgate", dirs: []string{"/lib32"},
+		etc: map[string]etcEntry{"/etc/ld.so.cache": {}, "/etc/services": {copy: true}, "/etc/localtime": {link: "/usr/share/zoneinfo/UTC"}},
+	}}
+	got := l.resolves(Policy{Workspace: "/srv/ws/t", Binds: []Bind{{Source: "/data/shared", Dest: "/shared"}}})
+	for _, want := range []string{"/opt/bin/bwrap", "/usr", "/dev/null", "/proc/self", "/usr/local/bin/termgate",
+		"/srv/ws/t", "/lib32", "/etc/ld.so.cache", "/data/shared"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("resolves lacks %s: %q", want, got)
 		}
 	}
-	for _, path := range []string{"/dev/shm/bwrap", "/sys/x/bwrap"} {
-		l := &Launcher{bwrap: path, layout: hostLayout{init: "/usr/local/bin/termgate"}}
-		if l.leanSafe(Policy{Workspace: "/srv/ws/t"}) {
-			t.Errorf("bwrap at %s: leanSafe", path)
+	for _, absent := range []string{"/etc/services", "/etc/localtime"} {
+		if slices.Contains(got, absent) {
+			t.Errorf("resolves lists %s, which bwrap gets as a descriptor or makes as a link: %q", absent, got)
 		}
 	}
 }
 
-// TestWorkspaceOnAPrunedMount: a workspace on a mount that a lean mount
-// namespace leaves out (/dev/shm) still starts, forked by the launcher and
-// by a keeper: it is forked from the host's namespace.
-func TestWorkspaceOnAPrunedMount(t *testing.T) {
+// TestWorkspaceOnAMountALeanNamespaceDrops: a workspace on /dev/shm, a
+// mount a lean namespace keeps only for a spawn that resolves a path on
+// it, starts, forked by the launcher and by a keeper.
+func TestWorkspaceOnAMountALeanNamespaceDrops(t *testing.T) {
 	t.Parallel()
 	info, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

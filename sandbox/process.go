@@ -9,14 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup"
-	"github.com/termgate/termgate/sandbox/internal/mountns"
 	"github.com/termgate/termgate/sandbox/internal/procevents"
 	"github.com/termgate/termgate/sandbox/internal/sandboxinit"
 	"github.com/termgate/termgate/sandbox/internal/seccomp"
@@ -112,16 +110,22 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 	return proc, nil
 }
 
-// leanSafe reports whether bwrap may start from a lean mount namespace
-// (mountns), whose shorter mount table bwrap reads back faster:
-// no host path it resolves by name lies in a tree that namespace leaves
-// out. The plan's own /dev nodes are on /dev itself, which stays.
-func (l *Launcher) leanSafe(p Policy) bool {
-	paths := []string{l.bwrap, l.layout.init, p.Workspace}
+// resolves lists the host paths bwrap resolves by name for p: itself,
+// the system directories and /etc entries it binds, the device nodes
+// --dev binds and /proc, the init, the workspace and every bind source.
+// A lean mount namespace keeps the mounts these need and no other.
+func (l *Launcher) resolves(p Policy) []string {
+	paths := []string{l.bwrap, "/usr", "/dev/null", "/proc/self", l.layout.init, p.Workspace}
+	paths = append(paths, l.layout.dirs...)
+	for _, e := range etcEntries {
+		if entry, ok := l.layout.etc[e]; ok && entry.link == "" && !entry.copy {
+			paths = append(paths, e)
+		}
+	}
 	for _, b := range p.Binds {
 		paths = append(paths, b.Source)
 	}
-	return !slices.ContainsFunc(paths, mountns.Pruned)
+	return paths
 }
 
 // spawnRequest is what forks bwrap for proc: its argv, blocked on the
@@ -137,7 +141,7 @@ func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File)
 	if id, _ := l.identityFor(proc.policy); id.switchTo { // checked by Start
 		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
 	}
-	req.lean = l.leanSafe(proc.policy)
+	req.resolves = l.resolves(proc.policy)
 	if l.keeper == nil {
 		return req
 	}

@@ -27,8 +27,10 @@ type spawnRequest struct {
 	// thread to enter alone before the fork so that bwrap is born in
 	// them (see v1thread); a spawner reports those it was.
 	enter []string
-	// lean: bwrap may start from a lean mount namespace (see leanSafe).
-	lean bool
+	// resolves are the host paths bwrap resolves by name: a spawner
+	// that can forks it from a lean mount namespace keeping only the
+	// mounts they need (see Launcher.resolves).
+	resolves []string
 	// What only the keeper uses: the parent ends it keeps for a later
 	// launcher, the cgroup directories and state it removes with an
 	// orphan, and the launcher's notes on the process.
@@ -73,18 +75,18 @@ func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
 	}
-	if len(req.enter) == 0 && !req.lean {
+	if len(req.enter) == 0 && len(req.resolves) == 0 {
 		return startPlaced(req, fromHost)
 	}
 	return launcherForker.spawn(req)
 }
 
-// forkFrom runs fork from a mount namespace of its choosing, the lean
-// one (mountns) only where lean allows it.
-type forkFrom func(lean bool, fork func() error) error
+// forkFrom runs fork from a mount namespace of its choosing: a lean one
+// (mountns) keeping what resolves needs, or the calling thread's.
+type forkFrom func(resolves []string, fork func() error) error
 
 // fromHost forks from the calling thread's mount namespace.
-func fromHost(_ bool, fork func() error) error { return fork() }
+func fromHost(_ []string, fork func() error) error { return fork() }
 
 // startPlaced starts req's bwrap forked into req.cgroup when it can,
 // else where the calling thread is, from the mount namespace from picks.
@@ -98,7 +100,7 @@ func startPlaced(req spawnRequest, from forkFrom) (execChild, error) {
 		}
 	}
 	var child execChild
-	err := from(req.lean, func() error {
+	err := from(req.resolves, func() error {
 		if cgroup >= 0 {
 			cmd := execCommand(req)
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroup

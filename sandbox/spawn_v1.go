@@ -28,16 +28,17 @@ var launcherForker = &v1Forker{
 // forked on it die when it exits). A thread that could not leave an
 // execution's directories stays locked for good, forking nothing; the
 // spawns fall back to a fork on their own thread and a move. With lean,
-// the thread makes a lean mount namespace (mountns) to fork the spawns
-// that allow it from; a thread that made one stays locked for good, as
-// its root and working directory are no longer shared.
+// the thread forks the spawns that list what they resolve from lean
+// mount namespaces (mountns); a thread that did stays locked for good,
+// as its root and working directory are no longer shared.
 type v1Forker struct {
 	mover func() (v1thread.Mover, error) // the calling thread's, called on the locked thread
 	idle  time.Duration
 	lean  bool
-	ns    *mountns.Lean // the thread's, once made
-	// nsStuck: the thread made a namespace and could not return from it.
-	nsStuck bool
+	ns    *mountns.Thread // the thread's, once locked: nil where it cannot be
+	// pinned: the thread forked from a lean namespace, so it is no
+	// longer like the runtime's others.
+	pinned bool
 
 	mu      sync.Mutex
 	pending int  // jobs sent or about to be
@@ -71,22 +72,18 @@ func (f *v1Forker) spawn(req spawnRequest) (spawned, error) {
 	return child, nil
 }
 
-// from forks from the thread's lean mount namespace where lean allows it
-// and there is one, else from the host's.
-func (f *v1Forker) from(lean bool, fork func() error) error {
-	switch {
-	case f.nsStuck:
-		return fmt.Errorf("%w: %w", ErrUnavailable, mountns.ErrStuck)
-	case f.ns == nil:
+// from forks from a lean mount namespace that keeps what resolves needs,
+// when it lists anything and the thread can, else from the host's.
+func (f *v1Forker) from(resolves []string, fork func() error) error {
+	if f.ns == nil || len(resolves) == 0 {
 		return fork()
-	case lean:
-		_, err := f.ns.Do(fork)
-		return err
 	}
-	if err := f.ns.Host(); err != nil {
+	f.pinned = true
+	_, err := f.ns.Fork(resolves, fork)
+	if errors.Is(err, mountns.ErrStuck) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return fork()
+	return err
 }
 
 // do runs job on the forker's thread and returns when it is done.
@@ -109,10 +106,8 @@ func (f *v1Forker) do(job func(*v1thread.Thread)) {
 // loop serves jobs on a locked thread until idle passed without one.
 func (f *v1Forker) loop(jobs <-chan func(*v1thread.Thread)) {
 	runtime.LockOSThread()
-	if f.lean && f.ns == nil && !f.nsStuck {
-		var err error
-		f.ns, err = mountns.New()
-		f.nsStuck = errors.Is(err, mountns.ErrStuck)
+	if f.lean && f.ns == nil {
+		f.ns, _ = mountns.NewThread() // nil: every fork from the host's namespace
 	}
 	var t *v1thread.Thread
 	if m, err := f.mover(); err == nil {
@@ -137,7 +132,7 @@ func (f *v1Forker) loop(jobs <-chan func(*v1thread.Thread)) {
 				timer.Reset(f.idle)
 				continue
 			}
-			if t.Stranded() || f.ns != nil || f.nsStuck {
+			if t.Stranded() || f.pinned {
 				f.mu.Unlock()
 				continue // parked, locked, until the next job
 			}

@@ -78,8 +78,8 @@ func TestV1ForkerStranded(t *testing.T) {
 	}
 }
 
-// TestForkerLean: a spawn that allows it is forked from the forker's lean
-// mount namespace, without /sys; one that does not, from the host's.
+// TestForkerLean: a spawn that lists what it resolves is forked from a
+// lean mount namespace, without /sys; one that does not, from the host's.
 func TestForkerLean(t *testing.T) {
 	t.Parallel()
 	if os.Geteuid() != 0 {
@@ -94,7 +94,7 @@ func TestForkerLean(t *testing.T) {
 	}
 	s := forkerSpawner{&v1Forker{mover: func() (v1thread.Mover, error) { return nil, errors.New("none") }, idle: 10 * time.Millisecond, lean: true}}
 	cat := []string{"cat", "/proc/self/mountinfo"}
-	out, _ := spawnCat(t, s, spawnRequest{key: "lean", args: cat, lean: true})
+	out, _ := spawnCat(t, s, spawnRequest{key: "lean", args: cat, resolves: []string{"/usr/bin/cat", "/proc/self"}})
 	if strings.Contains(out, " /sys ") || !strings.Contains(out, " /proc ") {
 		t.Errorf("a lean spawn sees these mounts:\n%s", out)
 	}

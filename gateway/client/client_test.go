@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	launcher.Release()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(sandboxtest.Forker); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

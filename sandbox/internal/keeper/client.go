@@ -57,14 +57,14 @@ type SpawnRequest struct {
 	// on a cancel; SIGKILL then reaches everything.
 	Supervised bool
 	Meta       []byte // opaque, at most MaxMeta bytes, handed back on adoption; replaced by Annotate
-	// Lean lets the keeper fork the child from a copy of its mount
-	// namespace without /sys and what is mounted below /proc and /dev,
-	// which bwrap reads back faster (package mountns): the caller allows
-	// it when no host path the child resolves lies there
-	// (mountns.Pruned). A keeper without that namespace (no
-	// CAP_SYS_ADMIN), or older than this field, forks from its own:
-	// Spawned.Lean is then false.
-	Lean bool
+	// Resolves are the host paths the child resolves by name (bwrap's
+	// binds, its program). With them the keeper forks the child from a
+	// fresh copy of its mount namespace that keeps only the mounts on
+	// the way to them and below them (package mountns), whose shorter
+	// table bwrap reads back faster; Spawned.Lean says it did. Without
+	// them, from a keeper without CAP_SYS_ADMIN or one older than this
+	// field, the child is forked from the keeper's own namespace.
+	Resolves []string
 }
 
 // Child is a process the keeper had when the client connected.
@@ -357,7 +357,7 @@ type Spawned struct {
 	Placed bool
 	// Entered are the directories of SpawnRequest.Enter it was born in.
 	Entered []string
-	// Lean says the child was forked from the lean mount namespace.
+	// Lean says the child was forked from a lean mount namespace.
 	Lean bool
 }
 
@@ -367,7 +367,7 @@ type Spawned struct {
 // the next connection's Children.
 func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (Spawned, error) {
 	m := message{Op: opSpawn, Key: req.Key, Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir,
-		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Supervised: req.Supervised, Meta: req.Meta, Lean: req.Lean}
+		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Supervised: req.Supervised, Meta: req.Meta, Resolves: req.Resolves}
 	if c.version >= 3 {
 		m.Into = req.Into
 	}
@@ -413,7 +413,7 @@ func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (Spawned, error) {
 			entered = append(entered, dir)
 		}
 	}
-	return Spawned{Pid: r.Pid, Placed: r.Placed && m.Into != "", Entered: entered, Lean: r.Lean && m.Lean}, nil
+	return Spawned{Pid: r.Pid, Placed: r.Placed && m.Into != "", Entered: entered, Lean: r.Lean && len(m.Resolves) > 0}, nil
 }
 
 // Annotate replaces the child's Meta.

@@ -67,12 +67,12 @@
 // [A-Za-z0-9._-]{1,128}. At most 8 connections may be in their hello at
 // once, each for HelloTimeout.
 //
-// A spawn may allow a fork from the forking thread's lean mount namespace
-// (SpawnRequest.Lean, package mountns): a copy of the keeper's without
-// /sys and what is mounted below /proc and /dev, which bwrap reads back
-// after every mount it makes; the reply says whether it was. A keeper
-// without one (no CAP_SYS_ADMIN) forks from its own; one older than the
-// field ignores it.
+// A spawn may list the host paths its child resolves by name
+// (SpawnRequest.Resolves): the keeper then forks it from a fresh copy of
+// its mount namespace that keeps only the mounts those need (package
+// mountns), a shorter table for bwrap to read back after every mount it
+// makes; the reply says whether it did. A keeper without CAP_SYS_ADMIN
+// forks from its own namespace; one older than the field ignores it.
 //
 // The package imports nothing of termgate but the leaf packages
 // cgroup/v1thread and mountns.

@@ -23,9 +23,9 @@ import (
 var forker struct {
 	once sync.Once
 	reqs chan forkRequest
-	// The thread's lean mount namespace (mountns), made as it starts:
-	// nil, with why, where it could not be.
-	lean    *mountns.Lean
+	// The thread's forks from lean mount namespaces (mountns): nil, with
+	// why, where it cannot make them.
+	lean    *mountns.Thread
 	leanErr error
 }
 
@@ -39,7 +39,7 @@ type forkResult struct {
 	pid     int
 	pidfd   *os.File
 	placed  bool     // forked into m.Into
-	lean    bool     // forked from the lean mount namespace
+	lean    bool     // forked from a lean mount namespace
 	entered []string // the cgroup v1 directories of m.Enter it was born in
 	err     error
 }
@@ -52,8 +52,8 @@ func fork(m *message, files []int) forkResult {
 	return <-r.reply
 }
 
-// startForker starts the forking thread once and returns when its lean
-// mount namespace is made, or known impossible.
+// startForker starts the forking thread once and returns when it is
+// ready to fork from lean mount namespaces, or known unable to.
 func startForker() {
 	forker.once.Do(func() {
 		forker.reqs = make(chan forkRequest)
@@ -65,7 +65,7 @@ func startForker() {
 
 func forkLoop(reqs <-chan forkRequest, ready chan<- struct{}) {
 	runtime.LockOSThread() // never unlocked: see forker
-	forker.lean, forker.leanErr = mountns.New()
+	forker.lean, forker.leanErr = mountns.NewThread()
 	close(ready)
 	var mover v1thread.Mover
 	if homes, err := v1thread.Load(); err == nil {
@@ -94,7 +94,7 @@ func forkOn(t *v1thread.Thread, m *message, files []int) forkResult {
 }
 
 // forkPlaced forks m's child into m.Into when it can, else where the
-// thread is; from the lean mount namespace when m allows it.
+// thread is; from a lean mount namespace when m lists what it resolves.
 func forkPlaced(m *message, files []int) forkResult {
 	res := forkResult{}
 	into := -1
@@ -106,7 +106,7 @@ func forkPlaced(m *message, files []int) forkResult {
 			into = fd
 		}
 	}
-	res.lean, res.err = fromNamespace(m.Lean, func() error {
+	res.lean, res.err = fromNamespace(m.Resolves, func() error {
 		var err error
 		if into >= 0 {
 			res.pid, res.pidfd, err = forkExec(m, files, into)
@@ -122,20 +122,18 @@ func forkPlaced(m *message, files []int) forkResult {
 	return res
 }
 
-// fromNamespace runs fork from the forking thread's lean mount namespace
-// when lean allows it and the thread has one, else from the host's, and
-// says which.
-func fromNamespace(lean bool, fork func() error) (bool, error) {
-	switch {
-	case forker.lean == nil:
+// fromNamespace runs fork from a lean mount namespace that keeps what
+// resolves needs, when it lists anything and the thread can, else from
+// the keeper's; it says which.
+func fromNamespace(resolves []string, fork func() error) (bool, error) {
+	if forker.lean == nil || len(resolves) == 0 {
 		return false, fork()
-	case lean:
-		return forker.lean.Do(fork)
 	}
-	if err := forker.lean.Host(); err != nil {
-		return false, fmt.Errorf("keeper: %w", err)
+	lean, err := forker.lean.Fork(resolves, fork)
+	if err != nil {
+		err = fmt.Errorf("keeper: %w", err)
 	}
-	return false, fork()
+	return lean, err
 }
 
 // kill ends a child nobody will hear of and reaps it.

@@ -148,11 +148,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	k.log.Info("keeper started", "dir", dir, "pid", os.Getpid(),
 		"orphan_grace", cfg.OrphanGrace.String(), "kill_grace", cfg.KillGrace.String())
 	startForker()
-	if forker.lean != nil {
-		lean, host := forker.lean.Mounts()
-		k.log.Info("forking from a lean mount namespace", "mounts", lean, "host_mounts", host)
-	} else {
-		k.log.Info("forking from the host's mount namespace", "err", forker.leanErr)
+	if forker.leanErr != nil {
+		k.log.Info("forking from the keeper's mount namespace", "err", forker.leanErr)
 	}
 	k.mu.Lock()
 	k.armIdle()

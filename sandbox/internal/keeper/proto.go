@@ -51,6 +51,9 @@ const (
 	MaxArgBytes = 1 << 20
 	// MaxPaths bounds the Cgroups plus Remove paths of a spawn.
 	MaxPaths = 16
+	// MaxResolves bounds SpawnRequest.Resolves: the sandbox's binds
+	// (at most 64) and its fixed paths, with room to spare.
+	MaxResolves = 128
 	// MaxChildren bounds the children one keeper holds.
 	MaxChildren = 4096
 )
@@ -107,7 +110,8 @@ type message struct {
 	Enter      []string    `json:"enter,omitempty"`   // version 4: of Cgroups, v1 directories the child is to be born in
 	Entered    []string    `json:"entered,omitempty"` // version 4, a spawn's reply: those of Enter it was born in
 	Remove     []string    `json:"remove,omitempty"`
-	Lean       bool        `json:"lean,omitempty"`       // a spawn: it may be forked from the lean mount namespace; its reply: it was
+	Resolves   []string    `json:"resolves,omitempty"`   // see SpawnRequest.Resolves
+	Lean       bool        `json:"lean,omitempty"`       // a spawn's reply: forked from a lean mount namespace
 	Supervised bool        `json:"supervised,omitempty"` // see SpawnRequest.Supervised
 	Meta       []byte      `json:"meta,omitempty"`
 	Exited     bool        `json:"exited,omitempty"`
@@ -200,6 +204,14 @@ func (m *message) checkSpawn() error {
 	for _, c := range m.Cgroups {
 		if !below(cgroupRoot, c) {
 			return fmt.Errorf("%w: cgroup %q is not below %s", ErrInvalid, c, cgroupRoot)
+		}
+	}
+	if len(m.Resolves) > MaxResolves {
+		return fmt.Errorf("%w: %d paths the child resolves (at most %d)", ErrInvalid, len(m.Resolves), MaxResolves)
+	}
+	for _, p := range m.Resolves {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.IndexByte(p, 0) >= 0 {
+			return fmt.Errorf("%w: path the child resolves %q is not absolute and clean", ErrInvalid, p)
 		}
 	}
 	if m.Into != "" && !slices.Contains(m.Cgroups, m.Into) {

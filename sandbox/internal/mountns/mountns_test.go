@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -14,27 +15,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestPruned(t *testing.T) {
+func TestKeeps(t *testing.T) {
 	t.Parallel()
-	for path, want := range map[string]bool{
-		"/sys": true, "/sys/fs/cgroup": true, "/proc": true, "/proc/sys/fs/binfmt_misc": true,
-		"/dev": true, "/dev/shm/ws": true, "/": false, "/system": false, "/procedures": false,
-		"/devices/x": false, "/var/lib/termgate": false, "/tmp/ws": false,
-	} {
-		if got := Pruned(path); got != want {
-			t.Errorf("Pruned(%q) = %v, want %v", path, got, want)
-		}
-	}
-}
-
-func TestPrunesMountsBelowProcAndDevNotThemselves(t *testing.T) {
-	t.Parallel()
+	keep := []string{"/usr", "/srv/ws/mnt/a1", "/dev/null", "/proc/self"}
 	for point, want := range map[string]bool{
-		"/sys": true, "/sys/fs/cgroup/memory": true, "/proc": false, "/proc/sys/fs/binfmt_misc": true,
-		"/dev": false, "/dev/pts": true, "/dev/shm": true, "/": false, "/usr": false, "/system": false,
+		"/": true, "/usr": true, "/usr/local": true, "/srv": true, "/srv/ws": true, "/srv/ws/mnt/a1": true,
+		"/srv/ws/mnt/a1/cache": true, "/dev": true, "/proc": true,
+		"/sys": false, "/sys/fs/cgroup": false, "/dev/shm": false, "/dev/pts": false, "/srv/ws/mnt/b2": false,
+		"/srv/ws/mnt/a10": false, "/proc/sys/fs/binfmt_misc": false, "/usrx": false, "/mnt/usb": false,
 	} {
-		if got := prunes(point); got != want {
-			t.Errorf("prunes(%q) = %v, want %v", point, got, want)
+		if got := Keeps(point, keep); got != want {
+			t.Errorf("Keeps(%q) = %v, want %v", point, got, want)
 		}
 	}
 }
@@ -51,137 +42,155 @@ func TestUnescape(t *testing.T) {
 	}
 }
 
-// onLockedThread runs f on a goroutine locked to a thread that ends with
-// it: the namespaces f makes die with the thread.
-func onLockedThread(f func()) {
+// TestForkKeepsOnlyWhatItResolves: a child forked by Fork sees the mounts
+// on the way to the paths it keeps and below them, and no other; the
+// thread and the host keep every mount.
+func TestForkKeepsOnlyWhatItResolves(t *testing.T) {
+	dir := t.TempDir()
+	kept, other := filepath.Join(dir, "kept"), filepath.Join(dir, "other")
+	for _, d := range []string{kept, other} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
+			if errors.Is(err, unix.EPERM) && os.Getenv("CI") != "true" {
+				t.Skipf("mounts need CAP_SYS_ADMIN: %v", err)
+			}
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
+	}
+	host := points(t, "/proc/self/mountinfo")
+	var child []byte
+	var thread []string
+	var lean bool
+	var forkErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		f()
-	}()
-	<-done
-}
-
-// TestLeanForksWithoutThePrunedTrees: a child forked in Do sees no mount
-// below /sys, /proc or /dev, yet / and /proc; the thread and the host
-// keep every mount.
-func TestLeanForksWithoutThePrunedTrees(t *testing.T) {
-	before, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostPoints := pointsOf(t, before)
-	if !slices.ContainsFunc(hostPoints, prunes) {
-		t.Skip("the host mounts nothing a lean namespace leaves out")
-	}
-	var child []byte
-	var thread []string
-	var lean, host int
-	var newErr, doErr error
-	onLockedThread(func() {
-		l, err := New()
+		th, err := NewThread()
 		if err != nil {
-			newErr = err
+			forkErr = err
 			return
 		}
-		defer l.Close()
-		lean, host = l.Mounts()
-		var leaned bool
-		leaned, doErr = l.Do(func() error {
+		defer th.Close()
+		lean, forkErr = th.Fork([]string{kept + "/sub", "/proc/self", "/dev/null"}, func() (err error) {
 			child, err = exec.Command("cat", "/proc/self/mountinfo").Output()
 			return err
 		})
-		if doErr == nil && !leaned {
-			doErr = errors.New("Do forked from the host's namespace")
-		}
-		b, err := os.ReadFile("/proc/thread-self/mountinfo")
-		if err == nil {
-			thread = pointsOf(t, b)
-		}
-	})
-	if errors.Is(newErr, unix.EPERM) && os.Getenv("CI") != "true" {
-		t.Skipf("a mount namespace needs CAP_SYS_ADMIN: %v", newErr)
+		thread = points(t, "/proc/thread-self/mountinfo")
+	}()
+	<-done
+	if forkErr != nil || !lean {
+		t.Fatalf("Fork: lean %v, %v", lean, forkErr)
 	}
-	if newErr != nil || doErr != nil {
-		t.Fatalf("New: %v; Do: %v", newErr, doErr)
+	seen, err := parseMountpoints(bytes.NewReader(child))
+	if err != nil {
+		t.Fatal(err)
 	}
-	points := pointsOf(t, child)
-	for _, p := range points {
-		if prunes(p) {
+	for _, p := range []string{"/", "/proc", "/dev", kept} {
+		if !slices.Contains(seen, p) {
+			t.Errorf("the child lacks %s: %q", p, seen)
+		}
+	}
+	for _, p := range seen {
+		if !Keeps(p, []string{kept + "/sub", "/proc/self", "/dev/null"}) || p == other {
 			t.Errorf("the child sees %s", p)
 		}
 	}
-	for _, p := range []string{"/", "/proc", "/dev"} {
-		if !slices.Contains(points, p) {
-			t.Errorf("the child lacks %s: %q", p, points)
-		}
+	if !slices.Equal(thread, host) {
+		t.Errorf("after Fork the thread sees %q, the host %q", thread, host)
 	}
-	if lean != len(points) || host != len(hostPoints) || lean >= host {
-		t.Errorf("Mounts() = %d, %d; the child saw %d, the host has %d", lean, host, len(points), len(hostPoints))
-	}
-	if !slices.Equal(thread, hostPoints) {
-		t.Errorf("after Do the thread sees %q, the host %q", thread, hostPoints)
-	}
-	after, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(pointsOf(t, after), hostPoints) {
-		t.Errorf("the host's mounts changed:\nbefore %q\nafter  %q", hostPoints, pointsOf(t, after))
+	if after := points(t, "/proc/self/mountinfo"); !slices.Equal(after, host) {
+		t.Errorf("the host's mounts changed:\nbefore %q\nafter  %q", host, after)
 	}
 }
 
-func pointsOf(t *testing.T, mountinfo []byte) []string {
-	t.Helper()
-	points, err := parseMountpoints(bytes.NewReader(mountinfo))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return points
-}
-
-// TestLeanSeesWhatTheHostMountsLater: a mount the host makes after New is
-// in the lean namespace of the next Do, even where the host's mounts are
-// private and nothing propagates; and one it removes is gone.
-func TestLeanSeesWhatTheHostMountsLater(t *testing.T) {
-	dir := t.TempDir()
-	var seen, gone []string
-	var newErr, doErr error
-	onLockedThread(func() {
-		l, err := New()
+// TestForkLeavesOutWhatTheHostMountedSince: the mount points are read
+// again after the host's table changed, so a mount made between two
+// forks is left out of the second.
+func TestForkLeavesOutWhatTheHostMountedSince(t *testing.T) {
+	later := t.TempDir()
+	var first, second []byte
+	var forkErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		th, err := NewThread()
 		if err != nil {
-			newErr = err
+			forkErr = err
 			return
 		}
-		defer l.Close()
-		cat := func() []string {
-			var out []byte
-			_, err := l.Do(func() (err error) {
-				out, err = exec.Command("cat", "/proc/self/mountinfo").Output()
+		defer th.Close()
+		cat := func(out *[]byte) error {
+			_, err := th.Fork([]string{"/proc/self", "/dev/null"}, func() (err error) {
+				*out, err = exec.Command("cat", "/proc/self/mountinfo").Output()
 				return err
 			})
-			doErr = errors.Join(doErr, err)
-			return pointsOf(t, out)
+			return err
 		}
-		cat() // with the namespace as New made it
-		if doErr = unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4k"); doErr != nil {
+		if forkErr = cat(&first); forkErr != nil {
 			return
 		}
-		seen = cat()
-		doErr = errors.Join(doErr, unix.Unmount(dir, 0))
-		gone = cat()
-	})
-	if errors.Is(newErr, unix.EPERM) && os.Getenv("CI") != "true" {
-		t.Skipf("a mount namespace needs CAP_SYS_ADMIN: %v", newErr)
+		if forkErr = unix.Mount("tmpfs", later, "tmpfs", 0, "size=4k"); forkErr != nil {
+			return
+		}
+		defer unix.Unmount(later, unix.MNT_DETACH)
+		forkErr = cat(&second)
+	}()
+	<-done
+	if errors.Is(forkErr, unix.EPERM) && os.Getenv("CI") != "true" {
+		t.Skipf("mounts need CAP_SYS_ADMIN: %v", forkErr)
 	}
-	if newErr != nil || doErr != nil {
-		t.Fatalf("New: %v; mount or Do: %v", newErr, doErr)
+	if forkErr != nil {
+		t.Fatal(forkErr)
 	}
-	if !slices.Contains(seen, dir) {
-		t.Errorf("a tmpfs mounted on %s after New: the lean namespace has %q", dir, seen)
+	for _, out := range [][]byte{first, second} {
+		seen, err := parseMountpoints(bytes.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(seen, later) {
+			t.Errorf("a fork sees %s, mounted after the first fork: %q", later, seen)
+		}
 	}
-	if slices.Contains(gone, dir) {
-		t.Errorf("the tmpfs on %s was unmounted: the lean namespace still has it", dir)
+}
+
+func points(t *testing.T, mountinfo string) []string {
+	t.Helper()
+	b, err := os.ReadFile(mountinfo)
+	if err != nil {
+		t.Fatal(err)
 	}
+	p, err := parseMountpoints(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkFork is what a lean namespace adds to a fork: the copy of the
+// host's table, the detaches and the way back (the fork does nothing).
+func BenchmarkFork(b *testing.B) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		th, err := NewThread()
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer th.Close()
+		keep := []string{"/usr", "/dev/null", "/proc/self", b.TempDir()}
+		for b.Loop() {
+			if lean, err := th.Fork(keep, func() error { return nil }); err != nil || !lean {
+				b.Errorf("lean %v: %v", lean, err)
+				return
+			}
+		}
+	}()
+	<-done
 }
