@@ -806,6 +806,7 @@ func routes(gw, terminal http.Handler) *http.ServeMux {
 func (g *gatewayParts) serve(ctx context.Context, ln, mln net.Listener, o *serveOptions, log *slog.Logger) error {
 	defer g.serveMetrics(mln, o, log)()
 	defer g.refreshPeers(ctx)()
+	defer defaultQuietHeap.run(ctx, log)()
 	mux := routes(g.srv.Handler(), web.Handler())
 	// Requests derive from base, which shutdown cancels: long polls end
 	// at once instead of holding the shutdown for up to a minute.

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"log/slog"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+func TestQuietHeapReleasesWhenBusyTurnsQuiet(t *testing.T) {
+	t.Parallel()
+	q := quietHeap{quiet: 1 << 20, worth: 4 << 20}
+	at := func(allocated, held uint64) heapSample { return heapSample{allocated: allocated, held: held} }
+	for _, c := range []struct {
+		name      string
+		wasBusy   bool
+		prev, cur heapSample
+		want      bool
+	}{
+		{"quiet after busy", true, at(100<<20, 60<<20), at(100<<20+1000, 60<<20), true},
+		{"quiet after quiet", false, at(100<<20, 60<<20), at(100<<20+1000, 60<<20), false},
+		{"still busy", true, at(100<<20, 60<<20), at(101<<20, 60<<20), false},
+		{"a small heap", true, at(100<<20, 3<<20), at(100<<20, 3<<20), false},
+	} {
+		if got := q.release(c.wasBusy, c.prev, c.cur); got != c.want {
+			t.Errorf("%s: release = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestQuietHeapGivesTheHeapBack: garbage left by a busy interval is
+// collected and given back in the first quiet one. Not parallel: other
+// tests' allocations would keep the intervals busy.
+func TestQuietHeapGivesTheHeapBack(t *testing.T) {
+	forced := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	q := quietHeap{every: 100 * time.Millisecond, quiet: 1 << 20, worth: 16 << 20}
+	before := forced()
+	stop := q.run(t.Context(), slog.New(slog.DiscardHandler))
+	defer stop()
+	var keep [][]byte
+	for range 64 {
+		keep = append(keep, make([]byte, 1<<20))
+	}
+	runtime.KeepAlive(keep)
+	keep = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for forced() == before || sampleHeap().held >= q.worth {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after 64 MiB turned to garbage: %d forced collections, %d bytes held", forced()-before, sampleHeap().held)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
