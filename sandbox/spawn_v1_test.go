@@ -5,7 +5,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -82,16 +81,7 @@ func TestV1ForkerStranded(t *testing.T) {
 // lean mount namespace, without /sys; one that does not, from the host's.
 func TestForkerLean(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		sandboxtest.Unavailable(t, "a mount namespace needs root")
-	}
-	host, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(host), " /sys ") {
-		t.Skip("the host has no /sys mounted")
-	}
+	sandboxtest.NeedSysMounted(t)
 	s := forkerSpawner{&v1Forker{mover: func() (v1thread.Mover, error) { return nil, errors.New("none") }, idle: 10 * time.Millisecond, lean: true}}
 	cat := []string{"cat", "/proc/self/mountinfo"}
 	out, _ := spawnCat(t, s, spawnRequest{key: "lean", args: cat, resolves: []string{"/usr/bin/cat", "/proc/self"}})

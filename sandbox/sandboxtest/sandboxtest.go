@@ -32,6 +32,22 @@ func Unavailable(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
+// NeedSysMounted is for tests of lean mount namespaces, which leave /sys
+// out: they need root, and a host with /sys mounted to tell.
+func NeedSysMounted(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Unavailable(t, "a mount namespace needs root")
+	}
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(host), " /sys ") {
+		t.Skip("the host has no /sys mounted")
+	}
+}
+
 // Need calls Unavailable when err, what failed to provide, is not nil.
 func Need(t testing.TB, what string, err error) {
 	t.Helper()

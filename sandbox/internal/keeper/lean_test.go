@@ -3,7 +3,6 @@
 package keeper
 
 import (
-	"os"
 	"strings"
 	"testing"
 
@@ -15,16 +14,7 @@ import (
 // does not is forked from the keeper's, with /sys.
 func TestSpawnLean(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		sandboxtest.Unavailable(t, "a mount namespace needs root")
-	}
-	host, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(host), " /sys ") {
-		t.Skip("the host has no /sys mounted")
-	}
+	sandboxtest.NeedSysMounted(t)
 	_, ks := startKeeper(t)
 	c := ks.dial(t)
 	defer c.Detach()

@@ -5,6 +5,7 @@ package mountns
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,46 @@ func TestUnescape(t *testing.T) {
 	}
 }
 
+// onThread runs f with a Thread of a fresh OS thread, locked for good
+// and ending with it, and returns f's error.
+func onThread(f func(th *Thread) error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		th, err := NewThread()
+		if err == nil {
+			defer th.Close()
+			err = f(th)
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// forkCat forks cat /proc/self/mountinfo through th, and returns the
+// mount points the child saw and whether Fork said it was lean.
+func forkCat(th *Thread, keep []string) (seen []string, lean bool, err error) {
+	var out []byte
+	lean, err = th.Fork(keep, func() (err error) {
+		out, err = exec.Command("cat", "/proc/self/mountinfo").Output()
+		return err
+	})
+	if err != nil {
+		return nil, lean, err
+	}
+	seen, err = parseMountpoints(bytes.NewReader(out))
+	return seen, lean, err
+}
+
+// skipWithoutMounts skips a test whose mount failed for want of
+// CAP_SYS_ADMIN, except in CI.
+func skipWithoutMounts(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, unix.EPERM) && os.Getenv("CI") != "true" {
+		t.Skipf("mounts need CAP_SYS_ADMIN: %v", err)
+	}
+}
+
 // TestForkKeepsOnlyWhatItResolves: a child forked by Fork sees the mounts
 // on the way to the paths it keeps and below them, and no other; the
 // thread and the host keep every mount.
@@ -53,41 +94,22 @@ func TestForkKeepsOnlyWhatItResolves(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
-			if errors.Is(err, unix.EPERM) && os.Getenv("CI") != "true" {
-				t.Skipf("mounts need CAP_SYS_ADMIN: %v", err)
-			}
+			skipWithoutMounts(t, err)
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
 	}
 	host := points(t, "/proc/self/mountinfo")
-	var child []byte
-	var thread []string
+	keep := []string{kept + "/sub", "/proc/self", "/dev/null"}
+	var seen, thread []string
 	var lean bool
-	var forkErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		th, err := NewThread()
-		if err != nil {
-			forkErr = err
-			return
-		}
-		defer th.Close()
-		lean, forkErr = th.Fork([]string{kept + "/sub", "/proc/self", "/dev/null"}, func() (err error) {
-			child, err = exec.Command("cat", "/proc/self/mountinfo").Output()
-			return err
-		})
+	err := onThread(func(th *Thread) (err error) {
+		seen, lean, err = forkCat(th, keep)
 		thread = points(t, "/proc/thread-self/mountinfo")
-	}()
-	<-done
-	if forkErr != nil || !lean {
-		t.Fatalf("Fork: lean %v, %v", lean, forkErr)
-	}
-	seen, err := parseMountpoints(bytes.NewReader(child))
-	if err != nil {
-		t.Fatal(err)
+		return err
+	})
+	if err != nil || !lean {
+		t.Fatalf("Fork: lean %v, %v", lean, err)
 	}
 	for _, p := range []string{"/", "/proc", "/dev", kept} {
 		if !slices.Contains(seen, p) {
@@ -95,7 +117,7 @@ func TestForkKeepsOnlyWhatItResolves(t *testing.T) {
 		}
 	}
 	for _, p := range seen {
-		if !Keeps(p, []string{kept + "/sub", "/proc/self", "/dev/null"}) || p == other {
+		if !Keeps(p, keep) || p == other {
 			t.Errorf("the child sees %s", p)
 		}
 	}
@@ -112,46 +134,24 @@ func TestForkKeepsOnlyWhatItResolves(t *testing.T) {
 // forks is left out of the second.
 func TestForkLeavesOutWhatTheHostMountedSince(t *testing.T) {
 	later := t.TempDir()
-	var first, second []byte
-	var forkErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		th, err := NewThread()
-		if err != nil {
-			forkErr = err
-			return
-		}
-		defer th.Close()
-		cat := func(out *[]byte) error {
-			_, err := th.Fork([]string{"/proc/self", "/dev/null"}, func() (err error) {
-				*out, err = exec.Command("cat", "/proc/self/mountinfo").Output()
-				return err
-			})
+	keep := []string{"/proc/self", "/dev/null"}
+	var first, second []string
+	err := onThread(func(th *Thread) (err error) {
+		if first, _, err = forkCat(th, keep); err != nil {
 			return err
 		}
-		if forkErr = cat(&first); forkErr != nil {
-			return
-		}
-		if forkErr = unix.Mount("tmpfs", later, "tmpfs", 0, "size=4k"); forkErr != nil {
-			return
+		if err := unix.Mount("tmpfs", later, "tmpfs", 0, "size=4k"); err != nil {
+			return err
 		}
 		defer unix.Unmount(later, unix.MNT_DETACH)
-		forkErr = cat(&second)
-	}()
-	<-done
-	if errors.Is(forkErr, unix.EPERM) && os.Getenv("CI") != "true" {
-		t.Skipf("mounts need CAP_SYS_ADMIN: %v", forkErr)
+		second, _, err = forkCat(th, keep)
+		return err
+	})
+	skipWithoutMounts(t, err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if forkErr != nil {
-		t.Fatal(forkErr)
-	}
-	for _, out := range [][]byte{first, second} {
-		seen, err := parseMountpoints(bytes.NewReader(out))
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, seen := range [][]string{first, second} {
 		if slices.Contains(seen, later) {
 			t.Errorf("a fork sees %s, mounted after the first fork: %q", later, seen)
 		}
@@ -174,23 +174,16 @@ func points(t *testing.T, mountinfo string) []string {
 // BenchmarkFork is what a lean namespace adds to a fork: the copy of the
 // host's table, the detaches and the way back (the fork does nothing).
 func BenchmarkFork(b *testing.B) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		th, err := NewThread()
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer th.Close()
-		keep := []string{"/usr", "/dev/null", "/proc/self", b.TempDir()}
+	keep := []string{"/usr", "/dev/null", "/proc/self", b.TempDir()}
+	err := onThread(func(th *Thread) error {
 		for b.Loop() {
 			if lean, err := th.Fork(keep, func() error { return nil }); err != nil || !lean {
-				b.Errorf("lean %v: %v", lean, err)
-				return
+				return fmt.Errorf("lean %v: %w", lean, err)
 			}
 		}
-	}()
-	<-done
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
 }
