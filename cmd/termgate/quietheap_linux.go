@@ -18,16 +18,20 @@ import (
 // allocated less forces one collection and gives back every free page
 // (debug.FreeOSMemory), when the heap holds at least worth. A server
 // that stays busy never pays it; one that turns quiet pays one
-// collection of its live heap each time.
+// collection of its live heap each time, and no more than a share of
+// one core: the next release waits spacing times as long as the last
+// one took (a large heap's collection takes longer, so it is spaced
+// further apart).
 type quietHeap struct {
-	every time.Duration
-	quiet uint64 // bytes allocated in every below which an interval is quiet
-	worth uint64 // the least heap worth a release
+	every   time.Duration
+	quiet   uint64 // bytes allocated in every below which an interval is quiet
+	worth   uint64 // the least heap worth a release
+	spacing int    // a release waits this many times the last one's duration
 }
 
 // defaultQuietHeap: 2 s intervals; 1 MiB, about ten sessions opening;
-// 4 MiB.
-var defaultQuietHeap = quietHeap{every: 2 * time.Second, quiet: 1 << 20, worth: 4 << 20}
+// 4 MiB; releases take at most 5% of a core.
+var defaultQuietHeap = quietHeap{every: 2 * time.Second, quiet: 1 << 20, worth: 4 << 20, spacing: 20}
 
 // heapSample is what quietHeap reads of runtime/metrics.
 type heapSample struct {
@@ -77,6 +81,7 @@ func (q quietHeap) run(ctx context.Context, log *slog.Logger) (stop func()) {
 		tick := time.NewTicker(q.every)
 		defer tick.Stop()
 		prev, wasBusy := sampleHeap(), false
+		var next time.Time // no release before
 		for {
 			select {
 			case <-ctx.Done():
@@ -85,10 +90,13 @@ func (q quietHeap) run(ctx context.Context, log *slog.Logger) (stop func()) {
 			}
 			cur := sampleHeap()
 			busy := q.busy(prev, cur)
-			if q.release(wasBusy, prev, cur) {
+			if q.release(wasBusy, prev, cur) && !time.Now().Before(next) {
+				start := time.Now()
 				debug.FreeOSMemory()
+				took := time.Since(start)
+				next = time.Now().Add(time.Duration(q.spacing) * took)
 				after := sampleHeap()
-				log.Debug("quiet: heap given back", "held_bytes", cur.held, "held_after_bytes", after.held)
+				log.Debug("quiet: heap given back", "held_bytes", cur.held, "held_after_bytes", after.held, "took", took.String())
 				cur = after
 			}
 			prev, wasBusy = cur, busy

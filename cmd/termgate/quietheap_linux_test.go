@@ -29,30 +29,42 @@ func TestQuietHeapReleasesWhenBusyTurnsQuiet(t *testing.T) {
 	}
 }
 
-// TestQuietHeapGivesTheHeapBack: garbage left by a busy interval is
-// collected and given back in the first quiet one. Not parallel: other
-// tests' allocations would keep the intervals busy.
-func TestQuietHeapGivesTheHeapBack(t *testing.T) {
-	forced := func() uint64 {
-		s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
-	}
-	q := quietHeap{every: 100 * time.Millisecond, quiet: 1 << 20, worth: 16 << 20}
-	before := forced()
-	stop := q.run(t.Context(), slog.New(slog.DiscardHandler))
-	defer stop()
+// forcedCollections counts the collections forced so far.
+func forcedCollections() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// garbage allocates 64 MiB and drops it: a busy interval.
+func garbage() {
 	var keep [][]byte
 	for range 64 {
 		keep = append(keep, make([]byte, 1<<20))
 	}
 	runtime.KeepAlive(keep)
-	keep = nil
+}
+
+// TestQuietHeapGivesTheHeapBack: garbage left by a busy interval is
+// collected and given back in the first quiet one; with a spacing, the
+// next release waits. Not parallel: other tests' allocations would keep
+// the intervals busy.
+func TestQuietHeapGivesTheHeapBack(t *testing.T) {
+	q := quietHeap{every: 100 * time.Millisecond, quiet: 1 << 20, worth: 16 << 20, spacing: 1e6}
+	before := forcedCollections()
+	stop := q.run(t.Context(), slog.New(slog.DiscardHandler))
+	defer stop()
+	garbage()
 	deadline := time.Now().Add(10 * time.Second)
-	for forced() == before || sampleHeap().held >= q.worth {
+	for forcedCollections() == before || sampleHeap().held >= q.worth {
 		if time.Now().After(deadline) {
-			t.Fatalf("10 s after 64 MiB turned to garbage: %d forced collections, %d bytes held", forced()-before, sampleHeap().held)
+			t.Fatalf("10 s after 64 MiB turned to garbage: %d forced collections, %d bytes held", forcedCollections()-before, sampleHeap().held)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	garbage()
+	time.Sleep(time.Second) // 10 intervals, a million times the first release's duration away
+	if n := forcedCollections() - before; n != 1 {
+		t.Errorf("%d forced collections, want 1: the spacing did not hold the second release back", n)
 	}
 }
