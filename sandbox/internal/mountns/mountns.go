@@ -5,7 +5,7 @@
 // bwrap copies the mount namespace of its parent and reads the whole
 // mount table back after each bind and each remount: a PTY shell's plan
 // makes about 28 of them. Every mount of the host that bwrap never uses
-// is read again each time: /sys and what lies below it (13 of this
+// is read again each time: /sys and what lies below it (12 of this
 // host's 20 mounts, more on a host with systemd), /dev/shm, /dev/pts,
 // every other tenant's workspace. Thread.Fork runs a fork from a fresh
 // copy of the host's namespace that keeps only the mounts the child
