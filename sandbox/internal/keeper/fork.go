@@ -129,11 +129,7 @@ func fromNamespace(resolves []string, fork func() error) (bool, error) {
 	if forker.lean == nil || len(resolves) == 0 {
 		return false, fork()
 	}
-	lean, err := forker.lean.Fork(resolves, fork)
-	if err != nil {
-		err = fmt.Errorf("keeper: %w", err)
-	}
-	return lean, err
+	return forker.lean.Fork(resolves, fork) // its errors are the fork's, or mountns's
 }
 
 // kill ends a child nobody will hear of and reaps it.
