@@ -52,7 +52,8 @@ type Thread struct {
 // its goroutine for the rest of the process's life: its first Fork
 // unshares its root and working directory from the other threads
 // (CLONE_FS), so the runtime must never hand it to another goroutine.
-// Forks need CAP_SYS_ADMIN; without it, they fail and say so.
+// A copy needs CAP_SYS_ADMIN; without it, Fork forks from the host's
+// namespace and says so.
 func NewThread() (*Thread, error) {
 	host, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
