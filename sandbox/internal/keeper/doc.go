@@ -63,7 +63,7 @@
 // per message, MaxMeta bytes of meta, MaxFiles descriptors per spawn,
 // MaxArgs arguments plus variables in MaxArgBytes, MaxPaths cgroups plus Remove paths
 // (cgroups below /sys/fs/cgroup, Remove paths strictly below Dir),
-// MaxChildren children (exited ones count until forgotten), keys of
+// MaxResolves absolute, clean paths the child resolves, MaxChildren children (exited ones count until forgotten), keys of
 // [A-Za-z0-9._-]{1,128}. At most 8 connections may be in their hello at
 // once, each for HelloTimeout.
 //

@@ -103,6 +103,9 @@ func TestMalformedMessages(t *testing.T) {
 		{"too many arguments", []byte(`{"op":"spawn","seq":15,"key":"k","path":"/bin/true","args":[` + strings.Repeat(`"a",`, MaxArgs) + `"a"]}`), "invalid", "arguments and variables (at most 8192)"},
 		{"too many paths", []byte(`{"op":"spawn","seq":16,"key":"k","path":"/bin/true","cgroups":[` + strings.Repeat(`"/sys/fs/cgroup/a",`, MaxPaths) + `"/sys/fs/cgroup/a"]}`), "invalid", "(at most 16)"},
 		{"unknown child", []byte(`{"op":"forget","seq":14,"key":"k"}`), "unknown", "no such child"},
+		{"too many paths resolved", []byte(`{"op":"spawn","seq":18,"key":"k","path":"/bin/true","resolves":[` + strings.Repeat(`"/usr",`, MaxResolves) + `"/usr"]}`), "invalid", "(at most 128)"},
+		{"a relative path resolved", []byte(`{"op":"spawn","seq":19,"key":"k","path":"/bin/true","resolves":["usr"]}`), "invalid", "not absolute and clean"},
+		{"an unclean path resolved", []byte(`{"op":"spawn","seq":20,"key":"k","path":"/bin/true","resolves":["/usr/../etc"]}`), "invalid", "not absolute and clean"},
 		{"largest message", append([]byte(`{"op":"forget","seq":17,"key":"k"}`), bytes.Repeat([]byte(" "), MaxMessage-34)...), "unknown", "no such child"},
 	}
 	for _, tc := range cases {
