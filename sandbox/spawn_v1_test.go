@@ -92,4 +92,13 @@ func TestForkerLean(t *testing.T) {
 	if !strings.Contains(out, " /sys ") {
 		t.Errorf("a spawn that is not lean sees these mounts:\n%s", out)
 	}
+	// Its root and working directory are its own since the lean fork: the
+	// thread stays locked, never handed back to the runtime.
+	time.Sleep(10 * s.f.idle)
+	s.f.mu.Lock()
+	running := s.f.running
+	s.f.mu.Unlock()
+	if !running {
+		t.Error("the forker ended after a lean fork, handing its thread back")
+	}
 }
