@@ -147,6 +147,19 @@ func roundTrips(o options, timed func(), trip func(k []byte) error) ([2]time.Dur
 	return [2]time.Duration{rtts[len(rtts)/2], rtts[len(rtts)*99/100]}, nil
 }
 
+// echoServerRole makes this process the WebSocket floor's echo server,
+// and exits, when wsFloor started it as one; else it returns.
+func echoServerRole() {
+	if os.Getenv(envEchoServer) == "" {
+		return
+	}
+	if err := serveEcho(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "termgate-load: echo server:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
 // serveEcho is the WebSocket floor's server: it listens on 127.0.0.1,
 // prints its address, echoes every message of each connection, and ends
 // when its standard input does (the measuring process closed it, or

@@ -59,13 +59,7 @@ type options struct {
 }
 
 func main() {
-	if os.Getenv(envEchoServer) != "" {
-		if err := serveEcho(os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "termgate-load: echo server:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	echoServerRole()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

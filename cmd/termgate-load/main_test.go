@@ -24,13 +24,7 @@ import (
 // TestMain is also the WebSocket floor's echo server, which the floors
 // start as this very binary.
 func TestMain(m *testing.M) {
-	if os.Getenv(envEchoServer) != "" {
-		if err := serveEcho(os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "echo server:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	echoServerRole()
 	goleak.VerifyTestMain(m)
 }
 
