@@ -3,6 +3,7 @@
 package seccomp
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"runtime"
@@ -198,24 +199,7 @@ func filter(arch abi) *bpfBuilder {
 	if arch.x32 {
 		denyX32(b)
 	}
-	for _, c := range []struct {
-		nr    uint32
-		check string
-	}{
-		{unix.SYS_IOCTL, "ioctl"}, {unix.SYS_CLONE, "clone"},
-		{unix.SYS_SOCKET, "socket"}, {unix.SYS_SOCKETPAIR, "socket"},
-		{unix.SYS_FALLOCATE, "fallocate"}, {unix.SYS_PTRACE, "ptrace"},
-		{unix.SYS_PROCESS_VM_READV, "process_vm"}, {unix.SYS_PROCESS_VM_WRITEV, "process_vm"},
-	} {
-		b.jump(unix.BPF_JEQ, c.nr, c.check, "")
-	}
-	for _, nr := range noSysCalls {
-		b.jump(unix.BPF_JEQ, nr, "enosys", "")
-	}
-	for _, nr := range arch.denied() {
-		b.jump(unix.BPF_JEQ, nr, "eperm", "")
-	}
-	b.ret(retAllow)
+	dispatch(b, arch.rules())
 	checkIoctl(b)
 	checkClone(b)
 	checkSocket(b)
@@ -223,6 +207,67 @@ func filter(arch abi) *bpfBuilder {
 	checkPtrace(b)
 	verdicts(b)
 	return b
+}
+
+// rule sends one system call number to the block that decides it.
+type rule struct {
+	nr    uint32
+	label string
+}
+
+// rules lists every number the filter does not simply allow.
+func (a abi) rules() []rule {
+	rules := []rule{
+		{unix.SYS_IOCTL, "ioctl"}, {unix.SYS_CLONE, "clone"},
+		{unix.SYS_SOCKET, "socket"}, {unix.SYS_SOCKETPAIR, "socket"},
+		{unix.SYS_FALLOCATE, "fallocate"}, {unix.SYS_PTRACE, "ptrace"},
+		{unix.SYS_PROCESS_VM_READV, "process_vm"}, {unix.SYS_PROCESS_VM_WRITEV, "process_vm"},
+	}
+	for _, nr := range noSysCalls {
+		rules = append(rules, rule{nr, "enosys"})
+	}
+	for _, nr := range a.denied() {
+		rules = append(rules, rule{nr, "eperm"})
+	}
+	return rules
+}
+
+// leafRules is the most rules a search leaf compares one by one.
+const leafRules = 4
+
+// dispatch routes A, a system call number, to its rule's block by a
+// binary search, and allows every number without a rule. A chain of one
+// comparison per rule would be shorter, but the kernel runs the filter
+// for every number each time it installs it, to cache the calls it
+// always allows (seccomp_cache_prepare): the search halves that cost of
+// every sandbox start (BenchmarkLoad), and of every call the cache
+// cannot answer. A number with two rules is an error: order would
+// silently decide between them.
+func dispatch(b *bpfBuilder, rules []rule) {
+	rules = slices.SortedFunc(slices.Values(rules), func(x, y rule) int { return cmp.Compare(x.nr, y.nr) })
+	for i := 1; i < len(rules); i++ {
+		if rules[i].nr == rules[i-1].nr && b.err == nil {
+			b.err = fmt.Errorf("bpf: system call %d has two rules", rules[i].nr)
+		}
+	}
+	search(b, rules)
+}
+
+// search emits the subtree for rules, sorted by number.
+func search(b *bpfBuilder, rules []rule) {
+	if len(rules) <= leafRules {
+		for _, r := range rules {
+			b.jump(unix.BPF_JEQ, r.nr, r.label, "")
+		}
+		b.ret(retAllow)
+		return
+	}
+	mid := rules[len(rules)/2].nr
+	upper := fmt.Sprintf("nr>=%d", mid)
+	b.jump(unix.BPF_JGE, mid, upper, "")
+	search(b, rules[:len(rules)/2])
+	b.label(upper)
+	search(b, rules[len(rules)/2:])
 }
 
 // denyX32 refuses x32 calls: they reach the same kernel entry points

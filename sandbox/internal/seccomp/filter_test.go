@@ -38,7 +38,7 @@ func (in callInput) encode() []byte {
 }
 
 // decodeBPF parses raw sock_filter bytes back into instructions.
-func decodeBPF(t *testing.T, raw []byte) []unix.SockFilter {
+func decodeBPF(t testing.TB, raw []byte) []unix.SockFilter {
 	t.Helper()
 	if len(raw) == 0 || len(raw)%8 != 0 {
 		t.Fatalf("program is %d bytes, want a positive multiple of 8", len(raw))
@@ -60,15 +60,28 @@ func decodeBPF(t *testing.T, raw []byte) []unix.SockFilter {
 // kernel's rules: loads are aligned 32-bit words inside seccomp_data, jumps
 // only go forward, and the program must end in a return.
 func runBPF(prog []unix.SockFilter, data []byte) (uint32, error) {
+	v, _, err := traceBPF(prog, data)
+	return v, err
+}
+
+// traceBPF is runBPF that also counts the instructions run before the
+// verdict or the first load of an argument: the path the kernel walks for
+// the number alone when it caches the calls a filter always allows.
+func traceBPF(prog []unix.SockFilter, data []byte) (verdict uint32, steps int, err error) {
 	var a uint32
+	argsLoaded := false
 	for pc := 0; pc < len(prog); pc++ {
 		in := prog[pc]
+		if !argsLoaded {
+			steps++
+		}
 		switch in.Code {
 		case unix.BPF_LD | unix.BPF_W | unix.BPF_ABS:
 			if in.K%4 != 0 || int(in.K)+4 > len(data) {
-				return 0, fmt.Errorf("pc %d: load at bad offset %d", pc, in.K)
+				return 0, steps, fmt.Errorf("pc %d: load at bad offset %d", pc, in.K)
 			}
 			a = binary.NativeEndian.Uint32(data[in.K:])
+			argsLoaded = argsLoaded || in.K >= dataArgs
 		case unix.BPF_JMP | unix.BPF_JA:
 			pc += int(in.K)
 		case unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K:
@@ -78,12 +91,12 @@ func runBPF(prog []unix.SockFilter, data []byte) (uint32, error) {
 		case unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K:
 			pc += bpfBranch(in, a&in.K != 0)
 		case unix.BPF_RET | unix.BPF_K:
-			return in.K, nil
+			return in.K, steps, nil
 		default:
-			return 0, fmt.Errorf("pc %d: opcode %#x not supported", pc, in.Code)
+			return 0, steps, fmt.Errorf("pc %d: opcode %#x not supported", pc, in.Code)
 		}
 	}
-	return 0, fmt.Errorf("fell off the end of a %d-instruction program", len(prog))
+	return 0, steps, fmt.Errorf("fell off the end of a %d-instruction program", len(prog))
 }
 
 func bpfBranch(in unix.SockFilter, taken bool) int {
