@@ -28,19 +28,7 @@ func BenchmarkIdleChildren(b *testing.B) {
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	base := rss(b, ks.last().cmd.Process.Pid)
-	for i := range n {
-		r, w, err := os.Pipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, err = c.Spawn(b.Context(), SpawnRequest{Key: "idle" + strconv.Itoa(i), Path: "/bin/sleep", Args: []string{"sleep", "1000"},
-			Files: []*os.File{null, w, w}, Held: []*os.File{r}})
-		r.Close()
-		w.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	spawnIdle(b, c, null, n)
 	time.Sleep(200 * time.Millisecond)
 	full := rss(b, ks.last().cmd.Process.Pid)
 	for b.Loop() {
@@ -52,9 +40,12 @@ func BenchmarkIdleChildren(b *testing.B) {
 
 // BenchmarkSpawn compares starting and reaping /bin/true through the
 // keeper (spawn, exit report, forget: three messages) with a direct
-// exec.Cmd; keeper-spawn-only times the Spawn call alone.
+// exec.Cmd; keeper-spawn-only times the Spawn call alone, and
+// keeper-beside-500 the same beside 500 idle children, each with a held
+// descriptor: a fork copies the keeper's whole descriptor table, and the
+// exec closes the copy again.
 func BenchmarkSpawn(b *testing.B) {
-	viaKeeper := func(b *testing.B, spawnOnly bool) {
+	viaKeeper := func(b *testing.B, spawnOnly bool, idle int) {
 		dir := benchDir(b)
 		ks := &keeperProcs{dir: dir, env: []string{roleEnv + "=keeper", dirEnv + "=" + dir,
 			graceEnv + "=1m", killGraceEnv + "=1s", lingerEnv + "=5s"}}
@@ -66,6 +57,7 @@ func BenchmarkSpawn(b *testing.B) {
 		defer c.Detach()
 		null, _ := os.Open(os.DevNull)
 		defer null.Close()
+		spawnIdle(b, c, null, idle)
 		i := 0
 		for b.Loop() {
 			key := "t" + strconv.Itoa(i)
@@ -83,8 +75,9 @@ func BenchmarkSpawn(b *testing.B) {
 			b.StartTimer()
 		}
 	}
-	b.Run("keeper", func(b *testing.B) { viaKeeper(b, false) })
-	b.Run("keeper-spawn-only", func(b *testing.B) { viaKeeper(b, true) })
+	b.Run("keeper", func(b *testing.B) { viaKeeper(b, false, 0) })
+	b.Run("keeper-spawn-only", func(b *testing.B) { viaKeeper(b, true, 0) })
+	b.Run("keeper-beside-500", func(b *testing.B) { viaKeeper(b, true, 500) })
 	b.Run("exec", func(b *testing.B) {
 		null, _ := os.Open(os.DevNull)
 		defer null.Close()
@@ -96,6 +89,24 @@ func BenchmarkSpawn(b *testing.B) {
 			}
 		}
 	})
+}
+
+// spawnIdle starts n children that sleep, each holding a pipe's read end
+// in the keeper, as a gateway leaves idle shells.
+func spawnIdle(b *testing.B, c *Client, null *os.File, n int) {
+	for i := range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = c.Spawn(b.Context(), SpawnRequest{Key: "idle" + strconv.Itoa(i), Path: "/bin/sleep", Args: []string{"sleep", "1000"},
+			Files: []*os.File{null, w, w}, Held: []*os.File{r}})
+		r.Close()
+		w.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func benchDir(b *testing.B) string {
