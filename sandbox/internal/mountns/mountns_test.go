@@ -158,6 +158,43 @@ func TestForkLeavesOutWhatTheHostMountedSince(t *testing.T) {
 	}
 }
 
+// TestForkThatCannotReturnIsStuck: a thread whose way back to the host's
+// namespace fails (here its handle names a network namespace, which
+// setns refuses as a mount namespace) reports ErrStuck, with the fork it
+// ran, and then forks nothing: a child would see the lean copy's mounts.
+func TestForkThatCannotReturnIsStuck(t *testing.T) {
+	var first, second error
+	var lean bool
+	forks := 0
+	fork := func() error { forks++; return nil }
+	err := onThread(func(th *Thread) error {
+		notMount, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		unix.Close(th.host)
+		th.host = notMount // closed by th.Close
+		lean, first = th.Fork([]string{"/proc/self", "/dev/null"}, fork)
+		_, second = th.Fork([]string{"/proc/self", "/dev/null"}, fork)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lean && os.Getenv("CI") != "true" {
+		t.Skip("no lean copy was made (mounts need CAP_SYS_ADMIN)")
+	}
+	if !lean || !errors.Is(first, ErrStuck) {
+		t.Errorf("first Fork: lean %v, err %v; want lean and ErrStuck", lean, first)
+	}
+	if !errors.Is(second, ErrStuck) {
+		t.Errorf("second Fork: %v, want ErrStuck", second)
+	}
+	if forks != 1 {
+		t.Errorf("fork ran %d times, want once: a stuck thread forks nothing", forks)
+	}
+}
+
 func points(t *testing.T, mountinfo string) []string {
 	t.Helper()
 	b, err := os.ReadFile(mountinfo)
