@@ -42,8 +42,8 @@ func BenchmarkIdleChildren(b *testing.B) {
 // keeper (spawn, exit report, forget: three messages) with a direct
 // exec.Cmd; keeper-spawn-only times the Spawn call alone, and
 // keeper-beside-500 the same beside 500 idle children, each with a held
-// descriptor: a fork copies the keeper's whole descriptor table, and the
-// exec closes the copy again.
+// descriptor and a pidfd in the keeper's table, which a fork from the
+// forking thread's own table does not copy (see ownTable).
 func BenchmarkSpawn(b *testing.B) {
 	viaKeeper := func(b *testing.B, spawnOnly bool, idle int) {
 		dir := benchDir(b)
@@ -93,7 +93,7 @@ func BenchmarkSpawn(b *testing.B) {
 
 // spawnIdle starts n children that sleep, each holding a pipe's read end
 // in the keeper, as a gateway leaves idle shells.
-func spawnIdle(b *testing.B, c *Client, null *os.File, n int) {
+func spawnIdle(b testing.TB, c *Client, null *os.File, n int) {
 	for i := range n {
 		r, w, err := os.Pipe()
 		if err != nil {

@@ -7,6 +7,9 @@
 // every process it spawns: all forks happen on one goroutine locked to its
 // OS thread for the keeper's whole life, because Pdeathsig and bwrap's
 // --die-with-parent fire when the forking thread exits, not the process.
+// That thread forks from a descriptor table of its own, into which each
+// spawn's descriptors are passed, so that a fork does not copy (and the
+// child's exec close again) every descriptor the keeper holds.
 // It holds the parent ends of each child's terminal or pipes (SpawnRequest.Held),
 // reaps each child through a pidfd and keeps its wait status until the
 // gateway collects it (Client.Forget), and hands all of it back to a

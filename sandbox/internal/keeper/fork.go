@@ -22,22 +22,28 @@ import (
 // that thread must live as long as the keeper process.
 var forker struct {
 	once sync.Once
+	mu   sync.Mutex // one request at a time: its descriptors and its message travel apart
 	reqs chan forkRequest
 	// The thread's forks from lean mount namespaces (mountns): nil, with
 	// why, where it cannot make them.
 	lean    *mountns.Thread
 	leanErr error
+	// pass sends a request's descriptors into the thread's own
+	// descriptor table (see ownTable); -1, with why, where the thread
+	// shares the process's.
+	pass    int
+	passErr error
 }
 
 type forkRequest struct {
 	m     *message
-	files []int // the child's descriptors 0..n-1
+	files []int // the child's descriptors 0..n-1, in the process's table
 	reply chan forkResult
 }
 
 type forkResult struct {
 	pid     int
-	pidfd   *os.File
+	pidfd   *os.File // opened by fork, in the process's table
 	placed  bool     // forked into m.Into
 	lean    bool     // forked from a lean mount namespace
 	entered []string // the cgroup v1 directories of m.Enter it was born in
@@ -47,9 +53,24 @@ type forkResult struct {
 // fork starts the child described by m on the forking thread.
 func fork(m *message, files []int) forkResult {
 	startForker()
+	forker.mu.Lock()
+	defer forker.mu.Unlock()
+	if forker.pass >= 0 {
+		if err := passFiles(forker.pass, files); err != nil {
+			return forkResult{err: err}
+		}
+	}
 	r := forkRequest{m: m, files: files, reply: make(chan forkResult, 1)}
 	forker.reqs <- r
-	return <-r.reply
+	res := <-r.reply
+	if res.err != nil {
+		return res
+	}
+	if res.pidfd, res.err = pollablePidfd(res.pid, -1); res.err != nil {
+		// Without a pidfd nobody could reap it: do not leave it running.
+		killAndReap(res.pid)
+	}
+	return res
 }
 
 // startForker starts the forking thread once and returns when it is
@@ -57,23 +78,61 @@ func fork(m *message, files []int) forkResult {
 func startForker() {
 	forker.once.Do(func() {
 		forker.reqs = make(chan forkRequest)
-		ready := make(chan struct{})
-		go forkLoop(forker.reqs, ready)
-		<-ready
+		ready := make(chan int)
+		go lockedOffMain(func() { forkLoop(forker.reqs, ready) })
+		if own := <-ready; own >= 0 {
+			unix.Close(own) // the thread's end, in the process's table
+		}
 	})
 }
 
-func forkLoop(reqs <-chan forkRequest, ready chan<- struct{}) {
-	runtime.LockOSThread() // never unlocked: see forker
+// lockedOffMain runs f on a goroutine locked for good to an OS thread
+// other than the process's main one: /proc/<pid>/fd shows the main
+// thread's descriptor table, which must stay the process's.
+func lockedOffMain(f func()) {
+	runtime.LockOSThread()
+	if unix.Gettid() != unix.Getpid() {
+		f()
+		return
+	}
+	// Held by this goroutine, the main thread cannot take the other one.
+	locked := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: see forker
+		close(locked)
+		f()
+	}()
+	<-locked
+	runtime.UnlockOSThread()
+}
+
+// forkLoop is the forking thread, locked to it for good (see forker).
+// ready gets the end of the passing socket that belongs to the thread's
+// table alone, or -1.
+func forkLoop(reqs <-chan forkRequest, ready chan<- int) {
+	recv, send, err := ownTable()
+	forker.pass, forker.passErr = send, err
+	// Its descriptors stay in the thread's table.
 	forker.lean, forker.leanErr = mountns.NewThread()
-	close(ready)
+	ready <- recv
 	var mover v1thread.Mover
 	if homes, err := v1thread.Load(); err == nil {
 		mover = homes
 	}
 	t := v1thread.NewThread(mover)
 	for r := range reqs {
-		r.reply <- forkOn(t, r.m, r.files)
+		files := r.files
+		if recv >= 0 {
+			if files, err = takeFiles(recv, len(r.files)); err != nil {
+				r.reply <- forkResult{err: err}
+				continue
+			}
+		}
+		res := forkOn(t, r.m, files)
+		if recv >= 0 {
+			closeFds(files)
+		}
+		r.reply <- res
 	}
 }
 
@@ -83,8 +142,8 @@ func forkOn(t *v1thread.Thread, m *message, files []int) forkResult {
 	var res forkResult
 	entered, err := t.Fork(m.Enter, func() (func(), error) {
 		res = forkPlaced(m, files)
-		pid, pidfd := res.pid, res.pidfd
-		return func() { kill(pid, pidfd) }, res.err
+		pid := res.pid
+		return func() { killAndReap(pid) }, res.err
 	})
 	if err != nil {
 		return forkResult{err: err}
@@ -109,13 +168,13 @@ func forkPlaced(m *message, files []int) forkResult {
 	res.lean, res.err = fromNamespace(m.Resolves, func() error {
 		var err error
 		if into >= 0 {
-			res.pid, res.pidfd, err = forkExec(m, files, into)
+			res.pid, err = forkExec(m, files, into)
 			res.placed = err == nil
 		}
 		if !res.placed {
 			// Also a kernel without clone3's CLONE_INTO_CGROUP: the
 			// child starts outside, and the gateway moves it.
-			res.pid, res.pidfd, err = forkExec(m, files, -1)
+			res.pid, err = forkExec(m, files, -1)
 		}
 		return err
 	})
@@ -132,24 +191,31 @@ func fromNamespace(resolves []string, fork func() error) (bool, error) {
 	return forker.lean.Fork(resolves, fork) // its errors are the fork's, or mountns's
 }
 
-// kill ends a child nobody will hear of and reaps it.
-func kill(pid int, pidfd *os.File) {
-	unix.Kill(pid, unix.SIGKILL) // a zombie until reaped: the pid is still its own
-	reap(pid, pidfd)
+// killAndReap ends a child nobody will hear of and reaps it: a zombie
+// until then, its pid cannot have been reused.
+func killAndReap(pid int) {
+	unix.Kill(pid, unix.SIGKILL)
+	var ws unix.WaitStatus
+	for {
+		if _, err := unix.Wait4(pid, &ws, 0, nil); !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
 }
 
 // forkExec starts the program in a session of its own, killed when the
 // keeper dies, with exactly the given environment, descriptors (in
 // blocking mode) and credentials, forked into the cgroup2 directory
-// cgroupFD when it is not -1. It returns a non-blocking pidfd for the
-// runtime poller.
-func forkExec(m *message, files []int, cgroupFD int) (int, *os.File, error) {
+// cgroupFD when it is not -1. Its pidfd is fork's to open, in the
+// process's table: the child stays a zombie until reaped, so its pid
+// names it until then.
+func forkExec(m *message, files []int, cgroupFD int) (int, error) {
 	fds := make([]uintptr, len(files))
 	for i, fd := range files {
 		// A program expects blocking stdio (exec.Cmd gives it that too);
 		// os.Pipe and os.OpenFile hand out non-blocking descriptors.
 		if err := unix.SetNonblock(fd, false); err != nil {
-			return 0, nil, fmt.Errorf("keeper: descriptor %d: %w", i, err)
+			return 0, fmt.Errorf("keeper: descriptor %d: %w", i, err)
 		}
 		fds[i] = uintptr(fd)
 	}
@@ -157,7 +223,6 @@ func forkExec(m *message, files []int, cgroupFD int) (int, *os.File, error) {
 	if len(argv) == 0 {
 		argv = []string{m.Path}
 	}
-	pidfd := -1
 	attr := &syscall.ProcAttr{
 		Dir:   m.Dir,
 		Env:   m.Env, // nil is an empty environment at this level
@@ -166,7 +231,6 @@ func forkExec(m *message, files []int, cgroupFD int) (int, *os.File, error) {
 			Setsid:     true,
 			Pdeathsig:  syscall.SIGKILL,
 			Credential: m.Cred.syscall(),
-			PidFD:      &pidfd,
 		},
 	}
 	if cgroupFD >= 0 {
@@ -174,17 +238,9 @@ func forkExec(m *message, files []int, cgroupFD int) (int, *os.File, error) {
 	}
 	pid, err := syscall.ForkExec(m.Path, argv, attr)
 	if err != nil {
-		return 0, nil, fmt.Errorf("keeper: start %s: %w", m.Path, err)
+		return 0, fmt.Errorf("keeper: start %s: %w", m.Path, err)
 	}
-	f, err := pollablePidfd(pid, pidfd)
-	if err != nil {
-		// Without a pidfd nobody could reap it: do not leave it running.
-		unix.Kill(pid, unix.SIGKILL)
-		var ws unix.WaitStatus
-		unix.Wait4(pid, &ws, 0, nil)
-		return 0, nil, err
-	}
-	return pid, f, nil
+	return pid, nil
 }
 
 // pollablePidfd wraps the pidfd clone returned (or opens one where clone

@@ -151,6 +151,12 @@ func Serve(ctx context.Context, cfg Config) error {
 	if forker.leanErr != nil {
 		k.log.Info("forking from the keeper's mount namespace", "err", forker.leanErr)
 	}
+	switch {
+	case forker.pass < 0:
+		k.log.Info("forking from the keeper's descriptor table: each fork copies it", "err", forker.passErr)
+	case forker.passErr != nil:
+		k.log.Warn("the forking thread's descriptor table kept copies it should have closed", "err", forker.passErr)
+	}
 	k.mu.Lock()
 	k.armIdle()
 	k.mu.Unlock()
