@@ -69,6 +69,12 @@ type Process struct {
 // applies rlimits, and only then hands it its arguments: nothing of the
 // sandbox runs before every ceiling is in place.
 func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, error) {
+	ahead, taken := l.cgroupAhead(p), false
+	defer func() {
+		if !taken {
+			ahead.drop()
+		}
+	}()
 	pl := buildPlan(p, l.layout, seccomp.Program())
 	files, err := l.openFiles(pl, p)
 	if err != nil {
@@ -96,7 +102,8 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 		return nil, err
 	}
 	defer closeAll(child[:])
-	if proc.cg, err = l.newCgroup(p); err != nil {
+	taken = true
+	if proc.cg, err = ahead.take(); err != nil {
 		proc.abandon(child)
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
