@@ -123,15 +123,18 @@ func (h *Host) makeUnified(c *Group, lim Limits) error {
 	if h.unified == "" {
 		return nil
 	}
-	chain, err := ensure(h.unified, c.base)
-	if err != nil {
-		return err
-	}
-	for _, ctl := range h.unifiedWanted(lim) {
-		if err := enable(ctl, append([]string{h.unified}, chain...)...); err != nil {
+	if ctls := h.unifiedWanted(lim); len(ctls) > 0 {
+		chain, err := ensure(h.unified, c.base)
+		if err != nil {
 			return err
 		}
+		for _, ctl := range ctls {
+			if err := enable(ctl, append([]string{h.unified}, chain...)...); err != nil {
+				return err
+			}
+		}
 	}
+	var err error
 	if c.unified, err = c.mkdir(h.unified); err != nil {
 		return err
 	}
@@ -268,18 +271,22 @@ func cpuShares(weight int) int64 {
 	return min(max(int64(weight)*1024/100, 2), 262144)
 }
 
-// mkdir creates hier/<base>/<name>. A directory already made for a
-// co-mounted controller is reused; one left by anyone else is an error,
-// because sharing it would mix two executions.
+// mkdir creates hier/<base>/<name>, and the shared directories above it
+// when they are missing. A directory already made for a co-mounted
+// controller is reused; one left by anyone else is an error, because
+// sharing it would mix two executions.
 func (c *Group) mkdir(hier string) (string, error) {
 	dir := filepath.Join(hier, c.base, c.name)
 	if slices.Contains(c.dirs, dir) {
 		return dir, nil
 	}
-	if _, err := ensure(hier, c.base); err != nil {
-		return "", err
+	err := os.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrNotExist) { // the first group below base
+		if _, err = ensure(hier, c.base); err == nil {
+			err = os.Mkdir(dir, 0o755)
+		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err != nil {
 		return "", fmt.Errorf("cgroup: create %s: %w", dir, err)
 	}
 	c.dirs = append(c.dirs, dir)
