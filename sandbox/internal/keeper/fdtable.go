@@ -110,10 +110,16 @@ func passFiles(sock int, files []int) error {
 		oob = unix.UnixRights(files...)
 	}
 	count := binary.LittleEndian.AppendUint16(nil, uint16(len(files)))
-	if err := unix.Sendmsg(sock, count, oob, nil, 0); err != nil {
-		return fmt.Errorf("keeper: pass descriptors to the forking thread: %w", err)
+	for {
+		err := unix.Sendmsg(sock, count, oob, nil, 0)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return fmt.Errorf("keeper: pass descriptors to the forking thread: %w", err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // takeFiles receives the next request's descriptors into the calling
