@@ -175,12 +175,16 @@ func TestTenantCPUWeight(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	a1, b1 := usage()
 	da, db := a1-a0, b1-b0
-	// Equal tenant weights give tenant b's one spinner as much CPU as
-	// tenant a's eight together (ratio ~1); as nine peers it would get an
-	// eighth of theirs.
+	// Equal tenant weights give tenant b's one spinner about as much CPU
+	// as tenant a's eight together (0.9 here when alone); as nine peers
+	// it gets an eighth of theirs (0.126 without tenant weights). The
+	// scheduler splits a group's weight between CPUs by its load there,
+	// so on a busy machine b's one CPU may give b two thirds and a the
+	// rest of both: half of a's, which one full run measured (0.496).
+	// A quarter still tells the two apart.
 	t.Logf("cpu over 1.5 s: tenant a (8 spinners) %v, tenant b (1 spinner) %v", da, db)
-	if da <= 0 || float64(db) < 0.5*float64(da) {
-		t.Errorf("tenant b got %v of CPU beside tenant a's %v: want at least half as much with equal tenant weights", db, da)
+	if da <= 0 || float64(db) < 0.25*float64(da) {
+		t.Errorf("tenant b got %v of CPU beside tenant a's %v: want at least a quarter as much with equal tenant weights (an eighth without)", db, da)
 	}
 	cgroupAssertUnder(t, l, one, "b")
 }
