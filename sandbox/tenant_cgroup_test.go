@@ -94,6 +94,27 @@ func cgroupAssertTenantGone(t *testing.T, l *Launcher, tenant string) {
 	}
 }
 
+// TestStartFailingBeforeItsCgroupWasTaken: the cgroup is made while the
+// start prepares the rest (cgroupAhead); a start that fails meanwhile (a
+// bind source that is gone) removes it, and with it its tenant's
+// directory.
+func TestStartFailingBeforeItsCgroupWasTaken(t *testing.T) {
+	t.Parallel()
+	l := cgroupTestLauncher(t, Config{TenantLimits: Limits{Pids: 64}})
+	cgroupRequire(t, l.cgroups.Info().Pids, "a pids ceiling", l.cgroups.Info())
+	p := Policy{Command: sh("true"), Tenant: "a", Workspace: sandboxtest.Dir(t),
+		Binds: []Bind{{Source: filepath.Join(t.TempDir(), "gone"), Dest: "/mnt/gone"}}}
+	proc, err := l.Start(t.Context(), p, Stdio{})
+	if err == nil {
+		proc.Wait()
+		t.Fatal("a start with a bind source that does not exist started")
+	}
+	if !strings.Contains(err.Error(), "bind source") {
+		t.Fatalf("start: %v; want it to fail on the bind source", err)
+	}
+	cgroupAssertTenantGone(t, l, "a")
+}
+
 func TestTenantMemoryCeiling(t *testing.T) {
 	t.Parallel()
 	l := cgroupTestLauncher(t, Config{TenantLimits: Limits{Memory: 96 << 20}})
