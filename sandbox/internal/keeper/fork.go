@@ -66,7 +66,7 @@ func fork(m *message, files []int) forkResult {
 	if res.err != nil {
 		return res
 	}
-	if res.pidfd, res.err = pollablePidfd(res.pid, -1); res.err != nil {
+	if res.pidfd, res.err = openPidfd(res.pid); res.err != nil {
 		// Without a pidfd nobody could reap it: do not leave it running.
 		killAndReap(res.pid)
 	}
@@ -243,18 +243,11 @@ func forkExec(m *message, files []int, cgroupFD int) (int, error) {
 	return pid, nil
 }
 
-// pollablePidfd wraps the pidfd clone returned (or opens one where clone
-// gave none) in non-blocking mode, so that waiting parks no thread.
-func pollablePidfd(pid, fd int) (*os.File, error) {
-	if fd < 0 {
-		var err error
-		if fd, err = unix.PidfdOpen(pid, 0); err != nil {
-			return nil, fmt.Errorf("keeper: pidfd of %d: %w", pid, err)
-		}
-	}
-	unix.CloseOnExec(fd)
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
+// openPidfd opens the pidfd of pid, a child not yet reaped, in
+// non-blocking mode, so that waiting parks no thread.
+func openPidfd(pid int) (*os.File, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
 		return nil, fmt.Errorf("keeper: pidfd of %d: %w", pid, err)
 	}
 	return os.NewFile(uintptr(fd), fmt.Sprintf("pidfd-%d", pid)), nil

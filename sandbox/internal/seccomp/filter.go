@@ -244,7 +244,7 @@ const leafRules = 4
 // cannot answer. A number with two rules is an error: order would
 // silently decide between them.
 func dispatch(b *bpfBuilder, rules []rule) {
-	rules = slices.SortedFunc(slices.Values(rules), func(x, y rule) int { return cmp.Compare(x.nr, y.nr) })
+	slices.SortFunc(rules, func(x, y rule) int { return cmp.Compare(x.nr, y.nr) })
 	for i := 1; i < len(rules); i++ {
 		if rules[i].nr == rules[i-1].nr && b.err == nil {
 			b.err = fmt.Errorf("bpf: system call %d has two rules", rules[i].nr)
