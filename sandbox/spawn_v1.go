@@ -134,6 +134,9 @@ func (f *v1Forker) loop(jobs <-chan func(*v1thread.Thread)) {
 			}
 			if t.Stranded() || f.pinned {
 				f.mu.Unlock()
+				if f.ns != nil {
+					f.ns.Release()
+				}
 				continue // parked, locked, until the next job
 			}
 			f.running = false

@@ -71,10 +71,12 @@
 // once, each for HelloTimeout.
 //
 // A spawn may list the host paths its child resolves by name
-// (SpawnRequest.Resolves): the keeper then forks it from a fresh copy of
-// its mount namespace that keeps only the mounts those need (package
+// (SpawnRequest.Resolves): the keeper then forks it from a copy of its
+// mount namespace that keeps only the mounts those need (package
 // mountns), a shorter table for bwrap to read back after every mount it
-// makes; the reply says whether it did. A keeper without CAP_SYS_ADMIN
+// makes; the reply says whether it did. The copy serves the later spawns
+// that keep the same mounts until the host's table changes or the
+// keeper has forked nothing for a second. A keeper without CAP_SYS_ADMIN
 // forks from its own namespace; one older than the field ignores it.
 //
 // The package imports nothing of termgate but the leaf packages

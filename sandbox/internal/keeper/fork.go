@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -106,6 +107,11 @@ func lockedOffMain(f func()) {
 	runtime.UnlockOSThread()
 }
 
+// leanIdle is how long the forking thread holds its lean mount
+// namespaces without a fork: on a host whose mounts are private, one
+// keeps busy a filesystem the host has unmounted since.
+const leanIdle = time.Second
+
 // forkLoop is the forking thread, locked to it for good (see forker).
 // ready gets the end of the passing socket that belongs to the thread's
 // table alone, or -1.
@@ -120,7 +126,18 @@ func forkLoop(reqs <-chan forkRequest, ready chan<- int) {
 		mover = homes
 	}
 	t := v1thread.NewThread(mover)
-	for r := range reqs {
+	idle := time.NewTimer(leanIdle)
+	for {
+		var r forkRequest
+		select {
+		case r = <-reqs:
+		case <-idle.C:
+			if forker.lean != nil {
+				forker.lean.Release()
+			}
+			r = <-reqs
+		}
+		idle.Reset(leanIdle)
 		files := r.files
 		if recv >= 0 {
 			if files, err = takeFiles(recv, len(r.files)); err != nil {

@@ -7,16 +7,22 @@
 // makes about 28 of them. Every mount of the host that bwrap never uses
 // is read again each time: /sys and what lies below it (12 of this
 // host's 20 mounts, more on a host with systemd), /dev/shm, /dev/pts,
-// every other tenant's workspace. Thread.Fork runs a fork from a fresh
+// every other tenant's workspace. Thread.Fork runs a fork from a lean
 // copy of the host's namespace that keeps only the mounts the child
 // needs: those on the way to the host paths it resolves by name, and
 // those below them.
 //
-// The copy is a slave of the host's (nothing done in it reaches the
-// host) and belongs to the child alone: bwrap's outer process stays in
-// it while its sandbox runs. So it holds no mount it does not need: a
-// filesystem the host unmounts meanwhile is not kept busy by it, even on
-// a host whose mounts are private, where the unmount would not reach it.
+// A copy is a slave of the host's: nothing done in it reaches the host,
+// and on a host whose mounts are shared, what the host unmounts leaves it
+// too. A copy is made once for each set of mounts kept and serves every
+// later fork that keeps the same set: detaching the mounts a copy drops
+// waits for an RCU grace period each, which on a busy machine kept the
+// one forking thread waiting longer than its forks ran. Copies are made
+// again once the host's table changed, and Thread.Release lets them go
+// (the keeper's forking thread does when idle), so on a host whose
+// mounts are private a copy does not keep a filesystem the host
+// unmounted busy for longer than that. bwrap's outer process stays in
+// the copy it was forked from while its sandbox runs.
 package mountns
 
 import (
@@ -46,7 +52,19 @@ type Thread struct {
 	// one it still has is gone already.
 	watch  int
 	points []string
+	// copies made for earlier forks, the most recently used last
+	copies []leanCopy
 }
+
+// leanCopy is a lean namespace held for the forks that keep its mounts.
+type leanCopy struct {
+	kept string // the mount points it keeps, in the order of points
+	ns   int    // nsfs descriptor
+}
+
+// maxCopies bounds the copies a Thread holds: one a set of mounts kept,
+// which differ by tenant only where workspaces are mounts of their own.
+const maxCopies = 8
 
 // NewThread prepares the calling thread. The thread must be locked to
 // its goroutine for the rest of the process's life: its first Fork
@@ -67,39 +85,106 @@ func NewThread() (*Thread, error) {
 	return &Thread{host: host, watch: watch}, nil
 }
 
-// Fork runs fork from a fresh lean copy of the host's namespace that
-// keeps the mounts needed to resolve keep (absolute, clean host paths:
-// the mounts on the way to each, and those below it), then returns to
-// the host's. It reports whether fork ran there: where the copy cannot
-// be made (no CAP_SYS_ADMIN), fork runs from the host's namespace. A
-// thread that could not return makes every later Fork fail with
-// ErrStuck.
+// Fork runs fork from a lean copy of the host's namespace that keeps
+// the mounts needed to resolve keep (absolute, clean host paths: the
+// mounts on the way to each, and those below it), then returns to the
+// host's. It reports whether fork ran there: where no copy can be made
+// (no CAP_SYS_ADMIN), fork runs from the host's namespace. A thread that
+// could not return makes every later Fork fail with ErrStuck.
 func (t *Thread) Fork(keep []string, fork func() error) (lean bool, err error) {
 	if t.stuck {
 		return false, ErrStuck
 	}
 	if t.points == nil || t.hostChanged() {
+		t.Release()
 		if t.points, err = mountpoints(); err != nil {
 			return false, fork()
 		}
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+	ns, err := t.copyFor(keep)
+	if err != nil {
+		if errors.Is(err, ErrStuck) {
+			return false, err
+		}
 		return false, fork()
 	}
-	if prune(t.points, keep) == nil {
-		lean, err = true, fork()
-	} else {
-		// A copy pruned in part is no namespace to fork from.
-		lean, err = false, nil
-	}
-	if back := unix.Setns(t.host, unix.CLONE_NEWNS); back != nil {
-		t.stuck = true
-		return lean, errors.Join(err, fmt.Errorf("%w: %w", ErrStuck, back))
-	}
-	if !lean {
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
 		return false, fork()
+	}
+	err = fork()
+	if back := t.back(); back != nil {
+		return true, errors.Join(err, back)
 	}
 	return true, err
+}
+
+// copyFor returns the copy that keeps what keep needs, made now if the
+// thread holds none.
+func (t *Thread) copyFor(keep []string) (int, error) {
+	var kept strings.Builder
+	for _, p := range t.points {
+		if Keeps(p, keep) {
+			kept.WriteString(p)
+			kept.WriteByte(0)
+		}
+	}
+	for i, c := range t.copies {
+		if c.kept == kept.String() {
+			t.copies = append(append(t.copies[:i:i], t.copies[i+1:]...), c)
+			return c.ns, nil
+		}
+	}
+	ns, err := t.makeCopy(keep)
+	if err != nil {
+		return -1, err
+	}
+	if len(t.copies) == maxCopies {
+		unix.Close(t.copies[0].ns)
+		t.copies = slices.Delete(t.copies, 0, 1)
+	}
+	t.copies = append(t.copies, leanCopy{kept: kept.String(), ns: ns})
+	return ns, nil
+}
+
+// makeCopy makes a lean copy for keep and returns to the host's
+// namespace.
+func (t *Thread) makeCopy(keep []string) (int, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return -1, fmt.Errorf("mountns: copy the namespace: %w", err)
+	}
+	ns := -1
+	// A copy pruned in part is no namespace to fork from.
+	err := prune(t.points, keep)
+	if err == nil {
+		if ns, err = unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			err = fmt.Errorf("mountns: open the copy: %w", err)
+		}
+	}
+	if back := t.back(); back != nil {
+		if ns >= 0 {
+			unix.Close(ns)
+		}
+		return -1, back
+	}
+	return ns, err
+}
+
+// back returns the thread to the host's namespace, or marks it stuck.
+func (t *Thread) back() error {
+	if err := unix.Setns(t.host, unix.CLONE_NEWNS); err != nil {
+		t.stuck = true
+		return fmt.Errorf("%w: %w", ErrStuck, err)
+	}
+	return nil
+}
+
+// Release closes the copies the thread holds. Children forked from them
+// keep theirs; the next Fork makes new ones.
+func (t *Thread) Release() {
+	for _, c := range t.copies {
+		unix.Close(c.ns)
+	}
+	t.copies = nil
 }
 
 // hostChanged reports whether the host mounted or unmounted anything
@@ -112,6 +197,7 @@ func (t *Thread) hostChanged() bool {
 
 // Close releases the thread's descriptors.
 func (t *Thread) Close() {
+	t.Release()
 	unix.Close(t.watch)
 	unix.Close(t.host)
 }

@@ -163,19 +163,23 @@ func TestForkLeavesOutWhatTheHostMountedSince(t *testing.T) {
 // setns refuses as a mount namespace) reports ErrStuck, with the fork it
 // ran, and then forks nothing: a child would see the lean copy's mounts.
 func TestForkThatCannotReturnIsStuck(t *testing.T) {
-	var first, second error
+	var first, second, third error
 	var lean bool
 	forks := 0
 	fork := func() error { forks++; return nil }
+	keep := []string{"/proc/self", "/dev/null"}
 	err := onThread(func(th *Thread) error {
+		if _, first = th.Fork(keep, fork); first != nil {
+			return first
+		}
 		notMount, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return err
 		}
 		unix.Close(th.host)
 		th.host = notMount // closed by th.Close
-		lean, first = th.Fork([]string{"/proc/self", "/dev/null"}, fork)
-		_, second = th.Fork([]string{"/proc/self", "/dev/null"}, fork)
+		lean, second = th.Fork(keep, fork)
+		_, third = th.Fork(keep, fork)
 		return nil
 	})
 	if err != nil {
@@ -184,15 +188,111 @@ func TestForkThatCannotReturnIsStuck(t *testing.T) {
 	if !lean && os.Getenv("CI") != "true" {
 		t.Skip("no lean copy was made (mounts need CAP_SYS_ADMIN)")
 	}
-	if !lean || !errors.Is(first, ErrStuck) {
-		t.Errorf("first Fork: lean %v, err %v; want lean and ErrStuck", lean, first)
+	if !lean || !errors.Is(second, ErrStuck) {
+		t.Errorf("second Fork: lean %v, err %v; want lean and ErrStuck", lean, second)
 	}
-	if !errors.Is(second, ErrStuck) {
-		t.Errorf("second Fork: %v, want ErrStuck", second)
+	if !errors.Is(third, ErrStuck) {
+		t.Errorf("third Fork: %v, want ErrStuck", third)
 	}
-	if forks != 1 {
-		t.Errorf("fork ran %d times, want once: a stuck thread forks nothing", forks)
+	if forks != 2 {
+		t.Errorf("fork ran %d times, want twice: a stuck thread forks nothing", forks)
 	}
+}
+
+// TestForkReusesItsCopy: forks that keep the same mounts share one
+// copy; one that keeps another mount, a fork after the host's table
+// changed and one after Release each get a new copy; a thread holds at
+// most maxCopies.
+func TestForkReusesItsCopy(t *testing.T) {
+	dir := t.TempDir()
+	var mounts []string
+	for i := range maxCopies + 2 {
+		d := filepath.Join(dir, fmt.Sprint(i))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
+			skipWithoutMounts(t, err)
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
+		mounts = append(mounts, d)
+	}
+	base := []string{"/proc/self", "/dev/null"}
+	keeping := func(d string) []string { return append(slices.Clip(base), d+"/sub") }
+	later := t.TempDir()
+	var ns []uint64
+	var held int
+	err := onThread(func(th *Thread) error {
+		for _, keep := range [][]string{
+			base, append(slices.Clip(base), "/proc/self/status"), // the same mounts kept: one copy
+			keeping(mounts[0]), // another mount kept: another copy
+		} {
+			n, err := forkNS(t, th, keep)
+			if err != nil {
+				return err
+			}
+			ns = append(ns, n)
+		}
+		if err := unix.Mount("tmpfs", later, "tmpfs", 0, "size=4k"); err != nil {
+			return err
+		}
+		defer unix.Unmount(later, unix.MNT_DETACH)
+		n, err := forkNS(t, th, base) // the host changed: a new copy
+		if err != nil {
+			return err
+		}
+		th.Release()
+		m, err := forkNS(t, th, base) // released: a new copy
+		if err != nil {
+			return err
+		}
+		ns = append(ns, n, m)
+		for _, d := range mounts {
+			if _, err := forkNS(t, th, keeping(d)); err != nil {
+				return err
+			}
+		}
+		held = len(th.copies)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &st); err != nil {
+		t.Fatal(err)
+	}
+	host := st.Ino
+	if ns[0] != ns[1] || ns[0] == host {
+		t.Errorf("two forks keeping the same mounts ran in %d and %d (the host's %d), want one copy", ns[0], ns[1], host)
+	}
+	for i, why := range map[int]string{2: "keeping another mount", 3: "after the host's table changed", 4: "after Release"} {
+		if slices.Contains(ns[:i], ns[i]) || ns[i] == host {
+			t.Errorf("a fork %s ran in %d, an earlier fork's or the host's namespace: %d", why, ns[i], ns)
+		}
+	}
+	if held != maxCopies {
+		t.Errorf("the thread holds %d copies, want %d", held, maxCopies)
+	}
+}
+
+// forkNS runs a fork through th and returns the namespace it ran in,
+// held open until the test ends so that its number is not reused.
+func forkNS(t *testing.T, th *Thread, keep []string) (uint64, error) {
+	var st unix.Stat_t
+	lean, err := th.Fork(keep, func() error {
+		f, err := os.Open("/proc/thread-self/ns/mnt")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { f.Close() })
+		return unix.Fstat(int(f.Fd()), &st)
+	})
+	if err == nil && !lean {
+		err = errors.New("the fork was not lean")
+	}
+	return st.Ino, err
 }
 
 func points(t *testing.T, mountinfo string) []string {
@@ -208,19 +308,28 @@ func points(t *testing.T, mountinfo string) []string {
 	return p
 }
 
-// BenchmarkFork is what a lean namespace adds to a fork: the copy of the
-// host's table, the detaches and the way back (the fork does nothing).
+// BenchmarkFork is what a lean namespace adds to a fork (which does
+// nothing here): the way into the copy and back, with the copy reused,
+// or also made for each fork (released after it), as before copies were
+// kept: the copy of the host's table and its detaches.
 func BenchmarkFork(b *testing.B) {
 	keep := []string{"/usr", "/dev/null", "/proc/self", b.TempDir()}
-	err := onThread(func(th *Thread) error {
-		for b.Loop() {
-			if lean, err := th.Fork(keep, func() error { return nil }); err != nil || !lean {
-				return fmt.Errorf("lean %v: %w", lean, err)
+	for _, release := range []bool{false, true} {
+		b.Run(map[bool]string{false: "reused", true: "made"}[release], func(b *testing.B) {
+			err := onThread(func(th *Thread) error {
+				for b.Loop() {
+					if lean, err := th.Fork(keep, func() error { return nil }); err != nil || !lean {
+						return fmt.Errorf("lean %v: %w", lean, err)
+					}
+					if release {
+						th.Release()
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
+		})
 	}
 }
