@@ -5,30 +5,80 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
+
+// Control files are read and written on plain descriptors, never
+// through os.File: the kernel's control files can be polled, so the
+// runtime's poller would take each one in (and out again) for its one
+// read or write, four system calls more a file, a dozen files a start.
 
 // writeFile writes one control file. It never creates the file: a missing
 // control file means a missing feature, not something to make up.
 func writeFile(dir, file, value string) error {
 	path := filepath.Join(dir, file)
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	fd, err := openControl(path, unix.O_WRONLY)
 	if err == nil {
-		_, err = f.WriteString(value)
-		err = errors.Join(err, f.Close())
+		var n int
+		n, err = unix.Write(fd, []byte(value))
+		if err == nil && n < len(value) {
+			err = io.ErrShortWrite
+		}
+		unix.Close(fd) // a control file's write succeeded or failed already
 	}
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the path is already in our message
-		}
 		return fmt.Errorf("cgroup: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// readControl reads a whole control file; an error says why not.
+func readControl(path string) ([]byte, error) {
+	fd, err := openControl(path, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= maxControlFile {
+				return nil, fmt.Errorf("cgroup: %s is larger than %d bytes", path, maxControlFile)
+			}
+			buf = slices.Grow(buf, len(buf))
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		switch {
+		case errors.Is(err, unix.EINTR):
+		case err != nil:
+			return nil, err
+		case n == 0:
+			return buf, nil
+		default:
+			buf = buf[:len(buf)+n]
+		}
+	}
+}
+
+// maxControlFile bounds a control file read: cgroup.procs lists at most
+// a group's pids ceiling, and no other is near it.
+const maxControlFile = 4 << 20
+
+// openControl opens a control file, retrying an interrupted open.
+func openControl(path string, mode int) (int, error) {
+	for {
+		fd, err := unix.Open(path, mode|unix.O_CLOEXEC, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
+		}
+	}
 }
 
 // writeIfExists writes a control file that only some kernels or
@@ -49,7 +99,7 @@ func fileExists(dir, file string) bool {
 // readKey reads the number after key in a "key value" per line file such
 // as memory.events; absent file or key reads as zero.
 func readKey(dir, file, key string) int64 {
-	data, _ := os.ReadFile(filepath.Join(dir, file))
+	data, _ := readControl(filepath.Join(dir, file))
 	for line := range strings.Lines(string(data)) {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
 		if ok && k == key {
@@ -62,14 +112,14 @@ func readKey(dir, file, key string) int64 {
 
 // readInt reads a file holding a single number; absent reads as zero.
 func readInt(dir, file string) int64 {
-	data, _ := os.ReadFile(filepath.Join(dir, file))
+	data, _ := readControl(filepath.Join(dir, file))
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	return n
 }
 
 // readPids lists cgroup.procs; a directory already gone lists nothing.
 func readPids(dir string) []int {
-	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	data, _ := readControl(filepath.Join(dir, "cgroup.procs"))
 	var pids []int
 	for _, f := range strings.Fields(string(data)) {
 		if pid, err := strconv.Atoi(f); err == nil {

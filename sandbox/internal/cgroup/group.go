@@ -326,7 +326,7 @@ func enable(ctl string, dirs ...string) error {
 
 // subtreeHas reports whether dir already hands ctl to its children.
 func subtreeHas(dir, ctl string) bool {
-	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	data, _ := readControl(filepath.Join(dir, "cgroup.subtree_control"))
 	return slices.Contains(strings.Fields(string(data)), ctl)
 }
 

@@ -5,7 +5,6 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -164,7 +163,7 @@ func (h *Host) has(ctl string) bool {
 
 // controllers reads the controllers a cgroup2 directory offers.
 func controllers(dir string) map[string]bool {
-	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	data, _ := readControl(filepath.Join(dir, "cgroup.controllers"))
 	ctl := map[string]bool{}
 	for _, name := range strings.Fields(string(data)) {
 		ctl[name] = true

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -79,7 +78,7 @@ func (c *Group) killFrozen() (bool, error) {
 // freezing is asynchronous and a task in uninterruptible sleep delays it.
 func waitFrozen(dir string) bool {
 	for range freezePolls {
-		data, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+		data, err := readControl(filepath.Join(dir, "freezer.state"))
 		if err != nil || strings.TrimSpace(string(data)) == "FROZEN" {
 			return err == nil
 		}
