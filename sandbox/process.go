@@ -222,26 +222,27 @@ func openCopied(path string) (*os.File, error) {
 	return file, nil
 }
 
-// sealedData puts data in a memfd that nobody can change afterwards.
+// sealedData puts data in a memfd that nobody can change afterwards. It
+// is written at offset 0 without moving the file's offset, where bwrap
+// then reads it from.
 func sealedData(data []byte) (*os.File, error) {
 	fd, err := unix.MemfdCreate("termgate", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: memfd: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "memfd")
-	if _, err := f.Write(data); err != nil {
-		f.Close()
+	n, err := unix.Pwrite(fd, data, 0)
+	if err == nil && n != len(data) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("sandbox: write memfd: %w", err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
-		f.Close()
+		unix.Close(fd)
 		return nil, fmt.Errorf("sandbox: seal memfd: %w", err)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("sandbox: rewind memfd: %w", err)
-	}
-	return f, nil
+	return os.NewFile(uintptr(fd), "memfd"), nil
 }
 
 // launch starts bwrap, applies what must precede its first fork, then
