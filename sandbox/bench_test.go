@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,9 +170,13 @@ func median(xs []float64) float64 {
 
 // plainBwrap runs bwrap with the plan termgate would use, but running the
 // command itself with bwrap's own --setenv instead of termgate's init, and
-// without a cgroup, process events or supervision; it returns when output
-// first arrived.
-func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
+// without a cgroup, process events or supervision, forked from the host's
+// mount namespace; it returns when output first arrived.
+func plainBwrap(l *Launcher, p Policy) (time.Time, error) { return plainBwrapFrom(l, p, false) }
+
+// plainBwrapFrom is plainBwrap, forked by the launcher's forking thread
+// from a lean mount namespace (mountns) when lean, as termgate forks.
+func plainBwrapFrom(l *Launcher, p Policy, lean bool) (time.Time, error) {
 	pl := buildPlan(p, l.layout, seccomp.Program())
 	for _, kv := range p.sortedEnv() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -199,6 +205,20 @@ func plainBwrap(l *Launcher, p Policy) (time.Time, error) {
 		files: append([]*os.File{nil, outW, outW, nil, argsR}, files...)}
 	if id, _ := l.identityFor(p); id.switchTo {
 		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
+	}
+	if lean {
+		req.resolves = l.resolves(p)
+		child, err := launcherForker.spawn(req)
+		outW.Close()
+		if err != nil {
+			return time.Time{}, err
+		}
+		var fb firstByte
+		io.Copy(&fb, outR)
+		if ws, _, err := child.wait(); err != nil || ws.ExitStatus() != 0 {
+			return fb.at, fmt.Errorf("bwrap: %v, exit status %d", err, ws.ExitStatus())
+		}
+		return fb.at, nil
 	}
 	cmd := execCommand(req)
 	if err := cmd.Start(); err != nil {
@@ -415,4 +435,78 @@ func rssKiB(b *testing.B, pid int) int {
 	}
 	b.Fatal("no VmRSS")
 	return 0
+}
+
+// BenchmarkPolicyCost starts sandboxes of bash printing a line, 16 at a
+// time as termgate-load opens 500 shells, with plain bwrap and nothing of
+// termgate's around it: the floor ("floor": --unshare-all with
+// /usr, its links, /proc and /dev), and the plan termgate gives a PTY
+// shell ("plan": its namespaces and identity, /etc, /dev, the masked
+// /proc, the tmpfs, the workspace and init binds, the seccomp filter,
+// forked from a lean mount namespace as termgate forks; the command run
+// directly, without the init, a cgroup or a keeper). Their gap is what
+// the sandbox's policy costs by itself. An iteration starts a round of
+// policyRound at once; ms/start is the wall time over the starts. The CPU
+// is the whole machine's per start (/proc/stat), as the kernel tears
+// namespaces down on its own threads, which no process's usage counts: a
+// figure for a quiet machine.
+func BenchmarkPolicyCost(b *testing.B) {
+	l := needLauncher(b)
+	command := []string{"/usr/bin/bash", "--noprofile", "--norc", "-c", "echo x"}
+	shell := Policy{Command: command, Workspace: sandboxtest.Dir(b), TTY: &WindowSize{Rows: 24, Cols: 80},
+		PTYs: 1, Proc: ProcPrivate}.Normalize()
+	floor := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+		"--unshare-all", "--die-with-parent", "--cap-drop", "ALL"}
+	floor = append(floor, command...)
+	for _, v := range []struct {
+		name  string
+		start func() error
+	}{
+		{"floor", func() error { return exec.Command(l.bwrap, floor...).Run() }},
+		{"plan", func() error { _, err := plainBwrapFrom(l, shell, true); return err }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			before, start := machineBusy(b), time.Now()
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range policyRound {
+					wg.Go(func() {
+						if err := v.start(); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			starts := float64(b.N * policyRound)
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/starts, "ms/start")
+			b.ReportMetric(float64((machineBusy(b)-before).Microseconds())/1000/starts, "machine-cpu-ms/start")
+		})
+	}
+}
+
+// policyRound is how many sandboxes an iteration of BenchmarkPolicyCost
+// starts at once: the load tool's 16, and at -benchtime=1x enough CPU
+// time to read in /proc/stat's 10 ms ticks.
+const policyRound = 16
+
+// machineBusy returns the CPU time every CPU of the machine has spent
+// other than idle or waiting for I/O, from /proc/stat.
+func machineBusy(b testing.TB) time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var ticks int64
+	for i, f := range fields[1:] {
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
