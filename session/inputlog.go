@@ -3,6 +3,7 @@ package session
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 )
@@ -30,6 +31,11 @@ type inputLog struct {
 
 // Input file layout: a 64-byte header (magic, accepted, written, size,
 // writing), then the data. A file of before writing has 0 there.
+//
+// The header is written with the first input accepted, not before: an
+// execution that never gets any (most pipes, a shell nobody types in)
+// then never touches the file, which stays a hole and costs no page of
+// memory. A header of zeros reads as a log that had no input.
 const (
 	inputMagic  = 0x74676970_6e707431 // "tgipnpt1"
 	inputHeader = 64
@@ -38,12 +44,18 @@ const (
 
 func inputLogSize(buffer int) int { return inputHeader + buffer }
 
-// newInputLog lays out a fresh input file in mem.
-func newInputLog(mem []byte) *inputLog {
-	l := bindInputLog(mem)
-	binary.LittleEndian.PutUint64(mem[24:], uint64(len(l.data)))
-	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[0])), inputMagic)
-	return l
+// newInputLog binds a fresh input file in mem, whose header its first
+// accept writes.
+func newInputLog(mem []byte) *inputLog { return bindInputLog(mem) }
+
+// magic is the header's first word, 0 until the first accept.
+func (l *inputLog) magic() *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&l.mem[0])) }
+
+// lay writes the header of a log that had no input yet: its size, then
+// the magic that makes it count.
+func (l *inputLog) lay() {
+	binary.LittleEndian.PutUint64(l.mem[24:], uint64(len(l.data)))
+	l.magic().Store(inputMagic)
 }
 
 func bindInputLog(mem []byte) *inputLog {
@@ -58,11 +70,16 @@ func bindInputLog(mem []byte) *inputLog {
 // openInputLog reads an input file an earlier supervisor left: the
 // offsets, and the input accepted but not written.
 func openInputLog(mem []byte) (*inputLog, []byte, error) {
-	if len(mem) < inputHeader || atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[0]))) != inputMagic ||
-		binary.LittleEndian.Uint64(mem[24:]) != uint64(len(mem)-inputHeader) {
+	if len(mem) < inputHeader {
 		return nil, nil, fmt.Errorf("session: input file: not an input file of %d bytes", len(mem))
 	}
 	l := bindInputLog(mem)
+	if !slices.ContainsFunc(mem[:inputHeader], func(b byte) bool { return b != 0 }) {
+		return l, nil, nil // no input yet
+	}
+	if l.magic().Load() != inputMagic || binary.LittleEndian.Uint64(mem[24:]) != uint64(len(mem)-inputHeader) {
+		return nil, nil, fmt.Errorf("session: input file: not an input file of %d bytes", len(mem))
+	}
 	acc, wr := l.accepted.Load(), l.written.Load()
 	if wr > acc || acc-wr > uint64(len(l.data)) {
 		return nil, nil, fmt.Errorf("session: input file: offsets %d written, %d accepted are inconsistent", wr, acc)
@@ -76,6 +93,9 @@ func openInputLog(mem []byte) (*inputLog, []byte, error) {
 
 // accept stores p, the input from offset at on, then publishes it.
 func (l *inputLog) accept(at uint64, p []byte) {
+	if l.magic().Load() == 0 {
+		l.lay()
+	}
 	n := uint64(len(l.data))
 	for len(p) > 0 {
 		pos := at % n

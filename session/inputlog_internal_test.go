@@ -2,8 +2,11 @@ package session
 
 import (
 	"bytes"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // killedWriter stands for a supervisor killed inside a write: the bytes
@@ -39,4 +42,47 @@ func TestInputLogKnowsAWriteInFlight(t *testing.T) {
 	if err != nil || l.inFlight() != 7 || string(pending) != "second\n" {
 		t.Fatalf("killed in a write: in flight %d, pending %q, err %v; want 7 and the piece", l.inFlight(), pending, err)
 	}
+}
+
+// TestInputLogTakesNoPageUntilInput: a fresh input file stays a hole,
+// no page of memory, until the first input accepted writes its header;
+// a header of zeros reads as a log that had no input, and one with
+// offsets but no magic as no input file.
+func TestInputLogTakesNoPageUntilInput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mem, err := mapFile(dir, "input", inputLogSize(4096), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	l := newInputLog(mem)
+	if blocks := fileBlocks(t, filepath.Join(dir, "input")); blocks != 0 {
+		t.Errorf("a fresh input file holds %d blocks", blocks)
+	}
+	if got, pending, err := openInputLog(mem); err != nil || got.accepted.Load() != 0 || len(pending) != 0 {
+		t.Fatalf("a log without input: accepted %v, pending %q, %v", got, pending, err)
+	}
+	l.accept(0, []byte("ls\n"))
+	if blocks := fileBlocks(t, filepath.Join(dir, "input")); blocks == 0 {
+		t.Error("the input file holds no block after input")
+	}
+	got, pending, err := openInputLog(mem)
+	if err != nil || got.accepted.Load() != 3 || string(pending) != "ls\n" {
+		t.Fatalf("after input: %v, pending %q", err, pending)
+	}
+	clear(mem[:8]) // the magic
+	if _, _, err := openInputLog(mem); err == nil {
+		t.Error("a header with offsets and no magic was read as an input file")
+	}
+}
+
+// fileBlocks is the 512-byte blocks a file holds.
+func fileBlocks(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks
 }
