@@ -183,11 +183,23 @@ func (c *conn) readLoop() error {
 		case typ == websocket.MessageBinary:
 			c.input(b)
 		default:
-			if err := c.request(b); err != nil {
+			if err := aside(func() error { return c.request(b) }); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// aside runs f on a goroutine of its own and returns its error. A
+// control request (a start, above all) calls deep into the supervisor and
+// the sandbox, and the goroutine it ran on keeps the stack it grew, all
+// 8-16 KiB of it, until collections halve it again; the connection's own
+// goroutine, which waits for the next message for as long as the session
+// idles, keeps the short stack of reading.
+func aside(f func() error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	return <-errc
 }
 
 // awaitMessage waits for the client's next bytes on a short stack
