@@ -133,10 +133,10 @@ func (f *v1Forker) loop(jobs <-chan func(*v1thread.Thread)) {
 				continue
 			}
 			if t.Stranded() || f.pinned {
-				f.mu.Unlock()
 				if f.ns != nil {
-					f.ns.Release()
+					f.ns.Release() // under mu, for TestForkerLean to look
 				}
+				f.mu.Unlock()
 				continue // parked, locked, until the next job
 			}
 			f.running = false

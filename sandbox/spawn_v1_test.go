@@ -93,12 +93,17 @@ func TestForkerLean(t *testing.T) {
 		t.Errorf("a spawn that is not lean sees these mounts:\n%s", out)
 	}
 	// Its root and working directory are its own since the lean fork: the
-	// thread stays locked, never handed back to the runtime.
+	// thread stays locked, never handed back to the runtime. Parked, it
+	// holds no lean copy: on a host whose mounts are private, one would
+	// keep busy what the host unmounted.
 	time.Sleep(10 * s.f.idle)
 	s.f.mu.Lock()
-	running := s.f.running
+	running, copies := s.f.running, s.f.ns.Copies()
 	s.f.mu.Unlock()
 	if !running {
 		t.Error("the forker ended after a lean fork, handing its thread back")
+	}
+	if copies != 0 {
+		t.Errorf("the parked forker holds %d lean copies", copies)
 	}
 }

@@ -178,6 +178,9 @@ func (t *Thread) back() error {
 	return nil
 }
 
+// Copies reports how many lean copies the thread holds.
+func (t *Thread) Copies() int { return len(t.copies) }
+
 // Release closes the copies the thread holds. Children forked from them
 // keep theirs; the next Fork makes new ones.
 func (t *Thread) Release() {
