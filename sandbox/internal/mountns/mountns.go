@@ -109,6 +109,7 @@ func (t *Thread) Fork(keep []string, fork func() error) (lean bool, err error) {
 		return false, fork()
 	}
 	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		t.Release() // made again by the next Fork
 		return false, fork()
 	}
 	err = fork()
@@ -130,7 +131,8 @@ func (t *Thread) copyFor(keep []string) (int, error) {
 	}
 	for i, c := range t.copies {
 		if c.kept == kept.String() {
-			t.copies = append(append(t.copies[:i:i], t.copies[i+1:]...), c)
+			copy(t.copies[i:], t.copies[i+1:]) // the most recently used goes last
+			t.copies[len(t.copies)-1] = c
 			return c.ns, nil
 		}
 	}
