@@ -129,13 +129,17 @@ func forkLoop(reqs <-chan forkRequest, ready chan<- int) {
 	idle := time.NewTimer(leanIdle)
 	for {
 		var r forkRequest
+		ok := true
 		select {
-		case r = <-reqs:
+		case r, ok = <-reqs:
 		case <-idle.C:
 			if forker.lean != nil {
 				forker.lean.Release()
 			}
-			r = <-reqs
+			r, ok = <-reqs
+		}
+		if !ok {
+			return
 		}
 		idle.Reset(leanIdle)
 		files := r.files
