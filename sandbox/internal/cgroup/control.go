@@ -27,7 +27,9 @@ func writeFile(dir, file, value string) error {
 	fd, err := openControl(path, unix.O_WRONLY)
 	if err == nil {
 		var n int
-		n, err = unix.Write(fd, []byte(value))
+		for n, err = unix.Write(fd, []byte(value)); errors.Is(err, unix.EINTR); {
+			n, err = unix.Write(fd, []byte(value))
+		}
 		if err == nil && n < len(value) {
 			err = io.ErrShortWrite
 		}

@@ -199,7 +199,9 @@ func writeTasks(dir string) error {
 	if err != nil {
 		return fmt.Errorf("v1thread: open %s: %w", path, err)
 	}
-	_, err = unix.Write(fd, []byte("0"))
+	for _, err = unix.Write(fd, []byte("0")); errors.Is(err, unix.EINTR); {
+		_, err = unix.Write(fd, []byte("0"))
+	}
 	unix.Close(fd)
 	if err != nil {
 		return fmt.Errorf("v1thread: enter %s: %w", dir, err)
