@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -348,4 +349,69 @@ func TestRestoreDropsUnreadableRecords(t *testing.T) {
 	if _, err := s.Get("t", "at-bound"); !errors.Is(err, ErrGone) {
 		t.Fatalf("the record at the bound: %v, want ErrGone", err)
 	}
+}
+
+// TestRestoreLeavesAnUntypedInputFileAHole: an execution that never got
+// input keeps its input file a hole, which takes no page of memory, and
+// a restart does not read its header into one; its first input after
+// the restart reaches the program.
+func TestRestoreLeavesAnUntypedInputFileAHole(t *testing.T) {
+	dir := filepath.Join(tmpfsDir(t), "state") // where reading a hole through a mapping gives it a page
+	l := &sessiontest.Launcher{Keep: true, Script: echoUntilEOF}
+	a := newDurable(t, l, dir)
+	if _, err := a.Start(t.Context(), "t", "quiet", untimed("fake")); err != nil {
+		t.Fatal(err)
+	}
+	outputOf(t, a, "quiet", 0, "ready\n")
+	inputs, err := filepath.Glob(filepath.Join(dir, "*", "*", "input"))
+	if err != nil || len(inputs) != 1 {
+		t.Fatalf("input files %q, %v; want one", inputs, err)
+	}
+	if blocks := fileBlocks(t, inputs[0]); blocks != 0 {
+		t.Fatalf("the input file of an execution without input holds %d blocks", blocks)
+	}
+	if err := a.Detach(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := newDurable(t, l, dir)
+	t.Cleanup(func() { b.Close(context.Background()) })
+	if n, err := b.Restore(t.Context()); err != nil || n.Running != 1 {
+		t.Fatalf("restore: %+v, %v; want one running", n, err)
+	}
+	if blocks := fileBlocks(t, inputs[0]); blocks != 0 {
+		t.Errorf("after the restore the input file holds %d blocks", blocks)
+	}
+	if _, err := b.Input("t", "quiet", 0, []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	outputOf(t, b, "quiet", 0, "echo:one\n")
+	if blocks := fileBlocks(t, inputs[0]); blocks == 0 {
+		t.Error("the input file holds no block after input")
+	}
+}
+
+// fileBlocks is the 512-byte blocks a file holds.
+func fileBlocks(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Blocks
+}
+
+// tmpfsDir is a fresh directory on tmpfs (/dev/shm), as serve's default
+// state directory is, removed when the test ends.
+func tmpfsDir(t *testing.T) string {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 { // TMPFS_MAGIC
+		sandboxtest.Unavailable(t, "/dev/shm is not a tmpfs")
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "termgate-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

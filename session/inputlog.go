@@ -3,9 +3,12 @@ package session
 import (
 	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // inputLog is a durable execution's input file: the input accepted from
@@ -27,6 +30,10 @@ type inputLog struct {
 	accepted *atomic.Uint64 // input offset received
 	written  *atomic.Uint64 // input offset written to the program
 	writing  *atomic.Uint64 // the end of the piece being written, stored before the write
+	// unlaid: the header is not written yet (no input accepted), nor read:
+	// the file may still be a hole, which a read through the mapping would
+	// give a page. Set and cleared under the input queue's lock.
+	unlaid bool
 }
 
 // Input file layout: a 64-byte header (magic, accepted, written, size,
@@ -46,7 +53,11 @@ func inputLogSize(buffer int) int { return inputHeader + buffer }
 
 // newInputLog binds a fresh input file in mem, whose header its first
 // accept writes.
-func newInputLog(mem []byte) *inputLog { return bindInputLog(mem) }
+func newInputLog(mem []byte) *inputLog {
+	l := bindInputLog(mem)
+	l.unlaid = true
+	return l
+}
 
 // magic is the header's first word, 0 until the first accept.
 func (l *inputLog) magic() *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&l.mem[0])) }
@@ -56,6 +67,15 @@ func (l *inputLog) magic() *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Point
 func (l *inputLog) lay() {
 	binary.LittleEndian.PutUint64(l.mem[24:], uint64(len(l.data)))
 	l.magic().Store(inputMagic)
+	l.unlaid = false
+}
+
+// acceptedAt is the input offset accepted, 0 before any input.
+func (l *inputLog) acceptedAt() uint64 {
+	if l.unlaid {
+		return 0
+	}
+	return l.accepted.Load()
 }
 
 func bindInputLog(mem []byte) *inputLog {
@@ -91,9 +111,20 @@ func openInputLog(mem []byte) (*inputLog, []byte, error) {
 	return l, pending, nil
 }
 
+// reopenInputLog is openInputLog of dir's input file, mapped at mem. A
+// file that holds no block never had input: its header is not read,
+// which would make the kernel give the hole a page.
+func reopenInputLog(dir string, mem []byte) (*inputLog, []byte, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "input"), &st); err == nil && st.Blocks == 0 {
+		return newInputLog(mem), nil, nil
+	}
+	return openInputLog(mem)
+}
+
 // accept stores p, the input from offset at on, then publishes it.
 func (l *inputLog) accept(at uint64, p []byte) {
-	if l.magic().Load() == 0 {
+	if l.unlaid {
 		l.lay()
 	}
 	n := uint64(len(l.data))
@@ -114,6 +145,9 @@ func (l *inputLog) wrote(at uint64) { l.written.Store(at) }
 // inFlight is the input a killed supervisor was writing when it died:
 // the program may have it or not. 0 when no write was under way.
 func (l *inputLog) inFlight() uint64 {
+	if l.unlaid {
+		return 0
+	}
 	wr, w := l.written.Load(), l.writing.Load()
 	if w <= wr || w-wr > inputPiece {
 		return 0

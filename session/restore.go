@@ -204,7 +204,7 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 		if err != nil {
 			return nil, err
 		}
-		log, pending, err := openInputLog(mem)
+		log, pending, err := reopenInputLog(dir, mem)
 		if err != nil {
 			return nil, err
 		}
@@ -214,7 +214,7 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 			s.log.Warn("input possibly written twice: the last server was killed while writing it",
 				append([]any{"input_offset", log.written.Load(), "bytes", n}, e.logAttrs...)...)
 		}
-		e.in.restore(log, log.accepted.Load(), pending)
+		e.in.restore(log, log.acceptedAt(), pending)
 		e.restoreCapture()
 		e.restoreScreen()
 	}
