@@ -93,10 +93,10 @@ func openInputLog(mem []byte) (*inputLog, []byte, error) {
 	if len(mem) < inputHeader {
 		return nil, nil, fmt.Errorf("session: input file: not an input file of %d bytes", len(mem))
 	}
-	l := bindInputLog(mem)
 	if !slices.ContainsFunc(mem[:inputHeader], func(b byte) bool { return b != 0 }) {
-		return l, nil, nil // no input yet
+		return newInputLog(mem), nil, nil // no input yet: the first accept lays the header
 	}
+	l := bindInputLog(mem)
 	if l.magic().Load() != inputMagic || binary.LittleEndian.Uint64(mem[24:]) != uint64(len(mem)-inputHeader) {
 		return nil, nil, fmt.Errorf("session: input file: not an input file of %d bytes", len(mem))
 	}

@@ -56,12 +56,15 @@ func TestInputLogTakesNoPageUntilInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(mem)
-	l := newInputLog(mem)
+	newInputLog(mem)
 	if blocks := fileBlocks(t, filepath.Join(dir, "input")); blocks != 0 {
 		t.Errorf("a fresh input file holds %d blocks", blocks)
 	}
-	if got, pending, err := openInputLog(mem); err != nil || got.accepted.Load() != 0 || len(pending) != 0 {
-		t.Fatalf("a log without input: accepted %v, pending %q, %v", got, pending, err)
+	// Read back before any input, as a restart reads it: its first accept
+	// still lays the header.
+	l, pending, err := openInputLog(mem)
+	if err != nil || l.acceptedAt() != 0 || len(pending) != 0 {
+		t.Fatalf("a log without input: accepted %v, pending %q, %v", l, pending, err)
 	}
 	l.accept(0, []byte("ls\n"))
 	if blocks := fileBlocks(t, filepath.Join(dir, "input")); blocks == 0 {
