@@ -74,6 +74,20 @@ func forkCat(th *Thread, keep []string) (seen []string, lean bool, err error) {
 	return seen, lean, err
 }
 
+// tmpfsAt mounts a small tmpfs on dir, a new directory, until the test
+// ends.
+func tmpfsAt(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4k"); err != nil {
+		skipWithoutMounts(t, err)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+}
+
 // skipWithoutMounts skips a test whose mount failed for want of
 // CAP_SYS_ADMIN, except in CI.
 func skipWithoutMounts(t *testing.T, err error) {
@@ -89,16 +103,8 @@ func skipWithoutMounts(t *testing.T, err error) {
 func TestForkKeepsOnlyWhatItResolves(t *testing.T) {
 	dir := t.TempDir()
 	kept, other := filepath.Join(dir, "kept"), filepath.Join(dir, "other")
-	for _, d := range []string{kept, other} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
-			skipWithoutMounts(t, err)
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
-	}
+	tmpfsAt(t, kept)
+	tmpfsAt(t, other)
 	host := points(t, "/proc/self/mountinfo")
 	keep := []string{kept + "/sub", "/proc/self", "/dev/null"}
 	var seen, thread []string
@@ -208,14 +214,7 @@ func TestForkReusesItsCopy(t *testing.T) {
 	var mounts []string
 	for i := range maxCopies + 2 {
 		d := filepath.Join(dir, fmt.Sprint(i))
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
-			skipWithoutMounts(t, err)
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
+		tmpfsAt(t, d)
 		mounts = append(mounts, d)
 	}
 	base := []string{"/proc/self", "/dev/null"}
