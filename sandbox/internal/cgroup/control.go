@@ -50,13 +50,15 @@ func readControl(path string) ([]byte, error) {
 	defer unix.Close(fd)
 	buf := make([]byte, 0, 512)
 	for {
+		if len(buf) > maxControlFile {
+			return nil, fmt.Errorf("cgroup: %s is larger than %d bytes", path, maxControlFile)
+		}
 		if len(buf) == cap(buf) {
-			if len(buf) >= maxControlFile {
-				return nil, fmt.Errorf("cgroup: %s is larger than %d bytes", path, maxControlFile)
-			}
 			buf = slices.Grow(buf, len(buf))
 		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		// At most one byte past the bound: enough to tell a file of exactly
+		// the bound from a larger one.
+		n, err := unix.Read(fd, buf[len(buf):min(cap(buf), maxControlFile+1)])
 		switch {
 		case errors.Is(err, unix.EINTR):
 		case err != nil:

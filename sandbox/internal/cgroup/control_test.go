@@ -14,7 +14,7 @@ import (
 
 // TestControlFiles: a control file is read whole, however long, and
 // written without being created; a missing one is an error that says
-// which, and reads as nothing.
+// which, and reads as nothing; one past maxControlFile is refused.
 func TestControlFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -49,5 +49,19 @@ func TestControlFiles(t *testing.T) {
 	}
 	if got := readInt(dir, "memory.max"); got != 0 {
 		t.Errorf("a missing control file reads %d", got)
+	}
+	exact := filepath.Join(dir, "cgroup.events")
+	if err := os.WriteFile(exact, make([]byte, maxControlFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readControl(exact); err != nil || len(got) != maxControlFile {
+		t.Errorf("a control file of maxControlFile bytes: %d bytes, %v", len(got), err)
+	}
+	huge := filepath.Join(dir, "cgroup.threads")
+	if err := os.WriteFile(huge, make([]byte, maxControlFile+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readControl(huge); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a control file past maxControlFile: %d bytes, %v", len(got), err)
 	}
 }
