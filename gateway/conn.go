@@ -24,11 +24,12 @@ import (
 const controlQueue = 256
 
 // conn is one WebSocket connection. Its goroutines: the read loop (serve,
-// on a goroutine of its own: serveConn), a short-lived flusher while the
-// read loop, a timer or a channel's ring has something written (flush),
-// the heartbeat's and the expiry's timers while they fire, and a reader
-// and a pinger per relay upstream (relay.go); serve waits for all of them
-// before it returns.
+// on a goroutine of its own: serveConn; none while the connection is
+// parked, and a new one each time it resumes), a short-lived flusher
+// while the read loop, a timer or a channel's ring has something written
+// (flush), the heartbeat's and the expiry's timers while they fire, and a
+// reader and a pinger per relay upstream (relay.go); the read loop's end
+// (finish) waits for all of them.
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
@@ -74,6 +75,8 @@ type conn struct {
 	bytesIn      atomic.Uint64 // message bytes read
 	bytesOut     atomic.Uint64 // message bytes written
 	closed       chan struct{} // closed when a close handshake we started ended
+	unwatch      func() bool   // stops the watch on c.ctx that closes the socket (serve)
+	ended        func()        // the server's, once the connection ended (serveConn)
 
 	// The relay's (relay.go): channels on executions of other nodes, one
 	// upstream per owner node, and their FIFO into the writer. The maps
@@ -111,16 +114,27 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 	return c
 }
 
-// serve runs the connection until the client leaves or it is closed.
-// The read loop blocks for the connection's whole life, so what runs
-// before and after it lives in functions of their own: their frames (log
-// arguments, teardown) are not on the stack while it waits (awaitMessage),
-// which stays under a quarter of 4 KiB and shrinks back there after an
-// attach or a start made it grow (BenchmarkIdleAttachedConnections,
-// B-stacks/conn).
+// serve runs the connection until the client leaves or it is closed:
+// it greets the client and reads (read). The end of c.ctx closes the
+// socket, which ends the read loop wherever it waits.
 func (c *conn) serve() {
 	c.greet()
-	c.finish(c.readLoop())
+	c.unwatch = context.AfterFunc(c.ctx, func() { c.raw.Close() })
+	c.read()
+}
+
+// read runs the read loop until the connection ends, then tears it down
+// (finish, ended). Or until the loop parks the connection: it returns
+// then, and an idle connection holds no goroutine until its socket is
+// readable again, when the waiter runs read anew (nbConn.park).
+func (c *conn) read() {
+	parked, err := c.readLoop()
+	if parked {
+		return
+	}
+	c.unwatch()
+	c.finish(err)
+	c.ended()
 }
 
 // greet writes the hello and arms the heartbeat and the token's expiry.
@@ -166,15 +180,15 @@ func (c *conn) finish(err error) {
 // context that can end registers on it and deregisters, twice a message.
 // When c.ctx ends while the loop reads, the socket is closed, as the
 // WebSocket's Read would have closed it.
-func (c *conn) readLoop() error {
-	stop := context.AfterFunc(c.ctx, func() { c.raw.Close() })
-	defer stop()
+func (c *conn) readLoop() (parked bool, err error) {
 	ctx := context.WithoutCancel(c.ctx)
 	for {
-		c.awaitMessage()
+		if c.awaitMessage() && c.nb.park(c.read) {
+			return true, nil
+		}
 		typ, b, err := c.ws.Read(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		c.bytesIn.Add(uint64(len(b)))
 		switch {
@@ -184,7 +198,7 @@ func (c *conn) readLoop() error {
 			c.input(b)
 		default:
 			if err := aside(func() error { return c.request(b) }); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
@@ -202,19 +216,18 @@ func aside(f func() error) error {
 	return <-errc
 }
 
-// awaitMessage waits for the client's next bytes on a short stack
-// (nbConn.awaitInput), unless the WebSocket's reader already holds some
-// or a close handshake started (it reads the reader then).
-func (c *conn) awaitMessage() {
+// awaitMessage waits for the client's next bytes (nbConn.awaitInput),
+// unless the WebSocket's reader already holds some or a close handshake
+// started (it reads the reader then). True when none came for the idle
+// period: the read loop parks the connection.
+func (c *conn) awaitMessage() (idle bool) {
 	if c.nb == nil || c.br == nil {
-		return
+		return false
 	}
 	c.readGate.Lock()
 	wait := !c.closing() && c.br.Buffered() == 0
 	c.readGate.Unlock()
-	if wait {
-		c.nb.awaitInput()
-	}
+	return wait && c.nb.awaitInput()
 }
 
 // request decodes and handles one control message; an error ends the
@@ -370,6 +383,7 @@ func (c *conn) useNonBlocking(nb *nbConn) {
 		return
 	}
 	c.nb = nb
+	nb.idle = c.s.cfg.parkAfter
 	nb.notify(c.kick, c.stalled)
 }
 

@@ -3,10 +3,12 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,26 +21,101 @@ import (
 )
 
 // idleConnGoroutines is what an attached idle connection may keep
-// running: its read loop. Its channel is a callback of the ring, the
-// heartbeat and the expiry are timers, not goroutines.
-const idleConnGoroutines = 1
+// running once parked: nothing. Its channel is a callback of the ring,
+// the heartbeat and the expiry are timers, and its socket waits in the
+// process's waiter for idle descriptors (nbConn.park).
+const idleConnGoroutines = 0
 
 // TestIdleAttachedConnectionGoroutines counts the goroutines of the
 // server's connections while each is attached to one running execution
-// and idle. Not parallel: it counts every connection of the process.
+// and idle, then has each type a line: the parked connection reads it
+// and the execution gets it. Not parallel: it counts every connection of
+// the process.
 func TestIdleAttachedConnectionGoroutines(t *testing.T) {
 	const n = 10
-	e := newFakeEnv(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, nil)
+	l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
+	e := newFakeEnv(t, l, func(c *Config) { c.parkAfter = 20 * time.Millisecond })
+	cs := make([]*client, n)
+	channels := make([]uint32, n)
 	for i := range n {
 		c := e.dial(t, e.token(t, "acme", allScopes...))
 		defer c.close()
 		c.send(t, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint("idle-", i), Command: "/bin/sh", Attach: true, Ack: true})
-		c.expect(t, wire.MsgAttached)
+		att, _ := c.expect(t, wire.MsgAttached)
+		cs[i], channels[i] = c, att.Channel
 	}
 	// A flusher that wrote the attached answer may still be returning.
 	if !sandboxtest.Eventually(t, 5*time.Second, func() bool { return connGoroutines(t) <= n*idleConnGoroutines }) {
 		t.Fatalf("%d connections run %d goroutines, more than %d each", n, connGoroutines(t), idleConnGoroutines)
 	}
+	for i, c := range cs {
+		c.sendInput(t, channels[i], 0, fmt.Sprint("line ", i, "\n"))
+	}
+	// The fake's processes are keyed by hashes: compare the lines as a set.
+	got := func() string {
+		var in []string
+		for _, p := range l.Procs() {
+			s, _ := p.Input()
+			in = append(in, s)
+		}
+		slices.Sort(in)
+		return strings.Join(in, "")
+	}
+	var want strings.Builder
+	for i := range n {
+		fmt.Fprint(&want, "line ", i, "\n")
+	}
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return got() == want.String() }) {
+		t.Errorf("the executions got %q from their parked connections, want %q", got(), want.String())
+	}
+}
+
+// TestParkedConnectionEnds: a parked connection, which no goroutine
+// reads, still ends when its client hangs up and when its context ends
+// (a kick, the server's shutdown): the server lets go of it, and the
+// client sees its connection go.
+func TestParkedConnectionEnds(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.parkAfter = 20 * time.Millisecond })
+	parked := func(c *conn) bool {
+		c.nb.pmu.Lock()
+		defer c.nb.pmu.Unlock()
+		return c.nb.resume != nil
+	}
+	gone := func(c *client) {
+		t.Helper()
+		if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return e.srv.connections() == 0 }) {
+			t.Fatalf("%d connections still registered", e.srv.connections())
+		}
+	}
+
+	hangsUp := e.dial(t, e.token(t, "acme", allScopes...))
+	hangsUp.expect(t, wire.MsgHello)
+	if sc := serverConn(t, e); !sandboxtest.Eventually(t, 5*time.Second, func() bool { return parked(sc) }) {
+		t.Fatal("the idle connection did not park")
+	}
+	hangsUp.ws.CloseNow()
+	gone(hangsUp)
+
+	ended := e.dial(t, e.token(t, "acme", allScopes...))
+	defer ended.ws.CloseNow()
+	ended.expect(t, wire.MsgHello)
+	sc := serverConn(t, e)
+	if !sandboxtest.Eventually(t, 5*time.Second, func() bool { return parked(sc) }) {
+		t.Fatal("the idle connection did not park")
+	}
+	sc.cancel(errors.New("ended by the test"))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for range 100 {
+		if _, err := ended.read(ctx); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal("the parked connection stayed open after its context ended")
+			}
+			break
+		}
+	}
+	gone(ended)
 }
 
 // connGoroutines counts the goroutines running a connection's code.
@@ -118,8 +195,8 @@ func TestNewConnHoldsNoRelayQueue(t *testing.T) {
 // TestIdleTerminalEchoesOnceItsCopierParked: a terminal idle for longer
 // than the sandbox's output copier keeps its goroutine (5 s) echoes the
 // next keystroke and reaches its exit all the same: while idle, its
-// output waits in the sandbox's shared poller, and the copier comes back
-// with the first byte.
+// output and its connection (parkAfter) wait in the process's shared
+// waiter, and each comes back with the first byte.
 func TestIdleTerminalEchoesOnceItsCopierParked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)

@@ -8,10 +8,12 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
+	"github.com/termgate/termgate/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,6 +22,14 @@ import (
 // flow control from the ring (a gap) instead of memory held for it. A
 // round already under way may add one batch past it.
 const backlogBound = 64 << 10
+
+// parkAfter is how long a connection's read loop waits for the client's
+// next message before it parks the connection (nbConn.park), and gives
+// its goroutine and stack up: 4-8 KiB of an idle session's memory. A
+// client that keeps sending parks once a parkAfter and is resumed by its
+// next message, a few microseconds; the heartbeat's pong (every
+// DefaultPingInterval) resumes an idle one for a parkAfter.
+const parkAfter = time.Second
 
 // errBacklogStalled is a backlog that the client did not take within
 // the write timeout.
@@ -60,7 +70,20 @@ type nbConn struct {
 	rmu     sync.Mutex
 	pending []byte
 	lent    *[]byte
-	readErr error // awaitInput's read's error, for the next Read
+	readErr error       // awaitInput's read's error, for the next Read
+	armed   atomic.Bool // the socket's read deadline is awaitInput's (idle)
+
+	// Parking (park): a connection idle for idle gives its read loop's
+	// goroutine up, and its descriptor waits in the process's waiter for
+	// idle descriptors (sandbox.WhenReadable). pmu orders a park against
+	// Close, so that the socket is never closed while the waiter holds its
+	// descriptor: a closed descriptor leaves the waiter's epoll unseen,
+	// and its number may be another's by then.
+	fd      int
+	idle    time.Duration // parkAfter; 0 or less: never park
+	pmu     sync.Mutex
+	resume  func() // what runs when the parked socket is readable; nil unless parked
+	closing bool   // Close began: park no more
 }
 
 // inputBuffers lend awaitInput a buffer for the bytes it reads, as big as
@@ -84,7 +107,9 @@ func newNBConn(nc net.Conn, timeout time.Duration) (*nbConn, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &nbConn{Conn: nc, raw: raw, try: rawTry(raw), timeout: timeout}, true
+	c := &nbConn{Conn: nc, raw: raw, try: rawTry(raw), timeout: timeout, fd: -1}
+	raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	return c, true
 }
 
 // rawTry is a non-blocking write on raw: one write(2) that never waits
@@ -131,29 +156,111 @@ func (c *nbConn) Read(p []byte) (int, error) {
 		return 0, nil // as a socket does; and a nil p would ask read for a lent buffer
 	}
 	n, _, err := c.read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) && c.disarm() {
+		// awaitInput's deadline passed in the middle of a message: read
+		// on without it, and awaitInput sets a new one.
+		n, _, err = c.read(p)
+	}
 	return n, err
 }
 
 // awaitInput waits until the socket has bytes and reads them into a lent
 // buffer, which the next Reads hand out; its error goes to the next Read.
 // The read loop waits here between messages rather than in the
-// WebSocket's Read, whose frames would keep an idle connection's stack
-// at 8 KiB: waiting here, it is under a quarter of 4 KiB, where the
-// runtime shrinks it (BenchmarkIdleAttachedConnections, B-stacks/conn).
-// The read replaces the one the WebSocket would have made: a message
-// costs no extra system call.
-func (c *nbConn) awaitInput() {
+// WebSocket's Read, and parks the connection (park) when awaitInput
+// reports it idle: the socket sent nothing for c.idle. The deadline is
+// set once for each idle period, not for each wait: a keystroke pays for
+// no timer, and a connection that keeps busy parks once each c.idle, to
+// be resumed by its next message. The read replaces the one the
+// WebSocket would have made: a message costs no extra system call.
+func (c *nbConn) awaitInput() (idle bool) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if len(c.pending) > 0 || c.readErr != nil {
-		return
+		return false
+	}
+	if c.idle > 0 && !c.armed.Load() && c.Conn.SetReadDeadline(time.Now().Add(c.idle)) == nil {
+		c.armed.Store(true)
 	}
 	n, b, err := c.read(nil)
+	if errors.Is(err, os.ErrDeadlineExceeded) && c.disarm() {
+		return true
+	}
 	if n == 0 {
 		c.readErr = err
-		return
+		return false
 	}
 	c.lent, c.pending = b, (*b)[:n]
+	return false
+}
+
+// disarm takes awaitInput's deadline off the socket; false when the
+// socket's deadline is not awaitInput's, and stays.
+func (c *nbConn) disarm() bool {
+	if !c.armed.CompareAndSwap(true, false) {
+		return false
+	}
+	c.Conn.SetReadDeadline(time.Time{})
+	return true
+}
+
+// SetReadDeadline sets the socket's read deadline, which replaces
+// awaitInput's: a Read fails once it passed.
+func (c *nbConn) SetReadDeadline(t time.Time) error {
+	c.armed.Store(false)
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets both of the socket's deadlines (SetReadDeadline).
+func (c *nbConn) SetDeadline(t time.Time) error {
+	c.armed.Store(false)
+	return c.Conn.SetDeadline(t)
+}
+
+// park gives the socket to the process's waiter for idle descriptors,
+// which calls resume on a goroutine of its own once the client sends
+// something or hangs up, or Close does (it may have already when park
+// returns). False, with nothing parked, when the connection is closing or
+// the waiter cannot take the socket: the caller waits on in the poller.
+func (c *nbConn) park(resume func()) bool {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.closing || c.fd < 0 {
+		return false
+	}
+	c.resume = resume
+	if !sandbox.WhenReadable(c.fd, c.unpark) {
+		c.resume = nil
+		return false
+	}
+	return true
+}
+
+// unpark runs the parked connection again: the waiter found its socket
+// readable.
+func (c *nbConn) unpark() {
+	c.pmu.Lock()
+	resume := c.resume
+	c.resume = nil
+	c.pmu.Unlock()
+	if resume != nil {
+		resume()
+	}
+}
+
+// unparkToClose takes a parked socket back from the waiter before Close
+// closes it, and runs the connection again, which finds it closed.
+func (c *nbConn) unparkToClose() {
+	c.pmu.Lock()
+	c.closing = true
+	var resume func()
+	if c.resume != nil && sandbox.StopWaiting(c.fd) {
+		resume, c.resume = c.resume, nil
+	}
+	c.pmu.Unlock()
+	if resume != nil {
+		go resume()
+	}
 }
 
 // unread makes b, read from the socket before the upgrade, what Read
@@ -332,6 +439,7 @@ func (c *nbConn) writeAll(b []byte) error {
 // Close closes the socket and waits for the backlog's goroutine, which
 // the close ends.
 func (c *nbConn) Close() error {
+	c.unparkToClose()
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()

@@ -727,3 +727,108 @@ func TestReadLoopEndsWithItsConnection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestNBConnParksWhenIdle: awaitInput reports a socket that sent nothing
+// for the idle period, without failing its next Read; a parked socket is
+// resumed once by its client's next bytes, which the resumed reader then
+// reads; and Close takes a parked socket back from the waiter before it
+// closes it, and resumes it, so that its reader finds it closed.
+func TestNBConnParksWhenIdle(t *testing.T) {
+	t.Parallel()
+	nb, dc := nbPair(t)
+	nb.idle = 20 * time.Millisecond
+	if !nb.awaitInput() {
+		t.Fatal("awaitInput did not report 20ms without input idle")
+	}
+	if nb.readErr != nil {
+		t.Fatalf("an idle wait left an error for the next Read: %v", nb.readErr)
+	}
+	resumed := make(chan struct{}, 2)
+	if !nb.park(func() { resumed <- struct{}{} }) {
+		t.Fatal("the waiter did not take the socket")
+	}
+	select {
+	case <-resumed:
+		t.Fatal("resumed before the client sent anything")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, err := dc.Write([]byte("key")); err != nil {
+		t.Fatal(err)
+	}
+	waitResumed(t, resumed)
+	if nb.awaitInput() {
+		t.Fatal("awaitInput reported idle with bytes waiting")
+	}
+	if got := readAllOf(t, nb, 3, 8); got != "key" {
+		t.Fatalf("read %q after the resume, want key", got)
+	}
+
+	if !nb.awaitInput() || !nb.park(func() { resumed <- struct{}{} }) {
+		t.Fatal("the socket did not park a second time")
+	}
+	nb.Close()
+	waitResumed(t, resumed)
+	if sandbox.StopWaiting(nb.fd) {
+		t.Fatal("the closed socket's descriptor is still in the waiter")
+	}
+	if nb.park(func() { resumed <- struct{}{} }) {
+		t.Fatal("a closed socket parked")
+	}
+	if _, err := nb.Read(make([]byte, 8)); err == nil {
+		t.Fatal("a read of the closed socket succeeded")
+	}
+}
+
+// waitResumed waits at most 10 s for one resume.
+func waitResumed(t *testing.T, resumed <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-resumed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked socket was not resumed")
+	}
+}
+
+// TestNBConnReadsAMessageAcrossItsIdleDeadline: awaitInput's deadline
+// is set once for an idle period, so it may pass in the middle of a
+// message; the WebSocket's Read of the rest waits on without it, and a
+// deadline set on the socket itself still applies.
+func TestNBConnReadsAMessageAcrossItsIdleDeadline(t *testing.T) {
+	t.Parallel()
+	nb, dc := nbPair(t)
+	nb.idle = 20 * time.Millisecond
+	if _, err := dc.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if nb.awaitInput() {
+		t.Fatal("awaitInput reported idle with a byte waiting")
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond) // past the idle deadline
+		dc.Write([]byte("bc"))
+	}()
+	if got := readAllOf(t, nb, 3, 8); got != "abc" {
+		t.Fatalf("read %q, want abc", got)
+	}
+	if _, err := dc.Write([]byte("d")); err != nil {
+		t.Fatal(err)
+	}
+	if nb.awaitInput() { // a new idle deadline, then the byte
+		t.Fatal("awaitInput reported idle with a byte waiting")
+	}
+	nb.SetReadDeadline(time.Now().Add(20 * time.Millisecond)) // as linger does
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		time.Sleep(500 * time.Millisecond)
+		dc.Write([]byte("e"))
+	}()
+	defer func() { <-wrote }()
+	buf := make([]byte, 8)
+	if n, err := nb.Read(buf); string(buf[:n]) != "d" || err != nil {
+		t.Fatalf("read %q, %v; want d", buf[:n], err)
+	}
+	if n, err := nb.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a read past the socket's own deadline: %q, %v; want a timeout", buf[:n], err)
+	}
+}

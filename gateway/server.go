@@ -115,6 +115,10 @@ type Config struct {
 	// inputAckDelay is how long an accepted frame's input-ack waits for
 	// output to go with (inputack.go): inputAckDelay but in tests.
 	inputAckDelay time.Duration
+	// parkAfter is how long a connection waits for its client's next
+	// message before it gives its goroutine up (nbConn.park): parkAfter
+	// but in tests; negative: never.
+	parkAfter time.Duration
 }
 
 // SandboxConfig is the server's side of every execution's policy.
@@ -228,6 +232,9 @@ func NewServer(cfg Config) (*Server, error) {
 func applyDefaults(c *Config) {
 	if c.inputAckDelay == 0 {
 		c.inputAckDelay = inputAckDelay
+	}
+	if c.parkAfter == 0 {
+		c.parkAfter = parkAfter
 	}
 	if len(c.Commands) == 0 {
 		c.Commands = slices.Clone(DefaultCommands)
@@ -387,12 +394,15 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	go s.serveConn(c, subject)
 }
 
-// serveConn runs c on a goroutine of its own and ends its registration:
-// the handler returns, and net/http lets go of its goroutine, whose stack
-// is deep, and of its connection's state (hijack.go).
+// serveConn runs c on a goroutine of its own, which ends its
+// registration once c ended: the handler returns, and net/http lets go
+// of its goroutine, whose stack is deep, and of its connection's state
+// (hijack.go).
 func (s *Server) serveConn(c *conn, subject string) {
-	defer s.release(subject)
-	defer s.unregister(c)
+	c.ended = func() {
+		s.unregister(c)
+		s.release(subject)
+	}
 	c.serve()
 }
 

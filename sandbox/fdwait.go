@@ -16,6 +16,19 @@ import (
 // descriptor that holds them all, instead of a goroutine each.
 var idleFDs = &fdWaiter{waiting: map[int32]func(){}}
 
+// WhenReadable calls ready on a goroutine of its own once fd is readable
+// or hung up (it may be already), from the goroutine that waits for the
+// launcher's idle executions: the process keeps one goroutine for every
+// idle descriptor it waits for, not one each. fd is waited for once. The
+// caller keeps it open until ready was called or StopWaiting returned
+// true. False, with nothing started, when fd cannot be waited for so:
+// the caller waits for it as it can.
+func WhenReadable(fd int, ready func()) bool { return idleFDs.add(fd, ready) }
+
+// StopWaiting stops waiting for fd; true when WhenReadable waited for it,
+// whose ready is then never called.
+func StopWaiting(fd int) bool { return idleFDs.remove(fd) }
+
 // fdWaiter calls a function once a descriptor is readable or hung up, for
 // many descriptors, from one goroutine parked in the runtime poller on an
 // epoll descriptor holding them all. It runs only while it waits for some
