@@ -16,9 +16,16 @@ import (
 // and control messages are a few bytes to a few hundred, and a read or a
 // write larger than its buffer bypasses it, at the cost of one more
 // system call for frames between the two sizes.
+//
+// A non-blocking connection's reader is smaller still: nbConn reads the
+// socket itself between messages (awaitInput), up to upgradeReadBuffer at
+// once into a buffer it lends only while it holds bytes, and the reader
+// copies them from there. It holds a frame's header (at most 14 bytes)
+// and a little more; a larger read bypasses it, from nbConn's bytes.
 const (
 	upgradeReadBuffer  = 512
 	upgradeWriteBuffer = 1 << 10
+	nbReadBuffer       = 64
 )
 
 // What linger reads at most, and for how long, of a refused message.
@@ -53,7 +60,7 @@ func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if nb, ok := newNBConn(nc, w.writeTimeout); ok {
 		w.nb, nc = nb, nb
 		nb.unread(early)
-		r = bufio.NewReaderSize(nc, upgradeReadBuffer)
+		r = bufio.NewReaderSize(nc, nbReadBuffer)
 	} else {
 		r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(slices.Clone(early)), nc), max(upgradeReadBuffer, len(early)))
 		if len(early) > 0 {
