@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +23,7 @@ type execution struct {
 	s           *Supervisor
 	key         key
 	spec        Spec
-	fingerprint string
+	fingerprint fingerprint
 	incarnation string
 	ring        *replay.Ring
 	screen      *screenState // a PTY's emulator behind the ring; nil for pipes
@@ -49,7 +50,7 @@ type execution struct {
 	timeouts  timeouts
 }
 
-func newExecution(s *Supervisor, k key, spec Spec, fingerprint string) (*execution, error) {
+func newExecution(s *Supervisor, k key, spec Spec, fingerprint fingerprint) (*execution, error) {
 	e := &execution{
 		logAttrs: baseLogAttrs(k, spec),
 		s:        s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
@@ -116,7 +117,7 @@ func (e *execution) record(first bool) {
 	}
 	e.mu.Lock()
 	rec := &record{
-		Owner: e.key.owner, ID: e.key.id, Incarnation: e.incarnation, Fingerprint: e.fingerprint,
+		Owner: e.key.owner, ID: e.key.id, Incarnation: e.incarnation, Fingerprint: hex.EncodeToString(e.fingerprint[:]),
 		Spec: e.spec, Ring: ringBounds(e.spec.Ring), Started: e.started, Result: e.res,
 	}
 	if e.res != nil {

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"encoding/json"
 	"fmt"
 )
 
@@ -23,15 +22,15 @@ func (s *Supervisor) Existing(owner, id string, spec Spec) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	fingerprint, err := json.Marshal(spec)
+	fp, err := fingerprintOf(spec)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+		return Info{}, err
 	}
 	e, err := s.lookup(owner, id)
 	if err != nil {
 		return Info{}, err
 	}
-	if e.fingerprint != string(fingerprint) {
+	if e.fingerprint != fp {
 		return Info{}, fmt.Errorf("%w: %s", ErrConflict, id)
 	}
 	<-e.launched // a launch ends: the sandbox's start is bounded

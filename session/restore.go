@@ -193,7 +193,7 @@ func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, erro
 	}
 	k := key{rec.Owner, rec.ID}
 	e := &execution{
-		s: s, key: k, spec: spec, fingerprint: rec.Fingerprint, incarnation: rec.Incarnation,
+		s: s, key: k, spec: spec, fingerprint: recordedFingerprint(rec.Fingerprint), incarnation: rec.Incarnation,
 		dir: dir, ring: ring, started: rec.Started, logAttrs: baseLogAttrs(k, spec),
 		stdout: newHeadTail(spec.OutputBudget), stderr: newHeadTail(spec.OutputBudget),
 		in:       newInputQueue(s.cfg.InputBuffer, &s.counters.inputBytes),

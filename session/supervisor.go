@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -188,18 +187,18 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 	if err != nil {
 		return Info{}, err
 	}
-	fingerprint, err := json.Marshal(spec)
+	fp, err := fingerprintOf(spec)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+		return Info{}, err
 	}
 	s.mu.Lock()
-	r, created, err := s.admit(key{owner, id}, string(fingerprint))
+	r, created, err := s.admit(key{owner, id}, fp)
 	s.mu.Unlock()
 	if err != nil {
 		return Info{}, err
 	}
 	if created {
-		e, err := s.makeExecution(r, key{owner, id}, spec, string(fingerprint))
+		e, err := s.makeExecution(r, key{owner, id}, spec, fp)
 		if err != nil {
 			return Info{}, err
 		}
@@ -229,7 +228,7 @@ var makeHook func(owner, id string)
 // reservation is a start admitted whose execution is being made. Its
 // execution, or the error that made none, is set before made closes.
 type reservation struct {
-	fingerprint string
+	fingerprint fingerprint
 	made        chan struct{}
 	e           *execution
 	err         error
@@ -249,7 +248,7 @@ func (r *reservation) wait(ctx context.Context) (*execution, error) {
 // so that one start's storage does not hold up every other start, and
 // registers it; or, when that failed or s closed meanwhile, gives the
 // reservation's counts back.
-func (s *Supervisor) makeExecution(r *reservation, k key, spec Spec, fingerprint string) (*execution, error) {
+func (s *Supervisor) makeExecution(r *reservation, k key, spec Spec, fingerprint fingerprint) (*execution, error) {
 	if makeHook != nil {
 		makeHook(k.owner, k.id)
 	}
@@ -310,7 +309,7 @@ func (s *Supervisor) normalize(spec Spec) (Spec, error) {
 // made, or the start of k under way; or it reserves k and its place in
 // the limits for a new execution that the caller must make (makeExecution)
 // and launch (created). Called with s.mu held.
-func (s *Supervisor) admit(k key, fingerprint string) (r *reservation, created bool, err error) {
+func (s *Supervisor) admit(k key, fingerprint fingerprint) (r *reservation, created bool, err error) {
 	if s.closed {
 		return nil, false, ErrClosed
 	}
