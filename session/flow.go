@@ -81,7 +81,7 @@ func (e *execution) unparkLocked() {
 	}
 	f.timer.Stop()
 	f.parked.Release()
-	f.parked = nil
+	f.parked, f.timer = nil, nil // the timer's closure holds the hold
 }
 
 // holdLocked returns a hold for a new acknowledging writer after after,
