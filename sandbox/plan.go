@@ -45,6 +45,10 @@ type plan struct {
 	init  sandboxinit.Config // sent to the init on its control socket
 }
 
+// planOpts is room for a plan's options made at once: a PTY shell's
+// holds about 140 on a Debian host.
+const planOpts = 160
+
 // The descriptors bwrap inherits: the init's control socket, where bwrap
 // reads its options, and the first of plan.files.
 const (
@@ -133,7 +137,7 @@ var systemTops = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"
 
 // buildPlan turns a normalized, valid policy into bwrap's arguments.
 func buildPlan(p Policy, host hostLayout, seccomp []byte) plan {
-	var pl plan
+	pl := plan{opts: make([]string, 0, planOpts)}
 	pl.namespaces(p)
 	pl.system(host)
 	pl.etc(p, host)
@@ -318,10 +322,13 @@ func rlimits(l Limits) []sandboxinit.Rlimit {
 
 // encodeArgs joins options the way bwrap's --args expects them.
 func encodeArgs(opts []string) []byte {
-	var b strings.Builder
+	n := len(opts)
 	for _, o := range opts {
-		b.WriteString(o)
-		b.WriteByte(0)
+		n += len(o)
 	}
-	return []byte(b.String())
+	b := make([]byte, 0, n)
+	for _, o := range opts {
+		b = append(append(b, o...), 0)
+	}
+	return b
 }
