@@ -174,7 +174,9 @@ func (c *conn) finish(err error) {
 }
 
 // readLoop is the connection's only reader: one long-lived Read per
-// message, never a short read deadline used as a poll.
+// message, never a short read deadline used as a poll. It parks the
+// connection once the client sent no message for the idle period
+// (errIdle), and returns.
 //
 // The connection's end is watched once, not by each Read: a Read given a
 // context that can end registers on it and deregisters, twice a message.
@@ -183,10 +185,13 @@ func (c *conn) finish(err error) {
 func (c *conn) readLoop() (parked bool, err error) {
 	ctx := context.WithoutCancel(c.ctx)
 	for {
-		if c.awaitMessage() && c.nb.park(c.read) {
-			return true, nil
+		typ, b, err := c.nextMessage(ctx)
+		if errors.Is(err, errIdle) {
+			if c.nb.park(c.read) {
+				return true, nil
+			}
+			continue // the waiter refused it: wait on here
 		}
-		typ, b, err := c.ws.Read(ctx)
 		if err != nil {
 			return false, err
 		}
@@ -214,6 +219,22 @@ func aside(f func() error) error {
 	errc := make(chan error, 1)
 	go func() { errc <- f() }()
 	return <-errc
+}
+
+// nextMessage reads the client's next message, or returns errIdle when
+// none came for the idle period: no bytes at all (awaitMessage), or only
+// control frames, which the WebSocket's Read answers itself (a ping's
+// pong, nbConn.Read).
+func (c *conn) nextMessage(ctx context.Context) (websocket.MessageType, []byte, error) {
+	if c.nb == nil {
+		return c.ws.Read(ctx)
+	}
+	if c.awaitMessage() {
+		return 0, nil, errIdle
+	}
+	c.nb.mayIdle.Store(true)
+	defer c.nb.mayIdle.Store(false)
+	return c.ws.Read(ctx)
 }
 
 // awaitMessage waits for the client's next bytes (nbConn.awaitInput),

@@ -231,3 +231,81 @@ func TestIdleTerminalEchoesOnceItsCopierParked(t *testing.T) {
 		t.Fatalf("exit %+v after output %q, then %q", exit, out, rest)
 	}
 }
+
+// TestIdleConnectionParksAgainAfterPings: a parked connection woken by
+// control frames alone (the heartbeat's pongs, the client's pings), which
+// the WebSocket's Read answers without returning, parks again once the
+// idle period passed, and still reads the next message.
+func TestIdleConnectionParksAgainAfterPings(t *testing.T) {
+	t.Parallel()
+	l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
+	e := newFakeEnv(t, l, func(c *Config) {
+		c.parkAfter = 20 * time.Millisecond
+		c.PingInterval, c.PongTimeout = 50*time.Millisecond, 5*time.Second
+	})
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.ws.CloseNow()
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "pinged", Command: "/bin/sh", Attach: true})
+	att, _ := c.expect(t, wire.MsgAttached)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	reading := make(chan struct{})
+	go func() { // answers the heartbeat's pings, and pings too
+		defer close(reading)
+		for {
+			if _, err := c.read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); <-reading }()
+	sc := serverConn(t, e)
+	parked := func() bool {
+		sc.nb.pmu.Lock()
+		defer sc.nb.pmu.Unlock()
+		return sc.nb.resume != nil
+	}
+	for i := range 5 {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.ws.Ping(pctx)
+		pcancel()
+		if err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+		time.Sleep(60 * time.Millisecond) // a heartbeat's ping and pong too
+		if !sandboxtest.Eventually(t, 5*time.Second, parked) {
+			t.Fatalf("after %d pings the idle connection does not park again", i+1)
+		}
+	}
+	c.sendInput(t, att.Channel, 0, "after pings\n")
+	p := l.Procs()[0]
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { in, _ := p.Input(); return in == "after pings\n" }) {
+		in, _ := p.Input()
+		t.Fatalf("the execution got %q after the pings, want the line", in)
+	}
+}
+
+// TestConnectionTheWaiterRefusesReadsOn: a connection the waiter cannot
+// take (park fails) waits for its client in its goroutine, and reads on.
+func TestConnectionTheWaiterRefusesReadsOn(t *testing.T) {
+	t.Parallel()
+	l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
+	e := newFakeEnv(t, l, func(c *Config) { c.parkAfter = 20 * time.Millisecond })
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.expect(t, wire.MsgHello)
+	sc := serverConn(t, e)
+	sc.nb.pmu.Lock()
+	sc.nb.fd = -1 // park refuses it
+	sc.nb.pmu.Unlock()
+	time.Sleep(100 * time.Millisecond) // five idle periods
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "refused", Command: "/bin/sh", Attach: true})
+	att, _ := c.expect(t, wire.MsgAttached)
+	time.Sleep(100 * time.Millisecond)
+	c.sendInput(t, att.Channel, 0, "typed\n")
+	p := l.Procs()[0]
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { in, _ := p.Input(); return in == "typed\n" }) {
+		in, _ := p.Input()
+		t.Fatalf("the execution got %q, want the line", in)
+	}
+}

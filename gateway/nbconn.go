@@ -31,6 +31,10 @@ const backlogBound = 64 << 10
 // DefaultPingInterval) resumes an idle one for a parkAfter.
 const parkAfter = time.Second
 
+// errIdle is a connection that sent no message for parkAfter: its read
+// loop parks it (nbConn.park).
+var errIdle = errors.New("gateway: connection idle")
+
 // errBacklogStalled is a backlog that the client did not take within
 // the write timeout.
 var errBacklogStalled = errors.New("gateway: client did not read its output in time")
@@ -72,6 +76,8 @@ type nbConn struct {
 	lent    *[]byte
 	readErr error       // awaitInput's read's error, for the next Read
 	armed   atomic.Bool // the socket's read deadline is awaitInput's (idle)
+	frames  frameCursor // the client's frames in the bytes Read handed out
+	mayIdle atomic.Bool // the read loop reads: Read may report errIdle
 
 	// Parking (park): a connection idle for idle gives its read loop's
 	// goroutine up, and its descriptor waits in the process's waiter for
@@ -146,7 +152,9 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if len(c.pending) > 0 {
-		return c.takePending(p), nil
+		n := c.takePending(p)
+		c.frames.feed(p[:n])
+		return n, nil
 	}
 	if err := c.readErr; err != nil {
 		c.readErr = nil
@@ -157,10 +165,17 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	}
 	n, _, err := c.read(p)
 	if errors.Is(err, os.ErrDeadlineExceeded) && c.disarm() {
-		// awaitInput's deadline passed in the middle of a message: read
-		// on without it, and awaitInput sets a new one.
+		if c.mayIdle.Load() && c.frames.atRest() {
+			// Only whole control frames came since awaitInput's wait (a
+			// pong): the WebSocket waits for a message's first byte,
+			// and a failed read leaves it as it was.
+			return 0, errIdle
+		}
+		// In the middle of a message: read on without the deadline,
+		// and awaitInput sets a new one.
 		n, _, err = c.read(p)
 	}
+	c.frames.feed(p[:n])
 	return n, err
 }
 
