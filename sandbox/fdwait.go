@@ -14,7 +14,7 @@ import (
 // bwrap's exit (a pidfd, watchExit) and, once idle, their output (see
 // copier). One goroutine parked in the runtime poller on an epoll
 // descriptor that holds them all, instead of a goroutine each.
-var idleFDs = &fdWaiter{waiting: map[int32]func(){}}
+var idleFDs = &fdWaiter{waiting: map[int32]fdWait{}}
 
 // WhenReadable calls ready on a goroutine of its own once fd is readable
 // or hung up (it may be already), from the goroutine that waits for the
@@ -38,8 +38,22 @@ type fdWaiter struct {
 	mu      sync.Mutex
 	ep      *os.File         // the epoll descriptor; nil while nothing is waited for
 	epfd    int              // ep's descriptor (ep.Fd would make it blocking)
-	waiting map[int32]func() // what to call when the descriptor is ready, by descriptor
+	waiting map[int32]fdWait // by descriptor
+	added   int32            // registrations made, to tell them apart (fdWait.n)
 }
+
+// fdWait is one descriptor waited for: what to call once it is ready,
+// and which registration it is. An event read from the epoll before a
+// descriptor was removed, closed, and its number given to another that
+// was added, is not the new one's: its registration differs.
+type fdWait struct {
+	ready func()
+	n     int32
+}
+
+// fdEvent is an event read from the epoll: the descriptor and the
+// registration it was for.
+type fdEvent struct{ fd, n int32 }
 
 // add calls ready on a goroutine of its own once fd is readable or hung
 // up (it may be already). The caller keeps fd open until then, or until
@@ -56,7 +70,8 @@ func (w *fdWaiter) add(fd int, ready func()) bool {
 		w.ep, w.epfd = ep, epfd
 		go w.run(ep) // ends once nothing is waited for (take)
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	w.added++
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: w.added}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		if len(w.waiting) == 0 {
 			w.ep.Close() // its goroutine, waiting for nothing, returns
@@ -64,7 +79,7 @@ func (w *fdWaiter) add(fd int, ready func()) bool {
 		}
 		return false
 	}
-	w.waiting[int32(fd)] = ready
+	w.waiting[int32(fd)] = fdWait{ready: ready, n: w.added}
 	return true
 }
 
@@ -114,18 +129,18 @@ func (w *fdWaiter) run(ep *os.File) {
 		w.failAll(ep)
 		return
 	}
-	events := make([]unix.EpollEvent, 16)
+	buf := make([]unix.EpollEvent, 16)
 	for {
-		var ready []int32
+		var events []fdEvent
 		var werr error
 		err := raw.Read(func(fd uintptr) bool {
-			n, err := unix.EpollWait(int(fd), events, 0)
+			n, err := unix.EpollWait(int(fd), buf, 0)
 			if err != nil && err != syscall.EINTR {
 				werr = err
 				return true
 			}
-			for _, ev := range events[:max(n, 0)] {
-				ready = append(ready, ev.Fd)
+			for _, ev := range buf[:max(n, 0)] {
+				events = append(events, fdEvent{fd: ev.Fd, n: ev.Pad})
 			}
 			return n > 0 // none yet: wait in the poller
 		})
@@ -133,7 +148,7 @@ func (w *fdWaiter) run(ep *os.File) {
 			w.failAll(ep)
 			return
 		}
-		if !w.take(ep, ready) {
+		if !w.take(ep, events) {
 			return
 		}
 	}
@@ -141,19 +156,19 @@ func (w *fdWaiter) run(ep *os.File) {
 
 // take removes the ready descriptors and calls what waited for each.
 // False once ep is no longer w's: nothing else is waited for on it.
-func (w *fdWaiter) take(ep *os.File, ready []int32) bool {
+func (w *fdWaiter) take(ep *os.File, events []fdEvent) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ep != ep {
 		return false // remove let go of it
 	}
-	for _, fd := range ready {
-		f, ok := w.waiting[fd]
-		if !ok {
-			continue
+	for _, ev := range events {
+		wt, ok := w.waiting[ev.fd]
+		if !ok || wt.n != ev.n {
+			continue // removed meanwhile, and maybe its number reused
 		}
-		w.dropLocked(fd)
-		go f() // a Wait or a copier must never hold the lock
+		w.dropLocked(ev.fd)
+		go wt.ready() // a Wait or a copier must never hold the lock
 	}
 	if len(w.waiting) == 0 {
 		w.ep = nil
@@ -171,9 +186,9 @@ func (w *fdWaiter) failAll(ep *os.File) {
 		return // not w's any more: it waits for nothing on ep
 	}
 	w.ep = nil
-	for fd, f := range w.waiting {
+	for fd, wt := range w.waiting {
 		delete(w.waiting, fd)
-		go f()
+		go wt.ready()
 	}
 }
 

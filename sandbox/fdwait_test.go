@@ -16,7 +16,7 @@ import (
 // once, and the waiter lets go of its epoll descriptor (and its
 // goroutine) once it waits for none; the next child starts it again.
 func TestExitWaiterReportsEveryExitOnce(t *testing.T) {
-	w := &fdWaiter{waiting: map[int32]func(){}}
+	w := &fdWaiter{waiting: map[int32]fdWait{}}
 	for round := range 2 {
 		const n = 40
 		cmds := make([]*exec.Cmd, n)
@@ -73,4 +73,55 @@ func exitedNow(pid int) bool {
 	var info unix.Siginfo
 	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 	return err == nil && info.Signo != 0
+}
+
+// TestWaiterIgnoresAnEventOfAnEarlierRegistration: an event read from the
+// epoll for a descriptor that was then removed, closed, and its number
+// given to another descriptor added meanwhile, does not call the new
+// one's function; the new registration's own event does.
+func TestWaiterIgnoresAnEventOfAnEarlierRegistration(t *testing.T) {
+	w := &fdWaiter{waiting: map[int32]fdWait{}}
+	var other, reused [2]int
+	if err := unix.Pipe2(other[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Pipe2(reused[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, fd := range append(other[:], reused[:]...) {
+			unix.Close(fd)
+		}
+	}()
+	fd := reused[0]
+	called := make(chan string, 2)
+	if !w.add(other[0], func() { called <- "other" }) || !w.add(fd, func() { called <- "first" }) {
+		t.Fatal("the waiter took no descriptor")
+	}
+	w.mu.Lock()
+	stale := fdEvent{fd: int32(fd), n: w.waiting[int32(fd)].n}
+	w.mu.Unlock()
+	if !w.remove(fd) || !w.add(fd, func() { called <- "second" }) {
+		t.Fatal("the descriptor was not taken back, or not again")
+	}
+	w.mu.Lock()
+	fresh := fdEvent{fd: int32(fd), n: w.waiting[int32(fd)].n}
+	ep := w.ep
+	w.mu.Unlock()
+	w.take(ep, []fdEvent{stale})
+	select {
+	case who := <-called:
+		t.Fatalf("the earlier registration's event called %s", who)
+	case <-time.After(100 * time.Millisecond):
+	}
+	w.take(ep, []fdEvent{fresh})
+	select {
+	case who := <-called:
+		if who != "second" {
+			t.Fatalf("the registration's own event called %s", who)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the registration's own event called nothing")
+	}
+	w.remove(other[0])
 }
