@@ -241,7 +241,7 @@ func TestIdleConnectionParksAgainAfterPings(t *testing.T) {
 	l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
 	e := newFakeEnv(t, l, func(c *Config) {
 		c.parkAfter = 20 * time.Millisecond
-		c.PingInterval, c.PongTimeout = 50*time.Millisecond, 5*time.Second
+		c.PingInterval, c.PongTimeout = 150*time.Millisecond, 5*time.Second
 	})
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.ws.CloseNow()
@@ -272,7 +272,7 @@ func TestIdleConnectionParksAgainAfterPings(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ping %d: %v", i, err)
 		}
-		time.Sleep(60 * time.Millisecond) // a heartbeat's ping and pong too
+		time.Sleep(160 * time.Millisecond) // a heartbeat's ping and pong too
 		if !sandboxtest.Eventually(t, 5*time.Second, parked) {
 			t.Fatalf("after %d pings the idle connection does not park again", i+1)
 		}
