@@ -326,6 +326,12 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 	c.closeOnce.Do(func() {
 		c.readGate.Lock()
 		close(c.closeStarted)
+		if c.nb != nil {
+			// The handshake reads the client's answer, maybe while the
+			// read loop is in the WebSocket's Read: it must wait for
+			// it, not take the idle deadline as the client idle.
+			c.nb.noIdle.Store(true)
+		}
 		c.readGate.Unlock()
 		c.closeCode.Store(int32(code))
 		c.log.Info("closing", "code", int(code), "reason", reason)

@@ -78,6 +78,7 @@ type nbConn struct {
 	armed   atomic.Bool // the socket's read deadline is awaitInput's (idle)
 	frames  frameCursor // the client's frames in the bytes Read handed out
 	mayIdle atomic.Bool // the read loop reads: Read may report errIdle
+	noIdle  atomic.Bool // a close handshake began: no Read reports errIdle
 
 	// Parking (park): a connection idle for idle gives its read loop's
 	// goroutine up, and its descriptor waits in the process's waiter for
@@ -165,7 +166,7 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	}
 	n, _, err := c.read(p)
 	if errors.Is(err, os.ErrDeadlineExceeded) && c.disarm() {
-		if c.mayIdle.Load() && c.frames.atRest() {
+		if c.mayIdle.Load() && !c.noIdle.Load() && c.frames.atRest() {
 			// Only whole control frames came since awaitInput's wait (a
 			// pong): the WebSocket waits for a message's first byte,
 			// and a failed read leaves it as it was.

@@ -832,3 +832,72 @@ func TestNBConnReadsAMessageAcrossItsIdleDeadline(t *testing.T) {
 		t.Fatalf("a read past the socket's own deadline: %q, %v; want a timeout", buf[:n], err)
 	}
 }
+
+// TestNBConnReportsIdleOnlyToTheReadLoop: past the idle deadline, at the
+// end of a frame, Read fails with errIdle only while the read loop reads
+// (mayIdle) and no close handshake began (noIdle), whose read of the
+// client's answer must wait for it; otherwise it reads on.
+func TestNBConnReportsIdleOnlyToTheReadLoop(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		mayIdle, noIdle bool
+		wantIdle        bool
+	}{
+		{"the read loop", true, false, true},
+		{"a close handshake under way", true, true, false},
+		{"another reader", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nb, dc := nbPair(t)
+			nb.idle = 20 * time.Millisecond
+			pong := clientFrame(true, 10, nil)
+			if _, err := dc.Write(pong); err != nil {
+				t.Fatal(err)
+			}
+			if nb.awaitInput() {
+				t.Fatal("awaitInput reported idle with a frame waiting")
+			}
+			buf := make([]byte, 64)
+			if n, err := nb.Read(buf); n != len(pong) || err != nil {
+				t.Fatalf("read the pong: %d, %v", n, err)
+			}
+			nb.mayIdle.Store(tc.mayIdle)
+			nb.noIdle.Store(tc.noIdle)
+			wrote := make(chan struct{})
+			go func() {
+				defer close(wrote)
+				time.Sleep(200 * time.Millisecond) // past the idle deadline
+				dc.Write([]byte("x"))
+			}()
+			defer func() { <-wrote }()
+			n, err := nb.Read(buf)
+			if tc.wantIdle {
+				if !errors.Is(err, errIdle) {
+					t.Fatalf("read past the idle deadline at rest: %q, %v; want errIdle", buf[:n], err)
+				}
+				return
+			}
+			if err != nil || string(buf[:n]) != "x" {
+				t.Fatalf("read past the idle deadline: %q, %v; want x", buf[:n], err)
+			}
+		})
+	}
+}
+
+// TestCloseKeepsTheHandshakeFromIdling: the close handshake a server's
+// close starts reads with no errIdle: conn.close says so before the
+// handshake's goroutine runs.
+func TestCloseKeepsTheHandshakeFromIdling(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, &sessiontest.Launcher{}, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.ws.CloseNow()
+	c.expect(t, wire.MsgHello)
+	sc := serverConn(t, e)
+	sc.close(websocket.StatusPolicyViolation, "closed by the test")
+	if !sc.nb.noIdle.Load() {
+		t.Fatal("a close began and the handshake's reads may still report idle")
+	}
+}
