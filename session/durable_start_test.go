@@ -3,6 +3,7 @@ package session_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -195,5 +196,46 @@ func TestRestoreRefusesAnotherVersion(t *testing.T) {
 	defer s3.Close(context.Background())
 	if n, err := s3.Restore(t.Context()); err != nil || n.Running != 1 {
 		t.Fatalf("restore after the refusal: %+v, %v; want the execution adopted", n, err)
+	}
+}
+
+// TestRecordKeepsTheSpecJSONAsFingerprint: a record's fingerprint is the
+// spec's JSON, as records have always held it, so that a termgate of an
+// earlier or a later kind reads it; and once restored, the execution
+// still takes a start of its own spec as its own, and refuses another.
+func TestRecordKeepsTheSpecJSONAsFingerprint(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	l := &sessiontest.Launcher{Keep: true, Script: sessiontest.UntilStopped}
+	s := newDurable(t, l, dir)
+	if _, err := s.Start(t.Context(), "t", "fp", untimed("fake")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "executions", DirKey("t", "fp"), "record.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Fingerprint string          `json:"fingerprint"`
+		Spec        json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Fingerprint != string(rec.Spec) {
+		t.Fatalf("the record's fingerprint %q is not its spec's JSON %s", rec.Fingerprint, rec.Spec)
+	}
+	if err := s.Detach(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newDurable(t, l, dir)
+	defer s2.Close(context.Background())
+	if n, err := s2.Restore(t.Context()); err != nil || n.Running != 1 {
+		t.Fatalf("restore: %+v, %v; want the execution adopted", n, err)
+	}
+	if _, err := s2.Start(t.Context(), "t", "fp", untimed("fake")); err != nil {
+		t.Fatalf("a start of the restored execution's own spec: %v", err)
+	}
+	if _, err := s2.Start(t.Context(), "t", "fp", untimed("other")); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a start of another spec: %v, want ErrConflict", err)
 	}
 }

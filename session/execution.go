@@ -2,7 +2,7 @@ package session
 
 import (
 	"context"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -115,9 +115,11 @@ func (e *execution) record(first bool) {
 	if e.dir == "" || e.s.detached.Load() {
 		return
 	}
+	// The spec's JSON, which the fingerprint digests: e.spec never changes.
+	fingerprint, _ := json.Marshal(e.spec)
 	e.mu.Lock()
 	rec := &record{
-		Owner: e.key.owner, ID: e.key.id, Incarnation: e.incarnation, Fingerprint: hex.EncodeToString(e.fingerprint[:]),
+		Owner: e.key.owner, ID: e.key.id, Incarnation: e.incarnation, Fingerprint: string(fingerprint),
 		Spec: e.spec, Ring: ringBounds(e.spec.Ring), Started: e.started, Result: e.res,
 	}
 	if e.res != nil {

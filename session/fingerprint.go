@@ -2,7 +2,6 @@ package session
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 )
@@ -10,7 +9,9 @@ import (
 // fingerprint identifies a normalized spec: a start of an ID that is
 // known must bring the same one (ErrConflict). It is a digest of the
 // spec's JSON, not the JSON itself (about 700 bytes), which every
-// execution would keep for its life beside the spec.
+// execution would keep for its life beside the spec. Records hold the
+// JSON, as they always have (recordedFingerprint), so that a termgate
+// of either kind reads the other's.
 type fingerprint [sha256.Size]byte
 
 // fingerprintOf is the fingerprint of a normalized spec.
@@ -22,15 +23,8 @@ func fingerprintOf(spec Spec) (fingerprint, error) {
 	return sha256.Sum256(b), nil
 }
 
-// recordedFingerprint reads a record's fingerprint: the digest in hex,
-// or the spec's JSON itself, which records written before the digest
-// hold.
-func recordedFingerprint(s string) fingerprint {
-	var f fingerprint
-	if len(s) == hex.EncodedLen(len(f)) {
-		if _, err := hex.Decode(f[:], []byte(s)); err == nil {
-			return f
-		}
-	}
-	return sha256.Sum256([]byte(s))
+// recordedFingerprint reads a record's fingerprint: the JSON of the
+// spec it was made from.
+func recordedFingerprint(specJSON string) fingerprint {
+	return sha256.Sum256([]byte(specJSON))
 }
