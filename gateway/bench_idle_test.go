@@ -46,7 +46,10 @@ const envHeapProfile = "TERMGATE_BENCH_HEAPPROFILE"
 // executions' stacks (B-stacks/execution), VmRSS
 // (kB-rss/conn) and goroutines, then the VmRSS left once every
 // connection closed: at once and after a forced return of free memory to
-// the OS (kB-rss-closed, kB-rss-freed, per connection).
+// the OS (kB-rss-closed, kB-rss-freed, per connection). A parked
+// connection holds no goroutine and no stack, so the stack figures are
+// the runtime's stack spans moving, a few hundred bytes either way, and
+// may be negative.
 func BenchmarkIdleAttachedConnections(b *testing.B) {
 	const n = 200
 	for _, durable := range []bool{false, true} {
