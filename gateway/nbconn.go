@@ -46,8 +46,11 @@ var errBacklogStalled = errors.New("gateway: client did not read its output in t
 // timeout. While a backlog exists, writes append to it, so bytes leave
 // in the order they were written. The WebSocket above it then never
 // blocks in Write, which lets whoever has output write it on its own
-// goroutine (conn.kick). Reads are the socket's, made raw (Read);
-// addresses and Close are the socket's own.
+// goroutine (conn.kick). Reads are the socket's, made raw (Read), and
+// between messages the read loop waits in awaitInput, which tells it
+// when to park the connection (park): give its goroutine up until the
+// client sends again. Addresses are the socket's own; Close takes a
+// parked socket back first.
 type nbConn struct {
 	net.Conn
 	raw syscall.RawConn
@@ -80,12 +83,12 @@ type nbConn struct {
 	mayIdle atomic.Bool // the read loop reads: Read may report errIdle
 	noIdle  atomic.Bool // a close handshake began: no Read reports errIdle
 
-	// Parking (park): a connection idle for idle gives its read loop's
-	// goroutine up, and its descriptor waits in the process's waiter for
-	// idle descriptors (sandbox.WhenReadable). pmu orders a park against
-	// Close, so that the socket is never closed while the waiter holds its
-	// descriptor: a closed descriptor leaves the waiter's epoll unseen,
-	// and its number may be another's by then.
+	// Parking (park): once the client sent nothing for idle, the read
+	// loop gives its goroutine up, and the descriptor waits in the
+	// process's waiter for idle descriptors (sandbox.WhenReadable). pmu
+	// orders a park against Close, so that the socket is never closed
+	// while the waiter holds its descriptor: a closed descriptor leaves
+	// the waiter's epoll unseen, and its number may be another's by then.
 	fd      int
 	idle    time.Duration // parkAfter; 0 or less: never park
 	pmu     sync.Mutex
