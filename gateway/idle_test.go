@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -77,45 +76,34 @@ func TestIdleAttachedConnectionGoroutines(t *testing.T) {
 func TestParkedConnectionEnds(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, &sessiontest.Launcher{}, func(c *Config) { c.parkAfter = 20 * time.Millisecond })
-	parked := func(c *conn) bool {
-		c.nb.pmu.Lock()
-		defer c.nb.pmu.Unlock()
-		return c.nb.resume != nil
-	}
-	gone := func(c *client) {
-		t.Helper()
-		if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return e.srv.connections() == 0 }) {
-			t.Fatalf("%d connections still registered", e.srv.connections())
-		}
-	}
 
 	hangsUp := e.dial(t, e.token(t, "acme", allScopes...))
 	hangsUp.expect(t, wire.MsgHello)
-	if sc := serverConn(t, e); !sandboxtest.Eventually(t, 5*time.Second, func() bool { return parked(sc) }) {
-		t.Fatal("the idle connection did not park")
-	}
+	waitParked(t, serverConn(t, e))
 	hangsUp.ws.CloseNow()
-	gone(hangsUp)
+	waitUnregistered(t, e)
 
 	ended := e.dial(t, e.token(t, "acme", allScopes...))
 	defer ended.ws.CloseNow()
 	ended.expect(t, wire.MsgHello)
 	sc := serverConn(t, e)
-	if !sandboxtest.Eventually(t, 5*time.Second, func() bool { return parked(sc) }) {
+	waitParked(t, sc)
+	endByContext(t, e, ended, sc)
+}
+
+// parked reports whether c's socket waits in the waiter (nbConn.park).
+func parked(c *conn) bool {
+	c.nb.pmu.Lock()
+	defer c.nb.pmu.Unlock()
+	return c.nb.resume != nil
+}
+
+// waitParked waits at most 5 s until c is parked.
+func waitParked(t *testing.T, c *conn) {
+	t.Helper()
+	if !sandboxtest.Eventually(t, 5*time.Second, func() bool { return parked(c) }) {
 		t.Fatal("the idle connection did not park")
 	}
-	sc.cancel(errors.New("ended by the test"))
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	for range 100 {
-		if _, err := ended.read(ctx); err != nil {
-			if ctx.Err() != nil {
-				t.Fatal("the parked connection stayed open after its context ended")
-			}
-			break
-		}
-	}
-	gone(ended)
 }
 
 // connGoroutines counts the goroutines running a connection's code.
@@ -260,11 +248,6 @@ func TestIdleConnectionParksAgainAfterPings(t *testing.T) {
 	}()
 	defer func() { cancel(); <-reading }()
 	sc := serverConn(t, e)
-	parked := func() bool {
-		sc.nb.pmu.Lock()
-		defer sc.nb.pmu.Unlock()
-		return sc.nb.resume != nil
-	}
 	for i := range 5 {
 		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 		err := c.ws.Ping(pctx)
@@ -273,7 +256,7 @@ func TestIdleConnectionParksAgainAfterPings(t *testing.T) {
 			t.Fatalf("ping %d: %v", i, err)
 		}
 		time.Sleep(160 * time.Millisecond) // a heartbeat's ping and pong too
-		if !sandboxtest.Eventually(t, 5*time.Second, parked) {
+		if !sandboxtest.Eventually(t, 5*time.Second, func() bool { return parked(sc) }) {
 			t.Fatalf("after %d pings the idle connection does not park again", i+1)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session/sessiontest"
 	"golang.org/x/sys/unix"
 )
@@ -703,6 +704,13 @@ func TestReadLoopEndsWithItsConnection(t *testing.T) {
 	c.expect(t, wire.MsgHello)
 	sc := serverConn(t, e)
 	time.Sleep(20 * time.Millisecond) // the read loop waits for a message (it also passes if not yet)
+	endByContext(t, e, c, sc)
+}
+
+// endByContext ends sc's context and checks that its client c sees the
+// connection go and that the server lets go of it, each within 10 s.
+func endByContext(t *testing.T, e *testEnv, c *client, sc *conn) {
+	t.Helper()
 	sc.cancel(errors.New("ended by the test"))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -714,17 +722,15 @@ func TestReadLoopEndsWithItsConnection(t *testing.T) {
 			break
 		}
 	}
-	for i := 0; ; i++ {
-		e.srv.mu.Lock()
-		n := len(e.srv.conns)
-		e.srv.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if i == 1000 {
-			t.Fatalf("%d connections still registered", n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitUnregistered(t, e)
+}
+
+// waitUnregistered waits at most 10 s until the server holds no
+// connection.
+func waitUnregistered(t *testing.T, e *testEnv) {
+	t.Helper()
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return e.srv.connections() == 0 }) {
+		t.Fatalf("%d connections still registered", e.srv.connections())
 	}
 }
 
