@@ -212,9 +212,10 @@ func (c *conn) readLoop() (parked bool, err error) {
 // aside runs f on a goroutine of its own and returns its error. A
 // control request (a start, above all) calls deep into the supervisor and
 // the sandbox, and the goroutine it ran on keeps the stack it grew, all
-// 8-16 KiB of it, until collections halve it again; the connection's own
-// goroutine, which waits for the next message for as long as the session
-// idles, keeps the short stack of reading.
+// 8-16 KiB of it, until collections halve it again. A parked connection
+// gives its goroutine up anyway; one that cannot park (served over TLS,
+// or refused by the waiter) waits for the next message for as long as
+// the session idles, and keeps the short stack of reading.
 func aside(f func() error) error {
 	errc := make(chan error, 1)
 	go func() { errc <- f() }()
