@@ -202,20 +202,31 @@ func (c *conn) readLoop() (parked bool, err error) {
 		case typ == websocket.MessageBinary:
 			c.input(b)
 		default:
-			if err := aside(func() error { return c.request(b) }); err != nil {
+			if err := c.serveRequest(b); err != nil {
 				return false, err
 			}
 		}
 	}
 }
 
-// aside runs f on a goroutine of its own and returns its error. A
-// control request (a start, above all) calls deep into the supervisor and
-// the sandbox, and the goroutine it ran on keeps the stack it grew, all
-// 8-16 KiB of it, until collections halve it again. A parked connection
-// gives its goroutine up anyway; one that cannot park (served over TLS,
-// or refused by the waiter) waits for the next message for as long as
-// the session idles, and keeps the short stack of reading.
+// serveRequest runs the control request b. A request (a start, above
+// all) calls deep into the supervisor and the sandbox, and the goroutine
+// it ran on keeps the stack it grew, 8-16 KiB, until collections halve it
+// again. A connection that parks once idle gives its goroutine up then,
+// grown stack and all, so the request runs on the read loop's goroutine:
+// a goroutine per request more only left the runtime more freed stacks
+// to keep (about 2 kB of RSS an idle session). One that cannot park
+// (served over TLS, or never parking) waits for the next message for as
+// long as the session idles, so the request runs aside and the read loop
+// keeps the short stack of reading.
+func (c *conn) serveRequest(b []byte) error {
+	if c.nb != nil && c.nb.idle > 0 {
+		return c.request(b)
+	}
+	return aside(func() error { return c.request(b) })
+}
+
+// aside runs f on a goroutine of its own and returns its error.
 func aside(f func() error) error {
 	errc := make(chan error, 1)
 	go func() { errc <- f() }()
