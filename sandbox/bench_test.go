@@ -172,12 +172,20 @@ func median(xs []float64) float64 {
 // command itself with bwrap's own --setenv instead of termgate's init, and
 // without a cgroup, process events or supervision, forked from the host's
 // mount namespace; it returns when output first arrived.
-func plainBwrap(l *Launcher, p Policy) (time.Time, error) { return plainBwrapFrom(l, p, false) }
+func plainBwrap(l *Launcher, p Policy) (time.Time, error) { return plainBwrapFrom(l, p, false, nil) }
 
 // plainBwrapFrom is plainBwrap, forked by the launcher's forking thread
-// from a lean mount namespace (mountns) when lean, as termgate forks.
-func plainBwrapFrom(l *Launcher, p Policy, lean bool) (time.Time, error) {
+// from a lean mount namespace (mountns) when lean, as termgate forks,
+// and without the plan's operations that drop accepts (withoutOps).
+func plainBwrapFrom(l *Launcher, p Policy, lean bool, drop func(op []string) bool) (time.Time, error) {
 	pl := buildPlan(p, l.layout, seccomp.Program())
+	if drop != nil {
+		opts, err := withoutOps(pl.opts, drop)
+		if err != nil {
+			return time.Time{}, err
+		}
+		pl.opts = opts
+	}
 	for _, kv := range p.sortedEnv() {
 		k, v, _ := strings.Cut(kv, "=")
 		pl.opts = append(pl.opts, "--setenv", k, v)
@@ -445,7 +453,10 @@ func rssKiB(b *testing.B, pid int) int {
 // /proc, the tmpfs, the workspace and init binds, the seccomp filter,
 // forked from a lean mount namespace as termgate forks; the command run
 // directly, without the init, a cgroup or a keeper). Their gap is what
-// the sandbox's policy costs by itself. An iteration starts a round of
+// the sandbox's policy costs by itself. The plan is also run without the
+// parts that cost most (what lightening the policy would buy): the
+// /proc masks ("plan-no-proc-masks"), the /etc binds
+// ("plan-no-etc-binds"), or both. An iteration starts a round of
 // policyRound at once; ms/start is the wall time over the starts. The CPU
 // is the whole machine's per start (/proc/stat), as the kernel tears
 // namespaces down on its own threads, which no process's usage counts: a
@@ -464,7 +475,13 @@ func BenchmarkPolicyCost(b *testing.B) {
 		start func() error
 	}{
 		{"floor", func() error { return exec.Command(l.bwrap, floor...).Run() }},
-		{"plan", func() error { _, err := plainBwrapFrom(l, shell, true); return err }},
+		{"plan", func() error { _, err := plainBwrapFrom(l, shell, true, nil); return err }},
+		{"plan-no-proc-masks", func() error { _, err := plainBwrapFrom(l, shell, true, isProcMask); return err }},
+		{"plan-no-etc-binds", func() error { _, err := plainBwrapFrom(l, shell, true, isEtcBind); return err }},
+		{"plan-no-either", func() error {
+			_, err := plainBwrapFrom(l, shell, true, func(op []string) bool { return isProcMask(op) || isEtcBind(op) })
+			return err
+		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			before, start := machineBusy(b), time.Now()
@@ -484,6 +501,60 @@ func BenchmarkPolicyCost(b *testing.B) {
 			b.ReportMetric(float64((machineBusy(b)-before).Microseconds())/1000/starts, "machine-cpu-ms/start")
 		})
 	}
+}
+
+// isProcMask reports whether op is one of the plan's masks over an entry
+// of /proc (procMasks), not the mount of /proc itself.
+func isProcMask(op []string) bool { return strings.HasPrefix(opDest(op), "/proc/") }
+
+// isEtcBind reports whether op binds an /etc entry (etcEntry), rather than
+// copying or linking it.
+func isEtcBind(op []string) bool {
+	return op[0] == "--ro-bind" && strings.HasPrefix(opDest(op), "/etc/")
+}
+
+// bwrapArity is how many arguments each option a plan uses takes.
+var bwrapArity = map[string]int{
+	"--unshare-user": 0, "--unshare-pid": 0, "--unshare-ipc": 0, "--unshare-cgroup": 0, "--unshare-uts": 0,
+	"--unshare-net": 0, "--disable-userns": 0, "--die-with-parent": 0, "--new-session": 0, "--clearenv": 0,
+	"--uid": 1, "--gid": 1, "--hostname": 1, "--cap-drop": 1, "--chdir": 1, "--seccomp": 1, "--size": 1,
+	"--perms": 1, "--tmpfs": 1, "--remount-ro": 1, "--dev": 1, "--proc": 1,
+	"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--file": 2, "--ro-bind-fd": 2, "--bind-fd": 2, "--setenv": 2,
+}
+
+// opDest is where op acts in the sandbox, "" for an option that mounts
+// or makes nothing.
+func opDest(op []string) string {
+	switch op[0] {
+	case "--tmpfs", "--remount-ro", "--dev", "--proc":
+		return op[1]
+	case "--ro-bind", "--bind", "--symlink", "--file", "--ro-bind-fd", "--bind-fd":
+		return op[2]
+	}
+	return ""
+}
+
+// withoutOps returns bwrap's options opts without the operations drop
+// accepts, each with the --size or --perms that applies to it.
+func withoutOps(opts []string, drop func(op []string) bool) ([]string, error) {
+	var out, modifiers []string
+	for i := 0; i < len(opts); {
+		n, ok := bwrapArity[opts[i]]
+		if !ok || i+n >= len(opts) {
+			return nil, fmt.Errorf("option %q at %d: not one withoutOps knows, or short of arguments", opts[i], i)
+		}
+		op := opts[i : i+1+n]
+		i += 1 + n
+		switch {
+		case op[0] == "--size" || op[0] == "--perms":
+			modifiers = append(modifiers, op...)
+			continue
+		case !drop(op):
+			out = append(append(out, modifiers...), op...)
+		}
+		modifiers = modifiers[:0]
+	}
+	return out, nil
 }
 
 // policyRound is how many sandboxes an iteration of BenchmarkPolicyCost
@@ -509,4 +580,57 @@ func machineBusy(b testing.TB) time.Duration {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// TestWithoutOps checks the trimming BenchmarkPolicyCost's variants rely
+// on: every option of a PTY shell's plan is known, the masks go with the
+// --size before them and leave /proc mounted, the /etc binds go and the
+// copies and links stay.
+func TestWithoutOps(t *testing.T) {
+	t.Parallel()
+	layout := testLayout
+	layout.procMasked = map[string]bool{"/proc/kallsyms": false, "/proc/acpi": true}
+	p := Policy{Command: []string{"/usr/bin/bash"}, Workspace: "/srv/ws/tenant", TTY: &WindowSize{Rows: 24, Cols: 80},
+		PTYs: 1, Proc: ProcPrivate}.Normalize()
+	opts := buildPlan(p, layout, []byte{1, 2, 3, 4, 5, 6, 7, 8}).opts
+	drop := func(dropped *[][]string, pred func([]string) bool) func([]string) bool {
+		return func(op []string) bool {
+			if pred(op) {
+				*dropped = append(*dropped, slices.Clone(op))
+				return true
+			}
+			return false
+		}
+	}
+	if got, err := withoutOps(opts, func([]string) bool { return false }); err != nil || !slices.Equal(got, opts) {
+		t.Fatalf("dropping nothing: %v\n%q\nwant %q", err, got, opts)
+	}
+	var masks, binds [][]string
+	noMasks, err := withoutOps(opts, drop(&masks, isProcMask))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"--ro-bind", "/dev/null", "/proc/kallsyms"}, {"--tmpfs", "/proc/acpi"}, {"--remount-ro", "/proc/acpi"}}; !slices.EqualFunc(masks, want, slices.Equal) {
+		t.Errorf("masks dropped: %q, want %q", masks, want)
+	}
+	if len(noMasks) != len(opts)-len(masks[0])-len(masks[1])-len(masks[2])-2 || !hasSeq(noMasks, "--proc", "/proc") ||
+		hasSeq(noMasks, "--size", "4096") {
+		t.Errorf("without the masks (and the tmpfs's --size):\n%q", noMasks)
+	}
+	noBinds, err := withoutOps(opts, drop(&binds, isEtcBind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"}, {"--ro-bind", "/etc/ssl/certs", "/etc/ssl/certs"}}; !slices.EqualFunc(binds, want, slices.Equal) {
+		t.Errorf("binds dropped: %q, want %q", binds, want)
+	}
+	if !hasSeq(noBinds, "--perms", "0444", "--file", "5", "/etc/services") || !hasSeq(noBinds, "--symlink", "/usr/share/zoneinfo/Etc/UTC", "/etc/localtime") {
+		t.Errorf("the copies and links should stay:\n%q", noBinds)
+	}
+	if _, err := withoutOps(append(slices.Clone(opts), "--overlay-src", "/x"), isProcMask); err == nil {
+		t.Error("an option withoutOps does not know was taken")
+	}
+	if _, err := withoutOps([]string{"--ro-bind", "/usr"}, isProcMask); err == nil {
+		t.Error("an option short of its arguments was taken")
+	}
 }
