@@ -26,13 +26,19 @@ import (
 // directly) and a bare WebSocket echo whose server is another process, as
 // serve is to its clients. A server in the client's own process shares
 // its poller and scheduler, and its round trip is about half as long.
+//
+// A third floor joins the two: a bare relay, the least a WebSocket
+// terminal gateway written in Go does (each message written to cat's PTY,
+// each read of the PTY sent back as a message, no sandbox, no protocol,
+// no history), in the same server process. termgate's echo above it is
+// what termgate itself adds.
 
-// envEchoServer makes this program the floor's WebSocket echo server.
+// envEchoServer makes this program the floors' WebSocket server.
 const envEchoServer = "TERMGATE_LOAD_ECHO_SERVER"
 
-// floors are the two echo floors' p50 and p99.
+// floors are the echo floors' p50 and p99.
 type floors struct {
-	pty, ws [2]time.Duration
+	pty, ws, relay [2]time.Duration
 }
 
 // measureFloors times o.keys one-byte round trips on each floor, after
@@ -43,8 +49,16 @@ func measureFloors(ctx context.Context, o options) (floors, error) {
 	if f.pty, err = ptyFloor(ctx, o); err != nil {
 		return f, fmt.Errorf("bare PTY: %w", err)
 	}
-	if f.ws, err = wsFloor(ctx, o); err != nil {
+	addr, stop, err := startFloorServer(ctx)
+	if err != nil {
+		return f, fmt.Errorf("floor server: %w", err)
+	}
+	defer stop()
+	if f.ws, err = wsFloor(ctx, o, addr); err != nil {
 		return f, fmt.Errorf("bare WebSocket: %w", err)
+	}
+	if f.relay, err = relayFloor(ctx, o, addr); err != nil {
+		return f, fmt.Errorf("bare relay: %w", err)
 	}
 	return f, nil
 }
@@ -82,33 +96,40 @@ func ptyFloor(ctx context.Context, o options) ([2]time.Duration, error) {
 	})
 }
 
-// wsFloor echoes one-byte binary messages through an echo server in
-// another process, this program started again (serveEcho).
-func wsFloor(ctx context.Context, o options) ([2]time.Duration, error) {
+// startFloorServer starts this program again as the floors' server in
+// another process (serveEcho) and returns its address, and a stop that
+// ends it.
+func startFloorServer(ctx context.Context) (string, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
-		return [2]time.Duration{}, err
+		return "", nil, err
 	}
 	cmd := exec.CommandContext(ctx, self)
 	cmd.Env = append(os.Environ(), envEchoServer+"=1")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe() // its end tells the server to go
 	if err != nil {
-		return [2]time.Duration{}, err
+		return "", nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return [2]time.Duration{}, err
+		return "", nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return [2]time.Duration{}, err
+		return "", nil, err
 	}
-	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+	stop := func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }
 	addr, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
-		return [2]time.Duration{}, fmt.Errorf("echo server: %w", err)
+		stop()
+		return "", nil, err
 	}
-	c, _, err := websocket.Dial(ctx, "ws://"+strings.TrimSpace(addr)+"/", nil)
+	return strings.TrimSpace(addr), stop, nil
+}
+
+// wsFloor echoes one-byte binary messages through the floors' server.
+func wsFloor(ctx context.Context, o options, addr string) ([2]time.Duration, error) {
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/", nil)
 	if err != nil {
 		return [2]time.Duration{}, err
 	}
@@ -122,6 +143,36 @@ func wsFloor(ctx context.Context, o options) ([2]time.Duration, error) {
 			err = fmt.Errorf("echoed %q for %q", b, k)
 		}
 		return err
+	})
+}
+
+// relayFloor echoes one-byte binary messages through cat on a PTY that
+// the floors' server relays (relay).
+func relayFloor(ctx context.Context, o options, addr string) ([2]time.Duration, error) {
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/relay", nil)
+	if err != nil {
+		return [2]time.Duration{}, err
+	}
+	defer c.CloseNow()
+	read := func(want []byte) error {
+		var seen []byte
+		for !bytes.Contains(seen, want) {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				return err
+			}
+			seen = append(seen[max(0, len(seen)-len(want)):], b...)
+		}
+		return nil
+	}
+	if err := read([]byte("READY")); err != nil {
+		return [2]time.Duration{}, err
+	}
+	return roundTrips(o, nil, func(k []byte) error {
+		if err := c.Write(ctx, websocket.MessageBinary, k); err != nil {
+			return err
+		}
+		return read(k)
 	})
 }
 
@@ -147,8 +198,8 @@ func roundTrips(o options, timed func(), trip func(k []byte) error) ([2]time.Dur
 	return [2]time.Duration{rtts[len(rtts)/2], rtts[len(rtts)*99/100]}, nil
 }
 
-// echoServerRole makes this process the WebSocket floor's echo server,
-// and exits, when wsFloor started it as one; else it returns.
+// echoServerRole makes this process the floors' server, and exits, when
+// startFloorServer started it as one; else it returns.
 func echoServerRole() {
 	if os.Getenv(envEchoServer) == "" {
 		return
@@ -160,16 +211,19 @@ func echoServerRole() {
 	os.Exit(0)
 }
 
-// serveEcho is the WebSocket floor's server: it listens on 127.0.0.1,
-// prints its address, echoes every message of each connection, and ends
-// when its standard input does (the measuring process closed it, or
-// ended).
+// serveEcho is the floors' server: it listens on 127.0.0.1, prints its
+// address, echoes every message of each connection to / and relays each
+// connection to /relay (relay), and ends when its standard input does
+// (the measuring process closed it, or ended).
 func serveEcho(stdin io.Reader, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(echo)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", echo)
+	mux.HandleFunc("/relay", relay)
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: mux}
 	go func() {
 		io.Copy(io.Discard, stdin)
 		srv.Close()
@@ -197,6 +251,44 @@ func echo(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := c.Write(r.Context(), typ, b); err != nil {
+			return
+		}
+	}
+}
+
+// relay gives the connection cat in raw mode on a fresh PTY: each message
+// it reads is written to the PTY, and each read of the PTY is sent back as
+// a binary message, on a goroutine of its own, until either side ends.
+func relay(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	cmd := exec.Command("/bin/sh", "-c", "stty raw -echo; echo READY; exec cat")
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		c.Close(websocket.StatusInternalError, err.Error())
+		return
+	}
+	defer func() { cmd.Process.Kill(); f.Close(); cmd.Wait() }()
+	ctx := r.Context()
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf)
+			if err != nil || c.Write(ctx, websocket.MessageBinary, buf[:n]) != nil {
+				c.CloseNow()
+				return
+			}
+		}
+	}()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		if _, err := f.Write(b); err != nil {
 			return
 		}
 	}

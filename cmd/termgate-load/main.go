@@ -8,7 +8,8 @@
 //   - keystroke echo p50 / p99: one byte in, its echo from `cat` on a raw
 //     PTY out, one at a time; and the same on the two floors the issue
 //     measures it against, a bare PTY and a bare WebSocket echo whose
-//     server is another process (floors.go);
+//     server is another process, and through a bare relay between the two
+//     in that process, the least a gateway does (floors.go);
 //   - the server process's CPU and context switches (every thread's
 //     voluntary and nonvoluntary) per keystroke over the same keystrokes;
 //   - opening shells (bash on a PTY, a WebSocket each), so many at a time:
@@ -119,7 +120,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.par, "par", 16, "shells opened at a time")
 	fs.IntVar(&o.inputPerSecond, "input-per-second", 0, "serve's --input-per-second (0: its default)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
-	fs.BoolVar(&o.floors, "floors", true, "first time the same keystrokes on a bare PTY and over a bare WebSocket echo in another process")
+	fs.BoolVar(&o.floors, "floors", true, "first time the same keystrokes on a bare PTY, over a bare WebSocket echo in another process, and through a bare WebSocket-to-PTY relay there")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) of the -profile phase to `FILE`")
 	fs.StringVar(&o.profilePhase, "profile", phaseShells, "what -cpuprofile profiles: "+phaseShells+" (from the first shell's open) or "+phaseEcho+" (from the first timed keystroke)")
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")

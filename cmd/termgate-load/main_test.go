@@ -62,7 +62,9 @@ func TestLoadPrintsTheTable(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, errs.String())
 	}
 	for _, row := range []string{"| keystroke echo p50 / p99, us | ", "| floor: bare PTY echo p50 / p99 (cat, raw), us | ",
-		"| floor: bare WebSocket echo p50 / p99, server in another process, us | ", "| keystroke echo p50 above the floors' sum, us | ", "| server CPU and context switches per keystroke | ",
+		"| floor: bare WebSocket echo p50 / p99, server in another process, us | ", "| keystroke echo p50 above the floors' sum, us | ",
+		"| floor: bare relay echo p50 / p99 (a WebSocket to cat's PTY, no sandbox or protocol), server in another process, us | ",
+		"| keystroke echo p50 above the bare relay, us | ", "| server CPU and context switches per keystroke | ",
 		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree (serve, keeper and the executions' cgroups) | ", "| server RSS per attached idle session | ",
 		"| of it anonymous (Go heap, stacks, runtime) / shared memory (mapped rings, input logs) / file | ",
 		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | "} {
@@ -177,9 +179,10 @@ func TestStatusPartsAddUpToRSS(t *testing.T) {
 	}
 }
 
-// TestEchoServerEchoesAndEndsWithItsInput: the WebSocket floor's server
-// echoes each message as it came, and ends once its standard input ends,
-// so that it never outlives the run that started it.
+// TestEchoServerEchoesAndEndsWithItsInput: the floors' server echoes each
+// message as it came, relays one to cat on a PTY and back, and ends once
+// its standard input ends, so that it never outlives the run that started
+// it.
 func TestEchoServerEchoesAndEndsWithItsInput(t *testing.T) {
 	in, feed := io.Pipe()
 	addrs, out := io.Pipe()
@@ -204,6 +207,26 @@ func TestEchoServerEchoesAndEndsWithItsInput(t *testing.T) {
 		}
 	}
 	c.CloseNow()
+	r, _, err := websocket.Dial(ctx, "ws://"+strings.TrimSpace(addr)+"/relay", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil := func(want string) {
+		var got []byte
+		for !strings.Contains(string(got), want) {
+			_, b, err := r.Read(ctx)
+			if err != nil {
+				t.Fatalf("relay: waiting for %q after %q: %v", want, got, err)
+			}
+			got = append(got, b...)
+		}
+	}
+	readUntil("READY")
+	if err := r.Write(ctx, websocket.MessageBinary, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil("hello")
+	r.CloseNow()
 	feed.Close()
 	select {
 	case err := <-done:

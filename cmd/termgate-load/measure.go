@@ -240,6 +240,8 @@ func (t table) print(w io.Writer, o options) {
 		fmt.Fprintf(w, "| floor: bare PTY echo p50 / p99 (cat, raw), us | %.0f / %.0f |\n", us(t.floors.pty[0]), us(t.floors.pty[1]))
 		fmt.Fprintf(w, "| floor: bare WebSocket echo p50 / p99, server in another process, us | %.0f / %.0f |\n", us(t.floors.ws[0]), us(t.floors.ws[1]))
 		fmt.Fprintf(w, "| keystroke echo p50 above the floors' sum, us | %.0f |\n", us(t.p50-t.floors.pty[0]-t.floors.ws[0]))
+		fmt.Fprintf(w, "| floor: bare relay echo p50 / p99 (a WebSocket to cat's PTY, no sandbox or protocol), server in another process, us | %.0f / %.0f |\n", us(t.floors.relay[0]), us(t.floors.relay[1]))
+		fmt.Fprintf(w, "| keystroke echo p50 above the bare relay, us | %.0f |\n", us(t.p50-t.floors.relay[0]))
 	}
 	fmt.Fprintf(w, "| server CPU and context switches per keystroke | %.0f us, %.1f |\n", us(t.cpuPerKey), t.ctxPerKey)
 	fmt.Fprintf(w, "| open %d shells, %d at a time | %.2f s |\n", o.shells, o.par, t.openAll.Seconds())
