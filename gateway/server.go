@@ -394,10 +394,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	go s.serveConn(c, subject)
 }
 
-// serveConn runs c on a goroutine of its own, which ends its
-// registration once c ended: the handler returns, and net/http lets go
-// of its goroutine, whose stack is deep, and of its connection's state
-// (hijack.go).
+// serveConn runs c on a goroutine of its own, so that the handler
+// returns and net/http lets go of its goroutine, whose stack is deep,
+// and of its connection's state (hijack.go). c ends its registration
+// once it ended, on whichever goroutine last ran its read loop: one that
+// parked resumes on another (conn.read).
 func (s *Server) serveConn(c *conn, subject string) {
 	c.ended = func() {
 		s.unregister(c)

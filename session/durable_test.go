@@ -17,6 +17,7 @@ import (
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	. "github.com/termgate/termgate/session"
 	"github.com/termgate/termgate/session/sessiontest"
+	"golang.org/x/sys/unix"
 )
 
 // echoUntilEOF is a script of a kept process: it writes "ready\n", then
@@ -404,8 +405,8 @@ func fileBlocks(t *testing.T, path string) int64 {
 // state directory is, removed when the test ends.
 func tmpfsDir(t *testing.T) string {
 	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 { // TMPFS_MAGIC
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 		sandboxtest.Unavailable(t, "/dev/shm is not a tmpfs")
 	}
 	dir, err := os.MkdirTemp("/dev/shm", "termgate-test-")
