@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -368,7 +367,7 @@ func TestRestoreLeavesAnUntypedInputFileAHole(t *testing.T) {
 	if err != nil || len(inputs) != 1 {
 		t.Fatalf("input files %q, %v; want one", inputs, err)
 	}
-	if blocks := fileBlocks(t, inputs[0]); blocks != 0 {
+	if blocks := FileBlocks(t, inputs[0]); blocks != 0 {
 		t.Fatalf("the input file of an execution without input holds %d blocks", blocks)
 	}
 	if err := a.Detach(t.Context()); err != nil {
@@ -379,26 +378,16 @@ func TestRestoreLeavesAnUntypedInputFileAHole(t *testing.T) {
 	if n, err := b.Restore(t.Context()); err != nil || n.Running != 1 {
 		t.Fatalf("restore: %+v, %v; want one running", n, err)
 	}
-	if blocks := fileBlocks(t, inputs[0]); blocks != 0 {
+	if blocks := FileBlocks(t, inputs[0]); blocks != 0 {
 		t.Errorf("after the restore the input file holds %d blocks", blocks)
 	}
 	if _, err := b.Input("t", "quiet", 0, []byte("one\n")); err != nil {
 		t.Fatal(err)
 	}
 	outputOf(t, b, "quiet", 0, "echo:one\n")
-	if blocks := fileBlocks(t, inputs[0]); blocks == 0 {
+	if blocks := FileBlocks(t, inputs[0]); blocks == 0 {
 		t.Error("the input file holds no block after input")
 	}
-}
-
-// fileBlocks is the 512-byte blocks a file holds.
-func fileBlocks(t *testing.T, path string) int64 {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Blocks
 }
 
 // tmpfsDir is a fresh directory on tmpfs (/dev/shm), as serve's default

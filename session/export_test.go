@@ -39,3 +39,6 @@ func SetMakeHook(f func(owner, id string)) (restore func()) {
 	makeHook = f
 	return func() { makeHook = old }
 }
+
+// FileBlocks is the 512-byte blocks a file holds.
+var FileBlocks = fileBlocks
