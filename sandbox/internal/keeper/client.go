@@ -120,6 +120,11 @@ func (e *exitCall) run(ws unix.WaitStatus, ok bool) {
 // retries until ctx ends, calling start again at most every 2s. A keeper
 // that refuses the connection makes Dial return ErrBusy or ErrVersion at once.
 func Dial(ctx context.Context, dir string, start func() error) (*Client, error) {
+	// Before anything is dialled or started: a keeper's socket and its
+	// log belong in a directory nobody else controls.
+	if _, err := checkDir(dir); err != nil {
+		return nil, err
+	}
 	sock := filepath.Join(dir, SocketName)
 	var started time.Time
 	backoff := 5 * time.Millisecond

@@ -42,7 +42,8 @@ var (
 	ErrVersion = errors.New("keeper: unsupported protocol version")
 	// ErrRunning: another keeper already serves the directory.
 	ErrRunning = errors.New("keeper: another keeper serves this directory")
-	// ErrDir: the state directory is not ours or not mode 0700.
+	// ErrDir: the state directory is not ours, not mode 0700, a symbolic
+	// link, or in a parent others may change (CheckDir).
 	ErrDir = errors.New("keeper: unsafe state directory")
 	// ErrInvalid: a request or message was refused as malformed.
 	ErrInvalid = errors.New("keeper: invalid request")

@@ -398,7 +398,20 @@ func TestServeRefusesDir(t *testing.T) {
 			p := filepath.Join(filepath.Dir(d), "link")
 			os.Symlink(d, p)
 			return p
-		}, ErrDir, "not a directory"},
+		}, ErrDir, "is a symbolic link"},
+		{"in a parent others may write", func(t *testing.T) string {
+			d := stateDir(t)
+			os.Chmod(filepath.Dir(d), 0o777)
+			return d
+		}, ErrDir, "writable by others, and not sticky"},
+		{"in another user's parent", func(t *testing.T) string {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to chown")
+			}
+			d := stateDir(t)
+			os.Chown(filepath.Dir(d), 65534, 65534)
+			return d
+		}, ErrDir, "owned by uid 65534, who may replace it"},
 		{"another owner", func(t *testing.T) string {
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to chown")
@@ -416,6 +429,26 @@ func TestServeRefusesDir(t *testing.T) {
 				t.Fatalf("Serve: %v, want %v mentioning %q", err, tc.want, tc.text)
 			}
 		})
+	}
+}
+
+// TestDialRefusesDir: Dial checks the directory before it dials or
+// starts a keeper there: an unsafe one is refused at once, with the
+// reason, and nothing is started.
+func TestDialRefusesDir(t *testing.T) {
+	t.Parallel()
+	d := stateDir(t)
+	sticky := stateDir(t)
+	os.Chmod(filepath.Dir(sticky), os.ModeSticky|0o777)
+	os.Chmod(d, 0o755)
+	started := false
+	_, err := Dial(t.Context(), d, func() error { started = true; return nil })
+	if !errors.Is(err, ErrDir) || !strings.Contains(err.Error(), "mode 0755") || started {
+		t.Fatalf("Dial: %v (keeper started: %v), want ErrDir naming mode 0755 and no start", err, started)
+	}
+	// A sticky parent others may write is fine for an entry of ours.
+	if _, err := CheckDir(filepath.Join(filepath.Dir(sticky), "new"), true); err != nil {
+		t.Fatalf("CheckDir in a sticky parent: %v", err)
 	}
 }
 
