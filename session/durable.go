@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"time"
 
 	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +31,10 @@ import (
 //     never lost and never written twice;
 //   - record.json: who owns it, its spec, and once it ended its result and
 //     when its retention ends, replaced atomically (write, then rename).
+//
+// Every file there is opened relative to a descriptor of its directory
+// and never through a symbolic link (sandbox.OpenStateFile): a link
+// planted in the state directory is refused, not followed.
 //
 // A supervisor started on the same directory (Restore) takes over: live
 // executions from the launcher (the sandbox's keeper holds them while no
@@ -72,9 +78,13 @@ type store struct{ dir string }
 // executionsDir holds one directory per execution.
 func (st *store) executionsDir() string { return filepath.Join(st.dir, "executions") }
 
-// prepare makes the state directory, private to this user.
+// prepare makes the state directory, private to this user, refusing one
+// that is not safe to keep state in (sandbox.CheckStateDir).
 func (st *store) prepare() error {
-	for _, d := range []string{st.dir, st.executionsDir()} {
+	if _, err := sandbox.CheckStateDir(st.dir, true); err != nil {
+		return fmt.Errorf("session: state directory: %w", err)
+	}
+	for _, d := range []string{st.executionsDir()} {
 		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("session: state directory: %w", err)
 		}
@@ -127,24 +137,20 @@ func writeRecord(dir string, rec *record, first bool) error {
 		return fmt.Errorf("session: encode record: %w", err)
 	}
 	if first {
-		if err := writeNew(filepath.Join(dir, "record.json"), b); err != nil {
+		if err := writeNew(dir, "record.json", b); err != nil {
 			return fmt.Errorf("session: write record: %w", err)
 		}
 		return nil
 	}
-	tmp := filepath.Join(dir, "record.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("session: write record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "record.json")); err != nil {
+	if err := replaceFile(dir, "record.json", b); err != nil {
 		return fmt.Errorf("session: write record: %w", err)
 	}
 	return nil
 }
 
-// writeNew writes b to name, which must not exist.
-func writeNew(name string, b []byte) error {
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// writeNew writes b to dir/name, which must not exist.
+func writeNew(dir, name string, b []byte) error {
+	f, err := sandbox.OpenStateFile(dir, name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -152,19 +158,45 @@ func writeNew(name string, b []byte) error {
 	return errors.Join(err, f.Close())
 }
 
+// replaceFile replaces dir/name with b atomically: b is written to a
+// fresh name.tmp (whatever was there removed, never written through),
+// then renamed over name.
+func replaceFile(dir, name string, b []byte) error {
+	tmp := name + ".tmp"
+	if err := os.Remove(filepath.Join(dir, tmp)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := writeNew(dir, tmp, b); err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(dir, tmp), filepath.Join(dir, name))
+}
+
+// readFile reads dir/name, at most limit bytes of it (-1: all of it).
+func readFile(dir, name string, limit int64) ([]byte, error) {
+	f, err := sandbox.OpenStateFile(dir, name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if limit < 0 {
+		return io.ReadAll(f)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("larger than %d bytes", limit)
+	}
+	return b, err
+}
+
 // maxRecord bounds a record.json read back: a spec is bounded by the
 // policy's limits (64 KiB of environment, paths, binds) far below it.
 const maxRecord = 1 << 20
 
 func readRecord(dir string) (*record, error) {
-	f, err := os.Open(filepath.Join(dir, "record.json"))
-	if err != nil {
+	b, err := readFile(dir, "record.json", maxRecord)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
-	if err == nil && len(b) > maxRecord {
-		err = fmt.Errorf("larger than %d bytes", maxRecord)
 	}
 	var rec record
 	if err == nil {
@@ -183,13 +215,14 @@ func readRecord(dir string) (*record, error) {
 }
 
 // mapFile maps the file name in dir, created with size bytes when create,
-// shared, so what is written to the memory is in the file at once.
+// shared, so what is written to the memory is in the file at once. A
+// symbolic link there is refused, never mapped.
 func mapFile(dir, name string, size int, create bool) ([]byte, error) {
 	flags := os.O_RDWR
 	if create {
 		flags |= os.O_CREATE | os.O_EXCL
 	}
-	f, err := os.OpenFile(filepath.Join(dir, name), flags, 0o600)
+	f, err := sandbox.OpenStateFile(dir, name, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("session: open %s: %w", name, err)
 	}
@@ -198,8 +231,8 @@ func mapFile(dir, name string, size int, create bool) ([]byte, error) {
 		if err := f.Truncate(int64(size)); err != nil {
 			return nil, fmt.Errorf("session: size %s: %w", name, err)
 		}
-	} else if fi, err := f.Stat(); err != nil || fi.Size() != int64(size) {
-		return nil, fmt.Errorf("session: %s is not %d bytes", name, size)
+	} else if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(size) {
+		return nil, fmt.Errorf("session: %s is not a file of %d bytes", name, size)
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -279,10 +312,7 @@ func (e *execution) saveScreen() {
 	data, rows, cols := e.screen.snapshot()
 	b, err := json.Marshal(screenFile{Seq: first - 1, Rows: rows, Cols: cols, Data: data})
 	if err == nil {
-		tmp := filepath.Join(e.dir, "screen.tmp")
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, filepath.Join(e.dir, "screen"))
-		}
+		err = replaceFile(e.dir, "screen", b)
 	}
 	if err != nil {
 		e.s.log.Warn("cannot keep the terminal's screen state", "execution", e.key.id, "err", err)
@@ -304,7 +334,7 @@ func (e *execution) restoreScreen() {
 		e.ring.OnEvict(e.screen.evicted)
 		return
 	}
-	b, err := os.ReadFile(filepath.Join(e.dir, "screen"))
+	b, err := readFile(e.dir, "screen", -1)
 	if err != nil {
 		return
 	}

@@ -47,12 +47,7 @@ func (e *execution) saveRecorder() {
 	st := recorderState{Through: r.through, Size: r.size, Last: r.last, Result: r.res, Carry: r.carry}
 	r.mu.Unlock()
 	b, _ := json.Marshal(st)
-	tmp := filepath.Join(e.dir, recorderFile+".tmp")
-	err := os.WriteFile(tmp, b, 0o600)
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(e.dir, recorderFile))
-	}
-	if err != nil {
+	if err := replaceFile(e.dir, recorderFile, b); err != nil {
 		e.s.log.Error("cannot keep the recorder's state: the next server cuts the recording", "execution", e.key.id, "tenant", e.key.owner, "err", err)
 	}
 }
@@ -61,12 +56,11 @@ func (e *execution) saveRecorder() {
 // from the state the detached server left, and reports whether it could.
 // The state is used once: a server that dies later leaves none.
 func (e *execution) resumeRecording() bool {
-	path := filepath.Join(e.dir, recorderFile)
-	b, err := os.ReadFile(path)
+	b, err := readFile(e.dir, recorderFile, -1)
 	if err != nil {
 		return false
 	}
-	os.Remove(path)
+	os.Remove(filepath.Join(e.dir, recorderFile))
 	var st recorderState
 	if err := json.Unmarshal(b, &st); err != nil {
 		e.s.log.Warn("unreadable recorder state: the recording is cut", "execution", e.key.id, "tenant", e.key.owner, "err", err)
