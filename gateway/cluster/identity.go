@@ -55,9 +55,10 @@ func LoadIdentity(stateDir, node string) (epoch string, err error) {
 	return id.Epoch, nil
 }
 
-// readIdentity reads and checks an identity file.
+// readIdentity reads and checks an identity file, never through a
+// symbolic link.
 func readIdentity(path string) (identity, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
 	if err != nil {
 		return identity{}, fmt.Errorf("cluster: read node identity: %w", err)
 	}

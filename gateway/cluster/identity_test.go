@@ -67,6 +67,13 @@ func TestLoadIdentityRefuses(t *testing.T) {
 			}
 		})
 	}
+	// A node.json that is a symbolic link is not read through.
+	dir, elsewhere := t.TempDir(), filepath.Join(t.TempDir(), "node.json")
+	os.WriteFile(elsewhere, []byte(`{"node":"n0","epoch":"abcdef"}`), 0o600)
+	os.Symlink(elsewhere, filepath.Join(dir, IdentityFile))
+	if epoch, err := LoadIdentity(dir, "n0"); err == nil {
+		t.Fatalf("LoadIdentity read epoch %q through a symbolic link", epoch)
+	}
 	if _, err := LoadIdentity(t.TempDir(), "Bad"); err == nil {
 		t.Fatal("LoadIdentity accepted a bad node name")
 	}
