@@ -12,12 +12,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/termgate/termgate/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // Durable executions: serve keeps their state in --state-dir, and its
@@ -32,31 +30,46 @@ const defaultOrphanGrace = 10 * time.Minute
 // keeperLogLimit bounds the keeper's log: a longer one is cut at start.
 const keeperLogLimit = 4 << 20
 
-// resolveStateDir returns the state directory serve uses, "" for none.
+// keeperLogName is the keeper's log in the state directory.
+const keeperLogName = "keeper.log"
+
+// resolveStateDir returns the state directory serve uses, "" for none,
+// made when missing and checked before anything reads or writes there
+// (sandbox.CheckStateDir): a directory another user made first, a
+// symbolic link, or one in a parent others may change is refused with
+// the reason.
 func resolveStateDir(asked string) (string, error) {
 	switch asked {
 	case "none":
 		return "", nil
 	case "":
-		asked = defaultStateDir()
+		d, err := defaultStateDir(os.Geteuid(), os.Getenv("XDG_RUNTIME_DIR"))
+		if err != nil {
+			return "", err
+		}
+		asked = d
 	}
-	if err := os.Mkdir(asked, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", fmt.Errorf("serve: --state-dir: %w", err)
+	dir, err := sandbox.CheckStateDir(asked, true)
+	if err != nil {
+		return "", fmt.Errorf("serve: --state-dir %s: %w", asked, err)
 	}
-	return asked, nil
+	return dir, nil
 }
 
-// defaultStateDir is on tmpfs where one is known: the state is memory
-// that must not be written back to a disk.
-func defaultStateDir() string {
-	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && os.Geteuid() != 0 {
-		return filepath.Join(x, "termgate")
+// defaultStateDir is in a parent only root or the user may write, never
+// a world-writable one (/dev/shm, /tmp), where another local user could
+// make the directory first: /run/termgate for root, tmpfs or not,
+// $XDG_RUNTIME_DIR/termgate for others. Without XDG_RUNTIME_DIR a user
+// other than root must say where (--state-dir).
+func defaultStateDir(euid int, runtimeDir string) (string, error) {
+	switch {
+	case euid == 0:
+		return "/run/termgate", nil
+	case runtimeDir != "":
+		return filepath.Join(runtimeDir, "termgate"), nil
 	}
-	var st unix.Statfs_t
-	if os.Geteuid() == 0 && unix.Statfs("/run", &st) == nil && st.Type == unix.TMPFS_MAGIC {
-		return "/run/termgate"
-	}
-	return "/dev/shm/termgate-" + strconv.Itoa(os.Geteuid())
+	return "", usageError{errors.New("serve: no default --state-dir for a user other than root without XDG_RUNTIME_DIR: " +
+		"give --state-dir DIR (a directory of this user's, in a parent nobody else may write), or --state-dir none")}
 }
 
 // keeperCleanup is what a keeper cleans up of its server's once it ended
@@ -116,13 +129,9 @@ func executionsLeft(dir string) bool {
 // reaches it), not tied to serve's life, logging to dir/keeper.log.
 func startKeeper(dir string, orphanGrace, killGrace time.Duration, cleanup keeperCleanup) func() error {
 	return func() error {
-		logPath := filepath.Join(dir, "keeper.log")
-		if fi, err := os.Stat(logPath); err == nil && fi.Size() > keeperLogLimit {
-			os.Remove(logPath)
-		}
-		logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		logf, err := openKeeperLog(dir)
 		if err != nil {
-			return fmt.Errorf("keeper log: %w", err)
+			return err
 		}
 		defer logf.Close()
 		spec, err := json.Marshal(cleanup)
@@ -141,6 +150,28 @@ func startKeeper(dir string, orphanGrace, killGrace time.Duration, cleanup keepe
 		go cmd.Wait() // reaped when it ends while serve still runs
 		return nil
 	}
+}
+
+// openKeeperLog opens dir/keeper.log to append, cut when it grew past
+// keeperLogLimit. It is opened relative to the directory and never
+// through a symbolic link: one planted there is refused.
+func openKeeperLog(dir string) (*os.File, error) {
+	f, err := sandbox.OpenStateFile(dir, keeperLogName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--state-dir %s: keeper log: %w", dir, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", f.Name())
+	}
+	if err == nil && fi.Size() > keeperLogLimit {
+		err = f.Truncate(0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--state-dir %s: keeper log: %w", dir, err)
+	}
+	return f, nil
 }
 
 // runKeeper is the keeper process: termgate __keeper --state-dir D. It

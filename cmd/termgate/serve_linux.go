@@ -236,7 +236,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
 	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
 	o.workspaces.register(e)
-	e.str(&o.stateDir, "state-dir", "", "directory of the executions' state, best on tmpfs: they outlive a restart or crash of the server (default $XDG_RUNTIME_DIR/termgate, /run/termgate when /run is tmpfs, else /dev/shm/termgate-UID; none: executions end with the server)")
+	e.str(&o.stateDir, "state-dir", "", "directory of the executions' state, best on tmpfs: they outlive a restart or crash of the server (default /run/termgate for root, $XDG_RUNTIME_DIR/termgate for others, who must give one without it; mode 0700, ours, not a symbolic link, in a parent nobody else may write unless sticky; none: executions end with the server)")
 	e.duration(&o.orphanGrace, "orphan-grace", defaultOrphanGrace, "how long executions outlive a server that does not come back, before they are stopped as a cancel would")
 	e.str(&o.session.RecordingsDir, "recordings-dir", "", "directory of session recordings, asciicast v2 files of mode 0600 (absolute; default none: nothing is recorded)")
 	o.session.RecordingMaxSize = session.DefaultRecordingMaxSize
