@@ -40,7 +40,10 @@
 // caller's files keep their mode; the child's Files share their open
 // file descriptions with the caller's, which become blocking. Only peers with the keeper's own uid are accepted, and only
 // one gateway at a time: a second is refused with ErrBusy naming the
-// attached gateway's pid. Dir must be a directory of ours with mode 0700;
+// attached gateway's pid. Dir must be a directory of ours with mode 0700,
+// not a symbolic link, in a parent nobody else may change (CheckDir):
+// Serve and Dial refuse any other with ErrDir before they use it, and
+// files in it open relative to it with O_NOFOLLOW (OpenIn).
 // Dir/keeper.lock (flock) makes two keepers on one Dir impossible, and a
 // socket left by a dead keeper is replaced.
 //
