@@ -710,7 +710,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	wcfg.Logger, wcfg.Adopt = log, o.stateDir != ""
 	ws, err := sandbox.OpenWorkspaces(wcfg)
 	if err != nil {
-		return nil, fmt.Errorf("serve: refusing to start: %w", err)
+		return nil, fmt.Errorf("serve: refusing to start: %w", o.workspaces.explain(err))
 	}
 	undo = append(undo, func() { ws.Close() })
 	o.policy.Network, o.policy.Proc = sandbox.Network(o.network), sandbox.ProcMode(o.proc)

@@ -106,7 +106,7 @@ func (n *durableNode) startRefused(t *testing.T) string {
 	if !ended || err == nil {
 		cmd.Process.Kill()
 		<-done
-		t.Fatalf("serve started on the planted state directory (%v):\n%s", err, logs.String())
+		t.Fatalf("serve started instead of refusing (%v):\n%s", err, logs.String())
 	}
 	t.Logf("serve refused after %v: %v", time.Since(began).Round(time.Millisecond), err)
 	return logs.String()
@@ -158,6 +158,28 @@ func TestDefaultStateDir(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "--state-dir") {
 			t.Errorf("defaultStateDir(%d, %q): %v does not name --state-dir", c.euid, c.runtimeDir, err)
+		}
+	}
+}
+
+// TestServeRefusesAQuotaMkfsRefuses: a --workspace-quota too small for the
+// inodes asked (64M with the default 1M inodes) is refused by a real serve
+// at its start, naming both flags, rather than failing every tenant's
+// first start with unenforceable.
+func TestServeRefusesAQuotaMkfsRefuses(t *testing.T) {
+	serveFromEnv()
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		sandboxtest.Unavailable(t, "workspace quotas need root")
+	}
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		sandboxtest.Unavailable(t, "workspace quotas need mkfs.ext4")
+	}
+	n := newDurableNode(t, "--workspace-quota", "64M")
+	logs := n.startRefused(t)
+	for _, want := range []string{"--workspace-quota 64M", "--workspace-inodes 1048576", "inode"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("serve's refusal does not say %q:\n%s", want, logs)
 		}
 	}
 }

@@ -54,6 +54,16 @@ func (w *workspaceOptions) config(root string) sandbox.WorkspacesConfig {
 	return c
 }
 
+// explain names the flags behind a quota OpenWorkspaces found it cannot
+// apply: mkfs.ext4 refuses some (more inodes than the size holds).
+func (w *workspaceOptions) explain(err error) error {
+	if !errors.Is(err, sandbox.ErrUnenforceable) || w.bytes == 0 {
+		return err
+	}
+	return fmt.Errorf("--workspace-quota %s with --workspace-inodes %d: %w (a larger quota, fewer inodes, or --workspace-quota 0 for none)",
+		sizeText(uint64(w.bytes)), w.inodes, err)
+}
+
 // uidRangeFlag parses FIRST:COUNT.
 func uidRangeFlag(dst *sandbox.UIDRange) func(string) error {
 	return func(s string) error {

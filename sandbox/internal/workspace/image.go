@@ -34,8 +34,11 @@ func findMkfs(name string) (string, error) {
 	return p, nil
 }
 
-// probe makes, mounts and removes a small image, so a host that cannot
-// apply quotas fails at Open rather than at a tenant's first start.
+// probe makes, mounts and removes an image of the configured quota, as a
+// tenant's first start would, so a host that cannot apply quotas, or a
+// quota mkfs.ext4 refuses (too many inodes for the size), fails at Open
+// rather than at every tenant's first start. The image is sparse: mkfs
+// writes a few MiB of it.
 func (s *Store) probe() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%w: workspace quotas need root (loop devices and mounts)", ErrUnenforceable)
@@ -47,8 +50,8 @@ func (s *Store) probe() error {
 	image := filepath.Join(s.root, imagesDir, name+".img")
 	mp := filepath.Join(s.root, mountsDir, name)
 	defer os.Remove(image)
-	if err := s.createImage(image, MinBytes, MinInodes, 0, 0); err != nil {
-		return err
+	if err := s.createImage(image, s.cfg.Bytes, s.cfg.Inodes, 0, 0); err != nil {
+		return fmt.Errorf("workspace: a quota of %d bytes and %s: %w", s.cfg.Bytes, inodesText(s.cfg.Inodes), err)
 	}
 	if err := os.Mkdir(mp, 0o700); err != nil {
 		return fmt.Errorf("workspace: probe: %w", err)
@@ -61,6 +64,14 @@ func (s *Store) probe() error {
 		return fmt.Errorf("workspace: probe: %w", err)
 	}
 	return nil
+}
+
+// inodesText says how many inodes a quota has.
+func inodesText(n int64) string {
+	if n == 0 {
+		return "mkfs's count of inodes"
+	}
+	return strconv.FormatInt(n, 10) + " inodes"
 }
 
 // makeDirs makes images/ (0700: images hold every tenant's files) and mnt/.

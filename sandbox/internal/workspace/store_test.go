@@ -309,6 +309,24 @@ func TestQuotaThatCannotBeEnforcedFailsOpen(t *testing.T) {
 	}
 }
 
+// TestQuotaMkfsRefusesFailsOpen: a quota whose size cannot hold its
+// inodes (64 MiB with 1M) fails Open, not every tenant's first Prepare.
+func TestQuotaMkfsRefusesFailsOpen(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	cfg := quotaConfig()
+	cfg.Root, cfg.IDs, cfg.Bytes, cfg.Inodes = filepath.Join(t.TempDir(), "ws"), testIDs, 64<<20, 1<<20
+	s, err := Open(cfg)
+	if err == nil {
+		defer s.Close()
+		_, err = s.Prepare("acme")
+		t.Fatalf("Open accepted a quota mkfs refuses; the first Prepare: %v", err)
+	}
+	if !errors.Is(err, ErrUnenforceable) || !strings.Contains(err.Error(), "inode") {
+		t.Fatalf("open: %v, want ErrUnenforceable naming the inodes", err)
+	}
+}
+
 func TestQuotaOnAWorkspaceMadeWithoutOne(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedRoot(t)
