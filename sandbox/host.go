@@ -81,20 +81,16 @@ func detectLayout() (hostLayout, error) {
 }
 
 // prepareInit returns the host path of the program the sandbox runs as its
-// init: this very binary. bwrap resolves a bind source as the sandbox
-// identity, so a binary in a directory it cannot search (a build cache, a
-// private home) is linked, or else copied, into a fresh root-owned
-// directory it can, which the returned cleanup removes. The directory is
-// locked while the launcher lives, so copies that killed instances left
-// are told apart and removed first.
+// init: this very binary, linked, or else copied, into a fresh root-owned
+// directory, which the returned cleanup removes. Never the binary's own
+// path: a bind mount's source shows in the sandbox's
+// /proc/self/mountinfo, which would tell tenants where termgate is
+// installed (the host's layout); the directory's name tells nothing. It
+// is also a directory the sandbox identity can search, as bwrap resolves
+// a bind source as that identity (the binary may sit in a build cache or
+// a private home). The directory is locked while the launcher lives, so
+// copies that killed instances left are told apart and removed first.
 func (id identity) prepareInit(log *slog.Logger) (string, func(), error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", nil, fmt.Errorf("%w: find this program for the sandbox's init: %w", ErrUnavailable, err)
-	}
-	if id.canRun(exe) {
-		return exe, func() {}, nil
-	}
 	removeStaleInits(log)
 	// Made under a name the sweep skips, and named for it only once locked.
 	fresh, err := os.MkdirTemp("", "."+initDirPrefix)
@@ -158,16 +154,6 @@ func removeStaleInits(log *slog.Logger) {
 		}
 		f.Close()
 	}
-}
-
-// canRun reports whether the sandbox identity can execute path through
-// directories no sandbox can rewrite.
-func (id identity) canRun(path string) bool {
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil || st.Mode&0o005 != 0o005 || st.Uid == id.uid {
-		return false
-	}
-	return id.checkHostPath(path) == nil
 }
 
 // copyExecutable puts the running binary at dst, mode 0555: a hard link
