@@ -390,8 +390,10 @@ func TestRestoreLeavesAnUntypedInputFileAHole(t *testing.T) {
 	}
 }
 
-// tmpfsDir is a fresh directory on tmpfs (/dev/shm), as serve's default
-// state directory is, removed when the test ends.
+// tmpfsDir is a fresh directory on tmpfs (/dev/shm), where a state
+// directory is best kept (serve's default, /run/termgate, is one on most
+// hosts), removed when the test ends: a directory of ours, mode 0700, in
+// a sticky parent, which the state directory's checks accept.
 func tmpfsDir(t *testing.T) string {
 	t.Helper()
 	var st unix.Statfs_t
