@@ -54,8 +54,9 @@ type Config struct {
 	// StateDir, when set, is the state directory of a keeper process that
 	// forks every sandbox instead of the launcher, so that they outlive
 	// it: a later launcher on the same StateDir adopts them (Adopt). The
-	// launcher dials the keeper at StateDir/keeper.sock, calling
-	// StartKeeper when none listens. StateDir/executions/<Policy.Key> is
+	// launcher checks it first (CheckStateDir: NewLauncher fails with
+	// ErrStateDir at once), then dials the keeper at StateDir/keeper.sock,
+	// calling StartKeeper when none listens. StateDir/executions/<Policy.Key> is
 	// the execution's own: the keeper removes it when it stops the
 	// execution as an orphan. Every Policy then needs a Key. Empty: the
 	// launcher forks the sandboxes itself and they die with it.
