@@ -44,10 +44,12 @@ import (
 // left out, and so does the result (Result.Recording).
 //
 // Files are created through an os.Root on the directory, mode 0600,
-// named from the tenant (escaped), the execution ID and its incarnation,
-// so nothing a client chose reaches the filesystem unescaped and a
-// reused ID never overwrites an earlier recording. Files outlive their
-// executions: removing them is the operator's business.
+// named from the tenant (escaped, and past 32 bytes cut and followed by
+// a hash of the whole tenant: castTenant), the execution ID and its
+// incarnation, so nothing a client chose reaches the filesystem
+// unescaped, two tenants never share a name, and a reused ID never
+// overwrites an earlier recording. Files outlive their executions:
+// removing them is the operator's business.
 //
 // A server restart (Detach, then Restore) does not end a recording: the
 // detaching server writes what the ring holds, leaves its recorder's

@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -21,6 +23,11 @@ func (e *execution) restoreRecording(running bool) {
 		return
 	}
 	e.recName = castName(e.key, e.incarnation)
+	if legacy := legacyCastName(e.key, e.incarnation); legacy != e.recName {
+		if _, err := e.s.casts.root.Lstat(e.recName); errors.Is(err, fs.ErrNotExist) {
+			e.recName = legacy // begun by a server that named files so
+		}
+	}
 	if running && !e.resumeRecording() {
 		e.cutRecording()
 	}
