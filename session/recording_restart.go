@@ -91,7 +91,9 @@ func (e *execution) resumeRecording() bool {
 		ring: e.ring, hold: e.ring.Hold(st.Through), input: e.spec.RecordInput, base: e.started,
 		done: make(chan struct{}), f: f, max: e.s.casts.max, moved: make(chan struct{}),
 		size: st.Size, last: st.Last, res: st.Result, carry: st.Carry, through: st.Through,
+		onClose: func(size int64) { e.s.casts.closed(e.recName, size) },
 	}
+	e.s.casts.reopened(e.recName, st.Size)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	e.rec = r
 	e.in.onAccept = r.record
