@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,6 +109,21 @@ func TestServeRecordingBudget(t *testing.T) {
 		if ran, refusal := recordedRuns(t, g, tenant, 41, 1); ran != 0 || !strings.Contains(refusal, "recording budget") {
 			t.Errorf("after a restart, %s ran %d recorded executions (%q); want its start refused", tenant, ran, refusal)
 		}
+	}
+	// The HTTP API answers 429 capacity, with the same message.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", g.url+"/v1/executions",
+		strings.NewReader(`{"command":"/bin/sh","args":["-c","true"]}`))
+	req.Header.Set("Authorization", "Bearer "+g.token(t, "acme", allScopes))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("POST /v1/executions: %s %s", resp.Status, body)
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"capacity"`) || !strings.Contains(string(body), "recording budget") {
+		t.Errorf("POST /v1/executions past acme's recording budget: %s %s", resp.Status, body)
 	}
 	// A start that is not recorded is not refused.
 	g.stop()
