@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/replay"
+	"golang.org/x/sys/unix"
 )
 
 // Recordings. With Config.RecordingsDir, an execution whose Spec.Record
@@ -137,7 +138,22 @@ func openCastDir(cfg Config) (*castDir, error) {
 		castDirSync: castDirSync{stopSweep: make(chan struct{}), swept: make(chan struct{})},
 		castLedger:  castLedger{writing: map[string]bool{}}}
 	d.scan(false)
+	d.checkRoom(cfg.RecordingsDir)
 	return d, nil
+}
+
+// checkRoom warns when the filesystem of the recordings directory has
+// less room than the budget allows the recordings to take.
+func (d *castDir) checkRoom(dir string) {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if left := d.budget.maxBytes - d.total.bytes; left > free {
+		d.log.Warn("the recordings budget is more than the free space of the recordings directory's filesystem: recordings can fill it before their budget stops them",
+			"recordings_max_bytes", d.budget.maxBytes, "recordings_bytes", d.total.bytes, "free_bytes", free)
+	}
 }
 
 // recorder writes one execution's recording. Its goroutine (run) reads
