@@ -115,7 +115,7 @@ type castDir struct {
 }
 
 // openCastDir opens (making it if needed, mode 0700) the recordings
-// directory of cfg, and counts what it holds.
+// directory of cfg; it counts nothing yet.
 func openCastDir(cfg Config) (*castDir, error) {
 	b := castBudget{maxBytes: cfg.RecordingsMaxBytes, ownerBytes: cfg.RecordingsMaxBytesPerOwner,
 		maxFiles: cfg.RecordingsMaxFiles, ownerFiles: cfg.RecordingsMaxFilesPerOwner, retention: cfg.RecordingsRetention}
@@ -137,8 +137,6 @@ func openCastDir(cfg Config) (*castDir, error) {
 	d := &castDir{root: root, max: cfg.RecordingMaxSize, budget: b, log: cfg.Logger,
 		castDirSync: castDirSync{stopSweep: make(chan struct{}), swept: make(chan struct{})},
 		castLedger:  castLedger{writing: map[string]bool{}}}
-	d.scan(false)
-	d.checkRoom(cfg.RecordingsDir)
 	return d, nil
 }
 

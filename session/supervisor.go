@@ -168,8 +168,11 @@ func New(cfg Config) (*Supervisor, error) {
 			return nil, err
 		}
 		if cfg.StateDir == "" {
-			s.casts.startSweeping() // else once Restore adopted what is being written
+			s.casts.startSweeping()
+		} else {
+			s.casts.scan(false) // and sweep once Restore adopted what is being written
 		}
+		s.casts.checkRoom(cfg.RecordingsDir)
 	}
 	if cfg.StateDir != "" {
 		s.store = &store{dir: cfg.StateDir}
