@@ -17,12 +17,13 @@ import (
 // refused (ErrRecordingBudget) before anything runs: a tenant that must
 // be recorded is not run unrecorded, and one that asked knows at once.
 //
-// The directory is scanned when the supervisor starts (with a state
-// directory, again at the end of Restore), so the budgets count what
-// earlier servers left, and then every quarter of the retention (at
-// least every 100 ms, at most every minute): a recording whose last
-// write is older than Config.RecordingsRetention is deleted then, unless
-// it is still being written; a file removed by hand stops counting.
+// The directory is scanned when the supervisor starts, so the budgets
+// count what earlier servers left, and then every quarter of the
+// retention (at least every 100 ms, at most every minute): a recording
+// whose last write is older than Config.RecordingsRetention is deleted
+// then, unless it is still being written; a file removed by hand stops
+// counting. With a state directory nothing is deleted before the end of
+// Restore, which knows the recordings restored executions go on writing.
 // Files that do not end in ".cast" are left alone and not counted.
 
 // Defaults of the recording budgets and retention.
