@@ -42,3 +42,10 @@ func SetMakeHook(f func(owner, id string)) (restore func()) {
 
 // FileBlocks is the 512-byte blocks a file holds.
 var FileBlocks = fileBlocks
+
+// WaitRecorder waits for the recorder of an execution, if any, to close
+// its file.
+func WaitRecorder(s *Supervisor, owner, id string) {
+	e, _ := s.lookup(owner, id)
+	e.waitRecorder()
+}

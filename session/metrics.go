@@ -36,17 +36,18 @@ var ResumeKinds = []string{ResumeHistory, ResumeSnapshot, ResumeGap}
 // Kinds of refusal the supervisor counts (Stats.Refused): the limit a
 // start or an input ran into.
 const (
-	RefusedMaxRunning     = "max_running"     // Config.MaxRunning
-	RefusedTenantRunning  = "tenant_running"  // Config.MaxRunningPerOwner
-	RefusedRetained       = "retained"        // Config.MaxRetained, all running
-	RefusedTenantRetained = "tenant_retained" // Config.MaxRetainedPerOwner, all running
-	RefusedDescriptors    = "descriptors"     // out of file descriptors at start
-	RefusedInputFull      = "input_full"      // Config.InputBuffer
+	RefusedMaxRunning      = "max_running"      // Config.MaxRunning
+	RefusedTenantRunning   = "tenant_running"   // Config.MaxRunningPerOwner
+	RefusedRetained        = "retained"         // Config.MaxRetained, all running
+	RefusedTenantRetained  = "tenant_retained"  // Config.MaxRetainedPerOwner, all running
+	RefusedDescriptors     = "descriptors"      // out of file descriptors at start
+	RefusedInputFull       = "input_full"       // Config.InputBuffer
+	RefusedRecordingBudget = "recording_budget" // the recording budgets (recording_budget.go)
 )
 
 // RefusedKinds are the kinds of refusal, in a stable order.
 var RefusedKinds = []string{RefusedMaxRunning, RefusedTenantRunning, RefusedRetained, RefusedTenantRetained,
-	RefusedDescriptors, RefusedInputFull}
+	RefusedDescriptors, RefusedInputFull, RefusedRecordingBudget}
 
 // TenantSeries bounds the tenants Stats.ByTenant names: the first
 // TenantSeries owners to start an execution keep a name for the
@@ -96,7 +97,7 @@ type counters struct {
 	flowWaits               atomic.Uint64
 	resumes                 [3]atomic.Uint64 // by ResumeKinds
 	resumeGapBytes          atomic.Uint64
-	refused                 [6]atomic.Uint64 // by RefusedKinds
+	refused                 [7]atomic.Uint64 // by RefusedKinds
 	latency                 [10]atomic.Uint64
 	latencySum              atomic.Int64 // nanoseconds
 }

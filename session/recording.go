@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/termgate/termgate/replay"
+	"golang.org/x/sys/unix"
 )
 
 // Recordings. With Config.RecordingsDir, an execution whose Spec.Record
@@ -44,10 +46,14 @@ import (
 // left out, and so does the result (Result.Recording).
 //
 // Files are created through an os.Root on the directory, mode 0600,
-// named from the tenant (escaped), the execution ID and its incarnation,
-// so nothing a client chose reaches the filesystem unescaped and a
-// reused ID never overwrites an earlier recording. Files outlive their
-// executions: removing them is the operator's business.
+// named from the tenant (escaped, and past 32 bytes cut and followed by
+// a hash of the whole tenant: castTenant), the execution ID and its
+// incarnation, so nothing a client chose reaches the filesystem
+// unescaped, two tenants never share a name, and a reused ID never
+// overwrites an earlier recording. Files outlive their executions, within
+// the budgets (bytes and files, per tenant and in all) and the retention
+// of recording_budget.go: a start whose recording would pass a budget is
+// refused, and a recording is deleted once its retention passed.
 //
 // A server restart (Detach, then Restore) does not end a recording: the
 // detaching server writes what the ring holds, leaves its recorder's
@@ -97,26 +103,55 @@ type RecordingResult struct {
 	Cut bool `json:"cut,omitempty"`
 }
 
-// castDir is the recordings directory.
+// castDir is the recordings directory and what its files take
+// (recording_budget.go).
 type castDir struct {
-	root *os.Root
-	max  int64
+	root   *os.Root
+	max    int64
+	budget castBudget
+	log    *slog.Logger
+	castDirSync
+	castLedger
 }
 
 // openCastDir opens (making it if needed, mode 0700) the recordings
-// directory.
-func openCastDir(dir string, max int64) (*castDir, error) {
-	if max < MinRecordingMaxSize {
+// directory of cfg; it counts nothing yet.
+func openCastDir(cfg Config) (*castDir, error) {
+	b := castBudget{maxBytes: cfg.RecordingsMaxBytes, ownerBytes: cfg.RecordingsMaxBytesPerOwner,
+		maxFiles: cfg.RecordingsMaxFiles, ownerFiles: cfg.RecordingsMaxFilesPerOwner, retention: cfg.RecordingsRetention}
+	switch max := cfg.RecordingMaxSize; {
+	case max < MinRecordingMaxSize:
 		return nil, fmt.Errorf("session: config: recording max size %d is below %d bytes", max, MinRecordingMaxSize)
+	case b.ownerBytes < max || b.maxBytes < max:
+		return nil, fmt.Errorf("session: config: recording budgets of %d bytes per owner and %d in all must hold a recording of the max size, %d bytes", b.ownerBytes, b.maxBytes, max)
+	case b.ownerFiles < 1 || b.maxFiles < 1:
+		return nil, fmt.Errorf("session: config: recording budgets of %d files per owner and %d in all must hold one", b.ownerFiles, b.maxFiles)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(cfg.RecordingsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("session: recordings directory: %w", err)
 	}
-	root, err := os.OpenRoot(dir)
+	root, err := os.OpenRoot(cfg.RecordingsDir)
 	if err != nil {
 		return nil, fmt.Errorf("session: recordings directory: %w", err)
 	}
-	return &castDir{root: root, max: max}, nil
+	d := &castDir{root: root, max: cfg.RecordingMaxSize, budget: b, log: cfg.Logger,
+		castDirSync: castDirSync{stopSweep: make(chan struct{}), swept: make(chan struct{})},
+		castLedger:  castLedger{writing: map[string]bool{}}}
+	return d, nil
+}
+
+// checkRoom warns when the filesystem of the recordings directory has
+// less room than the budget allows the recordings to take.
+func (d *castDir) checkRoom(dir string) {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if left := d.budget.maxBytes - d.total.bytes; left > free {
+		d.log.Warn("the recordings budget is more than the free space of the recordings directory's filesystem: recordings can fill it before their budget stops them",
+			"recordings_max_bytes", d.budget.maxBytes, "recordings_bytes", d.total.bytes, "free_bytes", free)
+	}
 }
 
 // recorder writes one execution's recording. Its goroutine (run) reads
@@ -138,9 +173,10 @@ type recorder struct {
 	last    float64                         // the newest event's time
 	carry   [replay.StreamStderr + 1][]byte // an incomplete character per stream
 	res     RecordingResult
-	through uint64        // the newest sequence written
-	moved   chan struct{} // closed and replaced when through moves
-	err     error         // the first write error: nothing more is written
+	through uint64           // the newest sequence written
+	moved   chan struct{}    // closed and replaced when through moves
+	err     error            // the first write error: nothing more is written
+	onClose func(size int64) // called once the file is closed, at its size
 }
 
 // startRecording creates e's recording and starts its recorder. Called
@@ -148,20 +184,27 @@ type recorder struct {
 func (e *execution) startRecording() error {
 	d := e.s.casts
 	name := castName(e.key, e.incarnation)
+	if err := d.reserve(name); err != nil {
+		e.s.counters.refuse(RefusedRecordingBudget)
+		return err
+	}
 	f, err := d.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
+		d.unreserve(name)
 		return fmt.Errorf("session: create recording: %w", err)
 	}
 	r := &recorder{
 		ring: e.ring, hold: e.ring.Hold(0), input: e.spec.RecordInput, base: e.started,
 		done: make(chan struct{}), f: f, max: d.max, moved: make(chan struct{}),
+		onClose: func(size int64) { d.closed(name, size) },
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	line, _ := json.Marshal(e.castHeader())
 	r.buf = append(line, '\n')
 	if err := r.flushLocked(); err != nil {
 		f.Close()
-		d.root.Remove(name)
+		d.closed(name, r.size)
+		d.remove(name, r.size)
 		return err
 	}
 	e.rec, e.recName = r, name
@@ -323,6 +366,9 @@ func (r *recorder) end(final bool) {
 		r.err = fmt.Errorf("session: close recording: %w", err)
 	}
 	r.f = nil
+	if r.onClose != nil {
+		r.onClose(r.size)
+	}
 }
 
 // flushCarriesLocked records what is held back of incomplete characters
@@ -436,7 +482,7 @@ func (e *execution) abandonRecording() {
 		return
 	}
 	e.rec.stop()
-	e.s.casts.root.Remove(e.recName)
+	e.s.casts.remove(e.recName, e.rec.size)
 }
 
 // OpenRecording opens the recording of owner's execution id for reading
@@ -482,6 +528,7 @@ func (s *Supervisor) Recording() bool { return s.casts != nil }
 // closeCasts closes the recordings directory once no recorder writes.
 func (s *Supervisor) closeCasts() {
 	if s.casts != nil {
+		s.casts.stopSweeping()
 		s.casts.root.Close()
 	}
 }

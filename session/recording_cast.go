@@ -1,6 +1,7 @@
 package session
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,21 +11,91 @@ import (
 
 // The asciicast v2 format of recordings: file names, the header, event lines.
 
-// castName is the file name of an execution's recording: the tenant
-// with every byte outside [A-Za-z0-9-] escaped as %XX and cut at 64
-// bytes, the ID (idPattern keeps it to safe bytes, never "." or ".."),
-// and the incarnation.
+// castTenantMax is the longest tenant part of a recording's name: with
+// the longest ID (MaxCanonicalIDBytes) and an incarnation (16 bytes) a
+// name stays within the 255 bytes of a file name.
+const castTenantMax = 32
+
+// castName is the file name of an execution's recording: its tenant part
+// (castTenant), the ID (idPattern keeps it to safe bytes, never "_", "."
+// or ".."), and the incarnation, joined by "_".
 func castName(k key, incarnation string) string {
+	return castTenant(k.owner) + "_" + k.id + "_" + incarnation + ".cast"
+}
+
+// castTenant is the tenant part of its recordings' names: the tenant with
+// every byte outside [A-Za-z0-9-] escaped as %XX, so it never holds "_";
+// when that is longer than castTenantMax, its first bytes (whole escapes
+// only), "~" and 16 base32 characters of the full tenant's SHA-256
+// (80 bits), so two tenants never share a prefix however alike their
+// names, and a tenant has one prefix whatever its IDs.
+func castTenant(owner string) string {
+	if escapedLen(owner) <= castTenantMax {
+		return escapeTenant(owner, castTenantMax)
+	}
+	sum := sha256.Sum256([]byte(owner))
+	hash := idEncoding.EncodeToString(sum[:10])
+	return escapeTenant(owner, castTenantMax-1-len(hash)) + "~" + hash
+}
+
+// escapeTenant escapes tenant as castTenant does, stopping before the
+// escape that would take it past max bytes.
+func escapeTenant(tenant string, max int) string {
+	var b strings.Builder
+	for i := 0; i < len(tenant); i++ {
+		c := tenant[i]
+		n := 1
+		if !castPlain(c) {
+			n = 3
+		}
+		if b.Len()+n > max {
+			break
+		}
+		if n == 1 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// escapedLen is the length of tenant escaped whole.
+func escapedLen(tenant string) int {
+	n := len(tenant)
+	for i := 0; i < len(tenant); i++ {
+		if !castPlain(tenant[i]) {
+			n += 2
+		}
+	}
+	return n
+}
+
+// castPlain reports whether a tenant's byte stays as it is in a name.
+func castPlain(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-'
+}
+
+// legacyCastName is castName before tenants were hashed: the escaped
+// tenant cut at 64 bytes. A server restored on a recording that an older
+// one began goes on in the file of that name.
+func legacyCastName(k key, incarnation string) string {
 	var b strings.Builder
 	for i := 0; i < len(k.owner) && b.Len() < 64; i++ {
-		c := k.owner[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' {
+		if c := k.owner[i]; castPlain(c) {
 			b.WriteByte(c)
 		} else {
 			fmt.Fprintf(&b, "%%%02X", c)
 		}
 	}
 	return b.String() + "_" + k.id + "_" + incarnation + ".cast"
+}
+
+// castTenantOf is the tenant part of a recording's file name: what comes
+// before its first "_".
+func castTenantOf(name string) string {
+	t, _, _ := strings.Cut(name, "_")
+	return t
 }
 
 // castHeader is an asciicast v2 header.

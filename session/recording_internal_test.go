@@ -62,3 +62,38 @@ func BenchmarkAppendJSONString(b *testing.B) {
 		dst, _ = appendJSONString(dst[:0], p)
 	}
 }
+
+// TestCastNameTellsTenantsApart: two tenants never share a recording's
+// file prefix, however long and alike their names, and every name fits
+// a file name's 255 bytes with the longest ID.
+func TestCastNameTellsTenantsApart(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("y", 300)
+	pairs := [][2]string{
+		{"x_____________________alpha", "x_____________________beta"},
+		{long + "a", long + "b"},
+		{"acme", "acme2"},
+		{"a_b", "a%5Fb"},
+	}
+	id := strings.Repeat("i", 63) + ".abcdef~" + strings.Repeat("k", 128)
+	if len(id) != MaxCanonicalIDBytes || !idPattern.MatchString(id) {
+		t.Fatalf("the test's ID is not the longest: %d bytes", len(id))
+	}
+	inc := newIncarnation()
+	if got, want := castName(key{"acme", "run"}, inc), "acme_run_"+inc+".cast"; got != want {
+		t.Errorf("acme's run is recorded as %q, want %q", got, want)
+	}
+	for _, p := range pairs {
+		a, b := castName(key{p[0], id}, inc), castName(key{p[1], id}, inc)
+		pa, _, _ := strings.Cut(a, "_")
+		pb, _, _ := strings.Cut(b, "_")
+		if pa != castTenantOf(a) || pa == pb {
+			t.Errorf("tenants %q and %q share the file prefix %q", p[0], p[1], pa)
+		}
+		for _, name := range []string{a, b} {
+			if len(name) > 255 {
+				t.Errorf("%q is %d bytes, more than a file name holds", name, len(name))
+			}
+		}
+	}
+}

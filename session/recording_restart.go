@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -21,6 +23,11 @@ func (e *execution) restoreRecording(running bool) {
 		return
 	}
 	e.recName = castName(e.key, e.incarnation)
+	if legacy := legacyCastName(e.key, e.incarnation); legacy != e.recName {
+		if _, err := e.s.casts.root.Lstat(e.recName); errors.Is(err, fs.ErrNotExist) {
+			e.recName = legacy // begun by a server that named files so
+		}
+	}
 	if running && !e.resumeRecording() {
 		e.cutRecording()
 	}
@@ -78,7 +85,9 @@ func (e *execution) resumeRecording() bool {
 		ring: e.ring, hold: e.ring.Hold(st.Through), input: e.spec.RecordInput, base: e.started,
 		done: make(chan struct{}), f: f, max: e.s.casts.max, moved: make(chan struct{}),
 		size: st.Size, last: st.Last, res: st.Result, carry: st.Carry, through: st.Through,
+		onClose: func(size int64) { e.s.casts.closed(e.recName, size) },
 	}
+	e.s.casts.reopened(e.recName, st.Size)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	e.rec = r
 	e.in.onAccept = r.record

@@ -407,3 +407,64 @@ func asciinemaCat(t *testing.T, asciinema, path string) []byte {
 	}
 	return out.Bytes()
 }
+
+// TestRecordingBudgetAcrossRestart: recordings being written count at
+// their bound, also once a restarted supervisor goes on with them, and
+// count at their size once closed; a start past the owner's budget is
+// refused with ErrRecordingBudget, another owner's is not.
+func TestRecordingBudgetAcrossRestart(t *testing.T) {
+	t.Parallel()
+	state, casts := filepath.Join(t.TempDir(), "state"), t.TempDir()
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l := &sessiontest.Launcher{Keep: true, Script: echoUntilEOF}
+	cfg := Config{Launcher: l, StateDir: state, RecordingsDir: casts, RecordingMaxSize: MinRecordingMaxSize,
+		RecordingsMaxBytesPerOwner: 2*MinRecordingMaxSize + 1024}
+	sp := recorded(false, "fake")
+	sp.Policy.TTY = nil
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"one", "two"} {
+		if _, err := a.Start(t.Context(), "t", id, sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Start(t.Context(), "t", "three", sp); !errors.Is(err, ErrRecordingBudget) || !errors.Is(err, ErrCapacity) {
+		t.Fatalf("a third recording of 4K within 9K: %v", err)
+	}
+	if err := a.Detach(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	if _, err := b.Restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Start(t.Context(), "t", "three", sp); !errors.Is(err, ErrRecordingBudget) {
+		t.Fatalf("after a restart, a third recording of 4K within 9K: %v", err)
+	}
+	if _, err := b.Start(t.Context(), "u", "three", sp); err != nil {
+		t.Fatalf("another owner's recording: %v", err)
+	}
+	if _, err := b.Input("t", "one", 0, []byte("quit\n")); err != nil {
+		t.Fatal(err)
+	}
+	for info := (Info{}); info.Result == nil; {
+		if info, err = b.Wait(t.Context(), "t", "one", 1<<62, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	WaitRecorder(b, "t", "one")
+	if _, err := b.Start(t.Context(), "t", "three", sp); err != nil {
+		t.Fatalf("once a recording closed small: %v", err)
+	}
+	if st := b.Stats(); st.Refused[RefusedRecordingBudget] != 1 {
+		t.Errorf("refusals counted: %v", st.Refused)
+	}
+}

@@ -85,6 +85,9 @@ func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
 			e.finish(sandbox.Exit{Code: -1, Lost: true, Started: e.started})
 		}
 	}
+	if s.casts != nil {
+		s.casts.startSweeping() // the recordings being written are known now
+	}
 	s.log.Info("state restored", "dir", s.store.dir, "running", n.Running, "ended", n.Ended, "lost", n.Lost, "gone", n.Gone)
 	return n, nil
 }

@@ -69,7 +69,20 @@ type Config struct {
 	// (DefaultRecordingMaxSize, at least MinRecordingMaxSize).
 	RecordingsDir    string
 	RecordingMaxSize int64
-	Logger           *slog.Logger
+	// RecordingsMaxBytes and RecordingsMaxFiles bound what the recordings
+	// directory holds, RecordingsMaxBytesPerOwner and
+	// RecordingsMaxFilesPerOwner what one owner's recordings hold; a
+	// recording being written counts as RecordingMaxSize. A start past
+	// one is refused with ErrRecordingBudget. RecordingsRetention is how
+	// long a recording is kept after its last write; negative: until
+	// removed by hand. Zero fields take the defaults
+	// (DefaultRecordingsMaxBytes and so on; recording_budget.go).
+	RecordingsMaxBytes         int64
+	RecordingsMaxFiles         int
+	RecordingsMaxBytesPerOwner int64
+	RecordingsMaxFilesPerOwner int
+	RecordingsRetention        time.Duration
+	Logger                     *slog.Logger
 }
 
 // Supervisor owns executions. It is safe for concurrent use.
@@ -132,6 +145,12 @@ func New(cfg Config) (*Supervisor, error) {
 	setDefault(&cfg.DefaultRetention, DefaultRetention)
 	setDefault(&cfg.DefaultHold, DefaultHold)
 	setDefault(&cfg.Scrollback, DefaultScrollback)
+	setDefault(&cfg.RecordingMaxSize, DefaultRecordingMaxSize)
+	setDefault(&cfg.RecordingsMaxBytes, DefaultRecordingsMaxBytes)
+	setDefault(&cfg.RecordingsMaxBytesPerOwner, DefaultRecordingsMaxBytesPerOwner)
+	setDefault(&cfg.RecordingsMaxFiles, DefaultRecordingsMaxFiles)
+	setDefault(&cfg.RecordingsMaxFilesPerOwner, DefaultRecordingsMaxFilesPerOwner)
+	setDefault(&cfg.RecordingsRetention, DefaultRecordingsRetention)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,15 +162,17 @@ func New(cfg Config) (*Supervisor, error) {
 		gone:      map[key]time.Time{},
 	}
 	s.io, s.stopIO = context.WithCancel(ctx)
-	if cfg.RecordingMaxSize == 0 {
-		cfg.RecordingMaxSize = DefaultRecordingMaxSize
-		s.cfg.RecordingMaxSize = cfg.RecordingMaxSize
-	}
 	if cfg.RecordingsDir != "" {
 		var err error
-		if s.casts, err = openCastDir(cfg.RecordingsDir, cfg.RecordingMaxSize); err != nil {
+		if s.casts, err = openCastDir(cfg); err != nil {
 			return nil, err
 		}
+		if cfg.StateDir == "" {
+			s.casts.startSweeping()
+		} else {
+			s.casts.scan(false) // and sweep once Restore adopted what is being written
+		}
+		s.casts.checkRoom(cfg.RecordingsDir)
 	}
 	if cfg.StateDir != "" {
 		s.store = &store{dir: cfg.StateDir}
@@ -162,7 +183,7 @@ func New(cfg Config) (*Supervisor, error) {
 	return s, nil
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}

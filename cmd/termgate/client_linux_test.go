@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,9 @@ import (
 type gatewayUnderTest struct {
 	url, secretFile string
 	logs            *sandboxtest.SyncBuffer // what serve wrote to stderr
+	// stop stops serve and waits for it, at most 40 s; the test's end
+	// calls it too.
+	stop func()
 }
 
 // startGateway runs serve in-process until the test ends.
@@ -39,14 +43,16 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-secret-file", secret,
 		"--workspace-root", filepath.Join(dir, "ws"), "--timeout", "5m", "--cgroup-parent", sandboxtest.CgroupParent(t), "--state-dir", "none"}, extra...)
 	go func() { done <- run(ctx, args, strings.NewReader(""), io.Discard, errs) }()
-	t.Cleanup(func() {
+	stopped := sync.OnceFunc(func() {
 		stop()
 		select {
-		case <-done:
+		case err := <-done:
+			done <- err
 		case <-time.After(40 * time.Second):
 			t.Error("serve did not stop")
 		}
 	})
+	t.Cleanup(stopped)
 	addr := regexp.MustCompile(`"msg":"listening","addr":"(127\.0\.0\.1:\d+)"`)
 	var m []string
 	sandboxtest.Eventually(t, 20*time.Second, func() bool {
@@ -61,7 +67,7 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	if m == nil {
 		t.Fatalf("serve did not start: %s", errs.String())
 	}
-	return gatewayUnderTest{url: "http://" + m[1], secretFile: secret, logs: errs}
+	return gatewayUnderTest{url: "http://" + m[1], secretFile: secret, logs: errs, stop: stopped}
 }
 
 func (g gatewayUnderTest) token(t *testing.T, tenant, scope string) string {

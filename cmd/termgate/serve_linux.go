@@ -55,6 +55,7 @@ type serveOptions struct {
 	fdHeadroom                    int
 	stateDir                      string
 	orphanGrace                   time.Duration
+	recordingsRetention           time.Duration // --recordings-retention; 0: kept
 	metricsListen                 string
 	config                        string    // --config: the file read, if any
 	printConfig                   bool      // --print-config
@@ -241,6 +242,12 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.session.RecordingsDir, "recordings-dir", "", "directory of session recordings, asciicast v2 files of mode 0600 (absolute; default none: nothing is recorded)")
 	o.session.RecordingMaxSize = session.DefaultRecordingMaxSize
 	e.parsed("recording-max-size", "largest recording in bytes, at least 4K: what comes after is not recorded, and a final marker and the result say how much (default 64M)", sizeFlag(&o.session.RecordingMaxSize))
+	o.session.RecordingsMaxBytes, o.session.RecordingsMaxBytesPerOwner = session.DefaultRecordingsMaxBytes, session.DefaultRecordingsMaxBytesPerOwner
+	e.parsed("recordings-max-bytes", "bytes all recordings together may hold, a recording being written counted at --recording-max-size: a start to be recorded past it is refused (default 4G)", sizeFlag(&o.session.RecordingsMaxBytes))
+	e.parsed("recordings-max-bytes-per-tenant", "bytes one tenant's recordings may hold, counted as --recordings-max-bytes (default 1G)", sizeFlag(&o.session.RecordingsMaxBytesPerOwner))
+	e.parsed("recordings-max-files", "recordings the directory may hold: a start to be recorded past it is refused (default 10000)", intPtr(&o.session.RecordingsMaxFiles, session.DefaultRecordingsMaxFiles))
+	e.parsed("recordings-max-files-per-tenant", "recordings one tenant may hold (default 1000)", intPtr(&o.session.RecordingsMaxFilesPerOwner, session.DefaultRecordingsMaxFilesPerOwner))
+	e.duration(&o.recordingsRetention, "recordings-retention", session.DefaultRecordingsRetention, "how long a recording is kept after its last write, then deleted (0: until removed by hand)")
 	e.parsed("record", "whose executions are recorded: all, none, or tenant,tenant (default none); any start may ask with record when its token has the exec:record scope", recordFlag(&o.server.Record))
 	e.boolean(&o.server.Record.Input, "record-input", false, "also record the input of every recorded execution (input can hold passwords; without it, only a start's record_input does)")
 	e.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -478,6 +485,10 @@ func (o *serveOptions) check() error {
 		return usageError{fmt.Errorf("serve: --trusted-proxy: %w", err)}
 	}
 	o.server.TrustedProxies = proxies
+	o.session.RecordingsRetention = o.recordingsRetention
+	if o.recordingsRetention == 0 {
+		o.session.RecordingsRetention = -1 // session's zero is its default
+	}
 	switch {
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
@@ -497,6 +508,13 @@ func (o *serveOptions) check() error {
 		return usageError{errors.New("serve: --record and --record-input need --recordings-dir")}
 	case o.session.RecordingMaxSize < session.MinRecordingMaxSize:
 		return usageError{fmt.Errorf("serve: --recording-max-size %d: want at least 4K", o.session.RecordingMaxSize)}
+	case o.session.RecordingsMaxBytesPerOwner < o.session.RecordingMaxSize || o.session.RecordingsMaxBytes < o.session.RecordingsMaxBytesPerOwner:
+		return usageError{fmt.Errorf("serve: --recordings-max-bytes-per-tenant %s must hold a recording of --recording-max-size %s, and --recordings-max-bytes %s one tenant's",
+			sizeText(uint64(max(o.session.RecordingsMaxBytesPerOwner, 0))), sizeText(uint64(o.session.RecordingMaxSize)), sizeText(uint64(max(o.session.RecordingsMaxBytes, 0))))}
+	case o.session.RecordingsMaxFiles < o.session.RecordingsMaxFilesPerOwner:
+		return usageError{fmt.Errorf("serve: --recordings-max-files %d is below --recordings-max-files-per-tenant %d", o.session.RecordingsMaxFiles, o.session.RecordingsMaxFilesPerOwner)}
+	case o.recordingsRetention < 0:
+		return usageError{fmt.Errorf("serve: --recordings-retention %v: want 0 (kept) or more", o.recordingsRetention)}
 	case o.logFormat != "json" && o.logFormat != "text":
 		return usageError{fmt.Errorf("serve: --log-format: want json or text, got %q", o.logFormat)}
 	case o.orphanGrace < time.Second || o.orphanGrace > 24*time.Hour:
@@ -941,6 +959,9 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes),
 		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, gateway.DefaultAuditMaxSize))), "audit_keep", o.audit.Keep,
 		"recordings_dir", o.session.RecordingsDir, "recording_max_size", sizeText(uint64(o.session.RecordingMaxSize)),
+		"recordings_max_bytes", sizeText(uint64(o.session.RecordingsMaxBytes)), "recordings_max_bytes_per_tenant", sizeText(uint64(o.session.RecordingsMaxBytesPerOwner)),
+		"recordings_max_files", o.session.RecordingsMaxFiles, "recordings_max_files_per_tenant", o.session.RecordingsMaxFilesPerOwner,
+		"recordings_retention", durationText(o.recordingsRetention),
 		"record", recordText(o.server.Record), "record_input", o.server.Record.Input,
 		"sigterm", o.sigterm, "dev", o.dev)
 }
