@@ -36,7 +36,11 @@ type channel struct {
 	// inputRefused: an input refusal was sent and no input accepted
 	// since; further refusals stay silent (read loop only).
 	inputRefused bool
-	audit        channelAudit // the audit trail's (audit_events.go)
+	// resizeRefused: a resize or signal without a req was refused for
+	// its rate and none accepted since; further such refusals stay
+	// silent (read loop only).
+	resizeRefused bool
+	audit         channelAudit // the audit trail's (audit_events.go)
 
 	// queued: the channel waits in the connection's ready queue; at most
 	// once there (wake).

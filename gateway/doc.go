@@ -14,7 +14,9 @@
 //   - The read loop decodes each message with package wire and dispatches it
 //     (handlers.go: start, attach, input, resize, signal, cancel, reauth).
 //     Every answer and refusal is queued for the writing, with a stable
-//     code from wire.
+//     code from wire. Starts, input, and resizes and signals each draw on
+//     a token bucket per subject (ratelimit.go); a flood of requests that
+//     ask for no answer is refused with one error, not one each.
 //   - An attached execution is a channel (channel.go) with no goroutine:
 //     the ring's callback marks it ready, and whoever writes for the
 //     connection reads the execution's replay ring through a

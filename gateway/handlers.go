@@ -200,7 +200,7 @@ func (c *conn) modify(req wire.Request) {
 		return
 	}
 	ch, ok := c.writable(req, req.Channel)
-	if !ok || !c.auditModify(req, ch) {
+	if !ok || !c.withinResizeRate(req, ch) || !c.auditModify(req, ch) {
 		return
 	}
 	var err error
@@ -224,6 +224,29 @@ func (c *conn) modify(req wire.Request) {
 		err = sup.Cancel(tenant, ch.execID)
 	}
 	c.answer(req, ch.id, err)
+}
+
+// withinResizeRate takes a resize or signal out of its subject's rate
+// (Config.ResizesPerSecond) and refuses it when none is left. Requests
+// with a req are always answered; of those without, only the first
+// refused after an accepted one is, so a flood of them cannot flood the
+// connection with errors.
+func (c *conn) withinResizeRate(req wire.Request, ch *channel) bool {
+	if req.Type != wire.TypeResize && req.Type != wire.TypeSignal {
+		return true
+	}
+	if c.s.resizes.allow(c.currentClaims()) {
+		ch.resizeRefused = false
+		return true
+	}
+	if req.Req == "" {
+		if ch.resizeRefused {
+			return false
+		}
+		ch.resizeRefused = true
+	}
+	c.fail(req, ch.id, wire.CodeRateLimited, "too many resizes and signals; slow down")
+	return false
 }
 
 // answer acknowledges a request that has no other answer.

@@ -44,6 +44,7 @@ func (s *Server) bounds() wire.Bounds {
 		InputBufferBytes:     sup.InputBuffer,
 		InputFrameBytes:      wire.MaxInputFrameBytes,
 		InputPerSecond:       cfg.InputPerSecond,
+		ResizesPerSecond:     cfg.ResizesPerSecond,
 		PingIntervalMS:       cfg.PingInterval.Milliseconds(),
 		PongTimeoutMS:        cfg.PongTimeout.Milliseconds(),
 		WriteTimeoutMS:       cfg.WriteTimeout.Milliseconds(),

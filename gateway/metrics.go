@@ -154,6 +154,7 @@ func authReason(token string, err error) string {
 const (
 	refusedStartRate    = "start_rate"          // Config.StartsPerMinute
 	refusedInputRate    = "input_rate"          // Config.InputPerSecond
+	refusedResizeRate   = "resize_rate"         // Config.ResizesPerSecond (resizes and signals)
 	refusedSubjectConns = "subject_connections" // Config.MaxConnsPerSubject
 	refusedChannels     = "channels"            // Config.MaxChannels
 	refusedMessageSize  = "message_size"        // Config.MaxMessageBytes
@@ -300,12 +301,13 @@ func startLatency(h session.Histogram) prometheus.Metric {
 // refusals gathers every kind of limit refusal: the supervisor's (in
 // st), the rate limits', the gateway's own and the listener's.
 func (s *Server) refusals(st session.Stats) map[string]uint64 {
-	out := make(map[string]uint64, len(st.Refused)+len(gatewayRefusals)+5)
+	out := make(map[string]uint64, len(st.Refused)+len(gatewayRefusals)+6)
 	for k, n := range st.Refused {
 		out[k] = n
 	}
 	out[refusedStartRate] = s.starts.refused.Load()
 	out[refusedInputRate] = s.inputs.refused.Load()
+	out[refusedResizeRate] = s.resizes.refused.Load()
 	for i, k := range gatewayRefusals {
 		out[k] = s.metrics.refused[i].Load()
 	}

@@ -97,7 +97,7 @@ func TestHelloComesFirst(t *testing.T) {
 		{"defaults", nil, wire.Bounds{
 			MaxMessageBytes: DefaultMaxMessageBytes, MaxChannels: DefaultMaxChannels,
 			RingBytes: replay.DefaultMaxBytes, RingEvents: replay.DefaultMaxEvents, HoldMS: DefaultHold.Milliseconds(),
-			InputBufferBytes: session.DefaultInputBuffer, InputFrameBytes: wire.MaxInputFrameBytes, InputPerSecond: DefaultInputPerSecond,
+			InputBufferBytes: session.DefaultInputBuffer, InputFrameBytes: wire.MaxInputFrameBytes, InputPerSecond: DefaultInputPerSecond, ResizesPerSecond: DefaultResizesPerSecond,
 			PingIntervalMS: DefaultPingInterval.Milliseconds(), PongTimeoutMS: DefaultPongTimeout.Milliseconds(),
 			WriteTimeoutMS: DefaultWriteTimeout.Milliseconds(), DefaultTimeoutMS: session.DefaultTimeout.Milliseconds(),
 			RetentionMS:          session.DefaultRetention.Milliseconds(),
@@ -106,13 +106,13 @@ func TestHelloComesFirst(t *testing.T) {
 		}},
 		{"configured", func(c *Config) {
 			c.Ring = replay.Config{MaxBytes: 1 << 16, MaxEvents: 100}
-			c.Hold, c.MaxMessageBytes, c.MaxChannels, c.InputPerSecond = 7*time.Second, 1<<19, 5, 77
+			c.Hold, c.MaxMessageBytes, c.MaxChannels, c.InputPerSecond, c.ResizesPerSecond = 7*time.Second, 1<<19, 5, 77, 9
 			c.PingInterval, c.PongTimeout, c.WriteTimeout = 11*time.Second, 33*time.Second, 22*time.Second
 			c.Sandbox.DefaultTimeout = 44 * time.Second
 			c.Sandbox.InteractiveTimeout, c.Sandbox.IdleTimeout = 55*time.Second, 66*time.Second
 		}, wire.Bounds{
 			MaxMessageBytes: 1 << 19, MaxChannels: 5, RingBytes: 1 << 16, RingEvents: 100, HoldMS: 7000,
-			InputBufferBytes: session.DefaultInputBuffer, InputFrameBytes: wire.MaxInputFrameBytes, InputPerSecond: 77,
+			InputBufferBytes: session.DefaultInputBuffer, InputFrameBytes: wire.MaxInputFrameBytes, InputPerSecond: 77, ResizesPerSecond: 9,
 			PingIntervalMS: 11000, PongTimeoutMS: 33000, WriteTimeoutMS: 22000, DefaultTimeoutMS: 44000,
 			RetentionMS:          session.DefaultRetention.Milliseconds(),
 			InteractiveTimeoutMS: 55000, IdleTimeoutMS: 66000, Scrollback: session.DefaultScrollback,

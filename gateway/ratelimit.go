@@ -49,6 +49,23 @@ func newInputLimits(perSecond, burst int) *subjectLimits {
 	return newSubjectLimits(float64(perSecond), max(burst, 1))
 }
 
+// ResizeBurstSeconds is the default burst of resize and signal requests
+// (Config.ResizeBurst), in seconds of Config.ResizesPerSecond: at the
+// default 30 a second, 300 at once. termgate's browser client sends a
+// resize at most every 150 ms per terminal; the CLI one per SIGWINCH,
+// which a terminal emulator raises at most once a frame while its window
+// is dragged: 60 a second, so a drag of 10 s before the sustained rate
+// paces it, and ten windows retiled at once several times a second.
+// Each accepted resize reaches the terminal at once or, within a burst on
+// one execution, as its last size (session.Supervisor.Resize).
+const ResizeBurstSeconds = 10
+
+// newResizeLimits limits a subject's resize and signal requests to
+// perSecond, with bursts of burst.
+func newResizeLimits(perSecond, burst int) *subjectLimits {
+	return newSubjectLimits(float64(perSecond), max(burst, 1))
+}
+
 func newSubjectLimits(rate float64, burst int) *subjectLimits {
 	refill := time.Duration(float64(burst) / rate * float64(time.Second))
 	return &subjectLimits{rate: rate, burst: burst, refill: refill, m: map[string]*subjectBucket{}, sweep: minSubjectSweep}

@@ -89,3 +89,34 @@ func TestInputBurstIsConfigurable(t *testing.T) {
 		}
 	})
 }
+
+// TestResizeLimitsTakeDraggingAWindow: at the defaults, a person is never
+// refused: a terminal that sends a resize a frame (60 a second) while its
+// window is dragged for 8 s, and ten windows retiled at once twice a
+// second for a minute.
+func TestResizeLimitsTakeDraggingAWindow(t *testing.T) {
+	var c Config
+	applyDefaults(&c)
+	for _, tc := range []struct {
+		name       string
+		n, perTick int
+		gap        time.Duration
+	}{
+		{"a resize a frame for 8 s", 8 * 60, 1, time.Second / 60},
+		{"ten windows retiled twice a second for a minute", 120, 10, time.Second / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newResizeLimits(c.ResizesPerSecond, c.ResizeBurst)
+				refused := 0
+				for range tc.n {
+					refused += sendAt(l, auth.Claims{Tenant: "acme", Subject: "ann"}, tc.perTick, 0)
+					time.Sleep(tc.gap)
+				}
+				if refused != 0 {
+					t.Fatalf("refused %d of %d resizes", refused, tc.n*tc.perTick)
+				}
+			})
+		})
+	}
+}

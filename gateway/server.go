@@ -33,6 +33,7 @@ const (
 	DefaultMaxConnsPerSubject = 16
 	DefaultStartsPerMinute    = 60
 	DefaultInputPerSecond     = 1000
+	DefaultResizesPerSecond   = 30
 	DefaultPingInterval       = 15 * time.Second
 	DefaultPongTimeout        = 45 * time.Second
 	DefaultAuthWarning        = 60 * time.Second
@@ -88,11 +89,16 @@ type Config struct {
 	InputPerSecond     int
 	// InputBurst is how many input messages a subject may send at once
 	// beyond InputPerSecond (InputBurstSeconds of it when 0).
-	InputBurst   int
-	PingInterval time.Duration
-	PongTimeout  time.Duration
-	AuthWarning  time.Duration
-	WriteTimeout time.Duration
+	InputBurst int
+	// ResizesPerSecond bounds a subject's resize and signal requests
+	// (DefaultResizesPerSecond), with bursts of ResizeBurst
+	// (ResizeBurstSeconds of it when 0).
+	ResizesPerSecond int
+	ResizeBurst      int
+	PingInterval     time.Duration
+	PongTimeout      time.Duration
+	AuthWarning      time.Duration
+	WriteTimeout     time.Duration
 	// RequestReadTimeout bounds reading an HTTP API request's body
 	// (DefaultRequestReadTimeout). Headers are the http.Server's
 	// ReadHeaderTimeout; long polls and WebSockets have no body to wait for.
@@ -143,11 +149,13 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
-	// starts and inputs are the rate limits of each (tenant, subject),
-	// shared by its WebSocket connections and the HTTP API: a new
-	// connection does not get a fresh budget.
-	starts *subjectLimits
-	inputs *subjectLimits
+	// starts, inputs and resizes (resizes and signals) are the rate
+	// limits of each (tenant, subject), shared by its WebSocket
+	// connections and the HTTP API: a new connection does not get a
+	// fresh budget.
+	starts  *subjectLimits
+	inputs  *subjectLimits
+	resizes *subjectLimits
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -217,6 +225,7 @@ func NewServer(cfg Config) (*Server, error) {
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newInputLimits(cfg.InputPerSecond, cfg.InputBurst),
+		resizes:       newResizeLimits(cfg.ResizesPerSecond, cfg.ResizeBurst),
 		ownWorkspaces: own,
 	}
 	s.metrics = newMetrics(s)
@@ -260,6 +269,8 @@ func applyDefaults(c *Config) {
 	def(&c.StartsPerMinute, DefaultStartsPerMinute)
 	def(&c.InputPerSecond, DefaultInputPerSecond)
 	def(&c.InputBurst, InputBurstSeconds*c.InputPerSecond)
+	def(&c.ResizesPerSecond, DefaultResizesPerSecond)
+	def(&c.ResizeBurst, ResizeBurstSeconds*c.ResizesPerSecond)
 	defDur(&c.PingInterval, DefaultPingInterval)
 	defDur(&c.PongTimeout, DefaultPongTimeout)
 	defDur(&c.AuthWarning, DefaultAuthWarning)

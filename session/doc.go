@@ -12,4 +12,10 @@
 // never blocks on a full pipe and a slow subscriber only ever sees a gap.
 // Executions derive their context from the supervisor, never from a
 // request: they outlive the connections that started them.
+//
+// Resizes of one execution are coalesced: within ResizeCoalesce of the
+// last size applied, a resize waits and only the last one waiting is
+// applied when that time is up, so a burst costs the program, the ring
+// and the terminal emulator two sizes, whatever its length. A resize to
+// the size applied last adds nothing.
 package session

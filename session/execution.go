@@ -37,6 +37,7 @@ type execution struct {
 	logAttrs    []any         // of its lifecycle log lines: which, whose, what program, who started it
 	startAttrs  []any         // WithLogAttrs' attributes of its start, for OnEnd
 	rec         *recorder     // its recorder while it is recorded here (recording.go)
+	resizes     resizes       // its resizes, coalesced (resize.go)
 	recName     string        // its recording's file name; empty when not recorded
 	recCut      bool          // its recording was cut by a restart
 
@@ -482,7 +483,9 @@ func (s *Supervisor) Cancel(owner, id string) error {
 }
 
 // Resize sets a PTY execution's terminal size, clamping rows and columns
-// to 1..sandbox.MaxWindowSide.
+// to 1..sandbox.MaxWindowSide. Resizes within ResizeCoalesce of the last
+// one applied take effect together, as the last size, when that time is
+// up; a size the terminal already has changes nothing.
 func (s *Supervisor) Resize(owner, id string, rows, cols int) error {
 	e, err := s.lookup(owner, id)
 	if err != nil {
@@ -495,12 +498,7 @@ func (s *Supervisor) Resize(owner, id string, rows, cols int) error {
 	if err != nil {
 		return err
 	}
-	ws := sandbox.ClampWindowSize(rows, cols)
-	if err := proc.Resize(ws); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotRunning, err)
-	}
-	e.ring.Append(replay.Event{Kind: replay.KindResize, Rows: ws.Rows, Cols: ws.Cols})
-	return nil
+	return e.resize(proc, sandbox.ClampWindowSize(rows, cols))
 }
 
 // Signal sends a signal from the allowlist (INT, TERM, HUP, KILL, QUIT,

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
@@ -615,5 +616,26 @@ func TestLogFormats(t *testing.T) {
 	}
 	if _, err := newLevelLogger(io.Discard, "info", "xml"); err == nil {
 		t.Error("format xml accepted")
+	}
+}
+
+// TestServeResizeRate: --resizes-per-second defaults to the gateway's
+// default, comes from TERMGATE_RESIZES_PER_SECOND too (the flag wins), and
+// must be positive.
+func TestServeResizeRate(t *testing.T) {
+	if o, err := parseServe([]string{"--dev"}, io.Discard); err != nil || o.server.ResizesPerSecond != gateway.DefaultResizesPerSecond {
+		t.Fatalf("default: %v, %v", o.server.ResizesPerSecond, err)
+	}
+	t.Setenv("TERMGATE_RESIZES_PER_SECOND", "7")
+	if o, err := parseServe([]string{"--dev"}, io.Discard); err != nil || o.server.ResizesPerSecond != 7 {
+		t.Fatalf("from the environment: %v, %v", o.server.ResizesPerSecond, err)
+	}
+	if o, err := parseServe([]string{"--dev", "--resizes-per-second", "9"}, io.Discard); err != nil || o.server.ResizesPerSecond != 9 {
+		t.Fatalf("flag over the environment: %v, %v", o.server.ResizesPerSecond, err)
+	}
+	for _, bad := range []string{"0", "-1", "x"} {
+		if _, err := parseServe([]string{"--dev", "--resizes-per-second", bad}, io.Discard); err == nil {
+			t.Errorf("--resizes-per-second %s accepted", bad)
+		}
 	}
 }

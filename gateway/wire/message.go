@@ -96,6 +96,9 @@ type Bounds struct {
 	InputBufferBytes int   `json:"input_buffer_bytes,omitempty"`
 	InputFrameBytes  int   `json:"input_frame_bytes,omitempty"`
 	InputPerSecond   int   `json:"input_per_second,omitempty"`
+	// ResizesPerSecond is the sustained rate of resize and signal
+	// requests per subject.
+	ResizesPerSecond int   `json:"resizes_per_second,omitempty"`
 	PingIntervalMS   int64 `json:"ping_interval_ms,omitempty"`
 	PongTimeoutMS    int64 `json:"pong_timeout_ms,omitempty"`
 	WriteTimeoutMS   int64 `json:"write_timeout_ms,omitempty"`

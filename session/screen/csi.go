@@ -113,8 +113,12 @@ func (s *Screen) editCSI(f byte, n int) {
 	}
 }
 
-// line is the cursor's line.
-func (s *Screen) line() *line { return &s.buf().lines[s.cur.y] }
+// line is the cursor's line, full width, to draw on.
+func (s *Screen) line() *line {
+	l := &s.buf().lines[s.cur.y]
+	l.full(s.cols)
+	return l
+}
 
 // moveTo puts the cursor at (x, y), clamped to the screen.
 func (s *Screen) moveTo(x, y int) {
@@ -170,16 +174,16 @@ func (s *Screen) eraseDisplay(mode int) {
 	case 0:
 		s.line().erase(s.cur.x, s.cols, s.pen)
 		for i := s.cur.y + 1; i < s.rows; i++ {
-			b.lines[i].reset(s.pen)
+			b.lines[i].reset(s.pen, s.cols)
 		}
 	case 1:
 		for i := 0; i < s.cur.y; i++ {
-			b.lines[i].reset(s.pen)
+			b.lines[i].reset(s.pen, s.cols)
 		}
 		s.line().erase(0, s.cur.x+1, s.pen)
 	case 2:
 		for i := range b.lines {
-			b.lines[i].reset(s.pen)
+			b.lines[i].reset(s.pen, s.cols)
 		}
 	case 3:
 		s.sb.clear()
@@ -304,6 +308,7 @@ func (s *Screen) dispatchEscInter(inter, f byte) {
 func (s *Screen) alignmentTest() {
 	for i := range s.buf().lines {
 		l := &s.buf().lines[i]
+		l.full(s.cols)
 		for j := range l.cells {
 			l.cells[j] = cell{r: 'E'}
 		}

@@ -31,11 +31,18 @@
 // kept inside); tab stops are shared by both buffers. Resize cuts or pads
 // lines and does not reflow them.
 //
+// A line holds the cells drawn on it, up to the width; the rest of it is
+// blank without being stored, so a blank screen costs its rows, not its
+// cells. Resize is as cheap: it cuts the lines wider than the new width,
+// pads only lines that wrap, and adds or drops rows; it never blanks or
+// allocates the whole screen. A resize of a 1000x1000 screen costs about
+// its 1000 rows, whatever the sizes it goes between (BenchmarkResize).
+//
 // # Bounds
 //
 // Rows and Cols are at most MaxRows and MaxCols, Scrollback at most
 // MaxScrollback lines, a title MaxTitle bytes. The memory of a Screen is
-// about 2 * rows * cols * 24 bytes for the two buffers (the alternate one
+// at most about 2 * rows * cols * 24 bytes for the two buffers (the alternate one
 // only once used) plus its scrollback, whose lines are kept encoded as the
 // sequences that draw them: as many bytes as characters for plain text, a
 // few more per change of colour, at most about 50 bytes per cell, and the

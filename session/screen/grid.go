@@ -47,7 +47,11 @@ type cell struct {
 	kind uint8
 }
 
-// line is one row of cells.
+// line is one row of cells. It may hold fewer cells than the screen has
+// columns: the cells past its end are default blanks (cell{r: ' '}), so
+// a line no one drew on costs nothing, and neither does growing the
+// screen. Screen.line makes the cursor's line full width before it is
+// drawn on; a line that wraps is always full width.
 type line struct {
 	cells []cell
 	// wraps is set when autowrap carried the cursor from this line to the
@@ -58,17 +62,42 @@ type line struct {
 // blankCell is an erased cell drawn with the background of p.
 func blankCell(p pen) cell { return cell{r: ' ', pen: pen{bg: p.bg}} }
 
-// reset erases the whole line with the background of p.
-func (l *line) reset(p pen) {
+// reset erases the whole line of a screen cols wide with the background
+// of p. Erased with the default background, it holds no cells (it keeps
+// their memory for the next time it is drawn on).
+func (l *line) reset(p pen, cols int) {
+	l.wraps = false
+	if p.bg == 0 {
+		l.cells = l.cells[:0]
+		return
+	}
+	l.full(cols)
 	c := blankCell(p)
 	for i := range l.cells {
 		l.cells[i] = c
 	}
-	l.wraps = false
+}
+
+// full makes the line hold all cols cells, the new ones default blanks.
+func (l *line) full(cols int) {
+	old := len(l.cells)
+	if old >= cols {
+		return
+	}
+	if cols > cap(l.cells) {
+		nc := make([]cell, cols)
+		copy(nc, l.cells)
+		l.cells = nc
+	}
+	l.cells = l.cells[:cols]
+	for i := old; i < cols; i++ {
+		l.cells[i] = cell{r: ' '}
+	}
 }
 
 // erase blanks the cells [from, to) with the background of p and repairs
-// wide characters cut in half.
+// wide characters cut in half. Like insert and delete, it works on a full
+// line (Screen.line).
 func (l *line) erase(from, to int, p pen) {
 	from, to = max(from, 0), min(to, len(l.cells))
 	c := blankCell(p)
@@ -112,30 +141,27 @@ func (l *line) delete(x, n int, p pen) {
 	l.fixWide(x)
 }
 
-// resize makes the line cols wide, cutting or padding with blanks.
+// resize makes the line fit a screen cols wide: it cuts the cells past
+// cols, and pads only a line that wraps (always full width); the others
+// stay as they are, their missing cells blank. The cost is the cells cut
+// or padded, not the width.
 func (l *line) resize(cols int) {
-	old := len(l.cells)
-	if cols > cap(l.cells) {
-		nc := make([]cell, old, cols)
-		copy(nc, l.cells)
-		l.cells = nc
-	}
-	l.cells = l.cells[:cols]
-	for i := old; i < cols; i++ {
-		l.cells[i] = blankCell(pen{})
-	}
-	if cols < old {
+	switch old := len(l.cells); {
+	case cols < old:
+		l.cells = l.cells[:cols]
+		if cap(l.cells) > 2*cols+minLineCap {
+			l.cells = append(make([]cell, 0, cols), l.cells...) // let the wider memory go
+		}
 		l.fixWide(cols)
 		l.wraps = false
+	case l.wraps:
+		l.full(cols)
 	}
 }
 
-// newLine is a blank line cols wide.
-func newLine(cols int) line {
-	l := line{cells: make([]cell, cols)}
-	l.reset(pen{})
-	return l
-}
+// minLineCap is the memory in cells a line cut narrower may keep beyond
+// twice its width.
+const minLineCap = 64
 
 // cursor is the cursor position and the state DECSC saves with it.
 type cursor struct {
@@ -159,11 +185,8 @@ type buffer struct {
 	saved saved
 }
 
-// newBuffer is a blank buffer of rows x cols.
-func newBuffer(rows, cols int) *buffer {
-	b := &buffer{lines: make([]line, rows)}
-	for i := range b.lines {
-		b.lines[i] = newLine(cols)
-	}
-	return b
+// newBuffer is a blank buffer of rows: its lines hold no cells until
+// drawn on.
+func newBuffer(rows int) *buffer {
+	return &buffer{lines: make([]line, rows)}
 }

@@ -29,9 +29,9 @@ func dump(s *Screen, last bool) string {
 		l := s.sb.at(i)
 		fmt.Fprintf(&b, "sb %3d wraps=%v %q\n", i, s.sbWraps(l), s.appendScrollbackLine(nil, l))
 	}
-	dumpLines(&b, "normal", s.normal.lines)
+	dumpLines(&b, "normal", s.normal.lines, s.cols)
 	if s.altActive {
-		dumpLines(&b, "alt", s.alt.lines)
+		dumpLines(&b, "alt", s.alt.lines, s.cols)
 	}
 	return b.String()
 }
@@ -43,13 +43,21 @@ func settle(s *Screen) {
 	s.emulatePending()
 }
 
-// dumpLines describes every cell of ls; the wrap flag of the last line
+// dumpLines describes every cell of ls, cols of them a line (those a
+// line does not hold are default blanks); the wrap flag of the last line
 // is left out, since nothing printed after it can reproduce it.
-func dumpLines(b *strings.Builder, name string, ls []line) {
+func dumpLines(b *strings.Builder, name string, ls []line, cols int) {
 	for i := range ls {
 		l := &ls[i]
 		fmt.Fprintf(b, "%s %2d wraps=%v:", name, i, l.wraps && i < len(ls)-1)
-		for _, c := range l.cells {
+		if len(l.cells) > cols || l.wraps && len(l.cells) != cols {
+			fmt.Fprintf(b, " holds %d cells of %d", len(l.cells), cols)
+		}
+		for x := range cols {
+			c := cell{r: ' '}
+			if x < len(l.cells) {
+				c = l.cells[x]
+			}
 			fmt.Fprintf(b, " %q", string(c.r)+string(c.comb))
 			if c.pen != (pen{}) || c.kind != 0 {
 				fmt.Fprintf(b, "%x/%x/%x/%d", c.pen.fg, c.pen.bg, c.pen.attr, c.kind)

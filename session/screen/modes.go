@@ -57,10 +57,10 @@ func (s *Screen) switchBuffer(m int, on bool) {
 			s.saveCursor()
 		}
 		if s.alt == nil {
-			s.alt = newBuffer(s.rows, s.cols)
+			s.alt = newBuffer(s.rows)
 		}
 		for i := range s.alt.lines {
-			s.alt.lines[i].reset(s.pen)
+			s.alt.lines[i].reset(s.pen, s.cols)
 		}
 		s.altActive = true
 		return

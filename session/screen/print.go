@@ -54,7 +54,7 @@ func (s *Screen) printASCII(run []byte) {
 		if s.cur.wrapNext {
 			s.wrapLine()
 		}
-		l := &s.buf().lines[s.cur.y]
+		l := s.line()
 		x := s.cur.x
 		n := min(len(run), cols-x)
 		if l.cells[x].kind == cellWideTail {
@@ -88,7 +88,7 @@ func (l *line) fixWideAt(x int) {
 // wrapLine moves the cursor to the start of the next line because of
 // autowrap, marking the line it leaves as continued.
 func (s *Screen) wrapLine() {
-	s.buf().lines[s.cur.y].wraps = true
+	s.line().wraps = true
 	s.cur.x, s.cur.wrapNext = 0, false
 	s.lineFeed()
 }
@@ -109,7 +109,7 @@ func (s *Screen) print(r rune) {
 	if wrap {
 		s.wrapLine()
 	}
-	l := &s.buf().lines[s.cur.y]
+	l := s.line()
 	if s.modes.insert {
 		l.insert(x, w, s.pen)
 	}
@@ -141,7 +141,7 @@ func (s *Screen) combine(r rune) {
 	if !s.cur.wrapNext {
 		x--
 	}
-	l := &s.buf().lines[s.cur.y]
+	l := s.line()
 	if x < 0 {
 		return
 	}
@@ -179,7 +179,7 @@ func (s *Screen) scrollUp(top, bot, n int, keep bool) {
 	}
 	rotate(b.lines[top:bot+1], n)
 	for i := bot - n + 1; i <= bot; i++ {
-		b.lines[i].reset(s.pen)
+		b.lines[i].reset(s.pen, s.cols)
 	}
 }
 
@@ -189,7 +189,7 @@ func (s *Screen) scrollDown(top, bot, n int) {
 	n = min(n, bot-top+1)
 	rotate(b.lines[top:bot+1], bot-top+1-n)
 	for i := top; i < top+n; i++ {
-		b.lines[i].reset(s.pen)
+		b.lines[i].reset(s.pen, s.cols)
 	}
 }
 

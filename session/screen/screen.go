@@ -90,7 +90,7 @@ func clamp(v, def, limit int) int {
 // reset puts the terminal in its power-on state (RIS), keeping its size
 // and dropping the scrollback.
 func (s *Screen) reset() {
-	s.normal = newBuffer(s.rows, s.cols)
+	s.normal = newBuffer(s.rows)
 	s.alt = nil
 	s.altActive = false
 	s.sb.clear()
@@ -182,10 +182,12 @@ func (s *Screen) resizeBuffer(b *buffer, rows, cols int, active bool) {
 				s.sb.push(&b.lines[i])
 			}
 		}
-		b.lines = append(b.lines[:0], b.lines[push:push+rows]...)
+		n := copy(b.lines, b.lines[push:push+rows])
+		clear(b.lines[n:]) // the cells of the lines dropped go
+		b.lines = b.lines[:n]
 	}
 	for len(b.lines) < rows {
-		b.lines = append(b.lines, newLine(cols))
+		b.lines = append(b.lines, line{})
 	}
 	b.saved.x, b.saved.y = min(b.saved.x, cols-1), min(b.saved.y, rows-1)
 }

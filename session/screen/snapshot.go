@@ -78,7 +78,7 @@ func (s *Screen) appendLines(dst []byte, sb []*sbLine, ls []line) []byte {
 			dst, _ = appendLine(dst, l)
 			wraps = l.wraps
 		}
-		if i > 0 && len(dst) == mark && prevWraps(sb, ls, i) {
+		if i > 0 && len(dst) == mark && s.prevWraps(sb, ls, i) {
 			dst = append(dst, ' ') // print something, so the wrap happens
 		}
 	}
@@ -86,9 +86,9 @@ func (s *Screen) appendLines(dst []byte, sb []*sbLine, ls []line) []byte {
 }
 
 // prevWraps reports whether line i-1 of sb followed by ls wraps.
-func prevWraps(sb []*sbLine, ls []line, i int) bool {
+func (s *Screen) prevWraps(sb []*sbLine, ls []line, i int) bool {
 	if i-1 < len(sb) {
-		return sb[i-1].wraps && sb[i-1].width == len(ls[0].cells)
+		return s.sbWraps(sb[i-1])
 	}
 	return ls[i-1-len(sb)].wraps
 }
