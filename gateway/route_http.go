@@ -191,7 +191,7 @@ func (a *httpAPI) relayBody(w http.ResponseWriter, r *http.Request) ([]byte, err
 		b, err = io.ReadAll(http.MaxBytesReader(w, r.Body, a.s.cfg.MaxMessageBytes))
 		var tooLarge *http.MaxBytesError
 		var ne net.Error
-		if err != nil && !errors.As(err, &tooLarge) && !errors.As(err, &ne) {
+		if err != nil && !errors.As(err, &tooLarge) && !(errors.As(err, &ne) && ne.Timeout()) {
 			return badRequest("the request body ended before its length")
 		}
 		return err
