@@ -188,13 +188,20 @@ var errBodyTimeout = &apiError{wire.CodeRequestTimeout, "the request body did no
 // the server's RequestReadTimeout; unknown fields are refused so that
 // typos do not pass silently.
 func (a *httpAPI) decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
+	return a.readWithin(w, func() error { return decodeJSON(w, r, limit, dst) })
+}
+
+// readWithin runs read, which reads the request's body, within the
+// server's RequestReadTimeout; a body that does not come in time is
+// errBodyTimeout.
+func (a *httpAPI) readWithin(w http.ResponseWriter, read func() error) error {
 	// The deadline is the connection's: it is lifted once the body is
 	// read, or it would end the next request on a kept-alive connection.
 	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Now().Add(a.s.cfg.RequestReadTimeout)); err == nil {
 		defer rc.SetReadDeadline(time.Time{})
 	}
-	err := decodeJSON(w, r, limit, dst)
+	err := read()
 	if err != nil {
 		// Close after answering: otherwise the server would wait for the
 		// rest of a body it refused, without a deadline, before answering.

@@ -293,7 +293,7 @@ func (r *router) peerDo(ctx context.Context, method, node, path, token, op, addr
 	}
 	resp, err := r.rt.RoundTrip(req)
 	if err != nil {
-		return 0, nil, r.failed(ctx, node, err)
+		return 0, nil, r.failed(node, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerAnswerBytes+1))
@@ -310,10 +310,13 @@ func (r *router) peerGet(ctx context.Context, node, path, token, op, addr string
 }
 
 // failed is the unavailable answer for a request to node that failed
-// with err; it marks node down unless the request's own context ended
-// first (the client left, or a fan-out was answered).
-func (r *router) failed(ctx context.Context, node string, err error) error {
-	if ctx.Err() == nil || errors.Is(err, cluster.ErrHeaderTimeout) {
+// with err. It marks node down only for the peer's own failures
+// (cluster.PeerFailed: no connection, or no response headers in time
+// after the whole request was sent), never for what a client can bring
+// about: a body that comes slowly or breaks off, a client that leaves, a
+// fan-out that was answered.
+func (r *router) failed(node string, err error) error {
+	if cluster.PeerFailed(err) {
 		r.health.Fail(node)
 	}
 	return r.unavailable(node, err)
@@ -352,8 +355,8 @@ func (r *router) unavailable(node string, cause error) error {
 // addr with its token, as a hop (op local: the node serves every request
 // on it itself), within DialTimeout plus Timeout, and reads its hello,
 // which must state protocol 1. Every failure is unavailable (*errUnavailable,
-// its RetryMS the advice); node is marked down after a failed dial or a
-// silent one. The connection outlives ctx; the caller closes it.
+// its RetryMS the advice); node is marked down after a failed dial or
+// when the handshake's response headers do not come in time. The connection outlives ctx; the caller closes it.
 func (r *router) dialUpstream(ctx context.Context, node, token, addr string) (*websocket.Conn, error) {
 	if r.health.Down(node) {
 		return nil, r.unavailable(node, errors.New("gateway: marked down after a recent failure"))
@@ -375,12 +378,12 @@ func (r *router) dialUpstream(ctx context.Context, node, token, addr string) (*w
 		if resp != nil { // it answered, and refused: not down
 			return nil, r.unavailable(node, fmt.Errorf("gateway: dial upstream: status %d: %w", resp.StatusCode, err))
 		}
-		return nil, r.failed(dctx, node, err)
+		return nil, r.failed(node, err)
 	}
 	ws.SetReadLimit(maxPeerAnswerBytes) // the owner's frames: output, snapshots
 	if err := readHello(dctx, ws); err != nil {
 		ws.CloseNow()
-		return nil, r.failed(dctx, node, err)
+		return nil, r.failed(node, err)
 	}
 	r.health.OK(node)
 	return ws, nil

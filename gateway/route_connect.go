@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -18,7 +17,8 @@ import (
 // here: no hint, a hint naming this node, a hop's connection (served here
 // always), a node marked down, or one whose dial or response headers
 // failed before anything was written: the hint never adds a failure, the
-// relay then answers per request.
+// relay then answers per request. Only the peer's own failures
+// (cluster.PeerFailed) mark it down.
 func (r *router) proxyConnect(w http.ResponseWriter, req *http.Request) bool {
 	if r == nil {
 		return false
@@ -38,6 +38,9 @@ func (r *router) proxyConnect(w http.ResponseWriter, req *http.Request) bool {
 			pr.SetURL(base)
 			pr.Out.Host = pr.In.Host // the owner checks Origin against the host the client used
 			pr.Out.Header.Del(cluster.HopHeader)
+			// A handshake has no body; one sent with it stays here, so
+			// its pace never counts against the owner's header timeout.
+			pr.Out.Body, pr.Out.ContentLength, pr.Out.TransferEncoding = nil, 0, nil
 			if err := r.cfg.Signer.SignRequest(pr.Out, node, cluster.OpLocal, addr); err != nil {
 				r.s.log.Error("hop not signed", "node", node, "err", err) // the owner refuses it: 401
 			}
@@ -52,8 +55,12 @@ func (r *router) proxyConnect(w http.ResponseWriter, req *http.Request) bool {
 		r.health.OK(node)
 		return true
 	}
-	if req.Context().Err() != nil && !errors.Is(dialFailed, cluster.ErrHeaderTimeout) {
-		return true // the client left
+	if !cluster.PeerFailed(dialFailed) {
+		if req.Context().Err() != nil {
+			return true // the client left
+		}
+		r.s.log.Info("connection hint not followed; serving here", "node", node, "remote_addr", addr, "err", dialFailed)
+		return false
 	}
 	r.health.Fail(node)
 	r.s.log.Info("connection hint not followed; serving here", "node", node, "remote_addr", addr, "err", dialFailed)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"slices"
@@ -120,10 +121,12 @@ func (a *httpAPI) failUnavailable(w http.ResponseWriter, r *http.Request, c auth
 // proxy sends r whole to node as a hop (op local: served there) with the
 // client's address and token, and copies the answer back as it comes
 // (events long polls included: the header timeout grows by their wait).
-// body, when set, replaces r's body (a start whose body was read here).
-// It answers unavailable itself when node is marked down, fails to dial
-// or sends no response headers in time; an error is returned only when
-// nothing was written.
+// body, when set, replaces r's body (a start whose body was read here);
+// otherwise r's body is read here first (relayBody), so the owner gets
+// the whole request at once and the peer timeout measures the owner
+// alone. It answers unavailable itself when node is marked down, fails to
+// dial or sends no response headers in time; an error is returned only
+// when nothing was written.
 func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, body []byte) error {
 	rt := a.s.route
 	if rt.health.Down(node) {
@@ -132,6 +135,12 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	base, ok := rt.cfg.Members.URL(node)
 	if !ok {
 		return rt.unavailable(node, fmt.Errorf("gateway: %q is not a member", node))
+	}
+	if body == nil {
+		var err error
+		if body, err = a.relayBody(w, r); err != nil {
+			return err
+		}
 	}
 	addr := a.s.remoteAddr(r)
 	ctx := r.Context()
@@ -144,11 +153,11 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 			pr.SetURL(base)
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(cluster.HopHeader)
-			if body != nil {
+			pr.Out.Body, pr.Out.ContentLength, pr.Out.TransferEncoding = nil, 0, nil
+			if len(body) > 0 {
 				pr.Out.Body, pr.Out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-				pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
-				pr.Out.Header.Set("Content-Type", "application/json")
 			}
+			pr.Out.Header.Del("Expect") // the body is here already
 			if err := rt.cfg.Signer.SignRequest(pr.Out, node, cluster.OpLocal, addr); err != nil {
 				rt.s.log.Error("hop not signed", "node", node, "err", err) // the owner refuses it: 401
 			}
@@ -161,9 +170,33 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	}
 	p.ServeHTTP(w, r.WithContext(ctx))
 	if failure != nil {
-		return rt.failed(r.Context(), node, failure)
+		return rt.failed(node, failure)
 	}
 	return nil
+}
+
+// relayBody reads the body of a request to be proxied to its owner: at
+// most MaxMessageBytes (the most any request of the API takes) within
+// RequestReadTimeout, as the owner itself would. A body that is too
+// large, too slow or cut short fails its own request here (413, 408,
+// 400) and never reaches the owner, whose health it says nothing about.
+// No body is nil.
+func (a *httpAPI) relayBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength == 0 {
+		return nil, nil
+	}
+	var b []byte
+	err := a.readWithin(w, func() error {
+		var err error
+		b, err = io.ReadAll(http.MaxBytesReader(w, r.Body, a.s.cfg.MaxMessageBytes))
+		var tooLarge *http.MaxBytesError
+		var ne net.Error
+		if err != nil && !errors.As(err, &tooLarge) && !(errors.As(err, &ne) && ne.Timeout()) {
+			return badRequest("the request body ended before its length")
+		}
+		return err
+	})
+	return b, err
 }
 
 // list answers the tenant's executions. On one node of several, it is

@@ -198,6 +198,7 @@ func (a *httpAPI) placed(w http.ResponseWriter, r *http.Request, c auth.Claims, 
 	}
 	b, err := json.Marshal(body)
 	if err == nil {
+		r.Header.Set("Content-Type", "application/json")
 		err = a.proxy(w, r, plan.Node, b)
 	}
 	if err != nil {

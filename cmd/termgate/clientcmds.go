@@ -41,7 +41,7 @@ type clientFlags struct {
 // reconnectFlag registers --reconnect on fs.
 func (cf *clientFlags) reconnectFlag(fs *flag.FlagSet) {
 	fs.DurationVar(&cf.reconnect, "reconnect", defaultReconnect,
-		"keep reconnecting to a gateway that went away this long, then exit 255 (1s to 24h)")
+		"keep reconnecting to a gateway that went away, or asking again for an execution whose node is unavailable, this long, then exit 255 (1s to 24h)")
 }
 
 // checkReconnect refuses a --reconnect outside its bounds.
@@ -174,7 +174,14 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return o.failure(err, o.id)
 	}
 	defer c.Close()
-	e, err := c.Start(ctx, req)
+	var e *client.Execution
+	start := func() (err error) { e, err = c.Start(ctx, req); return err }
+	if o.id != "" {
+		// A keyed start is asked again safely: it finds the first one.
+		err = retryUnavailable(ctx, o.reconnect, stderr, start)
+	} else {
+		err = start() // a retry could run the command twice
+	}
 	if err != nil {
 		return o.failure(err, o.id)
 	}
@@ -226,7 +233,11 @@ func (o attachOptions) follow(ctx context.Context, c *client.Client, id string, 
 	// A terminal shows the screen: a snapshot redraws it where history was
 	// evicted. Anything else keeps a transcript, and a gap says what it lacks.
 	out, _ := stdout.(*os.File)
-	e, err := c.AttachWith(ctx, id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
+	var e *client.Execution
+	err := retryUnavailable(ctx, o.reconnect, stderr, func() (err error) {
+		e, err = c.AttachWith(ctx, id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -242,6 +253,50 @@ func (o attachOptions) follow(ctx context.Context, c *client.Client, id string, 
 	}
 	so := streamOptions{readOnly: o.readOnly, allowLoss: o.allowLoss, replay: newReplayFilter(o.after, e.HistoryEnd())}
 	return stream(ctx, e, stdin, in, tty, stdout, stderr, so)
+}
+
+// retryUnavailable runs op until it succeeds or fails otherwise than
+// unavailable (the node that owns the execution does not answer, for
+// now: it may be restarting or cut off), for up to budget (--reconnect)
+// in all, as the client waits out a gateway that went away. Between
+// tries it waits what the server advised or a backoff, whichever is
+// longer; it says once on stderr that it waits.
+func retryUnavailable(ctx context.Context, budget time.Duration, stderr io.Writer, op func() error) error {
+	began := time.Now()
+	for attempt := 0; ; attempt++ {
+		err := op()
+		var se *client.Error
+		if err == nil || !errors.As(err, &se) || se.Code != wire.CodeUnavailable {
+			return err
+		}
+		left := budget - time.Since(began)
+		if left <= 0 {
+			return err
+		}
+		if attempt == 0 {
+			fmt.Fprintf(stderr, "termgate: %s\ntermgate: trying again for up to %v (--reconnect)\n", se.Message, budget)
+		}
+		wait := min(max(se.RetryAfter(), unavailableBackoff<<min(attempt, 3)), left)
+		if !sleepCtx(ctx, wait) {
+			return err
+		}
+	}
+}
+
+// unavailableBackoff is the first wait after an unavailable answer that
+// advised none; it doubles up to 8 times that.
+const unavailableBackoff = 250 * time.Millisecond
+
+// sleepCtx waits d, or less when ctx ends first (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // streamOptions say how stream follows an execution.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,7 +77,7 @@ func newCluster(t *testing.T, n int, extra ...string) *testCluster {
 		node.start()
 	}
 	lb := freeAddr(t)
-	startHAProxy(t, manifestHaproxy(t, append(servers, "--bind", lb, "--check-interval", "200ms")...), lb)
+	startHAProxy(t, manifestHaproxy(t, append(servers, "--bind", lb, "--check-interval", "200ms", "--peer-timeout", "1s")...), lb)
 	c.lb = "http://" + lb
 	c.tok = gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes)
 	return c
@@ -597,5 +598,84 @@ func TestClusterKeyedStart(t *testing.T) {
 	// execution on n1.
 	if again := startKey(via2, k1); again != id1 {
 		t.Fatalf("key %s retried with n1 back: %s, want %s", k1, again, id1)
+	}
+}
+
+// cliRun is termgate args run in this process, as a user would: its exit
+// status and what it wrote.
+type cliRun struct {
+	code           int
+	stdout, stderr bytes.Buffer
+	took           time.Duration
+}
+
+// TestClusterFrozenOwnerBehindHAProxy: with the owner's serve stopped
+// (SIGSTOP), a request HAProxy routes to it by its ID before its checks
+// mark it down fails within HAProxy's timeouts (sized against
+// --peer-timeout) instead of hanging until the node resumes; and a
+// termgate attach --read-only through another node waits out the
+// unavailable answers within its --reconnect and follows the execution
+// to its end once the owner is back.
+func TestClusterFrozenOwnerBehindHAProxy(t *testing.T) {
+	serveFromEnv()
+	c := newCluster(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	needRouting(t, c.dial(t, c.url(0), nil, 0))
+	_, id := c.apiStart(t, c.url(1), wire.Request{Command: "/bin/sh", Args: []string{"-c", "echo ready; sleep 2; echo done; exit 3"}})
+	if status, _ := c.apiGet(t, c.lb, "/v1/executions/"+id); status != http.StatusOK {
+		t.Fatalf("GET %s through the LB: %d", id, status)
+	}
+
+	serve := c.nodes[1].cur.Process.Pid
+	t.Cleanup(func() { syscall.Kill(serve, syscall.SIGCONT) }) // before the node's cleanup kills it
+	if err := syscall.Kill(serve, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	attach := &cliRun{}
+	attached := make(chan struct{})
+	go func() {
+		defer close(attached)
+		err := run(ctx, []string{"attach", "--read-only", "--id", id, "--url", c.url(0), "--token", c.tok, "--reconnect", "1m"},
+			strings.NewReader(""), &attach.stdout, &attach.stderr)
+		attach.code, attach.took = exitCode(err, &attach.stderr), time.Since(stopped)
+	}()
+
+	// Sent at once, so that HAProxy's checks have not marked n1 down yet:
+	// the ID routes it to n1 itself.
+	hc := &http.Client{Timeout: 30 * time.Second}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.lb+"/v1/executions/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+c.tok)
+	t0 := time.Now()
+	resp, err := hc.Do(req)
+	took := time.Since(t0)
+	if err != nil {
+		t.Errorf("GET %s through the LB with its owner frozen: no answer after %v: %v", id, took, err)
+	} else {
+		var body map[string]any
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		t.Logf("GET through the LB with the owner frozen: %d %v after %v (Retry-After %q)", resp.StatusCode, body, took, resp.Header.Get("Retry-After"))
+		if resp.StatusCode == http.StatusOK || body["error"] != wire.CodeUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("GET through the LB with the owner frozen: %d %v, want unavailable with Retry-After", resp.StatusCode, body)
+		}
+	}
+
+	time.Sleep(3 * time.Second) // three peer timeouts: the attach was answered unavailable meanwhile
+	select {
+	case <-attached:
+		t.Errorf("termgate attach exited %d after %v while the owner was frozen, within its --reconnect 1m: %s", attach.code, attach.took, attach.stderr.String())
+	default:
+	}
+	syscall.Kill(serve, syscall.SIGCONT)
+	select {
+	case <-attached:
+	case <-ctx.Done():
+		t.Fatalf("termgate attach did not end after SIGCONT: %s", attach.stderr.String())
+	}
+	t.Logf("termgate attach: exit %d after %v; stderr %q", attach.code, attach.took, attach.stderr.String())
+	if attach.code != 3 || attach.stdout.String() != "ready\ndone\n" {
+		t.Errorf("termgate attach: exit %d, output %q, want 3 and %q; stderr %q", attach.code, attach.stdout.String(), "ready\ndone\n", attach.stderr.String())
 	}
 }

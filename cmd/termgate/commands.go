@@ -30,6 +30,10 @@ type command struct {
 	// operands, when set, lists the words completion offers after the
 	// flags (otherwise files: a command and its arguments).
 	operands func() []string
+	// kinds, when set, are the command's kinds as their help shows them,
+	// by the word after the command (manifest's): help asked of a kind
+	// comes with a flag set named "termgate NAME KIND".
+	kinds func() map[string]command
 }
 
 // completes is what a flag's value completes to: one of a few words, a
@@ -193,17 +197,20 @@ func commands() []command {
 			operands: func() []string { return shells },
 		},
 		{
-			name: "manifest", args: "systemd|nginx|caddy|kubernetes [flags]",
-			summary: "print a systemd unit, an nginx or Caddy reverse proxy, or Kubernetes manifests, for serve",
+			name: "manifest", args: "systemd|nginx|caddy|kubernetes|haproxy [flags]",
+			summary: "print a systemd unit, an nginx or Caddy reverse proxy, Kubernetes manifests, or an HAProxy configuration for many nodes, for serve",
 			examples: []string{
 				"termgate manifest systemd --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces \\\n      > /etc/systemd/system/termgate.service",
 				"termgate manifest systemd --binary /usr/bin/termgate --dev",
 				"termgate manifest nginx --server-name gateway.example.com > /etc/nginx/conf.d/termgate.conf",
 				"termgate manifest caddy --server-name gateway.example.com > /etc/caddy/termgate.caddy",
 				"termgate manifest kubernetes --image registry.example/termgate:1.4 --namespace tools --max-running 64 > termgate.yaml",
+				"termgate manifest haproxy --server termgate-0=10.0.0.1:8080 --server termgate-1=10.0.0.2:8080 > /etc/haproxy/haproxy.cfg",
+				"termgate manifest haproxy --help                                    # each kind's flags",
 			},
 			run:      runManifest,
 			flags:    manifestFlagSet,
+			kinds:    manifestKindCommands,
 			operands: func() []string { return manifestKinds },
 		},
 		{

@@ -50,6 +50,12 @@ func printUsage(w io.Writer) {
 
 // printHelp writes a command's usage line, summary, flags and examples.
 func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
+	if kind, ok := strings.CutPrefix(fs.Name(), "termgate "+c.name+" "); ok && c.kinds != nil {
+		if k, ok := c.kinds()[kind]; ok {
+			k.linux = c.linux
+			c = k
+		}
+	}
 	usage := "termgate " + c.name
 	if c.args != "" {
 		usage += " " + c.args

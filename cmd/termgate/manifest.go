@@ -43,11 +43,63 @@ func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 // caddy flags of its own, the kubernetes ones, and --binary (the systemd
 // unit and the kubernetes manifests take serve's flags besides).
 func manifestFlagSet() *flag.FlagSet {
-	fs, _ := nginxFlags(new(nginxOptions))
+	fs := newFlagSet("manifest")
+	nginx, _ := nginxFlags(new(nginxOptions))
+	nginx.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
 	caddyOwnFlags(fs, new(caddyOptions))
 	kubeFlags(fs, new(kubeOptions))
 	fs.String("binary", defaultBinary, "systemd: absolute path of termgate in ExecStart, first; the other flags are serve's")
 	return fs
+}
+
+// manifestKindCommands are manifest's kinds as their own help shows
+// them (termgate manifest KIND --help): the usage line, summary and
+// examples of each, by kind.
+func manifestKindCommands() map[string]command {
+	kind := func(name, args, summary string, examples ...string) command {
+		return command{name: "manifest " + name, args: args, summary: summary, examples: examples}
+	}
+	return map[string]command{
+		"systemd": kind("systemd", "[--binary PATH] [serve flags]",
+			"print a systemd unit that runs termgate serve with the serve flags given, checked as serve checks them",
+			"termgate manifest systemd --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces \\\n      > /etc/systemd/system/termgate.service",
+			"termgate manifest systemd --binary /usr/bin/termgate --dev"),
+		"nginx": kind("nginx", "[flags]", "print an nginx server block that proxies to termgate serve, WebSockets included",
+			"termgate manifest nginx --server-name gateway.example.com > /etc/nginx/conf.d/termgate.conf"),
+		"caddy": kind("caddy", "[flags]", "print a Caddyfile site that proxies to termgate serve, WebSockets included",
+			"termgate manifest caddy --server-name gateway.example.com > /etc/caddy/termgate.caddy"),
+		"kubernetes": kind("kubernetes", "--image IMAGE [flags] [serve flags]",
+			"print the Kubernetes manifests of a termgate cluster: a ConfigMap of the serve flags given, the Services, a StatefulSet and a PodDisruptionBudget",
+			"termgate manifest kubernetes --image registry.example/termgate:1.4 --namespace tools --max-running 64 > termgate.yaml"),
+		"haproxy": kind("haproxy", "--server NAME=HOST:PORT... [flags]",
+			"print an HAProxy configuration in front of the nodes of a termgate cluster, its timeouts sized against the nodes' --peer-timeout",
+			"termgate manifest haproxy --server termgate-0=10.0.0.1:8080 --server termgate-1=10.0.0.2:8080 --bind :80 > /etc/haproxy/haproxy.cfg"),
+	}
+}
+
+// withServeHelp is err, from a kind that takes serve's flags after its
+// own, with the help it asks for (a helpRequest, or a flagError's) listing
+// own's flags and then serve's, under own's name.
+func withServeHelp(err error, own *flag.FlagSet) error {
+	both := func() *flag.FlagSet {
+		fs := newFlagSet(strings.TrimPrefix(own.Name(), "termgate "))
+		own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+		serveFlagSet().VisitAll(func(f *flag.Flag) {
+			if fs.Lookup(f.Name) == nil {
+				fs.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+		return fs
+	}
+	var h helpRequest
+	var fe flagError
+	switch {
+	case errors.As(err, &h):
+		return helpRequest{both()}
+	case errors.As(err, &fe):
+		return usageError{flagError{both(), fe.err}}
+	}
+	return err
 }
 
 // defaultBinary is where the unit expects termgate unless --binary says.
@@ -66,7 +118,9 @@ func runManifestSystemd(args []string, stdout io.Writer) error {
 	}
 	stateDir, err := checkServeArgs(serveArgs)
 	if err != nil {
-		return err
+		own := newFlagSet("manifest systemd")
+		own.String("binary", defaultBinary, "absolute path of termgate in ExecStart, first; the other flags are serve's")
+		return withServeHelp(err, own)
 	}
 	if !stateDir {
 		serveArgs = append([]string{"--state-dir", defaultUnitStateDir}, serveArgs...)
@@ -205,7 +259,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // nginxFlags returns manifest nginx's flag set bound to o, and o.
 func nginxFlags(o *nginxOptions) (*flag.FlagSet, *nginxOptions) {
-	fs := newFlagSet("manifest")
+	fs := newFlagSet("manifest nginx")
 	fs.StringVar(&o.serverName, "server-name", "termgate.example.com", "nginx: server_name, caddy: the site's names: the gateway's public host names")
 	fs.Var(&o.listen, "listen", "nginx: a listen directive's value, repeatable (default 80)")
 	fs.StringVar(&o.upstream, "upstream", "127.0.0.1:8080", "nginx, caddy: HOST:PORT termgate serve --listen listens on")
@@ -321,7 +375,7 @@ type caddyOptions struct {
 
 // caddyFlags returns manifest caddy's flag set bound to o, and o.
 func caddyFlags(o *caddyOptions) (*flag.FlagSet, *caddyOptions) {
-	fs := newFlagSet("manifest")
+	fs := newFlagSet("manifest caddy")
 	fs.StringVar(&o.serverName, "server-name", "termgate.example.com", "the site's names: the gateway's public host names")
 	fs.StringVar(&o.upstream, "upstream", "127.0.0.1:8080", "HOST:PORT termgate serve --listen listens on")
 	caddyOwnFlags(fs, o)

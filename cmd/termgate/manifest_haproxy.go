@@ -19,6 +19,7 @@ type haproxyOptions struct {
 	servers       stringList // NAME=HOST:PORT, one per node
 	bind          string
 	checkInterval time.Duration
+	peerTimeout   time.Duration // the nodes' --peer-timeout
 }
 
 // haproxyServer is one node of --server.
@@ -30,6 +31,7 @@ func haproxyFlags(o *haproxyOptions) (*flag.FlagSet, *haproxyOptions) {
 	fs.Var(&o.servers, "server", "a node: NAME=HOST:PORT, its --node name and the address its --listen serves; repeatable, at least one")
 	fs.StringVar(&o.bind, "bind", ":80", "the address HAProxy listens on: [HOST]:PORT")
 	fs.DurationVar(&o.checkInterval, "check-interval", time.Second, "how often HAProxy asks each node's /readyz (two failures mark it down, two answers up again)")
+	fs.DurationVar(&o.peerTimeout, "peer-timeout", haproxyDefaultPeerTimeout, "the nodes' serve --peer-timeout: HAProxy waits for a node's answer three of it and a second, and for a check's one (100ms to 1m)")
 	return fs, o
 }
 
@@ -39,6 +41,32 @@ const (
 	haproxyMinCheck = 100 * time.Millisecond
 	haproxyMaxCheck = time.Minute
 )
+
+// Default and bounds of --peer-timeout: serve's default (the gateway
+// package, which builds on Linux only, holds it as DefaultPeerTimeout);
+// serve takes at most a minute; below 100ms a loaded node's answers would
+// be cut.
+const (
+	haproxyDefaultPeerTimeout = 2 * time.Second
+	haproxyMinPeerTimeout     = 100 * time.Millisecond
+	haproxyMaxPeerTimeout     = time.Minute
+)
+
+// haproxyServerTimeout is how long HAProxy waits for a node's answer, a
+// long poll's aside: three peer timeouts and a second. A live node
+// answers a request for a frozen owner itself within that (a hop waits a
+// peer timeout at most; a bare ID's locate and hop take two, a keyed
+// start's two probes and hop three), so only a node that is frozen or
+// hung itself is cut, with HAProxy's 504.
+func haproxyServerTimeout(peer time.Duration) time.Duration { return 3*peer + time.Second }
+
+// haproxyDuration is d as HAProxy reads it: whole seconds, or milliseconds.
+func haproxyDuration(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
 
 // haproxyAddrSyntax is what a HOST:PORT may hold in a server or bind line.
 var haproxyAddrSyntax = regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]*):[0-9]{1,5}$`)
@@ -114,12 +142,16 @@ func haproxyConfig(o *haproxyOptions) (string, error) {
 	if o.checkInterval < haproxyMinCheck || o.checkInterval > haproxyMaxCheck {
 		return "", fmt.Errorf("--check-interval %v: want %v to %v", o.checkInterval, haproxyMinCheck, haproxyMaxCheck)
 	}
+	if o.peerTimeout < haproxyMinPeerTimeout || o.peerTimeout > haproxyMaxPeerTimeout {
+		return "", fmt.Errorf("--peer-timeout %v: want %v to %v, the nodes' own", o.peerTimeout, haproxyMinPeerTimeout, haproxyMaxPeerTimeout)
+	}
 	var rules, lines strings.Builder
 	for _, s := range servers {
 		fmt.Fprintf(&rules, "    use-server %s if { path_beg /v1/executions/%s. } || { url_param(node) -m str %s }\n", s.name, s.name, s.name)
 		fmt.Fprintf(&lines, "    server %s %s check inter %dms fall 2 rise 2\n", s.name, s.addr, o.checkInterval.Milliseconds())
 	}
-	return fmt.Sprintf(haproxyTemplate, o.bind, rules.String(), lines.String()), nil
+	return fmt.Sprintf(haproxyTemplate, haproxyDuration(haproxyServerTimeout(o.peerTimeout)), haproxyDuration(o.peerTimeout),
+		o.bind, rules.String(), lines.String()), nil
 }
 
 const haproxyTemplate = `# termgate nodes behind HAProxy: printed by termgate manifest haproxy.
@@ -137,7 +169,9 @@ const haproxyTemplate = `# termgate nodes behind HAProxy: printed by termgate ma
 #
 # A node marked down by its checks is skipped by its use-server rule: the
 # request goes to a live node, which answers "unavailable" with retry
-# advice until the owner is back (never "not_found").
+# advice until the owner is back (never "not_found"). A request sent to a
+# frozen node before its checks mark it down is cut by "timeout server"
+# and answered "unavailable" too.
 
 defaults
     mode http
@@ -145,7 +179,13 @@ defaults
     timeout connect 2s
     # Above the events long poll (60 s at most).
     timeout client 75s
-    timeout server 75s
+    # A node's answer, or a WebSocket's handshake: three of the nodes'
+    # --peer-timeout and a second. A live node answers for a frozen owner
+    # within that by itself; a frozen or hung node is cut. Long polls
+    # wait longer (the backend's set-timeout).
+    timeout server %s
+    # A check waits one --peer-timeout, as a node waits for a peer.
+    timeout check %s
     # A WebSocket, once upgraded: well above termgate's 15 s heartbeat,
     # which finds dead connections by itself.
     timeout tunnel 1h
@@ -154,6 +194,9 @@ defaults
     # retried once more on another node, which answers for the owner.
     retries 2
     option redispatch 1
+    # A node cut by timeout server is answered as termgate answers for an
+    # owner that does not answer: unavailable, with retry advice.
+    http-error status 504 content-type "application/json; charset=utf-8" hdr Retry-After 1 string '{"error":"unavailable","message":"the node did not answer in time; retry in a few seconds"}'
 
 frontend termgate
     bind %s
@@ -171,5 +214,7 @@ backend termgate
     # /readyz answers 503 while a node restarts or is at --max-running.
     option httpchk GET /readyz
     http-check expect status 200
+    # An events long poll (?wait=, 60 s at most) answers when its wait ends.
+    http-request set-timeout server 75s if { path_end /events } { url_param(wait) -m found }
     # Host names in the server lines are resolved once, when HAProxy starts.
 %s%s`

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -179,5 +180,47 @@ func TestManifestHaproxyRoutesByNode(t *testing.T) {
 	})
 	if !moved {
 		t.Fatalf("a request for n1, down: %q, want n0's answer", got)
+	}
+}
+
+// TestManifestHaproxyBoundsAFrozenNode: the timeouts are sized against
+// --peer-timeout: a request (or a WebSocket's handshake) waits for a
+// node's answer at most three peer timeouts and a second, enough for a
+// live node to answer unavailable for a frozen owner itself; only a
+// long poll waits longer, and a frozen node's check fails within one peer
+// timeout. HAProxy's own timeout answers as termgate does: unavailable,
+// with retry advice.
+func TestManifestHaproxyBoundsAFrozenNode(t *testing.T) {
+	t.Parallel()
+	haproxy := needHaproxy(t)
+	if haproxyDefaultPeerTimeout != gateway.DefaultPeerTimeout {
+		t.Fatalf("manifest haproxy's default --peer-timeout %v, serve's %v", haproxyDefaultPeerTimeout, gateway.DefaultPeerTimeout)
+	}
+	for _, tc := range []struct {
+		timeout       string
+		server, check string
+	}{{"", "7s", "2s"}, {"1s", "4s", "1s"}, {"500ms", "2500ms", "500ms"}} {
+		args := []string{"--server", "n0=127.0.0.1:8080"}
+		if tc.timeout != "" {
+			args = append(args, "--peer-timeout", tc.timeout)
+		}
+		conf := manifestHaproxy(t, args...)
+		for _, w := range []string{
+			"timeout server " + tc.server + "\n", "timeout check " + tc.check + "\n",
+			"http-request set-timeout server 75s if { path_end /events } { url_param(wait) -m found }\n",
+			`http-error status 504 content-type "application/json; charset=utf-8" hdr Retry-After 1 string`,
+		} {
+			if !strings.Contains(conf, w) {
+				t.Errorf("--peer-timeout %q: no %q in:\n%s", tc.timeout, w, conf)
+			}
+		}
+		if out, err := haproxyCheck(t, haproxy, conf); err != nil || strings.Contains(string(out), "WARNING") {
+			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, conf)
+		}
+	}
+	for _, bad := range []string{"0s", "50ms", "2m"} {
+		if code, _, stderr := runCLI(t, "", "manifest", "haproxy", "--server", "n0=127.0.0.1:80", "--peer-timeout", bad); code != 2 || stderr == "" {
+			t.Errorf("--peer-timeout %s: status %d, stderr %q; want 2 and a message", bad, code, stderr)
+		}
 	}
 }

@@ -70,14 +70,14 @@ func runManifestKubernetes(args []string, stdout io.Writer) error {
 	fs := kubeFlags(newFlagSet("manifest kubernetes"), &o)
 	own, serveArgs := splitOwnFlags(fs, args)
 	if err := parseFlags(fs, own); err != nil {
-		return err
+		return withServeHelp(err, fs)
 	}
 	if err := o.check(); err != nil {
 		return usageError{fmt.Errorf("manifest kubernetes: %w", err)}
 	}
 	env, err := kubeServeEnv(&o, serveArgs)
 	if err != nil {
-		return err
+		return withServeHelp(err, kubeFlags(newFlagSet("manifest kubernetes"), new(kubeOptions)))
 	}
 	o.env = env
 	_, err = io.WriteString(stdout, o.render())

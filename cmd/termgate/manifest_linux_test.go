@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -100,5 +101,42 @@ func TestManifestSystemdStateDir(t *testing.T) {
 		if code != 2 || out != "" || stderr == "" {
 			t.Errorf("manifest systemd %q: status %d, stdout %q, stderr %q; want 2 and a message", args, code, out, stderr)
 		}
+	}
+}
+
+// TestManifestKindHelp: each kind's --help names that kind in its usage
+// line and lists its own flags, not another kind's; a bad flag prints the
+// same help to stderr.
+func TestManifestKindHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kind      string
+		want, not []string
+	}{
+		{"systemd", []string{"--binary", "--jwt-secret-file"}, []string{"--server-name", "--image"}},
+		{"nginx", []string{"--server-name", "--upstream"}, []string{"--image", "--check-interval"}},
+		{"caddy", []string{"--server-name"}, []string{"--image", "--check-interval"}},
+		{"kubernetes", []string{"--image", "--replicas", "--jwt-secret-file"}, []string{"--server-name", "--check-interval"}},
+		{"haproxy", []string{"--server", "--check-interval", "--bind"}, []string{"--server-name", "--image", "--binary"}},
+	} {
+		code, out, stderr := runCLI(t, "", "manifest", tc.kind, "--help")
+		first, _, _ := strings.Cut(out, "\n")
+		if code != 0 || !strings.HasPrefix(first, "Usage: termgate manifest "+tc.kind+" ") {
+			t.Errorf("manifest %s --help: status %d, usage line %q (stderr %q)", tc.kind, code, first, stderr)
+			continue
+		}
+		for _, f := range tc.want {
+			if !regexp.MustCompile(`(?m)^  ` + f + `( |$)`).MatchString(out) {
+				t.Errorf("manifest %s --help lists no %s:\n%s", tc.kind, f, out)
+			}
+		}
+		for _, f := range tc.not {
+			if regexp.MustCompile(`(?m)^  ` + f + `( |$)`).MatchString(out) {
+				t.Errorf("manifest %s --help lists %s, another kind's:\n%s", tc.kind, f, out)
+			}
+		}
+	}
+	if code, _, stderr := runCLI(t, "", "manifest", "haproxy", "--bogus"); code != 2 || !strings.Contains(stderr, "Usage: termgate manifest haproxy ") {
+		t.Errorf("manifest haproxy --bogus: status %d, stderr %q; want 2 and haproxy's usage", code, stderr)
 	}
 }

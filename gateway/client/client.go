@@ -81,6 +81,10 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
+// RetryAfter is how long the server advised waiting before asking again
+// (its retry_ms, with CodeUnavailable); 0 when it advised nothing.
+func (e *Error) RetryAfter() time.Duration { return e.retry }
+
 // Is reports whether target is an *Error with the same Code, such as
 // ErrGone or ErrNotFound.
 func (e *Error) Is(target error) bool {

@@ -51,5 +51,10 @@
 // through an environment proxy; WithHeaderTimeout bounds the wait for
 // response headers (a frozen peer accepts and never answers), and
 // ExtendHeaderTimeout lengthens that bound for one request, such as a long
-// poll, without bounding the body that follows.
+// poll, without bounding the body that follows. PeerFailed tells the
+// peer's own failures (no connection; no headers in time after the whole
+// request was sent) from what a sender brings about (a body still being
+// sent when the bound ran out, a request its caller ended): only the
+// former may count against the peer's health, so no client can make a
+// node look down to the others.
 package cluster

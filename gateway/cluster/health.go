@@ -9,7 +9,8 @@ import (
 const DefaultDownFor = time.Second
 
 // Health is passive health: a node whose dial failed or whose response
-// headers did not come in time counts as down for a while, and requests
+// headers did not come in time after a whole request (PeerFailed) counts
+// as down for a while, and requests
 // for it meanwhile are answered at once instead of each waiting out its
 // own timeout. It never changes membership or rank: a down node keeps
 // its executions and its place in Rank. It is safe for concurrent use.

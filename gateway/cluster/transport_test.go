@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,6 +87,65 @@ func TestHeaderTimeoutSparesBody(t *testing.T) {
 	got, err := get(t.Context(), WithHeaderTimeout(tr, 50*time.Millisecond), srv.URL)
 	if err != nil || got != "done" {
 		t.Fatalf("get = %q, %v", got, err)
+	}
+}
+
+// TestHeaderTimeoutBlamesOnlyThePeer: the timeout is the peer's failure
+// (PeerFailed) only once the whole request was sent: a body that comes
+// slower than the timeout fails its request with ErrSendTimeout, and the
+// same peer, silent after a whole request, with ErrHeaderTimeout. A
+// refused dial is ErrUnreachable.
+func TestHeaderTimeoutBlamesOnlyThePeer(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done() // never answers
+	}))
+	t.Cleanup(srv.Close)
+	tr := NewTransport(time.Second)
+	defer tr.CloseIdleConnections()
+	rt := WithHeaderTimeout(tr, 100*time.Millisecond)
+	post := func(body io.Reader) error {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	slow, w := io.Pipe()
+	go func() { // one byte every 50 ms: the whole body takes 10 timeouts
+		defer w.Close()
+		for range 20 {
+			time.Sleep(50 * time.Millisecond)
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+		}
+	}()
+	if err := post(slow); !errors.Is(err, ErrSendTimeout) || PeerFailed(err) {
+		t.Errorf("a slow body: %v, want ErrSendTimeout, not the peer's failure", err)
+	}
+	slow.Close()
+	if err := post(strings.NewReader("whole")); !errors.Is(err, ErrHeaderTimeout) || !PeerFailed(err) {
+		t.Errorf("a whole request, no answer: %v, want ErrHeaderTimeout", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	if _, err := get(t.Context(), rt, closed); !errors.Is(err, ErrUnreachable) || !PeerFailed(err) {
+		t.Errorf("a refused dial: %v, want ErrUnreachable", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := get(ctx, rt, closed); PeerFailed(err) {
+		t.Errorf("a request whose caller left: %v, want no peer failure", err)
 	}
 }
 
