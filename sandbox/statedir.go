@@ -17,7 +17,9 @@ var ErrStateDir = keeper.ErrDir
 // effective uid with mode 0700, in a parent owned by root or that uid
 // which others may not write unless it is sticky. Nobody else can then
 // reach the state, nor swap a name in it for a link. With create it makes
-// dir (0700) when it does not exist, after checking the parent. The
+// dir (0700) when it does not exist, after checking the parent, and an
+// empty one of ours with a wider mode (a fresh volume's mount point,
+// such as a Kubernetes emptyDir) 0700. The
 // error wraps ErrStateDir and names the reason. NewLauncher and
 // ServeKeeper check the same before any use; call it where the directory
 // is chosen, to refuse it before anything else reads or writes there.

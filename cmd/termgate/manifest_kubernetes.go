@@ -332,7 +332,8 @@ spec:
               readOnly: true
       volumes:
         # The executions' state: memory that must not be written to a
-        # disk. It lives as long as the pod.
+        # disk. It lives as long as the pod. Kubernetes makes it 0777; serve
+        # makes it 0700 while it is still empty, and refuses it otherwise.
         - name: state
           emptyDir:
             medium: Memory

@@ -44,10 +44,13 @@ func TestServeRefusesAPlantedStateDir(t *testing.T) {
 			symlink(t, elsewhere, state)
 			return elsewhere
 		}, "is a symbolic link"},
-		{"mode 0755", func(t *testing.T, state, target string) string {
+		{"mode 0755, not empty", func(t *testing.T, state, target string) string {
 			mkdir(t, state, 0o755)
+			if err := os.WriteFile(filepath.Join(state, "planted"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
 			return state
-		}, "has mode 0755, want 0700"},
+		}, "had mode 0755 and holds entries"},
 		{"in a parent others may write", func(t *testing.T, state, target string) string {
 			if err := os.Chmod(filepath.Dir(state), 0o777); err != nil {
 				t.Fatal(err)

@@ -30,7 +30,8 @@ func checkDir(dir string) (string, error) { return openDir(dir, false) }
 // entry's owner, us, may rename or remove it. Only then is nothing in it
 // reachable by anyone else, and no name in it can be swapped for a link
 // between the check and its use. With create it makes dir (0700) when it
-// does not exist, after checking the parent. Errors wrap ErrDir and say
+// does not exist, after checking the parent, and makes an empty one of
+// ours 0700 (a fresh volume's mount point). Errors wrap ErrDir and say
 // which of these fails.
 func CheckDir(dir string, create bool) (string, error) { return openDir(dir, create) }
 
@@ -63,10 +64,42 @@ func openDir(dir string, create bool) (string, error) {
 	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrDir, &fs.PathError{Op: "lstat", Path: abs, Err: err})
 	}
+	if create && widerThanOurs(&st) {
+		if err := tighten(parent, name, abs, &st); err != nil {
+			return "", err
+		}
+	}
 	if err := checkEntry(abs, &st); err != nil {
 		return "", err
 	}
 	return abs, nil
+}
+
+// widerThanOurs reports a directory of ours whose mode lets others in: a
+// fresh volume's mount point (a Kubernetes emptyDir is made 0777).
+func widerThanOurs(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == os.Geteuid() && st.Mode&0o7777 != 0o700
+}
+
+// tighten makes name, a directory of ours with a wider mode, 0700 and
+// then takes it only while it is empty: from the chmod on nobody else
+// may add to it, and an entry found then may have been planted by anyone
+// before, so the directory is refused. st is updated to what it is now.
+func tighten(parent int, name, abs string, st *unix.Stat_t) error {
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %w", ErrDir, abs, err)
+	}
+	d := os.NewFile(uintptr(fd), abs)
+	defer d.Close()
+	was := st.Mode & 0o7777
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		return fmt.Errorf("%w: %s has mode %04o, and making it 0700 failed: %w", ErrDir, abs, was, err)
+	}
+	if names, _ := d.Readdirnames(1); len(names) > 0 {
+		return fmt.Errorf("%w: %s had mode %04o and holds entries others may have made (%s): made it 0700; empty it, or remove it", ErrDir, abs, was, names[0])
+	}
+	return unix.Fstat(fd, st)
 }
 
 // checkParent refuses a parent that someone other than root and us may

@@ -452,6 +452,36 @@ func TestDialRefusesDir(t *testing.T) {
 	}
 }
 
+// TestCheckDirTightensAFreshMountPoint: a directory of ours with a wider
+// mode, such as a Kubernetes emptyDir (0777) mounted where serve keeps its
+// state, is made 0700 and taken while it is empty; one that holds anything
+// is refused, since anyone could have put it there.
+func TestCheckDirTightensAFreshMountPoint(t *testing.T) {
+	t.Parallel()
+	fresh, used := stateDir(t), stateDir(t)
+	for _, d := range []string{fresh, used} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(used, "keeper.log"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckDir(fresh, false); !errors.Is(err, ErrDir) {
+		t.Errorf("CheckDir without create: %v, want ErrDir: only the one that makes the directory tightens it", err)
+	}
+	if _, err := CheckDir(fresh, true); err != nil {
+		t.Fatalf("CheckDir of an empty 0777 directory of ours: %v", err)
+	}
+	if fi, err := os.Stat(fresh); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the fresh directory afterwards: %v %v, want mode 0700", fi.Mode(), err)
+	}
+	_, err := CheckDir(used, true)
+	if !errors.Is(err, ErrDir) || !strings.Contains(err.Error(), "had mode 0777 and holds entries others may have made (keeper.log)") {
+		t.Fatalf("CheckDir of a 0777 directory holding a file: %v, want ErrDir naming the entry", err)
+	}
+}
+
 // TestStaleSocketReplaced: a socket left by a dead keeper does not stop
 // the next one.
 func TestStaleSocketReplaced(t *testing.T) {
