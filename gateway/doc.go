@@ -14,7 +14,10 @@
 //   - The read loop decodes each message with package wire and dispatches it
 //     (handlers.go: start, attach, input, resize, signal, cancel, reauth).
 //     Every answer and refusal is queued for the writing, with a stable
-//     code from wire.
+//     code from wire. The queue is bounded in messages and, per connection
+//     and per token subject, in bytes (controlq.go): a screen snapshot is
+//     encoded once, and one larger than a message or beyond those bytes
+//     goes as the gap it stands in for.
 //   - An attached execution is a channel (channel.go) with no goroutine:
 //     the ring's callback marks it ready, and whoever writes for the
 //     connection reads the execution's replay ring through a

@@ -12,4 +12,9 @@
 // never blocks on a full pipe and a slow subscriber only ever sees a gap.
 // Executions derive their context from the supervisor, never from a
 // request: they outlive the connections that started them.
+//
+// A terminal's screen state behind its ring (screen.go) is bounded: its
+// snapshots by MaxSnapshotBytes as JSON text, its emulators' memory by a
+// budget per owner and in total, reserved at the most each can hold; an
+// ended execution keeps its final snapshot, not its emulator.
 package session
