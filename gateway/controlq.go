@@ -25,6 +25,7 @@ type controlMessages struct {
 	max     int64     // Config.MaxQueuedBytes
 	subject *atomic.Int64
 	maxSub  int64 // Config.MaxQueuedBytesPerSubject
+	ended   bool  // dropAll was called: nothing more is queued or counted
 }
 
 // queued is a control message, or one encoded already (raw).
@@ -72,7 +73,7 @@ func (q *controlMessages) push(m queued, budgeted bool) bool {
 	n := m.size()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.pending != nil && len(*q.pending) >= controlQueue {
+	if q.ended || q.pending != nil && len(*q.pending) >= controlQueue {
 		return false
 	}
 	if budgeted && (q.bytes+n > q.max || q.subject != nil && q.subject.Load()+n > q.maxSub) {
@@ -122,8 +123,12 @@ func (q *controlMessages) putBack(ms []queued) {
 }
 
 // dropAll takes what waits off the budgets once the connection ended:
-// nothing more is written.
+// nothing more is written, and nothing more is queued, so that no bytes
+// stay counted against the subject.
 func (q *controlMessages) dropAll() {
+	q.mu.Lock()
+	q.ended = true
+	q.mu.Unlock()
 	ms := q.take()
 	if ms == nil {
 		return
