@@ -110,6 +110,7 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		closeStarted: make(chan struct{}),
 		started:      time.Now(),
 	}
+	c.control.max, c.control.maxSub = s.cfg.MaxQueuedBytes, s.cfg.MaxQueuedBytesPerSubject
 	c.writing.Store(true) // serve writes the hello first
 	return c
 }
@@ -159,6 +160,7 @@ func (c *conn) finish(err error) {
 	c.stopInputAcks()
 	c.closeUpstreams()
 	c.waitFlushers()
+	c.control.dropAll() // nothing more is written: the subject's budget gets its bytes back
 	c.finishChannels()
 	if errors.Is(err, websocket.ErrMessageTooBig) {
 		linger(c.raw)
@@ -491,8 +493,22 @@ func (c *conn) writeControl() bool {
 		return true
 	}
 	defer c.control.done(ms)
-	for _, m := range *ms {
-		if !c.writeJSON(m) {
+	for i := range *ms {
+		if i > 0 && c.nb != nil && c.nb.congested() {
+			// The rest waits here, counted against the budgets, rather
+			// than in nb's backlog; the backlog's goroutine kicks.
+			c.control.putBack((*ms)[i:])
+			return true
+		}
+		m := &(*ms)[i]
+		ok := true
+		if m.raw != nil {
+			ok = c.write(websocket.MessageText, m.raw)
+		} else {
+			ok = c.writeJSON(m.m)
+		}
+		c.control.wrote(m)
+		if !ok {
 			return false
 		}
 	}

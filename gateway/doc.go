@@ -16,7 +16,11 @@
 //     Every answer and refusal is queued for the writing, with a stable
 //     code from wire. Starts, input, and resizes and signals each draw on
 //     a token bucket per subject (ratelimit.go); a flood of requests that
-//     ask for no answer is refused with one error, not one each.
+//     ask for no answer is refused with one error, not one each. The queue
+//     is bounded in messages and, per connection and per token subject, in
+//     bytes (controlq.go): a screen snapshot is encoded once, and one
+//     larger than a message or beyond those bytes goes as the gap it
+//     stands in for.
 //   - An attached execution is a channel (channel.go) with no goroutine:
 //     the ring's callback marks it ready, and whoever writes for the
 //     connection reads the execution's replay ring through a

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
@@ -143,12 +145,29 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 		Incarnation: info.Incarnation, Ack: sub.Holds(), Flow: flowName(info.Live),
 	})
 	if snap := sub.Snapshot(); snap != nil {
-		c.send(wire.Message{
-			Type: wire.MsgSnapshot, Channel: ch.id, Seq: snap.Seq, Seen: snap.Seen, Rows: snap.Rows, Cols: snap.Cols,
-			Data: string(snap.Data), From: snap.From, To: snap.To, Bytes: snap.Bytes, Inexact: snap.Inexact, Cause: sub.LossCause(),
-		})
+		c.sendSnapshot(ch.id, snap, sub.LossCause())
 	}
 	c.startChannel(ch)
+}
+
+// sendSnapshot queues a snapshot encoded at once, its data never copied
+// into a string of its own. One larger than a message may be, or beyond
+// the bytes the connection or its subject may have queued, is sent as
+// the gap it stands in for: the client knows what it lacks, and the
+// channel continues after it all the same.
+func (c *conn) sendSnapshot(channel uint32, snap *session.Snapshot, cause string) {
+	m := wire.Message{
+		Type: wire.MsgSnapshot, Channel: channel, Seq: snap.Seq, Seen: snap.Seen, Rows: snap.Rows, Cols: snap.Cols,
+		Data: unsafe.String(unsafe.SliceData(snap.Data), len(snap.Data)), // read-only: the final screen is shared
+		From: snap.From, To: snap.To, Bytes: snap.Bytes, Inexact: snap.Inexact, Cause: cause,
+	}
+	b, err := json.Marshal(m)
+	if err == nil && int64(len(b)) <= c.s.cfg.MaxMessageBytes && c.control.addEncoded(b) {
+		c.kick()
+		return
+	}
+	c.s.metrics.refuse(refusedSnapshot)
+	c.send(wire.Message{Type: wire.MsgGap, Channel: channel, From: snap.From, To: snap.To, Bytes: snap.Bytes, Inexact: snap.Inexact, Cause: cause})
 }
 
 // flowName is an execution's flow on the wire.

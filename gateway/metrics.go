@@ -158,13 +158,14 @@ const (
 	refusedSubjectConns = "subject_connections" // Config.MaxConnsPerSubject
 	refusedChannels     = "channels"            // Config.MaxChannels
 	refusedMessageSize  = "message_size"        // Config.MaxMessageBytes
+	refusedSnapshot     = "snapshot"            // Config.MaxMessageBytes, MaxQueuedBytes, MaxQueuedBytesPerSubject
 	refusedConns        = "connections"         // ListenerConfig.MaxConns
 	refusedAddrConns    = "addr_connections"    // ListenerConfig.MaxConnsPerAddr
 	refusedFDHeadroom   = "fd_headroom"         // ListenerConfig.FDHeadroom
 )
 
 // gatewayRefusals are the kinds metrics.refused counts, in its order.
-var gatewayRefusals = [...]string{refusedSubjectConns, refusedChannels, refusedMessageSize}
+var gatewayRefusals = [...]string{refusedSubjectConns, refusedChannels, refusedMessageSize, refusedSnapshot}
 
 // refuse counts a refusal of one of gatewayRefusals.
 func (m *metrics) refuse(kind string) {

@@ -188,7 +188,7 @@ func TestMetricsLimitRefusals(t *testing.T) {
 		})
 	ms := httptest.NewServer(e.srv.MetricsHandler())
 	defer ms.Close()
-	kinds := []string{"start_rate", "input_rate", "resize_rate", "subject_connections", "channels", "message_size", "connections",
+	kinds := []string{"start_rate", "input_rate", "resize_rate", "subject_connections", "channels", "message_size", "snapshot", "connections",
 		"addr_connections", "fd_headroom", "max_running", "tenant_running", "retained", "tenant_retained", "descriptors", "input_full", "recording_budget"}
 	zero := map[string]float64{}
 	for _, k := range kinds {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -31,17 +32,22 @@ const (
 	DefaultMaxMessageBytes    = 1 << 20
 	DefaultMaxChannels        = 32
 	DefaultMaxConnsPerSubject = 16
-	DefaultStartsPerMinute    = 60
-	DefaultInputPerSecond     = 1000
-	DefaultResizesPerSecond   = 30
-	DefaultPingInterval       = 15 * time.Second
-	DefaultPongTimeout        = 45 * time.Second
-	DefaultAuthWarning        = 60 * time.Second
-	DefaultWriteTimeout       = 30 * time.Second
-	DefaultMaxTimeout         = 24 * time.Hour
-	DefaultRequestReadTimeout = 30 * time.Second
-	DefaultHold               = 5 * time.Minute
-	DefaultMaxHold            = time.Hour
+	// DefaultMaxQueuedBytes and DefaultMaxQueuedBytesPerSubject bound the
+	// encoded snapshots waiting for a connection's writer, per connection
+	// and for all of a subject's together.
+	DefaultMaxQueuedBytes           = 8 << 20
+	DefaultMaxQueuedBytesPerSubject = 16 << 20
+	DefaultStartsPerMinute          = 60
+	DefaultInputPerSecond           = 1000
+	DefaultResizesPerSecond         = 30
+	DefaultPingInterval             = 15 * time.Second
+	DefaultPongTimeout              = 45 * time.Second
+	DefaultAuthWarning              = 60 * time.Second
+	DefaultWriteTimeout             = 30 * time.Second
+	DefaultMaxTimeout               = 24 * time.Hour
+	DefaultRequestReadTimeout       = 30 * time.Second
+	DefaultHold                     = 5 * time.Minute
+	DefaultMaxHold                  = time.Hour
 )
 
 // Config configures a Server. Zero fields take the defaults.
@@ -85,8 +91,15 @@ type Config struct {
 	MaxMessageBytes    int64
 	MaxChannels        int
 	MaxConnsPerSubject int
-	StartsPerMinute    int
-	InputPerSecond     int
+	// MaxQueuedBytes bounds the bytes of control messages waiting for one
+	// connection's writer, MaxQueuedBytesPerSubject those of all of a
+	// subject's connections (DefaultMaxQueuedBytes,
+	// DefaultMaxQueuedBytesPerSubject). A screen snapshot beyond either,
+	// or larger than MaxMessageBytes, is sent as the gap it stands in for.
+	MaxQueuedBytes           int64
+	MaxQueuedBytesPerSubject int64
+	StartsPerMinute          int
+	InputPerSecond           int
 	// InputBurst is how many input messages a subject may send at once
 	// beyond InputPerSecond (InputBurstSeconds of it when 0).
 	InputBurst int
@@ -160,7 +173,10 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	subjects map[string]int
-	closing  bool // Shutdown or Restart was called: nothing new is admitted
+	// queued are the bytes each subject's connections have waiting for
+	// their writers (controlMessages), while it has any connection.
+	queued  map[string]*atomic.Int64
+	closing bool // Shutdown or Restart was called: nothing new is admitted
 	// restarting: it was Restart; the executions live on (shutdown.go).
 	restarting bool
 	wg         sync.WaitGroup
@@ -221,7 +237,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	polls, stopPolls := context.WithCancelCause(context.Background())
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}, memory: newMemoryRelease(),
+		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}, queued: map[string]*atomic.Int64{}, memory: newMemoryRelease(),
 		polls: polls, stopPolls: stopPolls,
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newInputLimits(cfg.InputPerSecond, cfg.InputBurst),
@@ -266,6 +282,12 @@ func applyDefaults(c *Config) {
 	}
 	def(&c.MaxChannels, DefaultMaxChannels)
 	def(&c.MaxConnsPerSubject, DefaultMaxConnsPerSubject)
+	if c.MaxQueuedBytes <= 0 {
+		c.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
+	if c.MaxQueuedBytesPerSubject <= 0 {
+		c.MaxQueuedBytesPerSubject = DefaultMaxQueuedBytesPerSubject
+	}
 	def(&c.StartsPerMinute, DefaultStartsPerMinute)
 	def(&c.InputPerSecond, DefaultInputPerSecond)
 	def(&c.InputBurst, InputBurstSeconds*c.InputPerSecond)
@@ -392,6 +414,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c := newConn(s, ws, claims, s.remoteAddr(r))
+	c.control.subject = s.subjectQueued(subject)
 	c.token = token
 	c.useNonBlocking(hj.nb)
 	c.raw, c.br = hj.conn, hj.br
@@ -472,7 +495,18 @@ func (s *Server) admit(subject string) error {
 		return errSubjectBusy
 	}
 	s.subjects[subject]++
+	if s.queued[subject] == nil {
+		s.queued[subject] = new(atomic.Int64)
+	}
 	return nil
+}
+
+// subjectQueued is the count of bytes queued for subject's connections;
+// the subject was admitted.
+func (s *Server) subjectQueued(subject string) *atomic.Int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queued[subject]
 }
 
 // release gives back a place admit took.
@@ -481,6 +515,7 @@ func (s *Server) release(subject string) {
 	defer s.mu.Unlock()
 	if s.subjects[subject]--; s.subjects[subject] <= 0 {
 		delete(s.subjects, subject)
+		delete(s.queued, subject)
 	}
 }
 

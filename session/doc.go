@@ -18,4 +18,9 @@
 // applied when that time is up, so a burst costs the program, the ring
 // and the terminal emulator two sizes, whatever its length. A resize to
 // the size applied last adds nothing.
+//
+// A terminal's screen state behind its ring (screen.go) is bounded: its
+// snapshots by MaxSnapshotBytes as JSON text, its emulators' memory by a
+// budget per owner and in total, reserved at the most each can hold; an
+// ended execution keeps its final snapshot, not its emulator.
 package session

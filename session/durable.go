@@ -309,7 +309,10 @@ func (e *execution) saveScreen() {
 	if first <= 1 {
 		return // nothing evicted: a fresh emulator is exact
 	}
-	data, rows, cols := e.screen.snapshot()
+	data, rows, cols, ok := e.screen.snapshot()
+	if !ok {
+		return // the next supervisor's readers behind the ring get a gap
+	}
 	b, err := json.Marshal(screenFile{Seq: first - 1, Rows: rows, Cols: cols, Data: data})
 	if err == nil {
 		err = replaceFile(e.dir, "screen", b)
@@ -330,7 +333,7 @@ func (e *execution) restoreScreen() {
 	}
 	first, _ := e.ring.Bounds()
 	if first <= 1 {
-		e.screen = newScreenState(int(tty.Rows), int(tty.Cols), e.s.cfg.Scrollback)
+		e.screen = e.s.newScreenState(e, int(tty.Rows), int(tty.Cols))
 		e.ring.OnEvict(e.screen.evicted)
 		return
 	}
@@ -342,7 +345,7 @@ func (e *execution) restoreScreen() {
 	if json.Unmarshal(b, &sf) != nil || sf.Seq != first-1 || sf.Rows <= 0 || sf.Cols <= 0 {
 		return
 	}
-	e.screen = newScreenState(sf.Rows, sf.Cols, e.s.cfg.Scrollback)
+	e.screen = e.s.newScreenState(e, sf.Rows, sf.Cols)
 	e.screen.pending = sf.Data
 	e.ring.OnEvict(e.screen.evicted)
 }

@@ -75,7 +75,7 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint fingerprint) (*ex
 		e.in.onAccept = e.rec.record
 	}
 	if tty := spec.Policy.TTY; tty != nil && newTerminal != nil && !s.cfg.NoScreenState {
-		e.screen = newScreenState(int(tty.Rows), int(tty.Cols), s.cfg.Scrollback)
+		e.screen = s.newScreenState(e, int(tty.Rows), int(tty.Cols))
 		e.ring.OnEvict(e.screen.evicted)
 	}
 	// Output waits for the first acknowledging writer as for one who left.
@@ -298,6 +298,9 @@ func (e *execution) finish(exit sandbox.Exit) {
 	e.ring.Append(replay.Event{Kind: replay.KindExit, Exit: &replay.ExitInfo{
 		Code: exit.Code, Signal: int(exit.Signal), Reason: ringReason, Duration: res.Duration,
 	}})
+	if e.screen != nil {
+		e.screen.finish()
+	}
 	e.s.settled(e, status, ringReason)
 	e.record(false)
 	e.s.log.Info("execution ended", append(e.logAttrs, "status", status, "reason", ringReason, "exit_code", exit.Code,

@@ -1,6 +1,9 @@
 package session
 
-import "github.com/termgate/termgate/replay"
+import (
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session/screen"
+)
 
 // What the external tests (package session_test, which can use the
 // sessiontest fake) look at inside a supervisor.
@@ -24,7 +27,7 @@ type Terminal = terminal
 // called. Tests that use it must not run in parallel with other tests.
 func SetNewTerminal(f func(rows, cols, scrollback int) Terminal) (restore func()) {
 	old := newTerminal
-	newTerminal = func(rows, cols, scrollback int) terminal { return f(rows, cols, scrollback) }
+	newTerminal = func(c screen.Config) terminal { return f(c.Rows, c.Cols, c.Scrollback) }
 	return func() { newTerminal = old }
 }
 
@@ -49,3 +52,6 @@ func WaitRecorder(s *Supervisor, owner, id string) {
 	e, _ := s.lookup(owner, id)
 	e.waitRecorder()
 }
+
+// ScreenReserved is the memory terminal emulators have reserved.
+func (s *Supervisor) ScreenReserved() int { return s.screens.reserved() }

@@ -33,6 +33,13 @@ func (r *recorder) Snapshot(dst []byte) []byte {
 	defer r.mu.Unlock()
 	return append(dst, r.fed.Bytes()...)
 }
+func (r *recorder) SnapshotMax(dst []byte, limit int, cost func([]byte) int) ([]byte, bool) {
+	snap := r.Snapshot(dst)
+	if cost(snap[len(dst):]) > limit {
+		return dst, false
+	}
+	return snap, true
+}
 func (r *recorder) Size() (int, int) { return r.rows, r.cols }
 
 // TestSnapshotStandsInForEvictedHistory: a reader whose history was

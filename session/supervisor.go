@@ -26,6 +26,11 @@ const (
 	DefaultInputBuffer         = 64 << 10
 	DefaultHold                = 5 * time.Minute
 	DefaultScrollback          = 1000
+	// DefaultMaxSnapshotBytes leaves 1 KiB of a 1 MiB message to the
+	// snapshot message's other fields.
+	DefaultMaxSnapshotBytes        = 1<<20 - 1<<10
+	DefaultMaxScreenMemory         = 512 << 20
+	DefaultMaxScreenMemoryPerOwner = 32 << 20
 )
 
 // Config configures a Supervisor. Zero fields take the defaults.
@@ -56,6 +61,16 @@ type Config struct {
 	// Scrollback is the lines of history a terminal's screen state keeps
 	// above the screen for snapshots (DefaultScrollback).
 	Scrollback int
+	// MaxSnapshotBytes bounds a screen snapshot's data as the text of a
+	// JSON string, escapes included (DefaultMaxSnapshotBytes); it also
+	// bounds the bytes of a terminal's scrollback. MaxScreenMemory and
+	// MaxScreenMemoryPerOwner bound the memory terminal emulators reserve
+	// (the most each can hold at its size), in total and per owner
+	// (DefaultMaxScreenMemory, DefaultMaxScreenMemoryPerOwner); see
+	// screen.go.
+	MaxSnapshotBytes        int
+	MaxScreenMemory         int
+	MaxScreenMemoryPerOwner int
 	// NoScreenState keeps no terminal state behind the rings: a terminal
 	// whose history was evicted is followed with a gap, not a snapshot.
 	NoScreenState bool
@@ -123,6 +138,7 @@ type Supervisor struct {
 	stopIO    context.CancelFunc          //
 	onEnd     atomic.Pointer[func(Ended)] // OnEnd's hook (audithooks.go)
 	casts     *castDir                    // nil without Config.RecordingsDir
+	screens   *screenBudget               // terminal emulators' memory (screen.go)
 }
 
 type key struct{ owner, id string }
@@ -151,6 +167,9 @@ func New(cfg Config) (*Supervisor, error) {
 	setDefault(&cfg.RecordingsMaxFiles, DefaultRecordingsMaxFiles)
 	setDefault(&cfg.RecordingsMaxFilesPerOwner, DefaultRecordingsMaxFilesPerOwner)
 	setDefault(&cfg.RecordingsRetention, DefaultRecordingsRetention)
+	setDefault(&cfg.MaxSnapshotBytes, DefaultMaxSnapshotBytes)
+	setDefault(&cfg.MaxScreenMemory, DefaultMaxScreenMemory)
+	setDefault(&cfg.MaxScreenMemoryPerOwner, DefaultMaxScreenMemoryPerOwner)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -160,6 +179,7 @@ func New(cfg Config) (*Supervisor, error) {
 		execs: map[key]*execution{}, starting: map[key]*reservation{}, byOwner: map[string]int{}, held: map[string]int{}, ended: map[EndKey]uint64{},
 		startedBy: map[string]uint64{},
 		gone:      map[key]time.Time{},
+		screens:   newScreenBudget(cfg.MaxScreenMemory, cfg.MaxScreenMemoryPerOwner),
 	}
 	s.io, s.stopIO = context.WithCancel(ctx)
 	if cfg.RecordingsDir != "" {

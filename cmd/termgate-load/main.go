@@ -57,6 +57,8 @@ type options struct {
 	settle         time.Duration // how long after the last shell closed the server's RSS is sampled again
 	timeout        time.Duration // the whole run
 	floors         bool          // measure the echo floors first
+	attack         string        // "snapshot": run that attack instead of the table (attack.go)
+	attackSize     int           // its terminal's rows and columns
 }
 
 func main() {
@@ -87,6 +89,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	if o.attack != "" {
+		srv, err := startServer(ctx, o)
+		if err != nil {
+			return err
+		}
+		err = snapshotAttack(ctx, srv, o, stdout)
+		if stopErr := srv.stop(); err == nil {
+			err = stopErr
+		}
+		return err
+	}
 	var f floors
 	if o.floors {
 		if f, err = measureFloors(ctx, o); err != nil {
@@ -126,6 +139,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")
 	fs.DurationVar(&o.settle, "settle", 5*time.Second, "how long after the last shell closed the server's RSS is sampled again: the runtime returns freed memory to the OS lazily")
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write serve's heap profile (pprof, through --metrics-listen) with every shell attached and idle to `FILE`, its goroutines to FILE.goroutines, and its heap once the shells ended and -settle passed to FILE.settled")
+	fs.StringVar(&o.attack, "attack", "", "run an attack instead of the table: snapshot (a terminal's screen asked for twice on a connection that reads nothing; serve's RSS)")
+	fs.IntVar(&o.attackSize, "attack-size", 1000, "the snapshot attack's terminal rows and columns")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: termgate-load [-termgate PATH] [-keys 2000] [-shells 50] [-par 16]")
 		fmt.Fprintln(stderr, "example, the full table: termgate-load -termgate bin/termgate -shells 500")
@@ -143,6 +158,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-profile-for must be at least 1s")
 	case o.profilePhase != phaseShells && o.profilePhase != phaseEcho:
 		return o, fmt.Errorf("-profile must be %s or %s", phaseShells, phaseEcho)
+	case o.attack != "" && (o.attack != "snapshot" || o.attackSize < 2 || o.attackSize > 1000):
+		return o, errors.New("-attack: want snapshot, with -attack-size 2 to 1000")
 	case o.termgate == "":
 		return o, errors.New("no termgate binary: build one (make build) and pass -termgate")
 	}

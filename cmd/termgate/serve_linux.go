@@ -53,6 +53,7 @@ type serveOptions struct {
 	timeoutWarning                time.Duration
 	listener                      gateway.ListenerConfig
 	fdHeadroom                    int
+	screens                       screenOptions
 	stateDir                      string
 	orphanGrace                   time.Duration
 	recordingsRetention           time.Duration // --recordings-retention; 0: kept
@@ -224,6 +225,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.duration(&o.server.MaxHold, "max-hold", gateway.DefaultMaxHold, "longest hold a start may ask for (hold_ms)")
 	e.parsed("scrollback", fmt.Sprintf("lines of history above the screen a terminal's state keeps for snapshots, 1..%d (default 1000)", maxScrollback), scrollbackFlag(&o.session.Scrollback))
 	e.parsed("max-message-bytes", "largest WebSocket message (larger closes with 1009)", sizeFlag(&o.server.MaxMessageBytes))
+	o.screens.register(e, &o.server)
 	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
 	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
 	e.parsed("starts-per-minute", "starts per minute per token subject, across its connections and the HTTP API", intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
@@ -530,6 +532,8 @@ func (o *serveOptions) check() error {
 		return usageError{o.checkAuthFlags()}
 	case o.sigterm != sigtermRestart && o.sigterm != sigtermShutdown:
 		return usageError{fmt.Errorf("serve: --sigterm: want restart or shutdown, got %q", o.sigterm)}
+	case o.screens.check(o.server.MaxMessageBytes) != nil:
+		return usageError{o.screens.check(o.server.MaxMessageBytes)}
 	case o.cluster.check(o.listen) != nil:
 		return usageError{o.cluster.check(o.listen)}
 	case o.dev:
@@ -695,6 +699,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	undo = append(undo, func() { l.Close() })
 	o.session.Launcher, o.session.Logger = session.SandboxLauncher(l), log
 	o.wireTimeouts()
+	o.screens.wire(&o.session, o.server.MaxMessageBytes)
 	sup, err := session.New(o.session)
 	if err != nil {
 		return nil, err
@@ -950,7 +955,12 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"timeout_warning", durationText(o.timeoutWarning),
 		"max_running", o.session.MaxRunning, "max_running_per_tenant", o.session.MaxRunningPerOwner,
 		"max_retained", o.session.MaxRetained, "max_retained_per_tenant", o.session.MaxRetainedPerOwner,
-		"scrollback", cmp.Or(o.session.Scrollback, session.DefaultScrollback), "flow", o.server.Flow, "hold", durationText(o.server.Hold), "max_hold", durationText(o.server.MaxHold),
+		"scrollback", cmp.Or(o.session.Scrollback, session.DefaultScrollback),
+		"max_snapshot_bytes", sizeText(uint64(o.screens.snapshotBytes(o.server.MaxMessageBytes))),
+		"screen_memory", sizeText(uint64(o.screens.memory)), "screen_memory_per_tenant", sizeText(uint64(o.screens.perTenant)),
+		"max_queued_bytes", sizeText(uint64(cmp.Or(o.server.MaxQueuedBytes, gateway.DefaultMaxQueuedBytes))),
+		"max_queued_bytes_per_subject", sizeText(uint64(cmp.Or(o.server.MaxQueuedBytesPerSubject, gateway.DefaultMaxQueuedBytesPerSubject))),
+		"flow", o.server.Flow, "hold", durationText(o.server.Hold), "max_hold", durationText(o.server.MaxHold),
 		"ring_bytes", sizeText(uint64(cmp.Or(o.server.Ring.MaxBytes, replay.DefaultMaxBytes))),
 		"ring_events", cmp.Or(o.server.Ring.MaxEvents, replay.DefaultMaxEvents),
 		"idle_timeout", durationText(o.idleTimeout), "read_header_timeout", durationText(o.headerTimeout), "read_timeout", durationText(o.server.RequestReadTimeout),

@@ -113,6 +113,12 @@ type Bounds struct {
 	RetentionMS int64 `json:"retention_ms,omitempty"`
 }
 
+// SnapshotOverhead is the most a snapshot message takes beside its
+// data (its other fields, with every number at its longest): a server
+// gives a snapshot's data, as JSON text, at most the largest message
+// less this.
+const SnapshotOverhead = 1024
+
 // ProtocolVersion is the protocol a hello states: v1, grown compatibly
 // by the features it lists.
 const ProtocolVersion = 1

@@ -46,7 +46,15 @@
 // only once used) plus its scrollback, whose lines are kept encoded as the
 // sequences that draw them: as many bytes as characters for plain text, a
 // few more per change of colour, at most about 50 bytes per cell, and the
-// pending plain run (see Fast path). MemoryBytes reports it.
+// pending plain run (see Fast path). Config.ScrollbackBytes bounds the
+// scrollback's lines in bytes too, the oldest dropped first. MemoryBytes
+// reports the memory; MemoryBound is the most it can be at a size, which
+// a caller may reserve before it makes a Screen.
+//
+// SnapshotMax bounds a snapshot: when the whole scrollback would take it
+// over its limit, it keeps the newest lines that fit; when the screen
+// alone does not fit, there is none. It finds out holding at most the
+// limit.
 //
 // # Fast path
 //

@@ -26,6 +26,10 @@ type Config struct {
 	// Scrollback is how many lines that scrolled off the top of the normal
 	// buffer are kept; default DefaultScrollback. Negative means none.
 	Scrollback int
+	// ScrollbackBytes bounds the memory of those lines, kept encoded (see
+	// Bounds): the oldest go first beyond it. Zero or negative: only
+	// Scrollback bounds them.
+	ScrollbackBytes int
 }
 
 // modes are the terminal modes a snapshot restores.
@@ -75,9 +79,32 @@ func New(cfg Config) *Screen {
 		sb = 0
 	}
 	s.sb.max = min(sb, MaxScrollback)
+	s.sb.maxBytes = max(cfg.ScrollbackBytes, 0)
 	s.reset()
 	return s
 }
+
+// MemoryBound is the most memory a Screen made with cfg holds at its
+// size: what MemoryBytes reports never exceeds it until a Resize makes
+// the Screen larger. Without ScrollbackBytes, each line of scrollback
+// counts as maxCellBytes a cell.
+func MemoryBound(cfg Config) int {
+	s := New(Config{Rows: 1, Cols: 1, Scrollback: cfg.Scrollback})
+	rows, cols := clamp(cfg.Rows, DefaultRows, MaxRows), clamp(cfg.Cols, DefaultCols, MaxCols)
+	sbBytes := s.sb.max * cols * maxCellBytes
+	if cfg.ScrollbackBytes > 0 {
+		sbBytes = min(sbBytes, cfg.ScrollbackBytes)
+	}
+	keep := rows + s.sb.max
+	n := int(unsafe.Sizeof(*s)) + cols + MaxTitle + maxOSC
+	n += 2 * rows * (int(unsafe.Sizeof(line{})) + cols*cellBytes) // both buffers
+	n += (keep + keep/pendingSlack + 2) * (cols + 2)              // the pending plain run (maxPending)
+	return n + s.sb.max*sbLineBytes + sbBytes + 1024              // a line's buffer kept for reuse
+}
+
+// maxCellBytes is the most bytes a cell takes encoded: its SGR with every
+// attribute and two truecolors, a character and a combining mark.
+const maxCellBytes = 64
 
 // clamp returns v, or def when v <= 0, or limit when v > limit.
 func clamp(v, def, limit int) int {

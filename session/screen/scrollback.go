@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // sbLine is one line of scrollback, kept as the sequences that draw it
@@ -14,15 +15,19 @@ type sbLine struct {
 	wraps bool // autowrap continued it on the next line
 }
 
-// scrollback is a ring of the newest max lines that left the top of the
-// normal buffer. Until it is full, start is 0 and lines grows.
+// scrollback is a ring of the newest lines that left the top of the
+// normal buffer: at most max of them, holding at most maxBytes of
+// encoded lines (0: no bound), the oldest dropped first. Line i of n is
+// lines[(start+i) % len(lines)].
 type scrollback struct {
-	max      int
-	lines    []sbLine
-	start, n int
+	max, maxBytes int
+	lines         []sbLine
+	start, n      int
+	bytes         int // the capacity of the lines' data, together
 }
 
-// push encodes l as the newest line, dropping the oldest when full.
+// push encodes l as the newest line, dropping the oldest while there are
+// more than max lines or more than maxBytes.
 func (sb *scrollback) push(l *line) {
 	if sb.max == 0 {
 		return
@@ -30,36 +35,51 @@ func (sb *scrollback) push(l *line) {
 	var slot *sbLine
 	if sb.n < sb.max {
 		if sb.n == len(sb.lines) {
+			if sb.start != 0 { // lines were dropped for bytes: unwrap the ring to grow it
+				sb.lines = append(sb.lines[sb.start:len(sb.lines):len(sb.lines)], sb.lines[:sb.start]...)
+				sb.start = 0
+			}
 			sb.lines = append(sb.lines, sbLine{})
 		}
-		slot = &sb.lines[sb.n]
+		slot = &sb.lines[(sb.start+sb.n)%len(sb.lines)]
 		sb.n++
 	} else {
 		slot = &sb.lines[sb.start]
-		sb.start = (sb.start + 1) % sb.max
+		sb.start = (sb.start + 1) % len(sb.lines)
 	}
+	sb.bytes -= cap(slot.data)
 	data := slot.data[:0]
 	if cap(data) > 1024 {
 		data = nil // do not keep the buffer of one long line forever
 	}
 	slot.data, slot.width = appendLine(data, l)
 	slot.wraps = l.wraps
+	sb.bytes += cap(slot.data)
+	for sb.maxBytes > 0 && sb.bytes > sb.maxBytes && sb.n > 0 {
+		sb.dropOldest()
+	}
+}
+
+// dropOldest forgets the oldest line.
+func (sb *scrollback) dropOldest() {
+	l := &sb.lines[sb.start]
+	sb.bytes -= cap(l.data)
+	*l = sbLine{}
+	sb.start = (sb.start + 1) % len(sb.lines)
+	sb.n--
 }
 
 // at returns the i-th oldest line.
 func (sb *scrollback) at(i int) *sbLine { return &sb.lines[(sb.start+i)%max(1, len(sb.lines))] }
 
 // clear drops every line.
-func (sb *scrollback) clear() { sb.lines, sb.start, sb.n = nil, 0, 0 }
+func (sb *scrollback) clear() { sb.lines, sb.start, sb.n, sb.bytes = nil, 0, 0, 0 }
 
 // memory is the bytes held by the lines.
-func (sb *scrollback) memory() int {
-	n := cap(sb.lines) * 48
-	for i := range sb.lines {
-		n += cap(sb.lines[i].data)
-	}
-	return n
-}
+func (sb *scrollback) memory() int { return cap(sb.lines)*sbLineBytes + sb.bytes }
+
+// sbLineBytes is the size of a line's entry in the ring.
+const sbLineBytes = int(unsafe.Sizeof(sbLine{}))
 
 // isDefaultBlank reports whether c looks like a cell never written.
 func isDefaultBlank(c *cell) bool { return *c == cell{r: ' '} }

@@ -24,13 +24,86 @@ func (s *Screen) Snapshot(dst []byte) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.emulatePending()
+	return s.snapshot(dst, s.scrollbackLines(s.sb.n), nil)
+}
+
+// SnapshotMax is Snapshot within limit, as cost measures the sequences
+// (nil: their length; cost must add up over whole lines, as the length
+// of a JSON string does). When the whole scrollback does not fit, it
+// holds only its newest lines that do; when the screen alone does not
+// fit, SnapshotMax returns dst unchanged and false. It never holds more
+// than limit in memory beyond dst while it finds out.
+func (s *Screen) SnapshotMax(dst []byte, limit int, cost func([]byte) int) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.emulatePending()
+	if cost == nil {
+		cost = func(b []byte) int { return len(b) }
+	}
+	mark := len(dst)
+	b := &bound{cost: cost, left: limit}
+	dst = s.snapshot(dst, nil, b)
+	rest := cost(dst[mark:])
+	if b.over || rest > limit {
+		return dst[:mark], false
+	}
+	// A scrollback line costs itself and what joins it to the next; with
+	// a scrollback, the screen's empty lines at the bottom are drawn too.
+	join := cost([]byte("\r\n")) + cost([]byte(" "))
+	left := limit - rest - s.rows*join
+	k := 0
+	var scratch []byte
+	for i := s.sb.n - 1; i >= 0 && left >= 0; i-- {
+		scratch = s.appendScrollbackLine(scratch[:0], s.sb.at(i))
+		if left -= cost(scratch) + join; left >= 0 {
+			k++
+		}
+	}
+	if k == 0 {
+		return dst, true
+	}
+	return s.snapshot(dst[:mark], s.scrollbackLines(k), nil), true
+}
+
+// scrollbackLines returns the newest k lines of the scrollback, oldest
+// first.
+func (s *Screen) scrollbackLines(k int) []*sbLine {
+	sb := make([]*sbLine, k)
+	for i := range sb {
+		sb[i] = s.sb.at(s.sb.n - k + i)
+	}
+	return sb
+}
+
+// bound stops a snapshot that goes beyond its limit, as cost measures it
+// (SnapshotMax); a nil bound stops none.
+type bound struct {
+	cost func([]byte) int
+	left int
+	over bool
+}
+
+// spend counts p, the sequences of one line.
+func (b *bound) spend(p []byte) {
+	if b != nil {
+		b.left -= b.cost(p)
+		b.over = b.over || b.left < 0
+	}
+}
+
+// stop reports whether the snapshot went beyond its limit.
+func (b *bound) stop() bool { return b != nil && b.over }
+
+// snapshot appends the snapshot with the scrollback lines sb; it stops
+// early once b is over its limit.
+func (s *Screen) snapshot(dst []byte, sb []*sbLine, b *bound) []byte {
 	dst = append(dst, "\x1bc"...)
-	dst = s.appendNormal(dst)
+	dst = s.appendLines(dst, sb, s.normal.lines, b)
 	dst = appendSaved(dst, s.normal.saved)
 	switch {
 	case s.altActive:
 		dst = append(dst, "\x1b[m\x1b[?1047h\x1b[H"...)
-		dst = s.appendLines(dst, nil, s.alt.lines)
+		dst = s.appendLines(dst, nil, s.alt.lines, b)
 		dst = appendSaved(dst, s.alt.saved)
 	case s.alt != nil && s.alt.saved != (saved{}):
 		dst = append(dst, "\x1b[?1047h"...)
@@ -45,19 +118,10 @@ func (s *Screen) Snapshot(dst []byte) []byte {
 	return s.p.partial(dst)
 }
 
-// appendNormal draws the scrollback and the normal buffer.
-func (s *Screen) appendNormal(dst []byte) []byte {
-	sb := make([]*sbLine, s.sb.n)
-	for i := range sb {
-		sb[i] = s.sb.at(i)
-	}
-	return s.appendLines(dst, sb, s.normal.lines)
-}
-
 // appendLines draws the scrollback lines sb and then the screen lines ls
 // from the home position; with no scrollback, empty lines at the bottom
-// are left out.
-func (s *Screen) appendLines(dst []byte, sb []*sbLine, ls []line) []byte {
+// are left out. It stops once b is over its limit.
+func (s *Screen) appendLines(dst []byte, sb []*sbLine, ls []line, b *bound) []byte {
 	last := len(ls) - 1
 	if len(sb) == 0 {
 		for last >= 0 && !ls[last].wraps && lineEmpty(&ls[last]) && (last == 0 || !ls[last-1].wraps) {
@@ -65,7 +129,8 @@ func (s *Screen) appendLines(dst []byte, sb []*sbLine, ls []line) []byte {
 		}
 	}
 	wraps := false
-	for i := 0; i < len(sb)+last+1; i++ {
+	for i := 0; i < len(sb)+last+1 && !b.stop(); i++ {
+		start := len(dst)
 		if i > 0 && !wraps {
 			dst = append(dst, "\r\n"...)
 		}
@@ -81,6 +146,7 @@ func (s *Screen) appendLines(dst []byte, sb []*sbLine, ls []line) []byte {
 		if i > 0 && len(dst) == mark && s.prevWraps(sb, ls, i) {
 			dst = append(dst, ' ') // print something, so the wrap happens
 		}
+		b.spend(dst[start:])
 	}
 	return dst
 }
