@@ -221,8 +221,13 @@ func TestStateDirChecked(t *testing.T) {
 	if err := os.Mkdir(open, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{Launcher: &sessiontest.Launcher{}, StateDir: open}); err == nil || !strings.Contains(err.Error(), "0700") {
-		t.Fatalf("state dir of mode 0755: %v, want an error naming 0700", err)
+	// An empty one is made 0700 (a fresh volume); one holding anything,
+	// which anyone could have put there, is refused.
+	if err := os.WriteFile(filepath.Join(open, "ring"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Launcher: &sessiontest.Launcher{}, StateDir: open}); err == nil || !strings.Contains(err.Error(), "had mode 0755 and holds entries") {
+		t.Fatalf("state dir of mode 0755 holding a file: %v, want an error naming its mode and entries", err)
 	}
 }
 
