@@ -524,8 +524,8 @@ func (o *serveOptions) check() error {
 }
 
 // newLevelLogger returns serve's logger: JSON or text lines at level and
-// above. Both handlers escape control characters, so a value cannot
-// forge a line.
+// above. Both escape control characters (C0, C1 and DEL), so a value
+// cannot forge a line or a terminal sequence.
 func newLevelLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -534,7 +534,7 @@ func newLevelLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(c1Escaper{w}, opts)), nil
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
