@@ -160,6 +160,9 @@ const (
 	refusedConns        = "connections"         // ListenerConfig.MaxConns
 	refusedAddrConns    = "addr_connections"    // ListenerConfig.MaxConnsPerAddr
 	refusedFDHeadroom   = "fd_headroom"         // ListenerConfig.FDHeadroom
+	refusedPreAuth      = "preauth_connections" // ListenerConfig.MaxPreAuthConns: refused
+	evictedPreAuth      = "preauth_evicted"     // ListenerConfig.MaxPreAuthConns: closed for a newer one
+	firstByteTimeout    = "first_byte_timeout"  // ListenerConfig.FirstByteTimeout
 )
 
 // gatewayRefusals are the kinds metrics.refused counts, in its order.
@@ -300,7 +303,7 @@ func startLatency(h session.Histogram) prometheus.Metric {
 // refusals gathers every kind of limit refusal: the supervisor's (in
 // st), the rate limits', the gateway's own and the listener's.
 func (s *Server) refusals(st session.Stats) map[string]uint64 {
-	out := make(map[string]uint64, len(st.Refused)+len(gatewayRefusals)+5)
+	out := make(map[string]uint64, len(st.Refused)+len(gatewayRefusals)+8)
 	for k, n := range st.Refused {
 		out[k] = n
 	}
@@ -314,5 +317,6 @@ func (s *Server) refusals(st session.Stats) map[string]uint64 {
 		ls = l.Stats()
 	}
 	out[refusedConns], out[refusedAddrConns], out[refusedFDHeadroom] = ls.RefusedConns, ls.RefusedAddr, ls.RefusedFDs
+	out[refusedPreAuth], out[evictedPreAuth], out[firstByteTimeout] = ls.RefusedPreAuth, ls.Evicted, ls.FirstByteTimeouts
 	return out
 }

@@ -189,7 +189,7 @@ func TestMetricsLimitRefusals(t *testing.T) {
 	ms := httptest.NewServer(e.srv.MetricsHandler())
 	defer ms.Close()
 	kinds := []string{"start_rate", "input_rate", "subject_connections", "channels", "message_size", "connections",
-		"addr_connections", "fd_headroom", "max_running", "tenant_running", "retained", "tenant_retained", "descriptors", "input_full"}
+		"addr_connections", "fd_headroom", "preauth_connections", "preauth_evicted", "first_byte_timeout", "max_running", "tenant_running", "retained", "tenant_retained", "descriptors", "input_full"}
 	zero := map[string]float64{}
 	for _, k := range kinds {
 		zero[`termgate_limit_refusals_total{kind="`+k+`"}`] = 0
