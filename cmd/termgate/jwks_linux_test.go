@@ -129,7 +129,7 @@ func TestServeReadyBesideAJWKSThatNeverAnswers(t *testing.T) {
 	}
 	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { code, _ := readyz(); return code == http.StatusOK }) {
 		code, msg := readyz()
-		t.Fatalf("/readyz with a working secret beside a JWKS that never answers: %d %q, want 200", code, msg)
+		t.Fatalf("/readyz with a working key file beside a JWKS that never answers: %d %q, want 200", code, msg)
 	}
 	if _, err := n.dialToken(t, signES256(t, fileKey, "file")); err != nil {
 		t.Errorf("a token of the key file: %v", err)
