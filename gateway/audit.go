@@ -15,7 +15,8 @@ package gateway
 //     refused (code unavailable), and what cannot be refused any more (an
 //     execution that ended, a channel that closed) is counted and logged;
 //   - no token, secret, environment value or terminal byte is ever
-//     written: sizes are, and the command line is (JSON-escaped).
+//     written: sizes are, and the command line is (JSON-escaped, the
+//     C0 and C1 controls and DEL as \u00XX).
 
 import (
 	"encoding/json"
@@ -355,17 +356,18 @@ type auditRecord struct {
 	StderrBytes *int64  `json:"stderr_bytes,omitempty"`
 }
 
-// encode is the record as one line. encoding/json escapes every control
-// character, so a command or ID cannot forge a line or a terminal
-// sequence. A record over maxAuditRecord leaves out its argv.
+// encode is the record as one line. encoding/json escapes the C0
+// controls and EscapeC1 the rest (DEL, U+0080-U+009F), so a command or
+// ID cannot forge a line or a terminal sequence. A record over
+// maxAuditRecord leaves out its argv.
 func (r *auditRecord) encode() ([]byte, error) {
-	b, err := json.Marshal(r)
+	b, err := marshalEscaped(r)
 	if err == nil && len(b)+1 > maxAuditRecord && len(r.Argv) > 0 {
 		for _, s := range r.Argv {
 			r.ArgvBytes += len(s)
 		}
 		r.Argv, r.ArgvTruncated = nil, true
-		b, err = json.Marshal(r)
+		b, err = marshalEscaped(r)
 	}
 	if err != nil {
 		return nil, err
@@ -374,6 +376,11 @@ func (r *auditRecord) encode() ([]byte, error) {
 		return nil, fmt.Errorf("a %d-byte record is over the %d-byte bound", len(b)+1, maxAuditRecord)
 	}
 	return append(b, '\n'), nil
+}
+
+func marshalEscaped(r *auditRecord) ([]byte, error) {
+	b, err := json.Marshal(r)
+	return EscapeC1(b), err
 }
 
 // Outcomes of a record.

@@ -533,7 +533,11 @@ func TestAuditAttachReadOnly(t *testing.T) {
 	}
 	c := e.dial(t, e.token(t, "acme", auth.ScopeAttach))
 	defer c.close()
-	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "job", After: 1})
+	job, err := e.sup.Get("acme", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "job", After: 1, Incarnation: job.Incarnation})
 	c.expect(t, wire.MsgAttached)
 	r := e.waitRecord(t, map[string]any{"event": "attach", "execution": "job"})
 	if r["read_only"] != true || r["after"] != 1.0 || r["outcome"] != "ok" {

@@ -28,7 +28,9 @@
 //     gap instead of slowing the execution.
 //   - The HTTP API (httpapi.go) does the same requests without a
 //     connection, sharing the per-subject rate limits and connection budget.
-//   - listener.go bounds connections per address before any handshake.
+//   - listener.go bounds connections per client (IPv4 /24, IPv6 /64) before
+//     any handshake, and gives the ones without a request header yet a
+//     budget of their own and a first-byte timeout (Listener.ConnState).
 //
 // The gateway is the only place that maps errors to HTTP statuses and close
 // codes; it holds no process logic, which stays in session and sandbox.

@@ -56,7 +56,7 @@ func (f *follower) follow(ctx context.Context, url, tok string, readOnly bool) (
 	c := &client{ws: ws}
 	att := wire.Request{Type: wire.TypeAttach, ID: f.id, After: f.after, Seen: f.seen, Incarnation: f.incarnation, Ack: true, ReadOnly: readOnly}
 	if f.old {
-		att = wire.Request{Type: wire.TypeAttach, ID: f.id, After: f.after, ReadOnly: readOnly}
+		att = wire.Request{Type: wire.TypeAttach, ID: f.id, After: f.after, Incarnation: f.incarnation, ReadOnly: readOnly}
 	}
 	if b, _ := json.Marshal(att); ws.Write(ctx, websocket.MessageText, b) != nil {
 		return false, nil

@@ -98,10 +98,18 @@ func (c *conn) start(req wire.Request) {
 }
 
 // attach subscribes a new channel to an execution. Without exec:write the
-// channel is read-only whatever the client asked.
+// channel is read-only whatever the client asked. A non-zero after needs
+// the incarnation it belongs to.
 func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) {
 	claims := c.currentClaims()
 	if !c.need(req, auth.ScopeAttach) {
+		return
+	}
+	if after > 0 && req.Incarnation == "" {
+		// after alone cannot say which execution it counts in: the ID may
+		// name a new one since (reused after retention), whose first
+		// events would be skipped with no gap.
+		c.fail(req, 0, wire.CodeInvalidAfter, fmt.Sprintf("after %d needs the incarnation it belongs to (from the attached it came with), or after 0", after))
 		return
 	}
 	readOnly = readOnly || !claims.Has(auth.ScopeWrite)

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +20,9 @@ const (
 	DefaultMaxConns        = 4096
 	DefaultMaxConnsPerAddr = 256
 	DefaultFDHeadroom      = 128
+	// DefaultFirstByteTimeout closes a new connection that has sent
+	// nothing for this long.
+	DefaultFirstByteTimeout = 3 * time.Second
 )
 
 // ListenerConfig bounds the connections a Listener lets in. Zero fields
@@ -24,9 +30,24 @@ const (
 type ListenerConfig struct {
 	// MaxConns bounds the open connections, authenticated or not.
 	MaxConns int
-	// MaxConnsPerAddr bounds the open connections from one client IP
-	// address (behind a reverse proxy, every client has the proxy's).
+	// MaxConnsPerAddr bounds the open connections from one client: an
+	// IPv4 /24 or an IPv6 /64 (behind a reverse proxy, every client has
+	// the proxy's).
 	MaxConnsPerAddr int
+	// MaxPreAuthConns bounds the connections that have not sent a
+	// complete request header: new ones, and kept-alive ones between
+	// requests (it needs the server's ConnState hook, ConnState). When
+	// they are as many, or the connections are MaxConns, a new
+	// connection takes the place of the oldest such connection of the
+	// client that holds the most of them, if that is more than its own
+	// client holds; else it is refused. So idle connections never lock
+	// out a client that sends its request. Default MaxConns/4 (at least
+	// 1); at most MaxConns.
+	MaxPreAuthConns int
+	// FirstByteTimeout closes a new connection that sends nothing for
+	// this long (DefaultFirstByteTimeout; negative: off). After the first
+	// byte the server's ReadHeaderTimeout bounds the rest of the header.
+	FirstByteTimeout time.Duration
 	// FDHeadroom is how many file descriptors below RLIMIT_NOFILE are kept
 	// for starting executions: while fewer are free, new connections are
 	// refused. Negative turns the check off.
@@ -36,19 +57,38 @@ type ListenerConfig struct {
 
 // ListenerStats counts a Listener's connections.
 type ListenerStats struct {
-	Open    int    `json:"open"`
+	Open int `json:"open"`
+	// PreAuth counts the open connections that have not sent a complete
+	// request header.
+	PreAuth int    `json:"preauth"`
 	Refused uint64 `json:"refused"`
 	// The refused connections by the bound they met: MaxConns,
-	// MaxConnsPerAddr, FDHeadroom.
-	RefusedConns uint64 `json:"refused_conns"`
-	RefusedAddr  uint64 `json:"refused_addr"`
-	RefusedFDs   uint64 `json:"refused_fds"`
+	// MaxConnsPerAddr, FDHeadroom, MaxPreAuthConns (a new connection
+	// whose client already holds the most connections before their
+	// headers).
+	RefusedConns   uint64 `json:"refused_conns"`
+	RefusedAddr    uint64 `json:"refused_addr"`
+	RefusedFDs     uint64 `json:"refused_fds"`
+	RefusedPreAuth uint64 `json:"refused_preauth"`
+	// Evicted counts the connections closed before their header to make
+	// room for a new one; FirstByteTimeouts the ones closed for sending
+	// nothing within FirstByteTimeout.
+	Evicted           uint64 `json:"evicted_preauth"`
+	FirstByteTimeouts uint64 `json:"first_byte_timeouts"`
 }
 
 // Listener is a net.Listener that refuses connections beyond its bounds:
 // it accepts each one and closes it at once, so a refused client learns
 // promptly instead of waiting in the kernel's backlog. Its connections
 // give their place back when closed, hijacked ones included.
+//
+// Connections that have not sent a complete request header (pre-auth:
+// no token has been seen on them) have a budget of their own
+// (MaxPreAuthConns) that a new connection may take a place in by closing
+// the oldest of the client holding the most, so neither they nor a
+// client reconnecting as fast as they are closed keep another client
+// out. Hook ConnState into the http.Server serving the Listener: without
+// it every connection stays pre-auth.
 type Listener struct {
 	net.Listener
 	cfg ListenerConfig
@@ -62,8 +102,12 @@ type Listener struct {
 	mu         sync.Mutex
 	open       int
 	byAddr     map[string]int
+	preAuth    map[string]*list.List // the pre-auth *limitedConn of each client, oldest first
+	nPreAuth   int
 	refused    uint64
-	refusedBy  [3]uint64 // by MaxConns, MaxConnsPerAddr, FDHeadroom
+	refusedBy  [4]uint64 // by MaxConns, MaxConnsPerAddr, FDHeadroom, MaxPreAuthConns
+	evicted    uint64
+	timedOut   uint64
 	lastWarned time.Time
 
 	// The last count of free descriptors and when it was taken: on a
@@ -89,14 +133,22 @@ func NewListener(ln net.Listener, cfg ListenerConfig) (*Listener, error) {
 	}
 	def(&cfg.MaxConns, DefaultMaxConns)
 	def(&cfg.MaxConnsPerAddr, DefaultMaxConnsPerAddr)
+	def(&cfg.MaxPreAuthConns, max(1, cfg.MaxConns/4))
 	def(&cfg.FDHeadroom, DefaultFDHeadroom)
-	if cfg.MaxConns < 0 || cfg.MaxConnsPerAddr < 0 {
+	if cfg.FirstByteTimeout == 0 {
+		cfg.FirstByteTimeout = DefaultFirstByteTimeout
+	}
+	if cfg.MaxConns < 0 || cfg.MaxConnsPerAddr < 0 || cfg.MaxPreAuthConns < 0 {
 		return nil, errors.New("gateway: listener: negative connection cap")
+	}
+	if cfg.MaxPreAuthConns > cfg.MaxConns {
+		return nil, fmt.Errorf("gateway: listener: %d connections before authentication is above the %d in total", cfg.MaxPreAuthConns, cfg.MaxConns)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Listener{Listener: ln, cfg: cfg, log: cfg.Logger, byAddr: map[string]int{}, openFiles: countOpenFiles, fileLimit: fileLimit}
+	l := &Listener{Listener: ln, cfg: cfg, log: cfg.Logger, byAddr: map[string]int{}, preAuth: map[string]*list.List{},
+		openFiles: countOpenFiles, fileLimit: fileLimit}
 	if cfg.FDHeadroom > 0 {
 		if _, err := l.openFiles(); err != nil {
 			return nil, fmt.Errorf("gateway: listener: cannot count open descriptors to keep a headroom of %d: %w", cfg.FDHeadroom, err)
@@ -120,37 +172,164 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		addr := clientAddr(c.RemoteAddr())
-		if why := l.admit(addr); why != "" {
+		lc := &limitedConn{Conn: c, l: l, addr: clientAddr(c.RemoteAddr())}
+		why, victim := l.admit(lc)
+		if victim != nil {
+			victim.Conn.Close()
+		}
+		if why != "" {
 			c.Close()
-			l.refuse(addr, why)
+			l.refuse(lc.addr, why)
 			continue
 		}
-		return &limitedConn{Conn: c, l: l, addr: addr}, nil
+		if l.cfg.FirstByteTimeout > 0 {
+			lc.firstByte = time.AfterFunc(l.cfg.FirstByteTimeout, lc.firstByteExpired)
+		}
+		return lc, nil
 	}
 }
 
-// admit takes a place for a connection from addr, or says why not.
-func (l *Listener) admit(addr string) string {
+// admit takes a place for c, as a pre-auth connection, or says why not.
+// victim, when not nil, gave its place to c: close it.
+func (l *Listener) admit(c *limitedConn) (why string, victim *limitedConn) {
 	if why := l.descriptorsLow(); why != "" {
 		l.mu.Lock()
 		l.refusedBy[2]++
 		l.mu.Unlock()
-		return why
+		return why, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case l.open >= l.cfg.MaxConns:
-		l.refusedBy[0]++
-		return fmt.Sprintf("%d connections open, the maximum", l.open)
-	case l.byAddr[addr] >= l.cfg.MaxConnsPerAddr:
+	if l.byAddr[c.addr] >= l.cfg.MaxConnsPerAddr {
 		l.refusedBy[1]++
-		return fmt.Sprintf("%d connections open from this address, the maximum", l.byAddr[addr])
+		return fmt.Sprintf("%d connections open from this client, the maximum", l.byAddr[c.addr]), nil
+	}
+	if l.open >= l.cfg.MaxConns || l.nPreAuth >= l.cfg.MaxPreAuthConns {
+		if victim = l.victimLocked(c.addr); victim == nil {
+			return l.fullLocked(), nil
+		}
+		l.evicted++
+		l.releaseLocked(victim)
 	}
 	l.open++
-	l.byAddr[addr]++
-	return ""
+	l.byAddr[c.addr]++
+	l.enterPreAuthLocked(c)
+	return "", victim
+}
+
+// fullLocked counts and says why a connection found no place.
+func (l *Listener) fullLocked() string {
+	if l.open >= l.cfg.MaxConns && l.nPreAuth == 0 {
+		l.refusedBy[0]++
+		return fmt.Sprintf("%d connections open, the maximum", l.open)
+	}
+	l.refusedBy[3]++
+	return fmt.Sprintf("%d connections open before their request header, and this client holds as many of them as any", l.nPreAuth)
+}
+
+// victimLocked is the oldest pre-auth connection of the client holding
+// the most, when that is more than addr holds; else nil.
+func (l *Listener) victimLocked(addr string) *limitedConn {
+	var most *list.List
+	for _, q := range l.preAuth {
+		if most == nil || q.Len() > most.Len() {
+			most = q
+		}
+	}
+	if most == nil || most.Len() <= l.preAuthOf(addr) {
+		return nil
+	}
+	return most.Front().Value.(*limitedConn)
+}
+
+func (l *Listener) preAuthOf(addr string) int {
+	if q := l.preAuth[addr]; q != nil {
+		return q.Len()
+	}
+	return 0
+}
+
+// enterPreAuthLocked counts c among the pre-auth connections, newest of
+// its client's.
+func (l *Listener) enterPreAuthLocked(c *limitedConn) {
+	if c.preAuth != nil || c.released {
+		return
+	}
+	q := l.preAuth[c.addr]
+	if q == nil {
+		q = list.New()
+		l.preAuth[c.addr] = q
+	}
+	c.preAuth = q.PushBack(c)
+	l.nPreAuth++
+}
+
+// leavePreAuthLocked stops counting c among the pre-auth connections.
+func (l *Listener) leavePreAuthLocked(c *limitedConn) {
+	if c.preAuth == nil {
+		return
+	}
+	q := l.preAuth[c.addr]
+	q.Remove(c.preAuth)
+	if q.Len() == 0 {
+		delete(l.preAuth, c.addr)
+	}
+	c.preAuth = nil
+	l.nPreAuth--
+}
+
+// ConnState is the http.Server hook that tells the Listener which of its
+// connections have sent a complete request header (active or hijacked:
+// no longer pre-auth) and which wait for the next one (new or idle:
+// pre-auth). Set it as the server's ConnState.
+func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
+	c := l.own(nc)
+	if c == nil {
+		return
+	}
+	l.mu.Lock()
+	var victim *limitedConn
+	switch state {
+	case http.StateActive, http.StateHijacked:
+		l.leavePreAuthLocked(c)
+	case http.StateIdle:
+		// Kept alive between requests: pre-auth again, and when their
+		// budget is full it is made room for as a new connection would.
+		if c.preAuth == nil && !c.released && l.nPreAuth >= l.cfg.MaxPreAuthConns {
+			if victim = l.victimLocked(c.addr); victim != nil {
+				l.evicted++
+				l.releaseLocked(victim)
+			} else {
+				victim = c
+				l.evicted++
+				l.releaseLocked(c)
+			}
+		}
+		l.enterPreAuthLocked(c)
+	}
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Conn.Close()
+	}
+}
+
+// own is the Listener's connection under nc (a TLS connection wraps
+// it), or nil.
+func (l *Listener) own(nc net.Conn) *limitedConn {
+	for range 4 {
+		switch c := nc.(type) {
+		case *limitedConn:
+			if c.l != l {
+				return nil
+			}
+			return c
+		case interface{ NetConn() net.Conn }:
+			nc = c.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // descriptorsLow says why no connection may be accepted when fewer than
@@ -196,12 +375,16 @@ func (l *Listener) refuse(addr, why string) {
 	}
 }
 
-func (l *Listener) release(addr string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// releaseLocked gives c's place back, once.
+func (l *Listener) releaseLocked(c *limitedConn) {
+	if c.released {
+		return
+	}
+	c.released = true
+	l.leavePreAuthLocked(c)
 	l.open--
-	if l.byAddr[addr]--; l.byAddr[addr] <= 0 {
-		delete(l.byAddr, addr)
+	if l.byAddr[c.addr]--; l.byAddr[c.addr] <= 0 {
+		delete(l.byAddr, c.addr)
 	}
 }
 
@@ -209,26 +392,69 @@ func (l *Listener) release(addr string) {
 func (l *Listener) Stats() ListenerStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return ListenerStats{Open: l.open, Refused: l.refused,
-		RefusedConns: l.refusedBy[0], RefusedAddr: l.refusedBy[1], RefusedFDs: l.refusedBy[2]}
+	return ListenerStats{Open: l.open, PreAuth: l.nPreAuth, Refused: l.refused,
+		RefusedConns: l.refusedBy[0], RefusedAddr: l.refusedBy[1], RefusedFDs: l.refusedBy[2], RefusedPreAuth: l.refusedBy[3],
+		Evicted: l.evicted, FirstByteTimeouts: l.timedOut}
 }
 
-// limitedConn gives its place back once, on the first Close.
+// limitedConn gives its place back once, on the first Close (or when it
+// is evicted); until its first byte a timer may close it.
 type limitedConn struct {
 	net.Conn
-	l    *Listener
-	addr string
-	once sync.Once
+	l         *Listener
+	addr      string
+	firstByte *time.Timer // nil once a byte came, or without a timeout
+	gotByte   atomic.Bool
+
+	// Guarded by l.mu.
+	preAuth  *list.Element // in l.preAuth[addr] while pre-auth
+	released bool
+}
+
+func (c *limitedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.gotByte.Load() {
+		c.gotByte.Store(true)
+		if t := c.firstByte; t != nil {
+			t.Stop()
+		}
+	}
+	return n, err
+}
+
+// firstByteExpired closes the connection when it has sent nothing.
+func (c *limitedConn) firstByteExpired() {
+	if c.gotByte.Load() {
+		return
+	}
+	c.l.mu.Lock()
+	if c.released { // closed or evicted already
+		c.l.mu.Unlock()
+		return
+	}
+	c.l.timedOut++
+	c.l.releaseLocked(c)
+	c.l.mu.Unlock()
+	c.Conn.Close()
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.addr) })
+	if c.firstByte != nil {
+		c.firstByte.Stop()
+	}
+	if c.l != nil {
+		c.l.mu.Lock()
+		c.l.releaseLocked(c)
+		c.l.mu.Unlock()
+	}
 	return err
 }
 
-// clientAddr is the IP of a remote address, without the port: one
-// client opens many connections from many ports.
+// clientAddr is the client a remote address counts as, without the port:
+// one client opens many connections from many ports, and holds a whole
+// network: an IPv4 /24 (what one host or a small site is routed, where
+// NAT puts many hosts behind one address anyway), an IPv6 /64.
 func clientAddr(a net.Addr) string {
 	var ip net.IP
 	if tcp, ok := a.(*net.TCPAddr); ok {
@@ -244,7 +470,7 @@ func clientAddr(a net.Addr) string {
 		// would give it no cap at all.
 		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 	}
-	return ip.String()
+	return ip.To4().Mask(net.CIDRMask(24, 32)).String() + "/24"
 }
 
 // countOpenFiles counts the process's open descriptors. Since Linux 6.2

@@ -162,6 +162,9 @@ const (
 	refusedConns        = "connections"         // ListenerConfig.MaxConns
 	refusedAddrConns    = "addr_connections"    // ListenerConfig.MaxConnsPerAddr
 	refusedFDHeadroom   = "fd_headroom"         // ListenerConfig.FDHeadroom
+	refusedPreAuth      = "preauth_connections" // ListenerConfig.MaxPreAuthConns: refused
+	evictedPreAuth      = "preauth_evicted"     // ListenerConfig.MaxPreAuthConns: closed for a newer one
+	firstByteTimeout    = "first_byte_timeout"  // ListenerConfig.FirstByteTimeout
 )
 
 // gatewayRefusals are the kinds metrics.refused counts, in its order.
@@ -302,7 +305,7 @@ func startLatency(h session.Histogram) prometheus.Metric {
 // refusals gathers every kind of limit refusal: the supervisor's (in
 // st), the rate limits', the gateway's own and the listener's.
 func (s *Server) refusals(st session.Stats) map[string]uint64 {
-	out := make(map[string]uint64, len(st.Refused)+len(gatewayRefusals)+6)
+	out := make(map[string]uint64, len(st.Refused)+len(gatewayRefusals)+9)
 	for k, n := range st.Refused {
 		out[k] = n
 	}
@@ -317,5 +320,6 @@ func (s *Server) refusals(st session.Stats) map[string]uint64 {
 		ls = l.Stats()
 	}
 	out[refusedConns], out[refusedAddrConns], out[refusedFDHeadroom] = ls.RefusedConns, ls.RefusedAddr, ls.RefusedFDs
+	out[refusedPreAuth], out[evictedPreAuth], out[firstByteTimeout] = ls.RefusedPreAuth, ls.Evicted, ls.FirstByteTimeouts
 	return out
 }

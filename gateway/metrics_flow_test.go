@@ -147,19 +147,19 @@ func TestMetricsResumes(t *testing.T) {
 	}))
 
 	// From history: after the newest event.
-	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "term", After: info.LastSeq})
+	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "term", After: info.LastSeq, Incarnation: info.Incarnation})
 	c.expect(t, wire.MsgAttached)
 	waitMetrics(t, ms.URL, "history", exactly(map[string]float64{`termgate_resumes_total{kind="history"}`: 1}))
 
 	// From a snapshot: after an evicted event, with snapshot.
-	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "term", After: 1, Snapshot: true})
+	c.send(t, wire.Request{Type: wire.TypeAttach, ID: "term", After: 1, Incarnation: info.Incarnation, Snapshot: true})
 	c.expect(t, wire.MsgSnapshot)
 	waitMetrics(t, ms.URL, "snapshot", exactly(map[string]float64{`termgate_resumes_total{kind="snapshot"}`: 1}))
 
 	// With a gap: after an evicted event, without.
 	g := e.dial(t, tok)
 	defer g.close()
-	g.send(t, wire.Request{Type: wire.TypeAttach, ID: "term", After: 1})
+	g.send(t, wire.Request{Type: wire.TypeAttach, ID: "term", After: 1, Incarnation: info.Incarnation})
 	gap, _ := g.expect(t, wire.MsgGap)
 	if gap.Bytes == 0 {
 		t.Fatalf("gap %+v without bytes", gap)
@@ -189,7 +189,7 @@ func TestMetricsLimitRefusals(t *testing.T) {
 	ms := httptest.NewServer(e.srv.MetricsHandler())
 	defer ms.Close()
 	kinds := []string{"start_rate", "input_rate", "resize_rate", "subject_connections", "channels", "message_size", "snapshot", "connections",
-		"addr_connections", "fd_headroom", "max_running", "tenant_running", "retained", "tenant_retained", "descriptors", "input_full", "recording_budget"}
+		"addr_connections", "fd_headroom", "preauth_connections", "preauth_evicted", "first_byte_timeout", "max_running", "tenant_running", "retained", "tenant_retained", "descriptors", "input_full", "recording_budget"}
 	zero := map[string]float64{}
 	for _, k := range kinds {
 		zero[`termgate_limit_refusals_total{kind="`+k+`"}`] = 0
@@ -279,18 +279,23 @@ func TestMetricsListenerRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.srv.CountRefusals(l)
-	hs := &http.Server{Handler: e.srv.Handler()}
+	hs := &http.Server{Handler: e.srv.Handler(), ConnState: l.ConnState}
 	done := make(chan struct{})
 	go func() { defer close(done); hs.Serve(l) }()
 	defer func() { hs.Close(); <-done }()
 
-	first, err := net.DialTimeout("tcp", l.Addr().String(), 10*time.Second)
+	// An authenticated WebSocket: past its header, it holds the one place.
+	opts := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPHeader: http.Header{}}
+	opts.HTTPHeader.Set("Authorization", "Bearer "+e.token(t, "acme", allScopes...))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	first, _, err := websocket.Dial(ctx, "ws://"+l.Addr().String()+"/v1/connect", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer first.Close()
+	defer first.CloseNow()
 	waitMetrics(t, ms.URL, "one open", exactly(map[string]float64{`termgate_limit_refusals_total{kind="connections"}`: 0}))
-	sandboxtest.Eventually(t, 10*time.Second, func() bool { return l.Stats().Open == 1 })
+	sandboxtest.Eventually(t, 10*time.Second, func() bool { st := l.Stats(); return st.Open == 1 && st.PreAuth == 0 })
 	second, err := net.DialTimeout("tcp", l.Addr().String(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

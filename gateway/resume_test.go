@@ -2,13 +2,19 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/sessiontest"
 )
 
 // TestResumeAcrossCutConnections cuts the TCP connection at random points
@@ -47,4 +53,75 @@ func seqLines(n int) string {
 		fmt.Fprintf(&b, "%d\n", i)
 	}
 	return b.String()
+}
+
+// TestAttachAfterNeedsTheIncarnation: an ID reused after retention names
+// a new execution. An attach with a non-zero after and no incarnation
+// cannot say which execution after belongs to, so it is refused
+// (invalid_after) instead of serving the new execution from after+1 with
+// its first events skipped silently; with the old incarnation it is
+// served from the start, and after 0 needs none.
+func TestAttachAfterNeedsTheIncarnation(t *testing.T) {
+	t.Parallel()
+	script := func(p *sessiontest.Proc) sandbox.Exit {
+		for i := range 8 {
+			fmt.Fprintf(p.Out().Stdout, "%s %d\n", p.Policy.Command[1], i+1)
+			time.Sleep(time.Millisecond) // an event each
+		}
+		return sandbox.Exit{Code: 0, Exact: true}
+	}
+	e := newEnvSession(t, session.Config{Launcher: &sessiontest.Launcher{Script: script}, DefaultRetention: 2 * time.Second}, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "job", Command: "/bin/sh", Args: []string{"old"}})
+	c.expect(t, wire.MsgStarted)
+	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "a", ID: "job"})
+	first, _ := c.expect(t, wire.MsgAttached)
+	c.expect(t, wire.MsgExit)
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ { // once retention let the ID go, it names a new execution
+		c.send(t, wire.Request{Type: wire.TypeStart, Req: fmt.Sprint("s", i), ID: "job", Command: "/bin/sh", Args: []string{"new"}})
+		m := c.expectOneOf(t, wire.MsgStarted, wire.MsgError)
+		if m.Type == wire.MsgStarted {
+			break
+		}
+		if m.Error != wire.CodeConflict || time.Now().After(deadline) {
+			t.Fatalf("start of a reused ID: %s %s", m.Error, m.Message)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w := e.dial(t, e.token(t, "acme", allScopes...)) // until the new execution has all its events
+	w.send(t, wire.Request{Type: wire.TypeAttach, ID: "job"})
+	w.expect(t, wire.MsgExit)
+	w.close()
+	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "b", ID: "job", After: 6})
+	if m := c.expectOneOf(t, wire.MsgAttached, wire.MsgError); m.Type != wire.MsgError || m.Error != wire.CodeInvalidAfter || m.Req != "b" {
+		t.Fatalf("attach after 6 without an incarnation: %+v, want invalid_after", m)
+	}
+	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "c", ID: "job", After: 6, Incarnation: first.Incarnation})
+	again, _ := c.expect(t, wire.MsgAttached)
+	if again.Incarnation == first.Incarnation {
+		t.Fatal("the reused ID kept its incarnation")
+	}
+	if _, out := c.expect(t, wire.MsgExit); !strings.HasPrefix(string(out), "new 1\n") {
+		t.Fatalf("attach after 6 of the old incarnation: output %q, want the new execution from its start", out)
+	}
+	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "d", ID: "job"})
+	c.expect(t, wire.MsgAttached)
+}
+
+// expectOneOf reads until a control message of one of types arrives.
+func (c *client) expectOneOf(t testing.TB, types ...string) wire.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for one of %v: %v", types, err)
+		}
+		if f.msg != nil && slices.Contains(types, f.msg.Type) {
+			return *f.msg
+		}
+	}
 }

@@ -339,11 +339,13 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	// No keys yet (a JWKS not fetched once): every token would be refused.
-	// Which JWKS is in the logs, not told to anyone asking.
+	// No keys at all yet (no key file, and no JWKS fetched once): every
+	// token would be refused. One source with keys is enough: a JWKS that
+	// never answers keeps out only its own tokens. Which JWKS is in the
+	// logs, not told to anyone asking.
 	if s.cfg.Auth.Ready() != nil {
 		s.retryAfter(w)
-		http.Error(w, "no verification keys yet: a JWKS was not fetched", http.StatusServiceUnavailable)
+		http.Error(w, "no verification keys yet: no JWKS was fetched", http.StatusServiceUnavailable)
 		return
 	}
 	// Full: a load balancer sends new work elsewhere. The sandbox's self

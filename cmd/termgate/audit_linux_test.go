@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -266,6 +267,57 @@ func TestServeAuditFlags(t *testing.T) {
 	for _, args := range [][]string{{"--audit-max-size", "lots"}, {"--audit-keep", "0"}, {"--audit-keep", "x"}} {
 		if _, err := parseServe(append([]string{"--dev"}, args...), io.Discard); err == nil {
 			t.Errorf("%q accepted", args)
+		}
+	}
+}
+
+// c1Hostile holds C1 controls (CSI, OSC, ST) and DEL, as UTF-8: a
+// terminal that shows the trail or the log raw would act on them.
+const c1Hostile = "\u009b2J\u009d0;owned\u009c\u007f\u0085\u009f"
+
+// TestServeAuditLogEscapesC1: C1 controls and DEL in a command line, a
+// token's subject and a request's execution ID reach the trail and
+// serve's JSON log escaped (\u00XX), never as raw UTF-8, and read back
+// as given.
+func TestServeAuditLogEscapesC1(t *testing.T) {
+	t.Parallel()
+	s := startAuditServe(t, "json", "--log-level", "debug")
+	code, out, stderr := runCLI(t, "", "token", "--secret-file", s.secretFile, "--tenant", "acme", "--subject", "sub"+c1Hostile, "--scope", allScopes)
+	if code != 0 {
+		t.Fatalf("token: %d %s", code, stderr)
+	}
+	tok := strings.TrimSpace(out)
+	start := map[string]any{"id": "c1", "command": "/bin/sh", "args": []string{"-c", `exit 0`, "sh", c1Hostile}}
+	if code, body := s.call(t, "POST", "/v1/executions", "Bearer "+tok, start); code != 201 {
+		t.Fatalf("start: %d %s", code, body)
+	}
+	s.call(t, "GET", "/v1/executions/x"+strings.ReplaceAll(url.PathEscape(c1Hostile), ";", "%3B"), "Bearer "+tok, nil)
+	if !sandboxtest.Eventually(t, 60*time.Second, func() bool {
+		return len(matching(s.records(t), map[string]any{"event": "end", "execution": "c1"})) > 0
+	}) {
+		t.Fatalf("no end record; trail %v", s.records(t))
+	}
+	s.shutdown(t)()
+
+	recs := s.records(t)
+	st := matching(recs, map[string]any{"event": "start", "execution": "c1", "outcome": "ok"})
+	if len(st) != 1 || st[0]["subject"] != "sub"+c1Hostile || fmt.Sprint(st[0]["argv"].([]any)[4]) != c1Hostile {
+		t.Errorf("start record %v: want the subject and command line as given", st)
+	}
+	written := map[string]string{"stderr": s.errs.String()}
+	for _, f := range gateway.AuditFiles(s.audit, gateway.MaxAuditKeep) {
+		b, _ := os.ReadFile(f)
+		written[f] = string(b)
+	}
+	if !strings.Contains(written["stderr"], `sub\u009b2J`) {
+		t.Errorf("serve's log does not name the subject, escaped: %s", written["stderr"])
+	}
+	for name, w := range written {
+		for i, r := range w {
+			if r >= 0x7f && r <= 0x9f {
+				t.Errorf("%s holds a raw U+%04X at %d: %q", name, r, i, w[max(0, i-60):min(len(w), i+20)])
+				break
+			}
 		}
 	}
 }

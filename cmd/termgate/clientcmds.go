@@ -191,17 +191,19 @@ func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 // attachOptions are the flags of termgate attach.
 type attachOptions struct {
 	clientFlags
-	id        string
-	after     uint64
-	readOnly  bool
-	allowLoss bool
+	id          string
+	after       uint64
+	incarnation string
+	readOnly    bool
+	allowLoss   bool
 }
 
 func attachFlags(o *attachOptions) *flag.FlagSet {
 	fs := newClientFlagSet("attach", &o.clientFlags)
 	o.reconnectFlag(fs)
 	fs.StringVar(&o.id, "id", "", "execution `ID` (on a terminal, without it: pick one from a list)")
-	fs.Uint64Var(&o.after, "after", 0, "resume after this sequence number (0: all retained output)")
+	fs.Uint64Var(&o.after, "after", 0, "resume after this sequence number (0: all retained output); needs --incarnation")
+	fs.StringVar(&o.incarnation, "incarnation", "", "the execution's `incarnation` that --after counts in (the incarnation of GET /v1/executions/ID, or of the attach that saw that sequence): the ID may name a new execution since")
 	fs.BoolVar(&o.readOnly, "read-only", false, "watch without typing")
 	fs.BoolVar(&o.allowLoss, "allow-loss", false, "exit with the command's status even when output was lost (else 74)")
 	return fs
@@ -215,6 +217,9 @@ func runAttach(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	if err := o.checkReconnect(); err != nil {
 		return err
+	}
+	if o.after > 0 && o.incarnation == "" {
+		return usageError{errors.New("attach: --after needs --incarnation: the ID may name a new execution since, whose first events --after would skip")}
 	}
 	id, err := o.attachID(ctx, stdin, stderr)
 	if err != nil {
@@ -235,7 +240,7 @@ func (o attachOptions) follow(ctx context.Context, c *client.Client, id string, 
 	out, _ := stdout.(*os.File)
 	var e *client.Execution
 	err := retryUnavailable(ctx, o.reconnect, stderr, func() (err error) {
-		e, err = c.AttachWith(ctx, id, client.AttachOptions{After: o.after, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
+		e, err = c.AttachWith(ctx, id, client.AttachOptions{After: o.after, Incarnation: o.incarnation, ReadOnly: o.readOnly, Snapshot: out != nil && isTerminal(out)})
 		return err
 	})
 	if err != nil {

@@ -131,7 +131,7 @@ func commands() []command {
 			examples: []string{
 				"termgate attach --id build-7",
 				"termgate attach --id build-7 --read-only",
-				"termgate attach --id build-7 --after 120   # only what came after event 120",
+				"termgate attach --id build-7 --after 120 --incarnation INC   # only what came after event 120 of that execution",
 			},
 			exits: clientExits,
 			run:   runAttach,

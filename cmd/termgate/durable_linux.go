@@ -198,7 +198,7 @@ func runKeeper(_ context.Context, args []string, stderr io.Writer) error {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log := slog.New(slog.NewJSONHandler(c1Escaper{stderr}, nil))
 	err := sandbox.ServeKeeper(ctx, sandbox.Config{StateDir: *dir, OrphanGrace: *grace, KillGrace: *kill, Logger: log})
 	if err == nil && executionsLeft(*dir) {
 		cleanup.run(log)

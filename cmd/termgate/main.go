@@ -109,5 +109,5 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func newLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewJSONHandler(c1Escaper{w}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

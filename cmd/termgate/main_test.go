@@ -52,6 +52,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{}, {"bogus"}, {"run"}, {"run", "--bogus"}, {"completion"}, {"help", "bogus"},
+		{"attach", "--id", "x", "--after", "5"}, // --after needs --incarnation
 	} {
 		code, _, stderr := runCLI(t, "", args...)
 		if code != 2 || stderr == "" {

@@ -50,6 +50,7 @@ type serveOptions struct {
 	leeway                        time.Duration
 	workspaces                    workspaceOptions
 	idleTimeout, headerTimeout    time.Duration
+	firstByteTimeout              time.Duration
 	timeoutWarning                time.Duration
 	listener                      gateway.ListenerConfig
 	fdHeadroom                    int
@@ -235,7 +236,9 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.duration(&o.headerTimeout, "read-header-timeout", defaultHeaderTimeout, "how long a client may take to send a request's headers")
 	e.duration(&o.server.RequestReadTimeout, "read-timeout", gateway.DefaultRequestReadTimeout, "how long a client may take to send an HTTP API request's body (not long polls or WebSockets)")
 	e.parsed("max-conns", "open connections in total, authenticated or not (default 4096)", intPtr(&o.listener.MaxConns, gateway.DefaultMaxConns))
-	e.parsed("max-conns-per-addr", "open connections from one client IP address (default 256)", intPtr(&o.listener.MaxConnsPerAddr, gateway.DefaultMaxConnsPerAddr))
+	e.parsed("max-conns-per-addr", "open connections from one client: an IPv4 /24 or an IPv6 /64 (default 256)", intPtr(&o.listener.MaxConnsPerAddr, gateway.DefaultMaxConnsPerAddr))
+	e.parsed("max-preauth-conns", "open connections that have not sent a complete request header, at most --max-conns: when full, a new one takes the place of the oldest of the client holding the most (default --max-conns/4)", intPtr(&o.listener.MaxPreAuthConns, 0))
+	e.duration(&o.firstByteTimeout, "first-byte-timeout", gateway.DefaultFirstByteTimeout, "close a new connection that sends nothing for this long (0: off)")
 	e.parsed("fd-headroom", "file descriptors kept free for starts: no new connection while fewer are free (default 128; 0: off)", nonNegative(&o.fdHeadroom, gateway.DefaultFDHeadroom))
 	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
 	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
@@ -501,6 +504,10 @@ func (o *serveOptions) check() error {
 		return usageError{fmt.Errorf("serve: --proc: want auto, none or private, got %q", o.proc)}
 	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:
 		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
+	case o.firstByteTimeout < 0:
+		return usageError{errors.New("serve: --first-byte-timeout must not be negative")}
+	case o.listener.MaxPreAuthConns > cmp.Or(o.listener.MaxConns, gateway.DefaultMaxConns):
+		return usageError{fmt.Errorf("serve: --max-preauth-conns %d is above --max-conns %d", o.listener.MaxPreAuthConns, cmp.Or(o.listener.MaxConns, gateway.DefaultMaxConns))}
 	case o.policy.InteractiveTimeout <= 0 || o.policy.IdleTimeout <= 0 || o.timeoutWarning < 0:
 		return usageError{errors.New("serve: --interactive-timeout and --interactive-idle-timeout must be positive, --timeout-warning not negative")}
 	case o.stateDir != "" && o.stateDir != "none" && !filepath.IsAbs(o.stateDir):
@@ -547,8 +554,8 @@ func (o *serveOptions) check() error {
 }
 
 // newLevelLogger returns serve's logger: JSON or text lines at level and
-// above. Both handlers escape control characters, so a value cannot
-// forge a line.
+// above. Both escape control characters (C0, C1 and DEL), so a value
+// cannot forge a line or a terminal sequence.
 func newLevelLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -557,7 +564,7 @@ func newLevelLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(c1Escaper{w}, opts)), nil
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
@@ -837,6 +844,9 @@ func (g *gatewayParts) serve(ctx context.Context, ln, mln net.Listener, o *serve
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	hs := o.httpServer(base, mux, log)
+	if l, ok := ln.(*gateway.Listener); ok {
+		hs.ConnState = l.ConnState // which connections have sent a request header
+	}
 	errc := make(chan error, 1)
 	go func() {
 		if o.tlsCert != "" {
@@ -908,9 +918,12 @@ func (g *gatewayParts) shutdown(stop context.Context, hs *http.Server, cancelBas
 // headroom.
 func (o *serveOptions) limitListener(ln net.Listener, log *slog.Logger) (*gateway.Listener, error) {
 	cfg := o.listener
-	cfg.FDHeadroom, cfg.Logger = o.fdHeadroom, log
+	cfg.FDHeadroom, cfg.FirstByteTimeout, cfg.Logger = o.fdHeadroom, o.firstByteTimeout, log
 	if o.fdHeadroom == 0 {
 		cfg.FDHeadroom = -1 // off
+	}
+	if o.firstByteTimeout == 0 {
+		cfg.FirstByteTimeout = -1 // off
 	}
 	l, err := gateway.NewListener(ln, cfg)
 	if err != nil {
@@ -965,6 +978,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"ring_events", cmp.Or(o.server.Ring.MaxEvents, replay.DefaultMaxEvents),
 		"idle_timeout", durationText(o.idleTimeout), "read_header_timeout", durationText(o.headerTimeout), "read_timeout", durationText(o.server.RequestReadTimeout),
 		"max_conns", o.listener.MaxConns, "max_conns_per_addr", o.listener.MaxConnsPerAddr, "fd_headroom", o.fdHeadroom,
+		"max_preauth_conns", cmp.Or(o.listener.MaxPreAuthConns, max(1, o.listener.MaxConns/4)), "first_byte_timeout", durationText(o.firstByteTimeout),
 		"max_conns_per_subject", o.server.MaxConnsPerSubject, "starts_per_minute", o.server.StartsPerMinute, "input_per_second", o.server.InputPerSecond,
 		"resizes_per_second", o.server.ResizesPerSecond,
 		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),

@@ -354,6 +354,9 @@ func TestServeConnectionFlagsRefuseBadValues(t *testing.T) {
 		{"--dev", "--read-timeout", "0s"},
 		{"--dev", "--max-conns", "0"},
 		{"--dev", "--fd-headroom", "-1"},
+		{"--dev", "--first-byte-timeout", "-1s"},
+		{"--dev", "--max-preauth-conns", "0"},
+		{"--dev", "--max-conns", "10", "--max-preauth-conns", "11"},
 	} {
 		if _, err := parseServe(args, io.Discard); err == nil {
 			t.Errorf("%q accepted", args)
@@ -519,6 +522,7 @@ func TestServeNewFlagsHaveEnvironmentEquivalents(t *testing.T) {
 	for k, v := range map[string]string{
 		"TERMGATE_CPU_WEIGHT": "0", "TERMGATE_MAX_RETAINED_PER_TENANT": "9", "TERMGATE_IDLE_TIMEOUT": "5s",
 		"TERMGATE_READ_TIMEOUT": "7s", "TERMGATE_MAX_CONNS": "11", "TERMGATE_MAX_CONNS_PER_ADDR": "3", "TERMGATE_FD_HEADROOM": "0",
+		"TERMGATE_MAX_PREAUTH_CONNS": "5", "TERMGATE_FIRST_BYTE_TIMEOUT": "2s",
 	} {
 		t.Setenv(k, v)
 	}
@@ -527,7 +531,8 @@ func TestServeNewFlagsHaveEnvironmentEquivalents(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.policy.Limits.CPUWeight != 0 || o.session.MaxRetainedPerOwner != 9 || o.idleTimeout != 5*time.Second ||
-		o.server.RequestReadTimeout != 7*time.Second || o.listener.MaxConns != 12 || o.listener.MaxConnsPerAddr != 3 || o.fdHeadroom != 0 {
+		o.server.RequestReadTimeout != 7*time.Second || o.listener.MaxConns != 12 || o.listener.MaxConnsPerAddr != 3 || o.fdHeadroom != 0 ||
+		o.listener.MaxPreAuthConns != 5 || o.firstByteTimeout != 2*time.Second {
 		t.Fatalf("from the environment: %+v %+v %v %v %+v %d", o.policy.Limits, o.session, o.idleTimeout, o.server.RequestReadTimeout, o.listener, o.fdHeadroom)
 	}
 }

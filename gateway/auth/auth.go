@@ -165,7 +165,8 @@ type authKey struct {
 }
 
 // New loads the configured keys and starts fetching the JWKS URLs in the
-// background (Ready reports when each was fetched once). It fails when
+// background (Ready reports when some key source has keys; a JWKS that
+// has not answered its first fetch within a few seconds is logged). It fails when
 // there is no key source, a secret is shorter than 32 bytes, a file is
 // unreadable or holds something other than a supported public key, two
 // keys share a kid, a JWKS URL is neither https nor loopback, a binding
@@ -256,15 +257,28 @@ func (ks *keySet) kids() []string {
 	return kids
 }
 
-// Ready returns nil once every JWKS URL was fetched once, else an error
-// naming one not fetched yet. Without JWKS URLs it is always ready.
+// Ready returns nil once some key source has keys: a key file (the
+// HS256 secret or a public key), or a JWKS fetched once. Otherwise it
+// returns an error naming the JWKS not fetched yet. A JWKS that never
+// answers keeps out only the tokens of its own keys, not the others'.
 func (a *Authenticator) Ready() error {
+	pending := a.PendingJWKS()
+	if len(a.keys.Load().keys) > 0 || len(pending) < len(a.jwks) {
+		return nil
+	}
+	return fmt.Errorf("auth: no key file, and no JWKS fetched yet: %s", strings.Join(pending, ", "))
+}
+
+// PendingJWKS returns the JWKS URLs not fetched once yet, whose tokens
+// are refused until they are.
+func (a *Authenticator) PendingJWKS() []string {
+	var pending []string
 	for _, s := range a.jwks {
 		if s.keyfunc.Load() == nil {
-			return fmt.Errorf("auth: JWKS %s: no keys fetched yet", s.url)
+			pending = append(pending, s.url)
 		}
 	}
-	return nil
+	return pending
 }
 
 // Close stops the JWKS fetches and refreshes and waits for them. It is

@@ -52,6 +52,11 @@ const (
 // maxFirstFetchBackoff bounds the wait between two failed first fetches.
 const maxFirstFetchBackoff = time.Minute
 
+// jwksSlowWarning is how long a first fetch may take before it is
+// logged as not answering (at most the fetch timeout, after which the
+// failure is logged anyway).
+const jwksSlowWarning = 2 * time.Second
+
 func (c JWKSConfig) withDefaults() (JWKSConfig, error) {
 	if c.RefreshInterval < 0 || c.UnknownKIDInterval < 0 || c.Timeout < 0 || c.MaxKeys < 0 || c.MaxBytes < 0 {
 		return c, errors.New("auth: auth config: negative JWKS interval, timeout or bound")
@@ -161,9 +166,17 @@ func (a *Authenticator) startJWKS() {
 // the library refreshes it every RefreshInterval and on unknown kids.
 func (a *Authenticator) fetchFirst(s *jwksSource) {
 	wait := time.Second
+	// A provider that takes connections and never answers fails only
+	// after the fetch timeout: say so sooner, once.
+	slow := time.AfterFunc(min(jwksSlowWarning, a.cfg.JWKS.Timeout), func() {
+		a.log.Warn("JWKS has not answered yet: tokens of its keys are refused until it does; the other key sources work, and readiness needs only one",
+			"url", s.url)
+	})
+	defer slow.Stop()
 	for {
 		attempt, cancel := context.WithCancel(a.ctx)
 		kf, held, err := a.openJWKS(attempt, s.url)
+		slow.Stop()
 		if err == nil {
 			s.held.Store(held)
 			s.keyfunc.Store(&kf)

@@ -103,10 +103,11 @@ func newJWKSAuth(t *testing.T, cfg Config) (*Authenticator, *sandboxtest.SyncBuf
 	return a, logs
 }
 
+// waitReady waits until every JWKS was fetched once.
 func waitReady(t *testing.T, a *Authenticator, logs *sandboxtest.SyncBuffer) {
 	t.Helper()
-	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return a.Ready() == nil }) {
-		t.Fatalf("not ready: %v; logs:\n%s", a.Ready(), logs)
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return len(a.PendingJWKS()) == 0 }) {
+		t.Fatalf("JWKS not fetched: %v; logs:\n%s", a.PendingJWKS(), logs)
 	}
 }
 
@@ -410,5 +411,39 @@ func TestJWKSRedirectsAreBounded(t *testing.T) {
 	}
 	if a.Ready() == nil {
 		t.Error("ready after a redirect loop")
+	}
+}
+
+// TestJWKSThatNeverAnswersLeavesTheOtherSourcesReady: Ready needs one key
+// source with keys; a JWKS that takes the connection and never answers
+// is logged as such within a few seconds, and its tokens alone are
+// refused.
+func TestJWKSThatNeverAnswersLeavesTheOtherSourcesReady(t *testing.T) {
+	t.Parallel()
+	stuck := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stuck:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stuck) })
+	secret := writeSecretMode(t, t.TempDir(), "secret", 0o600)
+	a, logs := newJWKSAuth(t, Config{HS256SecretFile: secret, JWKSURLs: []string{srv.URL}})
+	if err := a.Ready(); err != nil {
+		t.Errorf("Ready = %v with a secret file beside a JWKS not fetched", err)
+	}
+	if p := a.PendingJWKS(); len(p) != 1 || p[0] != srv.URL {
+		t.Errorf("PendingJWKS = %v, want the JWKS", p)
+	}
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool {
+		return strings.Contains(logs.String(), "JWKS has not answered yet") && strings.Contains(logs.String(), srv.URL)
+	}) {
+		t.Errorf("no warning that the JWKS has not answered:\n%s", logs)
+	}
+	alone, _ := newJWKSAuth(t, Config{JWKSURLs: []string{srv.URL}})
+	if err := alone.Ready(); err == nil || !strings.Contains(err.Error(), srv.URL) {
+		t.Errorf("Ready = %v with the JWKS as the only source, want an error naming it", err)
 	}
 }

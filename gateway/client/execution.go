@@ -161,15 +161,20 @@ func (c *Client) Start(ctx context.Context, r wire.Request) (*Execution, error) 
 	return c.Attach(ctx, m.ID, 0, false)
 }
 
-// Attach follows an execution from after sequence after.
+// Attach follows an execution from after sequence after; a non-zero
+// after needs AttachWith and the incarnation it belongs to.
 func (c *Client) Attach(ctx context.Context, id string, after uint64, readOnly bool) (*Execution, error) {
 	return c.AttachWith(ctx, id, AttachOptions{After: after, ReadOnly: readOnly})
 }
 
 // AttachOptions say how AttachWith follows an execution.
 type AttachOptions struct {
-	After    uint64 // the last sequence the caller has; 0 for everything retained
-	ReadOnly bool
+	After uint64 // the last sequence the caller has; 0 for everything retained
+	// Incarnation is the one After belongs to (Execution.Incarnation when
+	// the caller got it). A server refuses a non-zero After without it
+	// (invalid_after): the ID may name a new execution since.
+	Incarnation string
+	ReadOnly    bool
 	// Snapshot: for a terminal whose history the server no longer holds,
 	// deliver a "snapshot" event that redraws its screen in place of that
 	// history (from a server that offers snapshots), not a gap. For a
@@ -179,7 +184,7 @@ type AttachOptions struct {
 
 // AttachWith follows an execution as o says.
 func (c *Client) AttachWith(ctx context.Context, id string, o AttachOptions) (*Execution, error) {
-	e := &Execution{c: c, id: id, readOnly: o.ReadOnly, snapshot: o.Snapshot, last: o.After, known: o.After == 0,
+	e := &Execution{c: c, id: id, readOnly: o.ReadOnly, snapshot: o.Snapshot, last: o.After, known: o.After == 0, inc: o.Incarnation,
 		events: make(chan Event, 256), closed: make(chan struct{}), ready: make(chan struct{})}
 	m, err := c.request(ctx, e.attachRequest(), e.attached)
 	if err != nil {
@@ -200,17 +205,15 @@ func (e *Execution) Incarnation() string {
 	return e.inc
 }
 
-// attachRequest asks to follow after the last event delivered; with a
-// server that acknowledges, it asks for ack and says what was seen and of
-// which incarnation.
+// attachRequest asks to follow after the last event delivered, of which
+// incarnation; with a server that acknowledges, it asks for ack and says
+// what was seen.
 func (e *Execution) attachRequest() wire.Request {
 	h := e.c.Server()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := wire.Request{Type: wire.TypeAttach, ID: e.id, After: e.last, ReadOnly: e.readOnly}
-	if h.Has(wire.FeatureAck) {
-		r.Ack, r.Incarnation = true, e.inc
-	}
+	r := wire.Request{Type: wire.TypeAttach, ID: e.id, After: e.last, ReadOnly: e.readOnly, Incarnation: e.inc}
+	r.Ack = h.Has(wire.FeatureAck)
 	if h.Has(wire.FeatureSeen) && e.known {
 		r.Seen = e.seen
 	}

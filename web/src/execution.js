@@ -88,7 +88,7 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
 export class Execution extends Emitter {
   /**
    * @param {Link} link
-   * @param {{start?: StartMessage, id?: string, readOnly?: boolean, after?: number, snapshot?: boolean}} how
+   * @param {{start?: StartMessage, id?: string, readOnly?: boolean, after?: number, incarnation?: string, snapshot?: boolean}} how
    * @param {number} maxUnackedInput bytes of input kept (ClientOptions)
    */
   constructor(link, how, maxUnackedInput) {
@@ -115,8 +115,8 @@ export class Execution extends Emitter {
     this.seen = 0;
     /** Whether seen is exact: counted from the first event, or from a gap. */
     this._seenKnown = !how.after;
-    /** The incarnation the gateway named at the last attach ('' if none). */
-    this.incarnation = '';
+    /** The incarnation the gateway named at the last attach, or the one `after` belongs to ('' if none). */
+    this.incarnation = how.incarnation ?? '';
     /** Whether the channel is served with acknowledged delivery. */
     this.ack = false;
     this._acked = 0;
@@ -235,10 +235,10 @@ export class Execution extends Emitter {
     /** @type {Record<string, unknown>} */
     const m = { type: 'attach', id: this.id, after: this.lastSeq };
     if (this.wantReadOnly) m.read_only = true;
-    if (features.includes('ack')) {
-      m.ack = true;
-      if (this.incarnation) m.incarnation = this.incarnation;
-    }
+    // A non-zero after needs the incarnation it belongs to: the gateway
+    // refuses it alone (the ID may name a new execution since).
+    if (this.incarnation) m.incarnation = this.incarnation;
+    if (features.includes('ack')) m.ack = true;
     if (features.includes('seen') && this._seenKnown && this.seen > 0) m.seen = this.seen;
     if (this.wantSnapshot && features.includes('snapshot')) m.snapshot = true;
     return m;

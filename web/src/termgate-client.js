@@ -148,12 +148,14 @@ export class TermgateClient extends Emitter {
   /**
    * attach follows an existing execution from its first retained event.
    * @param {string} id
-   * @param {{readOnly?: boolean, after?: number, snapshot?: boolean}} [opts] snapshot: a
-   *   terminal shown on screen gets a 'snapshot' in place of evicted history
+   * @param {{readOnly?: boolean, after?: number, incarnation?: string, snapshot?: boolean}} [opts]
+   *   a non-zero after needs the incarnation it belongs to (Execution.incarnation when it was
+   *   delivered): the gateway refuses after alone with invalid_after. snapshot: a terminal
+   *   shown on screen gets a 'snapshot' in place of evicted history
    * @returns {Execution}
    */
   attach(id, opts = {}) {
-    return this._follow(new Execution(this._link, { id, readOnly: opts.readOnly, after: opts.after, snapshot: opts.snapshot }, this._maxUnackedInput));
+    return this._follow(new Execution(this._link, { id, readOnly: opts.readOnly, after: opts.after, incarnation: opts.incarnation, snapshot: opts.snapshot }, this._maxUnackedInput));
   }
 
   /** close detaches everything and stops reconnecting. */
