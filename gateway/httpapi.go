@@ -397,6 +397,9 @@ type apiEvents struct {
 	Status    session.Status `json:"status"`
 	// Ended is true once the answer reached the exit event: nothing follows.
 	Ended bool `json:"ended"`
+	// Incarnation names the execution the sequences count in: the next
+	// call passes it with its after.
+	Incarnation string `json:"incarnation"`
 }
 
 // apiEvent is a ring event as JSON. Data is base64, as encoding/json
@@ -464,6 +467,9 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 		defer a.s.release(subjectKey(c))
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
+	if after, err = a.continueAfter(c, id, after, r.URL.Query().Get("incarnation")); err != nil {
+		return err
+	}
 	if err := a.ackPoll(c, id, after); err != nil {
 		return err
 	}
@@ -490,10 +496,32 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 			info = now
 		}
 	}
-	page.Status = info.Status
+	page.Status, page.Incarnation = info.Status, info.Incarnation
 	page.Ended = info.Result != nil && page.NextAfter >= info.LastSeq
 	a.respond(w, http.StatusOK, page)
 	return nil
+}
+
+// continueAfter is the after a poll reads from: a non-zero after needs
+// the incarnation it counts in, since the ID may name a new execution by
+// now (reused after retention), whose first events would otherwise be
+// skipped with no gap; for another incarnation than the execution's it
+// is 0, its start.
+func (a *httpAPI) continueAfter(c auth.Claims, id string, after uint64, incarnation string) (uint64, error) {
+	if after == 0 {
+		return 0, nil
+	}
+	if incarnation == "" {
+		return 0, &apiError{wire.CodeInvalidAfter, fmt.Sprintf("after %d needs the incarnation it belongs to (the incarnation of the answer it came with), or after 0", after)}
+	}
+	info, err := a.s.cfg.Supervisor.Get(c.Tenant, id)
+	if err != nil {
+		return 0, err
+	}
+	if info.Incarnation != incarnation {
+		return 0, nil
+	}
+	return after, nil
 }
 
 // ackPoll refuses an after the execution has not reached, and counts a

@@ -121,8 +121,21 @@ func (e *apiEnv) fails(t *testing.T, status int, code, method, path, token strin
 func (e *apiEnv) poll(t *testing.T, token, id string, after uint64, wait string) apiEvents {
 	t.Helper()
 	var page apiEvents
-	e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=%s", id, after, wait), token, nil, &page)
+	e.must(t, 200, "GET", e.eventsPath(t, token, id, after, wait), token, nil, &page)
 	return page
+}
+
+// eventsPath is the long poll's path after sequence after of id's
+// current incarnation.
+func (e *apiEnv) eventsPath(t *testing.T, token, id string, after uint64, wait string) string {
+	t.Helper()
+	path := fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=%s", id, after, wait)
+	if after > 0 {
+		var info session.Info
+		e.must(t, 200, "GET", "/v1/executions/"+id, token, nil, &info)
+		path += "&incarnation=" + info.Incarnation
+	}
+	return path
 }
 
 // transcript is everything an execution printed, read by long polls
@@ -227,7 +240,7 @@ func TestHTTPStartGetListAndIdempotency(t *testing.T) {
 // took on the channel.
 func (e *apiEnv) pollAsync(t *testing.T, token, id string, after uint64, wait string) <-chan polled {
 	ch := make(chan polled, 1)
-	path := fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=%s", id, after, wait)
+	path := e.eventsPath(t, token, id, after, wait)
 	go func() {
 		t0 := time.Now()
 		var p polled
@@ -581,7 +594,7 @@ func waitEnded(t *testing.T, e *apiEnv, tok, id string, total int64) {
 		if i == 100_000 || time.Now().After(deadline) {
 			t.Fatalf("%s did not end within 30s (%d polls)", id, i)
 		}
-		e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=1s", id, info.LastSeq), tok, nil, nil)
+		e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&incarnation=%s&wait=1s", id, info.LastSeq, info.Incarnation), tok, nil, nil)
 		e.must(t, 200, "GET", "/v1/executions/"+id, tok, nil, &info)
 	}
 	if info.Result.Stdout.Original != total {

@@ -53,7 +53,7 @@ func ended(t *testing.T, e *apiEnv, tok, id string) session.Info {
 		if i == 100_000 || time.Now().After(deadline) {
 			t.Fatalf("%s did not end within 30s (%d polls)", id, i)
 		}
-		e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&wait=1s", id, info.LastSeq), tok, nil, nil)
+		e.must(t, 200, "GET", fmt.Sprintf("/v1/executions/%s/events?after=%d&incarnation=%s&wait=1s", id, info.LastSeq, info.Incarnation), tok, nil, nil)
 	}
 }
 

@@ -177,8 +177,12 @@ func TestRestartAnswersHeldLongPolls(t *testing.T) {
 	c, _ := attachRunning(t, e, "job")
 	defer c.ws.CloseNow()
 	tok := e.token(t, "acme", allScopes...)
+	info, err := e.srv.cfg.Supervisor.Get("acme", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
 	poll := func() (*http.Response, apiErrorBody, error) {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, e.http.URL+"/v1/executions/job/events?after=1&wait=50s", nil)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, e.http.URL+"/v1/executions/job/events?after=1&wait=50s&incarnation="+info.Incarnation, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

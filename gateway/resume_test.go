@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -123,5 +125,61 @@ func (c *client) expectOneOf(t testing.TB, types ...string) wire.Message {
 		if f.msg != nil && slices.Contains(types, f.msg.Type) {
 			return *f.msg
 		}
+	}
+}
+
+// TestPollAfterNeedsTheIncarnation: the events long poll keeps the same
+// rule as attach. A non-zero after without the incarnation it counts in
+// is refused, since the ID may name a new execution by now; with an
+// incarnation that is not the execution's the poll reads from its start.
+func TestPollAfterNeedsTheIncarnation(t *testing.T) {
+	t.Parallel()
+	script := func(p *sessiontest.Proc) sandbox.Exit {
+		for i := range 8 {
+			fmt.Fprintf(p.Out().Stdout, "%s %d\n", p.Policy.Command[1], i+1)
+			time.Sleep(time.Millisecond) // an event each
+		}
+		return sandbox.Exit{Code: 0, Exact: true}
+	}
+	te := newEnvSession(t, session.Config{Launcher: &sessiontest.Launcher{Script: script}, DefaultRetention: 2 * time.Second}, nil)
+	mux := http.NewServeMux()
+	te.srv.apiRoutes(mux)
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	e := &apiEnv{testEnv: te, api: ts}
+	tok := e.token(t, "acme", allScopes...)
+	start := apiStart{ID: "job", Command: "/bin/sh", Args: []string{"old"}}
+	e.must(t, 201, "POST", "/v1/executions", tok, start, nil)
+	var old apiEvents
+	for deadline := time.Now().Add(30 * time.Second); !old.Ended && time.Now().Before(deadline); {
+		e.must(t, 200, "GET", "/v1/executions/job/events?wait=5s", tok, nil, &old)
+	}
+	if !old.Ended || old.Incarnation == "" || old.NextAfter < 6 {
+		t.Fatalf("the first execution's events: ended %v, incarnation %q, next_after %d", old.Ended, old.Incarnation, old.NextAfter)
+	}
+	start.Args = []string{"new"}
+	for deadline := time.Now().Add(30 * time.Second); ; { // once retention let the ID go
+		status, _, body := e.call(t, "POST", "/v1/executions", tok, start)
+		if status == 201 {
+			break
+		}
+		if status != http.StatusConflict || time.Now().After(deadline) {
+			t.Fatalf("start of a reused ID: %d %s", status, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var now apiEvents
+	for deadline := time.Now().Add(30 * time.Second); !now.Ended && time.Now().Before(deadline); {
+		e.must(t, 200, "GET", "/v1/executions/job/events?wait=5s", tok, nil, &now)
+	}
+	e.fails(t, 400, wire.CodeInvalidAfter, "GET", "/v1/executions/job/events?after=6", tok, nil)
+	var page apiEvents
+	e.must(t, 200, "GET", "/v1/executions/job/events?after=6&incarnation="+old.Incarnation, tok, nil, &page)
+	if page.Incarnation == old.Incarnation || len(page.Events) == 0 || page.Events[0].Seq != 1 {
+		t.Fatalf("after 6 of the old incarnation: incarnation %q (old %q), events %+v, want the new execution from seq 1", page.Incarnation, old.Incarnation, page.Events)
+	}
+	e.must(t, 200, "GET", "/v1/executions/job/events?after=6&incarnation="+page.Incarnation, tok, nil, &page)
+	if len(page.Events) == 0 || page.Events[0].Seq != 7 {
+		t.Fatalf("after 6 of its own incarnation: events %+v, want seq 7 on", page.Events)
 	}
 }

@@ -74,15 +74,15 @@ func TestClusterProxiesByID(t *testing.T) {
 	}
 	// A poll answers as soon as any event is there: the start may come
 	// back before the output, so poll on from where the last answer ended.
-	out, after := "", uint64(0)
+	out, after, incarnation := "", uint64(0), ""
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out, "on n1"); {
 		if time.Now().After(deadline) {
 			t.Fatalf("events through n0: %q, want n1's output", out)
 		}
 		var page apiEvents
-		front.must(t, http.StatusOK, "GET", fmt.Sprintf("%s/events?after=%d&wait=2s", path, after), tok, nil, &page)
+		front.must(t, http.StatusOK, "GET", fmt.Sprintf("%s/events?after=%d&incarnation=%s&wait=2s", path, after, incarnation), tok, nil, &page)
 		out += string(decodeData(t, page.Events))
-		after = page.NextAfter
+		after, incarnation = page.NextAfter, page.Incarnation
 	}
 	var in struct {
 		InputOffset uint64 `json:"input_offset"`
@@ -646,6 +646,6 @@ func TestClusterLongPollOutlivesPeerTimeout(t *testing.T) {
 	front.must(t, http.StatusOK, "GET", path+"?after=0&wait=10s", tok, nil, &page)
 	wait := 2 * clusterTimeout
 	t0 := time.Now()
-	front.must(t, http.StatusOK, "GET", fmt.Sprintf("%s?after=%d&wait=%s", path, page.NextAfter, wait), tok, nil, &page)
+	front.must(t, http.StatusOK, "GET", fmt.Sprintf("%s?after=%d&incarnation=%s&wait=%s", path, page.NextAfter, page.Incarnation, wait), tok, nil, &page)
 	t.Logf("a %v poll through n0 answered after %v (peer timeout %v)", wait, time.Since(t0), clusterTimeout)
 }

@@ -555,11 +555,12 @@ const busyUntilWritten = `(() => {
   };
   const offset = api('POST', '/input', { offset: 0 }).input_offset;
   api('POST', '/input', { offset, data: btoa('\r') });
-  let after = 0;
+  let after = 0, incarnation = '';
   for (const end = Date.now() + 20000; Date.now() < end;) {
-    const r = api('GET', '/events?wait=1s&after=' + after);
+    const r = api('GET', '/events?wait=1s&after=' + after + '&incarnation=' + incarnation);
     if (r.events.some((e) => e.data && atob(e.data).includes('gap-done-2'))) return true;
     after = r.next_after;
+    incarnation = r.incarnation;
   }
   return false;
 })()`

@@ -152,7 +152,7 @@ func commands() []command {
 			examples: []string{
 				"termgate logs --id build-7",
 				"termgate logs --id build-7 --follow",
-				"termgate logs --id build-7 --after 120",
+				"termgate logs --id build-7 --after 120 --incarnation ibkmyrxe76hfcct7",
 			},
 			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return runLogs(ctx, args, stdout, stderr)

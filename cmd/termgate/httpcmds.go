@@ -93,15 +93,17 @@ func (l executionList) warnPartial(w io.Writer) {
 // logsOptions are the flags of termgate logs.
 type logsOptions struct {
 	clientFlags
-	id     string
-	after  uint64
-	follow bool
+	id          string
+	after       uint64
+	incarnation string
+	follow      bool
 }
 
 func logsFlags(o *logsOptions) *flag.FlagSet {
 	fs := newClientFlagSet("logs", &o.clientFlags)
 	fs.StringVar(&o.id, "id", "", "execution `ID`")
-	fs.Uint64Var(&o.after, "after", 0, "print events after this sequence number")
+	fs.Uint64Var(&o.after, "after", 0, "print events after this sequence number; needs --incarnation")
+	fs.StringVar(&o.incarnation, "incarnation", "", "the execution's `incarnation` that --after counts in (as for attach): the ID may name a new execution since")
 	fs.BoolVar(&o.follow, "follow", false, "keep printing until the execution ends")
 	return fs
 }
@@ -116,7 +118,10 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if o.id == "" {
 		return usageError{errors.New("logs: --id is required")}
 	}
-	for next := o.after; ; {
+	if o.after > 0 && o.incarnation == "" {
+		return usageError{errors.New("logs: --after needs --incarnation: the ID may name a new execution since, whose first events --after would skip")}
+	}
+	for next, incarnation := o.after, o.incarnation; ; {
 		wait := "0s"
 		if o.follow {
 			wait = "25s"
@@ -130,10 +135,14 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			Gap *struct {
 				Bytes uint64 `json:"bytes"`
 			} `json:"gap"`
-			NextAfter uint64 `json:"next_after"`
-			Ended     bool   `json:"ended"`
+			NextAfter   uint64 `json:"next_after"`
+			Ended       bool   `json:"ended"`
+			Incarnation string `json:"incarnation"`
 		}
 		q := url.Values{"after": {fmt.Sprint(next)}, "wait": {wait}}
+		if next > 0 {
+			q.Set("incarnation", incarnation)
+		}
 		if err := o.apiGet(ctx, "/v1/executions/"+url.PathEscape(o.id)+"/events?"+q.Encode(), &page); err != nil {
 			return err
 		}
@@ -157,6 +166,6 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if page.Ended || (!o.follow && page.NextAfter == next) {
 			return nil
 		}
-		next = page.NextAfter
+		next, incarnation = page.NextAfter, page.Incarnation
 	}
 }

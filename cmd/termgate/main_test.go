@@ -53,6 +53,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"bogus"}, {"run"}, {"run", "--bogus"}, {"completion"}, {"help", "bogus"},
 		{"attach", "--id", "x", "--after", "5"}, // --after needs --incarnation
+		{"logs", "--id", "x", "--after", "5"},   // so does logs
 	} {
 		code, _, stderr := runCLI(t, "", args...)
 		if code != 2 || stderr == "" {
