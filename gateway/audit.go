@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 // Defaults and bounds of AuditConfig.
@@ -357,7 +359,7 @@ type auditRecord struct {
 }
 
 // encode is the record as one line. encoding/json escapes the C0
-// controls and EscapeC1 the rest (DEL, U+0080-U+009F), so a command or
+// controls and wire.EscapeC1 the rest (DEL, U+0080-U+009F), so a command or
 // ID cannot forge a line or a terminal sequence. A record over
 // maxAuditRecord leaves out its argv.
 func (r *auditRecord) encode() ([]byte, error) {
@@ -380,7 +382,7 @@ func (r *auditRecord) encode() ([]byte, error) {
 
 func marshalEscaped(r *auditRecord) ([]byte, error) {
 	b, err := json.Marshal(r)
-	return EscapeC1(b), err
+	return wire.EscapeC1(b), err
 }
 
 // Outcomes of a record.

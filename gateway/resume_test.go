@@ -65,14 +65,7 @@ func seqLines(n int) string {
 // served from the start, and after 0 needs none.
 func TestAttachAfterNeedsTheIncarnation(t *testing.T) {
 	t.Parallel()
-	script := func(p *sessiontest.Proc) sandbox.Exit {
-		for i := range 8 {
-			fmt.Fprintf(p.Out().Stdout, "%s %d\n", p.Policy.Command[1], i+1)
-			time.Sleep(time.Millisecond) // an event each
-		}
-		return sandbox.Exit{Code: 0, Exact: true}
-	}
-	e := newEnvSession(t, session.Config{Launcher: &sessiontest.Launcher{Script: script}, DefaultRetention: 2 * time.Second}, nil)
+	e := newEnvSession(t, session.Config{Launcher: &sessiontest.Launcher{Script: eightLines}, DefaultRetention: 2 * time.Second}, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "job", Command: "/bin/sh", Args: []string{"old"}})
@@ -112,6 +105,16 @@ func TestAttachAfterNeedsTheIncarnation(t *testing.T) {
 	c.expect(t, wire.MsgAttached)
 }
 
+// eightLines prints "ARG N" for N from 1 to 8, an event each, where ARG
+// is the command's first argument: which execution of an ID it is.
+func eightLines(p *sessiontest.Proc) sandbox.Exit {
+	for i := range 8 {
+		fmt.Fprintf(p.Out().Stdout, "%s %d\n", p.Policy.Command[1], i+1)
+		time.Sleep(time.Millisecond) // an event each
+	}
+	return sandbox.Exit{Code: 0, Exact: true}
+}
+
 // expectOneOf reads until a control message of one of types arrives.
 func (c *client) expectOneOf(t testing.TB, types ...string) wire.Message {
 	t.Helper()
@@ -134,14 +137,7 @@ func (c *client) expectOneOf(t testing.TB, types ...string) wire.Message {
 // incarnation that is not the execution's the poll reads from its start.
 func TestPollAfterNeedsTheIncarnation(t *testing.T) {
 	t.Parallel()
-	script := func(p *sessiontest.Proc) sandbox.Exit {
-		for i := range 8 {
-			fmt.Fprintf(p.Out().Stdout, "%s %d\n", p.Policy.Command[1], i+1)
-			time.Sleep(time.Millisecond) // an event each
-		}
-		return sandbox.Exit{Code: 0, Exact: true}
-	}
-	te := newEnvSession(t, session.Config{Launcher: &sessiontest.Launcher{Script: script}, DefaultRetention: 2 * time.Second}, nil)
+	te := newEnvSession(t, session.Config{Launcher: &sessiontest.Launcher{Script: eightLines}, DefaultRetention: 2 * time.Second}, nil)
 	mux := http.NewServeMux()
 	te.srv.apiRoutes(mux)
 	ts := httptest.NewServer(mux)

@@ -21,4 +21,9 @@
 // (AppendInput, DecodeInput) from a client, FrameOutput
 // (AppendOutputHeader, DecodeOutput) from the server. The server answers
 // ErrProtocol with close code CloseProtocolError.
+//
+// Strings in the protocol may hold any text, terminal controls included.
+// EscapeC1 makes JSON text of them safe to show on a terminal (DEL and the
+// C1 controls as \u00XX escapes); the server's logs and audit trail and the
+// command line's logs write through it.
 package wire

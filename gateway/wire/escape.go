@@ -1,4 +1,4 @@
-package gateway
+package wire
 
 // EscapeC1 returns JSON text b with DEL and the C1 controls
 // (U+007F-U+009F) written as \u00XX escapes instead of raw UTF-8.

@@ -1,4 +1,4 @@
-package gateway_test
+package wire_test
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/wire"
 )
 
 func TestEscapeC1(t *testing.T) {
@@ -16,7 +16,7 @@ func TestEscapeC1(t *testing.T) {
 		{"\"\u009b2J\u009d0;x\u009c\"", `"\u009b2J\u009d0;x\u009c"`},
 		{"\"\x7f\u0080\u009f\u00a0\"", `"\u007f\u0080\u009f` + "\u00a0\""},
 	} {
-		if got := string(gateway.EscapeC1([]byte(c.in))); got != c.want {
+		if got := string(wire.EscapeC1([]byte(c.in))); got != c.want {
 			t.Errorf("EscapeC1(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
@@ -32,7 +32,7 @@ func FuzzEscapeC1(f *testing.F) {
 		if err != nil {
 			t.Skip()
 		}
-		esc := gateway.EscapeC1(b)
+		esc := wire.EscapeC1(b)
 		var got, want map[string]string
 		if err := json.Unmarshal(esc, &got); err != nil {
 			t.Fatalf("%q: %v", esc, err)
