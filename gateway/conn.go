@@ -509,6 +509,7 @@ func (c *conn) writeControl() bool {
 		}
 		c.control.wrote(m)
 		if !ok {
+			c.control.abandon((*ms)[i+1:]) // never written: off the budgets
 			return false
 		}
 	}

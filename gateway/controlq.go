@@ -76,7 +76,10 @@ func (q *controlMessages) push(m queued, budgeted bool) bool {
 	if q.ended || q.pending != nil && len(*q.pending) >= controlQueue {
 		return false
 	}
-	if budgeted && (q.bytes+n > q.max || q.subject != nil && q.subject.Load()+n > q.maxSub) {
+	if budgeted && q.bytes+n > q.max {
+		return false
+	}
+	if q.subject != nil && !reserve(q.subject, n, q.maxSub, budgeted) {
 		return false
 	}
 	if q.pending == nil {
@@ -84,10 +87,22 @@ func (q *controlMessages) push(m queued, budgeted bool) bool {
 	}
 	*q.pending = append(*q.pending, m)
 	q.bytes += n
-	if q.subject != nil {
-		q.subject.Add(n)
-	}
 	return true
+}
+
+// reserve adds n to the subject's bytes, within max when budgeted. The
+// subject's connections add at once, each under its own lock, so the
+// check and the add are one step.
+func reserve(subject *atomic.Int64, n, max int64, budgeted bool) bool {
+	for {
+		had := subject.Load()
+		if budgeted && had+n > max {
+			return false
+		}
+		if subject.CompareAndSwap(had, had+n) {
+			return true
+		}
+	}
 }
 
 // take removes and returns the waiting messages, oldest first; nil when
@@ -112,14 +127,28 @@ func (q *controlMessages) wrote(m *queued) {
 	}
 }
 
-// putBack queues ms, taken and not written, ahead of what came since.
+// putBack queues ms, taken and not written, ahead of what came since;
+// once the queue ended it takes them off the budgets instead.
 func (q *controlMessages) putBack(ms []queued) {
 	q.mu.Lock()
+	if q.ended {
+		q.mu.Unlock()
+		q.abandon(ms)
+		return
+	}
 	defer q.mu.Unlock()
 	if q.pending == nil {
 		q.pending = controlSlices.Get().(*[]queued)
 	}
 	*q.pending = append(append(make([]queued, 0, len(ms)+len(*q.pending)), ms...), *q.pending...)
+}
+
+// abandon takes ms, taken and never to be written (the connection
+// failed), off the budgets.
+func (q *controlMessages) abandon(ms []queued) {
+	for i := range ms {
+		q.wrote(&ms[i])
+	}
 }
 
 // dropAll takes what waits off the budgets once the connection ended:
@@ -133,9 +162,7 @@ func (q *controlMessages) dropAll() {
 	if ms == nil {
 		return
 	}
-	for i := range *ms {
-		q.wrote(&(*ms)[i])
-	}
+	q.abandon(*ms)
 	q.done(ms)
 }
 

@@ -38,3 +38,30 @@ func TestControlQueueBudgetsBytes(t *testing.T) {
 		t.Fatal("an ended queue took a message")
 	}
 }
+
+// TestControlQueueGivesBackWhatIsNeverWritten: messages a writer took
+// and could not write (its connection failed), or puts back after the
+// queue ended, leave the subject's budget, so the subject's other
+// connections keep their snapshots.
+func TestControlQueueGivesBackWhatIsNeverWritten(t *testing.T) {
+	t.Parallel()
+	subject := new(atomic.Int64)
+	q := &controlMessages{max: 1 << 20, subject: subject, maxSub: 1 << 20}
+	for range 3 {
+		if !q.addEncoded(make([]byte, 1000)) {
+			t.Fatal("a message within the budgets was refused")
+		}
+	}
+	ms := q.take()
+	q.wrote(&(*ms)[0]) // the first written, then the connection failed
+	q.dropAll()
+	q.putBack((*ms)[1:2]) // a writer that saw congestion before the end
+	q.abandon((*ms)[2:])  // one that failed
+	q.done(ms)
+	if n := subject.Load(); n != 0 {
+		t.Fatalf("%d bytes still counted against the subject after its connection ended", n)
+	}
+	if q.bytes != 0 {
+		t.Fatalf("%d bytes still counted against the connection", q.bytes)
+	}
+}
