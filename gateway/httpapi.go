@@ -467,7 +467,8 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 		defer a.s.release(subjectKey(c))
 	}
 	sup, id := a.s.cfg.Supervisor, r.PathValue("id")
-	if after, err = a.continueAfter(c, id, after, r.URL.Query().Get("incarnation")); err != nil {
+	after, checked, err := a.continueAfter(c, id, after, r.URL.Query().Get("incarnation"))
+	if err != nil {
 		return err
 	}
 	if err := a.ackPoll(c, id, after); err != nil {
@@ -482,13 +483,19 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 		}
 		return err
 	}
+	if checked != "" && info.Incarnation != checked {
+		after = 0 // the ID was reused while the poll waited: the new execution from its start
+	}
 	page := apiEvents{Events: []apiEvent{}, NextAfter: after}
 	if info.LastSeq > after {
-		sub, _, err := sup.Attach(c.Tenant, id, after)
+		sub, now, err := sup.Subscribe(c.Tenant, id, session.AttachOptions{After: after, Incarnation: info.Incarnation})
 		if err != nil {
 			return err
 		}
 		defer sub.Close()
+		if now.Incarnation != info.Incarnation { // reused again meanwhile
+			page.NextAfter, info = 0, now
+		}
 		if err := page.fill(r.Context(), sub, info.LastSeq); err != nil {
 			return err
 		}
@@ -502,26 +509,26 @@ func (a *httpAPI) events(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	return nil
 }
 
-// continueAfter is the after a poll reads from: a non-zero after needs
-// the incarnation it counts in, since the ID may name a new execution by
-// now (reused after retention), whose first events would otherwise be
-// skipped with no gap; for another incarnation than the execution's it
-// is 0, its start.
-func (a *httpAPI) continueAfter(c auth.Claims, id string, after uint64, incarnation string) (uint64, error) {
+// continueAfter is the after a poll reads from, and the incarnation it
+// counts in ("" for 0): a non-zero after needs the incarnation it
+// belongs to, since the ID may name a new execution by now (reused after
+// retention), whose first events would otherwise be skipped with no gap;
+// for another incarnation than the execution's it is 0, its start.
+func (a *httpAPI) continueAfter(c auth.Claims, id string, after uint64, incarnation string) (uint64, string, error) {
 	if after == 0 {
-		return 0, nil
+		return 0, "", nil
 	}
 	if incarnation == "" {
-		return 0, &apiError{wire.CodeInvalidAfter, fmt.Sprintf("after %d needs the incarnation it belongs to (the incarnation of the answer it came with), or after 0", after)}
+		return 0, "", &apiError{wire.CodeInvalidAfter, fmt.Sprintf("after %d needs the incarnation it belongs to (the incarnation of the answer it came with), or after 0", after)}
 	}
 	info, err := a.s.cfg.Supervisor.Get(c.Tenant, id)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if info.Incarnation != incarnation {
-		return 0, nil
+		return 0, "", nil
 	}
-	return after, nil
+	return after, incarnation, nil
 }
 
 // ackPoll refuses an after the execution has not reached, and counts a
