@@ -69,6 +69,9 @@ func (e *execution) closeResizeWindow() {
 		return
 	}
 	r.pending = sandbox.WindowSize{}
+	if e.s.detached.Load() {
+		return // the next server owns the ring and the screen now
+	}
 	if proc, err := e.running(); err == nil {
 		e.applyResizeLocked(proc, ws) // an execution that ended meanwhile has no size to keep
 	}

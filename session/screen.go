@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"sync"
 	"unicode/utf8"
 
@@ -207,7 +208,8 @@ func (s *screenState) finish() {
 		s.loseLocked("no snapshot of the final screen fits")
 		return
 	}
-	s.final = &finalScreen{data: data, rows: rows, cols: cols}
+	// Kept for the retention: no spare capacity from the encoder's growth.
+	s.final = &finalScreen{data: bytes.Clone(data), rows: rows, cols: cols}
 }
 
 // snapshot returns the screen after every event evicted so far; ok is
