@@ -29,8 +29,9 @@ import (
 // owner and in total, when it is made and when an evicted resize makes
 // it larger; a reservation refused turns the screen state off for that
 // execution (its readers get gaps) and says so in the log. When the
-// execution ends, its emulator is replaced by its final snapshot, and
-// its reservation is given back.
+// execution ends, its emulator is replaced by its final snapshot, which
+// stays counted at its size until the execution is removed; one that
+// does not fit is not kept.
 
 // terminal is the subset of *screen.Screen the supervisor uses.
 type terminal interface {
@@ -208,8 +209,23 @@ func (s *screenState) finish() {
 		s.loseLocked("no snapshot of the final screen fits")
 		return
 	}
-	// Kept for the retention: no spare capacity from the encoder's growth.
+	// The final screen is kept as long as the result, counted as the
+	// emulator was, without the encoder's spare capacity.
+	if !s.budget.reserve(s.owner, len(data)) {
+		s.loseLocked("the final screen is over the screen memory budget")
+		return
+	}
+	s.reserved = len(data)
 	s.final = &finalScreen{data: bytes.Clone(data), rows: rows, cols: cols}
+}
+
+// drop forgets the state once its execution is removed, and gives its
+// memory back.
+func (s *screenState) drop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lost, s.term, s.final, s.pending = true, nil, nil, nil
+	s.releaseLocked()
 }
 
 // snapshot returns the screen after every event evicted so far; ok is

@@ -468,6 +468,9 @@ func (s *Supervisor) removeLocked(e *execution) {
 		return
 	}
 	delete(s.execs, e.key)
+	if e.screen != nil {
+		e.screen.drop()
+	}
 	if e.dir != "" && !s.detached.Load() {
 		os.RemoveAll(e.dir)
 	}
