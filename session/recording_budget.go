@@ -91,7 +91,8 @@ func (d *castDir) reserve(name string) error {
 // refusalLocked says which budget a new recording named name would
 // pass, if any. Called with d.mu held.
 func (d *castDir) refusalLocked(name string) error {
-	b, own := d.budget, d.tenants[castTenantOf(name)]
+	tenant := castTenantOf(name)
+	b, own := d.budget, d.tenants[tenant]
 	var who string
 	var u castUsage
 	var maxBytes int64
@@ -100,16 +101,31 @@ func (d *castDir) refusalLocked(name string) error {
 	case own.files >= b.ownerFiles || own.bytes+d.max > b.ownerBytes:
 		who, u, maxBytes, maxFiles = "this tenant", own, b.ownerBytes, b.ownerFiles
 	case d.total.files >= b.maxFiles || d.total.bytes+d.max > b.maxBytes:
-		who, u, maxBytes, maxFiles = "the server", d.total, b.maxBytes, b.maxFiles
+		who, u, maxBytes, maxFiles, tenant = "the server", d.total, b.maxBytes, b.maxFiles, ""
 	default:
 		return nil
 	}
-	after := "an operator removes old ones"
+	until := "an operator removes old ones"
 	if b.retention > 0 {
-		after = "each is deleted " + b.retention.String() + " after its last write"
+		until = "old ones are deleted " + b.retention.String() + " after their last write"
 	}
-	return fmt.Errorf("%w: %s's recordings hold %d bytes in %d files (one being written counts as the %d bytes it may grow to), and its budget is %d bytes and %d files: no recorded start until %s",
-		ErrRecordingBudget, who, u.bytes, u.files, d.max, maxBytes, maxFiles, after)
+	if n := d.writingLocked(tenant); n > 0 {
+		until = fmt.Sprintf("one of the %d being written ends (each counts as the %d bytes it may grow to until then), or %s", n, d.max, until)
+	}
+	return fmt.Errorf("%w: %s's recordings hold %d bytes in %d files, and its budget is %d bytes and %d files: no recorded start until %s",
+		ErrRecordingBudget, who, u.bytes, u.files, maxBytes, maxFiles, until)
+}
+
+// writingLocked counts the recordings being written, of tenant (a
+// castTenant), or of all when "". Called with d.mu held.
+func (d *castDir) writingLocked(tenant string) int {
+	n := 0
+	for name := range d.writing {
+		if tenant == "" || castTenantOf(name) == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // unreserve stops counting name, which reserve counted but was not

@@ -432,8 +432,12 @@ func TestRecordingBudgetAcrossRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := a.Start(t.Context(), "t", "three", sp); !errors.Is(err, ErrRecordingBudget) || !errors.Is(err, ErrCapacity) {
+	_, err = a.Start(t.Context(), "t", "three", sp)
+	if !errors.Is(err, ErrRecordingBudget) || !errors.Is(err, ErrCapacity) {
 		t.Fatalf("a third recording of 4K within 9K: %v", err)
+	}
+	if !strings.Contains(err.Error(), "until one of the 2 being written ends") {
+		t.Errorf("the refusal does not say that the recordings being written hold the budget: %v", err)
 	}
 	if err := a.Detach(t.Context()); err != nil {
 		t.Fatal(err)
