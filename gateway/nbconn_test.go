@@ -182,7 +182,10 @@ func TestOutputNeverWaitsForAClientThatStopsReading(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the program's output waited for the client")
 	}
-	if m := backlogHeld(sc.nb); m > backlogBound+2*chunk+64<<10 {
+	// A round under way may add one batch past the bound: when the
+	// writer fell behind (a busy machine), up to 256 KiB of data in up to
+	// 256 frames (replay.Cursor.Next), not the chunk or two of a quiet one.
+	if m := backlogHeld(sc.nb); m > backlogBound+256<<10+256*64 {
 		t.Fatalf("the backlog holds %d bytes", m)
 	}
 	select {
