@@ -29,15 +29,7 @@ func TestSnapshotFitsTheMessageSize(t *testing.T) {
 	tok := e.token(t, "acme", allScopes...)
 	c := e.dial(t, tok)
 	defer c.close()
-	c.send(t, wire.Request{Type: wire.TypeStart, ID: "colours", Command: "/bin/sh", Args: []string{"-c", colourScript},
-		PTY: &wire.Size{Rows: 24, Cols: 80}, Flow: wire.FlowLive})
-	c.expect(t, wire.MsgStarted)
-	if !sandboxtest.Eventually(t, time.Minute, func() bool {
-		info, _ := e.sup.Get("acme", "colours")
-		return info.Result != nil
-	}) {
-		t.Fatal("the script did not end")
-	}
+	runToEnd(t, e, c, "colours", colourScript)
 
 	// The truth, without scrollback: the screen a terminal that saw every
 	// byte shows.
@@ -157,15 +149,7 @@ func TestSnapshotBeyondItsBoundsIsAGap(t *testing.T) {
 			tok := e.token(t, "acme", allScopes...)
 			c := e.dial(t, tok)
 			defer c.close()
-			c.send(t, wire.Request{Type: wire.TypeStart, ID: "colours", Command: "/bin/sh", Args: []string{"-c", colourScript},
-				PTY: &wire.Size{Rows: 24, Cols: 80}, Flow: wire.FlowLive})
-			c.expect(t, wire.MsgStarted)
-			if !sandboxtest.Eventually(t, time.Minute, func() bool {
-				info, _ := e.sup.Get("acme", "colours")
-				return info.Result != nil
-			}) {
-				t.Fatal("the script did not end")
-			}
+			runToEnd(t, e, c, "colours", colourScript)
 			c.send(t, wire.Request{Type: wire.TypeAttach, ID: "colours", Snapshot: true})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()

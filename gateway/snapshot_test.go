@@ -35,15 +35,7 @@ func TestSnapshotRestoresTheScreen(t *testing.T) {
 	tok := e.token(t, "acme", allScopes...)
 	c := e.dial(t, tok)
 	defer c.close()
-	c.send(t, wire.Request{Type: wire.TypeStart, ID: "tui", Command: "/bin/sh", Args: []string{"-c", tuiScript},
-		PTY: &wire.Size{Rows: 24, Cols: 80}, Flow: wire.FlowLive})
-	c.expect(t, wire.MsgStarted)
-	if !sandboxtest.Eventually(t, time.Minute, func() bool {
-		info, _ := e.sup.Get("acme", "tui")
-		return info.Result != nil
-	}) {
-		t.Fatal("the TUI did not end")
-	}
+	runToEnd(t, e, c, "tui", tuiScript)
 	if st, _ := e.sup.RingStats("acme", "tui"); st.EvictedBytes == 0 {
 		t.Fatalf("nothing was evicted (%+v): the test would test nothing", st)
 	}
@@ -90,6 +82,21 @@ func TestSnapshotRestoresTheScreen(t *testing.T) {
 	}
 	if got.Title() != "the tui" {
 		t.Fatalf("title %q", got.Title())
+	}
+}
+
+// runToEnd starts script as id, a 24x80 terminal running live, on c and
+// waits (at most a minute) until it ended.
+func runToEnd(t *testing.T, e *testEnv, c *client, id, script string) {
+	t.Helper()
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", script},
+		PTY: &wire.Size{Rows: 24, Cols: 80}, Flow: wire.FlowLive})
+	c.expect(t, wire.MsgStarted)
+	if !sandboxtest.Eventually(t, time.Minute, func() bool {
+		info, _ := e.sup.Get("acme", id)
+		return info.Result != nil
+	}) {
+		t.Fatalf("%s did not end", id)
 	}
 }
 
