@@ -296,14 +296,11 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 		// Kept alive between requests: pre-auth again, and when their
 		// budget is full it is made room for as a new connection would.
 		if c.preAuth == nil && !c.released && l.nPreAuth >= l.cfg.MaxPreAuthConns {
-			if victim = l.victimLocked(c.addr); victim != nil {
-				l.evicted++
-				l.releaseLocked(victim)
-			} else {
-				victim = c
-				l.evicted++
-				l.releaseLocked(c)
+			if victim = l.victimLocked(c.addr); victim == nil {
+				victim = c // it holds as many as any: it gives way itself
 			}
+			l.evicted++
+			l.releaseLocked(victim)
 		}
 		l.enterPreAuthLocked(c)
 	}
