@@ -81,22 +81,9 @@ func (st *store) executionsDir() string { return filepath.Join(st.dir, "executio
 // prepare makes the state directory, private to this user, refusing one
 // that is not safe to keep state in (sandbox.CheckStateDir).
 func (st *store) prepare() error {
-	if _, err := sandbox.CheckStateDir(st.dir, true); err != nil {
-		return fmt.Errorf("session: state directory: %w", err)
-	}
-	for _, d := range []string{st.executionsDir()} {
-		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	for _, d := range []string{st.dir, st.executionsDir()} {
+		if _, err := sandbox.CheckStateDir(d, true); err != nil {
 			return fmt.Errorf("session: state directory: %w", err)
-		}
-		fi, err := os.Lstat(d)
-		if err != nil {
-			return fmt.Errorf("session: state directory: %w", err)
-		}
-		if !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
-			return fmt.Errorf("session: state directory %s must be a directory of mode 0700 (it is %s)", d, fi.Mode())
-		}
-		if st, ok := fi.Sys().(*unix.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-			return fmt.Errorf("session: state directory %s belongs to uid %d, not to this user", d, st.Uid)
 		}
 	}
 	return nil
