@@ -356,7 +356,8 @@ func (r *router) unavailable(node string, cause error) error {
 // on it itself), within DialTimeout plus Timeout, and reads its hello,
 // which must state protocol 1. Every failure is unavailable (*errUnavailable,
 // its RetryMS the advice); node is marked down after a failed dial or
-// when the handshake's response headers do not come in time. The connection outlives ctx; the caller closes it.
+// when the handshake's response headers do not come in time. The
+// connection outlives ctx; the caller closes it.
 func (r *router) dialUpstream(ctx context.Context, node, token, addr string) (*websocket.Conn, error) {
 	if r.health.Down(node) {
 		return nil, r.unavailable(node, errors.New("gateway: marked down after a recent failure"))

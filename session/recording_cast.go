@@ -3,6 +3,7 @@ package session
 import (
 	"crypto/sha256"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -30,8 +31,8 @@ func castName(k key, incarnation string) string {
 // (80 bits), so two tenants never share a prefix however alike their
 // names, and a tenant has one prefix whatever its IDs.
 func castTenant(owner string) string {
-	if escapedLen(owner) <= castTenantMax {
-		return escapeTenant(owner, castTenantMax)
+	if whole := escapeTenant(owner, math.MaxInt); len(whole) <= castTenantMax {
+		return whole
 	}
 	sum := sha256.Sum256([]byte(owner))
 	hash := idEncoding.EncodeToString(sum[:10])
@@ -58,17 +59,6 @@ func escapeTenant(tenant string, max int) string {
 		}
 	}
 	return b.String()
-}
-
-// escapedLen is the length of tenant escaped whole.
-func escapedLen(tenant string) int {
-	n := len(tenant)
-	for i := 0; i < len(tenant); i++ {
-		if !castPlain(tenant[i]) {
-			n += 2
-		}
-	}
-	return n
 }
 
 // castPlain reports whether a tenant's byte stays as it is in a name.
