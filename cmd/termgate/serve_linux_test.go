@@ -644,3 +644,39 @@ func TestServeResizeRate(t *testing.T) {
 		}
 	}
 }
+
+// TestServeScreenBounds: the snapshot, screen memory and queued bytes
+// bounds take their defaults, their flags, and refuse what they cannot
+// mean: a snapshot larger than a message, or below 64K; no screen memory.
+func TestServeScreenBounds(t *testing.T) {
+	o, err := parseServe([]string{"--dev"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg session.Config
+	o.screens.wire(&cfg, o.server.MaxMessageBytes)
+	if cfg.MaxSnapshotBytes != gateway.DefaultMaxMessageBytes-wire.SnapshotOverhead ||
+		cfg.MaxScreenMemory != session.DefaultMaxScreenMemory || cfg.MaxScreenMemoryPerOwner != session.DefaultMaxScreenMemoryPerOwner {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	o, err = parseServe([]string{"--dev", "--max-message-bytes", "2M", "--max-snapshot-bytes", "128K", "--screen-memory", "64M",
+		"--screen-memory-per-tenant", "8M", "--max-queued-bytes", "1M", "--max-queued-bytes-per-subject", "3M"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.screens.wire(&cfg, o.server.MaxMessageBytes)
+	if cfg.MaxSnapshotBytes != 128<<10-wire.SnapshotOverhead || cfg.MaxScreenMemory != 64<<20 || cfg.MaxScreenMemoryPerOwner != 8<<20 ||
+		o.server.MaxQueuedBytes != 1<<20 || o.server.MaxQueuedBytesPerSubject != 3<<20 {
+		t.Fatalf("flags: %+v, queued %d and %d", cfg, o.server.MaxQueuedBytes, o.server.MaxQueuedBytesPerSubject)
+	}
+	for _, bad := range [][]string{
+		{"--max-snapshot-bytes", "32K"},
+		{"--max-snapshot-bytes", "2M"}, // over --max-message-bytes (1M)
+		{"--screen-memory", "0"},
+		{"--screen-memory-per-tenant", "0"},
+	} {
+		if _, err := parseServe(append([]string{"--dev"}, bad...), io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
