@@ -16,4 +16,10 @@
 // bwrap and the command, and workspace keeps tenant workspaces. None of
 // them imports anything else of termgate; this package translates their
 // errors into its own (ErrUnenforceable, ErrCgroupsInUse).
+//
+// A state directory (Config.StateDir, where a keeper holds the sandboxes
+// across restarts of the server) is checked before any use
+// (CheckStateDir: ours, 0700, not a link, in a parent nobody else may
+// change), and every file in it is opened relative to it without
+// following a link (OpenStateFile).
 package sandbox

@@ -22,6 +22,11 @@
 //   - server RSS per attached idle session, processes and tree PSS per
 //     shell, with every shell open and attached.
 //
+// With -attack snapshot it runs instead the snapshot attack of the
+// hardening round (docs/performance.md): a large terminal drawn full,
+// then two attaches asking for its snapshot on a connection that reads
+// nothing, and reports serve's RSS idle, at its peak and afterwards.
+//
 // Every wait is bounded (-timeout), every process it starts is stopped by
 // its pid, and what it created is removed. The defaults finish in about a
 // minute; -keys 2000 -shells 500 gives the table.
