@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
 
 // argsFile puts args then env, each ended by a NUL, in a sealed memfd:
-// the spawn's ArgsFile (protocol version 2), exact to the byte whatever
-// the bytes are, and outside the message's bound.
+// a spawn's arguments file, the last of its descriptors, exact to the
+// byte whatever the bytes are, and outside the message's bound.
 func argsFile(args, env []string) (*os.File, error) {
 	var b bytes.Buffer
 	for _, list := range [][]string{args, env} {
@@ -43,7 +42,7 @@ func argsFile(args, env []string) (*os.File, error) {
 	return f, nil
 }
 
-// readArgs reads an ArgsFile: at most MaxArgBytes of NUL-ended entries,
+// readArgs reads an arguments file: at most MaxArgBytes of NUL-ended entries,
 // the first argc of them the arguments, the rest the environment.
 func readArgs(fd, argc int) (args, env []string, err error) {
 	var st unix.Stat_t
@@ -82,18 +81,4 @@ func readArgs(fd, argc int) (args, env []string, err error) {
 		return nil, nil, fmt.Errorf("%w: %d arguments announced, the file holds %d entries", ErrInvalid, argc, len(all))
 	}
 	return all[:argc], all[argc:], nil
-}
-
-// checkInline refuses what a version 1 message cannot carry exactly:
-// JSON would replace the bytes of an argument that is not UTF-8, and
-// the kernel would refuse a NUL.
-func checkInline(args, env []string) error {
-	for _, list := range [][]string{args, env} {
-		for _, a := range list {
-			if !utf8.ValidString(a) || strings.IndexByte(a, 0) >= 0 {
-				return fmt.Errorf("%w: argument or variable %.40q is not NUL-free UTF-8, which a version 1 keeper cannot take exactly", ErrInvalid, a)
-			}
-		}
-	}
-	return nil
 }

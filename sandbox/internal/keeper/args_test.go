@@ -91,31 +91,6 @@ func TestArgumentsExact(t *testing.T) {
 	}
 }
 
-// TestVersion1Spawn: with a keeper that speaks only version 1 the
-// arguments ride in the message, and one that JSON cannot carry
-// exactly is refused rather than changed.
-func TestVersion1Spawn(t *testing.T) {
-	t.Parallel()
-	_, ks := startKeeper(t)
-	c := ks.dial(t)
-	defer c.Detach()
-	if c.version != Version {
-		t.Fatalf("negotiated version %d, want %d", c.version, Version)
-	}
-	c.version = 1 // as with a keeper of protocol 1
-	null := devNull(t)
-	if _, err := c.Spawn(t.Context(), SpawnRequest{Key: "v1", Path: "/bin/sh", Args: []string{"sh", "-c", "exit 3", "\u2028<>"}, Files: []*os.File{null, null, null}}); err != nil {
-		t.Fatal(err)
-	}
-	if ws := <-c.Exit("v1"); ws.ExitStatus() != 3 {
-		t.Errorf("version 1 spawn: status %v", ws)
-	}
-	_, err := c.Spawn(t.Context(), SpawnRequest{Key: "v1-bytes", Path: "/bin/true", Args: []string{"true", "\xff"}})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "version 1") {
-		t.Errorf("bytes that are not UTF-8 to a version 1 keeper: %v", err)
-	}
-}
-
 // TestReadArgsRefusals: an arguments file the keeper cannot trust.
 func TestReadArgsRefusals(t *testing.T) {
 	t.Parallel()

@@ -40,15 +40,15 @@ type SpawnRequest struct {
 	// Into, one of Cgroups, is a cgroup2 directory to fork the child
 	// straight into (clone3's CLONE_INTO_CGROUP), so that it needs no
 	// move there, which waits for the kernel's global cgroup lock. A
-	// keeper that cannot (a kernel without it, or a keeper older than
-	// version 3) forks the child where it is itself: Spawned.Placed is
-	// then false, and the caller moves the child.
+	// keeper that cannot (a kernel without it) forks the child where it
+	// is itself: Spawned.Placed is then false, and the caller moves the
+	// child.
 	Into string
 	// Enter, of Cgroups but Into, are cgroup v1 directories for the
 	// child to be born in: the keeper's forking thread enters them
 	// alone before the fork (no global lock) and leaves after it. Those
-	// it could not enter (or all, with a keeper older than version 4)
-	// are missing from Spawned.Entered, and the caller moves the child.
+	// it could not enter are missing from Spawned.Entered, and the
+	// caller moves the child.
 	Enter  []string
 	Remove []string // paths below the keeper's Dir it removes after that (the execution's state directory)
 	// Supervised says the child and its own children supervise what
@@ -62,8 +62,8 @@ type SpawnRequest struct {
 	// fresh copy of its mount namespace that keeps only the mounts on
 	// the way to them and below them (package mountns), whose shorter
 	// table bwrap reads back faster; Spawned.Lean says it did. Without
-	// them, from a keeper without CAP_SYS_ADMIN or one older than this
-	// field, the child is forked from the keeper's own namespace.
+	// them, or from a keeper without CAP_SYS_ADMIN, the child is forked
+	// from the keeper's own namespace.
 	Resolves []string
 }
 
@@ -81,7 +81,6 @@ type Child struct {
 // concurrent use.
 type Client struct {
 	c         *conn
-	version   int
 	keeperPid int
 	children  []Child
 	readDone  chan struct{}
@@ -195,7 +194,7 @@ func (c *Client) handshake(ctx context.Context) error {
 	}
 	c.c.c.SetReadDeadline(deadline)
 	defer c.c.c.SetReadDeadline(time.Time{})
-	if err := c.c.send(message{Op: opHello, Version: Version, MinVersion: MinVersion, Pid: os.Getpid()}); err != nil {
+	if err := c.c.send(message{Op: opHello, Version: Version, MinVersion: Version, Pid: os.Getpid()}); err != nil {
 		return err
 	}
 	m, files, err := c.c.recv()
@@ -210,8 +209,10 @@ func (c *Client) handshake(ctx context.Context) error {
 		return fmt.Errorf("%w: refused", ErrInvalid)
 	case m.Op != opWelcome:
 		return fmt.Errorf("%w: keeper answered hello with %q", ErrInvalid, m.Op)
+	case m.Version != Version:
+		return fmt.Errorf("%w: the keeper welcomed protocol %d, this gateway speaks %d", ErrVersion, m.Version, Version)
 	}
-	c.version, c.keeperPid = m.Version, m.Pid
+	c.keeperPid = m.Pid
 	return c.readListing()
 }
 
@@ -372,32 +373,21 @@ type Spawned struct {
 // the next connection's Children.
 func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (Spawned, error) {
 	m := message{Op: opSpawn, Key: req.Key, Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir,
-		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Remove: req.Remove, Supervised: req.Supervised, Meta: req.Meta, Resolves: req.Resolves}
-	if c.version >= 3 {
-		m.Into = req.Into
-	}
-	if c.version >= 4 {
-		m.Enter = req.Enter
-	}
+		Files: len(req.Files), Held: len(req.Held), Cgroups: req.Cgroups, Into: req.Into, Enter: req.Enter, Remove: req.Remove,
+		Supervised: req.Supervised, Meta: req.Meta, Resolves: req.Resolves, ArgsFile: true}
 	if req.Cred != nil {
 		m.Cred = &credential{Uid: req.Cred.Uid, Gid: req.Cred.Gid, Groups: req.Cred.Groups, NoSetGroups: req.Cred.NoSetGroups}
 	}
-	m.ArgsFile = c.version >= 2
 	if err := m.check(); err != nil {
 		return Spawned{}, err
 	}
-	files := append(append([]*os.File{}, req.Files...), req.Held...)
-	if m.ArgsFile {
-		af, err := argsFile(m.Args, m.Env)
-		if err != nil {
-			return Spawned{}, err
-		}
-		defer af.Close()
-		files = append(files, af)
-		m.Argc, m.Args, m.Env = len(m.Args), nil, nil
-	} else if err := checkInline(m.Args, m.Env); err != nil {
+	af, err := argsFile(m.Args, m.Env)
+	if err != nil {
 		return Spawned{}, err
 	}
+	defer af.Close()
+	files := append(append(append([]*os.File{}, req.Files...), req.Held...), af)
+	m.Argc = len(m.Args)
 	fds, err := rawFds(files)
 	if err != nil {
 		return Spawned{}, err

@@ -20,17 +20,16 @@
 // The protocol runs over a SOCK_SEQPACKET unix socket, Dir/keeper.sock
 // (mode 0600), with descriptors passed as SCM_RIGHTS. Each message is one
 // packet of at most MaxMessage bytes of JSON whose unknown fields are
-// ignored, so a newer gateway can talk to an older keeper. The first
-// exchange is a hello carrying the protocol version; a keeper refuses a
-// version it cannot serve with ErrVersion. From version 2 a spawn's
-// arguments and environment travel in a sealed memfd of their own,
-// byte for byte; with a version 1 keeper they ride in the JSON, and the
-// Client refuses (ErrInvalid) what JSON would change: bytes that are not
-// UTF-8. From version 3 a spawn may name one of its cgroups as Into: the
-// keeper forks the child straight into that cgroup2 directory (clone3's
-// CLONE_INTO_CGROUP) and the reply says whether it did; where the kernel
-// cannot, and with an older keeper, the child starts where the keeper is
-// and the gateway moves it. From version 4 a spawn may name cgroup v1
+// ignored. There is one protocol, Version; the first exchange is a hello
+// stating the range of versions the gateway speaks, so that a later one
+// can be told apart: a keeper refuses a range without its Version with
+// ErrVersion, and a Client refuses a welcome of another. A spawn's
+// arguments and environment travel in a sealed memfd of their own, the
+// last of its descriptors, byte for byte. A spawn may name one of its
+// cgroups as Into: the keeper forks the child straight into that
+// cgroup2 directory (clone3's CLONE_INTO_CGROUP) and the reply says
+// whether it did; where the kernel cannot, the child starts where the
+// keeper is and the gateway moves it. A spawn may name cgroup v1
 // directories of its cgroups as Enter: the keeper's forking thread moves
 // itself alone into them (no global cgroup lock), forks, and moves back,
 // and the reply's Entered lists those the child was born in; the gateway
@@ -80,7 +79,7 @@
 // makes; the reply says whether it did. The copy serves the later spawns
 // that keep the same mounts until the host's table changes or the
 // keeper has forked nothing for a second. A keeper without CAP_SYS_ADMIN
-// forks from its own namespace; one older than the field ignores it.
+// forks from its own namespace.
 //
 // The package imports nothing of termgate but the leaf packages
 // cgroup/v1thread and mountns.

@@ -71,8 +71,7 @@ func TestSpawnInto(t *testing.T) {
 
 // TestSpawnEnter: a child spawned with Enter is born in those cgroup v1
 // directories (the forking thread entered them, and left), and the reply
-// says so; a directory it cannot enter is left out; a gateway speaking
-// version 3 sends no Enter, and its child is born where the keeper is.
+// says so; a directory it cannot enter is left out.
 func TestSpawnEnter(t *testing.T) {
 	t.Parallel()
 	if os.Geteuid() != 0 {
@@ -100,11 +99,6 @@ func TestSpawnEnter(t *testing.T) {
 	sp, out := spawnCatIn(t, c, "entered", SpawnRequest{Cgroups: []string{gone, v1}, Enter: []string{gone, v1}})
 	if !slices.Equal(sp.Entered, []string{v1}) || !strings.Contains(out, rel) {
 		t.Errorf("spawn entering %s: entered %q, /proc/self/cgroup %q, want the line %q", v1, sp.Entered, out, rel)
-	}
-	c.version = 3 // as with a keeper (or gateway) of protocol 3
-	sp, out = spawnCatIn(t, c, "v3", SpawnRequest{Cgroups: []string{v1}, Enter: []string{v1}})
-	if len(sp.Entered) != 0 || strings.Contains(out, rel) {
-		t.Errorf("version 3 spawn: entered %q, /proc/self/cgroup %q", sp.Entered, out)
 	}
 }
 

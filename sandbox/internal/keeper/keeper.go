@@ -270,65 +270,63 @@ func (k *keeper) serveConn(uc *net.UnixConn) {
 	defer uc.Close()
 	uc.SetWriteBuffer(2 * MaxMessage)
 	c := &conn{c: uc}
-	s, version, err := k.handshake(c)
+	s, err := k.handshake(c)
 	<-k.shakes
 	if err == nil {
-		err = k.attach(s, version)
+		err = k.attach(s)
 	}
 	if err != nil {
 		k.log.Warn("refused a gateway", "err", err)
 		c.send(message{Op: opRefuse, Code: codeOf(err), Error: err.Error()})
 		return
 	}
-	k.log.Info("gateway attached", "gateway_pid", s.pid, "version", version)
+	k.log.Info("gateway attached", "gateway_pid", s.pid)
 	defer k.detach(s)
 	k.serveRequests(s)
 }
 
-// handshake accepts only our own uid and a hello with a common version.
-func (k *keeper) handshake(c *conn) (*session, int, error) {
+// handshake accepts only our own uid and a hello that speaks Version.
+func (k *keeper) handshake(c *conn) (*session, error) {
 	cred, err := peerCred(c.c)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if int(cred.Uid) != os.Geteuid() {
-		return nil, 0, fmt.Errorf("%w: peer pid %d has uid %d, not %d", ErrInvalid, cred.Pid, cred.Uid, os.Geteuid())
+		return nil, fmt.Errorf("%w: peer pid %d has uid %d, not %d", ErrInvalid, cred.Pid, cred.Uid, os.Geteuid())
 	}
 	c.c.SetReadDeadline(time.Now().Add(HelloTimeout))
 	m, files, err := c.recv()
 	closeFds(files)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if m.Op != opHello {
-		return nil, 0, fmt.Errorf("%w: first message is %q, not hello", ErrInvalid, m.Op)
+		return nil, fmt.Errorf("%w: first message is %q, not hello", ErrInvalid, m.Op)
 	}
-	version, err := negotiate(m)
-	if err != nil {
-		return nil, 0, err
+	if err := speaks(m); err != nil {
+		return nil, err
 	}
 	c.c.SetReadDeadline(time.Time{})
-	return &session{c: c, pid: int(cred.Pid), gone: make(chan struct{})}, version, nil
+	return &session{c: c, pid: int(cred.Pid), gone: make(chan struct{})}, nil
 }
 
-// negotiate picks the newest version both sides speak. A hello without a
-// minimum speaks only its version.
-func negotiate(m message) (int, error) {
+// speaks checks that a hello's range of versions, from its MinVersion
+// (its Version when none) to its Version, holds this keeper's Version.
+func speaks(m message) error {
 	low := m.MinVersion
 	if low == 0 {
 		low = m.Version
 	}
-	v := min(m.Version, Version)
-	if v < low || v < MinVersion {
-		return 0, fmt.Errorf("%w: the gateway speaks %d..%d, this keeper %d..%d", ErrVersion, low, m.Version, MinVersion, Version)
+	if Version < low || Version > m.Version {
+		return fmt.Errorf("%w: the gateway speaks %d..%d, this keeper %d", ErrVersion, low, m.Version, Version)
 	}
-	return v, nil
+	return nil
 }
 
 // attach makes s the attached gateway, once the previous one (if any)
 // went within AttachWait, and sends it every child the keeper holds.
 // Exits reaped meanwhile queue behind the listing on s's write lock.
-func (k *keeper) attach(s *session, version int) error {
+func (k *keeper) attach(s *session) error {
 	deadline := time.Now().Add(AttachWait)
 	k.mu.Lock()
 	for k.cur != nil && !k.stopping && time.Now().Before(deadline) {
@@ -365,12 +363,12 @@ func (k *keeper) attach(s *session, version int) error {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	k.mu.Unlock()
-	return k.sendListing(s, version, list, held)
+	return k.sendListing(s, list, held)
 }
 
 // sendListing writes welcome, the children and ready; s.c.mu is held.
-func (k *keeper) sendListing(s *session, version int, list []message, held [][]int) error {
-	welcome, _ := encode(message{Op: opWelcome, Version: version, Pid: os.Getpid(), Count: len(list)})
+func (k *keeper) sendListing(s *session, list []message, held [][]int) error {
+	welcome, _ := encode(message{Op: opWelcome, Version: Version, Pid: os.Getpid(), Count: len(list)})
 	if err := s.c.sendLocked(welcome, nil); err != nil {
 		return err
 	}

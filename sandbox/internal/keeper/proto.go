@@ -25,18 +25,10 @@ import (
 // it and 4 to hold, and at most 64 KiB of notes (its own check keeps
 // these figures below the limits).
 const (
-	// Version is the protocol version this package speaks. Version 2
-	// sends a spawn's arguments and environment in a descriptor of their
-	// own (ArgsFile), byte for byte; version 1 sent them in the JSON
-	// message, which replaces bytes that are not UTF-8. Version 3 adds a
-	// spawn's Into, a cgroup2 directory to fork the child straight into,
-	// and the reply's Placed, which says whether it was. Version 4 adds a
-	// spawn's Enter, cgroup v1 directories for the forking thread to
-	// enter before the fork, so that the child is born in them, and the
-	// reply's Entered, the ones it was.
-	Version = 4
-	// MinVersion is the oldest protocol version this package still speaks.
-	MinVersion = 1
+	// Version is the protocol this package speaks, the one there is. A
+	// hello states it (and the oldest the gateway still speaks), so that
+	// a later protocol can be told apart.
+	Version = 1
 	// MaxMessage bounds a message's bytes (its JSON encoding).
 	MaxMessage = 192 << 10
 	// MaxMeta bounds SpawnRequest.Meta and Annotate's meta.
@@ -96,19 +88,19 @@ type message struct {
 	Pid        int         `json:"pid,omitempty"`
 	Key        string      `json:"key,omitempty"`
 	Path       string      `json:"path,omitempty"`
-	Args       []string    `json:"args,omitempty"`
-	Env        []string    `json:"env,omitempty"`
+	Args       []string    `json:"-"` // a spawn's, in its arguments file
+	Env        []string    `json:"-"` // a spawn's, in its arguments file
 	Dir        string      `json:"dir,omitempty"`
 	Cred       *credential `json:"cred,omitempty"`
 	Files      int         `json:"files,omitempty"`     // descriptors that become the child's 0..n-1
 	Held       int         `json:"held,omitempty"`      // descriptors after those, kept by the keeper
-	ArgsFile   bool        `json:"args_file,omitempty"` // version 2: one more descriptor holds Args then Env
+	ArgsFile   bool        `json:"args_file,omitempty"` // a spawn's last descriptor holds Args then Env (without: none of either)
 	Argc       int         `json:"argc,omitempty"`      // with ArgsFile: how many of its entries are Args
 	Cgroups    []string    `json:"cgroups,omitempty"`
-	Into       string      `json:"into,omitempty"`    // version 3: one of Cgroups, to fork the child into
-	Placed     bool        `json:"placed,omitempty"`  // version 3, a spawn's reply: the child was forked into Into
-	Enter      []string    `json:"enter,omitempty"`   // version 4: of Cgroups, v1 directories the child is to be born in
-	Entered    []string    `json:"entered,omitempty"` // version 4, a spawn's reply: those of Enter it was born in
+	Into       string      `json:"into,omitempty"`    // one of Cgroups, to fork the child into
+	Placed     bool        `json:"placed,omitempty"`  // a spawn's reply: the child was forked into Into
+	Enter      []string    `json:"enter,omitempty"`   // of Cgroups, v1 directories the child is to be born in
+	Entered    []string    `json:"entered,omitempty"` // a spawn's reply: those of Enter it was born in
 	Remove     []string    `json:"remove,omitempty"`
 	Resolves   []string    `json:"resolves,omitempty"`   // see SpawnRequest.Resolves
 	Lean       bool        `json:"lean,omitempty"`       // a spawn's reply: forked from a lean mount namespace
@@ -179,13 +171,22 @@ func (m *message) check() error {
 	return nil
 }
 
-// fds is the number of descriptors m announces.
+// fds is the number of descriptors m announces: Files, Held, then the
+// arguments file.
 func (m *message) fds() int {
 	n := m.Files + m.Held
 	if m.ArgsFile {
 		n++
 	}
 	return n
+}
+
+// announced says which descriptors m announces, for an error.
+func (m *message) announced() string {
+	if m.ArgsFile {
+		return fmt.Sprintf("%d and its arguments file", m.Files+m.Held)
+	}
+	return fmt.Sprint(m.Files + m.Held)
 }
 
 func (m *message) checkSpawn() error {
@@ -355,7 +356,7 @@ func (c *conn) recv() (message, []int, error) {
 		err = fmt.Errorf("%w: more than %d descriptors", ErrInvalid, MaxFiles)
 	}
 	if err == nil && len(files) != m.fds() {
-		err = fmt.Errorf("%w: %s carries %d descriptors, announced %d", ErrInvalid, m.Op, len(files), m.fds())
+		err = fmt.Errorf("%w: %s carries %d descriptors, announced %s", ErrInvalid, m.Op, len(files), m.announced())
 	}
 	if err != nil {
 		closeFds(files)
