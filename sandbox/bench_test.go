@@ -216,7 +216,7 @@ func plainBwrapFrom(l *Launcher, p Policy, lean bool, drop func(op []string) boo
 	}
 	if lean {
 		req.resolves = l.resolves(p)
-		child, err := launcherForker.spawn(req)
+		child, err := spawnOn(launcherForker, req)
 		outW.Close()
 		if err != nil {
 			return time.Time{}, err

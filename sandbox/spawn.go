@@ -66,7 +66,7 @@ type spawned interface {
 
 // execSpawner forks bwrap with exec.Cmd: it dies with the launcher's
 // forking thread (Pdeathsig), which is one of the runtime's, or the
-// forker's (see v1Forker), and never exits.
+// forker's (see launcherForker), and never exits.
 type execSpawner struct{}
 
 func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
@@ -78,7 +78,7 @@ func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
 	if len(req.enter) == 0 && len(req.resolves) == 0 {
 		return startPlaced(req, fromHost)
 	}
-	return launcherForker.spawn(req)
+	return spawnOn(launcherForker, req)
 }
 
 // forkFrom runs fork from a mount namespace of its choosing: a lean one

@@ -6,40 +6,35 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
-	"github.com/termgate/termgate/sandbox/internal/mountns"
+	"github.com/termgate/termgate/sandbox/internal/forker"
 )
 
-// forker is the one goroutine that forks every child. It locks itself to
-// its OS thread and never returns: Pdeathsig (and bwrap's
-// --die-with-parent) fire when the thread that forked a child exits, so
-// that thread must live as long as the keeper process.
-var forker struct {
-	once sync.Once
-	mu   sync.Mutex // one request at a time: its descriptors and its message travel apart
-	reqs chan forkRequest
-	// The thread's forks from lean mount namespaces (mountns): nil, with
-	// why, where it cannot make them.
-	lean    *mountns.Thread
-	leanErr error
-	// pass sends a request's descriptors into the thread's own
-	// descriptor table (see ownTable); -1, with why, where the thread
-	// shares the process's.
-	pass    int
-	passErr error
-}
+// leanIdle is how long the forking thread holds its lean mount
+// namespaces without a fork: on a host whose mounts are private, one
+// keeps busy a filesystem the host has unmounted since.
+const leanIdle = time.Second
 
-type forkRequest struct {
-	m     *message
-	files []int // the child's descriptors 0..n-1, in the process's table
-	reply chan forkResult
+// forking is the one thread that forks every child, kept for good:
+// Pdeathsig (and bwrap's --die-with-parent) fire when the thread that
+// forked a child exits, so that thread must live as long as the keeper
+// process (package forker).
+var forking struct {
+	once sync.Once
+	mu   sync.Mutex // one request at a time: its descriptors and its job travel apart
+	f    *forker.Forker
+	// The thread's own end of the socket that passes each request's
+	// descriptors into its own descriptor table (see ownTable), and the
+	// process's other end; -1 for both, with why, where the thread
+	// shares the process's table.
+	recv, pass int
+	passErr    error
+	leanErr    error // why the thread cannot fork from lean mount namespaces
 }
 
 type forkResult struct {
@@ -54,16 +49,15 @@ type forkResult struct {
 // fork starts the child described by m on the forking thread.
 func fork(m *message, files []int) forkResult {
 	startForker()
-	forker.mu.Lock()
-	defer forker.mu.Unlock()
-	if forker.pass >= 0 {
-		if err := passFiles(forker.pass, files); err != nil {
+	forking.mu.Lock()
+	defer forking.mu.Unlock()
+	if forking.pass >= 0 {
+		if err := passFiles(forking.pass, files); err != nil {
 			return forkResult{err: err}
 		}
 	}
-	r := forkRequest{m: m, files: files, reply: make(chan forkResult, 1)}
-	forker.reqs <- r
-	res := <-r.reply
+	var res forkResult
+	forking.f.Do(func(t *forker.Thread) { res = forkTaken(t, m, files) })
 	if res.err != nil {
 		return res
 	}
@@ -74,95 +68,40 @@ func fork(m *message, files []int) forkResult {
 	return res
 }
 
-// startForker starts the forking thread once and returns when it is
-// ready to fork from lean mount namespaces, or known unable to.
+// forkTaken forks m's child from files, or, where the thread has a
+// descriptor table of its own, from the copies passed into it.
+func forkTaken(t *forker.Thread, m *message, files []int) forkResult {
+	if forking.recv < 0 {
+		return forkOn(t, m, files)
+	}
+	own, err := takeFiles(forking.recv, len(files))
+	if err != nil {
+		return forkResult{err: err}
+	}
+	defer closeFds(own)
+	return forkOn(t, m, own)
+}
+
+// startForker starts the forking thread once, giving it a descriptor
+// table of its own, and returns when it is ready to fork.
 func startForker() {
-	forker.once.Do(func() {
-		forker.reqs = make(chan forkRequest)
-		ready := make(chan int)
-		go lockedOffMain(func() { forkLoop(forker.reqs, ready) })
-		if own := <-ready; own >= 0 {
-			unix.Close(own) // the thread's end, in the process's table
+	forking.once.Do(func() {
+		forking.f = forker.New(forker.Config{Lean: true, Idle: leanIdle, Setup: func() {
+			forking.recv, forking.pass, forking.passErr = ownTable()
+		}})
+		forking.f.Do(func(t *forker.Thread) { forking.leanErr = t.LeanErr() })
+		if forking.recv >= 0 {
+			unix.Close(forking.recv) // the thread's end, in the process's table
 		}
 	})
 }
 
-// lockedOffMain runs f on a goroutine locked for good to an OS thread
-// other than the process's main one: /proc/<pid>/fd shows the main
-// thread's descriptor table, which must stay the process's.
-func lockedOffMain(f func()) {
-	runtime.LockOSThread()
-	if unix.Gettid() != unix.Getpid() {
-		f()
-		return
-	}
-	// Held by this goroutine, the main thread cannot take the other one.
-	locked := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: see forker
-		close(locked)
-		f()
-	}()
-	<-locked
-	runtime.UnlockOSThread()
-}
-
-// leanIdle is how long the forking thread holds its lean mount
-// namespaces without a fork: on a host whose mounts are private, one
-// keeps busy a filesystem the host has unmounted since.
-const leanIdle = time.Second
-
-// forkLoop is the forking thread, locked to it for good (see forker).
-// ready gets the end of the passing socket that belongs to the thread's
-// table alone, or -1.
-func forkLoop(reqs <-chan forkRequest, ready chan<- int) {
-	recv, send, err := ownTable()
-	forker.pass, forker.passErr = send, err
-	// Its descriptors stay in the thread's table.
-	forker.lean, forker.leanErr = mountns.NewThread()
-	ready <- recv
-	var mover v1thread.Mover
-	if homes, err := v1thread.Load(); err == nil {
-		mover = homes
-	}
-	t := v1thread.NewThread(mover)
-	idle := time.NewTimer(leanIdle)
-	for {
-		var r forkRequest
-		ok := true
-		select {
-		case r, ok = <-reqs:
-		case <-idle.C:
-			if forker.lean != nil {
-				forker.lean.Release()
-			}
-			r, ok = <-reqs
-		}
-		if !ok {
-			return
-		}
-		idle.Reset(leanIdle)
-		files := r.files
-		if recv >= 0 {
-			if files, err = takeFiles(recv, len(r.files)); err != nil {
-				r.reply <- forkResult{err: err}
-				continue
-			}
-		}
-		res := forkOn(t, r.m, files)
-		if recv >= 0 {
-			closeFds(files)
-		}
-		r.reply <- res
-	}
-}
-
-// forkOn starts the child of m on t's thread, born in those of m.Enter
-// it could enter (see v1thread.Thread.Fork).
-func forkOn(t *v1thread.Thread, m *message, files []int) forkResult {
+// forkOn starts the child of m on t, born in those of m.Enter it could
+// enter (see forker.Thread.Fork).
+func forkOn(t *forker.Thread, m *message, files []int) forkResult {
 	var res forkResult
 	entered, err := t.Fork(m.Enter, func() (func(), error) {
-		res = forkPlaced(m, files)
+		res = forkPlaced(t, m, files)
 		pid := res.pid
 		return func() { killAndReap(pid) }, res.err
 	})
@@ -175,7 +114,7 @@ func forkOn(t *v1thread.Thread, m *message, files []int) forkResult {
 
 // forkPlaced forks m's child into m.Into when it can, else where the
 // thread is; from a lean mount namespace when m lists what it resolves.
-func forkPlaced(m *message, files []int) forkResult {
+func forkPlaced(t *forker.Thread, m *message, files []int) forkResult {
 	res := forkResult{}
 	into := -1
 	if m.Into != "" {
@@ -186,7 +125,7 @@ func forkPlaced(m *message, files []int) forkResult {
 			into = fd
 		}
 	}
-	res.lean, res.err = fromNamespace(m.Resolves, func() error {
+	res.lean, res.err = t.Lean(m.Resolves, func() error {
 		var err error
 		if into >= 0 {
 			res.pid, err = forkExec(m, files, into)
@@ -200,16 +139,6 @@ func forkPlaced(m *message, files []int) forkResult {
 		return err
 	})
 	return res
-}
-
-// fromNamespace runs fork from a lean mount namespace that keeps what
-// resolves needs, when it lists anything and the thread can, else from
-// the keeper's; it says which.
-func fromNamespace(resolves []string, fork func() error) (bool, error) {
-	if forker.lean == nil || len(resolves) == 0 {
-		return false, fork()
-	}
-	return forker.lean.Fork(resolves, fork) // its errors are the fork's, or mountns's
 }
 
 // killAndReap ends a child nobody will hear of and reaps it: a zombie

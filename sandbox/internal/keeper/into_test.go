@@ -7,14 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
+	"github.com/termgate/termgate/sandbox/internal/forker"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -154,16 +155,12 @@ func TestForkStranded(t *testing.T) {
 	null := devNull(t)
 	fds := []int{int(null.Fd()), int(null.Fd()), int(null.Fd())}
 	m := &message{Path: "/bin/sleep", Args: []string{"sleep", "60"}, Cgroups: []string{"/sys/fs/cgroup/memory/x"}, Enter: []string{"/sys/fs/cgroup/memory/x"}}
-	done := make(chan [2]error)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread() // the mover moved nothing
-		th := v1thread.NewThread(stuckMover{})
-		first := forkOn(th, m, fds)
-		second := forkOn(th, m, fds)
-		done <- [2]error{first.err, second.err}
-	}()
-	errs := <-done
+	// The stranded thread stays parked, locked (sandboxtest.Forker).
+	f := forker.New(forker.Config{Mover: func() (v1thread.Mover, error) { return stuckMover{}, nil }, Idle: time.Minute})
+	var errs [2]error
+	f.Do(func(th *forker.Thread) {
+		errs = [2]error{forkOn(th, m, fds).err, forkOn(th, m, fds).err}
+	})
 	for i, err := range errs {
 		if !errors.Is(err, v1thread.ErrStranded) {
 			t.Errorf("fork %d from a stranded thread: %v, want ErrStranded", i+1, err)

@@ -149,14 +149,14 @@ func Serve(ctx context.Context, cfg Config) error {
 	k.log.Info("keeper started", "dir", dir, "pid", os.Getpid(),
 		"orphan_grace", cfg.OrphanGrace.String(), "kill_grace", cfg.KillGrace.String())
 	startForker()
-	if forker.leanErr != nil {
-		k.log.Info("forking from the keeper's mount namespace", "err", forker.leanErr)
+	if forking.leanErr != nil {
+		k.log.Info("forking from the keeper's mount namespace", "err", forking.leanErr)
 	}
 	switch {
-	case forker.pass < 0:
-		k.log.Info("forking from the keeper's descriptor table: each fork copies it", "err", forker.passErr)
-	case forker.passErr != nil:
-		k.log.Warn("the forking thread's descriptor table kept copies it should have closed", "err", forker.passErr)
+	case forking.pass < 0:
+		k.log.Info("forking from the keeper's descriptor table: each fork copies it", "err", forking.passErr)
+	case forking.passErr != nil:
+		k.log.Warn("the forking thread's descriptor table kept copies it should have closed", "err", forking.passErr)
 	}
 	k.mu.Lock()
 	k.armIdle()

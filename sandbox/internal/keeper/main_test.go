@@ -22,6 +22,8 @@ import (
 	"github.com/creack/pty"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // The test binary doubles as the keeper and as a gateway that the tests
@@ -45,7 +47,7 @@ func TestMain(m *testing.M) {
 	case "gateway":
 		os.Exit(runGateway())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, sandboxtest.Forker)
 }
 
 // runKeeper serves the directory with JSON logs on stderr.

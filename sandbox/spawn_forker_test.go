@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
+	"github.com/termgate/termgate/sandbox/internal/forker"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -28,25 +29,28 @@ func (m *stuckMover) Return([]string) error {
 	return nil
 }
 
-// forkerSpawner spawns through one v1Forker.
-type forkerSpawner struct{ f *v1Forker }
+// forkerSpawner spawns through one forker.
+type forkerSpawner struct{ f *forker.Forker }
 
 func (s forkerSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
-	return s.f.spawn(req)
+	return spawnOn(s.f, req)
 }
 
-// TestV1ForkerStranded: when the forker's thread cannot leave an
+// testForkerIdle is the test forkers' Idle.
+const testForkerIdle = 10 * time.Millisecond
+
+// TestForkerStranded: when the forker's thread cannot leave an
 // execution's directories, the spawn still succeeds, forked on the
 // caller's thread and born in none of them (the launcher moves it); the
 // forker forks nothing until its thread left, then enters again, and
 // ends once idle.
-func TestV1ForkerStranded(t *testing.T) {
+func TestForkerStranded(t *testing.T) {
 	t.Parallel()
 	l := needLauncher(t)
 	g := v1Group(t, l)
 	m := &stuckMover{}
 	m.stuck.Store(true)
-	f := &v1Forker{mover: func() (v1thread.Mover, error) { return m, nil }, idle: 10 * time.Millisecond}
+	f := forker.New(forker.Config{Mover: func() (v1thread.Mover, error) { return m, nil }, Idle: testForkerIdle})
 	s := forkerSpawner{f}
 	req := spawnRequest{key: "stranded", cgroup: g.Unified(), enter: g.V1(), cgroups: g.Dirs()}
 	_, child := spawnCat(t, s, req)
@@ -64,10 +68,7 @@ func TestV1ForkerStranded(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		f.mu.Lock()
-		running := f.running
-		f.mu.Unlock()
-		if !running {
+		if !f.Running() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -82,7 +83,7 @@ func TestV1ForkerStranded(t *testing.T) {
 func TestForkerLean(t *testing.T) {
 	t.Parallel()
 	sandboxtest.NeedSysMounted(t)
-	s := forkerSpawner{&v1Forker{mover: func() (v1thread.Mover, error) { return nil, errors.New("none") }, idle: 10 * time.Millisecond, lean: true}}
+	s := forkerSpawner{forker.New(forker.Config{Mover: func() (v1thread.Mover, error) { return nil, errors.New("none") }, Idle: testForkerIdle, Lean: true})}
 	cat := []string{"cat", "/proc/self/mountinfo"}
 	out, _ := spawnCat(t, s, spawnRequest{key: "lean", args: cat, resolves: []string{"/usr/bin/cat", "/proc/self"}})
 	if strings.Contains(out, " /sys ") || !strings.Contains(out, " /proc ") {
@@ -96,10 +97,8 @@ func TestForkerLean(t *testing.T) {
 	// thread stays locked, never handed back to the runtime. Parked, it
 	// holds no lean copy: on a host whose mounts are private, one would
 	// keep busy what the host unmounted.
-	time.Sleep(10 * s.f.idle)
-	s.f.mu.Lock()
-	running, copies := s.f.running, s.f.ns.Copies()
-	s.f.mu.Unlock()
+	time.Sleep(10 * testForkerIdle)
+	running, copies := s.f.Running(), s.f.LeanCopies()
 	if !running {
 		t.Error("the forker ended after a lean fork, handing its thread back")
 	}
