@@ -72,6 +72,7 @@ func TestImportDirection(t *testing.T) {
 	allowed := map[string][]string{
 		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
+		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {},
 		"session/screen":  {},
 		"session":         {"replay", "sandbox", "session/screen"},
 		"gateway/wire":    {},
