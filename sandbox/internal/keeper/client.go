@@ -80,7 +80,7 @@ type Child struct {
 // Client is a gateway's connection to its keeper. Its methods are safe for
 // concurrent use.
 type Client struct {
-	c         *conn
+	c         *endpoint
 	keeperPid int
 	children  []Child
 	readDone  chan struct{}
@@ -169,7 +169,7 @@ func dialOnce(ctx context.Context, sock string) (*Client, error) {
 	}
 	uc := nc.(*net.UnixConn)
 	uc.SetWriteBuffer(2 * MaxMessage)
-	c := &Client{c: &conn{c: uc}, readDone: make(chan struct{}), lost: make(chan struct{}),
+	c := &Client{c: &endpoint{c: uc}, readDone: make(chan struct{}), lost: make(chan struct{}),
 		pending: map[uint64]chan message{}, exits: map[string]*exitState{}}
 	if err := c.handshake(ctx); err != nil {
 		closeAll(c.held())

@@ -90,8 +90,8 @@ type keeper struct {
 
 	mu       sync.Mutex
 	children map[string]*child
-	order    []string // keys in spawn order
-	cur      *session // the attached gateway
+	order    []string    // keys in spawn order
+	cur      *attachment // the attached gateway
 	stopping bool
 	orphan   *time.Timer
 	linger   *time.Timer
@@ -111,9 +111,9 @@ type child struct {
 	reaped  chan struct{}
 }
 
-// session is the attached gateway's connection.
-type session struct {
-	c    *conn
+// attachment is the attached gateway: its end of the socket, its pid.
+type attachment struct {
+	c    *endpoint
 	pid  int
 	gone chan struct{} // closed when it detached
 }
@@ -193,11 +193,11 @@ func (k *keeper) finish(reason string) {
 	k.mu.Lock()
 	k.stopping = true
 	k.stopTimers()
-	s := k.cur
+	a := k.cur
 	k.mu.Unlock()
 	k.ln.Close() // unlinks the socket: a new gateway starts a new keeper
-	if s != nil {
-		s.c.c.Close()
+	if a != nil {
+		a.c.c.Close()
 	}
 	k.stopAll(reason)
 	k.conns.Wait()
@@ -269,24 +269,24 @@ func (k *keeper) serveConn(uc *net.UnixConn) {
 	defer k.conns.Done()
 	defer uc.Close()
 	uc.SetWriteBuffer(2 * MaxMessage)
-	c := &conn{c: uc}
-	s, err := k.handshake(c)
+	c := &endpoint{c: uc}
+	a, err := k.handshake(c)
 	<-k.shakes
 	if err == nil {
-		err = k.attach(s)
+		err = k.attach(a)
 	}
 	if err != nil {
 		k.log.Warn("refused a gateway", "err", err)
 		c.send(message{Op: opRefuse, Code: codeOf(err), Error: err.Error()})
 		return
 	}
-	k.log.Info("gateway attached", "gateway_pid", s.pid)
-	defer k.detach(s)
-	k.serveRequests(s)
+	k.log.Info("gateway attached", "gateway_pid", a.pid)
+	defer k.detach(a)
+	k.serveRequests(a)
 }
 
 // handshake accepts only our own uid and a hello that speaks Version.
-func (k *keeper) handshake(c *conn) (*session, error) {
+func (k *keeper) handshake(c *endpoint) (*attachment, error) {
 	cred, err := peerCred(c.c)
 	if err != nil {
 		return nil, err
@@ -307,7 +307,7 @@ func (k *keeper) handshake(c *conn) (*session, error) {
 		return nil, err
 	}
 	c.c.SetReadDeadline(time.Time{})
-	return &session{c: c, pid: int(cred.Pid), gone: make(chan struct{})}, nil
+	return &attachment{c: c, pid: int(cred.Pid), gone: make(chan struct{})}, nil
 }
 
 // speaks checks that a hello's range of versions, from its MinVersion
@@ -326,7 +326,7 @@ func speaks(m message) error {
 // attach makes s the attached gateway, once the previous one (if any)
 // went within AttachWait, and sends it every child the keeper holds.
 // Exits reaped meanwhile queue behind the listing on s's write lock.
-func (k *keeper) attach(s *session) error {
+func (k *keeper) attach(a *attachment) error {
 	deadline := time.Now().Add(AttachWait)
 	k.mu.Lock()
 	for k.cur != nil && !k.stopping && time.Now().Before(deadline) {
@@ -347,7 +347,7 @@ func (k *keeper) attach(s *session) error {
 		k.mu.Unlock()
 		return fmt.Errorf("%w: pid %d", ErrBusy, pid)
 	}
-	k.cur = s
+	k.cur = a
 	k.stopTimers()
 	list := make([]message, 0, len(k.order))
 	held := make([][]int, 0, len(k.order))
@@ -360,75 +360,75 @@ func (k *keeper) attach(s *session) error {
 			Exited: ch.exited, Status: int(ch.status), Held: len(ch.held)})
 		held = append(held, ch.held)
 	}
-	s.c.mu.Lock()
-	defer s.c.mu.Unlock()
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
 	k.mu.Unlock()
-	return k.sendListing(s, list, held)
+	return k.sendListing(a, list, held)
 }
 
 // sendListing writes welcome, the children and ready; s.c.mu is held.
-func (k *keeper) sendListing(s *session, list []message, held [][]int) error {
+func (k *keeper) sendListing(a *attachment, list []message, held [][]int) error {
 	welcome, _ := encode(message{Op: opWelcome, Version: Version, Pid: os.Getpid(), Count: len(list)})
-	if err := s.c.sendLocked(welcome, nil); err != nil {
+	if err := a.c.sendLocked(welcome, nil); err != nil {
 		return err
 	}
 	for i, m := range list {
 		b, err := encode(m)
 		if err == nil {
-			err = s.c.sendLocked(b, held[i])
+			err = a.c.sendLocked(b, held[i])
 		}
 		if err != nil {
 			return fmt.Errorf("keeper: send child %s: %w", m.Key, err)
 		}
 	}
 	ready, _ := encode(message{Op: opReady})
-	return s.c.sendLocked(ready, nil)
+	return a.c.sendLocked(ready, nil)
 }
 
 // detach lets s go and starts the orphan grace.
-func (k *keeper) detach(s *session) {
+func (k *keeper) detach(a *attachment) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.cur != s {
+	if k.cur != a {
 		return
 	}
 	k.cur = nil
-	close(s.gone)
+	close(a.gone)
 	k.armIdle()
-	k.log.Info("gateway detached", "gateway_pid", s.pid, "children", len(k.children))
+	k.log.Info("gateway detached", "gateway_pid", a.pid, "children", len(k.children))
 }
 
 // serveRequests answers s's requests until its connection ends. A
 // malformed request is refused and the connection goes on.
-func (k *keeper) serveRequests(s *session) {
+func (k *keeper) serveRequests(a *attachment) {
 	for {
-		m, files, err := s.c.recv()
+		m, files, err := a.c.recv()
 		if errors.Is(err, ErrInvalid) {
-			k.log.Warn("refused a malformed message", "gateway_pid", s.pid, "err", err)
-			s.c.send(message{Op: opReply, Seq: m.Seq, Code: codeOf(err), Error: err.Error()})
+			k.log.Warn("refused a malformed message", "gateway_pid", a.pid, "err", err)
+			a.c.send(message{Op: opReply, Seq: m.Seq, Code: codeOf(err), Error: err.Error()})
 			continue
 		}
 		if err != nil {
 			if !errors.Is(err, errClosed) && !errors.Is(err, net.ErrClosed) {
-				k.log.Warn("gateway connection failed", "gateway_pid", s.pid, "err", err)
+				k.log.Warn("gateway connection failed", "gateway_pid", a.pid, "err", err)
 			}
 			return
 		}
-		reply := k.handle(s, &m, files)
+		reply := k.handle(a, &m, files)
 		reply.Op, reply.Seq = opReply, m.Seq
-		if err := s.c.send(reply); err != nil {
-			k.log.Warn("reply to the gateway", "gateway_pid", s.pid, "err", err)
+		if err := a.c.send(reply); err != nil {
+			k.log.Warn("reply to the gateway", "gateway_pid", a.pid, "err", err)
 		}
 	}
 }
 
 // handle carries out one request; it owns files.
-func (k *keeper) handle(s *session, m *message, files []int) message {
+func (k *keeper) handle(a *attachment, m *message, files []int) message {
 	var err error
 	var sp Spawned
 	switch m.Op {
 	case opSpawn:
-		sp, err = k.spawn(s, m, files)
+		sp, err = k.spawn(a, m, files)
 	case opAnnotate:
 		closeFds(files)
 		err = k.annotate(m.Key, m.Meta)
@@ -446,7 +446,7 @@ func (k *keeper) handle(s *session, m *message, files []int) message {
 }
 
 // spawn forks the child and registers it.
-func (k *keeper) spawn(s *session, m *message, files []int) (Spawned, error) {
+func (k *keeper) spawn(a *attachment, m *message, files []int) (Spawned, error) {
 	if m.ArgsFile {
 		fd := files[len(files)-1]
 		files = files[:len(files)-1]
@@ -531,11 +531,11 @@ func (k *keeper) await(ch *child, pidfd *os.File) {
 	k.mu.Lock()
 	ch.exited, ch.status = true, ws
 	close(ch.reaped)
-	s := k.cur
+	a := k.cur
 	k.mu.Unlock()
 	k.log.Info("child exited", "key", ch.key, "pid", ch.pid, "status", describe(ws))
-	if s != nil {
-		if err := s.c.send(message{Op: opExit, Key: ch.key, Status: int(ws)}); err != nil {
+	if a != nil {
+		if err := a.c.send(message{Op: opExit, Key: ch.key, Status: int(ws)}); err != nil {
 			k.log.Warn("report an exit", "key", ch.key, "err", err) // the next gateway gets it
 		}
 	}

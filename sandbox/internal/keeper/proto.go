@@ -288,8 +288,8 @@ func codeOf(err error) string {
 	return ""
 }
 
-// conn is one end of the socket: whole messages with descriptors.
-type conn struct {
+// endpoint is one end of the socket: whole messages with descriptors.
+type endpoint struct {
 	c  *net.UnixConn
 	mu sync.Mutex // serialises writes
 	// buf and oob are recv's, reused: each connection has one reader,
@@ -299,7 +299,7 @@ type conn struct {
 }
 
 // send writes one message with fds as SCM_RIGHTS.
-func (c *conn) send(m message, fds ...int) error {
+func (c *endpoint) send(m message, fds ...int) error {
 	b, err := encode(m)
 	if err != nil {
 		return err
@@ -309,7 +309,7 @@ func (c *conn) send(m message, fds ...int) error {
 	return c.sendLocked(b, fds)
 }
 
-func (c *conn) sendLocked(b []byte, fds []int) error {
+func (c *endpoint) sendLocked(b []byte, fds []int) error {
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -327,7 +327,7 @@ var errClosed = errors.New("keeper: connection closed")
 // recv reads one message and the descriptors riding on it. A malformed
 // message returns an error wrapping ErrInvalid, its descriptors closed;
 // errClosed or another error means the connection is unusable.
-func (c *conn) recv() (message, []int, error) {
+func (c *endpoint) recv() (message, []int, error) {
 	if c.buf == nil {
 		c.buf, c.oob = make([]byte, MaxMessage+1), make([]byte, unix.CmsgSpace(MaxFiles*4))
 	}

@@ -23,7 +23,7 @@ import (
 // rawConn speaks the protocol by hand, to send what a Client never would.
 type rawConn struct {
 	t *testing.T
-	c *conn
+	c *endpoint
 }
 
 func dialRaw(t *testing.T, dir string) *rawConn {
@@ -34,7 +34,7 @@ func dialRaw(t *testing.T, dir string) *rawConn {
 	}
 	t.Cleanup(func() { uc.Close() })
 	uc.SetDeadline(time.Now().Add(20 * time.Second))
-	return &rawConn{t: t, c: &conn{c: uc}}
+	return &rawConn{t: t, c: &endpoint{c: uc}}
 }
 
 func (r *rawConn) write(b []byte) {
@@ -413,7 +413,7 @@ func TestRecvReusesItsBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ends := make([]*conn, 2)
+	ends := make([]*endpoint, 2)
 	for i, fd := range fds {
 		f := os.NewFile(uintptr(fd), "end")
 		nc, err := net.FileConn(f)
@@ -422,7 +422,7 @@ func TestRecvReusesItsBuffer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		ends[i] = &conn{c: nc.(*net.UnixConn)}
+		ends[i] = &endpoint{c: nc.(*net.UnixConn)}
 	}
 	const n = 100
 	var before, after runtime.MemStats
