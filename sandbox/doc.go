@@ -8,18 +8,53 @@
 // checks the host once (bwrap, identity, cgroups), then turns policies into
 // running Processes. Everything that cannot be enforced is an error.
 //
+// A process's output is read on goroutines of its own (none while it is
+// idle) and written to the Stdio writers its caller gave; the reader
+// blocks on a writer that blocks, so the caller decides whether output
+// waits for anyone. Its exit is reported exactly where the kernel's
+// process events are available (Exit.Exact).
+//
+// Without a state directory the launcher forks each bwrap itself: the
+// sandboxes die with it. With one (Config.StateDir) a keeper process
+// forks them instead, so that they outlive the launcher: ServeKeeper is
+// its main loop (`termgate keeper`), and the launcher starts it
+// (Config.StartKeeper) when none listens at StateDir/keeper.sock. The
+// keeper holds the parent ends of each process's terminal or pipes and
+// its wait status, but no byte of input or output passes through it. A
+// launcher that restarts, upgrades or crashes leaves the processes with
+// the keeper; Detach lets them go on purpose, and the next launcher on
+// the same StateDir takes them back, running or ended (Adopt), with the
+// policy, cgroups and final exit kept in the keeper's notes. A process's
+// exit stays with the keeper until its caller recorded it (Release).
+// After Config.OrphanGrace without a launcher, the keeper stops every
+// process as a cancel would and removes its cgroups and its directory,
+// StateDir/executions/<Policy.Key>. A state directory is checked before
+// any use (CheckStateDir: ours, 0700, not a link, in a parent nobody
+// else may change), and every file in it is opened relative to it
+// without following a link (OpenStateFile).
+//
+// bwrap is forked straight into the execution's cgroup2 directory
+// (clone3's CLONE_INTO_CGROUP) where the kernel can. A fork that must be
+// born in cgroup v1 directories, or that may start from a lean mount
+// namespace, runs on one goroutine locked to its OS thread
+// (internal/forker), the launcher's own or the keeper's (which forks
+// every child of the keeper): Pdeathsig and
+// bwrap's --die-with-parent fire when the forking thread exits, and that
+// thread never does. It enters the execution's v1 directories alone
+// before the fork (internal/cgroup/v1thread), and forks bwrap from a
+// copy of the mount namespace that keeps only the mounts bwrap resolves
+// (internal/mountns), whose shorter table bwrap reads back faster after
+// each mount it makes.
+//
 // The package is Linux-only (namespaces, cgroups, seccomp, pidfds,
 // openat2), and so is every file in it. Its subsystems are packages of
 // their own under internal/: cgroup applies the ceilings and kills whole
-// trees, seccomp builds the filter, procevents follows process trees
-// through the kernel's process events, sandboxinit is the init between
-// bwrap and the command, and workspace keeps tenant workspaces. None of
-// them imports anything else of termgate; this package translates their
-// errors into its own (ErrUnenforceable, ErrCgroupsInUse).
-//
-// A state directory (Config.StateDir, where a keeper holds the sandboxes
-// across restarts of the server) is checked before any use
-// (CheckStateDir: ours, 0700, not a link, in a parent nobody else may
-// change), and every file in it is opened relative to it without
-// following a link (OpenStateFile).
+// trees (cgroup/v1thread moves the forking thread), seccomp builds the
+// filter, procevents follows process trees through the kernel's process
+// events, sandboxinit is the init between bwrap and the command,
+// workspace keeps tenant workspaces, keeper is the keeper process and
+// its protocol, forker the forking thread and mountns the lean mount
+// namespaces. None of them imports anything of termgate but another of
+// them; this package translates their errors into its own
+// (ErrUnenforceable, ErrCgroupsInUse).
 package sandbox
