@@ -3,9 +3,9 @@ package replay
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	sandboxtest.Main(m)
 }

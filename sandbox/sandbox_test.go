@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,15 +25,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	idleAfter = testIdleAfter // every pause in a test's output parks its copier
-	code := m.Run()
-	testLauncher.Release()
-	if code == 0 {
-		if err := goleak.Find(sandboxtest.Forker); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	sandboxtest.Main(m, sandboxtest.After(testLauncher.Release), sandboxtest.Ignore(sandboxtest.Forker))
 }
 
 // testLauncher is the launcher the tests share.

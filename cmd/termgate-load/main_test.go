@@ -18,14 +18,13 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
-	"go.uber.org/goleak"
 )
 
 // TestMain is also the WebSocket floor's echo server, which the floors
 // start as this very binary.
 func TestMain(m *testing.M) {
 	echoServerRole()
-	goleak.VerifyTestMain(m)
+	sandboxtest.Main(m)
 }
 
 // TestParseRefusesWhatCannotBeMeasured: sizes that give no figure are

@@ -1,26 +1,14 @@
 package sandboxtest_test
 
 import (
-	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 func TestEventually(t *testing.T) {
 	t.Parallel()

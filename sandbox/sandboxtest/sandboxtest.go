@@ -2,9 +2,10 @@
 // above it share: the rule that a test which cannot find what it needs
 // skips with a clear message locally and fails when CI=true, a value built
 // once per test binary (a launcher), directories the sandbox identity can
-// reach, a buffer safe for output copiers, a scan of host processes and
+// reach, a buffer safe for output copiers, a scan of host processes,
 // Eventually, the one polling loop for conditions that come true at some
-// point.
+// point, and Main, the TestMain that checks no goroutine outlived the
+// tests.
 //
 // It is for tests only and imports nothing of termgate's, so the sandbox
 // package's own tests can use it too.

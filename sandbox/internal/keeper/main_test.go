@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
@@ -47,7 +46,7 @@ func TestMain(m *testing.M) {
 	case "gateway":
 		os.Exit(runGateway())
 	}
-	goleak.VerifyTestMain(m, sandboxtest.Forker)
+	sandboxtest.Main(m, sandboxtest.Ignore(sandboxtest.Forker))
 }
 
 // runKeeper serves the directory with JSON logs on stderr.

@@ -5,8 +5,8 @@ package procevents
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // TestMain checks that no watcher's reader outlived the tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { sandboxtest.Main(m) }

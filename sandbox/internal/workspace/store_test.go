@@ -16,11 +16,10 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 // testIDs is a range no other test of termgate uses.
 var testIDs = IDRange{First: 3950000, Count: 1000}

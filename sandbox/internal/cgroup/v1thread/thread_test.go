@@ -7,10 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 // fakeMover enters what it is told it can and fails to return while
 // stuck is set.
