@@ -28,9 +28,10 @@ var forking struct {
 	once sync.Once
 	mu   sync.Mutex // one request at a time: its descriptors and its job travel apart
 	f    *forker.Forker
-	// The thread's own end of the socket that passes each request's
-	// descriptors into its own descriptor table (see ownTable), and the
-	// process's other end; -1 for both, with why, where the thread
+	// The ends of the socket that passes each request's descriptors
+	// into the thread's own descriptor table (see ownTable): recv a
+	// number in that table alone (the process's copy is closed), pass
+	// one in the process's; -1 for both, with why, where the thread
 	// shares the process's table.
 	recv, pass int
 	passErr    error
