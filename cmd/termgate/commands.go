@@ -30,9 +30,9 @@ type command struct {
 	// operands, when set, lists the words completion offers after the
 	// flags (otherwise files: a command and its arguments).
 	operands func() []string
-	// kinds, when set, are the command's kinds as their help shows them,
-	// by the word after the command (manifest's): help asked of a kind
-	// comes with a flag set named "termgate NAME KIND".
+	// kinds, when set, are the command's kinds as their help and
+	// docs/cli.md show them, by the word after the command (manifest's):
+	// help asked of a kind comes with a flag set named "termgate NAME KIND".
 	kinds func() map[string]command
 }
 
@@ -260,8 +260,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "-h", "--help", "-help":
 		args[0] = "help"
 	}
-	if args[0] == keeperArg {
+	switch args[0] {
+	case keeperArg:
 		return runKeeper(ctx, args[1:], stderr)
+	case cliDocArg:
+		return runCLIDoc(args[1:])
 	}
 	c, ok := commandNamed(args[0])
 	if !ok {

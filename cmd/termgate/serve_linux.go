@@ -101,7 +101,8 @@ func (e *envFlags) str(p *string, name, def, usage string) {
 	if v, _, ok := e.preset(name, tomlString); ok {
 		def = v
 	}
-	e.fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
+	e.fs.StringVar(p, name, builtin, usage+" (env "+envName(name)+")")
+	*p = def // after: help shows the built-in default, never the environment's
 	e.print(name, usage, func() (string, bool) { return tomlQuote(*p), *p == builtin })
 }
 
@@ -133,7 +134,8 @@ func (e *envFlags) boolean(p *bool, name string, def bool, usage string) {
 		}
 		def = b
 	}
-	e.fs.BoolVar(p, name, def, usage+" (env "+envName(name)+")")
+	e.fs.BoolVar(p, name, builtin, usage+" (env "+envName(name)+")")
+	*p = def
 	e.print(name, usage, func() (string, bool) { return strconv.FormatBool(*p), *p == builtin })
 }
 
@@ -146,7 +148,8 @@ func (e *envFlags) duration(p *time.Duration, name string, def time.Duration, us
 		}
 		def = d
 	}
-	e.fs.DurationVar(p, name, def, usage+" (env "+envName(name)+")")
+	e.fs.DurationVar(p, name, builtin, usage+" (env "+envName(name)+")")
+	*p = def
 	e.print(name, usage, func() (string, bool) { return tomlQuote(durationText(*p)), *p == builtin })
 }
 
@@ -197,7 +200,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.proc, "proc", "auto", "sandbox procfs: private (ps and top work; needs Landlock), none, or auto: private where the host has Landlock, else none")
 	o.policy.TmpSize = sandbox.DefaultTmpSize // what applies, for the startup log
 	e.parsed("tmp-size", "size of /tmp, /run and /dev/shm in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))
-	e.parsed("ptys", "terminals each sandbox may open itself, for tmux or script (0: none)", ptysFlag(&o.policy.PTYs))
+	e.parsed("ptys", fmt.Sprintf("terminals each sandbox may open itself, for tmux or script (default %d; 0: none)", DefaultPTYs), ptysFlag(&o.policy.PTYs))
 	o.policy.Limits, o.sandbox.TenantLimits = defaultServeLimits, defaultTenantLimits
 	e.parsed("cpu-seconds", "CPU seconds per process: default and ceiling (0: none)", uintFlag(&o.policy.Limits.CPUSeconds))
 	e.parsed("memory", "memory per execution in bytes, swap included: default and ceiling (default 1G; 0: none)", sizeFlag(&o.policy.Limits.Memory))
@@ -215,7 +218,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.duration(&o.timeoutWarning, "timeout-warning", session.DefaultTimeoutWarning, "warn attached clients this long before a timeout fires (at most half the timeout; 0: no warning)")
 	e.duration(&o.policy.MaxTimeout, "max-timeout", gateway.DefaultMaxTimeout, "longest timeout or idle timeout a client may ask for")
 	e.duration(&o.session.DefaultRetention, "retention", session.DefaultRetention, "how long a finished execution's result is kept")
-	e.parsed("max-running", "running executions in total", intPtr(&o.session.MaxRunning, session.DefaultMaxRunning))
+	e.parsed("max-running", fmt.Sprintf("running executions in total (default %d)", session.DefaultMaxRunning), intPtr(&o.session.MaxRunning, session.DefaultMaxRunning))
 	e.parsed("max-running-per-tenant", "running executions per tenant (default 16)", intPtr(&o.session.MaxRunningPerOwner, defaultMaxRunningPerTenant))
 	e.parsed("max-retained", "executions kept, running or finished (default 1024)", intPtr(&o.session.MaxRetained, session.DefaultMaxRetained))
 	e.parsed("max-retained-per-tenant", "executions one tenant keeps, running or finished (default 128)", intPtr(&o.session.MaxRetainedPerOwner, session.DefaultMaxRetainedPerOwner))
@@ -225,13 +228,13 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.duration(&o.server.Hold, "hold", gateway.DefaultHold, "how long held output waits for an acknowledging writer who left to come back, before the execution runs free")
 	e.duration(&o.server.MaxHold, "max-hold", gateway.DefaultMaxHold, "longest hold a start may ask for (hold_ms)")
 	e.parsed("scrollback", fmt.Sprintf("lines of history above the screen a terminal's state keeps for snapshots, 1..%d (default 1000)", maxScrollback), scrollbackFlag(&o.session.Scrollback))
-	e.parsed("max-message-bytes", "largest WebSocket message (larger closes with 1009)", sizeFlag(&o.server.MaxMessageBytes))
+	e.parsed("max-message-bytes", fmt.Sprintf("largest WebSocket message (larger closes with 1009), also of an HTTP API request body (default %s)", sizeText(gateway.DefaultMaxMessageBytes)), sizeFlag(&o.server.MaxMessageBytes))
 	o.screens.register(e, &o.server)
-	e.parsed("max-channels", "attached channels per connection", intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
-	e.parsed("max-conns-per-subject", "connections per token subject", intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
-	e.parsed("starts-per-minute", "starts per minute per token subject, across its connections and the HTTP API", intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
-	e.parsed("input-per-second", "input messages per second per token subject, across its connections and the HTTP API, sustained; bursts of 16 s of it (a paste sent a line a message, keystrokes as fast as their echo) are taken at once", intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
-	e.parsed("resizes-per-second", "resize and signal requests per second per token subject, across its connections, sustained; bursts of 10 s of it (a window dragged, windows retiled) are taken at once", intPtr(&o.server.ResizesPerSecond, gateway.DefaultResizesPerSecond))
+	e.parsed("max-channels", fmt.Sprintf("attached channels per connection (default %d)", gateway.DefaultMaxChannels), intPtr(&o.server.MaxChannels, gateway.DefaultMaxChannels))
+	e.parsed("max-conns-per-subject", fmt.Sprintf("WebSocket connections and held HTTP long polls per token subject, together; beyond it 429 (default %d)", gateway.DefaultMaxConnsPerSubject), intPtr(&o.server.MaxConnsPerSubject, gateway.DefaultMaxConnsPerSubject))
+	e.parsed("starts-per-minute", fmt.Sprintf("starts per minute per token subject, across its connections and the HTTP API (default %d)", gateway.DefaultStartsPerMinute), intPtr(&o.server.StartsPerMinute, gateway.DefaultStartsPerMinute))
+	e.parsed("input-per-second", fmt.Sprintf("input messages per second per token subject, across its connections and the HTTP API, sustained; bursts of 16 s of it (a paste sent a line a message, keystrokes as fast as their echo) are taken at once (default %d)", gateway.DefaultInputPerSecond), intPtr(&o.server.InputPerSecond, gateway.DefaultInputPerSecond))
+	e.parsed("resizes-per-second", fmt.Sprintf("resize and signal requests per second per token subject, across its connections, sustained; bursts of 10 s of it (a window dragged, windows retiled) are taken at once (default %d)", gateway.DefaultResizesPerSecond), intPtr(&o.server.ResizesPerSecond, gateway.DefaultResizesPerSecond))
 	e.duration(&o.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a kept-alive HTTP connection may wait for its next request")
 	e.duration(&o.headerTimeout, "read-header-timeout", defaultHeaderTimeout, "how long a client may take to send a request's headers")
 	e.duration(&o.server.RequestReadTimeout, "read-timeout", gateway.DefaultRequestReadTimeout, "how long a client may take to send an HTTP API request's body (not long polls or WebSockets)")
@@ -240,8 +243,8 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.parsed("max-preauth-conns", "open connections that have not sent a complete request header, at most --max-conns: when full, a new one takes the place of the oldest of the client holding the most (default --max-conns/4)", intPtr(&o.listener.MaxPreAuthConns, 0))
 	e.duration(&o.firstByteTimeout, "first-byte-timeout", gateway.DefaultFirstByteTimeout, "close a new connection that sends nothing for this long (0: off)")
 	e.parsed("fd-headroom", "file descriptors kept free for starts: no new connection while fewer are free (default 128; 0: off)", nonNegative(&o.fdHeadroom, gateway.DefaultFDHeadroom))
-	e.parsed("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&o.sandbox.UID))
-	e.parsed("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&o.sandbox.GID))
+	e.parsed("sandbox-uid", fmt.Sprintf("host uid the sandbox runs as when termgate is root (default %d)", sandbox.DefaultUID), idFlag(&o.sandbox.UID))
+	e.parsed("sandbox-gid", fmt.Sprintf("host gid the sandbox runs as when termgate is root (default %d)", sandbox.DefaultGID), idFlag(&o.sandbox.GID))
 	o.workspaces.register(e)
 	e.str(&o.stateDir, "state-dir", "", "directory of the executions' state, best on tmpfs: they outlive a restart or crash of the server (default /run/termgate for root, $XDG_RUNTIME_DIR/termgate for others, who must give one without it; mode 0700, ours, not a symbolic link, in a parent nobody else may write unless sticky; none: executions end with the server)")
 	e.duration(&o.orphanGrace, "orphan-grace", defaultOrphanGrace, "how long executions outlive a server that does not come back, before they are stopped as a cancel would")
