@@ -23,6 +23,7 @@
 //
 //	termgate manifest systemd|nginx|caddy|kubernetes|haproxy [flags]
 //	                                        print a deployment's configuration for serve
+//	                                        (systemd and kubernetes check serve's flags: on Linux only)
 //	termgate completion bash|zsh|fish       print a shell completion script
 //	termgate version                        print the version and commit
 //	termgate help [COMMAND]                 the overview, or a command's flags and examples
