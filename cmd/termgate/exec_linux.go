@@ -35,7 +35,7 @@ func execFlags(o *execOptions) *flag.FlagSet {
 	fs.Func("network", "network: none or host (default none)", func(s string) error {
 		return setNetwork(p, s)
 	})
-	fs.Func("env", "set `K=V` in the sandbox (repeatable)", envFlag(p))
+	fs.Func("env", "set `K=V` in the sandbox (repeatable); HOME, LANG and, with a PTY, TERM get defaults (default: PATH only)", envFlag(p))
 	fs.StringVar(&p.Cwd, "cwd", "", "working directory inside the sandbox (default /workspace)")
 	fs.StringVar(&o.procValue, "proc", "none", "procfs: none, private or self-exe=PATH")
 	fs.Func("cpu-seconds", "CPU time ceiling in `SECONDS` per process (default none)", uintFlag(&p.Limits.CPUSeconds))
@@ -46,7 +46,7 @@ func execFlags(o *execOptions) *flag.FlagSet {
 	fs.Func("address-space", "address space ceiling per process, in `BYTES` (default none)", usizeFlag(&p.Limits.AddressSpace))
 	fs.Func("tmp-size", "size of each of /tmp, /run and /dev/shm in `BYTES` (default 64M)", sizeFlag(&p.TmpSize))
 	fs.IntVar(&p.PTYs, "ptys", 0, "terminals the sandbox may open itself (`N`, tmux or script; 0: none)")
-	fs.DurationVar(&p.Timeout, "timeout", 0, "stop the command after this `DURATION` (e.g. 30s; 0: none)")
+	fs.DurationVar(&p.Timeout, "timeout", 0, "stop the command (TERM, then KILL after 2 s) after this `DURATION` (e.g. 30s; 0: none)")
 	fs.BoolVar(&o.pty, "pty", false, "run on a pseudo-terminal (default when stdin is a terminal)")
 	fs.BoolVar(&o.noPTY, "no-pty", false, "use pipes even when stdin is a terminal")
 	fs.Func("sandbox-uid", fmt.Sprintf("host uid the sandbox runs as when termgate is root (default %d) (env TERMGATE_SANDBOX_UID)", sandbox.DefaultUID), idFlag(&o.launcher.UID))
