@@ -78,7 +78,8 @@ func commands() []command {
 		},
 		{
 			name: "exec", args: "[flags] -- CMD [ARGS...]", linux: true,
-			summary: "run one command in the sandbox, on this host",
+			summary: "run one command in the sandbox, on this host, with this terminal attached (a PTY when stdin is one, or with --pty); exits with its status",
+			exits:   execExits,
 			examples: []string{
 				"termgate exec -- /bin/sh -c 'id; ls /'",
 				"termgate exec --workspace . --network host -- make test",
@@ -240,6 +241,15 @@ func commands() []command {
 		},
 	}
 }
+
+// execExits is exec's table of exit statuses for help and docs/cli.md.
+const execExits = `  0-255  the command's own status: its exit code, 128+n for signal n, except:
+  126    the sandbox could not be set up, or the command cannot run (a directory, no
+         permission, a working directory that cannot be entered); termgate's init
+         names the problem
+  127    the command does not exist
+  2      a bad command line
+`
 
 // commandNamed returns the command called name.
 func commandNamed(name string) (command, bool) {
