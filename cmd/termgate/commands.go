@@ -127,7 +127,7 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return runFlags(new(runOptions)) },
 		},
 		{
-			name: "attach", args: "--id ID [flags]",
+			name: "attach", args: "[--id ID] [flags]",
 			summary: "attach to an execution (detach: Ctrl-] d)",
 			examples: []string{
 				"termgate attach --id build-7",
