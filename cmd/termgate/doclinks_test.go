@@ -146,3 +146,16 @@ func TestHeadingSlugs(t *testing.T) {
 		t.Error("a line in a code block is no heading")
 	}
 }
+
+// TestReadmeIsAFrontDoor: README.md stays a page a newcomer reads whole;
+// what a reader needs beyond it goes to docs/.
+func TestReadmeIsAFrontDoor(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, more than 250: move the detail to docs/", n)
+	}
+}
