@@ -167,7 +167,8 @@ const cliIntro = "# Command-line reference\n\n" +
 	"This page is made from the command table and flag sets of `cmd/termgate` (`" + cliDocCommand + "`),\n" +
 	"the ones `termgate help`, `termgate COMMAND --help` and the completion scripts read; a test fails\n" +
 	"when it is stale.\n\n" +
-	"`termgate help` lists the commands; `termgate COMMAND --help` (or `termgate help COMMAND`) shows a\n" +
+	"`termgate help` lists the commands; `termgate COMMAND --help` (or `termgate help COMMAND`, and\n" +
+	"`termgate help manifest KIND` for a kind of manifest) shows a\n" +
 	"command's usage line, its flags (each with its `TERMGATE_*` variable where it has one) and examples.\n" +
 	"Help never shows a token or another value taken from the environment, only where it comes from.\n" +
 	"Flags take one or two dashes (`--id ID`, `--id=ID`); a bad flag exits 2.\n\n" +

@@ -231,8 +231,8 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return newFlagSet("version") },
 		},
 		{
-			name: "help", args: "[COMMAND]", summary: "print help, for one command with its flags and examples",
-			examples: []string{"termgate help", "termgate help run"},
+			name: "help", args: "[COMMAND [KIND]]", summary: "print help, for one command (or manifest's kind) with its flags and examples",
+			examples: []string{"termgate help", "termgate help run", "termgate help manifest haproxy"},
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 				return runHelp(args, stdout)
 			},

@@ -26,7 +26,7 @@
 //	                                        (systemd and kubernetes check serve's flags: on Linux only)
 //	termgate completion bash|zsh|fish       print a shell completion script
 //	termgate version                        print the version and commit
-//	termgate help [COMMAND]                 the overview, or a command's flags and examples
+//	termgate help [COMMAND [KIND]]          the overview, or a command's flags and examples
 //
 // Two first arguments are no commands for people, and neither help nor
 // completion lists them: __keeper makes termgate the keeper of a state
