@@ -14,8 +14,8 @@ import (
 // never mistaken for the command's own status (README.md, "Exit status").
 const exitGateway = 255
 
-// clientExits is the exit status table of run and attach in their help;
-// README.md, "Exit status", has the same.
+// clientExits is the exit status table of run and attach in their help
+// and in docs/cli.md; docs/clients.md, "Exit status", has the same.
 const clientExits = `  0-254  the command's own status: its exit code, 128+n for signal n
   74     the command exited 0, but output was lost (--allow-loss keeps 0)
   2      a bad command line

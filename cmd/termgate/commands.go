@@ -30,9 +30,9 @@ type command struct {
 	// operands, when set, lists the words completion offers after the
 	// flags (otherwise files: a command and its arguments).
 	operands func() []string
-	// kinds, when set, are the command's kinds as their help shows them,
-	// by the word after the command (manifest's): help asked of a kind
-	// comes with a flag set named "termgate NAME KIND".
+	// kinds, when set, are the command's kinds as their help and
+	// docs/cli.md show them, by the word after the command (manifest's):
+	// help asked of a kind comes with a flag set named "termgate NAME KIND".
 	kinds func() map[string]command
 }
 
@@ -78,7 +78,8 @@ func commands() []command {
 		},
 		{
 			name: "exec", args: "[flags] -- CMD [ARGS...]", linux: true,
-			summary: "run one command in the sandbox, on this host",
+			summary: "run one command in the sandbox, on this host, with this terminal attached (a PTY when stdin is one, or with --pty); exits with its status",
+			exits:   execExits,
 			examples: []string{
 				"termgate exec -- /bin/sh -c 'id; ls /'",
 				"termgate exec --workspace . --network host -- make test",
@@ -126,7 +127,7 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return runFlags(new(runOptions)) },
 		},
 		{
-			name: "attach", args: "--id ID [flags]",
+			name: "attach", args: "[--id ID] [flags]",
 			summary: "attach to an execution (detach: Ctrl-] d)",
 			examples: []string{
 				"termgate attach --id build-7",
@@ -230,8 +231,8 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return newFlagSet("version") },
 		},
 		{
-			name: "help", args: "[COMMAND]", summary: "print help, for one command with its flags and examples",
-			examples: []string{"termgate help", "termgate help run"},
+			name: "help", args: "[COMMAND [KIND]]", summary: "print help, for one command (or manifest's kind) with its flags and examples",
+			examples: []string{"termgate help", "termgate help run", "termgate help manifest haproxy"},
 			run: func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 				return runHelp(args, stdout)
 			},
@@ -240,6 +241,15 @@ func commands() []command {
 		},
 	}
 }
+
+// execExits is exec's table of exit statuses for help and docs/cli.md.
+const execExits = `  0-255  the command's own status: its exit code, 128+n for signal n, except:
+  126    the sandbox could not be set up, or the command cannot run (a directory, no
+         permission, a working directory that cannot be entered); termgate's init
+         names the problem
+  127    the command does not exist
+  2      a bad command line
+`
 
 // commandNamed returns the command called name.
 func commandNamed(name string) (command, bool) {
@@ -260,8 +270,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "-h", "--help", "-help":
 		args[0] = "help"
 	}
-	if args[0] == keeperArg {
+	switch args[0] {
+	case keeperArg:
 		return runKeeper(ctx, args[1:], stderr)
+	case cliDocArg:
+		return runCLIDoc(args[1:])
 	}
 	c, ok := commandNamed(args[0])
 	if !ok {

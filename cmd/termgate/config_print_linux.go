@@ -12,7 +12,8 @@ import (
 // registerConfigFlags adds --config and --print-config, which a config
 // file cannot set.
 func registerConfigFlags(e *envFlags, o *serveOptions) {
-	e.fs.StringVar(&o.config, "config", os.Getenv("TERMGATE_CONFIG"), "TOML file of these flags, keys named as them: listen = \"127.0.0.1:8080\", jwt-public-key = [\"a.pem\", \"b.pem\"], memory = \"2G\", dev = true; a flag beats the environment, which beats the file, which beats the default; it may be readable by all, never writable by group or others (env TERMGATE_CONFIG)")
+	e.fs.StringVar(&o.config, "config", "", "TOML file of these flags, keys named as them: listen = \"127.0.0.1:8080\", jwt-public-key = [\"a.pem\", \"b.pem\"], memory = \"2G\", dev = true; a flag beats the environment, which beats the file, which beats the default; it may be readable by all, never writable by group or others (env TERMGATE_CONFIG)")
+	o.config = os.Getenv("TERMGATE_CONFIG") // after: help never shows it
 	e.fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration as a config file (defaults commented out, URL passwords redacted) and exit")
 }
 

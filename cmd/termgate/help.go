@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,7 +22,24 @@ func runHelp(args []string, stdout io.Writer) error {
 	if !ok {
 		return usageError{fmt.Errorf("help: unknown command %q", args[0])}
 	}
+	if len(args) > 1 && c.kinds != nil {
+		return kindHelp(c, args[1], stdout)
+	}
 	printHelp(stdout, c, c.flags())
+	return nil
+}
+
+// kindHelp prints the help of c's kind (termgate help manifest haproxy):
+// what "termgate manifest haproxy --help" prints, from the same flag set.
+func kindHelp(c command, kind string, stdout io.Writer) error {
+	if _, ok := c.kinds()[kind]; !ok {
+		return usageError{fmt.Errorf("help: %s has no kind %q", c.name, kind)}
+	}
+	var h helpRequest
+	if err := c.run(context.Background(), []string{kind, "--help"}, nil, io.Discard, io.Discard); !errors.As(err, &h) {
+		return fmt.Errorf("help %s %s: %v", c.name, kind, err)
+	}
+	printHelp(stdout, c, h.fs)
 	return nil
 }
 

@@ -1,6 +1,6 @@
 // Command termgate runs commands in bubblewrap sandboxes and serves them to
-// browser terminals and tools over WebSocket, and is the command-line
-// client of such a gateway.
+// browser terminals and tools over WebSocket, is the command-line client of
+// such a gateway, and prints the configurations that deploy it.
 //
 // Server side (Linux only):
 //
@@ -13,7 +13,7 @@
 // TERMGATE_URL and TERMGATE_TOKEN):
 //
 //	termgate run [flags] -- CMD [ARGS...]   run a command through a gateway
-//	termgate attach --id ID                 attach to an execution (detach: Ctrl-] d)
+//	termgate attach [--id ID]               attach to an execution (detach: Ctrl-] d)
 //	termgate ls                             list the tenant's executions
 //	termgate logs --id ID [--after N] [--follow]  print an execution's output
 //	termgate cancel --id ID                 cancel an execution
@@ -21,17 +21,27 @@
 //
 // Either side:
 //
+//	termgate manifest systemd|nginx|caddy|kubernetes|haproxy [flags]
+//	                                        print a deployment's configuration for serve
+//	                                        (systemd and kubernetes check serve's flags: on Linux only)
 //	termgate completion bash|zsh|fish       print a shell completion script
 //	termgate version                        print the version and commit
-//	termgate help [COMMAND]                 the overview, or a command's flags and examples
+//	termgate help [COMMAND [KIND]]          the overview, or a command's flags and examples
 //
-// commands.go lists the commands once: dispatch, --help and the completion
-// scripts (completion.go) all read that list and each command's flag set.
+// Two first arguments are no commands for people, and neither help nor
+// completion lists them: __keeper makes termgate the keeper of a state
+// directory (serve starts it), and __cli-doc writes docs/cli.md (go
+// generate runs it).
+//
+// commands.go lists the commands once: dispatch, --help, the completion
+// scripts (completion.go) and docs/cli.md (clidoc.go) all read that list
+// and each command's flag set.
 //
 // main parses flags into each package's Config and wires the concrete
 // parts together: serve builds a sandbox.Launcher, a session.Supervisor, an
 // auth.Authenticator and a gateway.Server; the client commands use
-// gateway/client and the HTTP API.
+// gateway/client and the HTTP API; manifest checks serve's flags as serve
+// would and prints them into a systemd unit or Kubernetes manifests.
 package main
 
 import (

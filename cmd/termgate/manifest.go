@@ -53,13 +53,13 @@ func manifestFlagSet() *flag.FlagSet {
 }
 
 // manifestKindCommands are manifest's kinds as their own help shows
-// them (termgate manifest KIND --help): the usage line, summary and
-// examples of each, by kind.
+// them (termgate manifest KIND --help): the usage line, summary, own
+// flags and examples of each, by kind.
 func manifestKindCommands() map[string]command {
 	kind := func(name, args, summary string, examples ...string) command {
 		return command{name: "manifest " + name, args: args, summary: summary, examples: examples}
 	}
-	return map[string]command{
+	kinds := map[string]command{
 		"systemd": kind("systemd", "[--binary PATH] [serve flags]",
 			"print a systemd unit that runs termgate serve with the serve flags given, checked as serve checks them",
 			"termgate manifest systemd --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces \\\n      > /etc/systemd/system/termgate.service",
@@ -75,6 +75,18 @@ func manifestKindCommands() map[string]command {
 			"print an HAProxy configuration in front of the nodes of a termgate cluster, its timeouts sized against the nodes' --peer-timeout",
 			"termgate manifest haproxy --server termgate-0=10.0.0.1:8080 --server termgate-1=10.0.0.2:8080 --bind :80 > /etc/haproxy/haproxy.cfg"),
 	}
+	for name, fs := range map[string]func() *flag.FlagSet{
+		"systemd":    systemdFlags,
+		"nginx":      func() *flag.FlagSet { fs, _ := nginxFlags(new(nginxOptions)); return fs },
+		"caddy":      func() *flag.FlagSet { fs, _ := caddyFlags(new(caddyOptions)); return fs },
+		"kubernetes": func() *flag.FlagSet { return kubeFlags(newFlagSet("manifest kubernetes"), new(kubeOptions)) },
+		"haproxy":    func() *flag.FlagSet { fs, _ := haproxyFlags(new(haproxyOptions)); return fs },
+	} {
+		k := kinds[name]
+		k.flags = fs
+		kinds[name] = k
+	}
+	return kinds
 }
 
 // withServeHelp is err, from a kind that takes serve's flags after its
@@ -102,6 +114,13 @@ func withServeHelp(err error, own *flag.FlagSet) error {
 	return err
 }
 
+// systemdFlags is manifest systemd's own flag set; serve's follow.
+func systemdFlags() *flag.FlagSet {
+	fs := newFlagSet("manifest systemd")
+	fs.String("binary", defaultBinary, "absolute path of termgate in ExecStart, first; the other flags are serve's")
+	return fs
+}
+
 // defaultBinary is where the unit expects termgate unless --binary says.
 const defaultBinary = "/usr/local/bin/termgate"
 
@@ -118,9 +137,7 @@ func runManifestSystemd(args []string, stdout io.Writer) error {
 	}
 	stateDir, err := checkServeArgs(serveArgs)
 	if err != nil {
-		own := newFlagSet("manifest systemd")
-		own.String("binary", defaultBinary, "absolute path of termgate in ExecStart, first; the other flags are serve's")
-		return withServeHelp(err, own)
+		return withServeHelp(err, systemdFlags())
 	}
 	if !stateDir {
 		serveArgs = append([]string{"--state-dir", defaultUnitStateDir}, serveArgs...)

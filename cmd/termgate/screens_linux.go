@@ -25,7 +25,7 @@ const minSnapshotBytes = 64 << 10
 func (o *screenOptions) register(e *envFlags, server *gateway.Config) {
 	o.memory, o.perTenant = session.DefaultMaxScreenMemory, session.DefaultMaxScreenMemoryPerOwner
 	e.parsed("max-snapshot-bytes", "largest screen snapshot message, at least 64K and at most --max-message-bytes; a longer scrollback is cut to its newest lines, a larger screen gets a gap (default: --max-message-bytes)", sizeFlag(&o.maxSnapshot))
-	e.parsed("screen-memory", "memory all terminals' screen state may hold, each counted at the most it can hold at its size; a terminal beyond it gets gaps instead of snapshots (default 512M)", sizeFlag(&o.memory))
+	e.parsed("screen-memory", "memory all terminals' screen state (their emulators) may hold, each counted at the most it can hold at its size (two 1000x1000 buffers: 48 MB); a terminal beyond it gets gaps instead of snapshots, and the log says why (default 512M)", sizeFlag(&o.memory))
 	e.parsed("screen-memory-per-tenant", "the same for all of one tenant's terminals (default 32M)", sizeFlag(&o.perTenant))
 	e.parsed("max-queued-bytes", "bytes of messages waiting for one connection's writer; a snapshot beyond it is sent as a gap (default 8M)", sizeFlag(&server.MaxQueuedBytes))
 	e.parsed("max-queued-bytes-per-subject", "the same for all of a token subject's connections (default 16M)", sizeFlag(&server.MaxQueuedBytesPerSubject))

@@ -14,8 +14,8 @@ import (
 func verifyFlags(asJSON *bool, cfg *sandbox.Config) *flag.FlagSet {
 	fs := newFlagSet("verify")
 	fs.BoolVar(asJSON, "json", false, "print the report as JSON")
-	fs.Func("sandbox-uid", "host uid the sandbox runs as when termgate is root", idFlag(&cfg.UID))
-	fs.Func("sandbox-gid", "host gid the sandbox runs as when termgate is root", idFlag(&cfg.GID))
+	fs.Func("sandbox-uid", fmt.Sprintf("host uid the sandbox runs as when termgate is root (default %d) (env TERMGATE_SANDBOX_UID)", sandbox.DefaultUID), idFlag(&cfg.UID))
+	fs.Func("sandbox-gid", fmt.Sprintf("host gid the sandbox runs as when termgate is root (default %d) (env TERMGATE_SANDBOX_GID)", sandbox.DefaultGID), idFlag(&cfg.GID))
 	return fs
 }
 

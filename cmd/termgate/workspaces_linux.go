@@ -30,7 +30,7 @@ func defaultWorkspaceOptions() workspaceOptions {
 // register adds --tenant-uids, --workspace-quota and --workspace-inodes.
 func (w *workspaceOptions) register(e *envFlags) {
 	e.parsed("tenant-uids", "host uids (and gids) tenants get, FIRST:COUNT (default 3000000:100000)", uidRangeFlag(&w.tenantUIDs))
-	e.parsed("workspace-quota", "disk quota of each new tenant workspace, a size; 0 turns quotas off (default 10G)", func(s string) error {
+	e.parsed("workspace-quota", "disk quota of each new tenant workspace (an ext4 image), a size; 0 turns quotas off (default 10G, off with --dev when not root)", func(s string) error {
 		w.bytesSet = true
 		return quotaFlag(&w.bytes, sandbox.MinWorkspaceBytes)(s)
 	})
@@ -96,7 +96,7 @@ func quotaFlag(dst *int64, least int64) func(string) error {
 
 func workspacesFlags(root *string, asJSON *bool) *flag.FlagSet {
 	e := &envFlags{fs: newFlagSet("workspaces")}
-	e.str(root, "workspace-root", "", "directory holding one workspace per tenant")
+	e.str(root, "workspace-root", "", "directory holding one workspace per tenant, made on demand under an opaque name")
 	e.fs.BoolVar(asJSON, "json", false, "print the list as JSON")
 	return e.fs
 }

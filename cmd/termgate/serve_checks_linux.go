@@ -1,0 +1,180 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
+)
+
+func (o *serveOptions) check() error {
+	proxies, err := gateway.ParseTrustedProxies(o.trustedProxies)
+	if err != nil {
+		return usageError{fmt.Errorf("serve: --trusted-proxy: %w", err)}
+	}
+	o.server.TrustedProxies = proxies
+	o.session.RecordingsRetention = o.recordingsRetention
+	if o.recordingsRetention == 0 {
+		o.session.RecordingsRetention = -1 // session's zero is its default
+	}
+	switch {
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
+	case o.network != "none" && o.network != "host":
+		return usageError{fmt.Errorf("serve: --network: want none or host, got %q", o.network)}
+	case o.proc != "auto" && o.proc != "none" && o.proc != "private":
+		return usageError{fmt.Errorf("serve: --proc: want auto, none or private, got %q", o.proc)}
+	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:
+		return usageError{errors.New("serve: --idle-timeout, --read-header-timeout and --read-timeout must be positive")}
+	case o.firstByteTimeout < 0:
+		return usageError{errors.New("serve: --first-byte-timeout must not be negative")}
+	case o.listener.MaxPreAuthConns > cmp.Or(o.listener.MaxConns, gateway.DefaultMaxConns):
+		return usageError{fmt.Errorf("serve: --max-preauth-conns %d is above --max-conns %d", o.listener.MaxPreAuthConns, cmp.Or(o.listener.MaxConns, gateway.DefaultMaxConns))}
+	case o.policy.InteractiveTimeout <= 0 || o.policy.IdleTimeout <= 0 || o.timeoutWarning < 0:
+		return usageError{errors.New("serve: --interactive-timeout and --interactive-idle-timeout must be positive, --timeout-warning not negative")}
+	case o.stateDir != "" && o.stateDir != "none" && !filepath.IsAbs(o.stateDir):
+		return usageError{fmt.Errorf("serve: --state-dir %q: want an absolute path, or none", o.stateDir)}
+	case o.session.RecordingsDir != "" && !filepath.IsAbs(o.session.RecordingsDir):
+		return usageError{fmt.Errorf("serve: --recordings-dir %q: want an absolute path", o.session.RecordingsDir)}
+	case o.session.RecordingsDir == "" && (o.server.Record.Enabled() || o.server.Record.Input):
+		return usageError{errors.New("serve: --record and --record-input need --recordings-dir")}
+	case o.session.RecordingMaxSize < session.MinRecordingMaxSize:
+		return usageError{fmt.Errorf("serve: --recording-max-size %d: want at least 4K", o.session.RecordingMaxSize)}
+	case o.session.RecordingsMaxBytesPerOwner < o.session.RecordingMaxSize || o.session.RecordingsMaxBytes < o.session.RecordingsMaxBytesPerOwner:
+		return usageError{fmt.Errorf("serve: --recordings-max-bytes-per-tenant %s must hold a recording of --recording-max-size %s, and --recordings-max-bytes %s one tenant's",
+			sizeText(uint64(max(o.session.RecordingsMaxBytesPerOwner, 0))), sizeText(uint64(o.session.RecordingMaxSize)), sizeText(uint64(max(o.session.RecordingsMaxBytes, 0))))}
+	case o.session.RecordingsMaxFiles < o.session.RecordingsMaxFilesPerOwner:
+		return usageError{fmt.Errorf("serve: --recordings-max-files %d is below --recordings-max-files-per-tenant %d", o.session.RecordingsMaxFiles, o.session.RecordingsMaxFilesPerOwner)}
+	case o.recordingsRetention < 0:
+		return usageError{fmt.Errorf("serve: --recordings-retention %v: want 0 (kept) or more", o.recordingsRetention)}
+	case o.logFormat != "json" && o.logFormat != "text":
+		return usageError{fmt.Errorf("serve: --log-format: want json or text, got %q", o.logFormat)}
+	case o.orphanGrace < time.Second || o.orphanGrace > 24*time.Hour:
+		return usageError{fmt.Errorf("serve: --orphan-grace %v: want 1s to 24h", o.orphanGrace)}
+	case o.policy.InteractiveTimeout > o.policy.MaxTimeout:
+		return usageError{fmt.Errorf("serve: --interactive-timeout %v is longer than --max-timeout %v", o.policy.InteractiveTimeout, o.policy.MaxTimeout)}
+	case (len(o.publicKeys) > 0 || len(o.jwksURLs) > 0) && o.audience == "":
+		return usageError{errors.New("serve: --jwt-public-key and --jwt-jwks-url need --jwt-audience: without it, any token the identity provider signs for another service is accepted")}
+	case o.jwksRefresh < 10*time.Second || o.jwksRefresh > 24*time.Hour:
+		return usageError{fmt.Errorf("serve: --jwt-jwks-refresh %v: want 10s to 24h", o.jwksRefresh)}
+	case o.checkAuthFlags() != nil:
+		return usageError{o.checkAuthFlags()}
+	case o.sigterm != sigtermRestart && o.sigterm != sigtermShutdown:
+		return usageError{fmt.Errorf("serve: --sigterm: want restart or shutdown, got %q", o.sigterm)}
+	case o.screens.check(o.server.MaxMessageBytes) != nil:
+		return usageError{o.screens.check(o.server.MaxMessageBytes)}
+	case o.cluster.check(o.listen) != nil:
+		return usageError{o.cluster.check(o.listen)}
+	case o.dev:
+		return nil
+	case o.secretFile == "" && len(o.publicKeys) == 0 && len(o.jwksURLs) == 0:
+		return usageError{errors.New("serve: give --jwt-secret-file, --jwt-public-key or --jwt-jwks-url (or --dev)")}
+	case o.workspaceRoot == "":
+		return usageError{errors.New("serve: --workspace-root is required (or --dev)")}
+	}
+	return nil
+}
+
+// checkCeilings refuses to serve with a default ceiling the host cannot
+// enforce (ceilings is the probe's Report.Ceilings): executions would
+// otherwise fail one by one, or, worse, run without it. The error names
+// the flag that turns the ceiling off.
+func checkCeilings(l, tenant sandbox.Limits, ceilings map[string]bool) error {
+	var errs []error
+	for _, c := range []struct {
+		set        bool
+		name, flag string
+	}{
+		{l.Memory > 0, "memory", "--memory"},
+		{l.Pids > 0, "pids", "--pids"},
+		{l.CPUWeight > 0, "cpu_weight", "--cpu-weight"},
+		{tenant.Memory > 0, "memory", "--tenant-memory"},
+		{tenant.Pids > 0, "pids", "--tenant-pids"},
+		{tenant.CPUWeight > 0, "cpu_weight", "--tenant-cpu-weight"},
+	} {
+		if c.set && !ceilings[c.name] {
+			errs = append(errs, fmt.Errorf("this host cannot enforce the %s ceiling (no cgroup controller for it): set %s 0 (env %s=0) to run without it", c.name, c.flag, envName(strings.TrimPrefix(c.flag, "--"))))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("serve: refusing to start: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// checkProc refuses a private procfs where nothing keeps the command away
+// from its sandbox's pid 1: /proc/1/mem would let it stop its sandbox's
+// end or forge its exit. Landlock does; the probe checks it.
+func checkProc(proc string, report sandbox.Report) error {
+	if proc == "private" && !report.Checks["init_out_of_reach"] {
+		return errors.New("serve: refusing to start: --proc private needs Landlock on this host (its pid 1 would be open to the command through /proc/1/mem): use --proc none")
+	}
+	return nil
+}
+
+// resolveProc turns --proc into the procfs sandboxes get: auto is private
+// where the probe found the sandbox's pid 1 out of reach, else none, with
+// a warning saying what that costs; private where it is not is refused.
+func resolveProc(asked string, report sandbox.Report) (proc, warning string, err error) {
+	if asked != "auto" {
+		if err := checkProc(asked, report); err != nil {
+			return "", "", err
+		}
+		return asked, "", nil
+	}
+	if report.Checks["init_out_of_reach"] {
+		return "private", "", nil
+	}
+	return "none", "--proc auto: sandboxes get no /proc, so ps and top do not work in them: this host has no Landlock to keep the sandbox's pid 1 (and /proc/1/mem) out of the command's reach; --proc none says so and silences this", nil
+}
+
+// checkTerminalPool refuses a configuration whose running executions could
+// together take every terminal the kernel has for sandboxes: a tenant at
+// its ceiling would then leave none for the others.
+func checkTerminalPool(ptys, running int) error {
+	if ptys == 0 {
+		return nil
+	}
+	pool, err := sandbox.TerminalPool()
+	if err != nil {
+		return fmt.Errorf("serve: refusing to start: %w: set --ptys 0 to run without terminals in sandboxes", err)
+	}
+	if ptys*running > pool {
+		return fmt.Errorf("serve: refusing to start: --ptys %d times --max-running %d is %d terminals, more than the kernel's %d for sandboxes (kernel.pty.max minus kernel.pty.reserve): lower one of them", ptys, running, ptys*running, pool)
+	}
+	return nil
+}
+
+// verify probes the sandbox and checks the ceilings and terminals asked
+// for against what it enforces.
+func (o *serveOptions) verify(ctx context.Context, l *sandbox.Launcher, log *slog.Logger) error {
+	report, err := l.Probe(ctx)
+	if err != nil {
+		return fmt.Errorf("serve: refusing to start: %w", err)
+	}
+	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings),
+		checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
+		return err
+	}
+	proc, warning, err := resolveProc(o.proc, report)
+	if err != nil {
+		return err
+	}
+	o.proc = proc
+	log.Info("sandbox verified", "bwrap", report.Version, "identity", report.Identity, "cgroups", report.Cgroups.Version, "exact_exit_status", report.ExactStatus, "proc", proc)
+	if warning != "" {
+		log.Warn("sandbox", "warning", warning)
+	}
+	for _, w := range report.Warnings {
+		log.Warn("sandbox", "warning", w)
+	}
+	return nil
+}
