@@ -11,10 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
-	"github.com/termgate/termgate/sandbox"
-	"golang.org/x/sys/unix"
+	"github.com/termgate/termgate/sandbox/fdio"
 )
 
 // backlogBound is how much a connection's backlog may hold before its
@@ -85,7 +83,7 @@ type nbConn struct {
 
 	// Parking (park): once the client sent nothing for idle, the read
 	// loop gives its goroutine up, and the descriptor waits in the
-	// process's waiter for idle descriptors (sandbox.WhenReadable). pmu
+	// process's waiter for idle descriptors (fdio.WhenReadable). pmu
 	// orders a park against Close, so that the socket is never closed
 	// while the waiter holds its descriptor: a closed descriptor leaves
 	// the waiter's epoll unseen, and its number may be another's by then.
@@ -130,7 +128,7 @@ func rawTry(raw syscall.RawConn) func(p []byte) (int, error) {
 		var werr error
 		err := raw.Write(func(fd uintptr) bool {
 			for {
-				n, werr = rawSyscall(unix.SYS_WRITE, fd, p)
+				n, werr = fdio.Write(int(fd), p)
 				if werr != syscall.EINTR {
 					return true
 				}
@@ -150,7 +148,7 @@ func rawTry(raw syscall.RawConn) func(p []byte) (int, error) {
 
 // Read reads from the socket as net.Conn's Read does, waiting in the
 // poller within the read deadline, but its read(2) goes to the kernel
-// without the scheduler's system-call bookkeeping (rawSyscall), as the
+// without the scheduler's system-call bookkeeping (fdio.Read), as the
 // writes do. What awaitInput read comes first.
 func (c *nbConn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
@@ -248,7 +246,7 @@ func (c *nbConn) park(resume func()) bool {
 		return false
 	}
 	c.resume = resume
-	if !sandbox.WhenReadable(c.fd, c.unpark) {
+	if !fdio.WhenReadable(c.fd, c.unpark) {
 		c.resume = nil
 		return false
 	}
@@ -273,7 +271,7 @@ func (c *nbConn) unparkToClose() {
 	c.pmu.Lock()
 	c.closing = true
 	var resume func()
-	if c.resume != nil && sandbox.StopWaiting(c.fd) {
+	if c.resume != nil && fdio.StopWaiting(c.fd) {
 		resume, c.resume = c.resume, nil
 	}
 	c.pmu.Unlock()
@@ -317,7 +315,7 @@ func (c *nbConn) read(p []byte) (n int, lent *[]byte, err error) {
 			buf = *lent
 		}
 		for {
-			n, rerr = rawSyscall(unix.SYS_READ, fd, buf)
+			n, rerr = fdio.Read(int(fd), buf)
 			if rerr != syscall.EINTR {
 				break
 			}
@@ -337,19 +335,6 @@ func (c *nbConn) read(p []byte) (n int, lent *[]byte, err error) {
 		return 0, nil, io.EOF
 	}
 	return n, lent, nil
-}
-
-// rawSyscall is read(2) or write(2) (trap) of p on a socket's
-// descriptor, which Go keeps in non-blocking mode, made without the
-// scheduler's system-call bookkeeping: it returns at once, and a call
-// through the scheduler wakes the runtime's monitor thread whenever the
-// process was idle, as it is between keystrokes. n is 0 on error.
-func rawSyscall(trap, fd uintptr, p []byte) (int, error) {
-	n, _, e := unix.RawSyscall(trap, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
 }
 
 // notify sets what is called when a backlog was written, or was not

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/fdio"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session/sessiontest"
 	"golang.org/x/sys/unix"
@@ -781,7 +782,7 @@ func TestNBConnParksWhenIdle(t *testing.T) {
 	}
 	nb.Close()
 	waitResumed(t, resumed)
-	if sandbox.StopWaiting(nb.fd) {
+	if fdio.StopWaiting(nb.fd) {
 		t.Fatal("the closed socket's descriptor is still in the waiter")
 	}
 	if nb.park(func() { resumed <- struct{}{} }) {

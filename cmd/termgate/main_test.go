@@ -70,17 +70,17 @@ func TestUsageErrorsExit2(t *testing.T) {
 func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{
-		"sandbox": {}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
+		"sandbox/fdio": {}, "sandbox": {"sandbox/fdio"}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
 		"session/screen":  {},
-		"session":         {"replay", "sandbox", "session/screen"},
+		"session":         {"replay", "sandbox", "sandbox/fdio", "session/screen"},
 		"gateway/wire":    {},
 		"gateway/cluster": {},
 		"gateway/auth":    {"gateway/wire"},
-		"gateway":         {"session", "session/screen", "replay", "sandbox", "gateway/wire", "gateway/auth", "gateway/cluster"},
+		"gateway":         {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/cluster"},
 		"gateway/client":  {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
-		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox"},
+		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox", "sandbox/fdio"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {
