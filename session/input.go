@@ -158,9 +158,8 @@ func (q *inputQueue) writeDirectLocked(p []byte) []byte {
 }
 
 // tryWrite is one write(2) of p to raw's descriptor that never waits,
-// made raw (fdio.Write). It
-// returns the bytes written: 0 on any error, which the writer goroutine
-// then meets again, or not.
+// made raw (fdio.Write). It returns the bytes written: 0 on any error,
+// which the writer goroutine then meets again, or not.
 func tryWrite(raw syscall.RawConn, p []byte) int {
 	var n int
 	var err error
