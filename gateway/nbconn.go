@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/gateway/internal/park"
 	"github.com/termgate/termgate/sandbox/fdio"
 )
 
@@ -75,23 +76,18 @@ type nbConn struct {
 	rmu     sync.Mutex
 	pending []byte
 	lent    *[]byte
-	readErr error       // awaitInput's read's error, for the next Read
-	armed   atomic.Bool // the socket's read deadline is awaitInput's (idle)
-	frames  frameCursor // the client's frames in the bytes Read handed out
-	mayIdle atomic.Bool // the read loop reads: Read may report errIdle
-	noIdle  atomic.Bool // a close handshake began: no Read reports errIdle
+	readErr error            // awaitInput's read's error, for the next Read
+	armed   atomic.Bool      // the socket's read deadline is awaitInput's (idle)
+	frames  park.FrameCursor // the client's frames in the bytes Read handed out
+	mayIdle atomic.Bool      // the read loop reads: Read may report errIdle
+	noIdle  atomic.Bool      // a close handshake began: no Read reports errIdle
 
 	// Parking (park): once the client sent nothing for idle, the read
 	// loop gives its goroutine up, and the descriptor waits in the
-	// process's waiter for idle descriptors (fdio.WhenReadable). pmu
-	// orders a park against Close, so that the socket is never closed
-	// while the waiter holds its descriptor: a closed descriptor leaves
-	// the waiter's epoll unseen, and its number may be another's by then.
-	fd      int
-	idle    time.Duration // parkAfter; 0 or less: never park
-	pmu     sync.Mutex
-	resume  func() // what runs when the parked socket is readable; nil unless parked
-	closing bool   // Close began: park no more
+	// process's waiter for idle descriptors (park.Spot).
+	fd   int
+	idle time.Duration // parkAfter; 0 or less: never park
+	spot *park.Spot
 }
 
 // inputBuffers lend awaitInput a buffer for the bytes it reads, as big as
@@ -117,6 +113,7 @@ func newNBConn(nc net.Conn, timeout time.Duration) (*nbConn, bool) {
 	}
 	c := &nbConn{Conn: nc, raw: raw, try: rawTry(raw), timeout: timeout, fd: -1}
 	raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	c.spot = park.NewSpot(c.fd)
 	return c, true
 }
 
@@ -155,7 +152,7 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	defer c.rmu.Unlock()
 	if len(c.pending) > 0 {
 		n := c.takePending(p)
-		c.frames.feed(p[:n])
+		c.frames.Feed(p[:n])
 		return n, nil
 	}
 	if err := c.readErr; err != nil {
@@ -167,7 +164,7 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	}
 	n, _, err := c.read(p)
 	if errors.Is(err, os.ErrDeadlineExceeded) && c.disarm() {
-		if c.mayIdle.Load() && !c.noIdle.Load() && c.frames.atRest() {
+		if c.mayIdle.Load() && !c.noIdle.Load() && c.frames.AtRest() {
 			// Only whole control frames came since awaitInput's wait (a
 			// pong): the WebSocket waits for a message's first byte,
 			// and a failed read leaves it as it was.
@@ -177,7 +174,7 @@ func (c *nbConn) Read(p []byte) (int, error) {
 		// and awaitInput sets a new one.
 		n, _, err = c.read(p)
 	}
-	c.frames.feed(p[:n])
+	c.frames.Feed(p[:n])
 	return n, err
 }
 
@@ -236,49 +233,10 @@ func (c *nbConn) SetDeadline(t time.Time) error {
 
 // park gives the socket to the process's waiter for idle descriptors,
 // which calls resume on a goroutine of its own once the client sends
-// something or hangs up, or Close does (it may have already when park
-// returns). False, with nothing parked, when the connection is closing or
-// the waiter cannot take the socket: the caller waits on in the poller.
-func (c *nbConn) park(resume func()) bool {
-	c.pmu.Lock()
-	defer c.pmu.Unlock()
-	if c.closing || c.fd < 0 {
-		return false
-	}
-	c.resume = resume
-	if !fdio.WhenReadable(c.fd, c.unpark) {
-		c.resume = nil
-		return false
-	}
-	return true
-}
-
-// unpark runs the parked connection again: the waiter found its socket
-// readable.
-func (c *nbConn) unpark() {
-	c.pmu.Lock()
-	resume := c.resume
-	c.resume = nil
-	c.pmu.Unlock()
-	if resume != nil {
-		resume()
-	}
-}
-
-// unparkToClose takes a parked socket back from the waiter before Close
-// closes it, and runs the connection again, which finds it closed.
-func (c *nbConn) unparkToClose() {
-	c.pmu.Lock()
-	c.closing = true
-	var resume func()
-	if c.resume != nil && fdio.StopWaiting(c.fd) {
-		resume, c.resume = c.resume, nil
-	}
-	c.pmu.Unlock()
-	if resume != nil {
-		go resume()
-	}
-}
+// something or hangs up, or Close does (park.Spot.Park). False, with
+// nothing parked, when the connection is closing or the waiter cannot
+// take the socket: the caller waits on in the poller.
+func (c *nbConn) park(resume func()) bool { return c.spot.Park(resume) }
 
 // unread makes b, read from the socket before the upgrade, what Read
 // hands out first.
@@ -443,7 +401,7 @@ func (c *nbConn) writeAll(b []byte) error {
 // Close closes the socket and waits for the backlog's goroutine, which
 // the close ends.
 func (c *nbConn) Close() error {
-	c.unparkToClose()
+	c.spot.Close() // a parked socket is taken back from the waiter first
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()

@@ -866,7 +866,7 @@ func TestNBConnReportsIdleOnlyToTheReadLoop(t *testing.T) {
 			t.Parallel()
 			nb, dc := nbPair(t)
 			nb.idle = 20 * time.Millisecond
-			pong := clientFrame(true, 10, nil)
+			pong := []byte{0x80 | 10, 0x80, 1, 2, 3, 4} // a client's pong: fin, opcode 10, masked, empty
 			if _, err := dc.Write(pong); err != nil {
 				t.Fatal(err)
 			}

@@ -72,13 +72,14 @@ func TestImportDirection(t *testing.T) {
 	allowed := map[string][]string{
 		"sandbox/fdio": {}, "sandbox": {"sandbox/fdio"}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
-		"session/screen":  {},
-		"session":         {"replay", "sandbox", "sandbox/fdio", "session/screen"},
-		"gateway/wire":    {},
-		"gateway/cluster": {},
-		"gateway/auth":    {"gateway/wire"},
-		"gateway":         {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/cluster"},
-		"gateway/client":  {"gateway/wire"},
+		"session/screen":        {},
+		"session":               {"replay", "sandbox", "sandbox/fdio", "session/screen"},
+		"gateway/wire":          {},
+		"gateway/cluster":       {},
+		"gateway/internal/park": {"sandbox/fdio"},
+		"gateway/auth":          {"gateway/wire"},
+		"gateway":               {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/cluster"},
+		"gateway/client":        {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
 		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox", "sandbox/fdio"},
 	}
