@@ -274,7 +274,7 @@ func TestConnectionTheWaiterRefusesReadsOn(t *testing.T) {
 	defer c.close()
 	c.expect(t, wire.MsgHello)
 	sc := serverConn(t, e)
-	sc.nb.spot.Close() // park refuses it (and a parked socket runs again)
+	sc.nb.spot.Close()                 // park refuses it (and a parked socket runs again)
 	time.Sleep(100 * time.Millisecond) // five idle periods
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "refused", Command: "/bin/sh", Attach: true})
 	att, _ := c.expect(t, wire.MsgAttached)
