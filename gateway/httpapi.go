@@ -32,22 +32,6 @@ const (
 	apiMaxPollDataSize = 1 << 20 // output bytes in one events response (at least one event)
 )
 
-// apiStatus is the HTTP status of each stable error code; a code not
-// listed is a 500.
-var apiStatus = map[string]int{
-	wire.CodeBadRequest: http.StatusBadRequest, wire.CodeInvalidID: http.StatusBadRequest,
-	wire.CodeInvalidSpec: http.StatusBadRequest, wire.CodeInputOffset: http.StatusBadRequest,
-	wire.CodeNotPTY: http.StatusBadRequest, wire.CodeNoPipes: http.StatusBadRequest,
-	wire.CodeSignalNotAllowed: http.StatusBadRequest, wire.CodeUnenforceable: http.StatusUnprocessableEntity,
-	wire.CodeInvalidAfter: http.StatusBadRequest, wire.CodeInvalidRequest: http.StatusBadRequest,
-	wire.CodeUnauthorized: http.StatusUnauthorized, wire.CodeForbidden: http.StatusForbidden,
-	wire.CodeNotFound: http.StatusNotFound, wire.CodeGone: http.StatusGone, wire.CodeConflict: http.StatusConflict, wire.CodeNotRunning: http.StatusConflict,
-	wire.CodeTooLarge: http.StatusRequestEntityTooLarge, wire.CodeCapacity: http.StatusTooManyRequests,
-	wire.CodeInputFull: http.StatusTooManyRequests, wire.CodeRateLimited: http.StatusTooManyRequests,
-	wire.CodeTooManyConnections: http.StatusTooManyRequests, wire.CodeRequestTimeout: http.StatusRequestTimeout,
-	wire.CodeClosed: http.StatusServiceUnavailable, wire.CodeUnavailable: http.StatusServiceUnavailable,
-}
-
 // apiError is an error the API answers as it is: a stable code and a
 // message safe to show.
 type apiError struct {

@@ -199,15 +199,6 @@ func (s *Server) untilRestart(ctx context.Context) (context.Context, context.Can
 	}
 }
 
-// errorCode is the stable code of err: gone for session.ErrGone, else
-// session.Code's.
-func errorCode(err error) string {
-	if errors.Is(err, session.ErrGone) {
-		return wire.CodeGone
-	}
-	return session.Code(err)
-}
-
 // admitting returns the refusal of a start once the server is closing.
 func (s *Server) admitting() error {
 	s.mu.Lock()
