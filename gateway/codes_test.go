@@ -3,8 +3,8 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"syscall"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/termgate/termgate/gateway/wire"
