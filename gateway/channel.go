@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session"
@@ -184,31 +183,4 @@ func (c *conn) channel(id uint32) (*channel, bool) {
 	defer c.mu.Unlock()
 	ch, ok := c.channels[id]
 	return ch, ok
-}
-
-// bucket is a token bucket: rate tokens per second up to burst.
-type bucket struct {
-	mu     sync.Mutex
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-}
-
-func newBucket(rate float64, burst int) *bucket {
-	return &bucket{rate: rate, burst: float64(burst), tokens: float64(burst), last: time.Now()}
-}
-
-// allow takes a token if one is left.
-func (b *bucket) allow() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
 }

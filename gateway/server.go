@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
@@ -126,9 +127,10 @@ type Config struct {
 	// Cluster makes the server one node of several (route.go); nil is a
 	// single node.
 	Cluster *ClusterConfig
-	// Audit is the audit trail (audit.go); nil: none. The caller opens
+	// Audit is the audit trail (package audit; audit_events.go says what
+	// each request records); nil: none. The caller opens
 	// it, and closes it after the server and the supervisor.
-	Audit  *AuditLog
+	Audit  *audit.Log
 	Logger *slog.Logger
 
 	// inputAckDelay is how long an accepted frame's input-ack waits for

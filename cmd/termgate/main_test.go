@@ -77,8 +77,10 @@ func TestImportDirection(t *testing.T) {
 		"gateway/wire":          {},
 		"gateway/cluster":       {},
 		"gateway/internal/park": {"sandbox/fdio"},
+		"gateway/internal/rate": {},
+		"gateway/audit":         {"gateway/wire", "gateway/internal/rate"},
 		"gateway/auth":          {"gateway/wire"},
-		"gateway":               {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/cluster"},
+		"gateway":               {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/audit", "gateway/cluster"},
 		"gateway/client":        {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
 		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox", "sandbox/fdio"},

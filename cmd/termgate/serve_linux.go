@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
@@ -62,7 +63,7 @@ type serveOptions struct {
 	config                        string    // --config: the file read, if any
 	printConfig                   bool      // --print-config
 	flags                         *envFlags // for --print-config
-	audit                         gateway.AuditConfig
+	audit                         audit.Config
 	cluster                       clusterOptions // cluster_linux.go
 	sigterm                       string         // restart or shutdown
 }
@@ -260,7 +261,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.logFormat, "log-format", "json", "json (one object per line) or text (key=value)")
 	e.str(&o.audit.Path, "audit-log", "", "append-only JSON-lines audit file, mode 0600, in a directory that exists (default off)")
 	e.parsed("audit-max-size", "size at which the audit file is rotated, at least 64K (default 100M)", sizeFlag(&o.audit.MaxSize))
-	e.parsed("audit-keep", fmt.Sprintf("rotated audit files kept, PATH.1 ... PATH.N, 1..%d (default %d)", gateway.MaxAuditKeep, gateway.DefaultAuditKeep), intPtr(&o.audit.Keep, gateway.DefaultAuditKeep))
+	e.parsed("audit-keep", fmt.Sprintf("rotated audit files kept, PATH.1 ... PATH.N, 1..%d (default %d)", audit.MaxKeep, audit.DefaultKeep), intPtr(&o.audit.Keep, audit.DefaultKeep))
 	e.str(&o.sigterm, "sigterm", sigtermRestart, "what SIGTERM does: restart (executions live on for the next server on the state directory) or shutdown (stop them, as SIGINT; on Kubernetes, where a pod's processes end with it)")
 	e.str(&o.cluster.node, "node", "", "this node's name, an RFC 1123 label such as termgate-0: cluster mode, new execution IDs name their node (default off: a single node)")
 	e.list(&o.cluster.peers, "peer", "another node, NAME=URL such as termgate-1=http://10.0.0.2:8080 (may list this node too)")
@@ -750,7 +751,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
 	if o.audit.Path != "" {
 		o.audit.Logger = log
-		if o.server.Audit, err = gateway.OpenAudit(o.audit); err != nil {
+		if o.server.Audit, err = audit.Open(o.audit); err != nil {
 			return nil, fmt.Errorf("serve: refusing to start: %w", err)
 		}
 		undo = append(undo, func() { o.server.Audit.Close() })
@@ -983,7 +984,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"resizes_per_second", o.server.ResizesPerSecond,
 		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),
 		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes),
-		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, gateway.DefaultAuditMaxSize))), "audit_keep", o.audit.Keep,
+		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, audit.DefaultMaxSize))), "audit_keep", o.audit.Keep,
 		"recordings_dir", o.session.RecordingsDir, "recording_max_size", sizeText(uint64(o.session.RecordingMaxSize)),
 		"recordings_max_bytes", sizeText(uint64(o.session.RecordingsMaxBytes)), "recordings_max_bytes_per_tenant", sizeText(uint64(o.session.RecordingsMaxBytesPerOwner)),
 		"recordings_max_files", o.session.RecordingsMaxFiles, "recordings_max_files_per_tenant", o.session.RecordingsMaxFilesPerOwner,
