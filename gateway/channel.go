@@ -44,7 +44,7 @@ type channel struct {
 	// queued: the channel waits in the connection's ready queue; at most
 	// once there (wake).
 	queued atomic.Bool
-	// wake is the subscription's callback: c.wake(ch), made once.
+	// wake is the subscription's callback: c.w.wake(ch), made once.
 	wake func()
 	// finished: the channel ended (finishChannel); the writer's, or
 	// serve's once no writer is left.
@@ -84,62 +84,6 @@ func (q *readyQueue) pop() *channel {
 		q.chs = q.chs[:0:0] // let the drained backing array go
 	}
 	return ch
-}
-
-// startChannel lets the writer read ch; its attached answer was queued
-// first.
-func (c *conn) startChannel(ch *channel) {
-	ch.wake = func() { c.wake(ch) }
-	c.enqueue(ch)
-	c.kick()
-}
-
-// wake marks ch ready and has the connection written: the subscription's
-// callback and detach. It never blocks on the client.
-func (c *conn) wake(ch *channel) {
-	if c.enqueue(ch) {
-		c.kick()
-	}
-}
-
-// enqueue puts ch in the ready queue unless it waits there already.
-func (c *conn) enqueue(ch *channel) bool {
-	if !ch.queued.CompareAndSwap(false, true) {
-		return false
-	}
-	c.ready.push(ch)
-	return true
-}
-
-// serveChannel is one turn of ch at the writer: it writes the batch the
-// subscription has, or arms its callback when it has none, or ends the
-// channel after its exit, on detach or when the subscription fails.
-// false when a write failed.
-func (c *conn) serveChannel(ch *channel) bool {
-	if ch.finished {
-		return true
-	}
-	ch.queued.Store(false)
-	if ch.ctx.Err() != nil {
-		c.finishChannel(ch)
-		return true
-	}
-	evs, gap, ok, err := ch.sub.TryNext()
-	switch {
-	case err != nil: // io.EOF after the exit event
-		c.finishChannel(ch)
-		return true
-	case !ok:
-		if !ch.sub.Notify(ch.wake) {
-			c.enqueue(ch) // it has a batch now: the next round reads it
-		}
-		return true
-	}
-	if !c.writeBatch(ch, batch{events: evs, gap: gap}) {
-		return false
-	}
-	c.enqueue(ch) // its next turn, after the other ready channels
-	return true
 }
 
 // finishChannel ends ch once: the writer's after the channel's end, or

@@ -418,9 +418,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 	c := newConn(s, ws, claims, s.remoteAddr(r))
-	c.control.subject = s.subjectQueued(subject)
-	c.token = token
-	c.useNonBlocking(hj.nb)
+	c.w.control.subject = s.subjectQueued(subject)
+	c.relay = newRelay(c, token)
+	c.w.useNonBlocking(hj.nb)
 	c.raw, c.br = hj.conn, hj.br
 	_, c.hop = hopFrom(r.Context())
 	if !s.register(c) {
