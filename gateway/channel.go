@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -16,8 +14,12 @@ import (
 // the channel's subscription when the channel is ready, one batch at a
 // turn, and when the ring has nothing more arms the subscription's
 // callback, which marks the channel ready again on the goroutine that
-// appends to the execution. A slow client makes the writer lag, the ring
-// evicts, and the client later sees a gap. Nothing else is buffered.
+// appends to the execution. The PTY reader never blocks on a client
+// socket; it may wait for acknowledgements: a channel attached with ack
+// holds the ring's events until the client acknowledged them, within the
+// hold window (session's flow.go). A slow client otherwise makes the
+// writer lag, the ring evicts, and the client later sees a gap. Nothing
+// else is buffered.
 type channel struct {
 	id       uint32
 	execID   string
@@ -86,45 +88,11 @@ func (q *readyQueue) pop() *channel {
 	return ch
 }
 
-// finishChannel ends ch once: the writer's after the channel's end, or
-// serve's for the channels left when the connection ends.
-func (c *conn) finishChannel(ch *channel) {
-	if ch.finished {
-		return
-	}
-	ch.finished = true
-	ch.queued.Store(true) // never queued again
-	ch.sub.StopNotify()
-	c.auditDetach(ch)
-	ch.sub.Close()
-	ch.detach()
-	c.dropChannel(ch.id)
-	c.mu.Lock()
-	delete(c.open, ch)
-	c.mu.Unlock()
-	c.s.closeChannel()
-}
-
-// finishChannels ends the channels left when the connection ends, once
-// no goroutine writes any more.
-func (c *conn) finishChannels() {
-	c.mu.Lock()
-	left := slices.Collect(maps.Keys(c.open))
-	c.mu.Unlock()
-	for _, ch := range left {
-		c.finishChannel(ch)
-	}
-}
-
-func (c *conn) dropChannel(id uint32) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.channels, id)
-}
-
-func (c *conn) channel(id uint32) (*channel, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch, ok := c.channels[id]
-	return ch, ok
+// channelAudit is a channel's audit state. inputSeen and refusing and
+// received belong to the read loop; bytes is read by the writer at detach.
+type channelAudit struct {
+	inputSeen bool          // the first input's record was written
+	refusing  bool          // an input refusal was recorded, no input accepted since
+	received  uint64        // the execution's input offset after this channel's last input
+	bytes     atomic.Uint64 // input bytes this channel delivered
 }

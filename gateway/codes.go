@@ -65,3 +65,11 @@ var apiStatus = map[string]int{
 	wire.CodeTooManyConnections: http.StatusTooManyRequests, wire.CodeRequestTimeout: http.StatusRequestTimeout,
 	wire.CodeClosed: http.StatusServiceUnavailable, wire.CodeUnavailable: http.StatusServiceUnavailable,
 }
+
+// apiError is an error the API answers as it is: a stable code and a
+// message safe to show.
+type apiError struct {
+	code, msg string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.msg }

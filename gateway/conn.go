@@ -3,9 +3,10 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"errors"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,19 +18,15 @@ import (
 	"github.com/termgate/termgate/session"
 )
 
-// controlQueue bounds the control messages waiting for the writer. A
-// client that floods requests without reading the answers is closed.
-const controlQueue = 256
-
-// conn is one WebSocket connection: its read loop, its requests (handlers.go)
-// and its channels. It delegates writing to its writer (writer.go) and,
-// on a node of a cluster, the channels of other nodes' executions to its
-// relay (relay.go). Its goroutines: the read loop (serve, on a goroutine
-// of its own: serveConn; none while the connection is parked, and a new
-// one each time it resumes), the writer's short-lived flushers, the
-// heartbeat's and the expiry's timers while they fire (heartbeat.go), and
-// the relay's reader and pinger per upstream; the read loop's end
-// (finish) waits for all of them.
+// conn is one WebSocket connection: its read loop (readloop.go), its
+// requests (handlers.go) and its channels. It delegates writing to its
+// writer (writer.go) and, on a node of a cluster, the channels of other
+// nodes' executions to its relay (cluster_relay.go). Its goroutines: the
+// read loop (serve, on a goroutine of its own: serveConn; none while the
+// connection is parked, and a new one each time it resumes), the
+// writer's short-lived flushers, the heartbeat's and the expiry's timers
+// while they fire (heartbeat.go), and the relay's reader and pinger per
+// upstream; the read loop's end (finish) waits for all of them.
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
@@ -46,7 +43,7 @@ type conn struct {
 	open map[*channel]struct{}
 
 	w     writer // the write side (writer.go)
-	relay *relay // the channels of other nodes' executions; nil on a single node (relay.go)
+	relay *relay // the channels of other nodes' executions; nil on a single node (cluster_relay.go)
 
 	raw net.Conn      // the hijacked connection, for linger (hijack.go)
 	br  *bufio.Reader // the WebSocket's reader of raw (hijack.go)
@@ -59,7 +56,7 @@ type conn struct {
 	expiry  expiry
 	started time.Time
 	remote  string        // the client's address
-	hop     bool          // a verified hop's connection: served here only, never relayed (route_connect.go)
+	hop     bool          // a verified hop's connection: served here only, never relayed (cluster_connect.go)
 	bytesIn atomic.Uint64 // message bytes read
 	unwatch func() bool   // stops the watch on c.ctx that closes the socket (serve)
 	ended   func()        // the server's, once the connection ended (serveConn)
@@ -84,180 +81,11 @@ func newConn(s *Server, ws *websocket.Conn, claims auth.Claims, remote string) *
 		shut:     closeHandshake{started: make(chan struct{}), done: make(chan struct{})},
 		started:  time.Now(),
 	}
-	c.w.c, c.beat.c = c, c
+	c.w.c = c
 	c.w.inputAcks.pending = map[uint32]*wire.Message{}
 	c.w.control.max, c.w.control.maxSub = s.cfg.MaxQueuedBytes, s.cfg.MaxQueuedBytesPerSubject
 	c.w.writing.Store(true) // serve writes the hello first
 	return c
-}
-
-// serve runs the connection until the client leaves or it is closed:
-// it greets the client and reads (read). The end of c.ctx closes the
-// socket, which ends the read loop wherever it waits.
-func (c *conn) serve() {
-	c.greet()
-	c.unwatch = context.AfterFunc(c.ctx, func() { c.raw.Close() })
-	c.read()
-}
-
-// read runs the read loop until the connection ends, then tears it down
-// (finish, ended). Or until the loop parks the connection: it returns
-// then, and an idle connection holds no goroutine until its socket is
-// readable again, when the waiter runs read anew (nbConn.park).
-func (c *conn) read() {
-	parked, err := c.readLoop()
-	if parked {
-		return
-	}
-	c.unwatch()
-	c.finish(err)
-	c.ended()
-}
-
-// greet writes the hello and arms the heartbeat and the token's expiry.
-func (c *conn) greet() {
-	c.w.writeJSON(c.s.hello()) // a failure cancels c.ctx, which ends the read loop
-	c.w.writing.Store(false)   // held since newConn, so that the hello goes first
-	c.w.flush()
-	c.beat.start()
-	c.expiry.arm(c)
-	c.log.Info("connected")
-}
-
-// finish tears the connection down once its read loop ended with err.
-func (c *conn) finish(err error) {
-	// Let a close handshake we started finish before cancelling: a write
-	// cancelled mid-flight would drop the connection without its code.
-	c.shut.once.Do(func() { close(c.shut.done) }) // nobody started one
-	<-c.shut.done
-	c.cancel(err)
-	c.expiry.stop()
-	c.beat.stop()
-	c.w.stopInputAcks()
-	if c.relay != nil {
-		c.relay.close()
-	}
-	c.w.waitFlushers()
-	c.w.control.dropAll() // nothing more is written: the subject's budget gets its bytes back
-	c.finishChannels()
-	if errors.Is(err, websocket.ErrMessageTooBig) {
-		linger(c.raw)
-	}
-	c.ws.CloseNow()
-	code := int(c.shut.code.Load())
-	if code == 0 {
-		code = readCloseCode(err) // the client's, 1009 for a message too big, or -1 (metrics.go)
-	}
-	c.s.metrics.connClosed(code)
-	c.log.Info("disconnected", "close_code", code, "duration", time.Since(c.started).Seconds(),
-		"bytes_in", c.bytesIn.Load(), "bytes_out", c.w.bytesOut.Load(), "err", err)
-}
-
-// readLoop is the connection's only reader: one long-lived Read per
-// message, never a short read deadline used as a poll. It parks the
-// connection once the client sent no message for the idle period
-// (errIdle), and returns.
-//
-// The connection's end is watched once, not by each Read: a Read given a
-// context that can end registers on it and deregisters, twice a message.
-// When c.ctx ends while the loop reads, the socket is closed, as the
-// WebSocket's Read would have closed it.
-func (c *conn) readLoop() (parked bool, err error) {
-	ctx := context.WithoutCancel(c.ctx)
-	for {
-		typ, b, err := c.nextMessage(ctx)
-		if errors.Is(err, errIdle) {
-			if c.w.nb.park(c.read) {
-				return true, nil
-			}
-			continue // the waiter refused it: wait on here
-		}
-		if err != nil {
-			return false, err
-		}
-		c.bytesIn.Add(uint64(len(b)))
-		switch {
-		case c.closing():
-			// a close handshake is under way: drain, act on nothing
-		case typ == websocket.MessageBinary:
-			c.input(b)
-		default:
-			if err := c.serveRequest(b); err != nil {
-				return false, err
-			}
-		}
-	}
-}
-
-// serveRequest runs the control request b. A request (a start, above
-// all) calls deep into the supervisor and the sandbox, and the goroutine
-// it ran on keeps the stack it grew, 8-16 KiB, until collections halve it
-// again. A connection that parks once idle gives its goroutine up then,
-// grown stack and all, so the request runs on the read loop's goroutine:
-// a goroutine per request more only left the runtime more freed stacks
-// to keep (about 2 kB of RSS an idle session). One that cannot park
-// (served over TLS, or never parking) waits for the next message for as
-// long as the session idles, so the request runs aside and the read loop
-// keeps the short stack of reading.
-func (c *conn) serveRequest(b []byte) error {
-	if c.w.nb != nil && c.w.nb.idle > 0 {
-		return c.request(b)
-	}
-	return aside(func() error { return c.request(b) })
-}
-
-// aside runs f on a goroutine of its own and returns its error.
-func aside(f func() error) error {
-	errc := make(chan error, 1)
-	go func() { errc <- f() }()
-	return <-errc
-}
-
-// nextMessage reads the client's next message, or returns errIdle when
-// none came for the idle period: no bytes at all (awaitMessage), or only
-// control frames, which the WebSocket's Read answers itself (a ping's
-// pong, nbConn.Read).
-func (c *conn) nextMessage(ctx context.Context) (websocket.MessageType, []byte, error) {
-	if c.w.nb == nil {
-		return c.ws.Read(ctx)
-	}
-	if c.awaitMessage() {
-		return 0, nil, errIdle
-	}
-	c.w.nb.mayIdle.Store(true)
-	defer c.w.nb.mayIdle.Store(false)
-	return c.ws.Read(ctx)
-}
-
-// awaitMessage waits for the client's next bytes (nbConn.awaitInput),
-// unless the WebSocket's reader already holds some or a close handshake
-// started (it reads the reader then). True when none came for the idle
-// period: the read loop parks the connection.
-func (c *conn) awaitMessage() (idle bool) {
-	if c.w.nb == nil || c.br == nil {
-		return false
-	}
-	c.readGate.Lock()
-	wait := !c.closing() && c.br.Buffered() == 0
-	c.readGate.Unlock()
-	return wait && c.w.nb.awaitInput()
-}
-
-// request decodes and handles one control message; an error ends the
-// connection.
-func (c *conn) request(b []byte) error {
-	req, err := wire.DecodeRequest(b)
-	var refused *wire.RequestError
-	switch {
-	case errors.As(err, &refused):
-		c.fail(req, req.Channel, refused.Code, refused.Msg)
-	case err != nil:
-		c.close(wire.CloseProtocolError, "malformed control message")
-		return err
-	default:
-		c.handle(req)
-	}
-	return nil
 }
 
 // send queues a control message; a client that does not read its answers
@@ -354,4 +182,47 @@ func (c *conn) currentClaims() auth.Claims {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.claims
+}
+
+// finishChannel ends ch once: the writer's after the channel's end, or
+// serve's for the channels left when the connection ends.
+func (c *conn) finishChannel(ch *channel) {
+	if ch.finished {
+		return
+	}
+	ch.finished = true
+	ch.queued.Store(true) // never queued again
+	ch.sub.StopNotify()
+	c.auditDetach(ch)
+	ch.sub.Close()
+	ch.detach()
+	c.dropChannel(ch.id)
+	c.mu.Lock()
+	delete(c.open, ch)
+	c.mu.Unlock()
+	c.s.closeChannel()
+}
+
+// finishChannels ends the channels left when the connection ends, once
+// no goroutine writes any more.
+func (c *conn) finishChannels() {
+	c.mu.Lock()
+	left := slices.Collect(maps.Keys(c.open))
+	c.mu.Unlock()
+	for _, ch := range left {
+		c.finishChannel(ch)
+	}
+}
+
+func (c *conn) dropChannel(id uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.channels, id)
+}
+
+func (c *conn) channel(id uint32) (*channel, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.channels[id]
+	return ch, ok
 }

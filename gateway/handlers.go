@@ -386,7 +386,7 @@ func (c *conn) reauth(req wire.Request) {
 	c.claims = claims
 	c.mu.Unlock()
 	if claims.ExpiresAt.After(old.ExpiresAt) {
-		c.expiry.arm(c)
+		c.expiry.arm(c.currentClaims())
 	} // else the warning stands: warning again at once would invite the same reauth
 	c.send(wire.Message{Type: wire.MsgOK, Req: req.Req, ExpiresAt: claims.ExpiresAt.UTC().Format(time.RFC3339)})
 }

@@ -5,45 +5,50 @@ import (
 	"sync"
 	"time"
 
-	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/gateway/auth"
 )
 
 // heartbeat is a connection's ping timer: it pings every PingInterval
 // from a timer, not a goroutine of its own, so an idle connection holds
 // no stack for it. No pong within PongTimeout closes the connection.
 type heartbeat struct {
-	c       *conn
+	ctx      context.Context // the connection's: a ping under way ends with it
+	ping     func(context.Context) error
+	every    time.Duration // PingInterval
+	within   time.Duration // PongTimeout
+	timedOut func()        // closes the connection: no pong came
+
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool           // stop was called: arm no more
 	running sync.WaitGroup // the armed timer, or its ping under way
 }
 
-// start arms the first ping; stop ends the heartbeat.
+// start arms the first ping; stop ends the heartbeat. The fields are
+// set before.
 func (h *heartbeat) start() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.running.Add(1) // the armed timer's; its ping or a Stop ends it
-	h.timer = time.AfterFunc(h.c.s.cfg.PingInterval, h.ping)
+	h.running.Add(1) // the armed timer's; its beat or a Stop ends it
+	h.timer = time.AfterFunc(h.every, h.beat)
 }
 
-// ping is one heartbeat: it pings, then arms the next unless the
+// beat is one heartbeat: it pings, then arms the next unless the
 // connection is ending.
-func (h *heartbeat) ping() {
+func (h *heartbeat) beat() {
 	defer h.running.Done()
-	c := h.c
-	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.PongTimeout)
-	err := c.ws.Ping(ctx)
+	ctx, cancel := context.WithTimeout(h.ctx, h.within)
+	err := h.ping(ctx)
 	cancel()
-	if err != nil && c.ctx.Err() == nil {
-		c.close(wire.CloseHeartbeatTimeout, "no pong")
+	if err != nil && h.ctx.Err() == nil {
+		h.timedOut()
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.stopped && c.ctx.Err() == nil {
+	if !h.stopped && h.ctx.Err() == nil {
 		h.running.Add(1)
-		h.timer.Reset(c.s.cfg.PingInterval)
+		h.timer.Reset(h.every)
 	}
 }
 
@@ -62,17 +67,20 @@ func (h *heartbeat) stop() {
 // expiry is a connection's token expiry: a warning timer and a closing
 // one. The read loop arms it (greet, reauth) and stops it (finish).
 type expiry struct {
+	ahead  time.Duration       // AuthWarning
+	warn   func(exp time.Time) // sends the client auth_expiring
+	expire func()              // closes the connection with CloseAuthExpired
+
 	mu      sync.Mutex
 	warning *time.Timer
 	closing *time.Timer
 }
 
-// arm warns the client AuthWarning before its token stops being valid
-// and closes with CloseAuthExpired then (at exp plus the leeway, when a
-// new connection would be refused too), replacing the timers of an
-// earlier token: a reauth moves them.
-func (e *expiry) arm(c *conn) {
-	claims := c.currentClaims()
+// arm calls warn ahead of when the token of claims stops being valid,
+// with its expiry, and expire then (at exp plus the leeway, when a new
+// connection would be refused too), replacing the timers of an earlier
+// token: a reauth moves them. The functions are set before.
+func (e *expiry) arm(claims auth.Claims) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.stopLocked()
@@ -81,10 +89,8 @@ func (e *expiry) arm(c *conn) {
 		until = exp
 	}
 	left := time.Until(until)
-	e.warning = time.AfterFunc(left-c.s.cfg.AuthWarning, func() {
-		c.send(wire.Message{Type: wire.MsgAuthExpiring, ExpiresAt: exp.UTC().Format(time.RFC3339)})
-	})
-	e.closing = time.AfterFunc(left, func() { c.close(wire.CloseAuthExpired, "token expired") })
+	e.warning = time.AfterFunc(left-e.ahead, func() { e.warn(exp) })
+	e.closing = time.AfterFunc(left, e.expire)
 }
 
 // stop stops the timers.
