@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
@@ -43,7 +44,7 @@ func TestAuditFailsClosedOnAFullDisk(t *testing.T) {
 		t.Fatalf("mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	e := newAuditEnv(t, AuditConfig{Path: filepath.Join(dir, "audit.log")})
+	e := newAuditEnv(t, audit.Config{Path: filepath.Join(dir, "audit.log")})
 	tok := e.token(t, "acme", allScopes...)
 	c := e.dial(t, tok)
 	defer c.close()

@@ -11,10 +11,8 @@ package gateway
 import (
 	"errors"
 	"net/http"
-	"strings"
-	"sync/atomic"
 
-	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session"
 )
@@ -30,7 +28,7 @@ const (
 const unavailableText = "the audit trail cannot be written; retry later"
 
 // Bounds of what a client chooses that a record repeats, so a record
-// stays far below maxAuditRecord whatever was sent.
+// stays far below audit.MaxRecordSize whatever was sent.
 const (
 	auditMaxID      = 256
 	auditMaxName    = 64
@@ -46,19 +44,10 @@ func clip(s string, n int) string {
 	return s[:n]
 }
 
-// channelAudit is a channel's audit state. inputSeen and refusing and
-// received belong to the read loop; bytes is read by the writer at detach.
-type channelAudit struct {
-	inputSeen bool          // the first input's record was written
-	refusing  bool          // an input refusal was recorded, no input accepted since
-	received  uint64        // the execution's input offset after this channel's last input
-	bytes     atomic.Uint64 // input bytes this channel delivered
-}
-
 // who is a WebSocket record's common part.
-func (c *conn) who(event string) *auditRecord {
+func (c *conn) who(event string) *audit.Record {
 	cl := c.currentClaims()
-	return &auditRecord{Event: event, Tenant: cl.Tenant, Subject: cl.Subject, RemoteAddr: c.remote, Via: viaWebSocket}
+	return &audit.Record{Event: event, Tenant: cl.Tenant, Subject: cl.Subject, RemoteAddr: c.remote, Via: viaWebSocket}
 }
 
 // auditRefusal records a refused WebSocket request. A not_found for an
@@ -78,14 +67,14 @@ func (c *conn) auditRefusal(req wire.Request, channel uint32, code string) {
 	if code == wire.CodeNotFound && req.ID != "" {
 		cross = func() bool { return c.s.cfg.Supervisor.HeldByOther(r.Tenant, req.ID) }
 	}
-	a.refused(r, code, cross)
+	a.Refused(r, code, cross)
 }
 
 // auditAuthFailed records a refused reauth token: its reason only.
 func (c *conn) auditAuthFailed(token string, err error) {
 	r := c.who(wire.TypeReauth)
 	r.Reason = authReason(token, err)
-	c.s.cfg.Audit.refused(r, wire.CodeUnauthorized, nil)
+	c.s.cfg.Audit.Refused(r, wire.CodeUnauthorized, nil)
 }
 
 // unavailable answers a request whose record could not be written.
@@ -105,7 +94,7 @@ func (c *conn) auditStart(req *wire.Request, spec session.Spec) bool {
 	}
 	r := c.who(wire.TypeStart)
 	startRecord(r, req.ID, spec)
-	if c.s.cfg.Audit.record(r) != nil {
+	if c.s.cfg.Audit.Record(r) != nil {
 		c.unavailable(*req, 0)
 		return false
 	}
@@ -114,7 +103,7 @@ func (c *conn) auditStart(req *wire.Request, spec session.Spec) bool {
 
 // startRecord fills a start's record from the spec it runs: the
 // command line, terminal, directories. Never its environment.
-func startRecord(r *auditRecord, id string, spec session.Spec) {
+func startRecord(r *audit.Record, id string, spec session.Spec) {
 	p := spec.Policy
 	tty := p.TTY != nil
 	r.Execution, r.Argv, r.TTY, r.Cwd, r.Workspace = id, p.Command, &tty, p.Cwd, p.Workspace
@@ -134,7 +123,7 @@ func (c *conn) auditAttach(req wire.Request, id string, after uint64, readOnly b
 	}
 	r := c.who(wire.TypeAttach)
 	r.Execution, r.ReadOnly, r.After = id, &readOnly, &after
-	if c.s.cfg.Audit.record(r) != nil {
+	if c.s.cfg.Audit.Record(r) != nil {
 		c.unavailable(req, 0)
 		return false
 	}
@@ -161,7 +150,7 @@ func (c *conn) auditModify(req wire.Request, ch *channel) bool {
 	case wire.TypeSignal:
 		r.Signal = clip(req.Signal, auditMaxName)
 	}
-	if c.s.cfg.Audit.record(r) != nil {
+	if c.s.cfg.Audit.Record(r) != nil {
 		c.unavailable(req, ch.id)
 		return false
 	}
@@ -176,7 +165,7 @@ func (c *conn) auditCancelID(req wire.Request) bool {
 	}
 	r := c.who(wire.TypeCancel)
 	r.Execution = req.ID
-	if c.s.cfg.Audit.record(r) != nil {
+	if c.s.cfg.Audit.Record(r) != nil {
 		c.unavailable(req, 0)
 		return false
 	}
@@ -191,7 +180,7 @@ func (c *conn) auditFirstInput(ch *channel) (code, msg string) {
 	}
 	r := c.who("input")
 	r.Execution, r.Channel = ch.execID, ch.id
-	if c.s.cfg.Audit.record(r) != nil {
+	if c.s.cfg.Audit.Record(r) != nil {
 		return wire.CodeUnavailable, unavailableText
 	}
 	ch.audit.inputSeen = true
@@ -215,7 +204,7 @@ func (c *conn) auditInput(ch *channel, in wire.Input, received uint64, code stri
 	st.refusing = true
 	r := c.who("input")
 	r.Execution, r.Channel = ch.execID, ch.id
-	c.s.cfg.Audit.refused(r, code, nil)
+	c.s.cfg.Audit.Refused(r, code, nil)
 }
 
 // auditDetach records a channel's end with the input it delivered:
@@ -237,13 +226,13 @@ func (c *conn) auditDetach(ch *channel) {
 	default:
 		r.Reason = "ended"
 	}
-	c.s.cfg.Audit.happened(r)
+	c.s.cfg.Audit.Happened(r)
 }
 
 // auditConnect records a refused connection: the reason of a refused
 // token, or the code of a token without the scopes or over the budget.
 func (s *Server) auditConnect(r *http.Request, tenant, subject, code, reason string) {
-	s.cfg.Audit.refused(&auditRecord{Event: "connect", Tenant: tenant, Subject: subject, RemoteAddr: s.remoteAddr(r),
+	s.cfg.Audit.Refused(&audit.Record{Event: "connect", Tenant: tenant, Subject: subject, RemoteAddr: s.remoteAddr(r),
 		Via: viaWebSocket, Reason: reason}, code, nil)
 }
 
@@ -254,7 +243,7 @@ func (s *Server) auditEnded(e session.Ended) {
 	if res == nil {
 		return
 	}
-	r := &auditRecord{Event: "end", Tenant: e.Info.Owner, Execution: e.Info.ID, Status: string(res.Status),
+	r := &audit.Record{Event: "end", Tenant: e.Info.Owner, Execution: e.Info.ID, Status: string(res.Status),
 		ExitCode: &res.ExitCode, Signal: res.Signal, Reason: clip(res.Reason, auditMaxCommand),
 		Duration: res.Duration.Seconds(), StdoutBytes: &res.Stdout.Original, StderrBytes: &res.Stderr.Original,
 		InputBytes: &e.Info.InputOffset}
@@ -267,103 +256,10 @@ func (s *Server) auditEnded(e session.Ended) {
 			r.RemoteAddr = v
 		}
 	}
-	s.cfg.Audit.happened(r)
+	s.cfg.Audit.Happened(r)
 }
 
 // HTTP API.
-
-// httpWho is an HTTP record's common part.
-func (a *httpAPI) httpWho(r *http.Request, c auth.Claims, event string) *auditRecord {
-	return &auditRecord{Event: event, Tenant: c.Tenant, Subject: c.Subject, RemoteAddr: a.s.remoteAddr(r), Via: viaHTTP}
-}
-
-// apiEvent names an HTTP API route in the trail.
-func apiEventName(r *http.Request) string {
-	switch p := r.Pattern; {
-	case p == "POST /v1/executions":
-		return wire.TypeStart
-	case p == "GET /v1/executions":
-		return "list"
-	case strings.HasSuffix(p, "/events"):
-		return "events"
-	case strings.HasSuffix(p, "/input"):
-		return "input"
-	case strings.HasSuffix(p, "/cancel"):
-		return wire.TypeCancel
-	case strings.HasPrefix(p, "GET "):
-		return "get"
-	}
-	return "request"
-}
-
-// errAuditRefused answers an HTTP request whose record could not be
-// written.
-var errAuditRefused = &apiError{wire.CodeUnavailable, unavailableText}
-
-// auditRefusal records a refused HTTP request (a refused token was
-// recorded with its reason by auditAuthFailed).
-func (a *httpAPI) auditRefusal(r *http.Request, c auth.Claims, code string) {
-	if a.s.cfg.Audit == nil || code == wire.CodeUnauthorized {
-		return
-	}
-	rec := a.httpWho(r, c, apiEventName(r))
-	id := r.PathValue("id")
-	rec.Execution = clip(id, auditMaxID)
-	var cross func() bool
-	if code == wire.CodeNotFound && id != "" {
-		cross = func() bool { return a.s.cfg.Supervisor.HeldByOther(c.Tenant, id) }
-	}
-	a.s.cfg.Audit.refused(rec, code, cross)
-}
-
-// auditAuthFailed records a refused token: its reason only.
-func (a *httpAPI) auditAuthFailed(r *http.Request, token string, err error) {
-	rec := &auditRecord{Event: apiEventName(r), RemoteAddr: a.s.remoteAddr(r), Via: viaHTTP, Reason: authReason(token, err)}
-	a.s.cfg.Audit.refused(rec, wire.CodeUnauthorized, nil)
-}
-
-// auditStart names and records an HTTP start, like conn.auditStart.
-func (a *httpAPI) auditStart(r *http.Request, c auth.Claims, req *wire.Request, spec session.Spec) error {
-	if a.s.cfg.Audit == nil {
-		return nil
-	}
-	if req.ID == "" {
-		req.ID = session.NewID()
-	}
-	rec := a.httpWho(r, c, wire.TypeStart)
-	startRecord(rec, req.ID, spec)
-	if a.s.cfg.Audit.record(rec) != nil {
-		return errAuditRefused
-	}
-	return nil
-}
-
-// auditAction records an HTTP input (its size: bytes, and whether it
-// closes stdin) or cancel of an execution the tenant has; one it has not
-// is left to the refusal. An input that only reads the offset writes
-// nothing.
-func (a *httpAPI) auditAction(r *http.Request, c auth.Claims, id string, bytes int, closeStdin bool) error {
-	event := apiEventName(r)
-	if a.s.cfg.Audit == nil || event == "input" && bytes == 0 && !closeStdin {
-		return nil
-	}
-	if _, err := a.s.cfg.Supervisor.Get(c.Tenant, id); err != nil {
-		return nil
-	}
-	rec := a.httpWho(r, c, event)
-	rec.Execution = id
-	if event == "input" {
-		n := uint64(bytes)
-		rec.InputBytes = &n
-		if closeStdin {
-			rec.Reason = wire.TypeCloseStdin
-		}
-	}
-	if a.s.cfg.Audit.record(rec) != nil {
-		return errAuditRefused
-	}
-	return nil
-}
 
 // admitCode is the code of a connection admit refused.
 func admitCode(err error) string {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,11 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
@@ -33,7 +32,7 @@ type auditEnv struct {
 	log  *sandboxtest.SyncBuffer
 }
 
-func newAuditEnv(t *testing.T, cfg AuditConfig) *auditEnv {
+func newAuditEnv(t *testing.T, cfg audit.Config) *auditEnv {
 	t.Helper()
 	if cfg.Path == "" {
 		cfg.Path = filepath.Join(t.TempDir(), "audit.log")
@@ -41,7 +40,7 @@ func newAuditEnv(t *testing.T, cfg AuditConfig) *auditEnv {
 	logs := &sandboxtest.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	cfg.Logger = log
-	a, err := OpenAudit(cfg)
+	a, err := audit.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +58,7 @@ func newAuditEnv(t *testing.T, cfg AuditConfig) *auditEnv {
 func readAudit(t *testing.T, path string, keep int) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, f := range AuditFiles(path, keep) {
+	for _, f := range audit.Files(path, keep) {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -68,7 +67,7 @@ func readAudit(t *testing.T, path string, keep int) []map[string]any {
 			t.Fatalf("%s ends inside a record: %q", f, b[max(0, len(b)-80):])
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, maxAuditRecord)
+		sc.Buffer(nil, audit.MaxRecordSize)
 		for sc.Scan() {
 			var m map[string]any
 			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
@@ -100,7 +99,7 @@ func (e *auditEnv) waitRecord(t *testing.T, want map[string]any) map[string]any 
 	t.Helper()
 	var got []map[string]any
 	if !sandboxtest.Eventually(t, 10*time.Second, func() bool {
-		got = find(readAudit(t, e.path, DefaultAuditKeep), want)
+		got = find(readAudit(t, e.path, audit.DefaultKeep), want)
 		return len(got) > 0
 	}) {
 		t.Fatalf("no record %v in the trail:\n%s", want, e.trail(t))
@@ -135,214 +134,12 @@ func (e *auditEnv) api(t *testing.T, method, path, token string, body any) (int,
 	return resp.StatusCode, eb
 }
 
-func TestOpenAuditRefusesUnsafePaths(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	target := filepath.Join(dir, "target")
-	os.WriteFile(target, nil, 0o600)
-	link := filepath.Join(dir, "link")
-	os.Symlink(target, link)
-	shared := filepath.Join(dir, "shared")
-	os.WriteFile(shared, nil, 0o600)
-	os.Chmod(shared, 0o620) // group-writable
-	world := filepath.Join(dir, "world")
-	os.WriteFile(world, nil, 0o600)
-	os.Chmod(world, 0o602)
-	fifo := filepath.Join(dir, "fifo")
-	syscall.Mkfifo(fifo, 0o600)
-	for _, c := range []struct {
-		name string
-		cfg  AuditConfig
-		want string
-	}{
-		{"symlink", AuditConfig{Path: link}, "symlink"},
-		{"group-writable", AuditConfig{Path: shared}, "writable by others"},
-		{"world-writable", AuditConfig{Path: world}, "writable by others"},
-		{"device", AuditConfig{Path: "/dev/full"}, "not a regular file"},
-		{"fifo", AuditConfig{Path: fifo}, "not a regular file"},
-		{"directory", AuditConfig{Path: dir}, "is a directory"},
-		{"missing directory", AuditConfig{Path: filepath.Join(dir, "nope", "audit.log")}, "no such file"},
-		{"no path", AuditConfig{}, "path is required"},
-		{"tiny", AuditConfig{Path: target, MaxSize: 1000}, "below the minimum"},
-		{"keep negative", AuditConfig{Path: target, Keep: -1}, "keep -1"},
-		{"keep huge", AuditConfig{Path: target, Keep: MaxAuditKeep + 1}, "keep 1001"},
-	} {
-		a, err := OpenAudit(c.cfg)
-		if err == nil {
-			a.Close()
-			t.Errorf("%s: OpenAudit(%+v) accepted it", c.name, c.cfg)
-			continue
-		}
-		if !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %q, want it to say %q", c.name, err, c.want)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "nope")); err == nil {
-		t.Error("OpenAudit created the missing directory")
-	}
-}
-
-// TestAuditFileMode: the trail and its rotated files are 0600 whatever
-// the umask, and a record is written with the file's O_APPEND.
-func TestAuditFileMode(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.log")
-	a, err := OpenAudit(AuditConfig{Path: path, MaxSize: MinAuditMaxSize, Keep: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	for i := range 2000 {
-		if err := a.record(&auditRecord{Event: "start", Execution: fmt.Sprint("x", i), Argv: []string{"/bin/sh", "-c", "true"}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	files := AuditFiles(path, 3)
-	if len(files) != 4 {
-		t.Fatalf("files %v: want PATH.3 to PATH", files)
-	}
-	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("%s: mode %v (%v), want 0600", f, fi.Mode().Perm(), err)
-		}
-	}
-	fl, _ := syscallFlags(a)
-	if fl&syscall.O_APPEND == 0 {
-		t.Errorf("the trail is open without O_APPEND (flags %#x)", fl)
-	}
-}
-
-// syscallFlags reads the open flags of the trail's descriptor.
-func syscallFlags(a *AuditLog) (int, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", a.f.Fd()))
-	if err != nil {
-		return 0, err
-	}
-	var flags int
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "flags:"); ok {
-			fmt.Sscanf(strings.TrimSpace(v), "%o", &flags)
-		}
-	}
-	return flags, nil
-}
-
-// TestAuditRotationKeepsEveryRecord: writers racing across many
-// rotations lose no record, split none, and no file passes MaxSize.
-func TestAuditRotationKeepsEveryRecord(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.log")
-	const keep, writers, each = 100, 4, 1500
-	a, err := OpenAudit(AuditConfig{Path: path, MaxSize: MinAuditMaxSize, Keep: keep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Go(func() {
-			for i := range each {
-				// Records of different sizes, so a bound is crossed at any point.
-				argv := []string{"/bin/sh", "-c", strings.Repeat("y", (i*37)%900)}
-				if err := a.record(&auditRecord{Event: "start", Execution: fmt.Sprintf("w%d-%d", w, i), Argv: argv}); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	files := AuditFiles(path, keep)
-	if len(files) < 10 || len(files) > keep {
-		t.Fatalf("%d files: want many rotations, within keep", len(files))
-	}
-	for _, f := range files {
-		if fi, _ := os.Stat(f); fi.Size() > MinAuditMaxSize {
-			t.Errorf("%s holds %d bytes, over the %d bound", f, fi.Size(), MinAuditMaxSize)
-		}
-	}
-	seen := map[string]bool{}
-	for _, r := range readAudit(t, path, keep) {
-		id, _ := r["execution"].(string)
-		if seen[id] {
-			t.Errorf("record %s twice", id)
-		}
-		seen[id] = true
-	}
-	if len(seen) != writers*each {
-		t.Fatalf("%d records across %d files, want %d", len(seen), len(files), writers*each)
-	}
-}
-
-// TestAuditRotationDropsOnlyBeyondKeep: with Keep files the oldest
-// file goes, and only it.
-func TestAuditRotationDropsOnlyBeyondKeep(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.log")
-	a, err := OpenAudit(AuditConfig{Path: path, MaxSize: MinAuditMaxSize, Keep: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	for i := range 3000 {
-		a.record(&auditRecord{Event: "start", Execution: fmt.Sprint(i)})
-	}
-	recs := readAudit(t, path, 2)
-	if len(AuditFiles(path, 5)) != 3 || recs[len(recs)-1]["execution"] != "2999" {
-		t.Fatalf("files %v, last record %v", AuditFiles(path, 5), recs[len(recs)-1])
-	}
-}
-
-// TestAuditFollowsRemovedFile: a trail removed under the server is made
-// again, so records never go to a file nobody can read; a directory
-// removed fails writes until it is back, logged once per streak.
-func TestAuditFollowsRemovedFile(t *testing.T) {
-	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "audit")
-	os.Mkdir(dir, 0o700)
-	path := filepath.Join(dir, "audit.log")
-	var logs sandboxtest.SyncBuffer
-	a, err := OpenAudit(AuditConfig{Path: path, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	rec := func(id string) error { return a.record(&auditRecord{Event: "start", Execution: id}) }
-	rec("one")
-	os.Remove(path)
-	if err := rec("two"); err != nil {
-		t.Fatal(err)
-	}
-	if recs := readAudit(t, path, 1); len(recs) != 1 || recs[0]["execution"] != "two" {
-		t.Fatalf("after removal the trail holds %v", recs)
-	}
-	os.RemoveAll(dir)
-	for _, id := range []string{"three", "four"} {
-		if err := rec(id); !errors.Is(err, ErrAuditUnavailable) {
-			t.Fatalf("record %s without a directory: %v, want ErrAuditUnavailable", id, err)
-		}
-	}
-	if n := strings.Count(logs.String(), "audit trail cannot be written"); n != 1 {
-		t.Fatalf("%d error lines for one streak of failures, want 1:\n%s", n, logs.String())
-	}
-	os.Mkdir(dir, 0o700)
-	if err := rec("five"); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(logs.String(), "audit trail written again") {
-		t.Fatalf("no recovery line:\n%s", logs.String())
-	}
-}
-
 // TestAuditCrossTenantWebSocket: another tenant's execution is answered
 // exactly as an unknown one, and recorded as a refused cross-tenant
 // attempt; the unknown one is not marked.
 func TestAuditCrossTenantWebSocket(t *testing.T) {
 	t.Parallel()
-	e := newAuditEnv(t, AuditConfig{})
+	e := newAuditEnv(t, audit.Config{})
 	acme := e.dial(t, e.token(t, "acme", allScopes...))
 	defer acme.close()
 	acme.send(t, wire.Request{Type: wire.TypeStart, ID: "secret-job", Command: "/bin/sh"})
@@ -382,7 +179,7 @@ func TestAuditCrossTenantWebSocket(t *testing.T) {
 // that names an execution.
 func TestAuditCrossTenantHTTP(t *testing.T) {
 	t.Parallel()
-	e := newAuditEnv(t, AuditConfig{})
+	e := newAuditEnv(t, audit.Config{})
 	acme := e.token(t, "acme", allScopes...)
 	if st, b := e.api(t, "POST", "/v1/executions", acme, apiStart{ID: "secret-job", Command: "/bin/sh"}); st != 201 {
 		t.Fatalf("start: %d %+v", st, b)
@@ -415,7 +212,7 @@ func TestAuditCrossTenantHTTP(t *testing.T) {
 // refused tokens (with their reason only), are recorded as refused.
 func TestAuditForbiddenScope(t *testing.T) {
 	t.Parallel()
-	e := newAuditEnv(t, AuditConfig{})
+	e := newAuditEnv(t, audit.Config{})
 	viewer := e.token(t, "acme", auth.ScopeAttach)
 	c := e.dial(t, viewer)
 	defer c.close()
@@ -457,7 +254,7 @@ func TestAuditForbiddenScope(t *testing.T) {
 // how it ended.
 func TestAuditLifecycle(t *testing.T) {
 	t.Parallel()
-	e := newAuditEnv(t, AuditConfig{})
+	e := newAuditEnv(t, audit.Config{})
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "life", Command: "/bin/sh", Args: []string{"-c", "echo hi"},
 		PTY: &wire.Size{Rows: 24, Cols: 80}, Cwd: "/workspace", Attach: true})
@@ -523,7 +320,7 @@ func TestAuditLifecycle(t *testing.T) {
 // point; an HTTP start and input record their sizes, never bytes.
 func TestAuditAttachReadOnly(t *testing.T) {
 	t.Parallel()
-	e := newAuditEnv(t, AuditConfig{})
+	e := newAuditEnv(t, audit.Config{})
 	tok := e.token(t, "acme", allScopes...)
 	if st, b := e.api(t, "POST", "/v1/executions", tok, apiStart{ID: "job", Command: "/bin/sh"}); st != 201 {
 		t.Fatalf("start: %d %+v", st, b)
@@ -557,38 +354,12 @@ func TestAuditAttachReadOnly(t *testing.T) {
 // its ID before its record, so the start and the end can be matched.
 func TestAuditNamesAStartWithoutID(t *testing.T) {
 	t.Parallel()
-	e := newAuditEnv(t, AuditConfig{})
+	e := newAuditEnv(t, audit.Config{})
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
 	c.send(t, wire.Request{Type: wire.TypeStart, Command: "/bin/sh"})
 	m, _ := c.expect(t, wire.MsgStarted)
 	if r := e.waitRecord(t, map[string]any{"event": "start"}); r["execution"] != m.ID || m.ID == "" {
 		t.Fatalf("started %q, recorded %v", m.ID, r)
-	}
-}
-
-// TestAuditRefusalsAreBounded: a flood of refused requests writes at
-// most the refusal burst, and the next record says how many it left
-// out; actions are never left out.
-func TestAuditRefusalsAreBounded(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.log")
-	a, err := OpenAudit(AuditConfig{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	const flood = 3 * auditRefusalBurst
-	a.refusals = newBucket(0, auditRefusalBurst) // no time passes
-	for range flood {
-		a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound, nil)
-	}
-	a.refusals = newBucket(1, 1) // time passed
-	a.refused(&auditRecord{Event: "attach"}, wire.CodeNotFound, nil)
-	recs := readAudit(t, path, 1)
-	last := recs[len(recs)-1]
-	if len(recs) != auditRefusalBurst+1 || last["suppressed"] == nil ||
-		int(last["suppressed"].(float64))+len(recs) != flood+1 {
-		t.Fatalf("%d records, the last %v: want at most the burst, and the rest counted", len(recs), last)
 	}
 }

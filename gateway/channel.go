@@ -2,11 +2,8 @@ package gateway
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session"
@@ -17,8 +14,12 @@ import (
 // the channel's subscription when the channel is ready, one batch at a
 // turn, and when the ring has nothing more arms the subscription's
 // callback, which marks the channel ready again on the goroutine that
-// appends to the execution. A slow client makes the writer lag, the ring
-// evicts, and the client later sees a gap. Nothing else is buffered.
+// appends to the execution. The PTY reader never blocks on a client
+// socket; it may wait for acknowledgements: a channel attached with ack
+// holds the ring's events until the client acknowledged them, within the
+// hold window (session's flow.go). A slow client otherwise makes the
+// writer lag, the ring evicts, and the client later sees a gap. Nothing
+// else is buffered.
 type channel struct {
 	id       uint32
 	execID   string
@@ -45,7 +46,7 @@ type channel struct {
 	// queued: the channel waits in the connection's ready queue; at most
 	// once there (wake).
 	queued atomic.Bool
-	// wake is the subscription's callback: c.wake(ch), made once.
+	// wake is the subscription's callback: c.w.wake(ch), made once.
 	wake func()
 	// finished: the channel ended (finishChannel); the writer's, or
 	// serve's once no writer is left.
@@ -87,128 +88,11 @@ func (q *readyQueue) pop() *channel {
 	return ch
 }
 
-// startChannel lets the writer read ch; its attached answer was queued
-// first.
-func (c *conn) startChannel(ch *channel) {
-	ch.wake = func() { c.wake(ch) }
-	c.enqueue(ch)
-	c.kick()
-}
-
-// wake marks ch ready and has the connection written: the subscription's
-// callback and detach. It never blocks on the client.
-func (c *conn) wake(ch *channel) {
-	if c.enqueue(ch) {
-		c.kick()
-	}
-}
-
-// enqueue puts ch in the ready queue unless it waits there already.
-func (c *conn) enqueue(ch *channel) bool {
-	if !ch.queued.CompareAndSwap(false, true) {
-		return false
-	}
-	c.ready.push(ch)
-	return true
-}
-
-// serveChannel is one turn of ch at the writer: it writes the batch the
-// subscription has, or arms its callback when it has none, or ends the
-// channel after its exit, on detach or when the subscription fails.
-// false when a write failed.
-func (c *conn) serveChannel(ch *channel) bool {
-	if ch.finished {
-		return true
-	}
-	ch.queued.Store(false)
-	if ch.ctx.Err() != nil {
-		c.finishChannel(ch)
-		return true
-	}
-	evs, gap, ok, err := ch.sub.TryNext()
-	switch {
-	case err != nil: // io.EOF after the exit event
-		c.finishChannel(ch)
-		return true
-	case !ok:
-		if !ch.sub.Notify(ch.wake) {
-			c.enqueue(ch) // it has a batch now: the next round reads it
-		}
-		return true
-	}
-	if !c.writeBatch(ch, batch{events: evs, gap: gap}) {
-		return false
-	}
-	c.enqueue(ch) // its next turn, after the other ready channels
-	return true
-}
-
-// finishChannel ends ch once: the writer's after the channel's end, or
-// serve's for the channels left when the connection ends.
-func (c *conn) finishChannel(ch *channel) {
-	if ch.finished {
-		return
-	}
-	ch.finished = true
-	ch.queued.Store(true) // never queued again
-	ch.sub.StopNotify()
-	c.auditDetach(ch)
-	ch.sub.Close()
-	ch.detach()
-	c.dropChannel(ch.id)
-	c.mu.Lock()
-	delete(c.open, ch)
-	c.mu.Unlock()
-	c.s.closeChannel()
-}
-
-// finishChannels ends the channels left when the connection ends, once
-// no goroutine writes any more.
-func (c *conn) finishChannels() {
-	c.mu.Lock()
-	left := slices.Collect(maps.Keys(c.open))
-	c.mu.Unlock()
-	for _, ch := range left {
-		c.finishChannel(ch)
-	}
-}
-
-func (c *conn) dropChannel(id uint32) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.channels, id)
-}
-
-func (c *conn) channel(id uint32) (*channel, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch, ok := c.channels[id]
-	return ch, ok
-}
-
-// bucket is a token bucket: rate tokens per second up to burst.
-type bucket struct {
-	mu     sync.Mutex
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-}
-
-func newBucket(rate float64, burst int) *bucket {
-	return &bucket{rate: rate, burst: float64(burst), tokens: float64(burst), last: time.Now()}
-}
-
-// allow takes a token if one is left.
-func (b *bucket) allow() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
+// channelAudit is a channel's audit state. inputSeen and refusing and
+// received belong to the read loop; bytes is read by the writer at detach.
+type channelAudit struct {
+	inputSeen bool          // the first input's record was written
+	refusing  bool          // an input refusal was recorded, no input accepted since
+	received  uint64        // the execution's input offset after this channel's last input
+	bytes     atomic.Uint64 // input bytes this channel delivered
 }

@@ -98,8 +98,8 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 
 // remoteAddr is r's client address by the server's trusted proxies.
 //
-// A verified hop's request (route.go) is the client's that the front
-// node saw: the hop's addr.
+// A verified hop's request (cluster_route.go) is the client's that the
+// front node saw: the hop's addr.
 func (s *Server) remoteAddr(r *http.Request) string {
 	if h, ok := hopFrom(r.Context()); ok && h.Addr != "" {
 		return h.Addr

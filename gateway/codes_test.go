@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/termgate/termgate/gateway/wire"
@@ -11,7 +13,8 @@ import (
 )
 
 // TestSessionCodesAreWireCodes keeps the codes the supervisor's errors
-// map to within the protocol's list: session names them, wire defines them.
+// map to (errorCode) within the protocol's list: session names the
+// errors, wire defines the codes, the gateway maps one to the other.
 func TestSessionCodesAreWireCodes(t *testing.T) {
 	t.Parallel()
 	for _, err := range []error{
@@ -20,9 +23,12 @@ func TestSessionCodesAreWireCodes(t *testing.T) {
 		session.ErrNotPTY, session.ErrNoPipes, session.ErrSignal, session.ErrClosed,
 		session.ErrAfter, session.ErrAck, session.ErrOutOfDescriptors, sandbox.ErrInvalidPolicy, sandbox.ErrUnenforceable, errors.New("other"),
 	} {
-		if code := session.Code(err); !slices.Contains(wire.Codes(), code) {
-			t.Errorf("session.Code(%v) = %q, not a wire code", err, code)
+		if code := errorCode(err); !slices.Contains(wire.Codes(), code) {
+			t.Errorf("errorCode(%v) = %q, not a wire code", err, code)
 		}
+	}
+	if code := errorCode(fmt.Errorf("gateway: open workspace root: %w", syscall.EMFILE)); code != wire.CodeCapacity {
+		t.Errorf("an EMFILE outside a start is %q, not capacity", code)
 	}
 	for code := range apiStatus {
 		if !slices.Contains(wire.Codes(), code) {

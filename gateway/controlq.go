@@ -7,6 +7,10 @@ import (
 	"github.com/termgate/termgate/gateway/wire"
 )
 
+// controlQueue bounds the control messages waiting for the writer. A
+// client that floods requests without reading the answers is closed.
+const controlQueue = 256
+
 // controlMessages are a connection's control messages waiting for its
 // writer, oldest first: at most controlQueue of them, and their bytes
 // counted against the connection's and its subject's budgets

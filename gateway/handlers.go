@@ -16,7 +16,7 @@ import (
 // handle answers one control message. Every message is authorised by the
 // connection's current claims, not only the handshake.
 func (c *conn) handle(req wire.Request) {
-	if c.relay(req) {
+	if c.relay != nil && c.relay.serve(req) {
 		return
 	}
 	switch req.Type {
@@ -114,7 +114,7 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 	}
 	readOnly = readOnly || !claims.Has(auth.ScopeWrite)
 	c.mu.Lock()
-	full := len(c.channels)+len(c.relayed) >= c.s.cfg.MaxChannels
+	full := len(c.channels)+c.relay.channelsLocked() >= c.s.cfg.MaxChannels
 	c.mu.Unlock()
 	if full {
 		c.s.metrics.refuse(refusedChannels)
@@ -155,7 +155,7 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 	if snap := sub.Snapshot(); snap != nil {
 		c.sendSnapshot(ch.id, snap, sub.LossCause())
 	}
-	c.startChannel(ch)
+	c.w.startChannel(ch)
 }
 
 // sendSnapshot queues a snapshot encoded at once, its data never copied
@@ -170,8 +170,8 @@ func (c *conn) sendSnapshot(channel uint32, snap *session.Snapshot, cause string
 		From: snap.From, To: snap.To, Bytes: snap.Bytes, Inexact: snap.Inexact, Cause: cause,
 	}
 	b, err := json.Marshal(m)
-	if err == nil && int64(len(b)) <= c.s.cfg.MaxMessageBytes && c.control.addEncoded(b) {
-		c.kick()
+	if err == nil && int64(len(b)) <= c.s.cfg.MaxMessageBytes && c.w.control.addEncoded(b) {
+		c.w.kick()
 		return
 	}
 	c.s.metrics.refuse(refusedSnapshot)
@@ -195,7 +195,7 @@ func (c *conn) detachChannel(req wire.Request) {
 	ch.detach()
 	c.dropChannel(ch.id)
 	c.send(wire.Message{Type: wire.MsgDetached, Req: req.Req, Channel: ch.id})
-	c.wake(ch) // the writer finishes it
+	c.w.wake(ch) // the writer finishes it
 
 }
 
@@ -300,7 +300,7 @@ func (c *conn) input(b []byte) {
 		c.close(wire.CloseProtocolError, "malformed input frame")
 		return
 	}
-	if c.relayInput(b, in) {
+	if c.relay != nil && c.relay.input(b, in) {
 		return
 	}
 	if ch, ok := c.channel(in.Channel); ok && ch.ack {
@@ -328,12 +328,12 @@ func (c *conn) ackedInput(ch *channel, in wire.Input) {
 	if code == "" {
 		received, code, msg = c.applyInput(wire.Request{Type: "input", Channel: ch.id}, ch, in)
 	}
-	c.inputAcks.add(ch.id, received, inputEnd(in), code, msg)
-	if code != "" || c.writing.Load() {
-		c.kick() // a refusal goes at once; one writing takes the ack anyway
+	c.w.inputAcks.add(ch.id, received, inputEnd(in), code, msg)
+	if code != "" || c.w.writing.Load() {
+		c.w.kick() // a refusal goes at once; one writing takes the ack anyway
 		return
 	}
-	c.holdInputAck()
+	c.w.holdInputAck()
 }
 
 // applyInput hands a frame to the execution within the subject's input
@@ -386,7 +386,7 @@ func (c *conn) reauth(req wire.Request) {
 	c.claims = claims
 	c.mu.Unlock()
 	if claims.ExpiresAt.After(old.ExpiresAt) {
-		c.armExpiry()
+		c.expiry.arm(c.currentClaims())
 	} // else the warning stands: warning again at once would invite the same reauth
 	c.send(wire.Message{Type: wire.MsgOK, Req: req.Req, ExpiresAt: claims.ExpiresAt.UTC().Format(time.RFC3339)})
 }

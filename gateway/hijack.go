@@ -10,24 +10,6 @@ import (
 	"time"
 )
 
-// Buffer sizes of an upgraded connection. net/http hands a hijacked
-// connection a 4 KiB reader and a 4 KiB writer, which the WebSocket keeps
-// for the connection's life: 7 KiB of an idle connection's 20. Keystrokes
-// and control messages are a few bytes to a few hundred, and a read or a
-// write larger than its buffer bypasses it, at the cost of one more
-// system call for frames between the two sizes.
-//
-// A non-blocking connection's reader is smaller still: nbConn reads the
-// socket itself between messages (awaitInput), up to upgradeReadBuffer at
-// once into a buffer it lends only while it holds bytes, and the reader
-// copies them from there. It holds a frame's header (at most 14 bytes)
-// and a little more; a larger read bypasses it, from nbConn's bytes.
-const (
-	upgradeReadBuffer  = 512
-	upgradeWriteBuffer = 1 << 10
-	nbReadBuffer       = 64
-)
-
 // What linger reads at most, and for how long, of a refused message.
 const (
 	lingerBytes = 1 << 20

@@ -92,11 +92,7 @@ func TestParkedConnectionEnds(t *testing.T) {
 }
 
 // parked reports whether c's socket waits in the waiter (nbConn.park).
-func parked(c *conn) bool {
-	c.nb.pmu.Lock()
-	defer c.nb.pmu.Unlock()
-	return c.nb.resume != nil
-}
+func parked(c *conn) bool { return c.w.nb.spot.Parked() }
 
 // waitParked waits at most 5 s until c is parked.
 func waitParked(t *testing.T, c *conn) {
@@ -278,9 +274,7 @@ func TestConnectionTheWaiterRefusesReadsOn(t *testing.T) {
 	defer c.close()
 	c.expect(t, wire.MsgHello)
 	sc := serverConn(t, e)
-	sc.nb.pmu.Lock()
-	sc.nb.fd = -1 // park refuses it
-	sc.nb.pmu.Unlock()
+	sc.w.nb.spot.Close()               // park refuses it (and a parked socket runs again)
 	time.Sleep(100 * time.Millisecond) // five idle periods
 	c.send(t, wire.Request{Type: wire.TypeStart, ID: "refused", Command: "/bin/sh", Attach: true})
 	att, _ := c.expect(t, wire.MsgAttached)

@@ -75,20 +75,6 @@ func (a *inputAcks) take() []wire.Message {
 	return out
 }
 
-// writeInputAcks writes the input-acks of channels still attached (the
-// one writing only).
-func (c *conn) writeInputAcks(msgs []wire.Message) bool {
-	for _, m := range msgs {
-		if _, ok := c.channel(m.Channel); !ok {
-			continue // detached meanwhile: its detached answer ended it
-		}
-		if !c.writeJSON(m) {
-			return false
-		}
-	}
-	return true
-}
-
 // inputEnd is the end offset of an input frame, saturating: an offset
 // that large is refused anyway.
 func inputEnd(in wire.Input) uint64 {
@@ -99,58 +85,10 @@ func inputEnd(in wire.Input) uint64 {
 	return end
 }
 
-// holdInputAck arms the hold timer unless it is armed: whoever writes
-// for the connection first sends the acks waiting, and disarms it;
-// otherwise the timer has them written.
-func (c *conn) holdInputAck() {
-	a := &c.inputAcks
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.armed || a.stopped {
-		return
-	}
-	a.armed = true
-	a.running.Add(1) // one per firing to come; the firing or a Stop ends it
-	if a.timer == nil {
-		a.timer = time.AfterFunc(c.s.cfg.inputAckDelay, c.inputAckDue)
-		return
-	}
-	if a.timer.Reset(c.s.cfg.inputAckDelay) {
-		// A firing was still to come (a take disarmed it while it had
-		// begun, and its run then cleared armed): Reset moved it instead
-		// of adding one, and it already counts.
-		a.running.Done()
-	}
-}
-
-// inputAckDue is the hold timer firing: no output took the acks in time.
-func (c *conn) inputAckDue() {
-	defer c.inputAcks.running.Done()
-	a := &c.inputAcks
-	a.mu.Lock()
-	due := a.armed
-	a.armed = false
-	a.mu.Unlock()
-	if due {
-		c.kick()
-	}
-}
-
 // disarmLocked stops the hold timer: the acks are being written.
 func (a *inputAcks) disarmLocked() {
 	if a.armed && a.timer.Stop() {
 		a.running.Done() // it will not fire
 	}
 	a.armed = false
-}
-
-// stopInputAcks stops the hold timer for good and waits for a firing
-// under way.
-func (c *conn) stopInputAcks() {
-	a := &c.inputAcks
-	a.mu.Lock()
-	a.stopped = true
-	a.disarmLocked()
-	a.mu.Unlock()
-	a.running.Wait()
 }

@@ -374,23 +374,24 @@ func TestInputAckWaitsForTheNextWrite(t *testing.T) {
 // channels, waiting forever.
 func TestInputAckTimerEndsWithTheConnection(t *testing.T) {
 	t.Parallel()
-	c := &conn{s: &Server{cfg: Config{inputAckDelay: time.Microsecond}}, flushersDone: true,
-		inputAcks: inputAcks{pending: map[uint32]*wire.Message{}}}
+	c := &conn{s: &Server{cfg: Config{inputAckDelay: time.Microsecond}}}
+	w := &c.w
+	w.c, w.flushersDone, w.inputAcks.pending = c, true, map[uint32]*wire.Message{}
 	deadline := time.Now().Add(2 * time.Second)
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
 			for i := 0; i < 200_000 && time.Now().Before(deadline); i++ {
-				c.holdInputAck()
+				w.holdInputAck()
 				if i%3 == 0 {
-					c.inputAcks.take()
+					w.inputAcks.take()
 				}
 			}
 		})
 	}
 	wg.Wait()
 	stopped := make(chan struct{})
-	go func() { c.stopInputAcks(); close(stopped) }()
+	go func() { w.stopInputAcks(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(10 * time.Second):

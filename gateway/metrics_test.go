@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
@@ -209,7 +210,7 @@ func TestMetricLabelsBounded(t *testing.T) {
 // alerted to a hole in the trail; without a trail there is no series.
 func TestMetricsAuditLost(t *testing.T) {
 	t.Parallel()
-	a, err := OpenAudit(AuditConfig{Path: filepath.Join(t.TempDir(), "audit.log")})
+	a, err := audit.Open(audit.Config{Path: filepath.Join(t.TempDir(), "audit.log")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,10 @@ func TestMetricsAuditLost(t *testing.T) {
 	ms := httptest.NewServer(e.srv.MetricsHandler())
 	defer ms.Close()
 	wantMetrics(t, ms.URL, "none lost", map[string]float64{"termgate_audit_lost_records_total": 0})
-	a.lost.Add(3)
+	a.Close() // a record of what happened cannot be written now: it is lost
+	for range 3 {
+		a.Happened(&audit.Record{Event: "end"})
+	}
 	wantMetrics(t, ms.URL, "three lost", map[string]float64{"termgate_audit_lost_records_total": 3})
 
 	plain := newFakeEnv(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, nil)

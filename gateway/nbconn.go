@@ -11,10 +11,27 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
-	"github.com/termgate/termgate/sandbox"
-	"golang.org/x/sys/unix"
+	"github.com/termgate/termgate/gateway/internal/park"
+	"github.com/termgate/termgate/sandbox/fdio"
+)
+
+// Buffer sizes of an upgraded connection. net/http hands a hijacked
+// connection a 4 KiB reader and a 4 KiB writer, which the WebSocket keeps
+// for the connection's life: 7 KiB of an idle connection's 20. Keystrokes
+// and control messages are a few bytes to a few hundred, and a read or a
+// write larger than its buffer bypasses it, at the cost of one more
+// system call for frames between the two sizes.
+//
+// A non-blocking connection's reader is smaller still: nbConn reads the
+// socket itself between messages (awaitInput), up to upgradeReadBuffer at
+// once into a buffer it lends only while it holds bytes, and the reader
+// copies them from there. It holds a frame's header (at most 14 bytes)
+// and a little more; a larger read bypasses it, from nbConn's bytes.
+const (
+	upgradeReadBuffer  = 512
+	upgradeWriteBuffer = 1 << 10
+	nbReadBuffer       = 64
 )
 
 // backlogBound is how much a connection's backlog may hold before its
@@ -77,23 +94,18 @@ type nbConn struct {
 	rmu     sync.Mutex
 	pending []byte
 	lent    *[]byte
-	readErr error       // awaitInput's read's error, for the next Read
-	armed   atomic.Bool // the socket's read deadline is awaitInput's (idle)
-	frames  frameCursor // the client's frames in the bytes Read handed out
-	mayIdle atomic.Bool // the read loop reads: Read may report errIdle
-	noIdle  atomic.Bool // a close handshake began: no Read reports errIdle
+	readErr error            // awaitInput's read's error, for the next Read
+	armed   atomic.Bool      // the socket's read deadline is awaitInput's (idle)
+	frames  park.FrameCursor // the client's frames in the bytes Read handed out
+	mayIdle atomic.Bool      // the read loop reads: Read may report errIdle
+	noIdle  atomic.Bool      // a close handshake began: no Read reports errIdle
 
 	// Parking (park): once the client sent nothing for idle, the read
 	// loop gives its goroutine up, and the descriptor waits in the
-	// process's waiter for idle descriptors (sandbox.WhenReadable). pmu
-	// orders a park against Close, so that the socket is never closed
-	// while the waiter holds its descriptor: a closed descriptor leaves
-	// the waiter's epoll unseen, and its number may be another's by then.
-	fd      int
-	idle    time.Duration // parkAfter; 0 or less: never park
-	pmu     sync.Mutex
-	resume  func() // what runs when the parked socket is readable; nil unless parked
-	closing bool   // Close began: park no more
+	// process's waiter for idle descriptors (park.Spot).
+	fd   int
+	idle time.Duration // parkAfter; 0 or less: never park
+	spot *park.Spot
 }
 
 // inputBuffers lend awaitInput a buffer for the bytes it reads, as big as
@@ -119,6 +131,7 @@ func newNBConn(nc net.Conn, timeout time.Duration) (*nbConn, bool) {
 	}
 	c := &nbConn{Conn: nc, raw: raw, try: rawTry(raw), timeout: timeout, fd: -1}
 	raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	c.spot = park.NewSpot(c.fd)
 	return c, true
 }
 
@@ -130,7 +143,7 @@ func rawTry(raw syscall.RawConn) func(p []byte) (int, error) {
 		var werr error
 		err := raw.Write(func(fd uintptr) bool {
 			for {
-				n, werr = rawSyscall(unix.SYS_WRITE, fd, p)
+				n, werr = fdio.Write(int(fd), p)
 				if werr != syscall.EINTR {
 					return true
 				}
@@ -150,14 +163,14 @@ func rawTry(raw syscall.RawConn) func(p []byte) (int, error) {
 
 // Read reads from the socket as net.Conn's Read does, waiting in the
 // poller within the read deadline, but its read(2) goes to the kernel
-// without the scheduler's system-call bookkeeping (rawSyscall), as the
+// without the scheduler's system-call bookkeeping (fdio.Read), as the
 // writes do. What awaitInput read comes first.
 func (c *nbConn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if len(c.pending) > 0 {
 		n := c.takePending(p)
-		c.frames.feed(p[:n])
+		c.frames.Feed(p[:n])
 		return n, nil
 	}
 	if err := c.readErr; err != nil {
@@ -169,7 +182,7 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	}
 	n, _, err := c.read(p)
 	if errors.Is(err, os.ErrDeadlineExceeded) && c.disarm() {
-		if c.mayIdle.Load() && !c.noIdle.Load() && c.frames.atRest() {
+		if c.mayIdle.Load() && !c.noIdle.Load() && c.frames.AtRest() {
 			// Only whole control frames came since awaitInput's wait (a
 			// pong): the WebSocket waits for a message's first byte,
 			// and a failed read leaves it as it was.
@@ -179,7 +192,7 @@ func (c *nbConn) Read(p []byte) (int, error) {
 		// and awaitInput sets a new one.
 		n, _, err = c.read(p)
 	}
-	c.frames.feed(p[:n])
+	c.frames.Feed(p[:n])
 	return n, err
 }
 
@@ -238,49 +251,10 @@ func (c *nbConn) SetDeadline(t time.Time) error {
 
 // park gives the socket to the process's waiter for idle descriptors,
 // which calls resume on a goroutine of its own once the client sends
-// something or hangs up, or Close does (it may have already when park
-// returns). False, with nothing parked, when the connection is closing or
-// the waiter cannot take the socket: the caller waits on in the poller.
-func (c *nbConn) park(resume func()) bool {
-	c.pmu.Lock()
-	defer c.pmu.Unlock()
-	if c.closing || c.fd < 0 {
-		return false
-	}
-	c.resume = resume
-	if !sandbox.WhenReadable(c.fd, c.unpark) {
-		c.resume = nil
-		return false
-	}
-	return true
-}
-
-// unpark runs the parked connection again: the waiter found its socket
-// readable.
-func (c *nbConn) unpark() {
-	c.pmu.Lock()
-	resume := c.resume
-	c.resume = nil
-	c.pmu.Unlock()
-	if resume != nil {
-		resume()
-	}
-}
-
-// unparkToClose takes a parked socket back from the waiter before Close
-// closes it, and runs the connection again, which finds it closed.
-func (c *nbConn) unparkToClose() {
-	c.pmu.Lock()
-	c.closing = true
-	var resume func()
-	if c.resume != nil && sandbox.StopWaiting(c.fd) {
-		resume, c.resume = c.resume, nil
-	}
-	c.pmu.Unlock()
-	if resume != nil {
-		go resume()
-	}
-}
+// something or hangs up, or Close does (park.Spot.Park). False, with
+// nothing parked, when the connection is closing or the waiter cannot
+// take the socket: the caller waits on in the poller.
+func (c *nbConn) park(resume func()) bool { return c.spot.Park(resume) }
 
 // unread makes b, read from the socket before the upgrade, what Read
 // hands out first.
@@ -317,7 +291,7 @@ func (c *nbConn) read(p []byte) (n int, lent *[]byte, err error) {
 			buf = *lent
 		}
 		for {
-			n, rerr = rawSyscall(unix.SYS_READ, fd, buf)
+			n, rerr = fdio.Read(int(fd), buf)
 			if rerr != syscall.EINTR {
 				break
 			}
@@ -337,19 +311,6 @@ func (c *nbConn) read(p []byte) (n int, lent *[]byte, err error) {
 		return 0, nil, io.EOF
 	}
 	return n, lent, nil
-}
-
-// rawSyscall is read(2) or write(2) (trap) of p on a socket's
-// descriptor, which Go keeps in non-blocking mode, made without the
-// scheduler's system-call bookkeeping: it returns at once, and a call
-// through the scheduler wakes the runtime's monitor thread whenever the
-// process was idle, as it is between keystrokes. n is 0 on error.
-func rawSyscall(trap, fd uintptr, p []byte) (int, error) {
-	n, _, e := unix.RawSyscall(trap, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
 }
 
 // notify sets what is called when a backlog was written, or was not
@@ -458,7 +419,7 @@ func (c *nbConn) writeAll(b []byte) error {
 // Close closes the socket and waits for the backlog's goroutine, which
 // the close ends.
 func (c *nbConn) Close() error {
-	c.unparkToClose()
+	c.spot.Close() // a parked socket is taken back from the waiter first
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/fdio"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session/sessiontest"
 	"golang.org/x/sys/unix"
@@ -174,7 +175,7 @@ func TestOutputNeverWaitsForAClientThatStopsReading(t *testing.T) {
 	c.expect(t, wire.MsgStarted)
 	c.expect(t, wire.MsgAttached)
 	sc := serverConn(t, e)
-	if sc.nb == nil {
+	if sc.w.nb == nil {
 		t.Fatal("a TCP connection has no non-blocking writer")
 	}
 	close(typed) // the client reads no more
@@ -189,7 +190,7 @@ func TestOutputNeverWaitsForAClientThatStopsReading(t *testing.T) {
 	// A round under way may add one batch past the bound: when the
 	// writer fell behind (a busy machine), up to 256 KiB of data in up to
 	// 256 frames (replay.Cursor.Next), not the chunk or two of a quiet one.
-	if m := backlogHeld(sc.nb); m > backlogBound+256<<10+256*64 {
+	if m := backlogHeld(sc.w.nb); m > backlogBound+256<<10+256*64 {
 		t.Fatalf("the backlog holds %d bytes", m)
 	}
 	select {
@@ -197,7 +198,7 @@ func TestOutputNeverWaitsForAClientThatStopsReading(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the stalled client was never closed")
 	}
-	if code := sc.closeCode.Load(); code != int32(websocket.StatusTryAgainLater) {
+	if code := sc.shut.code.Load(); code != int32(websocket.StatusTryAgainLater) {
 		t.Fatalf("closed with %d, want 1013", code)
 	}
 }
@@ -275,7 +276,7 @@ func TestEchoIsInTheSocketWhenTheOutputWriteReturns(t *testing.T) {
 		t.Fatalf("the first event is %q", m.Event)
 	}
 	sc := serverConn(t, e)
-	for i := 0; i < 1000 && sc.writing.Load(); i++ {
+	for i := 0; i < 1000 && sc.w.writing.Load(); i++ {
 		time.Sleep(time.Millisecond) // the writer of the event finishes its round
 	}
 	next <- struct{}{}
@@ -364,16 +365,16 @@ func TestPingAndCloseBehindABacklog(t *testing.T) {
 	c.expect(t, wire.MsgAttached)
 	c.expect(t, wire.MsgEvent) // started
 	sc := serverConn(t, e)
-	if sc.nb == nil {
+	if sc.w.nb == nil {
 		t.Fatal("a TCP connection has no non-blocking writer")
 	}
 
-	if err := sc.nb.Conn.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+	if err := sc.w.nb.Conn.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
 		t.Fatal(err) // a round is then well over both socket buffers
 	}
 
 	round <- struct{}{}
-	waitBacklog(t, sc.nb)
+	waitBacklog(t, sc.w.nb)
 	pinged := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -383,7 +384,7 @@ func TestPingAndCloseBehindABacklog(t *testing.T) {
 	c.readOutputBytes(t, chunks*chunk) // the ping frame follows
 	<-wrote
 
-	before := sc.bytesOut.Load()
+	before := sc.w.bytesOut.Load()
 	round <- struct{}{}
 	<-wrote
 	waitWritten(t, sc, before+chunks*chunk) // all of it in the backlog, then the close
@@ -416,12 +417,12 @@ func TestPingAndCloseBehindABacklog(t *testing.T) {
 func waitWritten(t *testing.T, c *conn, n uint64) {
 	t.Helper()
 	for range 3000 {
-		if c.bytesOut.Load() >= n && !c.writing.Load() {
+		if c.w.bytesOut.Load() >= n && !c.w.writing.Load() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("wrote %d message bytes, want %d", c.bytesOut.Load(), n)
+	t.Fatalf("wrote %d message bytes, want %d", c.w.bytesOut.Load(), n)
 }
 
 // waitBacklog waits, bounded, until nb has a backlog (its goroutine
@@ -781,7 +782,7 @@ func TestNBConnParksWhenIdle(t *testing.T) {
 	}
 	nb.Close()
 	waitResumed(t, resumed)
-	if sandbox.StopWaiting(nb.fd) {
+	if fdio.StopWaiting(nb.fd) {
 		t.Fatal("the closed socket's descriptor is still in the waiter")
 	}
 	if nb.park(func() { resumed <- struct{}{} }) {
@@ -865,7 +866,7 @@ func TestNBConnReportsIdleOnlyToTheReadLoop(t *testing.T) {
 			t.Parallel()
 			nb, dc := nbPair(t)
 			nb.idle = 20 * time.Millisecond
-			pong := clientFrame(true, 10, nil)
+			pong := []byte{0x80 | 10, 0x80, 1, 2, 3, 4} // a client's pong: fin, opcode 10, masked, empty
 			if _, err := dc.Write(pong); err != nil {
 				t.Fatal(err)
 			}
@@ -910,7 +911,7 @@ func TestCloseKeepsTheHandshakeFromIdling(t *testing.T) {
 	c.expect(t, wire.MsgHello)
 	sc := serverConn(t, e)
 	sc.close(websocket.StatusPolicyViolation, "closed by the test")
-	if !sc.nb.noIdle.Load() {
+	if !sc.w.nb.noIdle.Load() {
 		t.Fatal("a close began and the handshake's reads may still report idle")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/internal/rate"
 )
 
 // subjectLimits keeps a token bucket per (tenant, subject). A bucket unused
@@ -25,7 +26,7 @@ type subjectLimits struct {
 }
 
 type subjectBucket struct {
-	*bucket
+	*rate.Bucket
 	used time.Time
 }
 
@@ -81,12 +82,12 @@ func (l *subjectLimits) allow(c auth.Claims) bool {
 		if len(l.m) >= l.sweep {
 			l.dropIdle(now)
 		}
-		b = &subjectBucket{bucket: newBucket(l.rate, l.burst)}
+		b = &subjectBucket{Bucket: rate.NewBucket(l.rate, l.burst)}
 		l.m[key] = b
 	}
 	b.used = now
 	l.mu.Unlock()
-	if !b.allow() {
+	if !b.Allow() {
 		l.refused.Add(1) // metrics.go
 		return false
 	}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/wire"
-	"github.com/termgate/termgate/session"
 )
 
 // RestartRetryAfter is the Retry-After a restarting server sends with its
@@ -31,13 +30,6 @@ const RestartRetryAfter = 2 * time.Second
 const (
 	reasonShutdown = "server shutting down"
 	reasonRestart  = "server restarting; reconnect and resume"
-)
-
-// Refusals once the server ends. Both are session.ErrClosed (code closed,
-// 503 on the HTTP API).
-var (
-	errShuttingDown = fmt.Errorf("gateway: the server is shutting down: %w", session.ErrClosed)
-	errRestarting   = fmt.Errorf("gateway: the server is restarting; retry in a moment: %w", session.ErrClosed)
 )
 
 // Shutdown ends the server for good. It admits nothing new (connections,
@@ -144,25 +136,6 @@ func (s *Server) openChannel() error {
 	return nil
 }
 
-// closeChannel uncounts a channel that finished (or that was never
-// attached), waking a drain when it was the last.
-func (s *Server) closeChannel() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.channels--; s.channels == 0 && s.drained != nil {
-		close(s.drained)
-		s.drained = nil
-	}
-}
-
-// closedErrLocked is the refusal of anything new once closing.
-func (s *Server) closedErrLocked() error {
-	if s.restarting {
-		return errRestarting
-	}
-	return errShuttingDown
-}
-
 // closeCode is the close code and reason of a connection that comes
 // while the server is closing.
 func (s *Server) closeCode() (websocket.StatusCode, string) {
@@ -197,15 +170,6 @@ func (s *Server) untilRestart(ctx context.Context) (context.Context, context.Can
 		stop()
 		cancel(context.Canceled)
 	}
-}
-
-// errorCode is the stable code of err: gone for session.ErrGone, else
-// session.Code's.
-func errorCode(err error) string {
-	if errors.Is(err, session.ErrGone) {
-		return wire.CodeGone
-	}
-	return session.Code(err)
 }
 
 // admitting returns the refusal of a start once the server is closing.

@@ -16,7 +16,7 @@ import (
 )
 
 // testIdleAfter is idleAfter in this package's tests (TestMain): every
-// test that pauses its output sends the copier through idleFDs and back.
+// test that pauses its output sends the copier through fdio's waiter and back.
 const testIdleAfter = 20 * time.Millisecond
 
 // TestIdleCopierGivesItsGoroutineUp: copiers whose output paused for

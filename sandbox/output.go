@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/fdio"
 	"golang.org/x/sys/unix"
 )
 
@@ -70,9 +71,10 @@ func (p *Process) copy(r *os.File, w io.Writer, capture bool) {
 }
 
 // idleAfter is how long a copier reads in the runtime's poller before it
-// gives its goroutine up: the descriptor then waits in idleFDs, which
-// runs the copier again once output comes or the writers hang up. An idle
-// execution then has no goroutine reading its output.
+// gives its goroutine up: the descriptor then waits in the process's
+// idle-descriptor waiter (fdio.WhenReadable), which runs the copier again
+// once output comes or the writers hang up. An idle execution then has no
+// goroutine reading its output.
 var idleAfter = 5 * time.Second
 
 // copier drains one output descriptor until end of file. It waits in the
@@ -116,10 +118,10 @@ func (c *copier) start() {
 }
 
 // run copies until end of file, or for idleAfter: then it parks the
-// descriptor in idleFDs and returns, and idleFDs runs it again once
-// output comes, at once if some waits. The deadline is set once a run,
-// not once a read: a keystroke's echo pays for no timer, and a copier
-// that keeps busy only goes through idleFDs every idleAfter.
+// descriptor in fdio's waiter and returns, and the waiter runs it again
+// once output comes, at once if some waits. The deadline is set once a
+// run, not once a read: a keystroke's echo pays for no timer, and a
+// copier that keeps busy only goes through the waiter every idleAfter.
 func (c *copier) run() {
 	c.r.SetReadDeadline(time.Now().Add(idleAfter))
 	for {
@@ -156,23 +158,24 @@ func (c *copier) round() error {
 	return err
 }
 
-// park hands the descriptor to idleFDs; false when it cannot take it,
-// and the copier waits on in the poller. Once parked, the copier is
-// idleFDs', unless letGo began meanwhile and looked before it was parked.
+// park hands the descriptor to fdio's waiter; false when it cannot take
+// it, and the copier waits on in the poller. Once parked, the copier is
+// the waiter's, unless letGo began meanwhile and looked before it was
+// parked.
 func (c *copier) park() bool {
-	if !idleFDs.add(c.fd, c.run) {
+	if !fdio.WhenReadable(c.fd, c.run) {
 		return false
 	}
-	if c.stopping.Load() && idleFDs.remove(c.fd) {
+	if c.stopping.Load() && fdio.StopWaiting(c.fd) {
 		c.finish()
 	}
 	return true
 }
 
-// unpark ends a copier parked in idleFDs, for letGo; one that runs finds
-// stopping set itself.
+// unpark ends a copier parked in fdio's waiter, for letGo; one that runs
+// finds stopping set itself.
 func (c *copier) unpark() {
-	if c.raw != nil && idleFDs.remove(c.fd) {
+	if c.raw != nil && fdio.StopWaiting(c.fd) {
 		go c.run() // it finds stopping set and ends
 	}
 }
@@ -197,7 +200,7 @@ func readWaiting(raw syscall.RawConn) (*[]byte, int, error) {
 	var rerr error
 	err := raw.Read(func(fd uintptr) bool {
 		buf = readBufs.Get().(*[]byte)
-		n, rerr = rawRead(int(fd), *buf)
+		n, rerr = fdio.Read(int(fd), *buf)
 		if errors.Is(rerr, unix.EAGAIN) {
 			readBufs.Put(buf) // wait in the poller without it
 			buf = nil
@@ -229,7 +232,7 @@ func polledRaw(r *os.File) (syscall.RawConn, bool) {
 		return nil, false
 	}
 	ok := false
-	if err := raw.Control(func(fd uintptr) { ok = isNonBlocking(fd) }); err != nil {
+	if err := raw.Control(func(fd uintptr) { ok = fdio.IsNonBlocking(fd) }); err != nil {
 		return nil, false
 	}
 	return raw, ok
@@ -268,7 +271,7 @@ func readBurst(raw syscall.RawConn, buf []byte, n int) int {
 		var m int
 		var err error
 		raw.Read(func(fd uintptr) bool {
-			m, err = rawRead(int(fd), buf[n:])
+			m, err = fdio.Read(int(fd), buf[n:])
 			return true // never wait
 		})
 		if err != nil || m <= 0 {
@@ -332,7 +335,7 @@ func readPieces(fd int, w Reserver, head io.Writer, k int) (int, error) {
 	total := 0
 	for {
 		piece := w.Extend(k)[:k]
-		n, err := rawRead(fd, piece)
+		n, err := fdio.Read(fd, piece)
 		if n > 0 {
 			head.Write(piece[:n])
 		}
@@ -353,7 +356,7 @@ func readPieces(fd int, w Reserver, head io.Writer, k int) (int, error) {
 // waiting asks the kernel how many bytes wait to be read from fd, a pipe,
 // a socket or a terminal.
 func waiting(fd int) (int, error) {
-	k, err := rawWaiting(fd)
+	k, err := fdio.Waiting(fd)
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: bytes waiting: %w", err)
 	}
@@ -368,14 +371,14 @@ func waitingNow(fd int) (int, error) {
 	if err != nil || k >= burstMin {
 		return k, err
 	}
-	rawPollNow(fd)
+	fdio.PollNow(fd)
 	return waiting(fd)
 }
 
 // hungUp reports whether the other side of fd closed: the writers of a
 // pipe, every slave of a PTY master.
 func hungUp(fd int) bool {
-	return rawPollNow(fd)&(unix.POLLHUP|unix.POLLERR) != 0
+	return fdio.PollNow(fd)&(unix.POLLHUP|unix.POLLERR) != 0
 }
 
 // headCapture keeps the first headSize bytes of output, where bwrap prints

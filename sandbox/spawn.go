@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/termgate/termgate/sandbox/fdio"
 	"golang.org/x/sys/unix"
 )
 
@@ -164,12 +165,12 @@ func (c execChild) pid() int { return c.proc.Pid }
 
 func (c execChild) kill() { c.proc.Kill() }
 
-// wait parks until bwrap has exited, in idleFDs, so that no OS thread
+// wait parks until bwrap has exited, in fdio's waiter, so that no OS thread
 // waits in wait4 meanwhile, then reaps it; without a pidfd, the reaping
 // Wait blocks as usual.
 func (c execChild) wait() (unix.WaitStatus, bool, error) {
 	exited := make(chan struct{})
-	if watchExit(idleFDs, c.proc.Pid, func() { close(exited) }) {
+	if fdio.WhenExited(c.proc.Pid, func() { close(exited) }) {
 		<-exited
 	}
 	return c.reap()
@@ -185,11 +186,11 @@ func (c execChild) reap() (unix.WaitStatus, bool, error) {
 	return unix.WaitStatus(ws), false, nil
 }
 
-// onExit has the launcher's child waited for with every other (idleFDs),
-// so that an idle execution keeps no goroutine of its own; without a
-// pidfd, one goroutine waits for it.
+// onExit has the launcher's child waited for with every other
+// (fdio.WhenExited), so that an idle execution keeps no goroutine of its
+// own; without a pidfd, one goroutine waits for it.
 func (c execChild) onExit(done func(unix.WaitStatus, bool, error)) {
-	if watchExit(idleFDs, c.proc.Pid, func() { done(c.reap()) }) {
+	if fdio.WhenExited(c.proc.Pid, func() { done(c.reap()) }) {
 		return
 	}
 	go func() { done(c.wait()) }()

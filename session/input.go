@@ -6,9 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/termgate/termgate/sandbox/fdio"
 )
 
 // inputQueue accepts input by offset and feeds it to the process. When
@@ -65,9 +64,8 @@ func nonBlocking(w io.Writer) syscall.RawConn {
 	if err != nil {
 		return nil
 	}
-	var flags int
-	ferr := raw.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
-	if ferr != nil || err != nil || flags&unix.O_NONBLOCK == 0 {
+	ok = false
+	if raw.Control(func(fd uintptr) { ok = fdio.IsNonBlocking(fd) }) != nil || !ok {
 		return nil
 	}
 	return raw
@@ -159,31 +157,19 @@ func (q *inputQueue) writeDirectLocked(p []byte) []byte {
 	return p
 }
 
-// tryWrite is one write(2) of p to raw's descriptor that never waits. It
-// returns the bytes written: 0 on any error, which the writer goroutine
-// then meets again, or not.
+// tryWrite is one write(2) of p to raw's descriptor that never waits,
+// made raw (fdio.Write). It returns the bytes written: 0 on any error,
+// which the writer goroutine then meets again, or not.
 func tryWrite(raw syscall.RawConn, p []byte) int {
 	var n int
 	var err error
 	if cerr := raw.Write(func(fd uintptr) bool {
-		n, err = rawWrite(int(fd), p)
+		n, err = fdio.Write(int(fd), p)
 		return true // never wait: the writer goroutine does
 	}); cerr != nil || err != nil || n < 0 {
 		return 0
 	}
 	return n
-}
-
-// rawWrite is write(2) to a descriptor that nonBlocking approved, made
-// without the scheduler's system-call bookkeeping: it returns at once,
-// and a call through the scheduler wakes the runtime's monitor thread
-// whenever the process was idle, as it is between keystrokes.
-func rawWrite(fd int, p []byte) (int, error) {
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
 }
 
 // received returns the input offset: bytes accepted so far.

@@ -231,8 +231,8 @@ func startsOutOfDescriptors(t *testing.T) {
 		id := fmt.Sprint("k", k)
 		info, err := s.Start(t.Context(), "o", id, sp(k%2 == 1))
 		switch {
-		case err != nil && Code(err) != "capacity":
-			t.Errorf("start with %d descriptors freed: %v (code %s), want capacity", k, err, Code(err))
+		case err != nil && !errors.Is(err, ErrCapacity) && !OutOfDescriptors(err):
+			t.Errorf("start with %d descriptors freed: %v, want capacity", k, err)
 		case err != nil:
 			refused++
 		case info.Status == StatusFailed:

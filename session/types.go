@@ -12,7 +12,8 @@ import (
 	"github.com/termgate/termgate/sandbox"
 )
 
-// Errors returned by the Supervisor. Each has a stable code (Code).
+// Errors returned by the Supervisor. The gateway maps each to a stable,
+// client-visible code.
 var (
 	ErrNotFound    = errors.New("session: execution not found")
 	ErrGone        = errors.New("session: execution is gone: the restarted server no longer has it")
@@ -43,31 +44,6 @@ var ErrOutOfDescriptors = fmt.Errorf("%w: the server is out of file descriptors;
 // descriptors, in the process (EMFILE) or the system (ENFILE).
 func OutOfDescriptors(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
-}
-
-// Code returns the stable, client-visible code of a session error, or
-// "internal" for anything else. Running out of file descriptors is
-// "capacity" whatever else the error wraps.
-func Code(err error) string {
-	if OutOfDescriptors(err) {
-		return "capacity"
-	}
-	for _, c := range []struct {
-		err  error
-		code string
-	}{
-		{ErrNotFound, "not_found"}, {ErrGone, "gone"}, {ErrConflict, "conflict"}, {ErrCapacity, "capacity"},
-		{ErrInvalidID, "invalid_id"}, {ErrInvalidSpec, "invalid_spec"}, {sandbox.ErrInvalidPolicy, "invalid_spec"},
-		{sandbox.ErrUnenforceable, "unenforceable"}, {ErrNotRunning, "not_running"},
-		{ErrInputOffset, "input_offset"}, {ErrInputFull, "input_full"}, {ErrNotPTY, "not_pty"},
-		{ErrNoPipes, "no_pipes"}, {ErrSignal, "signal_not_allowed"}, {ErrClosed, "closed"},
-		{ErrAfter, "invalid_after"}, {ErrAck, "invalid_request"},
-	} {
-		if errors.Is(err, c.err) {
-			return c.code
-		}
-	}
-	return "internal"
 }
 
 // Status is an execution's lifecycle state. Running is the only one that

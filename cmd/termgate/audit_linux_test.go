@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -102,7 +102,7 @@ func (s *auditServe) call(t *testing.T, method, path, authz string, body any) (i
 func (s *auditServe) records(t *testing.T) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, f := range gateway.AuditFiles(s.audit, gateway.MaxAuditKeep) {
+	for _, f := range audit.Files(s.audit, audit.MaxKeep) {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -192,7 +192,7 @@ func TestServeAuditLog(t *testing.T) {
 			if len(matching(recs, map[string]any{"event": "forged"})) != 0 {
 				t.Error("the command forged a record")
 			}
-			files := gateway.AuditFiles(s.audit, gateway.MaxAuditKeep)
+			files := audit.Files(s.audit, audit.MaxKeep)
 			written := map[string]string{"stdout": s.out.String(), "stderr": s.errs.String()}
 			for _, f := range files {
 				b, _ := os.ReadFile(f)
@@ -251,8 +251,8 @@ func TestServeAuditFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.audit.Path != "" || o.audit.Keep != gateway.DefaultAuditKeep {
-		t.Errorf("defaults: %+v, want no trail and keep %d", o.audit, gateway.DefaultAuditKeep)
+	if o.audit.Path != "" || o.audit.Keep != audit.DefaultKeep {
+		t.Errorf("defaults: %+v, want no trail and keep %d", o.audit, audit.DefaultKeep)
 	}
 	t.Setenv("TERMGATE_AUDIT_LOG", "/var/log/termgate/audit.log")
 	t.Setenv("TERMGATE_AUDIT_MAX_SIZE", "1M")
@@ -305,7 +305,7 @@ func TestServeAuditLogEscapesC1(t *testing.T) {
 		t.Errorf("start record %v: want the subject and command line as given", st)
 	}
 	written := map[string]string{"stderr": s.errs.String()}
-	for _, f := range gateway.AuditFiles(s.audit, gateway.MaxAuditKeep) {
+	for _, f := range audit.Files(s.audit, audit.MaxKeep) {
 		b, _ := os.ReadFile(f)
 		written[f] = string(b)
 	}

@@ -19,7 +19,7 @@ import (
 // Many nodes: with --node, serve is one node of several behind a load
 // balancer. New execution IDs name it (NODE.EPOCH~KEY), and a request for
 // an execution another node owns is proxied there with a hop signed by
-// the shared node secret (gateway/route.go, gateway/cluster).
+// the shared node secret (gateway/cluster_route.go, gateway/cluster).
 
 // clusterOptions are serve's flags of cluster mode.
 type clusterOptions struct {

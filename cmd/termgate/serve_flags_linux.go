@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
@@ -52,7 +53,7 @@ type serveOptions struct {
 	config                        string    // --config: the file read, if any
 	printConfig                   bool      // --print-config
 	flags                         *envFlags // for --print-config
-	audit                         gateway.AuditConfig
+	audit                         audit.Config
 	cluster                       clusterOptions // cluster_linux.go
 	sigterm                       string         // restart or shutdown
 }
@@ -253,7 +254,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.logFormat, "log-format", "json", "json (one object per line) or text (key=value); both escape control characters in values")
 	e.str(&o.audit.Path, "audit-log", "", "append-only JSON-lines audit file, mode 0600, in a directory that exists; a symlink, a non-regular file or one others can write is refused (default off)")
 	e.parsed("audit-max-size", "size at which the audit file is rotated, at least 64K (default 100M)", sizeFlag(&o.audit.MaxSize))
-	e.parsed("audit-keep", fmt.Sprintf("rotated audit files kept, PATH.1 ... PATH.N, 1..%d (default %d)", gateway.MaxAuditKeep, gateway.DefaultAuditKeep), intPtr(&o.audit.Keep, gateway.DefaultAuditKeep))
+	e.parsed("audit-keep", fmt.Sprintf("rotated audit files kept, PATH.1 ... PATH.N, 1..%d (default %d)", audit.MaxKeep, audit.DefaultKeep), intPtr(&o.audit.Keep, audit.DefaultKeep))
 	e.str(&o.sigterm, "sigterm", sigtermRestart, "what SIGTERM does: restart (executions live on for the next server on the state directory) or shutdown (stop them and give clients their exits, as SIGINT; on Kubernetes, where a pod's processes end with it)")
 	e.str(&o.cluster.node, "node", "", "this node's name, an RFC 1123 label such as termgate-0: cluster mode, new execution IDs name their node (default off: a single node)")
 	e.list(&o.cluster.peers, "peer", "another node, NAME=URL such as termgate-1=http://10.0.0.2:8080: a base URL, http or https with a host and no path (may list this node too, whose URL is then only checked); excludes --peer-dns")

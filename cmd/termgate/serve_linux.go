@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -201,7 +202,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
 	if o.audit.Path != "" {
 		o.audit.Logger = log
-		if o.server.Audit, err = gateway.OpenAudit(o.audit); err != nil {
+		if o.server.Audit, err = audit.Open(o.audit); err != nil {
 			return nil, fmt.Errorf("serve: refusing to start: %w", err)
 		}
 		undo = append(undo, func() { o.server.Audit.Close() })

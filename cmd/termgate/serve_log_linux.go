@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
@@ -61,7 +62,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 		"resizes_per_second", o.server.ResizesPerSecond,
 		"tenant_uids", fmt.Sprintf("%d:%d", o.workspaces.tenantUIDs.First, o.workspaces.tenantUIDs.Count),
 		"workspace_quota", quotaText(formatBytes(o.workspaces.bytes), o.workspaces.bytes), "workspace_inodes", quotaText(strconv.FormatInt(o.workspaces.inodes, 10), o.workspaces.bytes),
-		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, gateway.DefaultAuditMaxSize))), "audit_keep", o.audit.Keep,
+		"audit_log", o.audit.Path, "audit_max_size", sizeText(uint64(cmp.Or(o.audit.MaxSize, audit.DefaultMaxSize))), "audit_keep", o.audit.Keep,
 		"recordings_dir", o.session.RecordingsDir, "recording_max_size", sizeText(uint64(o.session.RecordingMaxSize)),
 		"recordings_max_bytes", sizeText(uint64(o.session.RecordingsMaxBytes)), "recordings_max_bytes_per_tenant", sizeText(uint64(o.session.RecordingsMaxBytesPerOwner)),
 		"recordings_max_files", o.session.RecordingsMaxFiles, "recordings_max_files_per_tenant", o.session.RecordingsMaxFilesPerOwner,

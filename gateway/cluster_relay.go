@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -28,6 +29,40 @@ import (
 // upstream detaches each of its channels with error unavailable and
 // retry_ms, after what was already queued; the client resumes with
 // attach on the same connection.
+
+// relay is a connection's relay: its channels on executions of other
+// nodes, one upstream per owner node, and their FIFO into the writer. A
+// conn has one only on a node of a cluster (newRelay); its read loop asks
+// it first (serve, input). The maps are guarded by the conn's mu, which
+// also numbers the channels, local and relayed alike; they are made with
+// the first upstream, the FIFO with the first frame queued (fifo): most
+// connections never relay.
+type relay struct {
+	c       *conn
+	token   string // the raw bearer, for upstream dials and reauth; never logged
+	relayed map[uint32]*relayChannel
+	ups     map[string]*upstream
+	q       atomic.Pointer[relayQueue] // nil until a frame is first queued
+	wg      sync.WaitGroup             // the upstreams' goroutines
+}
+
+// newRelay returns c's relay, which dials upstreams with token; nil on a
+// single node.
+func newRelay(c *conn, token string) *relay {
+	if c.s.route == nil {
+		return nil
+	}
+	return &relay{c: c, token: token}
+}
+
+// channelsLocked counts the relayed channels (c.mu held), which the
+// connection's channel limit counts with its own; 0 for a nil relay.
+func (r *relay) channelsLocked() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.relayed)
+}
 
 // Relay bounds.
 const (
@@ -66,7 +101,7 @@ func putRelayBuffer(buf *[]byte) {
 type upstream struct {
 	node   string
 	ws     *websocket.Conn
-	c      *conn
+	r      *relay
 	ctx    context.Context // ends when the upstream fails or the conn ends
 	cancel context.CancelCauseFunc
 
@@ -109,43 +144,40 @@ type relayHeader struct {
 	Ack      bool   `json:"ack"`
 }
 
-// relay serves req through an upstream when it concerns an execution or
+// serve serves req through an upstream when it concerns an execution or
 // channel of another node, and reports whether it did; it places every
 // start (router.placeStart). A hop connection is always served locally:
 // at most one hop.
-func (c *conn) relay(req wire.Request) bool {
-	r := c.s.route
+func (r *relay) serve(req wire.Request) bool {
 	switch {
-	case r == nil:
-		return false
 	case req.Type == wire.TypeStart: // a hop's too: placeStart keeps it here, canonical
-		c.relayStart(req)
+		r.start(req)
 		return true
-	case c.hop:
-		return c.hopRefuse(req)
+	case r.c.hop:
+		return r.hopRefuse(req)
 	}
 	switch req.Type {
 	case wire.TypeAttach:
-		node, local := c.relayOwner(req)
+		node, local := r.owner(req)
 		if !local {
-			c.relayAttach(node, req)
+			r.attach(node, req)
 		}
 		return !local || node == ""
 	case wire.TypeCancel:
 		if req.Channel == 0 {
-			node, local := c.relayOwner(req)
+			node, local := r.owner(req)
 			if !local {
-				c.relayWait(node, req, &relayPending{})
+				r.wait(node, req, &relayPending{})
 			}
 			return !local || node == ""
 		}
 	case wire.TypeReauth:
-		c.relayReauth(req)
+		r.reauth(req)
 		return true
 	case wire.TypePing:
 		return false
 	}
-	return c.relayChannelRequest(req)
+	return r.channelRequest(req)
 }
 
 // hopRefuse answers an attach or cancel by ID on a hop's connection that
@@ -153,127 +185,127 @@ func (c *conn) relay(req wire.Request) bool {
 // node under another epoch is gone (this node restarted without its
 // state), one naming another node is unavailable (a hop is never relayed
 // again). Everything else is served here.
-func (c *conn) hopRefuse(req wire.Request) bool {
+func (r *relay) hopRefuse(req wire.Request) bool {
 	if req.Type != wire.TypeAttach && (req.Type != wire.TypeCancel || req.Channel != 0) {
 		return false
 	}
-	r := c.s.route
+	rt := r.c.s.route
 	o, _, canonical, err := session.ParseID(req.ID)
 	switch {
 	case err != nil || !canonical:
 		return false
-	case o.Node != r.self():
-		c.relayFail(req, r.unavailable(o.Node, errors.New("gateway: a hop for another node's execution")))
-	case o.Epoch != r.cfg.Owner.Epoch:
-		c.failErr(req, 0, fmt.Errorf("%w: %s: this node restarted without its earlier state", session.ErrGone, req.ID))
+	case o.Node != rt.self():
+		r.fail(req, rt.unavailable(o.Node, errors.New("gateway: a hop for another node's execution")))
+	case o.Epoch != rt.cfg.Owner.Epoch:
+		r.c.failErr(req, 0, fmt.Errorf("%w: %s: this node restarted without its earlier state", session.ErrGone, req.ID))
 	default:
 		return false
 	}
 	return true
 }
 
-// relayOwner finds the node owning req's execution: local when it is
+// owner finds the node owning req's execution: local when it is
 // this node. A lookup that failed was answered: node is then "" (and
 // local true).
-func (c *conn) relayOwner(req wire.Request) (node string, local bool) {
-	r := c.s.route
-	node, err := r.owner(c.peerContext(), c.currentClaims(), req.ID)
+func (r *relay) owner(req wire.Request) (node string, local bool) {
+	rt := r.c.s.route
+	node, err := rt.owner(r.peerContext(), r.c.currentClaims(), req.ID)
 	if err != nil {
-		c.relayFail(req, err)
+		r.fail(req, err)
 		return "", true
 	}
-	return node, node == r.self()
+	return node, node == rt.self()
 }
 
-// relayStart places a start (router.placeStart): here under the ID it
+// start places a start (router.placeStart): here under the ID it
 // gives, or relayed to the node it names.
-func (c *conn) relayStart(req wire.Request) {
-	if !c.need(req, auth.ScopeCreate) {
+func (r *relay) start(req wire.Request) {
+	if !r.c.need(req, auth.ScopeCreate) {
 		return
 	}
-	r := c.s.route
-	plan, err := r.placeStart(c.peerContext(), c.currentClaims(), req, nil)
+	rt := r.c.s.route
+	plan, err := rt.placeStart(r.peerContext(), r.c.currentClaims(), req, nil)
 	if err != nil {
-		c.relayFail(req, err)
+		r.fail(req, err)
 		return
 	}
 	req.ID = plan.ID
-	if plan.Node == r.self() {
-		c.start(req)
+	if plan.Node == rt.self() {
+		r.c.start(req)
 		return
 	}
-	c.relayWait(plan.Node, req, &relayPending{startAttach: req.Attach, readOnly: req.ReadOnly})
+	r.wait(plan.Node, req, &relayPending{startAttach: req.Attach, readOnly: req.ReadOnly})
 }
 
 // peerContext carries the connection's token for the hops that routing
 // makes on its behalf.
-func (c *conn) peerContext() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return withToken(c.ctx, c.token)
+func (r *relay) peerContext() context.Context {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	return withToken(r.c.ctx, r.token)
 }
 
-// relayFail answers a request whose routing failed: unavailable with
+// fail answers a request whose routing failed: unavailable with
 // retry advice, or the session error (not_found, gone) as it is.
-func (c *conn) relayFail(req wire.Request, err error) {
+func (r *relay) fail(req wire.Request, err error) {
 	var ue *errUnavailable
 	if errors.As(err, &ue) {
-		c.relayRefuse(req.Req, ue.node, err)
+		r.refuse(req.Req, ue.node, err)
 		return
 	}
-	c.failErr(req, 0, err)
+	r.c.failErr(req, 0, err)
 }
 
-// relayAttach attaches a channel on node, within the connection's channel
+// attach attaches a channel on node, within the connection's channel
 // limit, which counts local and relayed channels alike.
-func (c *conn) relayAttach(node string, req wire.Request) {
-	c.mu.Lock()
-	full := len(c.channels)+len(c.relayed) >= c.s.cfg.MaxChannels
-	c.mu.Unlock()
+func (r *relay) attach(node string, req wire.Request) {
+	r.c.mu.Lock()
+	full := len(r.c.channels)+r.channelsLocked() >= r.c.s.cfg.MaxChannels
+	r.c.mu.Unlock()
 	if full {
-		c.s.metrics.refuse(refusedChannels)
-		c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", c.s.cfg.MaxChannels))
+		r.c.s.metrics.refuse(refusedChannels)
+		r.c.fail(req, 0, wire.CodeTooManyChannels, fmt.Sprintf("at most %d channels per connection", r.c.s.cfg.MaxChannels))
 		return
 	}
-	c.relayWait(node, req, &relayPending{readOnly: req.ReadOnly, ack: req.Ack})
+	r.wait(node, req, &relayPending{readOnly: req.ReadOnly, ack: req.Ack})
 }
 
-// relayWait sends req to node's upstream and waits for its answer, so
+// wait sends req to node's upstream and waits for its answer, so
 // that answers keep the order of requests. An owner silent for Timeout
 // fails its upstream, which answers req unavailable.
-func (c *conn) relayWait(node string, req wire.Request, p *relayPending) {
+func (r *relay) wait(node string, req wire.Request, p *relayPending) {
 	p.clientReq = req.Req
 	p.answered = make(chan struct{})
 	var u *upstream
 	err := errRetired
 	for i := 0; i < 2 && errors.Is(err, errRetired); i++ { // retired as idle meanwhile: dial anew, once
-		if u, err = c.upstreamFor(node); err != nil {
-			c.relayRefuse(req.Req, node, err)
+		if u, err = r.upstreamFor(node); err != nil {
+			r.refuse(req.Req, node, err)
 			return
 		}
 		err = u.send(req, p)
 	}
 	if errors.Is(err, errRetired) {
-		c.relayRefuse(req.Req, node, err)
+		r.refuse(req.Req, node, err)
 		return
 	}
-	t := time.NewTimer(c.s.route.cfg.Timeout)
+	t := time.NewTimer(r.c.s.route.cfg.Timeout)
 	defer t.Stop()
 	select {
 	case <-p.answered:
 	case <-u.done:
 	case <-t.C:
-		u.fail(fmt.Errorf("no answer to %s within %s", req.Type, c.s.route.cfg.Timeout))
+		u.fail(fmt.Errorf("no answer to %s within %s", req.Type, r.c.s.route.cfg.Timeout))
 		<-u.done
-	case <-c.ctx.Done():
+	case <-r.c.ctx.Done():
 	}
 }
 
-// relayChannelRequest rewrites a request on a relayed channel to the
+// channelRequest rewrites a request on a relayed channel to the
 // owner's channel number and sends it; its answer comes back through the
 // upstream reader. Requests on other channels are not the relay's.
-func (c *conn) relayChannelRequest(req wire.Request) bool {
-	rc, ok := c.relayedChannel(req.Channel)
+func (r *relay) channelRequest(req wire.Request) bool {
+	rc, ok := r.channel(req.Channel)
 	if !ok {
 		return false
 	}
@@ -291,10 +323,10 @@ func (c *conn) relayChannelRequest(req wire.Request) bool {
 	return true
 }
 
-// relayInput forwards an input frame on a relayed channel, its channel
+// input forwards an input frame on a relayed channel, its channel
 // number (bytes 1..4) rewritten in place; it reports whether it did.
-func (c *conn) relayInput(b []byte, in wire.Input) bool {
-	rc, ok := c.relayedChannel(in.Channel)
+func (r *relay) input(b []byte, in wire.Input) bool {
+	rc, ok := r.channel(in.Channel)
 	if !ok {
 		return false
 	}
@@ -303,66 +335,66 @@ func (c *conn) relayInput(b []byte, in wire.Input) bool {
 	return true
 }
 
-// relayReauth verifies a reauth here, then hands the new token to every
+// reauth verifies a reauth here, then hands the new token to every
 // upstream, whose answers the relay consumes: each owner checks the token
 // again for what it serves.
-func (c *conn) relayReauth(req wire.Request) {
-	c.reauth(req)
-	if _, err := c.s.cfg.Auth.Verify(req.Token); err != nil || c.closing() {
+func (r *relay) reauth(req wire.Request) {
+	r.c.reauth(req)
+	if _, err := r.c.s.cfg.Auth.Verify(req.Token); err != nil || r.c.closing() {
 		return
 	}
-	c.mu.Lock()
-	c.token = req.Token
-	ups := make([]*upstream, 0, len(c.ups))
-	for _, u := range c.ups {
+	r.c.mu.Lock()
+	r.token = req.Token
+	ups := make([]*upstream, 0, len(r.ups))
+	for _, u := range r.ups {
 		ups = append(ups, u)
 	}
-	c.mu.Unlock()
+	r.c.mu.Unlock()
 	for _, u := range ups {
 		u.send(wire.Request{Type: wire.TypeReauth, Req: "reauth", Token: req.Token}, &relayPending{drop: true})
 	}
 }
 
-func (c *conn) relayedChannel(id uint32) (*relayChannel, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rc, ok := c.relayed[id]
+func (r *relay) channel(id uint32) (*relayChannel, bool) {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	rc, ok := r.relayed[id]
 	return rc, ok
 }
 
-// relayRefuse answers a request the relay could not send: the owner is
+// refuse answers a request the relay could not send: the owner is
 // not answering.
-func (c *conn) relayRefuse(req, node string, cause error) {
+func (r *relay) refuse(req, node string, cause error) {
 	var ue *errUnavailable
 	if !errors.As(cause, &ue) {
-		errors.As(c.s.route.unavailable(node, cause), &ue)
+		errors.As(r.c.s.route.unavailable(node, cause), &ue)
 	}
-	c.queueNotice(wire.Message{Type: wire.MsgError, Req: req, Error: wire.CodeUnavailable, Message: ue.message(), RetryMS: ue.RetryMS()})
+	r.notice(wire.Message{Type: wire.MsgError, Req: req, Error: wire.CodeUnavailable, Message: ue.message(), RetryMS: ue.RetryMS()})
 }
 
 // upstreamFor returns the connection's upstream to node, dialling it the
 // first time. Only the read loop calls it, so at most one dial runs.
-func (c *conn) upstreamFor(node string) (*upstream, error) {
-	c.mu.Lock()
-	u, token := c.ups[node], c.token
-	c.mu.Unlock()
+func (r *relay) upstreamFor(node string) (*upstream, error) {
+	r.c.mu.Lock()
+	u, token := r.ups[node], r.token
+	r.c.mu.Unlock()
 	if u != nil {
 		return u, nil
 	}
-	ws, err := c.s.route.dialUpstream(c.ctx, node, token, c.remote)
+	ws, err := r.c.s.route.dialUpstream(r.c.ctx, node, token, r.c.remote)
 	if err != nil {
 		return nil, err
 	}
-	uctx, ucancel := context.WithCancelCause(c.ctx)
-	u = &upstream{node: node, ws: ws, c: c, ctx: uctx, cancel: ucancel,
+	uctx, ucancel := context.WithCancelCause(r.c.ctx)
+	u = &upstream{node: node, ws: ws, r: r, ctx: uctx, cancel: ucancel,
 		chans: map[uint32]uint32{}, pending: map[string]*relayPending{}, done: make(chan struct{})}
-	c.mu.Lock()
-	c.makeRelayLocked()
-	c.ups[node] = u
-	c.relays.Add(2)
-	c.mu.Unlock()
-	go func() { defer c.relays.Done(); u.reader() }()
-	go func() { defer c.relays.Done(); u.pinger() }()
+	r.c.mu.Lock()
+	r.makeLocked()
+	r.ups[node] = u
+	r.wg.Add(2)
+	r.c.mu.Unlock()
+	go func() { defer r.wg.Done(); u.reader() }()
+	go func() { defer r.wg.Done(); u.pinger() }()
 	return u, nil
 }
 
@@ -397,7 +429,7 @@ func (u *upstream) send(req wire.Request, p *relayPending) error {
 // write sends one message upstream within Timeout; a failed write fails
 // the upstream.
 func (u *upstream) write(typ websocket.MessageType, b []byte) error {
-	ctx, cancel := context.WithTimeout(u.ctx, u.c.s.route.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(u.ctx, u.r.c.s.route.cfg.Timeout)
 	defer cancel()
 	if err := u.ws.Write(ctx, typ, b); err != nil {
 		err = fmt.Errorf("write: %w", err)
@@ -417,7 +449,7 @@ func (u *upstream) fail(cause error) {
 // pinger pings the owner every PingInterval; a pong missing that long
 // fails the upstream, so a frozen owner is noticed within two intervals.
 func (u *upstream) pinger() {
-	every := u.c.s.route.cfg.PingInterval
+	every := u.r.c.s.route.cfg.PingInterval
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -495,23 +527,23 @@ func (u *upstream) forward(typ websocket.MessageType, buf *[]byte) bool {
 			return true // a channel the client detached
 		}
 		binary.BigEndian.PutUint32(b[1:5], n)
-		return u.c.queueFlush(relayFrame{typ: typ, b: b, buf: buf})
+		return u.r.queueFlush(relayFrame{typ: typ, b: b, buf: buf})
 	}
 	out, ok := u.rewrite(b)
 	putRelayBuffer(buf)
 	if !ok {
 		return true
 	}
-	return u.c.queueFlush(relayFrame{typ: websocket.MessageText, b: out})
+	return u.r.queueFlush(relayFrame{typ: websocket.MessageText, b: out})
 }
 
 // queueFlush queues f and writes what waits from the calling upstream
 // reader.
-func (c *conn) queueFlush(f relayFrame) bool {
-	if !c.queue(f) {
+func (r *relay) queueFlush(f relayFrame) bool {
+	if !r.queue(f) {
 		return false
 	}
-	c.flush()
+	r.c.w.flush()
 	return true
 }
 
@@ -569,12 +601,12 @@ func (u *upstream) rewrite(b []byte) ([]byte, bool) {
 
 // attachedLocked gives an attached channel its client number.
 func (u *upstream) attachedLocked(h relayHeader, p *relayPending) uint32 {
-	c := u.c
+	r, c := u.r, u.r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
 	n := c.next
-	c.relayed[n] = &relayChannel{id: n, up: h.Channel, u: u, readOnly: h.ReadOnly, ack: h.Ack}
+	r.relayed[n] = &relayChannel{id: n, up: h.Channel, u: u, readOnly: h.ReadOnly, ack: h.Ack}
 	u.chans[h.Channel] = n
 	return n
 }
@@ -583,9 +615,9 @@ func (u *upstream) attachedLocked(h relayHeader, p *relayPending) uint32 {
 func (u *upstream) dropLocked(up uint32) {
 	n := u.chans[up]
 	delete(u.chans, up)
-	u.c.mu.Lock()
-	delete(u.c.relayed, n)
-	u.c.mu.Unlock()
+	u.r.c.mu.Lock()
+	delete(u.r.relayed, n)
+	u.r.c.mu.Unlock()
 }
 
 // retireIfIdleLocked closes an upstream that serves no channel and waits
@@ -595,15 +627,15 @@ func (u *upstream) retireIfIdleLocked() {
 		return
 	}
 	u.retired = true
-	c := u.c
+	r, c := u.r, u.r.c
 	c.mu.Lock()
-	if c.ups[u.node] == u {
-		delete(c.ups, u.node)
+	if r.ups[u.node] == u {
+		delete(r.ups, u.node)
 	}
-	c.relays.Add(1)
+	r.wg.Add(1)
 	c.mu.Unlock()
 	go func() {
-		defer c.relays.Done()
+		defer r.wg.Done()
 		u.ws.Close(websocket.StatusNormalClosure, "")
 	}()
 }
@@ -613,7 +645,7 @@ func (u *upstream) retireIfIdleLocked() {
 // unavailable, after what was already queued. An owner's close for a
 // token problem closes the client connection with the same code.
 func (u *upstream) finish(err error) {
-	c := u.c
+	r, c := u.r, u.r.c
 	u.mu.Lock()
 	retired := u.retired
 	u.retired = true
@@ -626,11 +658,11 @@ func (u *upstream) finish(err error) {
 	u.pending = map[string]*relayPending{}
 	u.mu.Unlock()
 	c.mu.Lock()
-	if c.ups[u.node] == u {
-		delete(c.ups, u.node)
+	if r.ups[u.node] == u {
+		delete(r.ups, u.node)
 	}
 	for _, n := range chans {
-		delete(c.relayed, n)
+		delete(r.relayed, n)
 	}
 	c.mu.Unlock()
 	u.cancel(err)
@@ -654,11 +686,11 @@ func (u *upstream) finish(err error) {
 			close(p.answered)
 		}
 		if !p.drop && (p.answered != nil || p.clientReq != "") {
-			c.queueNotice(wire.Message{Type: wire.MsgError, Req: p.clientReq, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
+			r.notice(wire.Message{Type: wire.MsgError, Req: p.clientReq, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
 		}
 	}
 	for _, n := range sortedChannels(chans) {
-		c.queueNotice(wire.Message{Type: wire.MsgDetached, Channel: n, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
+		r.notice(wire.Message{Type: wire.MsgDetached, Channel: n, Error: wire.CodeUnavailable, Message: text, RetryMS: retry})
 	}
 }
 
@@ -672,15 +704,15 @@ func sortedChannels(ns []uint32) []uint32 {
 	return ns
 }
 
-// queueNotice queues a message of the relay's own behind the upstreams'.
-func (c *conn) queueNotice(n wire.Message) {
+// notice queues a message of the relay's own behind the upstreams'.
+func (r *relay) notice(n wire.Message) {
 	b, err := json.Marshal(n)
 	if err != nil {
-		c.log.Error("encode relay notice", "err", err)
+		r.c.log.Error("encode relay notice", "err", err)
 		return
 	}
-	if c.queue(relayFrame{typ: websocket.MessageText, b: b}) {
-		c.kick()
+	if r.queue(relayFrame{typ: websocket.MessageText, b: b}) {
+		r.c.w.kick()
 	}
 }
 
@@ -691,67 +723,58 @@ type relayQueue struct {
 	bytes *byteBudget
 }
 
-// makeRelayLocked makes the relay's maps the first time an upstream is
-// added; c.mu is held.
-func (c *conn) makeRelayLocked() {
-	if c.ups != nil {
+// makeLocked makes the relay's maps the first time an upstream is
+// added; the conn's mu is held.
+func (r *relay) makeLocked() {
+	if r.ups != nil {
 		return
 	}
-	c.ups = map[string]*upstream{}
-	c.relayed = map[uint32]*relayChannel{}
+	r.ups = map[string]*upstream{}
+	r.relayed = map[uint32]*relayChannel{}
 }
 
-// relayFIFO returns the connection's relay FIFO, making it the first time
+// fifo returns the connection's relay FIFO, making it the first time
 // a frame is queued: by an upstream reader or the relay's own notice.
-func (c *conn) relayFIFO() *relayQueue {
-	if q := c.relayQ.Load(); q != nil {
+func (r *relay) fifo() *relayQueue {
+	if q := r.q.Load(); q != nil {
 		return q
 	}
 	q := &relayQueue{out: make(chan relayFrame, relayQueueFrames), bytes: newByteBudget(relayQueueBytes)}
-	if c.relayQ.CompareAndSwap(nil, q) {
+	if r.q.CompareAndSwap(nil, q) {
 		return q
 	}
-	return c.relayQ.Load()
+	return r.q.Load()
 }
 
 // queue puts f into the connection's relay FIFO within its frame and byte
 // budget, waiting while it is full; false when the connection ended.
-func (c *conn) queue(f relayFrame) bool {
-	q := c.relayFIFO()
-	if !q.bytes.acquire(c.ctx, len(f.b)) {
+func (r *relay) queue(f relayFrame) bool {
+	q := r.fifo()
+	if !q.bytes.acquire(r.c.ctx, len(f.b)) {
 		return false
 	}
 	select {
 	case q.out <- f:
-		c.want() // the caller flushes or kicks
+		r.c.w.want() // the caller flushes or kicks
 		return true
-	case <-c.ctx.Done():
+	case <-r.c.ctx.Done():
 		return false
 	}
 }
 
-// writeRelayed writes one relayed frame and frees its budget and buffer.
-func (c *conn) writeRelayed(q *relayQueue, f relayFrame) bool {
-	defer q.bytes.release(len(f.b))
-	if f.buf != nil {
-		defer putRelayBuffer(f.buf)
-	}
-	return c.write(f.typ, f.b)
-}
-
-// closeUpstreams ends every upstream of a connection that ends and waits
+// close ends every upstream of a connection that ends and waits
 // for their goroutines.
-func (c *conn) closeUpstreams() {
-	c.mu.Lock()
-	ups := make([]*upstream, 0, len(c.ups))
-	for _, u := range c.ups {
+func (r *relay) close() {
+	r.c.mu.Lock()
+	ups := make([]*upstream, 0, len(r.ups))
+	for _, u := range r.ups {
 		ups = append(ups, u)
 	}
-	c.mu.Unlock()
+	r.c.mu.Unlock()
 	for _, u := range ups {
-		u.fail(context.Cause(c.ctx))
+		u.fail(context.Cause(r.c.ctx))
 	}
-	c.relays.Wait()
+	r.wg.Wait()
 }
 
 // byteBudget is a counting semaphore of bytes. A request larger than the

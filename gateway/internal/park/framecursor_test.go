@@ -1,4 +1,4 @@
-package gateway
+package park
 
 import (
 	"encoding/binary"
@@ -56,29 +56,29 @@ func TestFrameCursorFindsWhereMessagesEnd(t *testing.T) {
 		}
 	}
 
-	var f frameCursor
+	var f FrameCursor
 	for i := range stream {
-		if f.atRest() != rest[i] {
-			t.Fatalf("byte by byte: at offset %d atRest is %v, want %v", i, f.atRest(), rest[i])
+		if f.AtRest() != rest[i] {
+			t.Fatalf("byte by byte: at offset %d AtRest is %v, want %v", i, f.AtRest(), rest[i])
 		}
-		f.feed(stream[i : i+1])
+		f.Feed(stream[i : i+1])
 	}
-	if !f.atRest() {
+	if !f.AtRest() {
 		t.Fatal("byte by byte: not at rest at the stream's end")
 	}
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
-		var f frameCursor
+		var f FrameCursor
 		for off := 0; off < len(stream); {
 			n := min(1+rng.IntN(300), len(stream)-off)
 			if round%2 == 1 {
 				n = min(1+rng.IntN(70000), len(stream)-off)
 			}
-			f.feed(stream[off : off+n])
+			f.Feed(stream[off : off+n])
 			off += n
-			if f.atRest() != rest[off] {
-				t.Fatalf("round %d: at offset %d atRest is %v, want %v", round, off, f.atRest(), rest[off])
+			if f.AtRest() != rest[off] {
+				t.Fatalf("round %d: at offset %d AtRest is %v, want %v", round, off, f.AtRest(), rest[off])
 			}
 		}
 	}

@@ -1,13 +1,13 @@
-package gateway
+package park
 
-// frameCursor follows the client's WebSocket frames (RFC 6455 section
-// 5.2) through the bytes nbConn hands the WebSocket's reader, to tell
+// FrameCursor follows the client's WebSocket frames (RFC 6455 section
+// 5.2) through the bytes a socket hands the WebSocket's reader, to tell
 // when the reader waits for a new message: at the end of a frame, and
 // not between the frames of a fragmented message. A read that fails
 // there leaves the WebSocket as it was, so an idle connection can give
 // its goroutine up although control frames (a ping's pong) woke it: see
-// nbConn.Read. It checks nothing; the WebSocket validates the frames.
-type frameCursor struct {
+// the package doc. It checks nothing; the WebSocket validates the frames.
+type FrameCursor struct {
 	have      int    // bytes seen of the current frame's header
 	need      int    // the header's length, once its second byte is seen
 	lengthEnd int    // where the header's length ends: 2, 4 or 10
@@ -18,15 +18,15 @@ type frameCursor struct {
 	inMessage bool   // a fragmented data message has frames to come
 }
 
-// atRest reports whether the bytes seen end a frame outside a fragmented
+// AtRest reports whether the bytes seen end a frame outside a fragmented
 // message: the reader's next byte would start a new message or a
 // control frame.
-func (f *frameCursor) atRest() bool {
+func (f *FrameCursor) AtRest() bool {
 	return f.have == 0 && f.payload == 0 && !f.inMessage
 }
 
-// feed follows the bytes b, handed out after those fed before.
-func (f *frameCursor) feed(b []byte) {
+// Feed follows the bytes b, handed out after those fed before.
+func (f *FrameCursor) Feed(b []byte) {
 	for len(b) > 0 {
 		if f.have == 0 && f.payload > 0 {
 			k := min(uint64(len(b)), f.payload)
@@ -42,7 +42,7 @@ func (f *frameCursor) feed(b []byte) {
 // header takes the next byte of a frame's header: the flags and opcode,
 // the mask bit and 7-bit length, then 0, 2 or 8 bytes of extended length,
 // then the masking key when the mask bit is set.
-func (f *frameCursor) header(c byte) {
+func (f *FrameCursor) header(c byte) {
 	switch f.have {
 	case 0:
 		f.fin, f.data = c&0x80 != 0, c&0x0f <= 2

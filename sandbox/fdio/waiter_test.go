@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package fdio
 
 import (
 	"os/exec"
@@ -16,7 +16,7 @@ import (
 // once, and the waiter lets go of its epoll descriptor (and its
 // goroutine) once it waits for none; the next child starts it again.
 func TestExitWaiterReportsEveryExitOnce(t *testing.T) {
-	w := &fdWaiter{waiting: map[int32]fdWait{}}
+	w := NewWaiter()
 	for round := range 2 {
 		const n = 40
 		cmds := make([]*exec.Cmd, n)
@@ -33,7 +33,7 @@ func TestExitWaiterReportsEveryExitOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the first has exited by now
 		reported := make(chan int, 2*n)
 		for i, cmd := range cmds {
-			if !watchExit(w, cmd.Process.Pid, func() {
+			if !w.WhenExited(cmd.Process.Pid, func() {
 				if !exitedNow(cmd.Process.Pid) {
 					i = -1 - i // called before the child exited
 				}
@@ -80,7 +80,7 @@ func exitedNow(pid int) bool {
 // given to another descriptor added meanwhile, does not call the new
 // one's function; the new registration's own event does.
 func TestWaiterIgnoresAnEventOfAnEarlierRegistration(t *testing.T) {
-	w := &fdWaiter{waiting: map[int32]fdWait{}}
+	w := NewWaiter()
 	var other, reused [2]int
 	if err := unix.Pipe2(other[:], unix.O_CLOEXEC); err != nil {
 		t.Fatal(err)
@@ -95,13 +95,13 @@ func TestWaiterIgnoresAnEventOfAnEarlierRegistration(t *testing.T) {
 	}()
 	fd := reused[0]
 	called := make(chan string, 2)
-	if !w.add(other[0], func() { called <- "other" }) || !w.add(fd, func() { called <- "first" }) {
+	if !w.WhenReadable(other[0], func() { called <- "other" }) || !w.WhenReadable(fd, func() { called <- "first" }) {
 		t.Fatal("the waiter took no descriptor")
 	}
 	w.mu.Lock()
 	stale := fdEvent{fd: int32(fd), n: w.waiting[int32(fd)].n}
 	w.mu.Unlock()
-	if !w.remove(fd) || !w.add(fd, func() { called <- "second" }) {
+	if !w.StopWaiting(fd) || !w.WhenReadable(fd, func() { called <- "second" }) {
 		t.Fatal("the descriptor was not taken back, or not again")
 	}
 	w.mu.Lock()
@@ -123,5 +123,5 @@ func TestWaiterIgnoresAnEventOfAnEarlierRegistration(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the registration's own event called nothing")
 	}
-	w.remove(other[0])
+	w.StopWaiting(other[0])
 }

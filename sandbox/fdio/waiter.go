@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package fdio
 
 import (
 	"os"
@@ -10,37 +10,43 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// idleFDs waits for what the launcher's idle executions wait for: their
-// bwrap's exit (a pidfd, watchExit) and, once idle, their output (see
-// copier). One goroutine parked in the runtime poller on an epoll
-// descriptor that holds them all, instead of a goroutine each.
-var idleFDs = &fdWaiter{waiting: map[int32]fdWait{}}
+// idle is the process's Waiter: what the sandbox's idle executions wait
+// for (their bwrap's exit, WhenExited, and once idle their output) and
+// the gateway's parked sockets.
+var idle = NewWaiter()
 
 // WhenReadable calls ready on a goroutine of its own once fd is readable
-// or hung up (it may be already), from the goroutine that waits for the
-// launcher's idle executions: the process keeps one goroutine for every
-// idle descriptor it waits for, not one each. fd is waited for once. The
-// caller keeps it open until ready was called or StopWaiting returned
-// true. False, with nothing started, when fd cannot be waited for so:
-// the caller waits for it as it can.
-func WhenReadable(fd int, ready func()) bool { return idleFDs.add(fd, ready) }
+// or hung up (it may be already), from the process's Waiter: the process
+// keeps one goroutine for every idle descriptor it waits for, not one
+// each. fd is waited for once. The caller keeps it open until ready was
+// called or StopWaiting returned true. False, with nothing started, when
+// fd cannot be waited for so: the caller waits for it as it can.
+func WhenReadable(fd int, ready func()) bool { return idle.WhenReadable(fd, ready) }
 
-// StopWaiting stops waiting for fd; true when WhenReadable waited for it,
-// whose ready is then never called.
-func StopWaiting(fd int) bool { return idleFDs.remove(fd) }
+// StopWaiting stops the process's Waiter waiting for fd; true when
+// WhenReadable waited for it, whose ready is then never called.
+func StopWaiting(fd int) bool { return idle.StopWaiting(fd) }
 
-// fdWaiter calls a function once a descriptor is readable or hung up, for
+// WhenExited calls exited on a goroutine of its own once the child pid
+// has exited (it may have already), from the process's Waiter.
+func WhenExited(pid int, exited func()) bool { return idle.WhenExited(pid, exited) }
+
+// Waiter calls a function once a descriptor is readable or hung up, for
 // many descriptors, from one goroutine parked in the runtime poller on an
 // epoll descriptor holding them all. It runs only while it waits for some
 // descriptor, and a new one starts with the next. A descriptor is waited
 // for once: it leaves the set when its function is called.
-type fdWaiter struct {
+type Waiter struct {
 	mu      sync.Mutex
 	ep      *os.File         // the epoll descriptor; nil while nothing is waited for
 	epfd    int              // ep's descriptor (ep.Fd would make it blocking)
 	waiting map[int32]fdWait // by descriptor
 	added   int32            // registrations made, to tell them apart (fdWait.n)
 }
+
+// NewWaiter returns a Waiter that waits for nothing yet, and holds no
+// goroutine until it does.
+func NewWaiter() *Waiter { return &Waiter{waiting: map[int32]fdWait{}} }
 
 // fdWait is one descriptor waited for: what to call once it is ready,
 // and which registration it is. An event read from the epoll before a
@@ -55,11 +61,11 @@ type fdWait struct {
 // registration it was for.
 type fdEvent struct{ fd, n int32 }
 
-// add calls ready on a goroutine of its own once fd is readable or hung
-// up (it may be already). The caller keeps fd open until then, or until
-// remove. False, with nothing started, when the epoll descriptor cannot
-// be made or take fd.
-func (w *fdWaiter) add(fd int, ready func()) bool {
+// WhenReadable calls ready on a goroutine of its own once fd is readable
+// or hung up (it may be already). The caller keeps fd open until then,
+// or until StopWaiting. False, with nothing started, when the epoll
+// descriptor cannot be made or take fd.
+func (w *Waiter) WhenReadable(fd int, ready func()) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ep == nil {
@@ -83,9 +89,9 @@ func (w *fdWaiter) add(fd int, ready func()) bool {
 	return true
 }
 
-// remove stops waiting for fd; true when it was waited for, whose ready
-// is then never called.
-func (w *fdWaiter) remove(fd int) bool {
+// StopWaiting stops waiting for fd; true when it was waited for, whose
+// ready is then never called.
+func (w *Waiter) StopWaiting(fd int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.waiting[int32(fd)]; !ok {
@@ -102,7 +108,7 @@ func (w *fdWaiter) remove(fd int) bool {
 // dropLocked takes fd out of the set. Out of the epoll explicitly: a
 // close alone would leave it there while a child forked meanwhile holds a
 // copy until its exec.
-func (w *fdWaiter) dropLocked(fd int32) {
+func (w *Waiter) dropLocked(fd int32) {
 	delete(w.waiting, fd)
 	unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 }
@@ -122,7 +128,7 @@ func newEpoll() (*os.File, int, error) {
 }
 
 // run waits on ep until it is no longer w's.
-func (w *fdWaiter) run(ep *os.File) {
+func (w *Waiter) run(ep *os.File) {
 	defer ep.Close()
 	raw, err := ep.SyscallConn()
 	if err != nil {
@@ -156,11 +162,11 @@ func (w *fdWaiter) run(ep *os.File) {
 
 // take removes the ready descriptors and calls what waited for each.
 // False once ep is no longer w's: nothing else is waited for on it.
-func (w *fdWaiter) take(ep *os.File, events []fdEvent) bool {
+func (w *Waiter) take(ep *os.File, events []fdEvent) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ep != ep {
-		return false // remove let go of it
+		return false // StopWaiting let go of it
 	}
 	for _, ev := range events {
 		wt, ok := w.waiting[ev.fd]
@@ -168,7 +174,7 @@ func (w *fdWaiter) take(ep *os.File, events []fdEvent) bool {
 			continue // removed meanwhile, and maybe its number reused
 		}
 		w.dropLocked(ev.fd)
-		go wt.ready() // a Wait or a copier must never hold the lock
+		go wt.ready() // what waited never runs under the lock
 	}
 	if len(w.waiting) == 0 {
 		w.ep = nil
@@ -179,7 +185,7 @@ func (w *fdWaiter) take(ep *os.File, events []fdEvent) bool {
 
 // failAll is the poller failing ep, which should not happen: whatever
 // waited on it is called as if ready, and finds out for itself.
-func (w *fdWaiter) failAll(ep *os.File) {
+func (w *Waiter) failAll(ep *os.File) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ep != ep {
@@ -192,16 +198,16 @@ func (w *fdWaiter) failAll(ep *os.File) {
 	}
 }
 
-// watchExit calls exited on a goroutine of its own once the launcher's
-// child pid has exited (it may have already). False, with nothing
-// started, when pid has no pidfd (a kernel before 5.3) or w cannot take
-// it: the caller waits for it as it can.
-func watchExit(w *fdWaiter, pid int, exited func()) bool {
+// WhenExited calls exited on a goroutine of its own once the child pid
+// has exited (it may have already), waiting for its pidfd. False, with
+// nothing started, when pid has no pidfd (a kernel before 5.3) or w
+// cannot take it: the caller waits for it as it can.
+func (w *Waiter) WhenExited(pid int, exited func()) bool {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return false
 	}
-	if !w.add(fd, func() { unix.Close(fd); exited() }) {
+	if !w.WhenReadable(fd, func() { unix.Close(fd); exited() }) {
 		unix.Close(fd)
 		return false
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/wire"
@@ -52,7 +53,7 @@ type apiList struct {
 func (a *httpAPI) verifyHop(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	r2, err := a.s.route.verify(r)
 	if err != nil {
-		a.s.cfg.Audit.refused(&auditRecord{Event: apiEventName(r), RemoteAddr: a.s.remoteAddr(r), Via: viaHTTP, Reason: authHop}, wire.CodeUnauthorized, nil)
+		a.s.cfg.Audit.Refused(&audit.Record{Event: apiEventName(r), RemoteAddr: a.s.remoteAddr(r), Via: viaHTTP, Reason: authHop}, wire.CodeUnauthorized, nil)
 		a.fail(w, r, auth.Claims{}, err)
 		return r, false
 	}

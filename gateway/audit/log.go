@@ -1,8 +1,7 @@
-package gateway
-
-// The audit trail: an append-only JSON-lines file of who did what to
-// which execution, and of every refusal. README.md, "Audit trail", is its
-// contract for operators.
+// Package audit writes termgate's audit trail: an append-only JSON-lines
+// file of who did what to which execution, and of every refusal.
+// README.md, "Audit trail", is its contract for operators; which record
+// each request writes, and when, is the gateway's (its audit_events.go).
 //
 // Invariants:
 //   - one record is one line, written with one write(2) on a file opened
@@ -11,12 +10,14 @@ package gateway
 //   - the file never grows past MaxSize: a record that would cross it
 //     goes to a fresh file after PATH is rotated to PATH.1 (PATH.1 to
 //     PATH.2, and so on up to Keep files; the oldest is then dropped);
-//   - it fails closed: a request whose record cannot be written is
-//     refused (code unavailable), and what cannot be refused any more (an
-//     execution that ended, a channel that closed) is counted and logged;
+//   - it fails closed: Record's error means refuse the action (the
+//     gateway answers code unavailable), and what cannot be refused any
+//     more (an execution that ended, a channel that closed) is counted as
+//     Lost and logged;
 //   - no token, secret, environment value or terminal byte is ever
 //     written: sizes are, and the command line is (JSON-escaped, the
 //     C0 and C1 controls and DEL as \u00XX).
+package audit
 
 import (
 	"encoding/json"
@@ -31,52 +32,54 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/gateway/internal/rate"
 	"github.com/termgate/termgate/gateway/wire"
 )
 
-// Defaults and bounds of AuditConfig.
+// Defaults and bounds of Config.
 const (
-	DefaultAuditMaxSize = 100 << 20
-	DefaultAuditKeep    = 10
-	// MinAuditMaxSize is the smallest MaxSize: room for a few hundred
-	// records, and for the largest one (maxAuditRecord).
-	MinAuditMaxSize = 64 << 10
-	// MaxAuditKeep bounds the rotated files kept.
-	MaxAuditKeep = 1000
-	// maxAuditRecord bounds one record: a longer command line is left
-	// out of it (argv_truncated) rather than written in part.
-	maxAuditRecord = 16 << 10
+	DefaultMaxSize = 100 << 20
+	DefaultKeep    = 10
+	// MinMaxSize is the smallest MaxSize: room for a few hundred
+	// records, and for the largest one (MaxRecordSize).
+	MinMaxSize = 64 << 10
+	// MaxKeep bounds the rotated files kept.
+	MaxKeep = 1000
+	// MaxRecordSize bounds one record, its newline included: a longer
+	// command line is left out of it (argv_truncated) rather than
+	// written in part.
+	MaxRecordSize = 16 << 10
 )
 
 // Errors of the audit trail.
 var (
-	// ErrAuditUnsafe refuses an audit path a symlink, a file that is not
+	// ErrUnsafe refuses an audit path a symlink, a file that is not
 	// regular, or a file others can write.
-	ErrAuditUnsafe = errors.New("gateway: audit log path is unsafe")
-	// ErrAuditUnavailable is the refusal of a request whose record could
+	ErrUnsafe = errors.New("gateway: audit log path is unsafe")
+	// ErrUnavailable is the refusal of a request whose record could
 	// not be written.
-	ErrAuditUnavailable = errors.New("gateway: the audit trail cannot be written")
+	ErrUnavailable = errors.New("gateway: the audit trail cannot be written")
 )
 
-// AuditConfig configures OpenAudit.
-type AuditConfig struct {
+// Config configures Open.
+type Config struct {
 	// Path is the audit file; its directory must exist. Required.
 	Path string
-	// MaxSize bounds each file in bytes (DefaultAuditMaxSize; at least
-	// MinAuditMaxSize).
+	// MaxSize bounds each file in bytes (DefaultMaxSize; at least
+	// MinMaxSize).
 	MaxSize int64
 	// Keep is how many rotated files (Path.1 ... Path.Keep) are kept
-	// (DefaultAuditKeep; 1 to MaxAuditKeep).
+	// (DefaultKeep; 1 to MaxKeep).
 	Keep int
 	// Logger gets one error per streak of failed writes, and a line
 	// when writes succeed again.
 	Logger *slog.Logger
 }
 
-// AuditLog is an open audit trail. It is safe for concurrent use; it has
+// Log is an open audit trail. It is safe for concurrent use; it has
 // no goroutine of its own.
-type AuditLog struct {
-	cfg AuditConfig
+type Log struct {
+	cfg Config
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -89,40 +92,40 @@ type AuditLog struct {
 	// refusals bounds the rate of refusal records, so that a flood of
 	// refused requests cannot rotate the history of actions away;
 	// suppressed counts the ones left out, reported by the next one.
-	refusals   *bucket
+	refusals   *rate.Bucket
 	suppressed atomic.Uint64
 }
 
-// Rate of refusal records: a burst of auditRefusalBurst, then
-// auditRefusalRate a second.
+// Rate of refusal records: a burst of refusalBurst, then
+// refusalRate a second.
 const (
-	auditRefusalRate  = 50
-	auditRefusalBurst = 500
+	refusalRate  = 50
+	refusalBurst = 500
 )
 
-// OpenAudit opens (or creates, mode 0600) the audit file at cfg.Path for
+// Open opens (or creates, mode 0600) the audit file at cfg.Path for
 // appending. It refuses a path that is a symlink, not a regular file, or
 // writable by group or others, and a directory that does not exist.
-func OpenAudit(cfg AuditConfig) (*AuditLog, error) {
+func Open(cfg Config) (*Log, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("gateway: audit config: a path is required")
 	}
 	if cfg.MaxSize == 0 {
-		cfg.MaxSize = DefaultAuditMaxSize
+		cfg.MaxSize = DefaultMaxSize
 	}
 	if cfg.Keep == 0 {
-		cfg.Keep = DefaultAuditKeep
+		cfg.Keep = DefaultKeep
 	}
-	if cfg.MaxSize < MinAuditMaxSize {
-		return nil, fmt.Errorf("gateway: audit config: max size %d is below the minimum %d", cfg.MaxSize, MinAuditMaxSize)
+	if cfg.MaxSize < MinMaxSize {
+		return nil, fmt.Errorf("gateway: audit config: max size %d is below the minimum %d", cfg.MaxSize, MinMaxSize)
 	}
-	if cfg.Keep < 1 || cfg.Keep > MaxAuditKeep {
-		return nil, fmt.Errorf("gateway: audit config: keep %d is not between 1 and %d", cfg.Keep, MaxAuditKeep)
+	if cfg.Keep < 1 || cfg.Keep > MaxKeep {
+		return nil, fmt.Errorf("gateway: audit config: keep %d is not between 1 and %d", cfg.Keep, MaxKeep)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &AuditLog{cfg: cfg, log: cfg.Logger, refusals: newBucket(auditRefusalRate, auditRefusalBurst)}
+	a := &Log{cfg: cfg, log: cfg.Logger, refusals: rate.NewBucket(refusalRate, refusalBurst)}
 	if err := a.open(); err != nil {
 		return nil, err
 	}
@@ -131,22 +134,22 @@ func OpenAudit(cfg AuditConfig) (*AuditLog, error) {
 
 // open opens the file at the path, refusing an unsafe one. Called with
 // a.mu held, or before a is shared.
-func (a *AuditLog) open() error {
+func (a *Log) open() error {
 	// O_NONBLOCK: a FIFO without a reader is refused (ENXIO) rather than
 	// waited for; it changes nothing for a regular file.
 	f, err := os.OpenFile(a.cfg.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0o600)
 	switch {
 	case errors.Is(err, syscall.ELOOP):
-		return fmt.Errorf("%w: %s is a symlink", ErrAuditUnsafe, a.cfg.Path)
+		return fmt.Errorf("%w: %s is a symlink", ErrUnsafe, a.cfg.Path)
 	case errors.Is(err, syscall.ENXIO):
-		return fmt.Errorf("%w: %s is not a regular file", ErrAuditUnsafe, a.cfg.Path)
+		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafe, a.cfg.Path)
 	}
 	if err != nil {
 		return fmt.Errorf("open audit log: %w", err)
 	}
 	fi, err := f.Stat()
 	if err == nil {
-		err = safeAuditFile(a.cfg.Path, fi)
+		err = safeFile(a.cfg.Path, fi)
 	}
 	if err != nil {
 		f.Close()
@@ -156,21 +159,21 @@ func (a *AuditLog) open() error {
 	return nil
 }
 
-// safeAuditFile refuses a file that is not regular or that group or
+// safeFile refuses a file that is not regular or that group or
 // others can write.
-func safeAuditFile(path string, fi os.FileInfo) error {
+func safeFile(path string, fi os.FileInfo) error {
 	switch {
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%w: %s is not a regular file", ErrAuditUnsafe, path)
+		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafe, path)
 	case fi.Mode().Perm()&0o022 != 0:
-		return fmt.Errorf("%w: %s is writable by others (mode %v)", ErrAuditUnsafe, path, fi.Mode().Perm())
+		return fmt.Errorf("%w: %s is writable by others (mode %v)", ErrUnsafe, path, fi.Mode().Perm())
 	}
 	return nil
 }
 
-// Close closes the file; later writes fail with ErrAuditUnavailable. A
-// nil AuditLog (no trail) closes as nothing.
-func (a *AuditLog) Close() error {
+// Close closes the file; later writes fail with ErrUnavailable. A
+// nil Log (no trail) closes as nothing.
+func (a *Log) Close() error {
 	if a == nil {
 		return nil
 	}
@@ -185,28 +188,28 @@ func (a *AuditLog) Close() error {
 
 // Lost counts the records that could not be written about something
 // that had already happened (an execution's end, a channel's close).
-func (a *AuditLog) Lost() uint64 { return a.lost.Load() }
+func (a *Log) Lost() uint64 { return a.lost.Load() }
 
-// write appends one record; it fails with ErrAuditUnavailable (wrapping
+// write appends one record; it fails with ErrUnavailable (wrapping
 // the cause) when the record is not in the file whole.
-func (a *AuditLog) write(r *auditRecord) error {
+func (a *Log) write(r *Record) error {
 	r.Time = time.Now().UTC().Format(time.RFC3339Nano)
 	line, err := r.encode()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrAuditUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	err = a.appendLocked(line)
 	a.noteLocked(err)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrAuditUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
 }
 
 // noteLocked logs the first failure of a streak, and its end.
-func (a *AuditLog) noteLocked(err error) {
+func (a *Log) noteLocked(err error) {
 	switch {
 	case err != nil && !a.failing:
 		a.failing = true
@@ -220,7 +223,7 @@ func (a *AuditLog) noteLocked(err error) {
 // appendLocked writes line to the current file, reopening the path when
 // the file was removed or replaced, and rotating first when line would
 // take it past MaxSize.
-func (a *AuditLog) appendLocked(line []byte) error {
+func (a *Log) appendLocked(line []byte) error {
 	if a.closed {
 		return errors.New("the audit log is closed")
 	}
@@ -255,7 +258,7 @@ func cmpErr(err, otherwise error) error {
 // followLocked reopens the path when the open file is no longer the one
 // there (removed, or renamed by another tool), so records never go to a
 // file nobody can read.
-func (a *AuditLog) followLocked() error {
+func (a *Log) followLocked() error {
 	cur, err := a.f.Stat()
 	if err != nil {
 		return fmt.Errorf("stat audit log: %w", err)
@@ -277,7 +280,7 @@ func (a *AuditLog) followLocked() error {
 
 // rotateLocked moves PATH.i to PATH.i+1 (dropping PATH.Keep), PATH to
 // PATH.1, and opens a fresh PATH.
-func (a *AuditLog) rotateLocked() error {
+func (a *Log) rotateLocked() error {
 	p := a.cfg.Path
 	for i := a.cfg.Keep - 1; i >= 1; i-- {
 		if err := os.Rename(rotated(p, i), rotated(p, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -300,10 +303,10 @@ func (a *AuditLog) rotateLocked() error {
 // rotated names the i-th rotated file of path.
 func rotated(path string, i int) string { return path + "." + strconv.Itoa(i) }
 
-// AuditFiles lists the audit files of path that exist, oldest first:
+// Files lists the audit files of path that exist, oldest first:
 // PATH.keep ... PATH.1, PATH. For tests and tools that read the whole
 // trail.
-func AuditFiles(path string, keep int) []string {
+func Files(path string, keep int) []string {
 	var out []string
 	for i := keep; i >= 1; i-- {
 		if _, err := os.Lstat(rotated(path, i)); err == nil {
@@ -316,9 +319,9 @@ func AuditFiles(path string, keep int) []string {
 	return out
 }
 
-// auditRecord is one line of the trail. Every field but time, event and
+// Record is one line of the trail. Every field but time, event and
 // outcome is left out when empty.
-type auditRecord struct {
+type Record struct {
 	Time        string `json:"time"`
 	Event       string `json:"event"`
 	Outcome     string `json:"outcome"` // ok or refused
@@ -361,10 +364,10 @@ type auditRecord struct {
 // encode is the record as one line. encoding/json escapes the C0
 // controls and wire.EscapeC1 the rest (DEL, U+0080-U+009F), so a command or
 // ID cannot forge a line or a terminal sequence. A record over
-// maxAuditRecord leaves out its argv.
-func (r *auditRecord) encode() ([]byte, error) {
+// MaxRecordSize leaves out its argv.
+func (r *Record) encode() ([]byte, error) {
 	b, err := marshalEscaped(r)
-	if err == nil && len(b)+1 > maxAuditRecord && len(r.Argv) > 0 {
+	if err == nil && len(b)+1 > MaxRecordSize && len(r.Argv) > 0 {
 		for _, s := range r.Argv {
 			r.ArgvBytes += len(s)
 		}
@@ -374,63 +377,64 @@ func (r *auditRecord) encode() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b)+1 > maxAuditRecord {
-		return nil, fmt.Errorf("a %d-byte record is over the %d-byte bound", len(b)+1, maxAuditRecord)
+	if len(b)+1 > MaxRecordSize {
+		return nil, fmt.Errorf("a %d-byte record is over the %d-byte bound", len(b)+1, MaxRecordSize)
 	}
 	return append(b, '\n'), nil
 }
 
-func marshalEscaped(r *auditRecord) ([]byte, error) {
+func marshalEscaped(r *Record) ([]byte, error) {
 	b, err := json.Marshal(r)
 	return wire.EscapeC1(b), err
 }
 
-// Outcomes of a record.
+// Outcomes of a record (Record.Outcome).
 const (
-	auditOK      = "ok"
-	auditRefused = "refused"
+	outcomeOK      = "ok"
+	outcomeRefused = "refused"
 )
 
-// record writes an action's record before the action takes effect: an
-// error means refuse the action (ErrAuditUnavailable). Nil a: no trail.
-func (a *AuditLog) record(r *auditRecord) error {
+// Record writes an action's record before the action takes effect: an
+// error means refuse the action (ErrUnavailable). A nil Log (no trail)
+// records nothing and refuses nothing.
+func (a *Log) Record(r *Record) error {
 	if a == nil {
 		return nil
 	}
-	r.Outcome = auditOK
+	r.Outcome = outcomeOK
 	return a.write(r)
 }
 
-// refused writes a refusal's record, within the refusal rate; a refusal
+// Refused writes a refusal's record, within the refusal rate; a refusal
 // that cannot be written is counted as lost (the request is refused
 // already). crossTenant, when not nil, is asked only for a record that
 // is written: a flood of refusals costs no lookups.
-func (a *AuditLog) refused(r *auditRecord, code string, crossTenant func() bool) {
+func (a *Log) Refused(r *Record, code string, crossTenant func() bool) {
 	if a == nil {
 		return
 	}
-	if !a.refusals.allow() {
+	if !a.refusals.Allow() {
 		a.suppressed.Add(1)
 		return
 	}
 	if crossTenant != nil {
 		r.CrossTenant = crossTenant()
 	}
-	r.Outcome, r.Code, r.Suppressed = auditRefused, code, a.suppressed.Swap(0)
+	r.Outcome, r.Code, r.Suppressed = outcomeRefused, code, a.suppressed.Swap(0)
 	if err := a.write(r); err != nil {
 		a.lost.Add(1)
 		a.suppressed.Add(r.Suppressed)
 	}
 }
 
-// happened writes the record of something that already happened and
+// Happened writes the record of something that already happened and
 // cannot be refused; one that cannot be written is counted as lost (and
 // its streak logged).
-func (a *AuditLog) happened(r *auditRecord) {
+func (a *Log) Happened(r *Record) {
 	if a == nil {
 		return
 	}
-	r.Outcome = auditOK
+	r.Outcome = outcomeOK
 	if err := a.write(r); err != nil {
 		a.lost.Add(1)
 	}
