@@ -49,10 +49,12 @@ func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
 	}
 }
 
-// start answers 201 when the execution did not exist before the request
-// and 200 when an equal start already made it (a retry). Two concurrent
-// first starts of one id may both see 201; both describe the same
-// execution.
+// start answers 201 when the request made the execution and 200 when an
+// equal start already had (a retry). It compares incarnations rather than
+// asking whether the id exists first: an ended execution that retention
+// removes between that question and the start is replaced by a new one,
+// which the answer must call new. Two concurrent first starts of one id
+// may both see 201; both describe the same execution.
 func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	if a.s.route == nil && !a.s.starts.allow(c) {
 		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
@@ -78,26 +80,32 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 	if err := a.auditStart(r, c, &req, spec); err != nil {
 		return err
 	}
-	status := http.StatusCreated
-	if a.exists(c.Tenant, req.ID) {
-		status = http.StatusOK
-	}
+	was := a.incarnation(c.Tenant, req.ID)
 	who := session.WithLogAttrs(r.Context(), "subject", c.Subject, "remote_addr", a.s.remoteAddr(r))
 	info, err := a.s.cfg.Supervisor.Start(who, c.Tenant, req.ID, spec)
 	if err != nil {
 		return err
+	}
+	status := http.StatusOK
+	if info.Incarnation != was {
+		status = http.StatusCreated
 	}
 	w.Header().Set("Location", "/v1/executions/"+url.PathEscape(info.ID))
 	a.respond(w, status, a.execution(info))
 	return nil
 }
 
-func (a *httpAPI) exists(tenant, id string) bool {
+// incarnation returns the incarnation of tenant's execution id, or ""
+// when there is none.
+func (a *httpAPI) incarnation(tenant, id string) string {
 	if id == "" {
-		return false
+		return ""
 	}
-	_, err := a.s.cfg.Supervisor.Get(tenant, id)
-	return err == nil
+	info, err := a.s.cfg.Supervisor.Get(tenant, id)
+	if err != nil {
+		return ""
+	}
+	return info.Incarnation
 }
 
 func (a *httpAPI) list(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
