@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,21 +20,12 @@ import (
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 	"github.com/termgate/termgate/session/sessiontest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	runKeeperRole()
 	runAttachRole()
-	code := m.Run()
-	sharedLauncher.Release()
-	if code == 0 {
-		if err := goleak.Find(sandboxtest.Forker); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	sandboxtest.Main(m, sandboxtest.After(sharedLauncher.Release), sandboxtest.Ignore(sandboxtest.Forker))
 }
 
 // gatewayCgroups is the shared launcher's cgroup parent, not a real
