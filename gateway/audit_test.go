@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
@@ -53,30 +53,10 @@ func newAuditEnv(t *testing.T, cfg audit.Config) *auditEnv {
 	return &auditEnv{testEnv: e, path: cfg.Path, log: logs}
 }
 
-// records reads every record of the trail, rotated files first, and
-// fails on a line that is not one whole JSON object.
+// readAudit reads every record of the trail, rotated files first.
 func readAudit(t *testing.T, path string, keep int) []map[string]any {
 	t.Helper()
-	var out []map[string]any
-	for _, f := range audit.Files(path, keep) {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) > 0 && b[len(b)-1] != '\n' {
-			t.Fatalf("%s ends inside a record: %q", f, b[max(0, len(b)-80):])
-		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, audit.MaxRecordSize)
-		for sc.Scan() {
-			var m map[string]any
-			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-				t.Fatalf("%s: a line is not a record: %q: %v", f, sc.Text(), err)
-			}
-			out = append(out, m)
-		}
-	}
-	return out
+	return gatewaytest.AuditRecords(t, audit.Files(path, keep), audit.MaxRecordSize)
 }
 
 // find returns the records whose fields hold every pair of want.

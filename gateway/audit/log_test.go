@@ -1,9 +1,6 @@
 package audit
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/internal/rate"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
@@ -22,26 +20,7 @@ import (
 // readAudit reads every record of the trail at path, oldest first.
 func readAudit(t *testing.T, path string, keep int) []map[string]any {
 	t.Helper()
-	var out []map[string]any
-	for _, f := range Files(path, keep) {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) > 0 && b[len(b)-1] != '\n' {
-			t.Fatalf("%s ends inside a record: %q", f, b[max(0, len(b)-80):])
-		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, MaxRecordSize)
-		for sc.Scan() {
-			var m map[string]any
-			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-				t.Fatalf("%s: a line is not a record: %q: %v", f, sc.Text(), err)
-			}
-			out = append(out, m)
-		}
-	}
-	return out
+	return gatewaytest.AuditRecords(t, Files(path, keep), MaxRecordSize)
 }
 
 func TestOpenAuditRefusesUnsafePaths(t *testing.T) {

@@ -4,7 +4,8 @@
 // sandboxtest.Eventually.
 //
 // It also holds Scripted, a WebSocket server a test plays step by step, so
-// clients are tested against exact protocol exchanges.
+// clients are tested against exact protocol exchanges, and AuditRecords, a
+// reader of an audit trail's files for tests of what it records.
 //
 // It is for tests only and imports nothing of termgate's but gateway/wire.
 package gatewaytest
