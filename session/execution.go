@@ -14,6 +14,7 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session/execid"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,7 +55,7 @@ type execution struct {
 func newExecution(s *Supervisor, k key, spec Spec, fingerprint fingerprint) (*execution, error) {
 	e := &execution{
 		logAttrs: baseLogAttrs(k, spec),
-		s:        s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
+		s:        s, key: k, spec: spec, fingerprint: fingerprint, incarnation: execid.NewIncarnation(),
 		stdout:   newHeadTail(spec.OutputBudget),
 		stderr:   newHeadTail(spec.OutputBudget),
 		in:       newInputQueue(s.cfg.InputBuffer, &s.counters.inputBytes),

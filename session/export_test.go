@@ -1,7 +1,10 @@
 package session
 
 import (
+	"regexp"
+
 	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session/execid"
 	"github.com/termgate/termgate/session/screen"
 )
 
@@ -15,7 +18,7 @@ func RingStats(s *Supervisor, owner, id string) replay.Stats {
 }
 
 // IDPattern is what an execution id must match.
-var IDPattern = idPattern
+var IDPattern = regexp.MustCompile(execid.Pattern)
 
 // ConfigOf returns the configuration s runs with, defaults applied.
 func ConfigOf(s *Supervisor) Config { return s.Config() }

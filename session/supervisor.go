@@ -2,8 +2,6 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/termgate/termgate/session/execid"
 )
 
 // Defaults applied to a zero Config and to zero Spec fields.
@@ -216,10 +216,10 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 // execution, so a retry sees the same outcome.
 func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (Info, error) {
 	if id == "" {
-		id = newID()
+		id = execid.New()
 	}
-	if !idPattern.MatchString(id) {
-		return Info{}, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, idPattern)
+	if err := checkID(id); err != nil {
+		return Info{}, err
 	}
 	if err := s.checkRecording(spec); err != nil {
 		return Info{}, err
@@ -593,21 +593,6 @@ func (s *Supervisor) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-func newID() string {
-	var b [10]byte
-	rand.Read(b[:])
-	return "x-" + idEncoding.EncodeToString(b[:])
-}
-
-// newIncarnation returns a random name for one execution's lifetime.
-func newIncarnation() string {
-	var b [10]byte
-	rand.Read(b[:])
-	return idEncoding.EncodeToString(b[:])
 }
 
 // Config returns the configuration s runs with, defaults applied.

@@ -74,17 +74,18 @@ func TestImportDirection(t *testing.T) {
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
 		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {},
 		"session/screen":        {},
-		"session":               {"replay", "sandbox", "sandbox/fdio", "session/screen"},
+		"session/execid":        {},
+		"session":               {"replay", "sandbox", "sandbox/fdio", "session/screen", "session/execid"},
 		"gateway/wire":          {},
-		"gateway/cluster":       {},
+		"gateway/cluster":       {"session/execid"},
 		"gateway/internal/park": {"sandbox/fdio"},
 		"gateway/internal/rate": {},
 		"gateway/audit":         {"gateway/wire", "gateway/internal/rate"},
 		"gateway/auth":          {"gateway/wire"},
-		"gateway":               {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/audit", "gateway/cluster"},
+		"gateway":               {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/audit", "gateway/cluster", "session/execid"},
 		"gateway/client":        {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
-		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "replay", "sandbox", "sandbox/fdio"},
+		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "session/execid", "replay", "sandbox", "sandbox/fdio"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {
