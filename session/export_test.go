@@ -5,6 +5,7 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/session/execid"
+	"github.com/termgate/termgate/session/internal/statedir"
 	"github.com/termgate/termgate/session/screen"
 )
 
@@ -35,7 +36,7 @@ func SetNewTerminal(f func(rows, cols, scrollback int) Terminal) (restore func()
 }
 
 // DirKey names the state directory of owner's execution id.
-func DirKey(owner, id string) string { return dirKey(key{owner, id}) }
+func DirKey(owner, id string) string { return statedir.DirKey(owner, id) }
 
 // SetMakeHook makes f run as each new execution starts being made, until
 // restore is called. Tests that use it must not run in parallel with

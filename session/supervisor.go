@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/session/execid"
+	"github.com/termgate/termgate/session/internal/statedir"
 )
 
 // Defaults applied to a zero Config and to zero Spec fields.
@@ -127,7 +128,7 @@ type Supervisor struct {
 	wg           sync.WaitGroup // one per execution until its retention ends
 	runs         sync.WaitGroup // one per execution's run, which releases the process after its record
 
-	store    *store            // nil without Config.StateDir
+	store    *statedir.Store   // nil without Config.StateDir
 	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go)
 	detached atomic.Bool       // Detach was called: nothing more is recorded
 	// recording is held (read) by each execution finishing, and (write) by
@@ -195,8 +196,8 @@ func New(cfg Config) (*Supervisor, error) {
 		s.casts.checkRoom(cfg.RecordingsDir)
 	}
 	if cfg.StateDir != "" {
-		s.store = &store{dir: cfg.StateDir}
-		if err := s.store.prepare(); err != nil {
+		var err error
+		if s.store, err = statedir.Open(cfg.StateDir); err != nil {
 			return nil, err
 		}
 	}
@@ -293,7 +294,7 @@ func (s *Supervisor) makeExecution(r *reservation, k key, spec Spec, fingerprint
 	if makeHook != nil {
 		makeHook(k.owner, k.id)
 	}
-	e, err := newExecution(s, k, spec, fingerprint)
+	e, err := newExecution(s, k, spec, fingerprint, nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.starting, k)
