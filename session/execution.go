@@ -35,7 +35,7 @@ type execution struct {
 	launched    chan struct{} // closed once the launch succeeded or failed
 	launchErr   error         // set before launched closes when the sandbox refused the spec
 	done        chan struct{} // closed once the result is final
-	dir         string        // the state directory of a durable execution (durable.go)
+	dir         string        // the state directory of a durable execution (session/internal/statedir)
 	logAttrs    []any         // of its lifecycle log lines: which, whose, what program, who started it
 	startAttrs  []any         // WithLogAttrs' attributes of its start, for OnEnd
 	rec         *recorder     // its recorder while it is recorded here (recording.go)

@@ -75,7 +75,7 @@ type Config struct {
 	// NoScreenState keeps no terminal state behind the rings: a terminal
 	// whose history was evicted is followed with a gap, not a snapshot.
 	NoScreenState bool
-	// StateDir keeps every execution's state in files there (durable.go),
+	// StateDir keeps every execution's state in files there (session/internal/statedir),
 	// so that a supervisor started on it after this one was killed or
 	// restarted takes over (Restore). Empty: executions live in memory
 	// and end with the supervisor.
@@ -129,7 +129,7 @@ type Supervisor struct {
 	runs         sync.WaitGroup // one per execution's run, which releases the process after its record
 
 	store    *statedir.Store   // nil without Config.StateDir
-	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go)
+	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go, restore.go)
 	detached atomic.Bool       // Detach was called: nothing more is recorded
 	// recording is held (read) by each execution finishing, and (write) by
 	// Detach while it sets detached: a result is either recorded whole
