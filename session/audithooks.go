@@ -1,6 +1,10 @@
 package session
 
-import "context"
+import (
+	"context"
+
+	"github.com/termgate/termgate/session/execid"
+)
 
 // What the gateway's audit trail needs from the supervisor: a hook on
 // every execution's end, an ID for a start that names none, and whether
@@ -35,7 +39,7 @@ func (e *execution) ended() {
 // NewID returns a fresh execution ID, as Start makes for a start that
 // names none: a caller that must name an execution before starting it
 // (to record it) passes it to Start.
-func NewID() string { return newID() }
+func NewID() string { return execid.New() }
 
 // HeldByOther reports whether an owner other than owner holds an
 // execution id. It is for the audit trail only: a client asking for

@@ -23,4 +23,10 @@
 // snapshots by MaxSnapshotBytes as JSON text, its emulators' memory by a
 // budget per owner and in total, reserved at the most each can hold; an
 // ended execution keeps its final snapshot, not its emulator.
+//
+// Execution IDs follow session/execid's grammar. With Config.StateDir an
+// execution's state lives in files (session/internal/statedir, whose doc
+// lists them), so that a supervisor started on the same directory takes
+// over (Restore); new and restored executions are made by one
+// constructor.
 package session

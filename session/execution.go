@@ -14,6 +14,8 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session/execid"
+	"github.com/termgate/termgate/session/internal/statedir"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,7 +35,7 @@ type execution struct {
 	launched    chan struct{} // closed once the launch succeeded or failed
 	launchErr   error         // set before launched closes when the sandbox refused the spec
 	done        chan struct{} // closed once the result is final
-	dir         string        // the state directory of a durable execution (durable.go)
+	dir         string        // the state directory of a durable execution (session/internal/statedir)
 	logAttrs    []any         // of its lifecycle log lines: which, whose, what program, who started it
 	startAttrs  []any         // WithLogAttrs' attributes of its start, for OnEnd
 	rec         *recorder     // its recorder while it is recorded here (recording.go)
@@ -51,10 +53,14 @@ type execution struct {
 	timeouts  timeouts
 }
 
-func newExecution(s *Supervisor, k key, spec Spec, fingerprint fingerprint) (*execution, error) {
+// newExecution makes an execution of spec, with every part of it: a new
+// one when was is nil, its storage made (in its state directory for a
+// durable one); else the one an earlier supervisor left in its state
+// directory, rebuilt from its record was. Its caller registers it.
+func newExecution(s *Supervisor, k key, spec Spec, fp fingerprint, was *record) (*execution, error) {
 	e := &execution{
 		logAttrs: baseLogAttrs(k, spec),
-		s:        s, key: k, spec: spec, fingerprint: fingerprint, incarnation: newIncarnation(),
+		s:        s, key: k, spec: spec, fingerprint: fp, incarnation: execid.NewIncarnation(),
 		stdout:   newHeadTail(spec.OutputBudget),
 		stderr:   newHeadTail(spec.OutputBudget),
 		in:       newInputQueue(s.cfg.InputBuffer, &s.counters.inputBytes),
@@ -62,44 +68,48 @@ func newExecution(s *Supervisor, k key, spec Spec, fingerprint fingerprint) (*ex
 		done:     make(chan struct{}),
 		started:  time.Now(),
 	}
-	if err := e.makeStorage(); err != nil {
+	if was != nil {
+		e.incarnation, e.started, e.res = was.Incarnation, was.Started, was.Result
+	}
+	if err := e.makeStorage(was); err != nil {
 		return nil, err
 	}
-	if spec.Record {
-		if err := e.startRecording(); err != nil {
-			if e.dir != "" {
-				os.RemoveAll(e.dir)
-			}
-			return nil, err
+	if err := e.makeRecording(was); err != nil {
+		if e.dir != "" {
+			os.RemoveAll(e.dir)
 		}
-		e.in.onAccept = e.rec.record
+		return nil, err
 	}
-	if tty := spec.Policy.TTY; tty != nil && newTerminal != nil && !s.cfg.NoScreenState {
-		e.screen = s.newScreenState(e, int(tty.Rows), int(tty.Cols))
-		e.ring.OnEvict(e.screen.evicted)
+	if e.res != nil {
+		close(e.launched)
+		close(e.done)
+		return e, nil
 	}
-	// Output waits for the first acknowledging writer as for one who left.
-	e.parkLocked(0)
+	e.makeScreen()
+	// Output waits for the first acknowledging writer as for one who
+	// left, from what a restored ring holds on.
+	first, _ := e.ring.Bounds()
+	e.parkLocked(first - min(first, 1))
 	return e, nil
 }
 
 // makeStorage makes the ring, in memory or, for a durable execution, in
-// its state directory with its input file.
-func (e *execution) makeStorage() error {
-	if e.s.store == nil {
+// its state directory with its input file; or, for an execution an
+// earlier supervisor left (was), recovers them.
+func (e *execution) makeStorage(was *record) error {
+	switch {
+	case e.s.store == nil:
 		e.ring = replay.New(e.spec.Ring)
 		return nil
+	case was != nil:
+		return e.recoverStorage(was)
 	}
-	dir, err := e.s.store.create(e.key)
+	dir, err := e.s.store.Create(e.key.owner, e.key.id)
 	if err != nil {
 		return err
 	}
-	if e.ring, err = durableRing(dir, ringBounds(e.spec.Ring)); err == nil {
-		var mem []byte
-		if mem, err = mapFile(dir, "input", inputLogSize(e.s.cfg.InputBuffer), true); err == nil {
-			unmapWith(e.in, mem)
-			e.in.log = newInputLog(mem)
-		}
+	if e.ring, err = statedir.NewRing(dir, statedir.RingBounds(e.spec.Ring)); err == nil {
+		e.in.log, err = statedir.CreateInput(dir, e.s.cfg.InputBuffer)
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -107,6 +117,71 @@ func (e *execution) makeStorage() error {
 	}
 	e.dir = dir
 	return nil
+}
+
+// recoverStorage recovers the ring an earlier supervisor left and, while
+// the execution runs, its input and final output.
+func (e *execution) recoverStorage(was *record) error {
+	e.dir = e.s.store.Path(e.key.owner, e.key.id)
+	var err error
+	if e.ring, err = statedir.RecoverRing(e.dir, was.Ring); err != nil {
+		return fmt.Errorf("ring: %w", err)
+	}
+	if was.Result != nil {
+		return nil
+	}
+	log, pending, err := statedir.ReopenInput(e.dir, e.s.cfg.InputBuffer)
+	if err != nil {
+		return err
+	}
+	if n := log.InFlight(); n > 0 {
+		// Written again rather than lost: at most one piece.
+		e.s.log.Warn("input possibly written twice: the last server was killed while writing it",
+			append([]any{"input_offset", log.Written(), "bytes", n}, e.logAttrs...)...)
+	}
+	e.in.restore(log, log.AcceptedAt(), pending)
+	e.restoreCapture()
+	return nil
+}
+
+// makeRecording starts a new execution's recording when its spec asks
+// for one, or goes on with (or cuts) a restored execution's.
+func (e *execution) makeRecording(was *record) error {
+	switch {
+	case was != nil:
+		e.restoreRecording(was.Result == nil)
+		return nil
+	case !e.spec.Record:
+		return nil
+	}
+	if err := e.startRecording(); err != nil {
+		return err
+	}
+	e.in.onAccept = e.rec.record
+	return nil
+}
+
+// makeScreen gives a terminal its screen state: a fresh emulator while
+// its ring never evicted, else (restored) one seeded with the screen
+// Detach kept when it stands for exactly the evicted events, else none
+// (a reader behind the ring gets a gap).
+func (e *execution) makeScreen() {
+	tty := e.spec.Policy.TTY
+	if tty == nil || newTerminal == nil || e.s.cfg.NoScreenState {
+		return
+	}
+	rows, cols := int(tty.Rows), int(tty.Cols)
+	var pending []byte
+	if first, _ := e.ring.Bounds(); first > 1 {
+		sc, ok := statedir.ReadScreen(e.dir)
+		if !ok || sc.Seq != first-1 || sc.Rows <= 0 || sc.Cols <= 0 {
+			return
+		}
+		rows, cols, pending = sc.Rows, sc.Cols, sc.Data
+	}
+	e.screen = e.s.newScreenState(e, rows, cols)
+	e.screen.pending = pending
+	e.ring.OnEvict(e.screen.evicted)
 }
 
 // record writes a durable execution's record.json, the start's first
@@ -121,13 +196,13 @@ func (e *execution) record(first bool) {
 	e.mu.Lock()
 	rec := &record{
 		Owner: e.key.owner, ID: e.key.id, Incarnation: e.incarnation, Fingerprint: string(fingerprint),
-		Spec: e.spec, Ring: ringBounds(e.spec.Ring), Started: e.started, Result: e.res,
+		Spec: e.spec, Ring: statedir.RingBounds(e.spec.Ring), Started: e.started, Result: e.res,
 	}
 	if e.res != nil {
 		rec.Expires = e.res.Ended.Add(e.spec.Retention)
 	}
 	e.mu.Unlock()
-	if err := writeRecord(e.dir, rec, first); err != nil {
+	if err := statedir.WriteRecord(e.dir, rec, first); err != nil {
 		e.s.log.Error("cannot record the execution's state", "execution", e.key.id, "tenant", e.key.owner, "err", err)
 	}
 }

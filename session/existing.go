@@ -15,8 +15,8 @@ import (
 // An execution whose first start is still launching is waited for; one
 // whose launch was refused was never made (ErrNotFound).
 func (s *Supervisor) Existing(owner, id string, spec Spec) (Info, error) {
-	if !idPattern.MatchString(id) {
-		return Info{}, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, idPattern)
+	if err := checkID(id); err != nil {
+		return Info{}, err
 	}
 	spec, err := s.normalize(spec)
 	if err != nil {

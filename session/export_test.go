@@ -1,7 +1,11 @@
 package session
 
 import (
+	"regexp"
+
 	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session/execid"
+	"github.com/termgate/termgate/session/internal/statedir"
 	"github.com/termgate/termgate/session/screen"
 )
 
@@ -15,7 +19,7 @@ func RingStats(s *Supervisor, owner, id string) replay.Stats {
 }
 
 // IDPattern is what an execution id must match.
-var IDPattern = idPattern
+var IDPattern = regexp.MustCompile(execid.Pattern)
 
 // ConfigOf returns the configuration s runs with, defaults applied.
 func ConfigOf(s *Supervisor) Config { return s.Config() }
@@ -32,7 +36,7 @@ func SetNewTerminal(f func(rows, cols, scrollback int) Terminal) (restore func()
 }
 
 // DirKey names the state directory of owner's execution id.
-func DirKey(owner, id string) string { return dirKey(key{owner, id}) }
+func DirKey(owner, id string) string { return statedir.DirKey(owner, id) }
 
 // SetMakeHook makes f run as each new execution starts being made, until
 // restore is called. Tests that use it must not run in parallel with

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session/internal/statedir"
 )
 
 // TestRecordedFingerprint: a record holds the spec's JSON as its
@@ -22,7 +23,7 @@ func TestRecordedFingerprint(t *testing.T) {
 		t.Fatal("two specs have one fingerprint")
 	}
 	js, _ := json.Marshal(s)
-	if got := recordedFingerprint(string(js)); got != fp {
+	if got := statedir.FingerprintOf(js); got != fp {
 		t.Errorf("the spec's JSON reads back as %x, want %x", got, fp)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/termgate/termgate/sandbox/fdio"
+	"github.com/termgate/termgate/session/internal/statedir"
 )
 
 // inputQueue accepts input by offset and feeds it to the process. When
@@ -34,10 +35,10 @@ type inputQueue struct {
 	running bool            // the writer goroutine runs
 	writers sync.WaitGroup
 
-	counted  *atomic.Uint64 // the supervisor's input bytes (metrics.go)
-	log      *inputLog      // durable executions only (inputlog.go)
-	onAccept func([]byte)   // sees accepted input in order, with mu held (a recording); may be nil
-	wroteOff uint64         // input offset written to the program; the writer's, or direct's with mu held
+	counted  *atomic.Uint64     // the supervisor's input bytes (metrics.go)
+	log      *statedir.InputLog // durable executions only
+	onAccept func([]byte)       // sees accepted input in order, with mu held (a recording); may be nil
+	wroteOff uint64             // input offset written to the program; the writer's, or direct's with mu held
 }
 
 func newInputQueue(max int, counted *atomic.Uint64) *inputQueue {
@@ -111,7 +112,7 @@ func (q *inputQueue) write(offset uint64, p []byte) (uint64, error) {
 		return q.offset, ErrInputFull
 	}
 	if q.log != nil {
-		q.log.accept(q.offset, fresh)
+		q.log.Accept(q.offset, fresh)
 	}
 	if q.onAccept != nil {
 		q.onAccept(fresh)
@@ -138,16 +139,16 @@ func (q *inputQueue) writeDirectLocked(p []byte) []byte {
 	for len(p) > 0 {
 		k := len(p)
 		if q.log != nil {
-			k = min(k, inputPiece)
-			q.log.beginWrite(q.wroteOff + uint64(k))
+			k = min(k, statedir.InputPiece)
+			q.log.BeginWrite(q.wroteOff + uint64(k))
 		}
 		n := tryWrite(q.raw, p[:k])
 		p = p[n:]
 		q.wroteOff += uint64(n)
 		if q.log != nil {
-			q.log.wrote(q.wroteOff)
+			q.log.Wrote(q.wroteOff)
 			if n < k {
-				q.log.beginWrite(q.wroteOff) // the rest is the writer's: none in flight
+				q.log.BeginWrite(q.wroteOff) // the rest is the writer's: none in flight
 			}
 		}
 		if n < k {
@@ -231,25 +232,25 @@ func (q *inputQueue) run(w io.WriteCloser) {
 }
 
 // writeOut writes b to the program. A durable execution writes it in
-// pieces and records each as written (inputlog.go).
+// pieces and records each as written (statedir.InputLog).
 func (q *inputQueue) writeOut(w io.Writer, b []byte) {
 	if q.log == nil {
 		w.Write(b)
 		return
 	}
 	for len(b) > 0 {
-		n := min(len(b), inputPiece)
-		q.log.beginWrite(q.wroteOff + uint64(n))
+		n := min(len(b), statedir.InputPiece)
+		q.log.BeginWrite(q.wroteOff + uint64(n))
 		w.Write(b[:n])
 		b = b[n:]
 		q.wroteOff += uint64(n)
-		q.log.wrote(q.wroteOff)
+		q.log.Wrote(q.wroteOff)
 	}
 }
 
 // restore resumes the queue of a durable execution where an earlier
 // supervisor left it: accepted input, of which pending is not written.
-func (q *inputQueue) restore(log *inputLog, accepted uint64, pending []byte) {
+func (q *inputQueue) restore(log *statedir.InputLog, accepted uint64, pending []byte) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.log, q.offset = log, accepted

@@ -148,9 +148,12 @@ func (d *castDir) checkRoom(dir string) {
 		return
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
-	if left := d.budget.maxBytes - d.total.bytes; left > free {
+	d.mu.Lock() // the sweeper may be counting again
+	taken := d.total.bytes
+	d.mu.Unlock()
+	if left := d.budget.maxBytes - taken; left > free {
 		d.log.Warn("the recordings budget is more than the free space of the recordings directory's filesystem: recordings can fill it before their budget stops them",
-			"recordings_max_bytes", d.budget.maxBytes, "recordings_bytes", d.total.bytes, "free_bytes", free)
+			"recordings_max_bytes", d.budget.maxBytes, "recordings_bytes", taken, "free_bytes", free)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/termgate/termgate/session/execid"
 )
 
 // The asciicast v2 format of recordings: file names, the header, event lines.
@@ -18,7 +20,7 @@ import (
 const castTenantMax = 32
 
 // castName is the file name of an execution's recording: its tenant part
-// (castTenant), the ID (idPattern keeps it to safe bytes, never "_", "."
+// (castTenant), the ID (execid.Pattern keeps it to safe bytes, never "_", "."
 // or ".."), and the incarnation, joined by "_".
 func castName(k key, incarnation string) string {
 	return castTenant(k.owner) + "_" + k.id + "_" + incarnation + ".cast"
@@ -35,7 +37,7 @@ func castTenant(owner string) string {
 		return whole
 	}
 	sum := sha256.Sum256([]byte(owner))
-	hash := idEncoding.EncodeToString(sum[:10])
+	hash := execid.Encode(sum[:10])
 	return escapeTenant(owner, castTenantMax-1-len(hash)) + "~" + hash
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/termgate/termgate/session/execid"
 )
 
 // FuzzAppendJSONString checks that any bytes become a JSON string that
@@ -76,10 +78,10 @@ func TestCastNameTellsTenantsApart(t *testing.T) {
 		{"a_b", "a%5Fb"},
 	}
 	id := strings.Repeat("i", 63) + ".abcdef~" + strings.Repeat("k", 128)
-	if len(id) != MaxCanonicalIDBytes || !idPattern.MatchString(id) {
+	if len(id) != MaxCanonicalIDBytes || !execid.Valid(id) {
 		t.Fatalf("the test's ID is not the longest: %d bytes", len(id))
 	}
-	inc := newIncarnation()
+	inc := execid.NewIncarnation()
 	if got, want := castName(key{"acme", "run"}, inc), "acme_run_"+inc+".cast"; got != want {
 		t.Errorf("acme's run is recorded as %q, want %q", got, want)
 	}

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session/internal/statedir"
 )
 
 // Recordings across a restart (see recording.go): the detaching server
@@ -33,11 +33,8 @@ func (e *execution) restoreRecording(running bool) {
 	}
 }
 
-// recorderFile is where a detaching server leaves a recorder's state, in
-// the execution's state directory.
-const recorderFile = "recorder.json"
-
-// recorderState is a recorder's state in recorderFile.
+// recorderState is a recorder's state, which a detaching server leaves
+// in the execution's state directory (statedir.SaveRecorder).
 type recorderState struct {
 	Through uint64                          `json:"through"` // the newest sequence written
 	Size    int64                           `json:"size"`    // the file's size then
@@ -54,7 +51,7 @@ func (e *execution) saveRecorder() {
 	st := recorderState{Through: r.through, Size: r.size, Last: r.last, Result: r.res, Carry: r.carry}
 	r.mu.Unlock()
 	b, _ := json.Marshal(st)
-	if err := replaceFile(e.dir, recorderFile, b); err != nil {
+	if err := statedir.SaveRecorder(e.dir, b); err != nil {
 		e.s.log.Error("cannot keep the recorder's state: the next server cuts the recording", "execution", e.key.id, "tenant", e.key.owner, "err", err)
 	}
 }
@@ -63,11 +60,10 @@ func (e *execution) saveRecorder() {
 // from the state the detached server left, and reports whether it could.
 // The state is used once: a server that dies later leaves none.
 func (e *execution) resumeRecording() bool {
-	b, err := readFile(e.dir, recorderFile, -1)
+	b, err := statedir.TakeRecorder(e.dir)
 	if err != nil {
 		return false
 	}
-	os.Remove(filepath.Join(e.dir, recorderFile))
 	var st recorderState
 	if err := json.Unmarshal(b, &st); err != nil {
 		e.s.log.Warn("unreadable recorder state: the recording is cut", "execution", e.key.id, "tenant", e.key.owner, "err", err)

@@ -472,3 +472,27 @@ func TestRecordingBudgetAcrossRestart(t *testing.T) {
 		t.Errorf("refusals counted: %v", st.Refused)
 	}
 }
+
+// TestRecordingsSweptWhileNewChecksRoom: the sweeper deletes a recording
+// whose retention passed while the supervisor that started it lives on;
+// New's check of the free space (which reads what the recordings take)
+// and the sweeps that count them again do not race.
+func TestRecordingsSweptWhileNewChecksRoom(t *testing.T) {
+	t.Parallel()
+	casts := t.TempDir()
+	s := newFake(t, &sessiontest.Launcher{}, Config{RecordingsDir: casts, RecordingsRetention: time.Millisecond})
+	old := filepath.Join(casts, "old.cast")
+	if err := os.WriteFile(old, []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(old, time.Now().Add(-time.Hour), time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	gone := func() bool { _, err := os.Stat(old); return errors.Is(err, os.ErrNotExist) }
+	if !sandboxtest.Eventually(t, 10*time.Second, gone) {
+		t.Fatal("a recording past its retention was not deleted in 10s")
+	}
+	if !s.Recording() {
+		t.Error("the supervisor does not record")
+	}
+}

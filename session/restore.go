@@ -10,6 +10,7 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session/internal/statedir"
 )
 
 // Adopter is implemented by a Launcher whose processes outlive the
@@ -46,7 +47,7 @@ func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
 	if s.store == nil {
 		return n, nil
 	}
-	entries, err := os.ReadDir(s.store.executionsDir())
+	entries, err := os.ReadDir(s.store.ExecutionsDir())
 	if err != nil {
 		return n, fmt.Errorf("session: restore: %w", err)
 	}
@@ -59,8 +60,8 @@ func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
 	}
 	all := make([]found, 0, len(entries))
 	for _, ent := range entries {
-		dir := filepath.Join(s.store.executionsDir(), ent.Name())
-		rec, err := readRecord(dir)
+		dir := filepath.Join(s.store.ExecutionsDir(), ent.Name())
+		rec, err := statedir.ReadRecord[Spec, Result](dir)
 		if errors.Is(err, ErrStateVersion) {
 			return n, fmt.Errorf("session: restore: %w; run that termgate on it, or another --state-dir", err)
 		}
@@ -88,12 +89,12 @@ func (s *Supervisor) Restore(ctx context.Context) (Restored, error) {
 	if s.casts != nil {
 		s.casts.startSweeping() // the recordings being written are known now
 	}
-	s.log.Info("state restored", "dir", s.store.dir, "running", n.Running, "ended", n.Ended, "lost", n.Lost, "gone", n.Gone)
+	s.log.Info("state restored", "dir", s.store.Dir(), "running", n.Running, "ended", n.Ended, "lost", n.Lost, "gone", n.Gone)
 	return n, nil
 }
 
 // restoreOne takes over one execution's directory from its record
-// (readRecord's answer). It returns the execution
+// (statedir.ReadRecord's answer). It returns the execution
 // when it is live or retained, after registering it; nil otherwise.
 func (s *Supervisor) restoreOne(dir string, rec *record, err error, n *Restored) *execution {
 	if err != nil {
@@ -104,7 +105,7 @@ func (s *Supervisor) restoreOne(dir string, rec *record, err error, n *Restored)
 		return nil
 	}
 	k := key{rec.Owner, rec.ID}
-	if filepath.Base(dir) != dirKey(k) {
+	if filepath.Base(dir) != statedir.DirKey(k.owner, k.id) {
 		s.log.Warn("state: dropping a record in the wrong directory", "dir", dir, "execution", rec.ID)
 		os.RemoveAll(dir)
 		return nil
@@ -124,7 +125,7 @@ func (s *Supervisor) restoreOne(dir string, rec *record, err error, n *Restored)
 		n.Gone++
 		return nil
 	}
-	e, err := s.restoreExecution(dir, rec)
+	e, err := s.restoreExecution(rec)
 	if err != nil {
 		s.log.Error("state: cannot restore execution", "execution", rec.ID, "tenant", rec.Owner, "err", err)
 		s.bury(dir, rec, err.Error())
@@ -140,10 +141,8 @@ func (s *Supervisor) restoreOne(dir string, rec *record, err error, n *Restored)
 // bury turns an execution's directory into a tombstone.
 func (s *Supervisor) bury(dir string, rec *record, why string) {
 	rec.Gone = time.Now()
-	for _, f := range []string{"ring", "input"} {
-		os.Remove(filepath.Join(dir, f))
-	}
-	if err := writeRecord(dir, rec, false); err != nil {
+	statedir.RemoveData(dir)
+	if err := statedir.WriteRecord(dir, rec, false); err != nil {
 		s.log.Error("state: cannot keep a tombstone", "execution", rec.ID, "err", err)
 		os.RemoveAll(dir)
 		return
@@ -166,7 +165,7 @@ func (s *Supervisor) addTombstone(k key, since time.Time) {
 			}
 		}
 		delete(s.gone, oldest)
-		os.RemoveAll(s.store.path(oldest))
+		os.RemoveAll(s.store.Path(oldest.owner, oldest.id))
 	}
 	s.gone[k] = since
 }
@@ -177,68 +176,34 @@ func (s *Supervisor) goneLocked(k key) bool {
 	since, ok := s.gone[k]
 	if ok && time.Since(since) >= TombstoneRetention {
 		delete(s.gone, k)
-		os.RemoveAll(s.store.path(k))
+		os.RemoveAll(s.store.Path(k.owner, k.id))
 		return false
 	}
 	return ok
 }
 
-// restoreExecution rebuilds an execution from its directory and
-// registers it: running ones wait for their process in adopt.
-func (s *Supervisor) restoreExecution(dir string, rec *record) (*execution, error) {
+// restoreExecution rebuilds an execution from its record and registers
+// it: running ones wait for their process in adopt.
+func (s *Supervisor) restoreExecution(rec *record) (*execution, error) {
 	spec, err := s.normalize(rec.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("spec: %w", err)
 	}
-	ring, err := recoverRing(dir, rec.Ring)
-	if err != nil {
-		return nil, fmt.Errorf("ring: %w", err)
-	}
 	k := key{rec.Owner, rec.ID}
-	e := &execution{
-		s: s, key: k, spec: spec, fingerprint: recordedFingerprint(rec.Fingerprint), incarnation: rec.Incarnation,
-		dir: dir, ring: ring, started: rec.Started, logAttrs: baseLogAttrs(k, spec),
-		stdout: newHeadTail(spec.OutputBudget), stderr: newHeadTail(spec.OutputBudget),
-		in:       newInputQueue(s.cfg.InputBuffer, &s.counters.inputBytes),
-		launched: make(chan struct{}), done: make(chan struct{}),
+	e, err := newExecution(s, k, spec, rec.SpecFingerprint(), rec)
+	if err != nil {
+		return nil, err
 	}
-	if rec.Result == nil {
-		mem, err := mapFile(dir, "input", inputLogSize(s.cfg.InputBuffer), false)
-		if err != nil {
-			return nil, err
-		}
-		log, pending, err := reopenInputLog(dir, mem)
-		if err != nil {
-			return nil, err
-		}
-		unmapWith(e.in, mem)
-		if n := log.inFlight(); n > 0 {
-			// Written again rather than lost: at most one piece.
-			s.log.Warn("input possibly written twice: the last server was killed while writing it",
-				append([]any{"input_offset", log.written.Load(), "bytes", n}, e.logAttrs...)...)
-		}
-		e.in.restore(log, log.acceptedAt(), pending)
-		e.restoreCapture()
-		e.restoreScreen()
-	}
-	e.restoreRecording(rec.Result == nil)
 	s.mu.Lock()
 	s.execs[k] = e
 	s.held[k.owner]++
 	s.wg.Add(1)
-	if rec.Result == nil {
+	if e.res == nil {
 		s.running++
 		s.byOwner[k.owner]++
-		first, _ := ring.Bounds()
-		e.mu.Lock()
-		e.parkLocked(first - min(first, 1))
-		e.mu.Unlock()
 	}
 	s.mu.Unlock()
-	if rec.Result != nil {
-		e.res = rec.Result
-		close(e.launched)
-		close(e.done)
+	if e.res != nil {
 		e.retainUntil(rec.Expires)
 	}
 	return e, nil

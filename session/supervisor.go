@@ -2,8 +2,6 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/termgate/termgate/session/execid"
+	"github.com/termgate/termgate/session/internal/statedir"
 )
 
 // Defaults applied to a zero Config and to zero Spec fields.
@@ -74,7 +75,7 @@ type Config struct {
 	// NoScreenState keeps no terminal state behind the rings: a terminal
 	// whose history was evicted is followed with a gap, not a snapshot.
 	NoScreenState bool
-	// StateDir keeps every execution's state in files there (durable.go),
+	// StateDir keeps every execution's state in files there (session/internal/statedir),
 	// so that a supervisor started on it after this one was killed or
 	// restarted takes over (Restore). Empty: executions live in memory
 	// and end with the supervisor.
@@ -127,8 +128,8 @@ type Supervisor struct {
 	wg           sync.WaitGroup // one per execution until its retention ends
 	runs         sync.WaitGroup // one per execution's run, which releases the process after its record
 
-	store    *store            // nil without Config.StateDir
-	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go)
+	store    *statedir.Store   // nil without Config.StateDir
+	gone     map[key]time.Time // tombstones: answered ErrGone (durable.go, restore.go)
 	detached atomic.Bool       // Detach was called: nothing more is recorded
 	// recording is held (read) by each execution finishing, and (write) by
 	// Detach while it sets detached: a result is either recorded whole
@@ -195,8 +196,8 @@ func New(cfg Config) (*Supervisor, error) {
 		s.casts.checkRoom(cfg.RecordingsDir)
 	}
 	if cfg.StateDir != "" {
-		s.store = &store{dir: cfg.StateDir}
-		if err := s.store.prepare(); err != nil {
+		var err error
+		if s.store, err = statedir.Open(cfg.StateDir); err != nil {
 			return nil, err
 		}
 	}
@@ -216,10 +217,10 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 // execution, so a retry sees the same outcome.
 func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (Info, error) {
 	if id == "" {
-		id = newID()
+		id = execid.New()
 	}
-	if !idPattern.MatchString(id) {
-		return Info{}, fmt.Errorf("%w: %q must match %s", ErrInvalidID, id, idPattern)
+	if err := checkID(id); err != nil {
+		return Info{}, err
 	}
 	if err := s.checkRecording(spec); err != nil {
 		return Info{}, err
@@ -293,7 +294,7 @@ func (s *Supervisor) makeExecution(r *reservation, k key, spec Spec, fingerprint
 	if makeHook != nil {
 		makeHook(k.owner, k.id)
 	}
-	e, err := newExecution(s, k, spec, fingerprint)
+	e, err := newExecution(s, k, spec, fingerprint, nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.starting, k)
@@ -593,21 +594,6 @@ func (s *Supervisor) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-func newID() string {
-	var b [10]byte
-	rand.Read(b[:])
-	return "x-" + idEncoding.EncodeToString(b[:])
-}
-
-// newIncarnation returns a random name for one execution's lifetime.
-func newIncarnation() string {
-	var b [10]byte
-	rand.Read(b[:])
-	return idEncoding.EncodeToString(b[:])
 }
 
 // Config returns the configuration s runs with, defaults applied.

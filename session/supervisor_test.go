@@ -19,19 +19,10 @@ import (
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	. "github.com/termgate/termgate/session" // the tests read as the package's own
 	"github.com/termgate/termgate/session/sessiontest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	integrationLauncher.Release()
-	if code == 0 {
-		if err := goleak.Find(sandboxtest.Forker); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	sandboxtest.Main(m, sandboxtest.After(integrationLauncher.Release), sandboxtest.Ignore(sandboxtest.Forker))
 }
 
 func spec(cmd ...string) Spec {

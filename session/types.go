@@ -10,6 +10,7 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session/internal/statedir"
 )
 
 // Errors returned by the Supervisor. The gateway maps each to a stable,
@@ -32,7 +33,7 @@ var (
 	ErrAck         = errors.New("session: ack beyond the newest event")
 	// ErrStateVersion refuses a state directory that holds records of
 	// another layout (another termgate's): Restore changes nothing in it.
-	ErrStateVersion = errors.New("session: the state directory was written by another termgate version")
+	ErrStateVersion = statedir.ErrVersion
 )
 
 // ErrOutOfDescriptors is the capacity error of a start that ran out of

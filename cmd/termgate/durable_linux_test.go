@@ -473,7 +473,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 		if j.inputs {
 			want = wantEcho.String()
 			if twice := inputWrittenTwice(n.logs.String(), j.f.e.ID()); twice != "" {
-				// The one window left (session/inputlog.go): the kill
+				// The one window left (session/internal/statedir/inputlog.go): the kill
 				// landed inside the write of the last line before it, and
 				// the new server said so, with the piece's size. The
 				// program has that line once or twice.

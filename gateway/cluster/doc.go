@@ -7,7 +7,7 @@
 //
 // There is no directory, consensus or cluster manager. The owner of an
 // execution is named in its ID ("termgate-1.q7bazk~build-42", see
-// session.ParseID), so any node can tell where an execution lives from the
+// session/execid), so any node can tell where an execution lives from the
 // ID alone and forward the request there. Membership and routing come from
 // the engines users already run: a static peer list (NewStatic), or the
 // SRV records of a Kubernetes headless Service (NewDNS), whose StatefulSet

@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"crypto/rand"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/termgate/termgate/session/execid"
 )
 
 // IdentityFile is the file in the state directory that holds the node's
@@ -39,7 +39,7 @@ func LoadIdentity(stateDir, node string) (epoch string, err error) {
 		return "", fmt.Errorf("cluster: node name %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", node)
 	}
 	if stateDir == "" {
-		return newEpoch(), nil
+		return execid.NewEpoch(), nil
 	}
 	path := filepath.Join(stateDir, IdentityFile)
 	id, err := readIdentity(path)
@@ -74,7 +74,7 @@ func readIdentity(path string) (identity, error) {
 	if err := json.Unmarshal(b, &id); err != nil {
 		return identity{}, fmt.Errorf("cluster: node identity %s: %w", path, err)
 	}
-	if !ValidNodeName(id.Node) || !epochPattern.MatchString(id.Epoch) {
+	if !ValidNodeName(id.Node) || !execid.ValidEpoch(id.Epoch) {
 		return identity{}, fmt.Errorf("cluster: node identity %s: malformed node %q or epoch %q", path, id.Node, id.Epoch)
 	}
 	return id, nil
@@ -84,7 +84,7 @@ func readIdentity(path string) (identity, error) {
 // synced, then linked into place, so two starts racing on one directory
 // agree on one epoch (the loser reads the winner's).
 func createIdentity(dir, path, node string) (identity, error) {
-	id := identity{Node: node, Epoch: newEpoch()}
+	id := identity{Node: node, Epoch: execid.NewEpoch()}
 	b, err := json.Marshal(id)
 	if err != nil {
 		return identity{}, fmt.Errorf("cluster: write node identity: %w", err)
@@ -117,14 +117,4 @@ func createIdentity(dir, path, node string) (identity, error) {
 		d.Close()
 	}
 	return id, nil
-}
-
-// epochEncoding is session's ID alphabet.
-var epochEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-// newEpoch returns a random epoch (session.NewEpoch's form: 30 bits).
-func newEpoch() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return epochEncoding.EncodeToString(b[:])[:6]
 }

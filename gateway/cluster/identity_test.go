@@ -7,13 +7,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/termgate/termgate/session/execid"
 )
 
 func TestLoadIdentity(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	epoch, err := LoadIdentity(dir, "termgate-0")
-	if err != nil || !epochPattern.MatchString(epoch) {
+	if err != nil || !execid.ValidEpoch(epoch) {
 		t.Fatalf("LoadIdentity = %q, %v", epoch, err)
 	}
 	fi, err := os.Stat(filepath.Join(dir, IdentityFile))
@@ -36,7 +38,7 @@ func TestLoadIdentityNoState(t *testing.T) {
 	t.Parallel()
 	a, err1 := LoadIdentity("", "n0")
 	b, err2 := LoadIdentity("", "n0")
-	if err1 != nil || err2 != nil || !epochPattern.MatchString(a) || a == b {
+	if err1 != nil || err2 != nil || !execid.ValidEpoch(a) || a == b {
 		t.Fatalf("LoadIdentity without state = %q, %v; %q, %v: want two fresh epochs", a, err1, b, err2)
 	}
 }

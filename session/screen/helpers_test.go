@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 // dump describes the complete state of s that a snapshot must reproduce,
 // one item per line, so two states compare as text. With last it also

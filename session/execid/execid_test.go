@@ -1,13 +1,12 @@
-package session
+package execid
 
 import (
-	"errors"
 	"net/url"
 	"strings"
 	"testing"
 )
 
-func TestParseID(t *testing.T) {
+func TestParse(t *testing.T) {
 	t.Parallel()
 	long63 := strings.Repeat("a", 63)
 	key128 := "k" + strings.Repeat("x", 127)
@@ -50,31 +49,32 @@ func TestParseID(t *testing.T) {
 		{id: "n.abcdef\u00a0~k", bad: true},             // non-ASCII
 		{id: "n.abcdef~k%2F", bad: true},                // percent
 	} {
-		o, key, canonical, err := ParseID(tc.id)
+		o, key, ok := Parse(tc.id)
+		canonical := o != Owner{}
 		if tc.bad {
-			if !errors.Is(err, ErrInvalidID) {
-				t.Errorf("ParseID(%q) = %v, %q, %v, %v; want ErrInvalidID", tc.id, o, key, canonical, err)
+			if ok {
+				t.Errorf("Parse(%q) = %v, %q, true; want false", tc.id, o, key)
 			}
-			if idPattern.MatchString(tc.id) {
-				t.Errorf("idPattern accepts %q, ParseID does not", tc.id)
+			if Valid(tc.id) {
+				t.Errorf("Valid accepts %q, Parse does not", tc.id)
 			}
 			continue
 		}
-		if err != nil || o != tc.owner || key != tc.key || canonical != tc.canonical {
-			t.Errorf("ParseID(%q) = %+v, %q, %v, %v; want %+v, %q, %v", tc.id, o, key, canonical, err, tc.owner, tc.key, tc.canonical)
+		if !ok || o != tc.owner || key != tc.key || canonical != tc.canonical {
+			t.Errorf("Parse(%q) = %+v, %q, %v; want %+v, %q", tc.id, o, key, ok, tc.owner, tc.key)
 		}
-		if !idPattern.MatchString(tc.id) {
-			t.Errorf("idPattern refuses %q, ParseID accepts it", tc.id)
+		if !Valid(tc.id) {
+			t.Errorf("Valid refuses %q, Parse accepts it", tc.id)
 		}
-		if canonical && CanonicalID(o, key) != tc.id {
-			t.Errorf("CanonicalID(ParseID(%q)) = %q", tc.id, CanonicalID(o, key))
+		if canonical && Canonical(o, key) != tc.id {
+			t.Errorf("Canonical(Parse(%q)) = %q", tc.id, Canonical(o, key))
 		}
-		if len(tc.id) > MaxCanonicalIDBytes {
-			t.Errorf("%q: %d bytes, more than %d", tc.id, len(tc.id), MaxCanonicalIDBytes)
+		if len(tc.id) > MaxCanonical {
+			t.Errorf("%q: %d bytes, more than %d", tc.id, len(tc.id), MaxCanonical)
 		}
 	}
-	if n := len(long63 + ".abcdef~" + key128); n != MaxCanonicalIDBytes {
-		t.Errorf("the longest canonical ID has %d bytes, MaxCanonicalIDBytes says %d", n, MaxCanonicalIDBytes)
+	if n := len(long63 + ".abcdef~" + key128); n != MaxCanonical {
+		t.Errorf("the longest canonical ID has %d bytes, MaxCanonical says %d", n, MaxCanonical)
 	}
 }
 
@@ -82,7 +82,7 @@ func TestParseID(t *testing.T) {
 // and for a query keeps its prefix, so a load balancer's prefix rule sees the node.
 func TestIDEscapes(t *testing.T) {
 	t.Parallel()
-	id := CanonicalID(Owner{"termgate-1", NewEpoch()}, "a.b:c_d-e")
+	id := Canonical(Owner{"termgate-1", NewEpoch()}, "a.b:c_d-e")
 	if got := url.PathEscape(id); got != id {
 		t.Errorf("url.PathEscape(%q) = %q", id, got)
 	}
@@ -101,13 +101,13 @@ func TestNewEpochAndKey(t *testing.T) {
 			t.Fatalf("NewEpoch() = %q, not an epoch", e)
 		}
 		seen[e] = true
-		k := NewKey()
-		if _, key, canonical, err := ParseID(k); err != nil || canonical || key != k {
-			t.Fatalf("ParseID(NewKey() = %q) = %q, %v, %v", k, key, canonical, err)
+		k := New()
+		if o, key, ok := Parse(k); !ok || o != (Owner{}) || key != k {
+			t.Fatalf("Parse(New() = %q) = %+v, %q, %v", k, o, key, ok)
 		}
-		id := CanonicalID(Owner{"termgate-0", e}, k)
-		if o, key, canonical, err := ParseID(id); err != nil || !canonical || key != k || o.Epoch != e {
-			t.Fatalf("ParseID(%q) = %+v, %q, %v, %v", id, o, key, canonical, err)
+		id := Canonical(Owner{"termgate-0", e}, k)
+		if o, key, ok := Parse(id); !ok || key != k || o.Epoch != e {
+			t.Fatalf("Parse(%q) = %+v, %q, %v", id, o, key, ok)
 		}
 	}
 	if len(seen) < 95 { // 30 random bits: collisions among 100 are rare
@@ -115,48 +115,46 @@ func TestNewEpochAndKey(t *testing.T) {
 	}
 }
 
-func TestValidNodeName(t *testing.T) {
+func TestValidNode(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[string]bool{
 		"termgate-0": true, "a": true, "0": true, "a-b-c": true, strings.Repeat("z", 63): true,
 		"": false, "-a": false, "a-": false, "A": false, "a.b": false, "a_b": false, "a~b": false,
 		strings.Repeat("z", 64): false, "termgate-0\n": false,
 	} {
-		if got := ValidNodeName(s); got != want {
-			t.Errorf("ValidNodeName(%q) = %v, want %v", s, got, want)
+		if got := ValidNode(s); got != want {
+			t.Errorf("ValidNode(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
 
-// FuzzParseID: ParseID agrees with idPattern, round-trips canonical IDs
-// and keeps bare IDs exactly as keys (today's IDs: TestKeyIsTodaysID).
-func FuzzParseID(f *testing.F) {
+// FuzzParse: Parse agrees with Valid, round-trips canonical IDs and
+// keeps bare IDs exactly as keys (today's IDs: TestKeyIsTodaysID).
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"build-42", "termgate-1.q7bazk~build-42", "n.abcdef~k~l", "~", ".~", "a.aaaaaa~", ""} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		o, key, canonical, err := ParseID(id)
-		if (err == nil) != idPattern.MatchString(id) {
-			t.Fatalf("ParseID(%q) err %v, idPattern %v", id, err, idPattern.MatchString(id))
+		o, key, ok := Parse(id)
+		canonical := o != Owner{}
+		if ok != Valid(id) {
+			t.Fatalf("Parse(%q) ok %v, Valid %v", id, ok, Valid(id))
 		}
-		if err != nil {
-			if !errors.Is(err, ErrInvalidID) {
-				t.Fatalf("ParseID(%q) = %v, not ErrInvalidID", id, err)
-			}
+		if !ok {
 			if keyPattern.MatchString(id) {
-				t.Fatalf("ParseID refuses %q, a key", id)
+				t.Fatalf("Parse refuses %q, a key", id)
 			}
 			return
 		}
-		if len(id) > MaxCanonicalIDBytes {
+		if len(id) > MaxCanonical {
 			t.Fatalf("%q accepted with %d bytes", id, len(id))
 		}
 		if canonical {
-			if CanonicalID(o, key) != id || !ValidNodeName(o.Node) || !ValidEpoch(o.Epoch) {
-				t.Fatalf("ParseID(%q) = %+v, %q", id, o, key)
+			if Canonical(o, key) != id || !ValidNode(o.Node) || !ValidEpoch(o.Epoch) {
+				t.Fatalf("Parse(%q) = %+v, %q", id, o, key)
 			}
 		} else if key != id || o != (Owner{}) || !keyPattern.MatchString(id) {
-			t.Fatalf("ParseID(%q) bare = %+v, %q; keyPattern %v", id, o, key, keyPattern.MatchString(id))
+			t.Fatalf("Parse(%q) bare = %+v, %q; keyPattern %v", id, o, key, keyPattern.MatchString(id))
 		}
 		if !keyPattern.MatchString(key) {
 			t.Fatalf("key %q of %q is not a key", key, id)

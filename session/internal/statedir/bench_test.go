@@ -1,4 +1,4 @@
-package session
+package statedir
 
 import (
 	"fmt"
@@ -27,20 +27,20 @@ func BenchmarkDurableStorage(b *testing.B) {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			b.Fatal(err)
 		}
-		r, err := durableRing(dir, ringBounds(replay.Config{}))
+		r, err := NewRing(dir, RingBounds(replay.Config{}))
 		if err != nil {
 			b.Fatal(err)
 		}
 		r.Append(replay.Event{Kind: replay.KindStarted, Rows: 24, Cols: 80})
 		r.Append(replay.Event{Kind: replay.KindOutput, Stream: replay.StreamPTY, Data: []byte("sandbox@termgate:~$ ")})
-		in, err := mapFile(dir, "input", inputLogSize(0), true)
+		in, err := mapFile(dir, "input", InputLogSize(0), true)
 		if err != nil {
 			b.Fatal(err)
 		}
 		in[0] = 1
 		syscall.Munmap(in)
-		rec := &record{Owner: "t", ID: dir, Incarnation: "i", Ring: ringBounds(replay.Config{}), Started: time.Now()}
-		if err := writeRecord(dir, rec, true); err != nil {
+		rec := &Record[struct{}, struct{}]{Owner: "t", ID: dir, Incarnation: "i", Ring: RingBounds(replay.Config{}), Started: time.Now()}
+		if err := WriteRecord(dir, rec, true); err != nil {
 			b.Fatal(err)
 		}
 	}

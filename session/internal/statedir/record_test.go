@@ -1,4 +1,4 @@
-package session
+package statedir
 
 import (
 	"bytes"
@@ -48,18 +48,18 @@ func TestStateFilesRefuseLinks(t *testing.T) {
 		t.Parallel()
 		dir, target := plant(t, "record.json")
 		os.WriteFile(target, []byte(`{"version":1,"owner":"t","id":"x"}`), 0o600)
-		if rec, err := readRecord(dir); err == nil {
-			t.Fatalf("readRecord read %+v through a symbolic link", rec)
+		if rec, err := ReadRecord[struct{}, struct{}](dir); err == nil {
+			t.Fatalf("ReadRecord read %+v through a symbolic link", rec)
 		}
 	})
 	t.Run("replace record", func(t *testing.T) {
 		t.Parallel()
 		dir, target := plant(t, "record.json.tmp")
-		if err := writeRecord(dir, &record{Owner: "t", ID: "x", Started: time.Now()}, false); err != nil {
+		if err := WriteRecord(dir, &Record[struct{}, struct{}]{Owner: "t", ID: "x", Started: time.Now()}, false); err != nil {
 			t.Fatal(err)
 		}
 		unchanged(t, target)
-		if rec, err := readRecord(dir); err != nil || rec.ID != "x" {
+		if rec, err := ReadRecord[struct{}, struct{}](dir); err != nil || rec.ID != "x" {
 			t.Fatalf("record read back: %+v, %v", rec, err)
 		}
 	})

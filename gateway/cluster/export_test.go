@@ -1,7 +1,0 @@
-package cluster
-
-// Names the external tests compare with session's grammar.
-var (
-	ValidEpoch = epochPattern.MatchString
-	NewEpoch   = newEpoch
-)
