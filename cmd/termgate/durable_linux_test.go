@@ -341,7 +341,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 	c := n.client(t)
 	// A safety net, not a measure: 5x the slowest run seen under -race
 	// with both cores busy. Under -race the full-speed jobs write a fifth
-	// of the lines; they still run when the kill lands.
+	// of the lines, so some may end before the kill; the paced and input
+	// jobs still run across it.
 	ctx, cancel := context.WithTimeout(t.Context(), 7*time.Minute)
 	defer cancel()
 	type job struct {
