@@ -125,7 +125,9 @@ func (f *follower) follow(ctx context.Context, url, tok string, readOnly bool) (
 // run follows to the exit over up to limit connections.
 func (f *follower) run(t *testing.T, url, tok string, limit int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	// A safety net: 5x the slowest run seen under -race with both cores
+	// busy (TestSlowViewerDoesNotSlowTheDriver, 58 s).
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	for range limit {
 		done, err := f.follow(ctx, url, tok, false)
@@ -349,7 +351,7 @@ func TestSlowViewerDoesNotSlowTheDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	viewer.pace = nil
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	if done, err := viewer.follow(ctx, e.url(), tok, true); !done || err != nil {
 		t.Fatalf("the viewer did not reach the exit: %v", err)

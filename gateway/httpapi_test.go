@@ -416,8 +416,11 @@ func TestHTTPRefusals(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t, func(c *Config) { c.MaxMessageBytes = 1024; c.QueryToken = true })
 	all := e.token(t, "acme", allScopes...)
-	// The job outlives the test however slow the machine; cancelled at the end.
-	e.must(t, 201, "POST", "/v1/executions", all, shStart("job", "sleep 600"), nil)
+	// The job outlives the test however slow the machine (not ended by the
+	// 2-minute default timeout of a batch execution); cancelled at the end.
+	job := shStart("job", "sleep 3600")
+	job.TimeoutMS = time.Hour.Milliseconds()
+	e.must(t, 201, "POST", "/v1/executions", all, job, nil)
 	t.Cleanup(func() { // after the parallel subtests, when t.Context is done
 		if status, _, b, err := e.do(context.Background(), "POST", "/v1/executions/job/cancel", all, nil); status != 202 {
 			info, _ := e.sup.Get("acme", "job")

@@ -4,8 +4,10 @@
 // once per test binary (a launcher), directories the sandbox identity can
 // reach, a buffer safe for output copiers, a scan of host processes,
 // Eventually, the one polling loop for conditions that come true at some
-// point, and Main, the TestMain that checks no goroutine outlived the
-// tests.
+// point, Main, the TestMain that checks no goroutine outlived the tests,
+// and Race, true in a binary built with -race, for heavy tests that shrink
+// their workload there: a deadline in a test is a safety net sized for
+// -race on two busy cores, not a measure.
 //
 // It is for tests only and imports nothing of termgate's, so the sandbox
 // package's own tests can use it too.
