@@ -12,6 +12,7 @@ import (
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup"
 	"github.com/termgate/termgate/sandbox/internal/keeper"
+	"golang.org/x/sys/unix"
 )
 
 // ErrNoStateDir reports Adopt or Detach on a launcher without a
@@ -28,13 +29,18 @@ type processMeta struct {
 	Argv    []string  `json:"argv,omitempty"`  // the init, then the command
 	Bwrap   []string  `json:"bwrap,omitempty"` // bwrap's own argv
 	Exit    *Exit     `json:"exit,omitempty"`  // the final exit, kept until Release
+	// Command is the command's own wait status, kept before the launcher
+	// ended the sandbox the command left (endSandbox): bwrap then
+	// reports the kill, not the command's end.
+	Command *unix.WaitStatus `json:"command,omitempty"`
 }
 
-// meta encodes what a later launcher adopts p from, with its final exit
-// once there is one, within the keeper's bound: the command's arguments
-// go first when they do not fit.
-func (p *Process) meta(exit *Exit) []byte {
-	m := processMeta{Policy: p.policy, Started: p.started, Argv: p.argv, Bwrap: p.bwrapArgs, Exit: exit}
+// meta encodes what a later launcher adopts p from, with what is kept of
+// its end (keptCommand, keptExit), within the keeper's bound: the
+// command's arguments go first when they do not fit. Its caller holds
+// p.keptMu, or has p to itself.
+func (p *Process) meta() []byte {
+	m := processMeta{Policy: p.policy, Started: p.started, Argv: p.argv, Bwrap: p.bwrapArgs, Exit: p.keptExit, Command: p.keptCommand}
 	m.Policy.Env = nil
 	if p.cg != nil {
 		m.Cgroup = p.cg.Dirs()
@@ -157,6 +163,7 @@ func (l *Launcher) rebuild(c keeper.Child) (*Process, error) {
 	if c.Exited {
 		proc.recorded = m.Exit
 	}
+	proc.keptCommand = m.Command // the command ended, whether bwrap was reaped yet or not
 	close(proc.ctl.released)
 	if m.Policy.TTY != nil {
 		proc.master, proc.stdin = held[0], held[0]

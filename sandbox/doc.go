@@ -26,6 +26,10 @@
 // the same StateDir takes them back, running or ended (Adopt), with the
 // policy, cgroups and final exit kept in the keeper's notes. A process's
 // exit stays with the keeper until its caller recorded it (Release).
+// Before the launcher ends a sandbox whose command exited (a pid 1 that
+// cannot run would keep it open), the command's status goes to the notes
+// too: bwrap then reports the kill, and a launcher that adopts the ended
+// process without its final exit reports the command's end instead.
 // After Config.OrphanGrace without a launcher, the keeper stops every
 // process as a cancel would and removes its cgroups and its directory,
 // StateDir/executions/<Policy.Key>. A state directory is checked before

@@ -52,7 +52,9 @@ type Exit struct {
 	// Exact is false when the kernel's process events were unavailable and
 	// the status was inferred from bwrap's exit code (signal n shows as
 	// 128+n); always for an adopted process, whose events before the
-	// adoption nobody saw.
+	// adoption nobody saw. An adopted process whose sandbox the previous
+	// launcher ended after its command exited reports the command's
+	// status that launcher kept with the keeper, not bwrap's.
 	Exact bool `json:"exact"`
 	// Lost says the keeper died and took the execution with it: how the
 	// command ended is unknown.
@@ -115,6 +117,7 @@ type exitFacts struct {
 	outer     unix.WaitStatus // bwrap's own status
 	workload  unix.WaitStatus // the command's status from process events
 	exact     bool            // workload is known
+	kept      bool            // workload is the command's status kept with the keeper (keepCommandExit)
 	execed    bool            // the command was executed (not only the init); meaningful when exact
 	setupMsg  string          // bwrap's message, when one was seen
 	oomKills  int64
@@ -145,9 +148,9 @@ func classify(f exitFacts) Exit {
 		e.Signal = unix.SIGKILL
 	case f.exact && !f.execed:
 		e.SetupError = setupMessage(f.setupMsg)
-	case f.exact && f.workload.Signaled():
+	case (f.exact || f.kept) && f.workload.Signaled():
 		e.Signal = f.workload.Signal()
-	case f.exact:
+	case f.exact || f.kept:
 		e.Code = f.workload.ExitStatus()
 	case f.outer.Signaled():
 		e.Signal = f.outer.Signal()

@@ -23,6 +23,8 @@ func TestClassify(t *testing.T) {
 		{"exact signal", exitFacts{exact: true, execed: true, workload: signaled(unix.SIGTERM), outer: exited(143)}, Exit{Code: -1, Signal: unix.SIGTERM, Exact: true}},
 		{"setup failure", exitFacts{exact: true, outer: exited(1), setupMsg: "bwrap: Can't mount"}, Exit{Code: -1, SetupError: "bwrap: Can't mount", Exact: true}},
 		{"inferred signal", exitFacts{outer: exited(137)}, Exit{Code: -1, Signal: unix.SIGKILL}},
+		{"kept command code over bwrap's kill", exitFacts{kept: true, workload: exited(21), outer: exited(137)}, Exit{Code: 21}},
+		{"kept command signal", exitFacts{kept: true, workload: signaled(unix.SIGTERM), outer: exited(137)}, Exit{Code: -1, Signal: unix.SIGTERM}},
 		{"inferred setup failure", exitFacts{outer: exited(1), setupMsg: "bwrap: execvp x"}, Exit{Code: -1, SetupError: "bwrap: execvp x"}},
 		{"missing command", exitFacts{exact: true, outer: exited(127), initErr: "x: command not found", notFound: true},
 			Exit{Code: -1, SetupError: "x: command not found", NotFound: true, Exact: true}},

@@ -178,8 +178,42 @@ func (l *Launcher) keepExit(p *Process) {
 		return
 	}
 	exit := p.exit
-	if err := l.keeperOf(p).Annotate(p.policy.Key, p.meta(&exit)); err != nil && !errors.Is(err, keeper.ErrLost) {
-		l.log.Warn("keeper: keep an exit", "key", p.policy.Key, "err", err)
+	l.annotate(p, "keep an exit", func() bool {
+		p.keptExit = &exit
+		return true
+	})
+}
+
+// keepCommandExit leaves the wait status of p's command with the keeper,
+// in its notes, before the launcher ends the sandbox the command left:
+// bwrap then reports the kill (128+SIGKILL), not the command's end. A
+// later launcher that adopts the ended process without its final exit
+// (this one died first) reports the command's status instead. Once the
+// final exit is kept, there is nothing to add.
+func (l *Launcher) keepCommandExit(p *Process, ws unix.WaitStatus) {
+	if l.keeper == nil {
+		return
+	}
+	l.annotate(p, "keep a command's status", func() bool {
+		if p.keptExit != nil {
+			return false
+		}
+		p.keptCommand = &ws
+		return true
+	})
+}
+
+// annotate replaces p's notes with the keeper once note changed what they
+// keep (it reports whether it did). It holds p.keptMu until the keeper
+// answered, so that notes reach it in the order they were made.
+func (l *Launcher) annotate(p *Process, what string, note func() bool) {
+	p.keptMu.Lock()
+	defer p.keptMu.Unlock()
+	if !note() {
+		return
+	}
+	if err := l.keeperOf(p).Annotate(p.policy.Key, p.meta()); err != nil && !errors.Is(err, keeper.ErrLost) {
+		l.log.Warn("keeper: "+what, "key", p.policy.Key, "err", err)
 	}
 }
 

@@ -47,6 +47,15 @@ type Process struct {
 	recorded *Exit
 	declined bool
 
+	// keptMu orders the annotations that leave the process's end with
+	// the keeper: the command's status before the launcher ends its
+	// sandbox (endSandbox), the final exit (keepExit). Each carries both,
+	// so the later never drops the earlier. For an adopted process,
+	// keptCommand is what the previous launcher kept.
+	keptMu      sync.Mutex
+	keptCommand *unix.WaitStatus
+	keptExit    *Exit
+
 	mu       sync.Mutex
 	stopped  Stop
 	killedUs bool
@@ -160,7 +169,7 @@ func (l *Launcher) spawnRequest(proc *Process, pl plan, first, files []*os.File)
 	// record.json stays: a server started later answers gone, not not_found.
 	req.remove = []string{filepath.Join(dir, "ring"), filepath.Join(dir, "input"), filepath.Join(dir, "screen")}
 	proc.started = time.Now()
-	req.meta = proc.meta(nil)
+	req.meta = proc.meta()
 	return req
 }
 

@@ -84,6 +84,11 @@ func (p *Process) terminate(grace time.Duration) {
 //
 // The exit event may also be the first thread's, ended by an exec from
 // another thread: it ends the sandbox only once the process is gone.
+//
+// A pid 1 killed before it reported the command's end makes bwrap report
+// the kill, which is all the keeper would have of the end until the final
+// exit is kept: the command's status goes to the keeper first, for a
+// launcher that takes the process over after this one died.
 func (p *Process) endSandbox() {
 	pid := p.track.WorkloadHostPid()
 	for deadline := time.Now().Add(endSandboxWait); !processGone(pid); time.Sleep(5 * time.Millisecond) {
@@ -91,16 +96,30 @@ func (p *Process) endSandbox() {
 			return // it lives on, under the same pid or as other threads
 		}
 	}
-	select {
-	case <-p.exited:
+	if p.ended() {
 		return
-	default:
+	}
+	if ws, ok := p.track.WorkloadExit(); ok && p.track.ExecCount() > initExecs {
+		p.l.keepCommandExit(p, ws)
+	}
+	if p.ended() {
+		return
 	}
 	if pid, ok := p.sandboxInit(); ok {
 		unix.Kill(pid, unix.SIGKILL)
 	}
 	if p.cg != nil {
 		p.cg.Kill()
+	}
+}
+
+// ended reports whether bwrap has been reaped.
+func (p *Process) ended() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -74,6 +74,13 @@ func (p *Process) collect(outer unix.WaitStatus) exitFacts {
 		}
 		p.l.events.Untrack(p.track)
 	}
+	p.keptMu.Lock()
+	if !f.exact && p.keptCommand != nil {
+		// Adopted (or blind) after the sandbox was ended for an exited
+		// command: bwrap reports the kill, the notes the command's end.
+		f.workload, f.kept = *p.keptCommand, true
+	}
+	p.keptMu.Unlock()
 	if p.cg != nil {
 		ev := p.cg.Events()
 		f.oomKills, f.pidsHits = ev.OOMKills, ev.PidsMaxHits
