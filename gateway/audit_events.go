@@ -15,6 +15,7 @@ import (
 	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // Where a record's request came from.
@@ -90,7 +91,7 @@ func (c *conn) auditStart(req *wire.Request, spec session.Spec) bool {
 		return true
 	}
 	if req.ID == "" {
-		req.ID = session.NewID()
+		req.ID = execid.New()
 	}
 	r := c.who(wire.TypeStart)
 	startRecord(r, req.ID, spec)

@@ -8,6 +8,7 @@ import (
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // The audit trail's hooks in the HTTP API (audit_events.go has the
@@ -69,7 +70,7 @@ func (a *httpAPI) auditStart(r *http.Request, c auth.Claims, req *wire.Request, 
 		return nil
 	}
 	if req.ID == "" {
-		req.ID = session.NewID()
+		req.ID = execid.New()
 	}
 	rec := a.httpWho(r, c, wire.TypeStart)
 	startRecord(rec, req.ID, spec)

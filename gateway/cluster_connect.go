@@ -7,7 +7,7 @@ import (
 
 	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/wire"
-	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // proxyConnect serves a /v1/connect whose ?node= names another member
@@ -24,7 +24,7 @@ func (r *router) proxyConnect(w http.ResponseWriter, req *http.Request) bool {
 		return false
 	}
 	node := req.URL.Query().Get("node")
-	if _, hop := hopFrom(req.Context()); hop || node == "" || node == r.self() || !session.ValidNodeName(node) || r.health.Down(node) {
+	if _, hop := hopFrom(req.Context()); hop || node == "" || node == r.self() || !execid.ValidNode(node) || r.health.Down(node) {
 		return false
 	}
 	base, ok := r.cfg.Members.URL(node)

@@ -10,6 +10,7 @@ import (
 	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 	"github.com/termgate/termgate/session/sessiontest"
 )
 
@@ -72,7 +73,7 @@ func newFakeCluster(t testing.TB, n int, tweak func(i int, c *Config)) []*testEn
 		l := &sessiontest.Launcher{Script: clusterScript(name)}
 		envs[i] = newEnvListener(t, session.Config{Launcher: l}, lns[i], func(c *Config) {
 			c.Cluster = &ClusterConfig{
-				Owner:   session.Owner{Node: name, Epoch: session.NewEpoch()},
+				Owner:   execid.Owner{Node: name, Epoch: execid.NewEpoch()},
 				Members: members, Signer: signer,
 				DialTimeout: clusterDialTimeout, Timeout: clusterTimeout, PingInterval: clusterPing,
 			}

@@ -24,7 +24,7 @@ import (
 	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/gatewaytest"
 	"github.com/termgate/termgate/gateway/wire"
-	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // relayNode is one node of a test cluster: a real gateway over the real
@@ -34,7 +34,7 @@ import (
 type relayNode struct {
 	*testEnv
 	name  string
-	owner session.Owner
+	owner execid.Owner
 	ts    *httptest.Server // what clients dial
 	proxy *peerProxy       // what peers dial
 }
@@ -69,7 +69,7 @@ func newRelayClusterWith(t testing.TB, n int, peerURL func(from, to int, url str
 		}))
 		t.Cleanup(ts.Close)
 		name := fmt.Sprintf("n%d", i)
-		nodes[i] = &relayNode{name: name, owner: session.Owner{Node: name, Epoch: session.NewEpoch()}, ts: ts,
+		nodes[i] = &relayNode{name: name, owner: execid.Owner{Node: name, Epoch: execid.NewEpoch()}, ts: ts,
 			proxy: newPeerProxy(t, strings.TrimPrefix(ts.URL, "http://"))}
 	}
 	for i, nd := range nodes {
@@ -107,7 +107,7 @@ func (nd *relayNode) wsURL() string {
 }
 
 // id is the canonical ID of key on nd.
-func (nd *relayNode) id(key string) string { return session.CanonicalID(nd.owner, key) }
+func (nd *relayNode) id(key string) string { return execid.Canonical(nd.owner, key) }
 
 // dialNode connects a test client to nd.
 func dialRelayNode(t testing.TB, nd *relayNode, tok string) *client {
@@ -878,12 +878,12 @@ func TestRelayHopAnswersItself(t *testing.T) {
 	nodes := newRelayCluster(t, 2, nil)
 	n0, n1 := nodes[0], nodes[1]
 	tok := n0.token(t, "acme", allScopes...)
-	old := session.Owner{Node: "n1", Epoch: "aaaaaa"}
+	old := execid.Owner{Node: "n1", Epoch: "aaaaaa"}
 	if old.Epoch == n1.owner.Epoch {
 		old.Epoch = "bbbbbb"
 	}
 	c := dialRelayNode(t, n0, tok)
-	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "old", ID: session.CanonicalID(old, "x")})
+	c.send(t, wire.Request{Type: wire.TypeAttach, Req: "old", ID: execid.Canonical(old, "x")})
 	if m := nextMsg(t, c, nil, isType(wire.MsgError, "old")); m.Error != wire.CodeGone {
 		t.Fatalf("an ID of n1's earlier epoch through n0: %+v, want gone", m)
 	}

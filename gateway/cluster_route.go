@@ -16,6 +16,7 @@ import (
 	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // ClusterConfig makes the server one node of several. A nil
@@ -23,7 +24,7 @@ import (
 type ClusterConfig struct {
 	// Owner is this node: its name and the epoch of its state
 	// (cluster.LoadIdentity). New execution IDs name it.
-	Owner session.Owner
+	Owner execid.Owner
 	// Members lists the nodes and their URLs. Required.
 	Members *cluster.Membership
 	// Signer signs the hops this node makes and verifies the ones it
@@ -84,10 +85,10 @@ func newRouter(c *ClusterConfig) (*router, error) {
 	if c.Members == nil || c.Signer == nil {
 		return nil, errors.New("gateway: config: Cluster needs Members and Signer")
 	}
-	if !session.ValidNodeName(c.Owner.Node) || c.Members.Self() != c.Owner.Node || c.Signer.Self() != c.Owner.Node {
+	if !execid.ValidNode(c.Owner.Node) || c.Members.Self() != c.Owner.Node || c.Signer.Self() != c.Owner.Node {
 		return nil, fmt.Errorf("gateway: config: cluster node %q must be the Owner, the Members' and the Signer's self", c.Owner.Node)
 	}
-	if !session.ValidEpoch(c.Owner.Epoch) {
+	if !execid.ValidEpoch(c.Owner.Epoch) {
 		return nil, fmt.Errorf("gateway: config: cluster epoch %q must be 6 of a-z and 2-7 (cluster.LoadIdentity)", c.Owner.Epoch)
 	}
 	cfg := *c

@@ -11,6 +11,7 @@ import (
 	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // startPlan is where a start runs: on Node, as the execution ID, which is
@@ -41,7 +42,7 @@ type startPlan struct {
 func (r *router) placeStart(ctx context.Context, c auth.Claims, req wire.Request, body []byte) (startPlan, error) {
 	self := startPlan{Node: r.self(), ID: req.ID}
 	if req.ID == "" {
-		self.ID = session.CanonicalID(r.cfg.Owner, session.NewKey())
+		self.ID = execid.Canonical(r.cfg.Owner, execid.New())
 		return self, nil
 	}
 	o, key, canonical, err := session.ParseID(req.ID)
@@ -57,7 +58,7 @@ func (r *router) placeStart(ctx context.Context, c auth.Claims, req wire.Request
 		return startPlan{Node: o.Node, ID: req.ID}, nil
 	case hop:
 		if _, err := r.s.cfg.Supervisor.Get(c.Tenant, key); err != nil {
-			self.ID = session.CanonicalID(r.cfg.Owner, key) // no execution from before cluster mode has it
+			self.ID = execid.Canonical(r.cfg.Owner, key) // no execution from before cluster mode has it
 		}
 		return self, nil
 	}
@@ -124,7 +125,7 @@ func (r *router) placeKey(ctx context.Context, c auth.Claims, key string, spec s
 // as it is, so the peer answers it with the ID it makes.
 func (r *router) canonical(node, key string) string {
 	if node == r.self() {
-		return session.CanonicalID(r.cfg.Owner, key)
+		return execid.Canonical(r.cfg.Owner, key)
 	}
 	return key
 }
@@ -133,7 +134,7 @@ func (r *router) canonical(node, key string) string {
 // bare key (an execution from before cluster mode).
 func (r *router) probeHere(tenant, key string, spec session.Spec) probe {
 	sup := r.s.cfg.Supervisor
-	for _, id := range []string{session.CanonicalID(r.cfg.Owner, key), key} {
+	for _, id := range []string{execid.Canonical(r.cfg.Owner, key), key} {
 		info, err := sup.Existing(tenant, id, spec)
 		switch {
 		case err == nil:

@@ -2,8 +2,6 @@ package session
 
 import (
 	"context"
-
-	"github.com/termgate/termgate/session/execid"
 )
 
 // What the gateway's audit trail needs from the supervisor: a hook on
@@ -35,11 +33,6 @@ func (e *execution) ended() {
 		(*f)(Ended{Info: e.info(), Attrs: e.startAttrs})
 	}
 }
-
-// NewID returns a fresh execution ID, as Start makes for a start that
-// names none: a caller that must name an execution before starting it
-// (to record it) passes it to Start.
-func NewID() string { return execid.New() }
 
 // HeldByOther reports whether an owner other than owner holds an
 // execution id. It is for the audit trail only: a client asking for

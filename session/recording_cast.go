@@ -15,7 +15,7 @@ import (
 // The asciicast v2 format of recordings: file names, the header, event lines.
 
 // castTenantMax is the longest tenant part of a recording's name: with
-// the longest ID (MaxCanonicalIDBytes) and an incarnation (16 bytes) a
+// the longest ID (execid.MaxCanonical) and an incarnation (16 bytes) a
 // name stays within the 255 bytes of a file name.
 const castTenantMax = 32
 

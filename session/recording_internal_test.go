@@ -78,7 +78,7 @@ func TestCastNameTellsTenantsApart(t *testing.T) {
 		{"a_b", "a%5Fb"},
 	}
 	id := strings.Repeat("i", 63) + ".abcdef~" + strings.Repeat("k", 128)
-	if len(id) != MaxCanonicalIDBytes || !execid.Valid(id) {
+	if len(id) != execid.MaxCanonical || !execid.Valid(id) {
 		t.Fatalf("the test's ID is not the longest: %d bytes", len(id))
 	}
 	inc := execid.NewIncarnation()

@@ -13,7 +13,7 @@ import (
 	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/cluster"
-	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // Many nodes: with --node, serve is one node of several behind a load
@@ -71,7 +71,7 @@ func (c *clusterOptions) check(listen string) error {
 		return nil
 	}
 	switch {
-	case !session.ValidNodeName(c.node):
+	case !execid.ValidNode(c.node):
 		return fmt.Errorf("serve: --node %q: want an RFC 1123 label: lower-case letters, digits and inner hyphens, at most 63 (a StatefulSet pod's name is one)", c.node)
 	case len(c.peers) > 0 && c.peerDNS != "":
 		return errors.New("serve: --peer and --peer-dns exclude each other: list the peers, or name the headless Service that lists them")
@@ -177,7 +177,7 @@ func buildCluster(o *serveOptions, log *slog.Logger) (cfg *gateway.ClusterConfig
 		return nil, nil, fmt.Errorf("serve: refusing to start: --node %s: %w", c.node, err)
 	}
 	cfg = &gateway.ClusterConfig{
-		Owner: session.Owner{Node: c.node, Epoch: epoch}, Members: members, Signer: signer,
+		Owner: execid.Owner{Node: c.node, Epoch: epoch}, Members: members, Signer: signer,
 		DialTimeout: c.dialTimeout, Timeout: c.timeout, PingInterval: c.ping,
 	}
 	// Every node must list the same members (a keyed start's guarantee

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/termgate/termgate/gateway/cluster"
+	"github.com/termgate/termgate/session/execid"
 )
 
 // haproxyOptions are termgate manifest haproxy's flags.
@@ -101,7 +101,7 @@ func haproxyServers(list []string) ([]haproxyServer, error) {
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("--server %q: want NAME=HOST:PORT", s)
-		case !cluster.ValidNodeName(name):
+		case !execid.ValidNode(name):
 			return nil, fmt.Errorf("--server %q: %q is no node name (lower-case letters, digits and -, at most 63)", s, name)
 		case seen[name]:
 			return nil, fmt.Errorf("--server %q: node %s is given twice", s, name)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/termgate/termgate/session/execid"
 )
 
 // HopHeader is the header a node adds to a request it forwards to another.
@@ -62,7 +64,7 @@ type Signer struct {
 // secret verifies, so a secret is rotated by a rolling restart with
 // (new, old), then (new). Each must be at least MinSecretBytes long.
 func NewSigner(self string, secrets ...[]byte) (*Signer, error) {
-	if !ValidNodeName(self) {
+	if !execid.ValidNode(self) {
 		return nil, fmt.Errorf("cluster: node name %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", self)
 	}
 	if len(secrets) == 0 {
@@ -86,7 +88,7 @@ func (s *Signer) Self() string { return s.self }
 // client at addr. It refuses a malformed node name, an unknown op and an
 // addr holding characters the header cannot carry.
 func (s *Signer) Sign(h http.Header, method, requestURI, to, op, addr string) error {
-	if !ValidNodeName(to) {
+	if !execid.ValidNode(to) {
 		return fmt.Errorf("cluster: sign hop: node name %q is not valid", to)
 	}
 	if !validOp(op) {
@@ -177,7 +179,7 @@ func parseHop(v string) (map[string]string, error) {
 	if f["v"] != "1" {
 		return nil, fmt.Errorf("%w: version %q, want 1", ErrBadHop, f["v"])
 	}
-	if !ValidNodeName(f["from"]) || !ValidNodeName(f["to"]) {
+	if !execid.ValidNode(f["from"]) || !execid.ValidNode(f["to"]) {
 		return nil, fmt.Errorf("%w: bad node name", ErrBadHop)
 	}
 	if !validOp(f["op"]) {

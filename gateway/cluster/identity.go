@@ -35,7 +35,7 @@ type identity struct {
 // which it never overwrites. An empty stateDir (--state-dir none) gets a
 // fresh epoch each call: without state, every start is a new epoch.
 func LoadIdentity(stateDir, node string) (epoch string, err error) {
-	if !ValidNodeName(node) {
+	if !execid.ValidNode(node) {
 		return "", fmt.Errorf("cluster: node name %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", node)
 	}
 	if stateDir == "" {
@@ -74,7 +74,7 @@ func readIdentity(path string) (identity, error) {
 	if err := json.Unmarshal(b, &id); err != nil {
 		return identity{}, fmt.Errorf("cluster: node identity %s: %w", path, err)
 	}
-	if !ValidNodeName(id.Node) || !execid.ValidEpoch(id.Epoch) {
+	if !execid.ValidNode(id.Node) || !execid.ValidEpoch(id.Epoch) {
 		return identity{}, fmt.Errorf("cluster: node identity %s: malformed node %q or epoch %q", path, id.Node, id.Epoch)
 	}
 	return id, nil

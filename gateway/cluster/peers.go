@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/termgate/termgate/session/execid"
 )
 
 // Defaults of DNSConfig.
@@ -61,12 +63,12 @@ type Membership struct {
 // URL (http or https, a host, no path, query or user). peers may list
 // self, whose URL is then only checked.
 func NewStatic(self string, peers map[string]string) (*Membership, error) {
-	if !ValidNodeName(self) {
+	if !execid.ValidNode(self) {
 		return nil, fmt.Errorf("cluster: node name %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", self)
 	}
 	m := &Membership{self: self, static: make(map[string]*url.URL, len(peers))}
 	for _, name := range slices.Sorted(maps.Keys(peers)) {
-		if !ValidNodeName(name) {
+		if !execid.ValidNode(name) {
 			return nil, fmt.Errorf("cluster: peer %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", name)
 		}
 		u, err := parseBaseURL(peers[name])
@@ -107,7 +109,7 @@ func parseBaseURL(s string) (*url.URL, error) {
 // Run's first lookup succeeds it holds self alone; URL answers for any
 // node name from the start.
 func NewDNS(self string, c DNSConfig) (*Membership, error) {
-	if !ValidNodeName(self) {
+	if !execid.ValidNode(self) {
 		return nil, fmt.Errorf("cluster: node name %q: want an RFC 1123 label (lower-case letters, digits, inner hyphens; at most 63)", self)
 	}
 	c.Domain = strings.TrimSuffix(strings.ToLower(c.Domain), ".")
@@ -149,7 +151,7 @@ func (m *Membership) URL(node string) (*url.URL, bool) {
 		c := *u
 		return &c, true
 	}
-	if !ValidNodeName(node) {
+	if !execid.ValidNode(node) {
 		return nil, false
 	}
 	return &url.URL{Scheme: m.dns.Scheme, Host: net.JoinHostPort(node+"."+m.dns.Domain, strconv.Itoa(m.dns.Port))}, true
@@ -237,7 +239,7 @@ func (m *Membership) Refresh(ctx context.Context) error {
 func (m *Membership) memberName(target string) (string, bool) {
 	target = strings.TrimSuffix(strings.ToLower(target), ".")
 	name, rest, ok := strings.Cut(target, ".")
-	if !ok || rest != m.dns.Domain || !ValidNodeName(name) {
+	if !ok || rest != m.dns.Domain || !execid.ValidNode(name) {
 		m.dns.Log.Debug("ignoring an SRV target outside the peer domain", "target", target, "domain", m.dns.Domain)
 		return "", false
 	}
