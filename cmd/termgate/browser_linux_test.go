@@ -506,8 +506,9 @@ func TestBrowserLargeInputArrivesWhole(t *testing.T) {
 // The page falls behind on purpose: its main thread is busy in one
 // synchronous script (so the WebSocket's bytes stay in the browser's and
 // the kernel's buffers, and the gateway's writer waits) from before the
-// program starts writing until it has written all of its 20 MB, far more
-// than those buffers and the 64K ring hold. A gap then comes on the open
+// program starts writing until it has written all of its 20 MB (half of it
+// under -race, which the busy page's 20 s must also cover), far more than
+// those buffers and the 64K ring hold. A gap then comes on the open
 // connection. Cuts between the page and the gateway would not do: a page
 // that resumes past evicted history gets a snapshot of the screen, not a
 // gap, so whether a notice showed depended on the page falling behind
@@ -518,7 +519,11 @@ func TestBrowserShowsGap(t *testing.T) {
 	tok := g.token(t, "acme", allScopes)
 	openPage(t, ctx, g.url+"/#token="+tok)
 	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	keys := "read x; seq 1 3000000 > /dev/tty; echo gap-done-$((1+1))\r"
+	lines := 3000000
+	if sandboxtest.Race {
+		lines = 1500000
+	}
+	keys := fmt.Sprintf("read x; seq 1 %d > /dev/tty; echo gap-done-$((1+1))\r", lines)
 	typeKeys(t, ctx, keys)
 	var id string
 	sandboxtest.Eventually(t, 20*time.Second, func() bool {
