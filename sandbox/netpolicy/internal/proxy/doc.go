@@ -1,0 +1,57 @@
+// Package proxy speaks the proxy protocols a sandboxed program uses to
+// reach the network through termgate: HTTP CONNECT, plain HTTP
+// forwarding and SOCKS5, all on one listener that the program reaches on
+// its own 127.0.0.1. A Server serves the listener from the host; how the
+// listener was opened is not its business, and neither is policy: every
+// connection to a target is asked of its Dialer, which connects or
+// returns a *Refused.
+//
+// The first byte of a connection tells the protocol: 0x05 is SOCKS5,
+// anything else HTTP.
+//
+//   - HTTP CONNECT host:port: the Dialer connects, the client gets
+//     "200 Connection established", and the bytes are then copied both
+//     ways as they are. A refusal is answered 403 with the Refused's
+//     Reason as a text body, a failed connect 502 (504 when it timed
+//     out) with a short reason, a malformed request 400, a head over
+//     MaxHeaderBytes 431, and a connection beyond MaxConns 503.
+//   - Plain HTTP: requests in absolute form (GET http://host/path) are
+//     sent to the target in origin form, without hop-by-hop headers
+//     (Connection and the headers it names, Proxy-Connection,
+//     Proxy-Authorization, Keep-Alive, TE but "trailers", Upgrade but on
+//     a request to upgrade); framing (Content-Length, chunked, trailers)
+//     is net/http's. Bodies are streamed both ways, never held whole, and
+//     each part of a response reaches the client before the proxy reads
+//     the next. A client connection serves requests one after another,
+//     to one target or several: it keeps its last target's connection
+//     for the next request to the same host and port. A 101 Switching
+//     Protocols turns the two connections into a tunnel. Error answers
+//     are those of CONNECT, after which the connection is closed.
+//   - SOCKS5 (RFC 1928): the "no authentication" method (a client that
+//     offers no other gets 0xFF), the CONNECT command (BIND and UDP
+//     ASSOCIATE get 0x07), IPv4, IPv6 and domain-name targets (others
+//     get 0x08). A refusal is answered 0x02, a failed connect 0x03,
+//     0x04, 0x05 or 0x06 (timed out) as the error says, and a connection
+//     beyond MaxConns 0x01. The bound address of every reply is
+//     0.0.0.0:0.
+//
+// A tunnel (CONNECT, SOCKS5 or upgrade) half-closes: when one side ends
+// its stream, the other side's connection is shut down for writing only,
+// so git and TLS close cleanly. It has no idle timeout, since long-lived
+// connections are legitimate; Close ends it. Between two TCP connections
+// the copy is splice(2), so an idle tunnel holds no buffer in the
+// process (two kernel pipes, four descriptors, while it lasts); its cost
+// is two goroutines. A plain-HTTP client connection holds a 4 KiB read
+// and a 4 KiB write buffer, and its target connection as many.
+//
+// Limits: a client has HandshakeTimeout from accept to the end of its
+// SOCKS5 request or HTTP request head, and KeepAliveTimeout between two
+// plain HTTP requests; it is closed when they pass. A Dial has
+// DialTimeout. At most MaxConns clients are served at once; a few more
+// are told so, and beyond them a connection is closed as accepted.
+//
+// Every connection made to a target, and every one refused or failed,
+// gives the Server's Done a Record with the bytes each way. Close closes
+// the listeners and every connection, and returns once every goroutine
+// of the Server has ended.
+package proxy
