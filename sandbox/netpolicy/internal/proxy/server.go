@@ -52,7 +52,8 @@ var ErrBusy = errors.New("proxy: too many connections")
 // only place a Server asks whether a connection may be made.
 type Dialer interface {
 	// Dial connects to host (a name, or an IPv4 or IPv6 address without
-	// brackets, as the program gave it) and port. It returns a *Refused
+	// brackets, as the program gave it; an IPv4-mapped IPv6 address from
+	// SOCKS5 comes as IPv4) and port. It returns a *Refused
 	// for a connection the policy refuses. ctx ends at the Server's
 	// DialTimeout or Close.
 	Dial(ctx context.Context, host string, port uint16) (net.Conn, error)
