@@ -424,6 +424,32 @@ func TestClusterKilledNode(t *testing.T) {
 	}
 }
 
+// freeze stops pid (SIGSTOP) and returns once every thread of it is
+// stopped: the kernel stops the others only when the thread the signal
+// woke runs, and on a busy machine the rest may serve a request first.
+// The test's cleanup continues it, before the node's cleanup kills it.
+func freeze(t *testing.T, pid int) {
+	t.Helper()
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	until(t, fmt.Sprintf("every thread of %d stopped", pid), func() bool {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			// The state follows the command's closing parenthesis.
+			if i := bytes.LastIndexByte(b, ')'); err != nil || i < 0 || !bytes.HasPrefix(b[i:], []byte(") T")) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestClusterFrozenNode: with the owner's serve stopped (SIGSTOP), a
 // relayed client is detached by the relay's pings, a client connected to
 // the owner itself through the load balancer (?node=) notices by its own
@@ -446,10 +472,7 @@ func TestClusterFrozenNode(t *testing.T) {
 	until(t, "ready", func() bool { return writer.output() == "ready\n" && viewer.output() == "ready\n" })
 
 	serve := c.nodes[1].cur.Process.Pid
-	t.Cleanup(func() { syscall.Kill(serve, syscall.SIGCONT) }) // before the node's cleanup kills it
-	if err := syscall.Kill(serve, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	freeze(t, serve)
 	stopped := time.Now()
 	writer.e.WriteContext(ctx, []byte("a\n")) // while frozen
 	until(t, "the relayed client is detached", func() bool { return strings.Contains(relayLog.String(), "the server detached the execution") })
@@ -628,10 +651,7 @@ func TestClusterFrozenOwnerBehindHAProxy(t *testing.T) {
 	}
 
 	serve := c.nodes[1].cur.Process.Pid
-	t.Cleanup(func() { syscall.Kill(serve, syscall.SIGCONT) }) // before the node's cleanup kills it
-	if err := syscall.Kill(serve, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	freeze(t, serve)
 	stopped := time.Now()
 	attach := &cliRun{}
 	attached := make(chan struct{})

@@ -62,8 +62,10 @@ func TestHandshakeTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := f.dial(t)
+			// The clock starts before the dial: the proxy's starts at its
+			// accept, which may come before the dial returns here.
 			start := time.Now()
+			c := f.dial(t)
 			io.WriteString(c, tc.first)
 			dropped := make(chan error, 1)
 			go func() { _, err := io.Copy(io.Discard, c); dropped <- err }()
