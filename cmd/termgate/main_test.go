@@ -73,6 +73,7 @@ func TestImportDirection(t *testing.T) {
 		"sandbox/fdio": {}, "sandbox": {"sandbox/fdio"}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
 		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {}, "sandbox/netpolicy/internal/proxy": {},
+		"sandbox/netpolicy":         {},
 		"session/screen":            {},
 		"session/execid":            {},
 		"session/internal/statedir": {"replay", "sandbox", "sandbox/fdio"},
