@@ -159,6 +159,8 @@ func (l *Launcher) rebuild(c keeper.Child) (*Process, error) {
 		ctl:    &initControl{f: held[len(held)-1], released: make(chan struct{})},
 		exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{},
 		child: newKeeperChild(l.keeper, l.keeper.conn(), c.Key, c.Pid),
+		// The sockets of Policy.Listen died with the launcher that opened them.
+		socketsErr: ErrSocketsGone,
 	}
 	if c.Exited {
 		proc.recorded = m.Exit
@@ -273,6 +275,7 @@ func (p *Process) letGo() {
 		p.master.Close()
 	}
 	p.ctl.close()
+	p.dropSockets()
 	if p.track != nil {
 		p.l.events.Untrack(p.track)
 	}

@@ -37,6 +37,17 @@
 // else may change), and every file in it is opened relative to it
 // without following a link (OpenStateFile).
 //
+// A sandbox without the host's network has a network namespace of its
+// own with loopback only. termgate opens sockets in it from the host
+// (NetNS): a thread enters the namespace for socket(2) alone and
+// returns, and the socket, which keeps its namespace, is served from the
+// host, so nothing extra runs in the sandbox. The sockets of
+// Policy.Listen are opened while the init holds, before the command
+// runs (Process.Sockets); Process.NetNS opens more later, for an
+// adopted process too. A thread that cannot return to the host's
+// namespace is never used again (ErrNetNSStuck). Entering needs
+// CAP_SYS_ADMIN, and a sandbox sharing the host's network is refused.
+//
 // bwrap is forked straight into the execution's cgroup2 directory
 // (clone3's CLONE_INTO_CGROUP) where the kernel can. A fork that must be
 // born in cgroup v1 directories, or that may start from a lean mount

@@ -138,8 +138,9 @@ func (c *initControl) finish() (string, bool) {
 func (c *initControl) close() { c.f.Close() }
 
 // release runs while the init holds: it bounds the sandbox's terminals,
-// then lets the command start. Anything that fails ends the sandbox, and
-// the exit says why: the command must never run without its bound.
+// opens its sockets (Policy.Listen), then lets the command start.
+// Anything that fails ends the sandbox, and the exit says why: the
+// command must never run without its bound, nor before its sockets.
 func (p *Process) release() {
 	defer close(p.ctl.released)
 	msg, pid, err := p.ctl.recv()
@@ -150,7 +151,17 @@ func (p *Process) release() {
 		p.ctl.note(msg)
 		return
 	}
-	if err := boundTerminals(pid, p.policy.PTYs); err != nil {
+	if p.policy.PTYs > 0 {
+		if err := boundTerminals(pid, p.policy.PTYs); err != nil {
+			p.ctl.record(err.Error(), false)
+			p.Kill()
+			return
+		}
+	}
+	if err := p.openSockets(pid); err != nil {
+		if errors.Is(err, ErrNetNSStuck) {
+			p.l.log.Error("open the sandbox's sockets", "pid", p.Pid(), "err", err)
+		}
 		p.ctl.record(err.Error(), false)
 		p.Kill()
 		return

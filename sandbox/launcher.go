@@ -238,6 +238,8 @@ func (l *Launcher) checkSupported(p Policy) error {
 		return fmt.Errorf("%w: pids (no pids cgroup controller available)", ErrUnenforceable)
 	case p.Limits.CPUWeight > 0 && !info.CPU:
 		return fmt.Errorf("%w: cpu weight (no cpu cgroup controller available)", ErrUnenforceable)
+	case len(p.Listen) > 0 && !canEnterNetNS():
+		return fmt.Errorf("%w: listening sockets in the sandbox (entering its network namespace needs CAP_SYS_ADMIN)", ErrUnavailable)
 	}
 	return nil
 }

@@ -300,7 +300,7 @@ func (pl *plan) command(p Policy, host hostLayout) {
 	pl.argv = append(append(pl.argv, "--", initPath), p.Command...)
 	pl.init = sandboxinit.Config{
 		Env: p.sortedEnv(), Cwd: p.Cwd, Terminal: p.TTY != nil,
-		Hold: p.PTYs > 0, Rlimits: rlimits(p.Limits), Landlock: host.landlock,
+		Hold: p.PTYs > 0 || len(p.Listen) > 0, Rlimits: rlimits(p.Limits), Landlock: host.landlock,
 	}
 }
 

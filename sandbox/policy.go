@@ -115,6 +115,15 @@ type Policy struct {
 	Cwd     string   `json:"cwd,omitempty"`
 	Network Network  `json:"network,omitempty"`
 	Proc    ProcMode `json:"proc,omitempty"`
+	// Listen are sockets opened in the sandbox's network while its init
+	// holds, so that they exist before the command's first instruction:
+	// a listener of termgate's that the command connects to, such as a
+	// proxy on 127.0.0.1:3128. Each is on a loopback address and a fixed
+	// port, at most MaxListen, and only with NetworkNone (with the
+	// host's network they would be the host's). A socket that cannot be
+	// opened ends the sandbox before the command runs, and the exit says
+	// why. Process.Sockets hands them over; Process.NetNS opens more.
+	Listen []Socket `json:"listen,omitempty"`
 	// SelfExe is the absolute in-sandbox target of /proc/self/exe for ProcSelfExe.
 	SelfExe string `json:"self_exe,omitempty"`
 	// TTY requests a pseudo-terminal of this size; nil means pipes.
@@ -196,7 +205,7 @@ func (p Policy) Normalize() Policy {
 func (p Policy) Validate() error {
 	checks := []func() error{
 		p.validateCommand, p.validateEnv, p.validateMounts,
-		p.validateModes, p.validateLimits, p.validateIdentity, p.validateTenant,
+		p.validateModes, p.validateListen, p.validateLimits, p.validateIdentity, p.validateTenant,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {

@@ -3,7 +3,10 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/netip"
 	"path"
 	"strings"
 	"testing"
@@ -48,6 +51,22 @@ func TestValidateRejects(t *testing.T) {
 		{"tiny memory", func(p *Policy) { p.Limits.Memory = 1 }, "memory"},
 		{"tiny open files", func(p *Policy) { p.Limits.OpenFiles = 3 }, "open files"},
 		{"cpu weight", func(p *Policy) { p.Limits.CPUWeight = 10001 }, "cpu weight"},
+		{"listen with the host's network", func(p *Policy) { p.Network, p.Listen = NetworkHost, []Socket{{"tcp", "127.0.0.1:3128"}} }, "need network none"},
+		{"listen on a LAN address", func(p *Policy) { p.Listen = []Socket{{"tcp", "10.0.0.1:3128"}} }, `"10.0.0.1:3128" is not a loopback address`},
+		{"listen on every address", func(p *Policy) { p.Listen = []Socket{{"tcp", "0.0.0.0:3128"}} }, "not a loopback address"},
+		{"listen on every IPv6 address", func(p *Policy) { p.Listen = []Socket{{"udp6", "[::]:53"}} }, "not a loopback address"},
+		{"listen on a name", func(p *Policy) { p.Listen = []Socket{{"tcp", "localhost:3128"}} }, "want an IP address and a port"},
+		{"listen without a port", func(p *Policy) { p.Listen = []Socket{{"tcp", "127.0.0.1"}} }, "want an IP address and a port"},
+		{"listen on port 0", func(p *Policy) { p.Listen = []Socket{{"tcp", "127.0.0.1:0"}} }, "port other than 0"},
+		{"listen on another network", func(p *Policy) { p.Listen = []Socket{{"unix", "127.0.0.1:3128"}} }, "want tcp, tcp4, tcp6, udp, udp4 or udp6"},
+		{"listen in the wrong family", func(p *Policy) { p.Listen = []Socket{{"tcp4", "[::1]:3128"}} }, "not of network tcp4"},
+		{"listen on a mapped address", func(p *Policy) { p.Listen = []Socket{{"tcp6", "[::ffff:127.0.0.1]:3128"}} }, "write an IPv4 address as such"},
+		{"listen twice", func(p *Policy) { p.Listen = []Socket{{"tcp", "127.0.0.1:3128"}, {"tcp4", "127.0.0.1:3128"}} }, "127.0.0.1:3128 is given twice"},
+		{"listen too often", func(p *Policy) {
+			for i := range MaxListen + 1 {
+				p.Listen = append(p.Listen, Socket{"tcp", fmt.Sprintf("127.0.0.1:%d", 3000+i)})
+			}
+		}, "17 listening sockets, at most 16 allowed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -127,4 +146,45 @@ func TestClampWindowSize(t *testing.T) {
 			t.Errorf("ClampWindowSize(%d, %d) = %v, want %v", tt.rows, tt.cols, got, tt.want)
 		}
 	}
+}
+
+// TestListenPolicyAccepted: loopback addresses of both families, and a
+// port taken by tcp and udp at once, survive validation and the JSON
+// the keeper keeps a policy in.
+func TestListenPolicyAccepted(t *testing.T) {
+	t.Parallel()
+	p := validPolicy()
+	p.Listen = []Socket{{"tcp", "127.0.0.1:3128"}, {"udp", "127.0.0.1:3128"}, {"udp4", "127.0.0.53:53"}, {"tcp6", "[::1]:3128"}}
+	if err := p.Normalize().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil || !strings.Contains(string(b), `"listen":[{"network":"tcp","addr":"127.0.0.1:3128"}`) {
+		t.Fatalf("json %s, %v", b, err)
+	}
+	var back Policy
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Listen) != 4 || back.Listen[3] != p.Listen[3] {
+		t.Errorf("json round trip: %+v, %v", back.Listen, err)
+	}
+}
+
+func FuzzValidateListen(f *testing.F) {
+	for _, s := range [][2]string{{"tcp", "127.0.0.1:3128"}, {"udp6", "[::1]:53"}, {"tcp", "0.0.0.0:80"}, {"tcp4", "[::1]:1"}, {"tcp", "[fe80::1%lo]:80"}, {"udp", "127.1:53"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, network, addr string) {
+		p := validPolicy()
+		p.Listen = []Socket{{network, addr}}
+		if p.Normalize().Validate() != nil {
+			return
+		}
+		// Accepted: a loopback IP literal, a fixed port, a known network.
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil || !ap.Addr().IsLoopback() || ap.Port() == 0 || ap.Addr().Zone() != "" {
+			t.Fatalf("accepted %s %q", network, addr)
+		}
+		if _, err := parseEndpoint(network, addr); err != nil {
+			t.Fatalf("accepted %s %q: %v", network, addr, err)
+		}
+	})
 }

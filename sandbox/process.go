@@ -62,6 +62,13 @@ type Process struct {
 	released bool // Release dropped the keeper's record
 	stopOnce sync.Once
 
+	// sockets are Policy.Listen's, opened while the init held, until
+	// Sockets hands them over or the process ends (socketsDropped);
+	// socketsErr is Sockets' error meanwhile. All under mu.
+	sockets        []OpenSocket
+	socketsErr     error
+	socketsDropped bool
+
 	copies sync.WaitGroup // output copiers; stop at end of file
 	// copiers are the output copiers, in the order of outputs; stopCopies
 	// is set when the launcher lets go of the process (letGo).
@@ -104,7 +111,7 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 	defer ctlChild.Close()
 	kept := p
 	kept.Env = nil // the plan took it to the init: a running process needs it no more
-	proc := &Process{l: l, policy: kept, argv: pl.argv[1:], ctl: ctl, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}}
+	proc := &Process{l: l, policy: kept, argv: pl.argv[1:], ctl: ctl, exited: make(chan struct{}), done: make(chan struct{}), head: &headCapture{}, socketsErr: errNoSockets}
 	child, err := proc.setupIO(stdio)
 	if err != nil {
 		ctl.close()

@@ -44,6 +44,7 @@ func (p *Process) finish(ws unix.WaitStatus, lost bool, err error) {
 	}
 	facts.setupMsg = p.head.setupMessage()
 	facts.initErr, facts.notFound = p.ctl.finish()
+	p.dropSockets()
 	p.exit = classify(facts)
 	p.exit.Started = p.started
 	p.exit.Duration = time.Since(p.started)
