@@ -64,16 +64,6 @@ func (p *Process) NetNS() (*NetNS, error) {
 	return p.openNetNS(pid1)
 }
 
-// ended reports whether bwrap was reaped.
-func (p *Process) ended() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
 // openNetNS opens the network namespace of pid1, the sandbox's pid 1,
 // checking that it is: bwrap's child while a pidfd held it, and bwrap
 // not yet reaped. A pid is not reused while a pidfd's process exists, so
