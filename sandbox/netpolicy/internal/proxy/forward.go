@@ -105,7 +105,7 @@ func (f *forwarder) drop() {
 		return
 	}
 	f.h.s.untrack(f.target.Conn)
-	f.h.s.record(Record{Protocol: HTTPForward, Host: f.host, Port: f.port, Up: f.target.written.Load(), Down: f.target.read.Load()})
+	f.h.s.record(Record{Protocol: HTTPForward, Host: f.host, Port: f.port, Up: f.target.written.Load(), Down: f.target.read.Load(), Target: f.target.Conn})
 	f.target, f.tr, f.tw = nil, nil, nil
 }
 
@@ -192,7 +192,7 @@ func (f *forwarder) upgrade(resp *http.Response, sent <-chan error) bool {
 		f.drop()
 		return false
 	}
-	r := Record{Protocol: HTTPForward, Host: f.host, Port: f.port, Up: f.target.written.Load(), Down: f.target.read.Load()}
+	r := Record{Protocol: HTTPForward, Host: f.host, Port: f.port, Up: f.target.written.Load(), Down: f.target.read.Load(), Target: f.target.Conn}
 	target := f.target.Conn
 	f.target = nil
 	defer f.h.s.untrack(target)

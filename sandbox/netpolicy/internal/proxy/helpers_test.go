@@ -47,7 +47,8 @@ const (
 type testDialer struct {
 	names map[string]string // name → IPv4 loopback address
 	mu    sync.Mutex
-	asked []string // host:port, in order
+	asked []string   // host:port, in order
+	made  []net.Conn // the connections returned, in order
 }
 
 func (d *testDialer) Dial(ctx context.Context, host string, port uint16) (net.Conn, error) {
@@ -70,7 +71,19 @@ func (d *testDialer) Dial(ctx context.Context, host string, port uint16) (net.Co
 		return nil, &Refused{Reason: "test: IPv4 loopback only"}
 	}
 	var nd net.Dialer
-	return nd.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+	c, err := nd.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+	if err == nil {
+		d.mu.Lock()
+		d.made = append(d.made, c)
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *testDialer) returned() []net.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.made)
 }
 
 func (d *testDialer) askedFor() []string {

@@ -79,7 +79,7 @@ func (h *clientConn) serveConnect(req *http.Request) {
 		return
 	}
 	defer h.s.untrack(target)
-	r := Record{Protocol: HTTPConnect, Host: host, Port: port}
+	r := Record{Protocol: HTTPConnect, Host: host, Port: port, Target: target}
 	if h.writeReply([]byte("HTTP/1.1 200 Connection established\r\n\r\n")) == nil {
 		h.spliceTo(target, &r)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,10 +60,14 @@ func TestGoClient(t *testing.T) {
 	c.Transport.(*http.Transport).CloseIdleConnections()
 	recs := f.waitRecords(t, 4)
 	want := map[Protocol]int{HTTPForward: 3, HTTPConnect: 1}
+	made := f.dialer.returned()
 	for _, r := range recs {
 		want[r.Protocol]--
 		if r.Up == 0 || r.Down == 0 || r.Refused != "" || r.Err != nil {
 			t.Errorf("record %+v: want bytes both ways and no error", r)
+		}
+		if !slices.Contains(made, r.Target) {
+			t.Errorf("record %+v: its Target is not a connection the Dialer returned (%d returned)", r, len(made))
 		}
 	}
 	for p, n := range want {
@@ -90,7 +95,7 @@ func TestRefusedHTTP(t *testing.T) {
 		t.Errorf("after a 403 the connection read %d bytes, %v; want its end", n, err)
 	}
 	for _, r := range f.waitRecords(t, 2) {
-		if r.Refused != blockedWhy || r.Host != blockedHost || r.Err != nil {
+		if r.Refused != blockedWhy || r.Host != blockedHost || r.Err != nil || r.Target != nil {
 			t.Errorf("record %+v: want refused %q", r, blockedWhy)
 		}
 	}

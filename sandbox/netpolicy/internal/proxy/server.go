@@ -91,6 +91,10 @@ type Record struct {
 	Up, Down int64
 	// Refused is the Dialer's Refused.Reason when it refused.
 	Refused string
+	// Target is the connection the Dialer returned, closed by now; nil
+	// when none was made. A Dialer that keeps something per connection
+	// finds it by this key.
+	Target net.Conn
 	// Err is why no connection was made when the Dialer failed other
 	// than by refusing (ErrBusy and ErrClosed among them); nil once a
 	// connection was made or refused.

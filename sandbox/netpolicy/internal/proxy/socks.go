@@ -52,7 +52,7 @@ func (h *clientConn) serveSOCKS() {
 		return
 	}
 	defer h.s.untrack(target)
-	r := Record{Protocol: SOCKS5, Host: req.host, Port: req.port}
+	r := Record{Protocol: SOCKS5, Host: req.host, Port: req.port, Target: target}
 	if h.writeReply(socksReply(socksSucceeded)) == nil {
 		h.spliceTo(target, &r)
 	}
