@@ -1,0 +1,388 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/termgate/termgate/sandbox/netpolicy/internal/proxy"
+)
+
+// The limits an Egress holds executions to, when its fields are zero.
+const (
+	// DefaultMaxConnsPerExecution bounds one execution's connections to
+	// its proxy at once (and so the connections it has made through it).
+	DefaultMaxConnsPerExecution = 1024
+	// DefaultMaxConnsPerTenant bounds the connections a tenant's
+	// executions have made through their proxies at once, together.
+	DefaultMaxConnsPerTenant = 4096
+)
+
+// The pace of a Guard's notices: a burst of noticeBurst, then one every
+// noticeEvery. Refusals beyond it are counted and named in the next
+// notice.
+const (
+	noticeBurst = 5
+	noticeEvery = 500 * time.Millisecond
+)
+
+// Egress serves the proxies of the executions that have a network
+// policy: one Guard per execution, each answering on a listener in the
+// execution's own network, connecting through Dialer as the execution's
+// policy (from Set) allows. Set the fields before the first Serve. Its
+// methods are safe for concurrent use.
+type Egress struct {
+	Set    *Set
+	Dialer *Dialer
+	// MaxConnsPerExecution and MaxConnsPerTenant bound connections
+	// (DefaultMaxConnsPerExecution and DefaultMaxConnsPerTenant if 0). A
+	// connection beyond the execution's is answered 503; beyond the
+	// tenant's, 403 with the reason.
+	MaxConnsPerExecution int
+	MaxConnsPerTenant    int
+	// Observe, if set, is told of every connection asked for: refused,
+	// failed, or made, and then of each made one's end with its bytes.
+	// It is called on the connection's goroutine and should not block.
+	Observe func(Event)
+
+	mu      sync.Mutex
+	tenants map[string]int       // connections open, by tenant
+	stats   map[string]*Counters // by policy name
+	guards  map[*Guard]struct{}  // serving
+}
+
+// Event is one connection an execution's program asked for, or the end
+// of one that was made.
+type Event struct {
+	Tenant, Execution string
+	// Protocol is how the program asked: "http-connect", "http"
+	// (plain HTTP forwarding) or "socks5".
+	Protocol string
+	// Decision is the policy's: Allowed, the rule and the reason. Its
+	// Policy is the execution's policy when it was asked.
+	Decision Decision
+	// Err is why a connection neither refused nor made failed: the
+	// target did not answer, a limit, the execution ending.
+	Err error
+	// Ended marks the end of a connection that was made; Up and Down
+	// count its bytes to and from the target.
+	Ended    bool
+	Up, Down int64
+}
+
+// Counters are a policy's connections and bytes, over the server's life.
+type Counters struct {
+	Allowed, Refused, Failed uint64
+	Up, Down                 uint64
+}
+
+// Stats is the counters of every policy that decided a connection.
+func (e *Egress) Stats() map[string]Counters {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]Counters, len(e.stats))
+	for name, c := range e.stats {
+		out[name] = *c
+	}
+	return out
+}
+
+// counters is the counters of policy, made on first use. Called with
+// e.mu held.
+func (e *Egress) counters(policy string) *Counters {
+	c, ok := e.stats[policy]
+	if !ok {
+		if e.stats == nil {
+			e.stats = map[string]*Counters{}
+		}
+		c = &Counters{}
+		e.stats[policy] = c
+	}
+	return c
+}
+
+// Execution names the execution a Guard serves, and where its notices go.
+type Execution struct {
+	Tenant, ID string
+	// Policy is the policy's name: one of Set's, or NameNone to refuse
+	// every connection.
+	Policy string
+	// Notify, if set, is given a sentence for the person at the terminal
+	// when a connection is refused, at most a few a second.
+	Notify func(msg string)
+}
+
+// Serve starts serving x's proxy on l, a listener in x's network, until
+// the Guard is closed. l is closed with it.
+func (e *Egress) Serve(x Execution, l net.Listener) (*Guard, error) {
+	if err := e.known(x.Policy); err != nil {
+		l.Close()
+		return nil, err
+	}
+	g := &Guard{e: e, x: x, policy: x.Policy, conns: map[net.Conn]open{}, tokens: noticeBurst, filled: time.Now()}
+	g.srv = &proxy.Server{Dialer: g, Done: g.done, MaxConns: max(e.MaxConnsPerExecution, 0)}
+	if g.srv.MaxConns == 0 {
+		g.srv.MaxConns = DefaultMaxConnsPerExecution
+	}
+	if e.Dialer != nil && e.Dialer.Timeout > 0 {
+		g.srv.DialTimeout = e.Dialer.Timeout + time.Second // the Dialer's own bound comes first
+	}
+	e.mu.Lock()
+	if e.guards == nil {
+		e.guards = map[*Guard]struct{}{}
+	}
+	e.guards[g] = struct{}{}
+	e.mu.Unlock()
+	go g.srv.Serve(l)
+	return g, nil
+}
+
+// Serving is the number of Guards serving now.
+func (e *Egress) Serving() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.guards)
+}
+
+// known fails for a policy name the Set does not hold.
+func (e *Egress) known(name string) error {
+	if name == NameNone {
+		return nil
+	}
+	if _, ok := e.Set.Lookup(name); !ok {
+		return fmt.Errorf("netpolicy: no network policy %q on this server", name)
+	}
+	return nil
+}
+
+// acquire takes one of tenant's connections; false when it has
+// MaxConnsPerTenant open.
+func (e *Egress) acquire(tenant string) (int, bool) {
+	limit := e.MaxConnsPerTenant
+	if limit <= 0 {
+		limit = DefaultMaxConnsPerTenant
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tenants[tenant] >= limit {
+		return limit, false
+	}
+	if e.tenants == nil {
+		e.tenants = map[string]int{}
+	}
+	e.tenants[tenant]++
+	return limit, true
+}
+
+func (e *Egress) release(tenant string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tenants[tenant]--; e.tenants[tenant] <= 0 {
+		delete(e.tenants, tenant)
+	}
+}
+
+// A Guard is one execution's proxy: it asks the execution's policy, as it
+// is when each connection is asked for, and counts what passes.
+type Guard struct {
+	e   *Egress
+	x   Execution
+	srv *proxy.Server
+
+	mu      sync.Mutex
+	policy  string
+	conns   map[net.Conn]open // made and not yet ended
+	status  GuardStatus
+	tokens  float64 // notices that may go now
+	filled  time.Time
+	unsaid  int // refusals not told since the last notice
+	stopped bool
+}
+
+// open is a connection a Guard made: what decided it, for its end.
+type open struct{ dec Decision }
+
+// GuardStatus is a Guard's policy and counters.
+type GuardStatus struct {
+	Policy                   string
+	Open                     int
+	Allowed, Refused, Failed uint64
+	Up, Down                 uint64
+}
+
+// Status is the Guard's policy and its counters so far.
+func (g *Guard) Status() GuardStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.status
+	s.Policy, s.Open = g.policy, len(g.conns)
+	return s
+}
+
+// Policy is the Guard's policy name now.
+func (g *Guard) Policy() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.policy
+}
+
+// SetPolicy changes the policy for the connections asked for from now
+// on; those already made are kept.
+func (g *Guard) SetPolicy(name string) error {
+	if err := g.e.known(name); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.policy = name
+	return nil
+}
+
+// Close stops the Guard: its listener and every connection through it
+// are closed, and their ends reported.
+func (g *Guard) Close() error {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	err := g.srv.Close()
+	g.e.mu.Lock()
+	delete(g.e.guards, g)
+	g.e.mu.Unlock()
+	return err
+}
+
+// Dial is the proxy's Dialer: the policy decides, the Egress's Dialer
+// connects.
+func (g *Guard) Dial(ctx context.Context, host string, port uint16) (net.Conn, error) {
+	name := g.Policy()
+	var p *Policy
+	if name != NameNone {
+		p, _ = g.e.Set.Lookup(name)
+	}
+	if p == nil {
+		d := Decision{Policy: name, Network: "tcp", Host: host, Port: port}
+		if a, err := netip.ParseAddr(host); err == nil {
+			d.Host, d.Addr = "", a.Unmap()
+		}
+		return nil, g.refused(d.refuse("%s is refused: the execution's network is %q, which allows no connection", d.target(), name))
+	}
+	if limit, ok := g.e.acquire(g.x.Tenant); !ok {
+		err := fmt.Errorf("netpolicy: tenant %q has %d connections open, the most it may", g.x.Tenant, limit)
+		g.failed(Decision{Policy: name, Network: "tcp", Host: host, Port: port}, err)
+		return nil, &proxy.Refused{Reason: err.Error()}
+	}
+	c, dec, err := g.dialer().Dial(ctx, p, "tcp", host, port)
+	var refused *RefusedError
+	switch {
+	case errors.As(err, &refused):
+		g.e.release(g.x.Tenant)
+		return nil, g.refused(refused.Decision)
+	case err != nil:
+		g.e.release(g.x.Tenant)
+		g.failed(dec, err)
+		return nil, err
+	}
+	g.mu.Lock()
+	g.conns[c] = open{dec: dec}
+	g.status.Allowed++
+	g.mu.Unlock()
+	g.e.mu.Lock()
+	g.e.counters(name).Allowed++
+	g.e.mu.Unlock()
+	g.observe(Event{Decision: dec})
+	return c, nil
+}
+
+func (g *Guard) dialer() *Dialer {
+	if g.e.Dialer == nil {
+		return &Dialer{}
+	}
+	return g.e.Dialer
+}
+
+// refused counts, reports and tells a refusal, and is the proxy's error
+// for it.
+func (g *Guard) refused(d Decision) error {
+	g.mu.Lock()
+	g.status.Refused++
+	msg := g.noticeLocked("network: " + d.Reason)
+	g.mu.Unlock()
+	g.e.mu.Lock()
+	g.e.counters(d.Policy).Refused++
+	g.e.mu.Unlock()
+	g.observe(Event{Decision: d})
+	if msg != "" && g.x.Notify != nil {
+		g.x.Notify(msg)
+	}
+	return &proxy.Refused{Reason: d.Reason}
+}
+
+// failed counts and reports a connection that was neither refused nor
+// made.
+func (g *Guard) failed(d Decision, err error) {
+	g.mu.Lock()
+	g.status.Failed++
+	g.mu.Unlock()
+	g.e.mu.Lock()
+	g.e.counters(d.Policy).Failed++
+	g.e.mu.Unlock()
+	g.observe(Event{Decision: d, Err: err})
+}
+
+// noticeLocked is msg when a notice may go now, with the refusals left
+// unsaid before it; "" when it must wait. Called with g.mu held.
+func (g *Guard) noticeLocked(msg string) string {
+	now := time.Now()
+	g.tokens = min(noticeBurst, g.tokens+float64(now.Sub(g.filled))/float64(noticeEvery))
+	g.filled = now
+	if g.tokens < 1 || g.stopped {
+		g.unsaid++
+		return ""
+	}
+	g.tokens--
+	if g.unsaid > 0 {
+		msg += " (" + strconv.Itoa(g.unsaid) + " more refused, not shown)"
+		g.unsaid = 0
+	}
+	return msg
+}
+
+// done is the proxy's report of a connection: a made one's end, with its
+// bytes. Refusals and failures were reported by Dial.
+func (g *Guard) done(r proxy.Record) {
+	if r.Target == nil {
+		if r.Err != nil && r.Refused == "" && (errors.Is(r.Err, proxy.ErrBusy) || errors.Is(r.Err, proxy.ErrClosed)) {
+			g.failed(Decision{Policy: g.Policy(), Network: "tcp", Host: r.Host, Port: r.Port}, r.Err)
+		}
+		return
+	}
+	g.mu.Lock()
+	o, ok := g.conns[r.Target]
+	delete(g.conns, r.Target)
+	g.status.Up += uint64(r.Up)
+	g.status.Down += uint64(r.Down)
+	g.mu.Unlock()
+	if !ok {
+		return
+	}
+	g.e.release(g.x.Tenant)
+	g.e.mu.Lock()
+	c := g.e.counters(o.dec.Policy)
+	c.Up += uint64(r.Up)
+	c.Down += uint64(r.Down)
+	g.e.mu.Unlock()
+	g.observe(Event{Protocol: string(r.Protocol), Decision: o.dec, Ended: true, Up: r.Up, Down: r.Down})
+}
+
+func (g *Guard) observe(ev Event) {
+	if g.e.Observe == nil {
+		return
+	}
+	ev.Tenant, ev.Execution = g.x.Tenant, g.x.ID
+	g.e.Observe(ev)
+}
