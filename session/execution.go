@@ -14,6 +14,7 @@ import (
 
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/netpolicy"
 	"github.com/termgate/termgate/session/execid"
 	"github.com/termgate/termgate/session/internal/statedir"
 	"golang.org/x/sys/unix"
@@ -51,6 +52,10 @@ type execution struct {
 	retention *time.Timer
 	flow      flow
 	timeouts  timeouts
+	guard     *netpolicy.Guard      // its proxy, with a network policy (network.go)
+	netPolicy string                // its network policy when changed since the start
+	netFinal  netpolicy.GuardStatus // its proxy's counters, once it ended
+	failed    string                // why termgate stopped it as failed, once it did
 }
 
 // newExecution makes an execution of spec, with every part of it: a new
@@ -196,7 +201,7 @@ func (e *execution) record(first bool) {
 	e.mu.Lock()
 	rec := &record{
 		Owner: e.key.owner, ID: e.key.id, Incarnation: e.incarnation, Fingerprint: string(fingerprint),
-		Spec: e.spec, Ring: statedir.RingBounds(e.spec.Ring), Started: e.started, Result: e.res,
+		Spec: e.spec, Ring: statedir.RingBounds(e.spec.Ring), Started: e.started, Result: e.res, Network: e.netPolicy,
 	}
 	if e.res != nil {
 		rec.Expires = e.res.Ended.Add(e.spec.Retention)
@@ -244,6 +249,7 @@ func (s *Supervisor) launch(e *execution) (Info, error) {
 	close(e.launched)
 	s.log.Info("execution started", e.logAttrs...)
 	e.supervise(proc)
+	e.guardNetwork(proc, false)
 	return e.info(), nil
 }
 
@@ -370,6 +376,7 @@ func (e *execution) finish(exit sandbox.Exit) {
 	e.res = res
 	e.unparkLocked()
 	e.mu.Unlock()
+	e.closeGuard()
 	e.ring.Append(replay.Event{Kind: replay.KindExit, Exit: &replay.ExitInfo{
 		Code: exit.Code, Signal: int(exit.Signal), Reason: ringReason, Duration: res.Duration,
 	}})
@@ -393,6 +400,8 @@ func (e *execution) classify(exit sandbox.Exit) (status Status, reason, ringReas
 		return StatusFailed, "lost: " + exit.String(), "lost"
 	case exit.SetupError != "":
 		return StatusFailed, "could not start: " + exit.SetupError, string(StatusFailed)
+	case e.failed != "":
+		return StatusFailed, e.failed + "; " + exit.String(), string(StatusFailed)
 	case e.stopping == StatusTimedOut:
 		reason, ringReason := e.timeoutReason(exit)
 		return StatusTimedOut, reason, ringReason
@@ -441,7 +450,7 @@ func (e *execution) info() Info {
 	in := Info{
 		ID: e.key.id, Owner: e.key.owner, Status: StatusRunning, PTY: e.spec.Policy.TTY != nil,
 		Started: e.started, FirstSeq: first, LastSeq: last, InputOffset: offset, Result: e.res,
-		Incarnation: e.incarnation, Live: e.spec.Live, Recorded: e.recName != "",
+		Incarnation: e.incarnation, Live: e.spec.Live, Recorded: e.recName != "", Network: e.networkLocked(),
 	}
 	if e.res != nil {
 		in.Status = e.res.Status

@@ -255,6 +255,7 @@ func (s *Supervisor) adopt(ctx context.Context, byKey map[string]*execution, n *
 		e.mu.Unlock()
 		close(e.launched)
 		e.supervise(p)
+		e.guardNetwork(p, true)
 		n.Running++
 		s.log.Info("execution adopted", e.logAttrs...)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/netpolicy"
 	"github.com/termgate/termgate/session/execid"
 	"github.com/termgate/termgate/session/internal/statedir"
 )
@@ -98,7 +99,10 @@ type Config struct {
 	RecordingsMaxBytesPerOwner int64
 	RecordingsMaxFilesPerOwner int
 	RecordingsRetention        time.Duration
-	Logger                     *slog.Logger
+	// Egress serves the proxies of executions with a network policy
+	// (Spec.Network, network.go); nil: a spec that names one is refused.
+	Egress *netpolicy.Egress
+	Logger *slog.Logger
 }
 
 // Supervisor owns executions. It is safe for concurrent use.
@@ -225,6 +229,9 @@ func (s *Supervisor) Start(ctx context.Context, owner, id string, spec Spec) (In
 	if err := s.checkRecording(spec); err != nil {
 		return Info{}, err
 	}
+	if err := s.checkNetwork(spec); err != nil {
+		return Info{}, err
+	}
 	spec, err := s.normalize(spec)
 	if err != nil {
 		return Info{}, err
@@ -339,6 +346,9 @@ func (s *Supervisor) normalize(spec Spec) (Spec, error) {
 	}
 	if spec.OutputBudget < 16 {
 		return spec, fmt.Errorf("%w: output budget %d is below 16 bytes", ErrInvalidSpec, spec.OutputBudget)
+	}
+	if err := s.normalizeNetwork(&spec); err != nil {
+		return spec, err
 	}
 	spec.Policy = spec.Policy.Normalize()
 	if err := spec.Policy.Validate(); err != nil {

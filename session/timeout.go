@@ -45,6 +45,7 @@ const (
 	NoticeTimeout       = "timeout"                // the absolute timeout fires at the notice's At
 	NoticeIdleTimeout   = "idle_timeout"           // the idle timeout fires at At unless input arrives or a writer attaches
 	NoticeIdleCancelled = "idle_timeout_cancelled" // input arrived or a writer attached: the idle warning no longer holds
+	NoticeNetwork       = "network"                // a connection was refused, or the network policy changed (network.go)
 )
 
 // timeouts is an execution's timeout state, guarded by execution.mu.

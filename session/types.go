@@ -97,6 +97,10 @@ type Spec struct {
 	// Config.RecordingsDir.
 	Record      bool `json:"record,omitempty"`
 	RecordInput bool `json:"record_input,omitempty"`
+	// Network is the network policy the execution's connections follow
+	// (network.go): one of Config.Egress's. Empty for none, when
+	// Policy.Network alone decides (none or host).
+	Network string `json:"network,omitempty"`
 }
 
 // Output is the retained part of one stream, cut on UTF-8 boundaries.
@@ -144,6 +148,9 @@ type Info struct {
 	// Recorded: the execution has a recording
 	// (GET /v1/executions/{id}/recording).
 	Recorded bool `json:"recorded,omitempty"`
+	// Network is the execution's network: its network policy's name now,
+	// or the sandbox's network (none or host).
+	Network string `json:"network,omitempty"`
 }
 
 // Stats counts executions.

@@ -73,21 +73,21 @@ func TestImportDirection(t *testing.T) {
 		"sandbox/fdio": {}, "sandbox": {"sandbox/fdio"}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
 		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {}, "sandbox/netpolicy/internal/proxy": {},
-		"sandbox/netpolicy":         {},
+		"sandbox/netpolicy":         {"sandbox/netpolicy/internal/proxy"},
 		"session/screen":            {},
 		"session/execid":            {},
 		"session/internal/statedir": {"replay", "sandbox", "sandbox/fdio"},
-		"session":                   {"replay", "sandbox", "sandbox/fdio", "session/screen", "session/execid"},
+		"session":                   {"replay", "sandbox", "sandbox/fdio", "sandbox/netpolicy", "sandbox/netpolicy/internal/proxy", "session/screen", "session/execid"},
 		"gateway/wire":              {},
 		"gateway/cluster":           {"session/execid"},
 		"gateway/internal/park":     {"sandbox/fdio"},
 		"gateway/internal/rate":     {},
 		"gateway/audit":             {"gateway/wire", "gateway/internal/rate"},
 		"gateway/auth":              {"gateway/wire"},
-		"gateway":                   {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "gateway/wire", "gateway/auth", "gateway/audit", "gateway/cluster", "session/execid"},
+		"gateway":                   {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "sandbox/netpolicy", "sandbox/netpolicy/internal/proxy", "gateway/wire", "gateway/auth", "gateway/audit", "gateway/cluster", "session/execid"},
 		"gateway/client":            {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
-		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "session/execid", "replay", "sandbox", "sandbox/fdio"},
+		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "session/execid", "replay", "sandbox", "sandbox/fdio", "sandbox/netpolicy", "sandbox/netpolicy/internal/proxy"},
 	}
 	const mod = "github.com/termgate/termgate/"
 	for pkg, ok := range allowed {

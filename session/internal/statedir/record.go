@@ -40,6 +40,9 @@ type Record[S, R any] struct {
 	Result  *R            `json:"result,omitempty"`
 	Expires time.Time     `json:"expires,omitzero"` // retention end, once ended
 	Gone    time.Time     `json:"gone,omitzero"`    // a tombstone since then
+	// Network is the network policy in force when it was changed since
+	// the start (Spec holds the first).
+	Network string `json:"network,omitempty"`
 }
 
 // Fingerprint identifies a normalized spec: a start of an ID that is

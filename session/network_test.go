@@ -1,0 +1,204 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/netpolicy"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+	. "github.com/termgate/termgate/session"
+)
+
+// helloServers serves "hello from IP" over HTTP on each of ips, all on
+// one port, which it returns.
+func helloServers(t *testing.T, ips ...string) int {
+	t.Helper()
+	for range 20 {
+		var lns []net.Listener
+		port := "0"
+		for _, ip := range ips {
+			ln, err := net.Listen("tcp4", net.JoinHostPort(ip, port))
+			if err != nil {
+				break
+			}
+			port = fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+			lns = append(lns, ln)
+		}
+		if len(lns) < len(ips) {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			continue
+		}
+		for i, ln := range lns {
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "hello from %s", ips[i])
+			}), ReadHeaderTimeout: 10 * time.Second}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+		}
+		return lns[0].Addr().(*net.TCPAddr).Port
+	}
+	t.Fatalf("no port free on all of %v", ips)
+	return 0
+}
+
+// egressFor is an Egress with policies "one" (allowing 127.0.0.2:port)
+// and "two" (127.0.0.3:port).
+func egressFor(t *testing.T, port int) *netpolicy.Egress {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{"one": filepath.Join(dir, "one.toml"), "two": filepath.Join(dir, "two.toml")}
+	for name, ip := range map[string]string{"one": "127.0.0.2", "two": "127.0.0.3"} {
+		if err := os.WriteFile(files[name], fmt.Appendf(nil, "allow = [\"%s:%d\"]\n", ip, port), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := netpolicy.NewSet(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 5 * time.Second}}
+}
+
+// TestNetworkPolicyInARealSandbox: curl in a sandbox with policy "one"
+// reaches what it allows through the proxy the sandbox finds in its
+// environment, is refused the rest with the reason (told as a notice
+// too), and follows policy "two" once it is changed while it runs.
+func TestNetworkPolicyInARealSandbox(t *testing.T) {
+	t.Parallel()
+	_, err := exec.LookPath("curl")
+	sandboxtest.Need(t, "curl (install curl)", err)
+	port := helloServers(t, "127.0.0.2", "127.0.0.3")
+	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egressFor(t, port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ws := sandboxtest.Dir(t)
+	script := fmt.Sprintf(`curl -sS http://127.0.0.2:%[1]d/; echo
+curl -sS http://127.0.0.3:%[1]d/; echo
+echo "$HTTPS_PROXY $ALL_PROXY"
+i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+curl -sS http://127.0.0.3:%[1]d/; echo
+curl -sS -o /dev/null -w '%%{http_code}\n' http://127.0.0.2:%[1]d/`, port)
+	sp := Spec{Policy: sandbox.Policy{Command: []string{"/bin/sh", "-c", script}, Workspace: ws},
+		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "one"}
+	info, err := s.Start(t.Context(), "acme", "net-1", sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Network != "one" {
+		t.Errorf("info's network %q, want one", info.Network)
+	}
+	sub, _, err := s.Attach("acme", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The change comes once the first part has run: its refusal was
+	// counted.
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		st, err := s.Network("acme", info.ID)
+		return err == nil && st.Refused == 1 && st.Allowed == 1
+	}) {
+		st, err := s.Network("acme", info.ID)
+		t.Fatalf("the first two connections never counted: %+v %v", st, err)
+	}
+	if _, err := s.SetNetwork("acme", info.ID, "three"); !errors.Is(err, ErrInvalidSpec) || !errors.Is(err, ErrNoNetworkPolicy) {
+		t.Errorf("a change to an unknown policy: %v, want ErrInvalidSpec and ErrNoNetworkPolicy", err)
+	}
+	st, err := s.SetNetwork("acme", info.ID, "two")
+	if err != nil || st.Network != "two" {
+		t.Fatalf("SetNetwork: %+v %v", st, err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, evs := drain(t, sub)
+	want := fmt.Sprintf("hello from 127.0.0.2\n127.0.0.3:%d is a loopback address, which policy \"one\" does not open\n\n"+
+		"http://127.0.0.1:3128 socks5h://127.0.0.1:3128\nhello from 127.0.0.3\n403\n", port)
+	if string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	var notices []string
+	for _, ev := range evs {
+		if ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork {
+			notices = append(notices, ev.Notice.Message)
+		}
+	}
+	if len(notices) != 3 || !strings.Contains(notices[0], fmt.Sprintf("127.0.0.3:%d", port)) ||
+		!strings.Contains(notices[1], `now "two" (was "one")`) || !strings.Contains(notices[2], fmt.Sprintf("127.0.0.2:%d", port)) {
+		t.Errorf("network notices %q, want the refusal, the change and the second refusal", notices)
+	}
+	res := mustGet(t, s, "acme", info.ID)
+	if res.Result == nil || res.Result.Status != StatusExited || res.Result.ExitCode != 0 || res.Network != "two" {
+		t.Errorf("result %+v, network %q", res.Result, res.Network)
+	}
+	if st, err := s.Network("acme", info.ID); err != nil || st.Allowed != 2 || st.Refused != 2 || st.Open != 0 {
+		t.Errorf("network after the end: %+v %v", st, err)
+	}
+	if _, err := s.SetNetwork("acme", info.ID, "one"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("a change after the end: %v, want ErrNotRunning", err)
+	}
+}
+
+// TestNetworkPolicyRefusedSpecs: a start that names a policy the server
+// lacks, or asks for one with the host's network, is refused; one
+// without a policy cannot be given one while it runs.
+func TestNetworkPolicyRefusedSpecs(t *testing.T) {
+	t.Parallel()
+	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egressFor(t, 9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ws := sandboxtest.Dir(t)
+	for _, tc := range []struct {
+		name    string
+		network string
+		sandbox sandbox.Network
+		want    string
+	}{
+		{"unknown", "three", "", `"three"`},
+		{"none is not a policy", "none", "", "not a policy"},
+		{"host network", "one", sandbox.NetworkHost, "not the host's"},
+	} {
+		sp := Spec{Policy: sandbox.Policy{Command: []string{"/bin/true"}, Workspace: ws, Network: tc.sandbox}, Network: tc.network}
+		if _, err := s.Start(t.Context(), "acme", "bad", sp); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalidSpec saying %s", tc.name, err, tc.want)
+		}
+	}
+	sp := Spec{Policy: sandbox.Policy{Command: []string{"/bin/sleep", "30"}, Workspace: ws}}
+	info, err := s.Start(t.Context(), "acme", "plain", sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Cancel("acme", info.ID)
+	if _, err := s.SetNetwork("acme", info.ID, "one"); !errors.Is(err, ErrConflict) {
+		t.Errorf("a policy for an execution started without one: %v, want ErrConflict", err)
+	}
+	if st, err := s.Network("acme", info.ID); err != nil || st.Network != "none" {
+		t.Errorf("network of a plain execution: %+v %v, want none", st, err)
+	}
+
+	bare, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bare.Close(context.Background()) })
+	sp.Network = "one"
+	if _, err := bare.Start(t.Context(), "acme", "x", sp); !errors.Is(err, ErrNoNetworkPolicy) {
+		t.Errorf("a policy on a server without any: %v, want ErrNoNetworkPolicy", err)
+	}
+}
