@@ -363,3 +363,13 @@ func TestSocketFailureEndsTheSandbox(t *testing.T) {
 		t.Errorf("sockets of a failed sandbox: %v, %v", socks, err)
 	}
 }
+
+// TestProbeSockets: where sockets can be opened in a sandbox's network,
+// the probe that serve runs before it offers a network policy passes.
+func TestProbeSockets(t *testing.T) {
+	t.Parallel()
+	needNetNS(t)
+	if err := needLauncher(t).ProbeSockets(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
