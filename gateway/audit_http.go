@@ -32,6 +32,8 @@ func apiEventName(r *http.Request) string {
 		return "input"
 	case strings.HasSuffix(p, "/cancel"):
 		return wire.TypeCancel
+	case strings.HasSuffix(p, "/network"):
+		return eventNetwork
 	case strings.HasPrefix(p, "GET "):
 		return "get"
 	}

@@ -41,6 +41,7 @@ func (r *router) proxyConnect(w http.ResponseWriter, req *http.Request) bool {
 			// A handshake has no body; one sent with it stays here, so
 			// its pace never counts against the owner's header timeout.
 			pr.Out.Body, pr.Out.ContentLength, pr.Out.TransferEncoding = nil, 0, nil
+			r.stampPolicies(pr.Out.Header)
 			if err := r.cfg.Signer.SignRequest(pr.Out, node, cluster.OpLocal, addr); err != nil {
 				r.s.log.Error("hop not signed", "node", node, "err", err) // the owner refuses it: 401
 			}

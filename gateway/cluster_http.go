@@ -159,6 +159,7 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 				pr.Out.Body, pr.Out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 			}
 			pr.Out.Header.Del("Expect") // the body is here already
+			rt.stampPolicies(pr.Out.Header)
 			if err := rt.cfg.Signer.SignRequest(pr.Out, node, cluster.OpLocal, addr); err != nil {
 				rt.s.log.Error("hop not signed", "node", node, "err", err) // the owner refuses it: 401
 			}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -75,6 +76,9 @@ type router struct {
 	cfg    ClusterConfig
 	health *cluster.Health
 	rt     http.RoundTripper // to peers, response headers within cfg.Timeout
+
+	mu       sync.Mutex
+	policies map[string]string // each peer's network policy digest, as its last hop said (network.go)
 }
 
 // newRouter checks c and fills its defaults; NewServer sets its s.
@@ -163,6 +167,7 @@ func (r *router) verify(req *http.Request) (*http.Request, error) {
 		r.s.log.Warn("hop refused", "remote_addr", req.RemoteAddr, "err", err)
 		return req, errBadHop
 	}
+	r.sawPolicies(h.From, req.Header.Get(policiesHeader))
 	return req.WithContext(withHop(req.Context(), h)), nil
 }
 
@@ -289,6 +294,7 @@ func (r *router) peerDo(ctx context.Context, method, node, path, token, op, addr
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	r.stampPolicies(req.Header)
 	if err := r.cfg.Signer.SignRequest(req, node, op, addr); err != nil {
 		return 0, nil, fmt.Errorf("gateway: hop request: %w", err)
 	}
@@ -368,6 +374,7 @@ func (r *router) dialUpstream(ctx context.Context, node, token, addr string) (*w
 		return nil, err
 	}
 	h := http.Header{"Authorization": {"Bearer " + token}}
+	r.stampPolicies(h)
 	if err := r.cfg.Signer.Sign(h, http.MethodGet, u.RequestURI(), node, cluster.OpLocal, addr); err != nil {
 		return nil, fmt.Errorf("gateway: dial upstream: %w", err)
 	}

@@ -171,7 +171,8 @@ func apiStartOf(req wire.Request) apiStart {
 	return apiStart{
 		ID: req.ID, Command: req.Command, Args: req.Args, Env: req.Env, Cwd: req.Cwd, PTY: req.PTY,
 		TimeoutMS: req.TimeoutMS, IdleTimeoutMS: req.IdleTimeoutMS, Interactive: req.Interactive,
-		Flow: req.Flow, HoldMS: req.HoldMS, Limits: req.Limits,
+		Flow: req.Flow, HoldMS: req.HoldMS, Limits: req.Limits, Record: req.Record, RecordInput: req.RecordInput,
+		Network: req.Network,
 	}
 }
 

@@ -21,7 +21,7 @@ var sentinelCodes = []struct {
 	code string
 }{
 	{session.ErrNotFound, wire.CodeNotFound}, {session.ErrGone, wire.CodeGone},
-	{session.ErrConflict, wire.CodeConflict}, {session.ErrCapacity, wire.CodeCapacity},
+	{session.ErrConflict, wire.CodeConflict}, {session.ErrNetworkFixed, wire.CodeConflict}, {session.ErrCapacity, wire.CodeCapacity},
 	{session.ErrInvalidID, wire.CodeInvalidID}, {session.ErrInvalidSpec, wire.CodeInvalidSpec},
 	{sandbox.ErrInvalidPolicy, wire.CodeInvalidSpec}, {sandbox.ErrUnenforceable, wire.CodeUnenforceable},
 	{session.ErrNotRunning, wire.CodeNotRunning}, {session.ErrInputOffset, wire.CodeInputOffset},
@@ -36,7 +36,10 @@ var sentinelCodes = []struct {
 // file descriptors, the code of the first sentinel it wraps, or internal
 // for anything else.
 func errorCode(err error) string {
+	var ae *apiError
 	switch {
+	case errors.As(err, &ae):
+		return ae.code
 	case errors.Is(err, session.ErrGone):
 		return wire.CodeGone
 	case session.OutOfDescriptors(err):

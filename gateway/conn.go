@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"net"
@@ -122,6 +123,9 @@ func (c *conn) errorText(req wire.Request, err error) (code, msg string) {
 	case session.OutOfDescriptors(err):
 		c.log.Warn("request refused: out of file descriptors", "type", req.Type, "err", err)
 		return code, outOfDescriptorsText
+	}
+	if ae := (*apiError)(nil); errors.As(err, &ae) {
+		return code, ae.msg
 	}
 	return code, err.Error()
 }

@@ -111,7 +111,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("at capacity: %d of %d executions running", st.Running, max), http.StatusServiceUnavailable)
 		return
 	}
-	w.Write([]byte("ok\n"))
+	w.Write([]byte("ok\n" + s.policiesReady()))
 }
 
 // connect authenticates before upgrading: a refused client learns only

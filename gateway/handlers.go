@@ -82,6 +82,10 @@ func (c *conn) start(req wire.Request) {
 		c.fail(req, 0, code, msg)
 		return
 	}
+	if code, msg := mayUseNetwork(claims, req.Network); code != "" {
+		c.fail(req, 0, code, msg)
+		return
+	}
 	if !c.auditStart(&req, spec) {
 		return
 	}

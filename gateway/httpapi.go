@@ -197,6 +197,7 @@ type apiStart struct {
 	Limits        *wire.Limits `json:"limits"`
 	Record        bool         `json:"record"`
 	RecordInput   bool         `json:"record_input"`
+	Network       string       `json:"network"`
 }
 
 func (b apiStart) request() wire.Request {
@@ -204,6 +205,7 @@ func (b apiStart) request() wire.Request {
 		Type: wire.TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
 		PTY: b.PTY, TimeoutMS: b.TimeoutMS, IdleTimeoutMS: b.IdleTimeoutMS, Interactive: b.Interactive,
 		Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS, Record: b.Record, RecordInput: b.RecordInput,
+		Network: b.Network,
 	}
 }
 

@@ -26,6 +26,8 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/executions/{id}/recording", a.route(auth.ScopeAttach, a.recording))
 	mux.HandleFunc("POST /v1/executions/{id}/input", a.route(auth.ScopeWrite, a.input))
 	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(auth.ScopeWrite, a.cancel))
+	mux.HandleFunc("GET /v1/executions/{id}/network", a.route(auth.ScopeAttach, a.getNetwork))
+	mux.HandleFunc("PUT /v1/executions/{id}/network", a.route(auth.ScopeWrite, a.putNetwork))
 }
 
 // route authenticates and checks scope before h runs, and answers h's
@@ -75,6 +77,9 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 		return err
 	}
 	if code, msg := a.s.recordStart(c, req, &spec); code != "" {
+		return &apiError{code, msg}
+	}
+	if code, msg := mayUseNetwork(c, req.Network); code != "" {
 		return &apiError{code, msg}
 	}
 	if err := a.auditStart(r, c, &req, spec); err != nil {

@@ -65,7 +65,7 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.connsOpen, m.connsClosed, m.authFailures,
-		serverCollector{s, s.cfg.MetricsTenantLabel},
+		serverCollector{s, s.cfg.MetricsTenantLabel}, networkCollector{s},
 	)
 	if a := s.cfg.Audit; a != nil {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -16,6 +16,7 @@ import (
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/netpolicy"
 	"github.com/termgate/termgate/session"
 )
 
@@ -125,7 +126,10 @@ type Config struct {
 	// Audit is the audit trail (package audit; audit_events.go says what
 	// each request records); nil: none. The caller opens
 	// it, and closes it after the server and the supervisor.
-	Audit  *audit.Log
+	Audit *audit.Log
+	// Egress is the network policies and their proxies, the one the
+	// Supervisor was given (network.go); nil: no policies.
+	Egress *netpolicy.Egress
 	Logger *slog.Logger
 
 	// inputAckDelay is how long an accepted frame's input-ack waits for
@@ -139,14 +143,20 @@ type Config struct {
 
 // SandboxConfig is the server's side of every execution's policy.
 type SandboxConfig struct {
-	Network        sandbox.Network
-	Proc           sandbox.ProcMode
-	TmpSize        int64
-	PTYs           int            // terminals a sandbox may open itself
-	Limits         sandbox.Limits // applied when the client asks for none
-	MaxLimits      sandbox.Limits // the most a client may ask for; zero: no ceiling above Limits
-	DefaultTimeout time.Duration  // session default when zero
-	MaxTimeout     time.Duration  // DefaultMaxTimeout
+	// Network is the sandbox's network of a start that asks for none,
+	// unless NetworkPolicy names the default policy (network.go).
+	// AllowHostNetwork offers the host's network to a start that asks
+	// for it with the net:host scope.
+	Network          sandbox.Network
+	NetworkPolicy    string
+	AllowHostNetwork bool
+	Proc             sandbox.ProcMode
+	TmpSize          int64
+	PTYs             int            // terminals a sandbox may open itself
+	Limits           sandbox.Limits // applied when the client asks for none
+	MaxLimits        sandbox.Limits // the most a client may ask for; zero: no ceiling above Limits
+	DefaultTimeout   time.Duration  // session default when zero
+	MaxTimeout       time.Duration  // DefaultMaxTimeout
 	// InteractiveTimeout is the absolute timeout of an interactive
 	// execution that names none, IdleTimeout its idle timeout (session
 	// defaults when zero). See spec.go, timeouts.

@@ -40,8 +40,13 @@ func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 	p := sandbox.Policy{
 		Command: append(cmd, req.Args...), Env: map[string]string{}, Workspace: ws.Path, Cwd: req.Cwd,
 		UID: ws.UID, GID: ws.GID, Tenant: tenant,
-		Network: sb.Network, Proc: sb.Proc, TmpSize: sb.TmpSize, PTYs: sb.PTYs,
+		Proc: sb.Proc, TmpSize: sb.TmpSize, PTYs: sb.PTYs,
 	}
+	policy, network, err := s.network(req.Network)
+	if err != nil {
+		return session.Spec{}, err
+	}
+	p.Network = network
 	for k, v := range req.Env {
 		p.Env[k] = v
 	}
@@ -58,7 +63,7 @@ func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 	if p.Limits, err = limits(sb, req.Limits); err != nil {
 		return session.Spec{}, err
 	}
-	sp := session.Spec{Policy: p, Interactive: req.PTY != nil || req.Interactive, Ring: s.cfg.Ring}
+	sp := session.Spec{Policy: p, Interactive: req.PTY != nil || req.Interactive, Ring: s.cfg.Ring, Network: policy}
 	if sp.Timeout, sp.IdleTimeout, err = s.timeouts(req, sp.Interactive); err != nil {
 		return session.Spec{}, err
 	}

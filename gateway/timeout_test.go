@@ -149,7 +149,7 @@ func TestNoticeReasonsAreWireReasons(t *testing.T) {
 	t.Parallel()
 	for _, p := range [][2]string{
 		{session.NoticeTimeout, wire.NoticeTimeout}, {session.NoticeIdleTimeout, wire.NoticeIdleTimeout},
-		{session.NoticeIdleCancelled, wire.NoticeIdleCancelled},
+		{session.NoticeIdleCancelled, wire.NoticeIdleCancelled}, {session.NoticeNetwork, wire.NoticeNetwork},
 	} {
 		if p[0] != p[1] {
 			t.Errorf("session reason %q, wire reason %q", p[0], p[1])

@@ -32,6 +32,11 @@ var proxyEnv = map[string]string{
 // error of a change, naming a network policy the server does not have.
 var ErrNoNetworkPolicy = errors.New("no such network policy")
 
+// ErrNetworkFixed is SetNetwork's answer for an execution without a
+// proxy to change: one started without a network policy (its sandbox's
+// network is none or host, for its life), or whose proxy failed.
+var ErrNetworkFixed = errors.New("session: the execution's network cannot change while it runs")
+
 // NetworkStatus is an execution's network: its policy now and what its
 // proxy did so far.
 type NetworkStatus struct {
@@ -260,7 +265,7 @@ func (s *Supervisor) Network(owner, id string) (NetworkStatus, error) {
 // one: the connections asked for from now on follow policy (or "none"
 // for no connection at all); those open are kept. The change is told to
 // its readers and kept across a restart. An execution started without a
-// policy has no proxy to change (ErrConflict), and a sandbox's network
+// policy has no proxy to change (ErrNetworkFixed), and a sandbox's network
 // (none or host) cannot change while it runs.
 func (s *Supervisor) SetNetwork(owner, id, policy string) (NetworkStatus, error) {
 	e, err := s.lookup(owner, id)
@@ -278,7 +283,7 @@ func (s *Supervisor) SetNetwork(owner, id, policy string) (NetworkStatus, error)
 		return NetworkStatus{}, fmt.Errorf("%w: %s", ErrNotRunning, id)
 	case e.spec.Network == "" || g == nil:
 		e.mu.Unlock()
-		return NetworkStatus{}, fmt.Errorf("%w: %s was started without a network policy (network %q): its network cannot change while it runs", ErrConflict, id, e.networkLocked())
+		return NetworkStatus{}, fmt.Errorf("%w: %s has no network policy's proxy (network %q)", ErrNetworkFixed, id, e.networkLocked())
 	}
 	was := e.networkLocked()
 	if err := g.SetPolicy(policy); err != nil {

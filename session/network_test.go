@@ -185,8 +185,8 @@ func TestNetworkPolicyRefusedSpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Cancel("acme", info.ID)
-	if _, err := s.SetNetwork("acme", info.ID, "one"); !errors.Is(err, ErrConflict) {
-		t.Errorf("a policy for an execution started without one: %v, want ErrConflict", err)
+	if _, err := s.SetNetwork("acme", info.ID, "one"); !errors.Is(err, ErrNetworkFixed) {
+		t.Errorf("a policy for an execution started without one: %v, want ErrNetworkFixed", err)
 	}
 	if st, err := s.Network("acme", info.ID); err != nil || st.Network != "none" {
 		t.Errorf("network of a plain execution: %+v %v, want none", st, err)

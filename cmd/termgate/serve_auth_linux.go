@@ -64,6 +64,7 @@ func (g *gatewayParts) reloadOnHangup(ctx context.Context, hups <-chan os.Signal
 			case <-ctx.Done():
 				return
 			case <-hups:
+				reloadPolicies(g.egress, log)
 				kids, err := g.authn.Reload()
 				if err != nil {
 					log.Error("keys not reloaded: the keys in use stay", "err", err)

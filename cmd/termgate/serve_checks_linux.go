@@ -28,8 +28,8 @@ func (o *serveOptions) check() error {
 	switch {
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
-	case o.network != "none" && o.network != "host":
-		return usageError{fmt.Errorf("serve: --network: want none or host, got %q", o.network)}
+	case o.checkNetwork() != nil:
+		return o.checkNetwork()
 	case o.proc != "auto" && o.proc != "none" && o.proc != "private":
 		return usageError{fmt.Errorf("serve: --proc: want auto, none or private, got %q", o.proc)}
 	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:

@@ -37,6 +37,7 @@ type serveOptions struct {
 	session                       session.Config
 	server                        gateway.Config
 	network, proc                 string
+	net                           networkOptions // serve_network_linux.go
 	devTenant                     string
 	leeway                        time.Duration
 	workspaces                    workspaceOptions
@@ -187,7 +188,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.workspaceRoot, "workspace-root", "", "directory holding one workspace per tenant, made on demand under an opaque name")
 	e.list(&o.commands, "command", "program clients may start: limits which program the gateway execs, not what it runs (default /bin/bash, /bin/sh)")
 	e.str(&o.defaultCommand, "default-command", "/bin/bash -l", "command run when a client names none (space-separated)")
-	e.str(&o.network, "network", "none", "sandbox network: none or host")
+	o.net.register(e, o)
 	e.str(&o.proc, "proc", "auto", "sandbox procfs: private (ps and top work; needs Landlock), none, or auto: private where the host has Landlock, else none")
 	o.policy.TmpSize = sandbox.DefaultTmpSize // what applies, for the startup log
 	e.parsed("tmp-size", "size of /tmp, /run and /dev/shm in each sandbox (default 64M)", sizeFlag(&o.policy.TmpSize))

@@ -19,6 +19,7 @@ import (
 	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/netpolicy"
 	"github.com/termgate/termgate/session"
 	"github.com/termgate/termgate/web"
 )
@@ -126,6 +127,7 @@ type gatewayParts struct {
 	sup        *session.Supervisor
 	authn      *auth.Authenticator
 	srv        *gateway.Server
+	egress     *netpolicy.Egress // nil without network policies
 	stops      *stopSignals
 	runPeers   func(context.Context) // the cluster's member refresh (buildCluster)
 }
@@ -157,6 +159,23 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	}
 	undo = append(undo, func() { l.Close() })
 	o.session.Launcher, o.session.Logger = session.SandboxLauncher(l), log
+	// The trail opens before the restore: adopted executions' proxies
+	// record their connections from the start.
+	if o.audit.Path != "" {
+		o.audit.Logger = log
+		if o.server.Audit, err = audit.Open(o.audit); err != nil {
+			return nil, fmt.Errorf("serve: refusing to start: %w", err)
+		}
+		undo = append(undo, func() { o.server.Audit.Close() })
+	}
+	egress, err := o.buildEgress(log)
+	if err != nil {
+		return nil, err
+	}
+	if egress != nil {
+		egress.Observe = gateway.AuditNetwork(o.server.Audit)
+	}
+	o.session.Egress, o.server.Egress = egress, egress
 	o.wireTimeouts()
 	o.screens.wire(&o.session, o.server.MaxMessageBytes)
 	sup, err := session.New(o.session)
@@ -175,6 +194,9 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	}
 	log.Info("swept cgroups of a previous instance", "removed", len(swept.Removed), "killed", swept.Killed)
 	if err := o.verify(ctx, l, log); err != nil {
+		return nil, err
+	}
+	if err := o.verifyEgress(ctx, l, egress); err != nil {
 		return nil, err
 	}
 	acfg, err := o.authConfig(log)
@@ -196,22 +218,15 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 		return nil, fmt.Errorf("serve: refusing to start: %w", o.workspaces.explain(err))
 	}
 	undo = append(undo, func() { ws.Close() })
-	o.policy.Network, o.policy.Proc = sandbox.Network(o.network), sandbox.ProcMode(o.proc)
+	o.policy.Proc = sandbox.ProcMode(o.proc)
 	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, authn, log, ws
 	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
 	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
-	if o.audit.Path != "" {
-		o.audit.Logger = log
-		if o.server.Audit, err = audit.Open(o.audit); err != nil {
-			return nil, fmt.Errorf("serve: refusing to start: %w", err)
-		}
-		undo = append(undo, func() { o.server.Audit.Close() })
-	}
 	srv, err := gateway.NewServer(o.server)
 	if err != nil {
 		return nil, err
 	}
-	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv,
+	return &gatewayParts{launcher: l, workspaces: ws, sup: sup, authn: authn, srv: srv, egress: egress,
 		stops: watchStopSignals(o.sigterm == sigtermShutdown), runPeers: runPeers}, nil
 }
 

@@ -162,6 +162,7 @@ const (
 	NoticeTimeout       = "timeout"                // the absolute timeout stops the execution at At
 	NoticeIdleTimeout   = "idle_timeout"           // the idle timeout stops it at At, unless input arrives or a writer attaches
 	NoticeIdleCancelled = "idle_timeout_cancelled" // input arrived or a writer attached: the idle warning no longer holds
+	NoticeNetwork       = "network"                // the network policy refused a connection, or changed
 )
 
 // Message types.

@@ -30,6 +30,7 @@ const (
 	MaxArgs             = 4096      // args, counted with the command (invalid_spec)
 	MaxArgsBytes        = 256 << 10 // args and command together (invalid_spec)
 	MaxIncarnationBytes = 64        // incarnation (invalid_request)
+	MaxNetworkBytes     = 63        // network, a policy's name (bad_request)
 )
 
 // ErrProtocol is wrapped by every error of framing the server cannot
@@ -93,6 +94,9 @@ type Request struct {
 	// exec:record scope and a server with recordings on.
 	Record      bool `json:"record,omitempty"`
 	RecordInput bool `json:"record_input,omitempty"`
+	// start: the network, "none", "host" or a network policy's name
+	// (empty: the server's default); see PROTOCOL.md, Network.
+	Network string `json:"network,omitempty"`
 
 	// attach
 	After    uint64 `json:"after,omitempty"`
@@ -232,6 +236,7 @@ func (r Request) checkLengths() error {
 		{"id", r.ID, MaxIDBytes, CodeInvalidID}, {"signal", r.Signal, MaxSignalBytes, CodeSignalNotAllowed},
 		{"command", r.Command, MaxCommandBytes, CodeInvalidSpec}, {"cwd", r.Cwd, MaxCwdBytes, CodeInvalidSpec},
 		{"token", r.Token, MaxTokenBytes, CodeUnauthorized}, {"incarnation", r.Incarnation, MaxIncarnationBytes, CodeInvalidRequest},
+		{"network", r.Network, MaxNetworkBytes, CodeBadRequest},
 	} {
 		if len(f.value) > f.max {
 			return refuse(f.code, "%s is longer than %d bytes", f.name, f.max)

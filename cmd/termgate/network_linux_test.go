@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+)
+
+// helloOn serves "hello from IP" over HTTP on each of ips, on one port,
+// which it returns.
+func helloOn(t *testing.T, ips ...string) int {
+	t.Helper()
+	for range 20 {
+		var lns []net.Listener
+		port := "0"
+		for _, ip := range ips {
+			ln, err := net.Listen("tcp4", net.JoinHostPort(ip, port))
+			if err != nil {
+				break
+			}
+			port = fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+			lns = append(lns, ln)
+		}
+		if len(lns) < len(ips) {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			continue
+		}
+		for i, ln := range lns {
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "hello from %s", ips[i])
+			}), ReadHeaderTimeout: 10 * time.Second}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+		}
+		return lns[0].Addr().(*net.TCPAddr).Port
+	}
+	t.Fatalf("no port free on all of %v", ips)
+	return 0
+}
+
+// api sends an HTTP API request to n with tok and a JSON body (nil for
+// none), and returns the status and the decoded answer.
+func (n *durableNode) api(t *testing.T, method, path, tok string, body any) (int, map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = strings.NewReader(string(b))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.addr+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// eventsOf reads id's events until its exit: the output and the
+// notices' messages.
+func (n *durableNode) eventsOf(t *testing.T, tok, id string) (string, []string) {
+	t.Helper()
+	var out strings.Builder
+	var notices []string
+	after, incarnation := 0.0, ""
+	for range 60 {
+		status, body := n.api(t, http.MethodGet, fmt.Sprintf("/v1/executions/%s/events?after=%d&incarnation=%s&wait=5s", id, int64(after), incarnation), tok, nil)
+		if status != http.StatusOK {
+			t.Fatalf("events: %d %v", status, body)
+		}
+		evs, _ := body["events"].([]any)
+		for _, e := range evs {
+			ev := e.(map[string]any)
+			switch ev["kind"] {
+			case "output":
+				b, _ := base64.StdEncoding.DecodeString(ev["data"].(string))
+				out.Write(b)
+			case "notice":
+				notices = append(notices, ev["notice"].(map[string]any)["message"].(string))
+			}
+		}
+		after, incarnation = body["next_after"].(float64), body["incarnation"].(string)
+		if body["ended"] == true {
+			return out.String(), notices
+		}
+	}
+	t.Fatalf("%s did not end: %q", id, out.String())
+	return "", nil
+}
+
+// TestNetworkPolicyEndToEnd: serve with two network policies. curl and
+// Python's urllib in a sandbox reach what the policy allows through the
+// proxy the sandbox finds in its environment, and are refused the rest
+// with the reason, told as a notice and recorded in the audit trail. The
+// scopes decide who may name a policy. After serve is killed (-9) and
+// started again, the execution's proxy is served again, and a change of
+// policy reaches its next connection. SIGHUP with a bad file keeps the
+// policy's rules; with a good one, they change.
+func TestNetworkPolicyEndToEnd(t *testing.T) {
+	serveFromEnv()
+	t.Parallel()
+	for _, prog := range []string{"curl", "python3"} {
+		_, err := exec.LookPath(prog)
+		sandboxtest.Need(t, prog, err)
+	}
+	port := helloOn(t, "127.0.0.2", "127.0.0.3")
+	dir := t.TempDir()
+	agents, other := filepath.Join(dir, "agents.toml"), filepath.Join(dir, "other.toml")
+	writeFile := func(path, data string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(agents, fmt.Sprintf("allow = [\"127.0.0.2:%d\"]\n", port))
+	writeFile(other, fmt.Sprintf("allow = [\"127.0.0.3:%d\"]\n", port))
+	auditPath := filepath.Join(dir, "audit.log")
+	n := newDurableNode(t, "--network-policy", "agents="+agents, "--network-policy", "other="+other, "--audit-log", auditPath)
+	n.start()
+	g := gatewayUnderTest{secretFile: n.secretFile}
+	tok := g.token(t, "acme", allScopes+" net:agents")
+	anyTok := g.token(t, "acme", allScopes+" "+"net:*")
+	plain := g.token(t, "acme", allScopes)
+
+	for _, tc := range []struct {
+		tok, network string
+		status       int
+		code         string
+	}{
+		{plain, "agents", http.StatusForbidden, "forbidden"},
+		{tok, "other", http.StatusForbidden, "forbidden"},
+		{tok, "nope", http.StatusBadRequest, "bad_request"},
+		{anyTok, "host", http.StatusForbidden, "forbidden"},
+	} {
+		status, body := n.api(t, http.MethodPost, "/v1/executions", tc.tok, map[string]any{"command": "/bin/sh", "args": []string{"-c", "true"}, "network": tc.network})
+		if status != tc.status || body["error"] != tc.code {
+			t.Errorf("a start with network %q: %d %v, want %d %s", tc.network, status, body, tc.status, tc.code)
+		}
+	}
+
+	script := fmt.Sprintf(`curl -sS http://127.0.0.2:%[1]d/; echo
+curl -sS http://127.0.0.3:%[1]d/
+python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.2:%[1]d/").read().decode())'
+echo part one
+i=0; until curl -fsS http://127.0.0.3:%[1]d/ >/dev/null 2>&1 || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done
+curl -sS http://127.0.0.3:%[1]d/; echo
+curl -sS -o /dev/null -w '%%{http_code}\n' http://127.0.0.2:%[1]d/`, port)
+	status, body := n.api(t, http.MethodPost, "/v1/executions", tok, map[string]any{"id": "net", "command": "/bin/sh", "args": []string{"-c", script}, "network": "agents"})
+	if status != http.StatusCreated || body["network"] != "agents" {
+		t.Fatalf("start: %d %v", status, body)
+	}
+	until(t, "part one", func() bool {
+		_, body := n.api(t, http.MethodGet, "/v1/executions/net/events?after=0", tok, nil)
+		evs, _ := body["events"].([]any)
+		for _, e := range evs {
+			if b, _ := base64.StdEncoding.DecodeString(fmt.Sprint(e.(map[string]any)["data"])); string(b) == "part one\n" {
+				return true
+			}
+		}
+		return false
+	})
+
+	n.kill(syscall.SIGKILL)
+	n.start()
+	if _, st := n.api(t, http.MethodGet, "/v1/executions/net/network", tok, nil); st["network"] != "agents" {
+		t.Fatalf("network after the restart: %v", st)
+	}
+	if status, body := n.api(t, http.MethodPut, "/v1/executions/net/network", tok, map[string]string{"network": "other"}); status != http.StatusForbidden {
+		t.Errorf("a change to other with net:agents only: %d %v, want 403", status, body)
+	}
+	status, body = n.api(t, http.MethodPut, "/v1/executions/net/network", anyTok, map[string]string{"network": "other"})
+	if status != http.StatusOK || body["network"] != "other" || !strings.Contains(fmt.Sprint(body["kept"]), "kept") {
+		t.Fatalf("change to other: %d %v", status, body)
+	}
+	out, notices := n.eventsOf(t, tok, "net")
+	refusal := fmt.Sprintf("127.0.0.3:%d is a loopback address, which policy \"agents\" does not open", port)
+	want := fmt.Sprintf("hello from 127.0.0.2\n%s\nhello from 127.0.0.2\npart one\nhello from 127.0.0.3\n403\n", refusal)
+	if out != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	joined := strings.Join(notices, "\n")
+	if !strings.Contains(joined, "network: "+refusal) || !strings.Contains(joined, `the policy is now "other" (was "agents")`) {
+		t.Errorf("notices %q, want the refusal and the change", notices)
+	}
+
+	// The audit trail: the refusal with its address, the change, and an
+	// allowed connection with its rule.
+	var refused, changed, allowed bool
+	f, err := os.Open(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var rec map[string]any
+		json.Unmarshal(sc.Bytes(), &rec)
+		switch {
+		case rec["event"] == "connect" && rec["outcome"] == "refused" && rec["address"] == "127.0.0.3" && rec["network"] == "agents" && rec["execution"] == "net":
+			refused = true
+		case rec["event"] == "connect" && rec["outcome"] == "ok" && rec["rule"] == fmt.Sprintf("127.0.0.2:%d", port):
+			allowed = true
+		case rec["event"] == "network" && rec["network"] == "other" && rec["reason"] == "was agents":
+			changed = true
+		}
+	}
+	if !refused || !allowed || !changed {
+		t.Errorf("audit: refused %v, allowed %v, changed %v; want all", refused, allowed, changed)
+	}
+
+	// SIGHUP: a bad file keeps agents' rules; a good one changes them.
+	run := func(id, url string) string {
+		t.Helper()
+		status, body := n.api(t, http.MethodPost, "/v1/executions", tok, map[string]any{"id": id, "command": "/bin/sh", "args": []string{"-c", "curl -sS " + url}, "network": "agents"})
+		if status != http.StatusCreated {
+			t.Fatalf("start %s: %d %v", id, status, body)
+		}
+		out, _ := n.eventsOf(t, tok, id)
+		return out
+	}
+	writeFile(agents, "allow = [\"127.0.0.3\n")
+	n.hangup(`"msg":"network policies not all reloaded`, 1)
+	if out := run("after-bad", fmt.Sprintf("http://127.0.0.2:%d/", port)); out != "hello from 127.0.0.2" {
+		t.Errorf("agents after a bad file: %q, want its previous rules", out)
+	}
+	writeFile(agents, fmt.Sprintf("allow = [\"127.0.0.3:%d\"]\n", port))
+	n.hangup(`"msg":"network policies reloaded"`, 1)
+	if out := run("after-good", fmt.Sprintf("http://127.0.0.3:%d/", port)); out != "hello from 127.0.0.3" {
+		t.Errorf("agents after a good file: %q, want its new rules", out)
+	}
+}
