@@ -32,6 +32,8 @@ func (c *conn) handle(req wire.Request) {
 		c.detachChannel(req)
 	case wire.TypeAck:
 		c.ack(req)
+	case wire.TypeNetwork:
+		c.network(req)
 	default:
 		c.modify(req)
 	}

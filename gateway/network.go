@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -296,4 +297,19 @@ func (c networkCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descNetBytes, prometheus.CounterValue, float64(st.Up), name, "up")
 		ch <- prometheus.MustNewConstMetric(descNetBytes, prometheus.CounterValue, float64(st.Down), name, "down")
 	}
+}
+
+// network changes the network policy of a writable channel's execution
+// (the WebSocket's PUT /v1/executions/{id}/network), answered ok.
+func (c *conn) network(req wire.Request) {
+	ch, ok := c.writable(req, req.Channel)
+	if !ok {
+		return
+	}
+	_, err := c.s.setNetwork(c.currentClaims(), ch.execID, req.Network, func(rec *audit.Record) { *rec = *c.who(eventNetwork) })
+	if errors.Is(err, errAuditRefused) {
+		c.unavailable(req, ch.id)
+		return
+	}
+	c.answer(req, ch.id, err)
 }

@@ -95,7 +95,8 @@ type Request struct {
 	Record      bool `json:"record,omitempty"`
 	RecordInput bool `json:"record_input,omitempty"`
 	// start: the network, "none", "host" or a network policy's name
-	// (empty: the server's default); see PROTOCOL.md, Network.
+	// (empty: the server's default); network: the policy, or "none", a
+	// channel's execution follows from now on. See PROTOCOL.md, Network.
 	Network string `json:"network,omitempty"`
 
 	// attach
@@ -157,6 +158,7 @@ const (
 	TypeReauth     = "reauth"
 	TypePing       = "ping"
 	TypeAck        = "ack"
+	TypeNetwork    = "network" // change the network policy of a channel's execution
 )
 
 // DecodeRequest parses and checks one control message. A message that is
@@ -207,7 +209,7 @@ func isObject(b []byte) bool {
 func (r Request) checkType() error {
 	switch r.Type {
 	case TypeStart, TypeAttach, TypeDetach, TypeCloseStdin, TypeResize, TypeSignal, TypeCancel,
-		TypeReauth, TypePing, TypeAck:
+		TypeReauth, TypePing, TypeAck, TypeNetwork:
 		return nil
 	case "":
 		return refuse(CodeInvalidRequest, "message has no type")
@@ -280,6 +282,11 @@ func (r Request) check() error {
 		return need(r.Channel != 0 || r.ID != "", "channel or id")
 	case TypeReauth:
 		return need(r.Token != "", "token")
+	case TypeNetwork:
+		if err := need(r.Channel != 0, "channel"); err != nil {
+			return err
+		}
+		return need(r.Network != "", "network")
 	}
 	return nil
 }
