@@ -21,6 +21,9 @@ func (s *Server) hello() wire.Message {
 	if s.cfg.Supervisor.Config().RecordingsDir != "" {
 		f = append(f, wire.FeatureRecord)
 	}
+	if s.cfg.Egress != nil {
+		f = append(f, wire.FeatureNetwork)
+	}
 	m := wire.Message{
 		Type: wire.MsgHello, Server: "termgate " + version(), Protocol: wire.ProtocolVersion,
 		Features: f, Limits: &b,

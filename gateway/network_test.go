@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func TestNetworkStartOverWebSocket(t *testing.T) {
 	sandboxtest.Need(t, "curl", err)
 	port := helloServer(t, "127.0.0.2")
 	e := newNetworkEnv(t, port, nil)
+	if !slices.Contains(e.srv.hello().Features, wire.FeatureNetwork) {
+		t.Errorf("hello features %v lack %s", e.srv.hello().Features, wire.FeatureNetwork)
+	}
 	c := e.dial(t, e.token(t, "acme", append(allScopes, ScopeNetworkPrefix+"web")...))
 	defer c.close()
 	script := fmt.Sprintf("curl -sS http://127.0.0.2:%d/; echo; curl -sS http://127.0.0.3:%d/", port, port)

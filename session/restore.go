@@ -194,6 +194,7 @@ func (s *Supervisor) restoreExecution(rec *record) (*execution, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.netPolicy = rec.Network // a change made while it ran
 	s.mu.Lock()
 	s.execs[k] = e
 	s.held[k.owner]++

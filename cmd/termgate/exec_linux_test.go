@@ -69,6 +69,10 @@ func TestVerifyJSON(t *testing.T) {
 		TenantUIDs     string          `json:"tenant_uids"`
 		WorkspaceQuota string          `json:"workspace_quota"`
 		TenantCgroups  bool            `json:"tenant_cgroups"`
+		Network        struct {
+			Proxy   bool   `json:"proxy"`
+			Problem string `json:"problem"`
+		} `json:"network_policies"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("verify output is not JSON: %v: %q (stderr %q)", err, out, stderr)
@@ -80,6 +84,9 @@ func TestVerifyJSON(t *testing.T) {
 		if !r.Checks[c] {
 			t.Errorf("verify: check %s not reported as holding: %s", c, out)
 		}
+	}
+	if os.Geteuid() == 0 && (!r.Network.Proxy || r.Network.Problem != "") {
+		t.Errorf("verify as root: network policies' proxy %v (%s), want yes", r.Network.Proxy, r.Network.Problem)
 	}
 	if os.Geteuid() == 0 && (r.TenantUIDs == "" || !strings.HasPrefix(r.WorkspaceQuota, "ext4 image") || !r.TenantCgroups) {
 		t.Errorf("verify as root: tenant ids %q, quota %q, tenant cgroups %v", r.TenantUIDs, r.WorkspaceQuota, r.TenantCgroups)

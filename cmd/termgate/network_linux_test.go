@@ -233,6 +233,13 @@ curl -sS -o /dev/null -w '%%{http_code}\n' http://127.0.0.2:%[1]d/`, port)
 		t.Errorf("audit: refused %v, allowed %v, changed %v; want all", refused, allowed, changed)
 	}
 
+	// The change outlives another restart: the record keeps it.
+	n.kill(syscall.SIGKILL)
+	n.start()
+	if _, st := n.api(t, http.MethodGet, "/v1/executions/net/network", tok, nil); st["network"] != "other" {
+		t.Errorf("network after a second restart: %v, want other", st)
+	}
+
 	// SIGHUP: a bad file keeps agents' rules; a good one changes them.
 	run := func(id, url string) string {
 		t.Helper()

@@ -41,16 +41,47 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer l.Close()
 	report, perr := l.Probe(ctx)
+	net := networkReport{Proxy: true}
+	if perr == nil {
+		if err := l.ProbeSockets(ctx); err != nil {
+			net = networkReport{Problem: err.Error()}
+		}
+	} else {
+		net.Proxy, net.Problem = false, "the sandbox itself failed its checks"
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
+		if err := enc.Encode(verifyReport{report, net}); err != nil {
 			return err
 		}
 	} else {
 		printReport(stdout, report)
+		printNetwork(stdout, net)
 	}
 	return perr
+}
+
+// verifyReport is verify's JSON: the sandbox's report, and what network
+// policies can be enforced here. A host that cannot enforce them still
+// runs sandboxes: verify fails only with the sandbox.
+type verifyReport struct {
+	sandbox.Report
+	Network networkReport `json:"network_policies"`
+}
+
+// networkReport says whether a network policy's proxy can be served in a
+// sandbox's network on this host (sandbox.Launcher.ProbeSockets).
+type networkReport struct {
+	Proxy   bool   `json:"proxy"`
+	Problem string `json:"problem,omitempty"`
+}
+
+func printNetwork(w io.Writer, n networkReport) {
+	fmt.Fprintf(w, "\nnetwork policies (--network-policy):\n  %-18s %s\n", "proxy", map[bool]string{true: "yes", false: "no"}[n.Proxy])
+	if n.Problem != "" {
+		fmt.Fprintf(w, "problem: network policies: %s\n", n.Problem)
+	}
 }
 
 func printReport(w io.Writer, r sandbox.Report) {

@@ -132,6 +132,7 @@ const (
 	FeatureSnapshot = "snapshot"  // attach with snapshot: a screen snapshot in place of evicted terminal history
 	FeatureRecord   = "record"    // start with record and record_input: this server keeps recordings
 	FeatureNodes    = "nodes"     // one node of several: node fields, unavailable with retry_ms, detached with an error
+	FeatureNetwork  = "network"   // start with network, the network request: this server has network policies
 )
 
 // Output flows of an execution.
