@@ -1,0 +1,161 @@
+//go:build linux
+
+package netredirect
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// inNewNetNS runs f on a thread of its own in a new network namespace
+// with lo up. The thread never returns to the test's namespace: it ends
+// with its goroutine.
+func inNewNetNS(t *testing.T, f func(tid int)) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			done <- err
+			return
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer unix.Close(fd)
+		ifr, _ := unix.NewIfreq("lo")
+		ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
+		if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+			done <- err
+			return
+		}
+		f(unix.Gettid())
+		done <- nil
+	}()
+	if err := <-done; errors.Is(err, unix.EPERM) {
+		t.Skip("a network namespace needs CAP_SYS_ADMIN")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func netlinkSocket(t *testing.T, proto int) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		t.Fatalf("netlink socket %d: %v", proto, err)
+	}
+	return fd
+}
+
+// install puts the routes and the rules in the current thread's namespace.
+func install(t *testing.T, p Ports) {
+	t.Helper()
+	route := netlinkSocket(t, unix.NETLINK_ROUTE)
+	defer unix.Close(route)
+	if err := Routes(route); err != nil && !errors.Is(err, ErrNoIPv6) {
+		t.Fatal(err)
+	}
+	nf := netlinkSocket(t, unix.NETLINK_NETFILTER)
+	defer unix.Close(nf)
+	if err := Rules(nf, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// originalDst reads where a redirected IPv4 connection was going.
+func originalDst(fd int) (netip.AddrPort, error) {
+	var sa [16]byte
+	l := uint32(len(sa))
+	if err := getsockopt(fd, unix.SOL_IP, unix.SO_ORIGINAL_DST, sa[:], &l); err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(sa[4:8])), binary.BigEndian.Uint16(sa[2:4])), nil
+}
+
+// TestRedirectInANamespace: with the routes and the rules, a TCP
+// connect to an outside address reaches the loopback listener, which
+// reads the original destination; UDP outside fails at once; applying
+// again replaces the table rather than doubling it.
+func TestRedirectInANamespace(t *testing.T) {
+	t.Parallel()
+	inNewNetNS(t, func(tid int) {
+		install(t, Ports{TCP: 3129, DNS: 53})
+		install(t, Ports{TCP: 3129, DNS: 53})
+		l := listen(t, "127.0.0.1:3129")
+		defer unix.Close(l)
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(c)
+		if err := unix.Connect(c, &unix.SockaddrInet4{Addr: [4]byte{192, 0, 2, 1}, Port: 443}); err != nil {
+			t.Fatalf("connect to an outside address: %v", err)
+		}
+		a, _, err := unix.Accept(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(a)
+		if dst, err := originalDst(a); err != nil || dst.String() != "192.0.2.1:443" {
+			t.Errorf("original destination %v, %v", dst, err)
+		}
+		u, _ := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		defer unix.Close(u)
+		err = unix.Sendto(u, []byte("x"), 0, &unix.SockaddrInet4{Addr: [4]byte{192, 0, 2, 1}, Port: 9})
+		if !errors.Is(err, unix.EPERM) {
+			t.Errorf("UDP to an outside address: %v, want EPERM", err)
+		}
+		if nft, err := exec.LookPath("nft"); err == nil {
+			out, err := exec.Command("nsenter", "--net=/proc/"+strconv.Itoa(os.Getpid())+"/task/"+strconv.Itoa(tid)+"/ns/net", nft, "list", "ruleset").CombinedOutput()
+			if err != nil {
+				t.Fatalf("nft list ruleset: %v: %s", err, out)
+			}
+			if n := strings.Count(string(out), "table inet termgate"); n != 1 || strings.Count(string(out), "redirect to :3129") != 2 {
+				t.Errorf("the ruleset after two installs:\n%s", out)
+			}
+			t.Logf("%s", out)
+		}
+	})
+}
+
+// TestNoRoutesNothingLeaves: without the routes, a connect outside
+// fails at once: the namespace has no way out at all.
+func TestNoRoutesNothingLeaves(t *testing.T) {
+	t.Parallel()
+	inNewNetNS(t, func(int) {
+		c, _ := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		defer unix.Close(c)
+		err := unix.Connect(c, &unix.SockaddrInet4{Addr: [4]byte{192, 0, 2, 1}, Port: 443})
+		if !errors.Is(err, unix.ENETUNREACH) {
+			t.Errorf("connect without a route: %v, want ENETUNREACH", err)
+		}
+	})
+}
+
+func listen(t *testing.T, addr string) int {
+	t.Helper()
+	ap := netip.MustParseAddrPort(addr)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		err = unix.Bind(fd, &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())})
+	}
+	if err == nil {
+		err = unix.Listen(fd, 8)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
