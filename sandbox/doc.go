@@ -47,6 +47,12 @@
 // adopted process too. A thread that cannot return to the host's
 // namespace is never used again (ErrNetNSStuck). Entering needs
 // CAP_SYS_ADMIN, and a sandbox sharing the host's network is refused.
+// Policy.Redirect, installed while the init holds too, gives that
+// namespace default routes through lo and nftables rules that send every
+// outside TCP connection and DNS query to termgate's listeners on its
+// loopback and refuse the rest (internal/netredirect, netlink written
+// from the host on sockets opened through NetNS); Launcher.CheckRedirect
+// tells whether the host can.
 //
 // bwrap is forked straight into the execution's cgroup2 directory
 // (clone3's CLONE_INTO_CGROUP) where the kernel can. A fork that must be
@@ -68,8 +74,9 @@
 // filter, procevents follows process trees through the kernel's process
 // events, sandboxinit is the init between bwrap and the command,
 // workspace keeps tenant workspaces, keeper is the keeper process and
-// its protocol, forker the forking thread and mountns the lean mount
-// namespaces. None of them imports anything of termgate but another of
-// them; this package translates their errors into its own
+// its protocol, forker the forking thread, mountns the lean mount
+// namespaces and netredirect a sandbox network's routes and rules.
+// None of them imports anything of termgate but another of them; this
+// package translates their errors into its own
 // (ErrUnenforceable, ErrCgroupsInUse).
 package sandbox

@@ -138,7 +138,8 @@ func (c *initControl) finish() (string, bool) {
 func (c *initControl) close() { c.f.Close() }
 
 // release runs while the init holds: it bounds the sandbox's terminals,
-// opens its sockets (Policy.Listen), then lets the command start.
+// redirects its network (Policy.Redirect), opens its sockets
+// (Policy.Listen), then lets the command start.
 // Anything that fails ends the sandbox, and the exit says why: the
 // command must never run without its bound, nor before its sockets.
 func (p *Process) release() {
@@ -158,9 +159,13 @@ func (p *Process) release() {
 			return
 		}
 	}
-	if err := p.openSockets(pid); err != nil {
+	err = p.redirect(pid)
+	if err == nil {
+		err = p.openSockets(pid)
+	}
+	if err != nil {
 		if errors.Is(err, ErrNetNSStuck) {
-			p.l.log.Error("open the sandbox's sockets", "pid", p.Pid(), "err", err)
+			p.l.log.Error("prepare the sandbox's network", "pid", p.Pid(), "err", err)
 		}
 		p.ctl.record(err.Error(), false)
 		p.Kill()

@@ -273,11 +273,16 @@ func connected(fd int) error {
 	return err
 }
 
-// socket makes a non-blocking socket for e in the namespace, on a
-// goroutine locked to its OS thread: the thread enters the namespace,
-// makes the socket and returns to the namespace it came from. A thread
-// that cannot return stays locked, and ends with its goroutine.
+// socket makes a non-blocking socket for e in the namespace.
 func (ns *NetNS) socket(e endpoint) (int, error) {
+	return ns.socketOf(e.domain(), e.sotype()|unix.SOCK_NONBLOCK, 0)
+}
+
+// socketOf makes a socket(domain, typ, proto) in the namespace, close on
+// exec, on a goroutine locked to its OS thread: the thread enters the
+// namespace, makes the socket and returns to the namespace it came from.
+// A thread that cannot return stays locked, and ends with its goroutine.
+func (ns *NetNS) socketOf(domain, typ, proto int) (int, error) {
 	type result struct {
 		fd  int
 		err error
@@ -285,7 +290,7 @@ func (ns *NetNS) socket(e endpoint) (int, error) {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		fd, err := ns.socketHere(e)
+		fd, err := ns.socketHere(domain, typ, proto)
 		if !errors.Is(err, ErrNetNSStuck) {
 			runtime.UnlockOSThread()
 		}
@@ -296,7 +301,7 @@ func (ns *NetNS) socket(e endpoint) (int, error) {
 }
 
 // socketHere is socket on the locked thread.
-func (ns *NetNS) socketHere(e endpoint) (int, error) {
+func (ns *NetNS) socketHere(domain, typ, proto int) (int, error) {
 	setns := ns.setns
 	if setns == nil {
 		setns = unix.Setns
@@ -320,7 +325,7 @@ func (ns *NetNS) socketHere(e endpoint) (int, error) {
 	case enter != nil:
 		return -1, fmt.Errorf("sandbox: enter the sandbox's network namespace: %w", enter)
 	}
-	fd, err := unix.Socket(e.domain(), e.sotype()|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
 	if back := setns(host, unix.CLONE_NEWNET); back != nil {
 		if err == nil {
 			unix.Close(fd)

@@ -223,8 +223,16 @@ func (pl *plan) etc(p Policy, host hostLayout) {
 			hosts = data // the host's network, the host's names
 		}
 	}
+	if p.Redirect != nil && p.Redirect.DNS != 0 {
+		pl.addData("/etc/resolv.conf", resolvConf)
+	}
 	pl.addData("/etc/hosts", hosts)
 }
+
+// resolvConf names the DNS stub of Policy.Redirect on the sandbox's own
+// loopback. Its answers are final: a name it refuses is refused
+// everywhere, so searching other suffixes or trying again gains nothing.
+var resolvConf = []byte("nameserver 127.0.0.1\noptions attempts:1\n")
 
 // hostsFile is the sandbox's /etc/hosts without host networking: only
 // loopback names, so that localhost resolves (glibc has no built-in
@@ -300,7 +308,7 @@ func (pl *plan) command(p Policy, host hostLayout) {
 	pl.argv = append(append(pl.argv, "--", initPath), p.Command...)
 	pl.init = sandboxinit.Config{
 		Env: p.sortedEnv(), Cwd: p.Cwd, Terminal: p.TTY != nil,
-		Hold: p.PTYs > 0 || len(p.Listen) > 0, Rlimits: rlimits(p.Limits), Landlock: host.landlock,
+		Hold: p.PTYs > 0 || len(p.Listen) > 0 || p.Redirect != nil, Rlimits: rlimits(p.Limits), Landlock: host.landlock,
 	}
 }
 

@@ -124,6 +124,11 @@ type Policy struct {
 	// opened ends the sandbox before the command runs, and the exit says
 	// why. Process.Sockets hands them over; Process.NetNS opens more.
 	Listen []Socket `json:"listen,omitempty"`
+	// Redirect, with NetworkNone, sends every connection the command
+	// makes to an address outside its loopback to termgate's listeners
+	// on that loopback, whatever the program: see Redirect. nil leaves
+	// the sandbox with loopback only.
+	Redirect *Redirect `json:"redirect,omitempty"`
 	// SelfExe is the absolute in-sandbox target of /proc/self/exe for ProcSelfExe.
 	SelfExe string `json:"self_exe,omitempty"`
 	// TTY requests a pseudo-terminal of this size; nil means pipes.
@@ -205,7 +210,7 @@ func (p Policy) Normalize() Policy {
 func (p Policy) Validate() error {
 	checks := []func() error{
 		p.validateCommand, p.validateEnv, p.validateMounts,
-		p.validateModes, p.validateListen, p.validateLimits, p.validateIdentity, p.validateTenant,
+		p.validateModes, p.validateListen, p.validateRedirect, p.validateLimits, p.validateIdentity, p.validateTenant,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {

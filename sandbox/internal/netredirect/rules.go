@@ -54,24 +54,31 @@ func Rules(fd int, p Ports) error {
 		return errors.New("netredirect: no TCP port to redirect to")
 	}
 	i, err := exchange(fd, batch(p))
-	if err != nil {
-		return fmt.Errorf("netredirect: install the nftables table %s (%s): %w", Table, step(i), err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOENT), errors.Is(err, unix.EAFNOSUPPORT), errors.Is(err, unix.EPROTONOSUPPORT):
+		return fmt.Errorf("%w: %s: %w", ErrMissing, missing(i), err)
 	}
-	return nil
+	return fmt.Errorf("netredirect: install the nftables table %s (message %d of the transaction): %w", Table, i, err)
 }
 
-// step names the message of batch at index i for an error.
-func step(i int) string {
+// ErrMissing reports a kernel without a piece Rules needs; the error
+// names the piece.
+var ErrMissing = errors.New("netredirect: the kernel lacks a piece of nftables")
+
+// missing names what the kernel lacks when it refused the message of
+// batch at index i as unknown.
+func missing(i int) string {
 	switch {
 	case i <= 0:
-		return "the transaction"
+		return "nf_tables is not available in this kernel (CONFIG_NF_TABLES)"
 	case i <= 3:
-		return "the table"
+		return "nf_tables has no inet family in this kernel (CONFIG_NF_TABLES_INET)"
 	case i <= 5:
-		return "a chain"
-	default:
-		return fmt.Sprintf("rule %d", i-5)
+		return "nf_tables has no nat chains in this kernel (CONFIG_NFT_NAT)"
 	}
+	return "an nf_tables expression is not available in this kernel (CONFIG_NFT_REDIR, CONFIG_NFT_REJECT, CONFIG_NFT_REJECT_INET)"
 }
 
 // batch is the transaction Rules sends: the table made (if absent),

@@ -1,0 +1,253 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/termgate/termgate/sandbox/internal/netredirect"
+	"golang.org/x/sys/unix"
+)
+
+// DNSPort is the only port Redirect.DNS may name: /etc/resolv.conf
+// cannot name another.
+const DNSPort = 53
+
+// Redirect makes a sandbox's network, its own and loopback only, send
+// every connection to an address outside loopback to termgate's
+// listeners on that loopback, so that a program that ignores proxy
+// variables (its own resolver, a plain connect) meets the same policy as
+// one that honours them. In the sandbox's network namespace, while its
+// init holds and before the command runs, termgate installs:
+//
+//   - default routes through lo from 127.0.0.1 and ::1 (IPv6's is
+//     skipped where the namespace has no IPv6: nothing can be sent there
+//     then);
+//   - an nftables table "termgate" (family inet) on the output hook:
+//     TCP to an outside address goes to TCP on 127.0.0.1 (IPv4) or ::1
+//     (IPv6), where the listener reads the original destination
+//     (SO_ORIGINAL_DST); UDP and TCP to port 53 of an outside address go
+//     to the DNS stub on port DNS (with DNS set); any other TCP packet
+//     outside is reset, and everything else (UDP, ICMP) dropped with an
+//     ICMP port unreachable, so a send fails at once with EPERM.
+//
+// And with DNS set, /etc/resolv.conf names 127.0.0.1. The listeners are
+// the caller's to open (Policy.Listen, NetNS): a redirect to a port
+// where nobody listens is refused, so a server that is gone leaves the
+// sandbox with no way out rather than an open one. The command holds no
+// capability in its namespace and cannot change the routes or the rules;
+// and were the rules missing, nothing would leave either: the namespace
+// has no link but lo and forwards nothing. A piece that cannot be
+// installed (no nf_tables in the kernel) ends the sandbox before the
+// command runs, and the exit says which (ErrUnenforceable).
+type Redirect struct {
+	// TCP is the transparent listener's port on 127.0.0.1 and ::1.
+	TCP uint16 `json:"tcp"`
+	// DNS is the DNS stub's port on 127.0.0.1 and ::1, for UDP and TCP:
+	// DNSPort, or 0 for none (then DNS outside is refused as other UDP
+	// is, and TCP to port 53 goes to TCP).
+	DNS uint16 `json:"dns,omitempty"`
+}
+
+// validateRedirect accepts a redirect with a network of the sandbox's
+// own, a TCP port, and DNS on DNSPort or none.
+func (p Policy) validateRedirect() error {
+	r := p.Redirect
+	switch {
+	case r == nil:
+		return nil
+	case p.Network != NetworkNone:
+		return fmt.Errorf("redirect needs network %s, a network of the sandbox's own: with network %s it would be the host's", NetworkNone, p.Network)
+	case r.TCP == 0:
+		return errors.New("redirect: the TCP port is 0")
+	case r.DNS != 0 && r.DNS != DNSPort:
+		return fmt.Errorf("redirect: DNS port %d: want %d (resolv.conf names no port) or 0", r.DNS, DNSPort)
+	case r.DNS == r.TCP:
+		return fmt.Errorf("redirect: TCP and DNS on the same port %d", r.TCP)
+	}
+	return nil
+}
+
+// redirect installs Policy.Redirect in the network of the sandbox whose
+// init (initPid) holds.
+func (p *Process) redirect(initPid int) error {
+	if p.policy.Redirect == nil {
+		return nil
+	}
+	ns, err := p.openNetNS(parentOf(initPid))
+	if err != nil {
+		return fmt.Errorf("redirect the sandbox's network: %w", err)
+	}
+	defer ns.Close()
+	return ns.Redirect(*p.policy.Redirect)
+}
+
+// Redirect installs r's routes and rules in the namespace, replacing
+// those of an earlier call: for a process adopted after a restart, the
+// rules are still there (the namespace keeps them), and calling it again
+// makes sure they are r's. It fails with ErrUnenforceable, naming the
+// missing piece, where the kernel lacks one.
+func (ns *NetNS) Redirect(r Redirect) error {
+	if r.TCP == 0 {
+		return errors.New("sandbox: redirect: the TCP port is 0")
+	}
+	route, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("sandbox: redirect: a routing socket in the sandbox: %w", err)
+	}
+	err = netredirect.Routes(route)
+	unix.Close(route)
+	if err != nil && !errors.Is(err, netredirect.ErrNoIPv6) {
+		return fmt.Errorf("sandbox: redirect: %w", err)
+	}
+	nf, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER)
+	if errors.Is(err, unix.EPROTONOSUPPORT) {
+		return fmt.Errorf("%w: redirect: nfnetlink is not available in this kernel (CONFIG_NETFILTER_NETLINK): %w", ErrUnenforceable, err)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: redirect: a netfilter socket in the sandbox: %w", err)
+	}
+	defer unix.Close(nf)
+	err = netredirect.Rules(nf, netredirect.Ports{TCP: r.TCP, DNS: r.DNS})
+	if errors.Is(err, netredirect.ErrMissing) {
+		return fmt.Errorf("%w: redirect: %w", ErrUnenforceable, err)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: redirect: %w", err)
+	}
+	return nil
+}
+
+// checkRedirectPort is the port of CheckRedirect's listener, in a
+// sandbox of its own.
+const checkRedirectPort = 3129
+
+// checkRedirectTarget is the outside address CheckRedirect connects to:
+// TEST-NET-1, which no network routes, so that nothing could answer
+// but termgate's listener.
+const checkRedirectTarget = "192.0.2.1:443"
+
+// CheckRedirect tells whether this host can enforce Policy.Redirect: it
+// starts a throwaway sandbox with a redirect, connects from inside its
+// network to an outside address, and checks that the connection reaches
+// the sandbox's listener with its original destination, and that UDP
+// outside is refused. Its error names what is missing.
+func (l *Launcher) CheckRedirect(ctx context.Context) error {
+	if !canEnterNetNS() {
+		return fmt.Errorf("%w: redirect: entering a sandbox's network namespace needs CAP_SYS_ADMIN", ErrUnavailable)
+	}
+	dir, err := os.MkdirTemp("", "termgate-check-redirect-")
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	port := strconv.Itoa(checkRedirectPort)
+	proc, err := l.Start(ctx, Policy{
+		Command: []string{"/bin/sh", "-c", "read x"}, Workspace: dir, Key: "check-redirect-" + randomName(),
+		Listen: []Socket{{"tcp4", "127.0.0.1:" + port}}, Redirect: &Redirect{TCP: checkRedirectPort},
+	}, Stdio{})
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: %w", err)
+	}
+	defer func() {
+		proc.Kill()
+		proc.Wait()
+		proc.Release()
+	}()
+	socks, err := proc.Sockets(ctx)
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: %w", err)
+	}
+	defer closeAll(socks)
+	ns, err := proc.NetNS()
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: %w", err)
+	}
+	defer ns.Close()
+	return checkRedirected(ctx, ns, socks[0].Listener)
+}
+
+// checkRedirected connects from ns to checkRedirectTarget, expects the
+// connection on l with that original destination, and expects UDP
+// outside to be refused.
+func checkRedirected(ctx context.Context, ns *NetNS, l net.Listener) error {
+	c, err := ns.Dial(ctx, "tcp4", checkRedirectTarget)
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: a TCP connection outside did not reach the listener: %w", err)
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		l.(*net.TCPListener).SetDeadline(d)
+	}
+	a, err := l.Accept()
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: accept: %w", err)
+	}
+	defer a.Close()
+	dst, err := originalDstOf(a.(*net.TCPConn))
+	if err != nil || dst.String() != checkRedirectTarget {
+		return fmt.Errorf("sandbox: check redirect: the listener read the original destination %v (%v), want %s", dst, err, checkRedirectTarget)
+	}
+	u, err := ns.Dial(ctx, "udp4", "192.0.2.1:9")
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: UDP: %w", err)
+	}
+	defer u.Close()
+	if _, err := u.Write([]byte("x")); !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("sandbox: check redirect: UDP outside was not refused: %v", err)
+	}
+	return nil
+}
+
+// originalDstOf returns where a connection that a Redirect sent to its
+// listener was going (SO_ORIGINAL_DST, IPv4 or IPv6 as the connection's
+// family). A connection made to the listener's own address gives that
+// address.
+func originalDstOf(c *net.TCPConn) (netip.AddrPort, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var ap netip.AddrPort
+	var gerr error
+	if err := raw.Control(func(fd uintptr) { ap, gerr = originalDst(int(fd)) }); err != nil {
+		return netip.AddrPort{}, err
+	}
+	return ap, gerr
+}
+
+// ip6tSoOriginalDst is IP6T_SO_ORIGINAL_DST, at SOL_IPV6.
+const ip6tSoOriginalDst = 80
+
+func originalDst(fd int) (netip.AddrPort, error) {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var b [unix.SizeofSockaddrInet6]byte
+	level, opt := unix.SOL_IP, unix.SO_ORIGINAL_DST
+	if _, v6 := sa.(*unix.SockaddrInet6); v6 {
+		level, opt = unix.SOL_IPV6, ip6tSoOriginalDst
+	}
+	n := uint32(len(b))
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if errno != 0 {
+		return netip.AddrPort{}, fmt.Errorf("sandbox: the original destination: %w", errno)
+	}
+	port := binary.BigEndian.Uint16(b[2:4])
+	if level == unix.SOL_IP {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port), nil
+	}
+	return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), port), nil
+}
