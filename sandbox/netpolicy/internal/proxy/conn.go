@@ -53,8 +53,8 @@ func (h *clientConn) writeReply(b []byte) error {
 // spliceTo sends what the client sent ahead of the reply to the
 // target, then copies both ways until both ends are done.
 func (h *clientConn) spliceTo(target net.Conn, r *Record) {
-	if n := h.br.Buffered(); n > 0 {
-		b, _ := h.br.Peek(n)
+	if h.br != nil && h.br.Buffered() > 0 { // none for a transparent connection
+		b, _ := h.br.Peek(h.br.Buffered())
 		m, err := target.Write(b)
 		r.Up += int64(m)
 		if err != nil {

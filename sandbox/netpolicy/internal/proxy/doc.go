@@ -35,7 +35,27 @@
 //     beyond MaxConns 0x01. The bound address of every reply is
 //     0.0.0.0:0.
 //
-// A tunnel (CONNECT, SOCKS5 or upgrade) half-closes: when one side ends
+// ServeTransparent serves a fourth kind of connection, on a listener of
+// its own: one that a sandbox's redirect (sandbox.Redirect) sent there
+// from a program that connected to an outside address itself, ignoring
+// any proxy. Its original destination (SO_ORIGINAL_DST, or
+// IP6T_SO_ORIGINAL_DST on IPv6) is the target: the Dialer is asked for
+// the name it stands for when Names says it is a synthetic address of
+// termgate's DNS stub (the name is exact: the stub gave that address for
+// that name alone), and for the address itself otherwise, with the
+// original port; then the two are spliced as a tunnel is (Record
+// Protocol Transparent). A refusal, a failed Dial, a synthetic address
+// that names nothing any longer, and a connection made to the listener
+// itself (its destination is loopback: nothing redirected it) reset the
+// connection (SO_LINGER 0), which the program reads as ECONNRESET, and
+// give Done their Record, so the caller can tell the person at the
+// terminal. Nothing the program sends is read before the decision: a
+// TLS SNI or an HTTP Host naming an allowed host while the connection
+// goes to another address must not open it (domain fronting), so they
+// could only refuse, never allow; and server-speaks-first protocols
+// (SSH, SMTP, PostgreSQL) send nothing to wait for.
+//
+// A tunnel (CONNECT, SOCKS5, upgrade or transparent) half-closes: when one side ends
 // its stream, the other side's connection is shut down for writing only,
 // so git and TLS close cleanly. It has no idle timeout, since long-lived
 // connections are legitimate; Close ends it. Between two TCP connections

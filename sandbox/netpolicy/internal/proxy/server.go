@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -75,6 +76,10 @@ const (
 	HTTPConnect Protocol = "http-connect" // HTTP CONNECT, then the bytes as they are
 	HTTPForward Protocol = "http"         // plain HTTP requests in absolute form
 	SOCKS5      Protocol = "socks5"       // RFC 1928 CONNECT
+	// Transparent is a connection the program made to an address of its
+	// own choosing, which its sandbox's redirect sent to a listener
+	// served by ServeTransparent.
+	Transparent Protocol = "transparent"
 )
 
 // Record describes a connection to a target once it ended, or a request
@@ -122,6 +127,12 @@ type Server struct {
 	// Done, if set, is called once per Record, on the connection's
 	// goroutine (so Close waits for it too); it should not block.
 	Done func(Record)
+	// Names, if set, tells ServeTransparent the name a synthetic address
+	// stands for: the address a DNS stub answered for that name. fake is
+	// true for an address of the stub's pool, with the name it holds, or
+	// "" when it holds none (any longer); false for any other address,
+	// which is then asked of the Dialer as itself.
+	Names func(addr netip.Addr) (name string, fake bool)
 
 	mu        sync.Mutex
 	ctx       context.Context // canceled by Close
@@ -137,7 +148,14 @@ type Server struct {
 // Serve accepts connections on l until Close, and serves each on a
 // goroutine of its own. It returns ErrClosed after Close, or the
 // listener's error. l is closed when Serve returns.
-func (s *Server) Serve(l net.Listener) error {
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, false) }
+
+// ServeTransparent accepts connections on l, a listener that a sandbox's
+// redirect sends the program's outside TCP connections to, until Close,
+// like Serve; see the package doc for what it does with them.
+func (s *Server) ServeTransparent(l net.Listener) error { return s.serve(l, true) }
+
+func (s *Server) serve(l net.Listener, transparent bool) error {
 	if !s.addListener(l) {
 		l.Close()
 		return ErrClosed
@@ -160,7 +178,7 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		s.start(c)
+		s.start(c, transparent)
 	}
 }
 
@@ -243,7 +261,7 @@ func retryable(err error) bool {
 
 // start serves c on a goroutine of its own, or tells it the Server is
 // full, or closes it when even that backlog is full.
-func (s *Server) start(c net.Conn) {
+func (s *Server) start(c net.Conn, transparent bool) {
 	s.mu.Lock()
 	busy := s.active >= s.maxConns()
 	switch {
@@ -259,15 +277,19 @@ func (s *Server) start(c net.Conn) {
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.serveConn(c, busy)
+	go s.serveConn(c, busy, transparent)
 }
 
 // serveConn serves one client connection; the protocol is told by its
-// first byte.
-func (s *Server) serveConn(c net.Conn, busy bool) {
+// first byte, unless it is transparent.
+func (s *Server) serveConn(c net.Conn, busy, transparent bool) {
 	defer s.wg.Done()
 	defer s.release(c, busy)
 	c.SetDeadline(time.Now().Add(s.handshakeTimeout()))
+	if transparent {
+		(&clientConn{s: s, c: c, busy: busy}).serveTransparent()
+		return
+	}
 	lr := &headLimiter{r: c}
 	h := &clientConn{s: s, c: c, lr: lr, br: bufio.NewReaderSize(lr, readBufferSize), busy: busy}
 	lr.limit() // the first request's head, read ahead by Peek
