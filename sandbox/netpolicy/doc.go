@@ -84,6 +84,20 @@
 // an answer that changes (DNS rebinding) cannot turn an allowed name into
 // a refused address. A refusal is a *RefusedError carrying its Decision.
 //
+// # DNS inside a sandbox
+//
+// A sandbox whose network is redirected (sandbox.Redirect) asks FakeDNS,
+// on its own 127.0.0.1:53, for every name. FakeDNS gives a name the
+// policy allows on some port (Policy.CheckResolve) a synthetic address
+// of FakePrefix (198.18.0.0/15, always refused as a real address) that
+// stands for that name alone, and NXDOMAIN to any other; it asks no real
+// DNS server. The transparent listener maps the address back to the
+// name (FakeDNS.Name), and the Dialer checks and resolves that name at
+// connect time as above. At most MaxNames names hold an address at once
+// (DefaultMaxNames); past it the name asked least recently loses its
+// address, and a connection to that address is refused until the
+// program asks again.
+//
 // UDP is refused unless an allow rule says udp. Connections are checked
 // when they are made: a policy that changes later does not reach those
 // already open.
