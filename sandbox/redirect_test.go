@@ -139,3 +139,58 @@ func TestRedirectValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestRedirectAdoptedProcess: the redirect stays in the namespace of a
+// process whose launcher went away; the launcher that adopts it installs
+// it again (replacing, not doubling) and listens again, and the
+// command's next outside connection reaches the new listener.
+func TestRedirectAdoptedProcess(t *testing.T) {
+	t.Parallel()
+	needNetNS(t)
+	dir := keeperDir(t)
+	l := keeperLauncher(t, dir)
+	script := "echo first > /dev/tcp/192.0.2.1/443; read x; echo second > /dev/tcp/192.0.2.2/443 && echo reached"
+	proc, err := l.Start(t.Context(), Policy{Key: "redirect-adopted", Command: []string{"/bin/bash", "-c", script}, Workspace: sandboxtest.Dir(t),
+		Listen: []Socket{{"tcp4", "127.0.0.1:3129"}}, Redirect: &Redirect{TCP: 3129}}, Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	socks := takeSockets(t, proc, 1)
+	if dst, got := acceptFrom(t, socks[0].Listener); dst != "192.0.2.1:443" || got != "first\n" {
+		t.Errorf("first connection: to %s, read %q", dst, got)
+	}
+	socks[0].Close()
+	if err := l.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	proc.Wait()
+	l.Close()
+
+	l2 := keeperLauncher(t, dir)
+	var out sandboxtest.SyncBuffer
+	procs, err := l2.Adopt(t.Context(), func(string) (Stdio, bool) { return Stdio{Stdout: &out}, true })
+	if err != nil || len(procs) != 1 {
+		t.Fatalf("adopt: %v, %d processes", err, len(procs))
+	}
+	ns, err := procs[0].NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ns.Redirect(Redirect{TCP: 3129})
+	var again net.Listener
+	if err == nil {
+		again, err = ns.Listen("tcp4", "127.0.0.1:3129")
+	}
+	ns.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	procs[0].Stdin().Write([]byte("go\n"))
+	if dst, got := acceptFrom(t, again); dst != "192.0.2.2:443" || got != "second\n" {
+		t.Errorf("second connection: to %s, read %q", dst, got)
+	}
+	if exit, ok := waitReleased(procs[0], 30*time.Second); !ok || exit.Code != 0 || out.String() != "reached\n" {
+		t.Errorf("exit %s (done %v), output %q", exit, ok, out.String())
+	}
+}

@@ -116,6 +116,7 @@ print("ADDR", addr, flush=True)
 talk("allowed.test", 8080)
 talk("refused.test", 8080)
 talk("203.0.113.5", 8080)
+talk("2001:db8::5", 8080) if sys.argv[1:] == ["v6"] else print("NOV6", flush=True)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.connect(("203.0.113.5", 9999))
 try: u.send(b"x"); print("UDP sent", flush=True)
 except OSError as e: print("UDP", errno.errorcode.get(e.errno), flush=True)
@@ -131,7 +132,7 @@ talk(addr, 8080)
 // synthetic address and the transparent listener; a refused name gets
 // no address, an address the policy does not allow is reset, UDP
 // outside fails at once, DNS over TCP and DNS sent to any server reach
-// the stub; once termgate's listeners are gone, nothing leaves.
+// the stub, IPv6 is redirected too; once termgate's listeners are gone, nothing leaves.
 func TestRedirectedSandboxMeetsThePolicy(t *testing.T) {
 	t.Parallel()
 	const python = "/usr/bin/python3"
@@ -158,10 +159,15 @@ func TestRedirectedSandboxMeetsThePolicy(t *testing.T) {
 		Names:  fdns.Name,
 		Done:   func(r proxy.Record) { mu.Lock(); records = append(records, r); mu.Unlock() },
 	}
+	listen := []sandbox.Socket{{Network: "tcp4", Addr: "127.0.0.1:3129"}, {Network: "udp4", Addr: "127.0.0.1:53"}, {Network: "tcp4", Addr: "127.0.0.1:53"}}
+	command, v6 := []string{python, "-c", redirectScript}, "NOV6"
+	if _, err := os.Stat("/proc/net/if_inet6"); err == nil {
+		listen = append(listen, sandbox.Socket{Network: "tcp6", Addr: "[::1]:3129"})
+		command, v6 = append(command, "v6"), "RESET 2001:db8::5"
+	}
 	var out, errb sandboxtest.SyncBuffer
 	proc, err := l.Start(t.Context(), sandbox.Policy{
-		Command: []string{python, "-c", redirectScript}, Workspace: sandboxtest.Dir(t),
-		Listen: []sandbox.Socket{{Network: "tcp4", Addr: "127.0.0.1:3129"}, {Network: "udp4", Addr: "127.0.0.1:53"}, {Network: "tcp4", Addr: "127.0.0.1:53"}},
+		Command: command, Workspace: sandboxtest.Dir(t), Listen: listen,
 		// Set as a program's environment would be: it ignores them.
 		Env:      map[string]string{"HTTP_PROXY": "http://127.0.0.1:1", "ALL_PROXY": "socks5://127.0.0.1:1"},
 		Redirect: &sandbox.Redirect{TCP: 3129, DNS: sandbox.DNSPort},
@@ -181,10 +187,13 @@ func TestRedirectedSandboxMeetsThePolicy(t *testing.T) {
 	wg.Go(func() { srv.ServeTransparent(socks[0].Listener) })
 	wg.Go(func() { fdns.ServePacket(socks[1].PacketConn) })
 	wg.Go(func() { fdns.Serve(socks[2].Listener) })
+	if len(socks) > 3 {
+		wg.Go(func() { srv.ServeTransparent(socks[3].Listener) })
+	}
 	stop := sync.OnceFunc(func() { srv.Close(); fdns.Close(); wg.Wait() })
 	defer stop()
 
-	lines := readLines(t, &out, 8)
+	lines := readLines(t, &out, 9)
 	addr := strings.TrimPrefix(lines[0], "ADDR ")
 	if a, err := netip.ParseAddr(addr); err != nil || !FakePrefix.Contains(a) {
 		t.Errorf("allowed.test resolved to %q in the sandbox, want a synthetic address", addr)
@@ -193,6 +202,7 @@ func TestRedirectedSandboxMeetsThePolicy(t *testing.T) {
 		"OK allowed.test echo:ping",
 		"NOADDR refused.test True",
 		"RESET 203.0.113.5",
+		v6,
 		"UDP EPERM",
 		"DNS tcp 127.0.0.1 0 1 " + addr,
 		"DNS udp 192.0.2.53 0 1 " + addr,
@@ -206,12 +216,12 @@ func TestRedirectedSandboxMeetsThePolicy(t *testing.T) {
 
 	stop() // the server is gone: the rules stay, and nothing leaves
 	proc.Stdin().Write([]byte("go\n"))
-	if last := readLines(t, &out, 9)[8]; last != "ERR "+addr+" ECONNREFUSED" {
+	if last := readLines(t, &out, 10)[9]; last != "ERR "+addr+" ECONNREFUSED" {
 		t.Errorf("with the listeners gone: %q", last)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(records) != 2 || records[0].Host != "allowed.test" || records[0].Up != 4 || records[0].Refused != "" ||
+	if len(records) < 2 || records[0].Host != "allowed.test" || records[0].Up != 4 || records[0].Refused != "" ||
 		records[1].Host != "203.0.113.5" || !strings.Contains(records[1].Refused, "not allowed") {
 		t.Errorf("records %+v", records)
 	}
