@@ -194,3 +194,30 @@ func TestRedirectAdoptedProcess(t *testing.T) {
 		t.Errorf("exit %s (done %v), output %q", exit, ok, out.String())
 	}
 }
+
+// BenchmarkStartRedirect compares a start with a redirected network (its
+// routes and rules, and the listeners a session opens for them) against
+// one with loopback only, in turns, by the median ratio of their times
+// to the first output byte.
+func BenchmarkStartRedirect(b *testing.B) {
+	needNetNS(b)
+	l := needLauncher(b)
+	none := benchPolicy
+	none.Workspace = sandboxtest.Dir(b)
+	redirected := none
+	redirected.Listen = []Socket{{"tcp4", "127.0.0.1:3129"}, {"udp4", "127.0.0.1:53"}, {"tcp4", "127.0.0.1:53"}}
+	redirected.Redirect = &Redirect{TCP: 3129, DNS: DNSPort}
+	var plain, with, ratios []float64
+	for i := 0; b.Loop(); i++ {
+		var p, w float64
+		if i%2 == 0 {
+			p, w = startFirstByte(b, l, none), startFirstByte(b, l, redirected)
+		} else {
+			w, p = startFirstByte(b, l, redirected), startFirstByte(b, l, none)
+		}
+		plain, with, ratios = append(plain, p), append(with, w), append(ratios, w/p)
+	}
+	b.ReportMetric(median(plain), "ms-first-byte-none")
+	b.ReportMetric(median(with), "ms-first-byte-redirect")
+	b.ReportMetric(100*(median(ratios)-1), "%-overhead")
+}
