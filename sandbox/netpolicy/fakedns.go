@@ -67,7 +67,7 @@ var ErrDNSClosed = errors.New("netpolicy: DNS server closed")
 // concurrent use.
 type FakeDNS struct {
 	// Policy returns the policy in force, asked at every query: a
-	// change applies to the next one. It must be set; a nil *Policy
+	// change applies to the next one. A nil Policy, or a nil *Policy,
 	// refuses every name.
 	Policy func() *Policy
 	// Done, if set, is told every decision on a name, allowed or not,
@@ -283,7 +283,11 @@ func (s *FakeDNS) answer(msg []byte) []byte {
 		return build(resp, &q, nil)
 	}
 	name := strings.ToLower(strings.TrimSuffix(q.Name.String(), "."))
-	d := s.Policy().CheckResolve(name)
+	var pol *Policy
+	if s.Policy != nil {
+		pol = s.Policy()
+	}
+	d := pol.CheckResolve(name)
 	if s.Done != nil {
 		s.Done(d)
 	}

@@ -24,7 +24,11 @@ func (h *clientConn) serveTransparent() {
 	}
 	if err != nil {
 		h.reset()
-		h.s.record(Record{Protocol: Transparent, Host: dst.Addr().String(), Port: dst.Port(), Err: err})
+		r := Record{Protocol: Transparent, Port: dst.Port(), Err: err}
+		if dst.Addr().IsValid() {
+			r.Host = dst.Addr().String()
+		}
+		h.s.record(r)
 		return
 	}
 	host, port := dst.Addr().String(), dst.Port()
