@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/termgate/termgate/sandbox"
@@ -17,6 +20,39 @@ import (
 // has its own network with nothing else in it: every connection out goes
 // through the proxy, and the policy decides each one.
 const ProxyAddr = "127.0.0.1:3128"
+
+// TransparentPort is where, on the sandbox's 127.0.0.1 (and ::1), the
+// sandbox's redirect sends every other TCP connection out
+// (sandbox.Redirect), for programs that ignore the proxy variables; its
+// DNS server answers on port 53 there, as the sandbox's resolv.conf says.
+const TransparentPort = 3129
+
+// egressSockets are the sockets opened in the network of an execution
+// with a network policy, and what each serves. IPv6 ones only where the
+// kernel has IPv6 (hostIPv6).
+var egressSockets = []struct {
+	sandbox.Socket
+	v6 bool
+}{
+	{sandbox.Socket{Network: "tcp", Addr: ProxyAddr}, false},
+	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", TransparentPort)}, false},
+	{sandbox.Socket{Network: "udp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false},
+	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false},
+	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", TransparentPort)}, true},
+	{sandbox.Socket{Network: "udp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true},
+	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true},
+}
+
+// hostIPv6 reports whether this kernel has IPv6 loopback: a sandbox's
+// network then has ::1 too.
+var hostIPv6 = sync.OnceValue(func() bool {
+	l, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+})
 
 // proxyEnv is the environment an execution with a network policy gets,
 // where its spec does not set the variable: curl reads the lower-case
@@ -68,8 +104,9 @@ func (s *Supervisor) checkNetwork(spec Spec) error {
 }
 
 // normalizeNetwork prepares the sandbox of a spec with a network policy:
-// its own network, the proxy's listener opened there before the command
-// runs, and the proxy variables.
+// its own network; the proxy's, the transparent and the DNS listeners
+// opened there before the command runs; the redirect of every other
+// connection out to them; and the proxy variables.
 func (s *Supervisor) normalizeNetwork(spec *Spec) error {
 	if spec.Network == "" {
 		return nil
@@ -84,15 +121,12 @@ func (s *Supervisor) normalizeNetwork(spec *Spec) error {
 	case "":
 		p.Network = sandbox.NetworkNone
 	}
-	proxy := sandbox.Socket{Network: "tcp", Addr: ProxyAddr}
-	for _, l := range p.Listen {
-		if l == proxy {
-			proxy.Addr = ""
+	for _, s := range egressSockets {
+		if (!s.v6 || hostIPv6()) && !slices.Contains(p.Listen, s.Socket) {
+			p.Listen = append(p.Listen, s.Socket)
 		}
 	}
-	if proxy.Addr != "" {
-		p.Listen = append(p.Listen, proxy)
-	}
+	p.Redirect = &sandbox.Redirect{TCP: TransparentPort, DNS: sandbox.DNSPort}
 	if p.Env == nil {
 		p.Env = map[string]string{}
 	}
@@ -139,14 +173,14 @@ func (e *execution) guardNetwork(proc Process, adopted bool) {
 	if e.spec.Network == "" {
 		return
 	}
-	l, err := proxyListener(e.s.ctx, proc, adopted)
+	ls, err := egressListeners(e.s.ctx, proc, e.spec.Policy, adopted)
 	if err == nil && e.s.cfg.Egress == nil {
-		l.Close()
+		ls.Close()
 		err = errors.New("session: no network policies on this server")
 	}
 	if err == nil {
 		var g *netpolicy.Guard
-		g, err = e.s.cfg.Egress.Serve(netpolicy.Execution{Tenant: e.key.owner, ID: e.key.id, Policy: e.network(), Notify: e.networkNotice}, l)
+		g, err = e.s.cfg.Egress.Serve(netpolicy.Execution{Tenant: e.key.owner, ID: e.key.id, Policy: e.network(), Notify: e.networkNotice}, ls)
 		if err == nil {
 			e.mu.Lock()
 			e.guard = g
@@ -166,40 +200,78 @@ func (e *execution) guardNetwork(proc Process, adopted bool) {
 	e.stop(StatusFailed)
 }
 
-// proxyListener is the proxy's listener in proc's network.
-func proxyListener(ctx context.Context, proc Process, adopted bool) (net.Listener, error) {
+// egressListeners are the listeners in proc's network its Guard serves:
+// those its sandbox opened before the command ran, or, for an adopted
+// process (the listeners died with the server that opened them), its
+// redirect installed again and the listeners opened again.
+func egressListeners(ctx context.Context, proc Process, p sandbox.Policy, adopted bool) (netpolicy.Listeners, error) {
+	var socks []sandbox.OpenSocket
 	if adopted {
 		np, ok := proc.(netnsProcess)
 		if !ok {
-			return nil, errors.New("session: the launcher's process has no network namespace to serve a proxy in")
+			return netpolicy.Listeners{}, errors.New("session: the launcher's process has no network namespace to serve a proxy in")
 		}
 		ns, err := np.NetNS()
 		if err != nil {
-			return nil, err
+			return netpolicy.Listeners{}, err
 		}
 		defer ns.Close()
-		return ns.Listen("tcp", ProxyAddr)
-	}
-	sp, ok := proc.(socketsProcess)
-	if !ok {
-		return nil, errors.New("session: the launcher's process opens no sockets for a proxy")
-	}
-	socks, err := sp.Sockets(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var l net.Listener
-	for _, s := range socks {
-		if s.Network == "tcp" && s.Addr == ProxyAddr && l == nil {
-			l = s.Listener
-			continue
+		if p.Redirect != nil {
+			if err := ns.Redirect(*p.Redirect); err != nil {
+				return netpolicy.Listeners{}, err
+			}
 		}
+		for _, s := range p.Listen {
+			o := sandbox.OpenSocket{Socket: s}
+			var err error
+			if strings.HasPrefix(s.Network, "udp") {
+				o.PacketConn, err = ns.ListenPacket(s.Network, s.Addr)
+			} else {
+				o.Listener, err = ns.Listen(s.Network, s.Addr)
+			}
+			if err != nil {
+				closeSockets(socks)
+				return netpolicy.Listeners{}, err
+			}
+			socks = append(socks, o)
+		}
+	} else {
+		sp, ok := proc.(socketsProcess)
+		if !ok {
+			return netpolicy.Listeners{}, errors.New("session: the launcher's process opens no sockets for a proxy")
+		}
+		var err error
+		if socks, err = sp.Sockets(ctx); err != nil {
+			return netpolicy.Listeners{}, err
+		}
+	}
+	var ls netpolicy.Listeners
+	for _, s := range socks {
+		_, port, _ := net.SplitHostPort(s.Addr)
+		switch {
+		case s.Addr == ProxyAddr && ls.Proxy == nil:
+			ls.Proxy = s.Listener
+		case port == fmt.Sprint(TransparentPort) && s.Listener != nil:
+			ls.Transparent = append(ls.Transparent, s.Listener)
+		case port == fmt.Sprint(sandbox.DNSPort) && s.PacketConn != nil && ls.DNS == nil:
+			ls.DNS = s.PacketConn
+		case port == fmt.Sprint(sandbox.DNSPort) && s.Listener != nil && ls.DNSTCP == nil:
+			ls.DNSTCP = s.Listener
+		default:
+			s.Close() // another's, or a second of a kind: nobody serves it
+		}
+	}
+	if ls.Proxy == nil {
+		closeSockets(socks)
+		return netpolicy.Listeners{}, errors.New("session: the sandbox opened no proxy listener")
+	}
+	return ls, nil
+}
+
+func closeSockets(socks []sandbox.OpenSocket) {
+	for _, s := range socks {
 		s.Close()
 	}
-	if l == nil {
-		return nil, errors.New("session: the sandbox opened no proxy listener")
-	}
-	return l, nil
 }
 
 // network is the execution's policy name now. Called without e.mu.

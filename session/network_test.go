@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +201,69 @@ func TestNetworkPolicyRefusedSpecs(t *testing.T) {
 	sp.Network = "one"
 	if _, err := bare.Start(t.Context(), "acme", "x", sp); !errors.Is(err, ErrNoNetworkPolicy) {
 		t.Errorf("a policy on a server without any: %v, want ErrNoNetworkPolicy", err)
+	}
+}
+
+// TestNetworkPolicyWithoutProxyVariables: programs that ignore the proxy
+// variables get the same policy through the sandbox's redirect and its
+// DNS server: curl with --noproxy reaches an allowed name, a refused name
+// does not resolve, and a plain connect to an address the policy does
+// not allow is reset; each refusal is told as a notice.
+func TestNetworkPolicyWithoutProxyVariables(t *testing.T) {
+	t.Parallel()
+	for _, prog := range []string{"curl", "python3"} {
+		_, err := exec.LookPath(prog)
+		sandboxtest.Need(t, prog, err)
+	}
+	port := helloServers(t, "127.0.0.2", "127.0.0.3")
+	dns := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{
+		"api.test.": sandboxtest.Fixed("127.0.0.2"), "other.test.": sandboxtest.Fixed("127.0.0.3"),
+	})
+	file := filepath.Join(t.TempDir(), "web.toml")
+	if err := os.WriteFile(file, fmt.Appendf(nil, "allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\"]\n", port), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := netpolicy.NewSet(map[string]string{"web": file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	egress := &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 5 * time.Second, Resolver: netpolicy.NewResolver(dns.Addr())}}
+	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	script := fmt.Sprintf(`curl --noproxy '*' -sS http://api.test:%[1]d/; echo
+curl --noproxy '*' -sS http://other.test:%[1]d/ 2>/dev/null; echo "other=$?"
+python3 -c '
+import socket
+try:
+    socket.create_connection(("203.0.113.5", 80), timeout=10).recv(1)
+    print("203.0.113.5: connected")
+except OSError as e:
+    print("203.0.113.5:", type(e).__name__)'`, port)
+	sp := Spec{Policy: sandbox.Policy{Command: []string{"/bin/sh", "-c", script}, Workspace: sandboxtest.Dir(t)},
+		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "web"}
+	info, err := s.Start(t.Context(), "acme", "direct", sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _, err := s.Attach("acme", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, evs := drain(t, sub)
+	if want := "hello from 127.0.0.2\nother=6\n203.0.113.5: ConnectionResetError\n"; string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	var notices []string
+	for _, ev := range evs {
+		if ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork {
+			notices = append(notices, ev.Notice.Message)
+		}
+	}
+	joined := strings.Join(notices, "\n")
+	if !strings.Contains(joined, "other.test") || !strings.Contains(joined, "203.0.113.5:80") {
+		t.Errorf("notices %q, want other.test's and 203.0.113.5's refusals", notices)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"golang.org/x/net/dns/dnsmessage"
 )
 
@@ -117,7 +118,7 @@ func greeting(t *testing.T, c net.Conn) string {
 }
 
 type dialEnv struct {
-	dns    *testDNS
+	dns    *sandboxtest.DNS
 	g      *greeters
 	udp    uint16
 	policy *Policy
@@ -127,21 +128,21 @@ type dialEnv struct {
 func startDialEnv(t *testing.T) *dialEnv {
 	t.Helper()
 	e := &dialEnv{g: startGreeters(t), udp: startEcho(t)}
-	e.dns = startDNS(t, map[string]func(int) []netip.Addr{
-		"open.test.":       fixed("127.0.0.2"),
-		"loop.test.":       fixed("127.0.0.3"),
-		"mixed.test.":      fixed("127.0.0.1", "127.0.0.2"),
-		"order.test.":      fixed("127.0.0.6", "127.0.0.4"),
-		"refused.test.":    fixed("127.0.0.1", "127.0.0.3"),
-		"notallowed.test.": fixed("127.0.0.2"),
-		"meta.test.":       fixed("169.254.169.254"),
-		"v6.test.":         fixed("::1"),
-		"udp.test.":        fixed("127.0.0.5"),
+	e.dns = sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{
+		"open.test.":       sandboxtest.Fixed("127.0.0.2"),
+		"loop.test.":       sandboxtest.Fixed("127.0.0.3"),
+		"mixed.test.":      sandboxtest.Fixed("127.0.0.1", "127.0.0.2"),
+		"order.test.":      sandboxtest.Fixed("127.0.0.6", "127.0.0.4"),
+		"refused.test.":    sandboxtest.Fixed("127.0.0.1", "127.0.0.3"),
+		"notallowed.test.": sandboxtest.Fixed("127.0.0.2"),
+		"meta.test.":       sandboxtest.Fixed("169.254.169.254"),
+		"v6.test.":         sandboxtest.Fixed("::1"),
+		"udp.test.":        sandboxtest.Fixed("127.0.0.5"),
 		"rebind.test.": func(n int) []netip.Addr {
 			if n == 1 {
-				return parseAddrs([]string{"127.0.0.2"})
+				return sandboxtest.ParseAddrs([]string{"127.0.0.2"})
 			}
-			return parseAddrs([]string{"127.0.0.1"})
+			return sandboxtest.ParseAddrs([]string{"127.0.0.1"})
 		},
 	})
 	p, u := e.g.port, e.udp
@@ -154,7 +155,7 @@ allow = [
 ]
 deny = ["127.0.0.4:1"]
 `, p, u))
-	e.dialer = &Dialer{Resolver: NewResolver(e.dns.addr())}
+	e.dialer = &Dialer{Resolver: NewResolver(e.dns.Addr())}
 	return e
 }
 
@@ -205,7 +206,7 @@ func TestDial(t *testing.T) {
 			t.Errorf("Dial(%q, %q): greeted by %q, want %q", tc.network, tc.host, got, tc.reached)
 		}
 	}
-	if n := e.dns.count("notallowed.test.", dnsmessage.TypeA); n != 0 {
+	if n := e.dns.Count("notallowed.test.", dnsmessage.TypeA); n != 0 {
 		t.Errorf("a name the policy does not allow was resolved %d times", n)
 	}
 }
@@ -260,7 +261,7 @@ func TestDialRebinding(t *testing.T) {
 	if got := greeting(t, c); got != "127.0.0.2" {
 		t.Errorf("first Dial greeted by %q", got)
 	}
-	if n := e.dns.count("rebind.test.", dnsmessage.TypeA); n != 1 {
+	if n := e.dns.Count("rebind.test.", dnsmessage.TypeA); n != 1 {
 		t.Errorf("first Dial asked %d times", n)
 	}
 	c, d, err = e.dialer.Dial(t.Context(), e.policy, "tcp", "rebind.test", e.g.port)
@@ -271,7 +272,7 @@ func TestDialRebinding(t *testing.T) {
 	if !strings.Contains(d.Reason, "rebind.test:") || !strings.Contains(d.Reason, "resolved to 127.0.0.1") {
 		t.Errorf("reason %q", d.Reason)
 	}
-	if n := e.dns.count("rebind.test.", dnsmessage.TypeA); n != 2 {
+	if n := e.dns.Count("rebind.test.", dnsmessage.TypeA); n != 2 {
 		t.Errorf("two Dials asked %d times", n)
 	}
 }

@@ -117,15 +117,44 @@ type Execution struct {
 	Notify func(msg string)
 }
 
-// Serve starts serving x's proxy on l, a listener in x's network, until
-// the Guard is closed. l is closed with it.
-func (e *Egress) Serve(x Execution, l net.Listener) (*Guard, error) {
+// Listeners are the sockets in an execution's network that its Guard
+// serves; each may be nil.
+type Listeners struct {
+	// Proxy speaks HTTP CONNECT, plain HTTP proxying and SOCKS5, for
+	// programs that honour the proxy variables.
+	Proxy net.Listener
+	// Transparent take the connections the sandbox's redirect sends
+	// there (sandbox.Redirect): every other TCP connection out.
+	Transparent []net.Listener
+	// DNS and DNSTCP are the sandbox's DNS server (FakeDNS), over UDP and
+	// TCP: it answers the names the policy allows with addresses that
+	// stand for them at the transparent listeners.
+	DNS    net.PacketConn
+	DNSTCP net.Listener
+}
+
+// Close closes every listener of ls.
+func (ls Listeners) Close() {
+	for _, c := range append([]net.Listener{ls.Proxy, ls.DNSTCP}, ls.Transparent...) {
+		if c != nil {
+			c.Close()
+		}
+	}
+	if ls.DNS != nil {
+		ls.DNS.Close()
+	}
+}
+
+// Serve starts serving x's listeners, in x's network, until the Guard is
+// closed; they are closed with it.
+func (e *Egress) Serve(x Execution, ls Listeners) (*Guard, error) {
 	if err := e.known(x.Policy); err != nil {
-		l.Close()
+		ls.Close()
 		return nil, err
 	}
 	g := &Guard{e: e, x: x, policy: x.Policy, conns: map[net.Conn]open{}, tokens: noticeBurst, filled: time.Now()}
-	g.srv = &proxy.Server{Dialer: g, Done: g.done, MaxConns: max(e.MaxConnsPerExecution, 0)}
+	g.dns = &FakeDNS{Policy: g.current, Done: g.resolved}
+	g.srv = &proxy.Server{Dialer: g, Done: g.done, MaxConns: max(e.MaxConnsPerExecution, 0), Names: g.dns.Name}
 	if g.srv.MaxConns == 0 {
 		g.srv.MaxConns = DefaultMaxConnsPerExecution
 	}
@@ -138,7 +167,18 @@ func (e *Egress) Serve(x Execution, l net.Listener) (*Guard, error) {
 	}
 	e.guards[g] = struct{}{}
 	e.mu.Unlock()
-	go g.srv.Serve(l)
+	if ls.Proxy != nil {
+		go g.srv.Serve(ls.Proxy)
+	}
+	for _, l := range ls.Transparent {
+		go g.srv.ServeTransparent(l)
+	}
+	if ls.DNS != nil {
+		go g.dns.ServePacket(ls.DNS)
+	}
+	if ls.DNSTCP != nil {
+		go g.dns.Serve(ls.DNSTCP)
+	}
 	return g, nil
 }
 
@@ -193,6 +233,7 @@ type Guard struct {
 	e   *Egress
 	x   Execution
 	srv *proxy.Server
+	dns *FakeDNS
 
 	mu      sync.Mutex
 	policy  string
@@ -249,21 +290,41 @@ func (g *Guard) Close() error {
 	g.mu.Lock()
 	g.stopped = true
 	g.mu.Unlock()
-	err := g.srv.Close()
+	err := errors.Join(g.srv.Close(), g.dns.Close())
 	g.e.mu.Lock()
 	delete(g.e.guards, g)
 	g.e.mu.Unlock()
 	return err
 }
 
+// current is the policy in force, nil for none.
+func (g *Guard) current() *Policy {
+	name := g.Policy()
+	if name == NameNone {
+		return nil
+	}
+	p, _ := g.e.Set.Lookup(name)
+	return p
+}
+
+// resolved is the DNS server's report of a name it was asked: a refused
+// one is told, observed and counted as a refused connection would be.
+func (g *Guard) resolved(d Decision) {
+	if d.Allowed {
+		return
+	}
+	if d.Policy == "" {
+		d.Policy = g.Policy()
+		d.Reason = fmt.Sprintf("%s is refused: the execution's network is %q, which allows no connection", d.Host, d.Policy)
+	}
+	g.refused(d)
+}
+
 // Dial is the proxy's Dialer: the policy decides, the Egress's Dialer
 // connects.
 func (g *Guard) Dial(ctx context.Context, host string, port uint16) (net.Conn, error) {
 	name := g.Policy()
-	var p *Policy
-	if name != NameNone {
-		p, _ = g.e.Set.Lookup(name)
-	}
+	p := g.current()
 	if p == nil {
 		d := Decision{Policy: name, Network: "tcp", Host: host, Port: port}
 		if a, err := netip.ParseAddr(host); err == nil {

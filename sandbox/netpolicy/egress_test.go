@@ -47,7 +47,7 @@ func startEgress(t *testing.T, tune func(*Egress)) *egressEnv {
 		t.Fatal(err)
 	}
 	env.proxy = ln.Addr().String()
-	env.guard, err = env.egress.Serve(Execution{Tenant: "acme", ID: "x1", Policy: "one", Notify: env.notify}, ln)
+	env.guard, err = env.egress.Serve(Execution{Tenant: "acme", ID: "x1", Policy: "one", Notify: env.notify}, Listeners{Proxy: ln})
 	if err != nil {
 		t.Fatal(err)
 	}

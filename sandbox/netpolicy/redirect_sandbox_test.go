@@ -141,7 +141,7 @@ func TestRedirectedSandboxMeetsThePolicy(t *testing.T) {
 	}
 	l := testLauncher.Get(t)
 	startLineEcho(t, "127.0.0.2:8080")
-	zone := startDNS(t, map[string]func(int) []netip.Addr{"allowed.test.": fixed("127.0.0.2"), "refused.test.": fixed("127.0.0.2")})
+	zone := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{"allowed.test.": sandboxtest.Fixed("127.0.0.2"), "refused.test.": sandboxtest.Fixed("127.0.0.2")})
 	pol := mustParse(t, "agents", `allow = ["allowed.test:8080", "127.0.0.2:8080"]`)
 
 	var mu sync.Mutex
@@ -155,7 +155,7 @@ func TestRedirectedSandboxMeetsThePolicy(t *testing.T) {
 		}
 	}}
 	srv := &proxy.Server{
-		Dialer: policyDialer{&Dialer{Resolver: NewResolver(zone.addr()), OwnAddrs: func() ([]netip.Addr, error) { return nil, nil }}, pol},
+		Dialer: policyDialer{&Dialer{Resolver: NewResolver(zone.Addr()), OwnAddrs: func() ([]netip.Addr, error) { return nil, nil }}, pol},
 		Names:  fdns.Name,
 		Done:   func(r proxy.Record) { mu.Lock(); records = append(records, r); mu.Unlock() },
 	}

@@ -1,4 +1,4 @@
-package netpolicy
+package sandboxtest
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// testDNS is a DNS server on 127.0.0.53 (any free port) that answers A and
-// AAAA questions from its zone and counts the questions per name and
-// type. A name's answer may depend on how many times it was asked
-// (rebinding).
-type testDNS struct {
+// DNS is a DNS server for tests on 127.0.0.53 (any free port) that
+// answers A and AAAA questions over UDP from its zone and counts the
+// questions per name and type. A name's answer may depend on how many
+// times it was asked (rebinding); a name not in the zone is NXDOMAIN.
+type DNS struct {
 	pc   net.PacketConn
 	zone map[string]func(n int) []netip.Addr // rooted, lower-case name; n counts from 1
 	done chan struct{}
@@ -24,14 +24,15 @@ type testDNS struct {
 	asked map[string]int // "name type"
 }
 
-// startDNS serves zone until the test ends.
-func startDNS(t *testing.T, zone map[string]func(n int) []netip.Addr) *testDNS {
+// StartDNS serves zone, keyed by rooted lower-case names ("api.test."),
+// until the test ends.
+func StartDNS(t testing.TB, zone map[string]func(n int) []netip.Addr) *DNS {
 	t.Helper()
 	pc, err := net.ListenPacket("udp4", "127.0.0.53:0")
 	if err != nil {
 		t.Fatalf("test DNS server: %v", err)
 	}
-	d := &testDNS{pc: pc, zone: zone, done: make(chan struct{}), asked: map[string]int{}}
+	d := &DNS{pc: pc, zone: zone, done: make(chan struct{}), asked: map[string]int{}}
 	go d.serve()
 	t.Cleanup(func() {
 		pc.Close()
@@ -40,12 +41,13 @@ func startDNS(t *testing.T, zone map[string]func(n int) []netip.Addr) *testDNS {
 	return d
 }
 
-// fixed answers addrs every time.
-func fixed(addrs ...string) func(int) []netip.Addr {
-	return func(int) []netip.Addr { return parseAddrs(addrs) }
+// Fixed answers addrs every time.
+func Fixed(addrs ...string) func(int) []netip.Addr {
+	return func(int) []netip.Addr { return ParseAddrs(addrs) }
 }
 
-func parseAddrs(addrs []string) []netip.Addr {
+// ParseAddrs parses IP addresses, panicking on a bad one.
+func ParseAddrs(addrs []string) []netip.Addr {
 	out := make([]netip.Addr, len(addrs))
 	for i, a := range addrs {
 		out[i] = netip.MustParseAddr(a)
@@ -53,16 +55,17 @@ func parseAddrs(addrs []string) []netip.Addr {
 	return out
 }
 
-func (d *testDNS) addr() string { return d.pc.LocalAddr().String() }
+// Addr is the server's address, IP:PORT.
+func (d *DNS) Addr() string { return d.pc.LocalAddr().String() }
 
-// count is how many times name was asked for type typ (A or AAAA).
-func (d *testDNS) count(name string, typ dnsmessage.Type) int {
+// Count is how many times name was asked for type typ (A or AAAA).
+func (d *DNS) Count(name string, typ dnsmessage.Type) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.asked[name+" "+typ.String()]
 }
 
-func (d *testDNS) serve() {
+func (d *DNS) serve() {
 	defer close(d.done)
 	buf := make([]byte, 1500)
 	for {
@@ -76,7 +79,7 @@ func (d *testDNS) serve() {
 	}
 }
 
-func (d *testDNS) answer(msg []byte) ([]byte, error) {
+func (d *DNS) answer(msg []byte) ([]byte, error) {
 	var p dnsmessage.Parser
 	h, err := p.Start(msg)
 	if err != nil {
