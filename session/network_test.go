@@ -2,10 +2,20 @@ package session_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -265,5 +275,129 @@ except OSError as e:
 	joined := strings.Join(notices, "\n")
 	if !strings.Contains(joined, "other.test") || !strings.Contains(joined, "203.0.113.5:80") {
 		t.Errorf("notices %q, want other.test's and 203.0.113.5's refusals", notices)
+	}
+}
+
+// testCA is a certificate authority and a server certificate it signed
+// for names, for TLS upstreams that programs in a sandbox verify.
+func testCA(t *testing.T, names ...string) (caPEM []byte, cert tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "termgate test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
+}
+
+// gitRepo makes a bare repository repo.git under root holding one
+// commit with a README.
+func gitRepo(t *testing.T, root, readme string) {
+	t.Helper()
+	work := t.TempDir()
+	git := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t", "HOME="+work)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+	}
+	git(work, "init", "-q", "src")
+	if err := os.WriteFile(filepath.Join(work, "src", "README"), []byte(readme), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(filepath.Join(work, "src"), "add", "README")
+	git(filepath.Join(work, "src"), "commit", "-q", "-m", "first")
+	git(root, "clone", "-q", "--bare", filepath.Join(work, "src"), "repo.git")
+}
+
+// TestNetworkPolicyClients: the clients agents use reach what a policy
+// allows: curl over HTTPS and git over HTTPS (a local git http-backend)
+// through the proxy, by name, verifying a test CA; Node's fetch, which
+// ignores the proxy variables, through the redirect.
+func TestNetworkPolicyClients(t *testing.T) {
+	t.Parallel()
+	for _, prog := range []string{"curl", "git", "node"} {
+		_, err := exec.LookPath(prog)
+		sandboxtest.Need(t, prog, err)
+	}
+	const backend = "/usr/lib/git-core/git-http-backend"
+	_, err := os.Stat(backend)
+	sandboxtest.Need(t, backend, err)
+	port := helloServers(t, "127.0.0.2")
+	caPEM, cert := testCA(t, "git.test")
+	root := t.TempDir()
+	gitRepo(t, root, "cloned through the policy\n")
+	mux := http.NewServeMux()
+	mux.Handle("/repo.git/", &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello over tls") })
+	ln, err := tls.Listen("tcp4", "127.0.0.4:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	tlsPort := ln.Addr().(*net.TCPAddr).Port
+
+	dns := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{
+		"api.test.": sandboxtest.Fixed("127.0.0.2"), "git.test.": sandboxtest.Fixed("127.0.0.4"),
+	})
+	file := filepath.Join(t.TempDir(), "agents.toml")
+	rules := fmt.Sprintf("allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\", \"git.test:%[2]d\", \"127.0.0.4:%[2]d\"]\n", port, tlsPort)
+	if err := os.WriteFile(file, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := netpolicy.NewSet(map[string]string{"agents": file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	egress := &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 10 * time.Second, Resolver: netpolicy.NewResolver(dns.Addr())}}
+	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ws := sandboxtest.Dir(t)
+	if err := os.WriteFile(filepath.Join(ws, "ca.pem"), caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`curl -sS --cacert /workspace/ca.pem https://git.test:%[2]d/; echo
+git clone -q https://git.test:%[2]d/repo.git /tmp/r && cat /tmp/r/README
+node -e 'fetch("http://api.test:%[1]d/").then(r => r.text()).then(t => console.log(t), e => console.log("fetch:", e.cause ?? e))'`, port, tlsPort)
+	sp := Spec{Policy: sandbox.Policy{Command: []string{"/bin/sh", "-c", script}, Workspace: ws,
+		Env: map[string]string{"HOME": "/workspace", "GIT_SSL_CAINFO": "/workspace/ca.pem"}},
+		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "agents", Timeout: time.Minute}
+	info, err := s.Start(t.Context(), "acme", "clients", sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _, err := s.Attach("acme", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := drain(t, sub)
+	if want := "hello over tls\ncloned through the policy\nhello from 127.0.0.2\n"; string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	st, err := s.Network("acme", info.ID)
+	if err != nil || st.Refused != 0 || st.Allowed < 3 {
+		t.Errorf("network %+v %v, want every connection allowed", st, err)
 	}
 }
