@@ -70,8 +70,9 @@ func TestVerifyJSON(t *testing.T) {
 		WorkspaceQuota string          `json:"workspace_quota"`
 		TenantCgroups  bool            `json:"tenant_cgroups"`
 		Network        struct {
-			Proxy   bool   `json:"proxy"`
-			Problem string `json:"problem"`
+			Proxy    bool   `json:"proxy"`
+			Redirect bool   `json:"redirect"`
+			Problem  string `json:"problem"`
 		} `json:"network_policies"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
@@ -85,8 +86,8 @@ func TestVerifyJSON(t *testing.T) {
 			t.Errorf("verify: check %s not reported as holding: %s", c, out)
 		}
 	}
-	if os.Geteuid() == 0 && (!r.Network.Proxy || r.Network.Problem != "") {
-		t.Errorf("verify as root: network policies' proxy %v (%s), want yes", r.Network.Proxy, r.Network.Problem)
+	if os.Geteuid() == 0 && (!r.Network.Proxy || !r.Network.Redirect || r.Network.Problem != "") {
+		t.Errorf("verify as root: network policies' proxy %v, redirect %v (%s), want both", r.Network.Proxy, r.Network.Redirect, r.Network.Problem)
 	}
 	if os.Geteuid() == 0 && (r.TenantUIDs == "" || !strings.HasPrefix(r.WorkspaceQuota, "ext4 image") || !r.TenantCgroups) {
 		t.Errorf("verify as root: tenant ids %q, quota %q, tenant cgroups %v", r.TenantUIDs, r.WorkspaceQuota, r.TenantCgroups)

@@ -100,13 +100,17 @@ func (o *serveOptions) buildEgress(log *slog.Logger) (*netpolicy.Egress, error) 
 }
 
 // verifyEgress refuses to offer network policies on a host that cannot
-// open their proxies in a sandbox's network.
+// enforce both of their parts: the proxy in each sandbox's network, and
+// the redirect of every other connection out to termgate's listeners.
 func (o *serveOptions) verifyEgress(ctx context.Context, l *sandbox.Launcher, e *netpolicy.Egress) error {
 	if e == nil {
 		return nil
 	}
 	if err := l.ProbeSockets(ctx); err != nil {
 		return fmt.Errorf("serve: refusing to start: network policies need their proxy in each sandbox's network, and this host cannot: %w", err)
+	}
+	if err := l.CheckRedirect(ctx); err != nil {
+		return fmt.Errorf("serve: refusing to start: network policies need each sandbox's other connections redirected to termgate, and this host cannot: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/termgate/termgate/sandbox"
 )
@@ -41,13 +42,17 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer l.Close()
 	report, perr := l.Probe(ctx)
-	net := networkReport{Proxy: true}
+	net := networkReport{Problem: "the sandbox itself failed its checks"}
 	if perr == nil {
+		net = networkReport{Proxy: true, Redirect: true}
+		var problems []string
 		if err := l.ProbeSockets(ctx); err != nil {
-			net = networkReport{Problem: err.Error()}
+			net.Proxy, problems = false, append(problems, err.Error())
 		}
-	} else {
-		net.Proxy, net.Problem = false, "the sandbox itself failed its checks"
+		if err := l.CheckRedirect(ctx); err != nil {
+			net.Redirect, problems = false, append(problems, err.Error())
+		}
+		net.Problem = strings.Join(problems, "; ")
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
@@ -70,15 +75,20 @@ type verifyReport struct {
 	Network networkReport `json:"network_policies"`
 }
 
-// networkReport says whether a network policy's proxy can be served in a
-// sandbox's network on this host (sandbox.Launcher.ProbeSockets).
+// networkReport says whether both parts of a network policy can be
+// enforced on this host: the proxy in a sandbox's network
+// (sandbox.Launcher.ProbeSockets), and the redirect of the sandbox's
+// other connections to termgate (CheckRedirect). serve offers policies
+// only with both.
 type networkReport struct {
-	Proxy   bool   `json:"proxy"`
-	Problem string `json:"problem,omitempty"`
+	Proxy    bool   `json:"proxy"`
+	Redirect bool   `json:"redirect"`
+	Problem  string `json:"problem,omitempty"`
 }
 
 func printNetwork(w io.Writer, n networkReport) {
-	fmt.Fprintf(w, "\nnetwork policies (--network-policy):\n  %-18s %s\n", "proxy", map[bool]string{true: "yes", false: "no"}[n.Proxy])
+	yes := map[bool]string{true: "yes", false: "no"}
+	fmt.Fprintf(w, "\nnetwork policies (--network-policy):\n  %-18s %s\n  %-18s %s\n", "proxy", yes[n.Proxy], "redirect", yes[n.Redirect])
 	if n.Problem != "" {
 		fmt.Fprintf(w, "problem: network policies: %s\n", n.Problem)
 	}
