@@ -401,3 +401,82 @@ node -e 'fetch("http://api.test:%[1]d/").then(r => r.text()).then(t => console.l
 		t.Errorf("network %+v %v, want every connection allowed", st, err)
 	}
 }
+
+// goClientSource is a program that ignores the proxy variables: Go's own
+// resolver (netdns=go, reading the sandbox's resolv.conf) and a transport
+// without a proxy, as a static binary an agent may bring.
+const goClientSource = `package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+)
+
+func main() {
+	c := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	for _, url := range os.Args[1:] {
+		resp, err := c.Get(url)
+		if err != nil {
+			fmt.Println("error")
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Println(string(b))
+	}
+}
+`
+
+// TestNetworkPolicyStaticGoBinary: a static Go binary with its own
+// resolver and no proxy reaches an allowed name through the redirect and
+// the sandbox's DNS server, and not a refused one.
+func TestNetworkPolicyStaticGoBinary(t *testing.T) {
+	t.Parallel()
+	goTool, err := exec.LookPath("go")
+	sandboxtest.Need(t, "go", err)
+	port := helloServers(t, "127.0.0.2", "127.0.0.3")
+	ws := sandboxtest.Dir(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(goClientSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(goTool, "build", "-o", filepath.Join(ws, "client"), "main.go")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the client: %v: %s", err, out)
+	}
+	dns := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{
+		"api.test.": sandboxtest.Fixed("127.0.0.2"), "other.test.": sandboxtest.Fixed("127.0.0.3"),
+	})
+	file := filepath.Join(t.TempDir(), "web.toml")
+	if err := os.WriteFile(file, fmt.Appendf(nil, "allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\"]\n", port), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := netpolicy.NewSet(map[string]string{"web": file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	egress := &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 5 * time.Second, Resolver: netpolicy.NewResolver(dns.Addr())}}
+	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	sp := Spec{Policy: sandbox.Policy{Command: []string{"/workspace/client", fmt.Sprintf("http://api.test:%d/", port), fmt.Sprintf("http://other.test:%d/", port)},
+		Workspace: ws, Env: map[string]string{"GODEBUG": "netdns=go"}},
+		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "web"}
+	info, err := s.Start(t.Context(), "acme", "gobin", sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _, err := s.Attach("acme", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := drain(t, sub); string(out) != "hello from 127.0.0.2\nerror\n" {
+		t.Errorf("output %q, want the allowed name's answer and an error for the refused one", out)
+	}
+}

@@ -261,3 +261,60 @@ curl -sS -o /dev/null -w '%%{http_code}\n' http://127.0.0.2:%[1]d/`, port)
 		t.Errorf("agents after a good file: %q, want its new rules", out)
 	}
 }
+
+// TestClusterNetworkPolicies: a start with a network policy placed on
+// any node runs under that node's policy, and once one node's policy
+// file differs (changed, and reloaded there only), the hops between the
+// nodes tell each which peer differs: /readyz says so on both.
+func TestClusterNetworkPolicies(t *testing.T) {
+	serveFromEnv()
+	_, err := exec.LookPath("curl")
+	sandboxtest.Need(t, "curl", err)
+	port := helloOn(t, "127.0.0.2")
+	file := filepath.Join(t.TempDir(), "web.toml")
+	if err := os.WriteFile(file, fmt.Appendf(nil, "allow = [\"127.0.0.2:%d\"]\n", port), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 2, "--network-policy", "web="+file)
+	tok := gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes+" net:web")
+	for i := range 4 { // placed by their keys: both nodes, most likely
+		body := map[string]any{"id": fmt.Sprint("web-", i), "command": "/bin/sh", "args": []string{"-c", fmt.Sprintf("curl -sS http://127.0.0.2:%d/", port)}, "network": "web"}
+		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, body)
+		if status != http.StatusCreated || got["network"] != "web" {
+			t.Fatalf("start %d through n0: %d %v", i, status, got)
+		}
+		id := got["id"].(string)
+		owner := c.nodes[0]
+		if ownerOf(id) == "n1" {
+			owner = c.nodes[1]
+		}
+		if out, _ := owner.eventsOf(t, tok, id); out != "hello from 127.0.0.2" {
+			t.Errorf("%s on %s: output %q", id, ownerOf(id), out)
+		}
+	}
+	ready := func(i int) string {
+		resp, err := http.Get(c.url(i) + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if r := ready(0); !strings.Contains(r, "network policies ") || strings.Contains(r, "differ") {
+		t.Errorf("n0's readyz with the same policies: %q", r)
+	}
+	if err := os.WriteFile(file, fmt.Appendf(nil, "allow = [\"127.0.0.3:%d\"]\n", port), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[1].hangup(`"msg":"network policies reloaded"`, 1)
+	// A bare ID neither holds: each node asks the other, a hop each way.
+	c.apiGet(t, c.url(0), "/v1/executions/nowhere")
+	c.apiGet(t, c.url(1), "/v1/executions/nowhere")
+	if r := ready(0); !strings.Contains(r, "network policies differ on n1") {
+		t.Errorf("n0's readyz once n1's policies differ: %q", r)
+	}
+	if r := ready(1); !strings.Contains(r, "network policies differ on n0") {
+		t.Errorf("n1's readyz once its policies differ: %q", r)
+	}
+}
