@@ -58,10 +58,10 @@
 // A tunnel (CONNECT, SOCKS5, upgrade or transparent) half-closes: when one side ends
 // its stream, the other side's connection is shut down for writing only,
 // so git and TLS close cleanly. It has no idle timeout, since long-lived
-// connections are legitimate; Close ends it. Between two TCP connections
-// the copy is splice(2), so an idle tunnel holds no buffer in the
-// process (two kernel pipes, four descriptors, while it lasts); its cost
-// is two goroutines. A plain-HTTP client connection holds a 4 KiB read
+// connections are legitimate; Close ends it. Each way of a tunnel waits
+// for its source to be readable holding no buffer, then copies with a
+// pooled 256 KiB buffer until the source would block: an idle tunnel
+// holds no buffer in the process, and costs two goroutines. A plain-HTTP client connection holds a 4 KiB read
 // and a 4 KiB write buffer, and its target connection as many.
 //
 // Limits: a client has HandshakeTimeout from accept to the end of its
