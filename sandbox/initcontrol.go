@@ -159,11 +159,7 @@ func (p *Process) release() {
 			return
 		}
 	}
-	err = p.redirect(pid)
-	if err == nil {
-		err = p.openSockets(pid)
-	}
-	if err != nil {
+	if err := p.prepareNetwork(pid); err != nil {
 		if errors.Is(err, ErrNetNSStuck) {
 			p.l.log.Error("prepare the sandbox's network", "pid", p.Pid(), "err", err)
 		}

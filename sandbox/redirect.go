@@ -77,20 +77,6 @@ func (p Policy) validateRedirect() error {
 	return nil
 }
 
-// redirect installs Policy.Redirect in the network of the sandbox whose
-// init (initPid) holds.
-func (p *Process) redirect(initPid int) error {
-	if p.policy.Redirect == nil {
-		return nil
-	}
-	ns, err := p.openNetNS(parentOf(initPid))
-	if err != nil {
-		return fmt.Errorf("redirect the sandbox's network: %w", err)
-	}
-	defer ns.Close()
-	return ns.Redirect(*p.policy.Redirect)
-}
-
 // Redirect installs r's routes and rules in the namespace, replacing
 // those of an earlier call: for a process adopted after a restart, the
 // rules are still there (the namespace keeps them), and calling it again

@@ -176,13 +176,37 @@ func (p *Process) Sockets(ctx context.Context) ([]OpenSocket, error) {
 // sockets were opened.
 var errNoSockets = errors.New("sandbox: the sandbox failed before its sockets were opened")
 
-// openSockets opens Policy.Listen in the network of the sandbox whose
-// init (initPid) holds, for Sockets.
-func (p *Process) openSockets(initPid int) error {
+// prepareNetwork installs Policy.Redirect and opens Policy.Listen, for
+// Sockets, in the network of the sandbox whose init (initPid) holds. The
+// two go on at once: the redirect's nftables transaction is most of a
+// start's added time, and the sockets need nothing of it.
+func (p *Process) prepareNetwork(initPid int) error {
+	if p.policy.Redirect == nil && len(p.policy.Listen) == 0 {
+		return nil
+	}
+	ns, err := p.openNetNS(parentOf(initPid))
+	if err != nil {
+		return fmt.Errorf("prepare the sandbox's network: %w", err)
+	}
+	defer ns.Close()
+	redirected := make(chan error, 1)
+	go func() {
+		if p.policy.Redirect == nil {
+			redirected <- nil
+			return
+		}
+		redirected <- ns.Redirect(*p.policy.Redirect)
+	}()
+	err = p.openSockets(ns)
+	return errors.Join(<-redirected, err)
+}
+
+// openSockets opens Policy.Listen in ns, for Sockets.
+func (p *Process) openSockets(ns *NetNS) error {
 	if len(p.policy.Listen) == 0 {
 		return nil
 	}
-	open, err := p.listen(initPid)
+	open, err := p.listen(ns)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -196,13 +220,9 @@ func (p *Process) openSockets(initPid int) error {
 	return err
 }
 
-// listen opens every socket of Policy.Listen, or none.
-func (p *Process) listen(initPid int) ([]OpenSocket, error) {
-	ns, err := p.openNetNS(parentOf(initPid))
-	if err != nil {
-		return nil, fmt.Errorf("open the sandbox's sockets: %w", err)
-	}
-	defer ns.Close()
+// listen opens every socket of Policy.Listen in ns, or none.
+func (p *Process) listen(ns *NetNS) ([]OpenSocket, error) {
+	var err error
 	open := make([]OpenSocket, 0, len(p.policy.Listen))
 	for _, s := range p.policy.Listen {
 		o := OpenSocket{Socket: s}
