@@ -3,9 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,19 +16,6 @@ import (
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 )
-
-// helloServer serves "hello" over HTTP on ip and returns its port.
-func helloServer(t *testing.T, ip string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp4", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // newNetworkEnv is a gateway over the real sandbox with network policies
 // "web" allowing 127.0.0.2:port and "web3" allowing 127.0.0.3:port.
@@ -92,7 +76,7 @@ func TestNetworkStartOverWebSocket(t *testing.T) {
 	t.Parallel()
 	_, err := exec.LookPath("curl")
 	sandboxtest.Need(t, "curl", err)
-	port := helloServer(t, "127.0.0.2")
+	port := sandboxtest.HelloServers(t, "127.0.0.2")
 	e := newNetworkEnv(t, port, nil)
 	if !slices.Contains(e.srv.hello().Features, wire.FeatureNetwork) {
 		t.Errorf("hello features %v lack %s", e.srv.hello().Features, wire.FeatureNetwork)
@@ -106,7 +90,7 @@ func TestNetworkStartOverWebSocket(t *testing.T) {
 			t.Fatalf("error %s: %s", m.Error, m.Message)
 		}
 	})
-	if want := fmt.Sprintf("hello\n127.0.0.3:%d is a loopback address, which policy \"web\" does not open\n", port); out != want {
+	if want := fmt.Sprintf("hello from 127.0.0.2\n127.0.0.3:%d is a loopback address, which policy \"web\" does not open\n", port); out != want {
 		t.Errorf("output %q, want %q", out, want)
 	}
 	if len(notices) != 1 || !strings.Contains(notices[0], fmt.Sprintf("127.0.0.3:%d", port)) {
@@ -141,7 +125,7 @@ func TestNetworkChangeOverWebSocket(t *testing.T) {
 	t.Parallel()
 	_, err := exec.LookPath("curl")
 	sandboxtest.Need(t, "curl", err)
-	port := helloServer(t, "127.0.0.3")
+	port := sandboxtest.HelloServers(t, "127.0.0.3")
 	e := newNetworkEnv(t, port, nil)
 	c := e.dial(t, e.token(t, "acme", append(allScopes, ScopeNetworkPrefix+"web")...))
 	defer c.close()
@@ -174,7 +158,7 @@ func TestNetworkChangeOverWebSocket(t *testing.T) {
 		t.Errorf("the change's answer: %+v", m)
 	}
 	out, notices := readToExit(t, c, nil)
-	if !strings.HasSuffix(out, "hello") {
+	if !strings.HasSuffix(out, "hello from 127.0.0.3") {
 		t.Errorf("output %q, want the hello of 127.0.0.3 once changed", out)
 	}
 	if len(notices) == 0 || !strings.Contains(notices[len(notices)-1], `now "web3" (was "web")`) {

@@ -31,48 +31,16 @@ import (
 	. "github.com/termgate/termgate/session"
 )
 
-// helloServers serves "hello from IP" over HTTP on each of ips, all on
-// one port, which it returns.
-func helloServers(t *testing.T, ips ...string) int {
-	t.Helper()
-	for range 20 {
-		var lns []net.Listener
-		port := "0"
-		for _, ip := range ips {
-			ln, err := net.Listen("tcp4", net.JoinHostPort(ip, port))
-			if err != nil {
-				break
-			}
-			port = fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
-			lns = append(lns, ln)
-		}
-		if len(lns) < len(ips) {
-			for _, ln := range lns {
-				ln.Close()
-			}
-			continue
-		}
-		for i, ln := range lns {
-			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fmt.Fprintf(w, "hello from %s", ips[i])
-			}), ReadHeaderTimeout: 10 * time.Second}
-			go srv.Serve(ln)
-			t.Cleanup(func() { srv.Close() })
-		}
-		return lns[0].Addr().(*net.TCPAddr).Port
-	}
-	t.Fatalf("no port free on all of %v", ips)
-	return 0
-}
-
-// egressFor is an Egress with policies "one" (allowing 127.0.0.2:port)
-// and "two" (127.0.0.3:port).
-func egressFor(t *testing.T, port int) *netpolicy.Egress {
+// policySupervisor is a supervisor on the real sandbox whose Egress has
+// the policies of rules (name to the file's text), resolving names with
+// the DNS server at dns ("" for the host's resolver).
+func policySupervisor(t *testing.T, rules map[string]string, dns string) *Supervisor {
 	t.Helper()
 	dir := t.TempDir()
-	files := map[string]string{"one": filepath.Join(dir, "one.toml"), "two": filepath.Join(dir, "two.toml")}
-	for name, ip := range map[string]string{"one": "127.0.0.2", "two": "127.0.0.3"} {
-		if err := os.WriteFile(files[name], fmt.Appendf(nil, "allow = [\"%s:%d\"]\n", ip, port), 0o644); err != nil {
+	files := map[string]string{}
+	for name, text := range rules {
+		files[name] = filepath.Join(dir, name+".toml")
+		if err := os.WriteFile(files[name], []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -80,7 +48,22 @@ func egressFor(t *testing.T, port int) *netpolicy.Egress {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 5 * time.Second}}
+	d := &netpolicy.Dialer{Timeout: 10 * time.Second}
+	if dns != "" {
+		d.Resolver = netpolicy.NewResolver(dns)
+	}
+	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: &netpolicy.Egress{Set: set, Dialer: d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// oneAndTwo are policies "one" (allowing 127.0.0.2:port) and "two"
+// (127.0.0.3:port).
+func oneAndTwo(port int) map[string]string {
+	return map[string]string{"one": fmt.Sprintf("allow = [\"127.0.0.2:%d\"]\n", port), "two": fmt.Sprintf("allow = [\"127.0.0.3:%d\"]\n", port)}
 }
 
 // TestNetworkPolicyInARealSandbox: curl in a sandbox with policy "one"
@@ -91,12 +74,8 @@ func TestNetworkPolicyInARealSandbox(t *testing.T) {
 	t.Parallel()
 	_, err := exec.LookPath("curl")
 	sandboxtest.Need(t, "curl (install curl)", err)
-	port := helloServers(t, "127.0.0.2", "127.0.0.3")
-	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egressFor(t, port)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	port := sandboxtest.HelloServers(t, "127.0.0.2", "127.0.0.3")
+	s := policySupervisor(t, oneAndTwo(port), "")
 	ws := sandboxtest.Dir(t)
 	script := fmt.Sprintf(`curl -sS http://127.0.0.2:%[1]d/; echo
 curl -sS http://127.0.0.3:%[1]d/; echo
@@ -169,11 +148,7 @@ curl -sS -o /dev/null -w '%%{http_code}\n' http://127.0.0.2:%[1]d/`, port)
 // without a policy cannot be given one while it runs.
 func TestNetworkPolicyRefusedSpecs(t *testing.T) {
 	t.Parallel()
-	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egressFor(t, 9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := policySupervisor(t, oneAndTwo(9), "")
 	ws := sandboxtest.Dir(t)
 	for _, tc := range []struct {
 		name    string
@@ -225,24 +200,11 @@ func TestNetworkPolicyWithoutProxyVariables(t *testing.T) {
 		_, err := exec.LookPath(prog)
 		sandboxtest.Need(t, prog, err)
 	}
-	port := helloServers(t, "127.0.0.2", "127.0.0.3")
+	port := sandboxtest.HelloServers(t, "127.0.0.2", "127.0.0.3")
 	dns := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{
 		"api.test.": sandboxtest.Fixed("127.0.0.2"), "other.test.": sandboxtest.Fixed("127.0.0.3"),
 	})
-	file := filepath.Join(t.TempDir(), "web.toml")
-	if err := os.WriteFile(file, fmt.Appendf(nil, "allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\"]\n", port), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	set, err := netpolicy.NewSet(map[string]string{"web": file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	egress := &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 5 * time.Second, Resolver: netpolicy.NewResolver(dns.Addr())}}
-	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egress})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := policySupervisor(t, map[string]string{"web": fmt.Sprintf("allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\"]\n", port)}, dns.Addr())
 	script := fmt.Sprintf(`curl --noproxy '*' -sS http://api.test:%[1]d/; echo
 curl --noproxy '*' -sS http://other.test:%[1]d/ 2>/dev/null; echo "other=$?"
 python3 -c '
@@ -340,7 +302,7 @@ func TestNetworkPolicyClients(t *testing.T) {
 	const backend = "/usr/lib/git-core/git-http-backend"
 	_, err := os.Stat(backend)
 	sandboxtest.Need(t, backend, err)
-	port := helloServers(t, "127.0.0.2")
+	port := sandboxtest.HelloServers(t, "127.0.0.2")
 	caPEM, cert := testCA(t, "git.test")
 	root := t.TempDir()
 	gitRepo(t, root, "cloned through the policy\n")
@@ -359,21 +321,8 @@ func TestNetworkPolicyClients(t *testing.T) {
 	dns := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{
 		"api.test.": sandboxtest.Fixed("127.0.0.2"), "git.test.": sandboxtest.Fixed("127.0.0.4"),
 	})
-	file := filepath.Join(t.TempDir(), "agents.toml")
 	rules := fmt.Sprintf("allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\", \"git.test:%[2]d\", \"127.0.0.4:%[2]d\"]\n", port, tlsPort)
-	if err := os.WriteFile(file, []byte(rules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	set, err := netpolicy.NewSet(map[string]string{"agents": file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	egress := &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 10 * time.Second, Resolver: netpolicy.NewResolver(dns.Addr())}}
-	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egress})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := policySupervisor(t, map[string]string{"agents": rules}, dns.Addr())
 	ws := sandboxtest.Dir(t)
 	if err := os.WriteFile(filepath.Join(ws, "ca.pem"), caPEM, 0o644); err != nil {
 		t.Fatal(err)
@@ -436,7 +385,7 @@ func TestNetworkPolicyStaticGoBinary(t *testing.T) {
 	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	sandboxtest.Need(t, "go", err)
-	port := helloServers(t, "127.0.0.2", "127.0.0.3")
+	port := sandboxtest.HelloServers(t, "127.0.0.2", "127.0.0.3")
 	ws := sandboxtest.Dir(t)
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(goClientSource), 0o644); err != nil {
@@ -451,20 +400,7 @@ func TestNetworkPolicyStaticGoBinary(t *testing.T) {
 	dns := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{
 		"api.test.": sandboxtest.Fixed("127.0.0.2"), "other.test.": sandboxtest.Fixed("127.0.0.3"),
 	})
-	file := filepath.Join(t.TempDir(), "web.toml")
-	if err := os.WriteFile(file, fmt.Appendf(nil, "allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\"]\n", port), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	set, err := netpolicy.NewSet(map[string]string{"web": file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	egress := &netpolicy.Egress{Set: set, Dialer: &netpolicy.Dialer{Timeout: 5 * time.Second, Resolver: netpolicy.NewResolver(dns.Addr())}}
-	s, err := New(Config{Launcher: SandboxLauncher(integrationLauncher.Get(t)), Egress: egress})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := policySupervisor(t, map[string]string{"web": fmt.Sprintf("allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\"]\n", port)}, dns.Addr())
 	sp := Spec{Policy: sandbox.Policy{Command: []string{"/workspace/client", fmt.Sprintf("http://api.test:%d/", port), fmt.Sprintf("http://other.test:%d/", port)},
 		Workspace: ws, Env: map[string]string{"GODEBUG": "netdns=go"}},
 		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "web"}

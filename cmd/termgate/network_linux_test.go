@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,40 +18,6 @@ import (
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
-
-// helloOn serves "hello from IP" over HTTP on each of ips, on one port,
-// which it returns.
-func helloOn(t *testing.T, ips ...string) int {
-	t.Helper()
-	for range 20 {
-		var lns []net.Listener
-		port := "0"
-		for _, ip := range ips {
-			ln, err := net.Listen("tcp4", net.JoinHostPort(ip, port))
-			if err != nil {
-				break
-			}
-			port = fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
-			lns = append(lns, ln)
-		}
-		if len(lns) < len(ips) {
-			for _, ln := range lns {
-				ln.Close()
-			}
-			continue
-		}
-		for i, ln := range lns {
-			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fmt.Fprintf(w, "hello from %s", ips[i])
-			}), ReadHeaderTimeout: 10 * time.Second}
-			go srv.Serve(ln)
-			t.Cleanup(func() { srv.Close() })
-		}
-		return lns[0].Addr().(*net.TCPAddr).Port
-	}
-	t.Fatalf("no port free on all of %v", ips)
-	return 0
-}
 
 // api sends an HTTP API request to n with tok and a JSON body (nil for
 // none), and returns the status and the decoded answer.
@@ -128,7 +93,7 @@ func TestNetworkPolicyEndToEnd(t *testing.T) {
 		_, err := exec.LookPath(prog)
 		sandboxtest.Need(t, prog, err)
 	}
-	port := helloOn(t, "127.0.0.2", "127.0.0.3")
+	port := sandboxtest.HelloServers(t, "127.0.0.2", "127.0.0.3")
 	dir := t.TempDir()
 	agents, other := filepath.Join(dir, "agents.toml"), filepath.Join(dir, "other.toml")
 	writeFile := func(path, data string) {
@@ -270,7 +235,7 @@ func TestClusterNetworkPolicies(t *testing.T) {
 	serveFromEnv()
 	_, err := exec.LookPath("curl")
 	sandboxtest.Need(t, "curl", err)
-	port := helloOn(t, "127.0.0.2")
+	port := sandboxtest.HelloServers(t, "127.0.0.2")
 	file := filepath.Join(t.TempDir(), "web.toml")
 	if err := os.WriteFile(file, fmt.Appendf(nil, "allow = [\"127.0.0.2:%d\"]\n", port), 0o644); err != nil {
 		t.Fatal(err)
