@@ -29,6 +29,7 @@ import (
 	"github.com/termgate/termgate/sandbox/netpolicy"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	. "github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/sessiontest"
 )
 
 // policySupervisor is a supervisor on the real sandbox whose Egress has
@@ -414,5 +415,45 @@ func TestNetworkPolicyStaticGoBinary(t *testing.T) {
 	}
 	if out, _ := drain(t, sub); string(out) != "hello from 127.0.0.2\nerror\n" {
 		t.Errorf("output %q, want the allowed name's answer and an error for the refused one", out)
+	}
+}
+
+// TestNetworkPolicyWithoutAProxyFailsClosed: an execution whose proxy
+// cannot be served (here a launcher that opens no sockets) is stopped
+// as failed, says why, and is told so; it never runs on without it.
+func TestNetworkPolicyWithoutAProxyFailsClosed(t *testing.T) {
+	t.Parallel()
+	l := &sessiontest.Launcher{Script: sessiontest.UntilStopped}
+	file := filepath.Join(t.TempDir(), "web.toml")
+	if err := os.WriteFile(file, []byte("allow = [\"example.com\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := netpolicy.NewSet(map[string]string{"web": file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newFake(t, l, Config{Egress: &netpolicy.Egress{Set: set}})
+	info, err := s.Start(t.Context(), "acme", "noproxy", Spec{Policy: sandbox.Policy{Command: []string{"/bin/sh"}, Workspace: t.TempDir()}, Network: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool { return mustGet(t, s, "acme", info.ID).Result != nil }) {
+		t.Fatal("the execution runs on without its proxy")
+	}
+	sub, _, err := s.Attach("acme", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, evs := drain(t, sub)
+	res := mustGet(t, s, "acme", info.ID).Result
+	if res == nil || res.Status != StatusFailed || !strings.Contains(res.Reason, `network policy "web": its proxy could not start`) {
+		t.Fatalf("result %+v, want failed because its proxy could not start", res)
+	}
+	told := false
+	for _, ev := range evs {
+		told = told || ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork && strings.Contains(ev.Notice.Message, "is stopped")
+	}
+	if !told {
+		t.Error("no notice said why the execution was stopped")
 	}
 }
