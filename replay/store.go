@@ -156,10 +156,12 @@ func pieceWord(off, k int) uint64 { return uint64(off)<<32 | uint64(k) }
 // FIONREAD said is queued, and asks for the next piece only after that
 // read.
 //
-// Reserve and Extend evict what an Append of the event so far would, and
-// never block. One reservation may be outstanding; other events may be
-// appended meanwhile (the output gets the next sequence when it is
-// committed). The memory is the ring's again after Commit.
+// In a backed ring Reserve and Extend evict what an Append of the event
+// so far would; an in-memory ring lends a buffer of its own and evicts at
+// Commit, as the Append does. Neither blocks. One reservation may be
+// outstanding; other events may be appended meanwhile (the output gets
+// the next sequence when it is committed). The memory is the ring's again
+// after Commit.
 func (r *Ring) Reserve(s Stream, size int) ([]byte, error) {
 	if !s.valid() || size <= 0 || size > MaxReserve {
 		return nil, invalid(KindOutput, fmt.Sprintf("reserve of %d bytes of %s: needs a stream and 1 to %d bytes", size, s, MaxReserve))
