@@ -291,6 +291,16 @@ func (g *Guard) Close() error {
 	g.stopped = true
 	g.mu.Unlock()
 	err := errors.Join(g.srv.Close(), g.dns.Close())
+	// Every connection's goroutine has ended: one still listed was made
+	// as Close began, and the proxy closed it unrecorded. Its place in
+	// the tenant's count is given back here.
+	g.mu.Lock()
+	left := len(g.conns)
+	clear(g.conns)
+	g.mu.Unlock()
+	for range left {
+		g.e.release(g.x.Tenant)
+	}
 	g.e.mu.Lock()
 	delete(g.e.guards, g)
 	g.e.mu.Unlock()

@@ -295,4 +295,10 @@ func TestEgressCloseEndsConnections(t *testing.T) {
 	if n := env.egress.Serving(); n != 0 {
 		t.Errorf("serving %d after Close, want 0", n)
 	}
+	env.egress.mu.Lock()
+	open := env.egress.tenants["acme"]
+	env.egress.mu.Unlock()
+	if open != 0 {
+		t.Errorf("the tenant holds %d connections after Close, want 0", open)
+	}
 }
