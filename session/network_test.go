@@ -193,11 +193,12 @@ func TestNetworkPolicyRefusedSpecs(t *testing.T) {
 // TestNetworkPolicyWithoutProxyVariables: programs that ignore the proxy
 // variables get the same policy through the sandbox's redirect and its
 // DNS server: curl with --noproxy reaches an allowed name, a refused name
-// does not resolve, and a plain connect to an address the policy does
-// not allow is reset; each refusal is told as a notice.
+// does not resolve, nc reaches it by its synthetic address, and a plain
+// connect to an address the policy does not allow is reset; each refusal
+// is told as a notice.
 func TestNetworkPolicyWithoutProxyVariables(t *testing.T) {
 	t.Parallel()
-	for _, prog := range []string{"curl", "python3"} {
+	for _, prog := range []string{"curl", "python3", "nc"} {
 		_, err := exec.LookPath(prog)
 		sandboxtest.Need(t, prog, err)
 	}
@@ -207,6 +208,7 @@ func TestNetworkPolicyWithoutProxyVariables(t *testing.T) {
 	})
 	s := policySupervisor(t, map[string]string{"web": fmt.Sprintf("allow = [\"api.test:%[1]d\", \"127.0.0.2:%[1]d\"]\n", port)}, dns.Addr())
 	script := fmt.Sprintf(`curl --noproxy '*' -sS http://api.test:%[1]d/; echo
+printf 'GET / HTTP/1.0\r\nHost: api.test\r\n\r\n' | nc -N -w 10 api.test %[1]d | tail -n 1; echo
 curl --noproxy '*' -sS http://other.test:%[1]d/ 2>/dev/null; echo "other=$?"
 python3 -c '
 import socket
@@ -226,7 +228,7 @@ except OSError as e:
 		t.Fatal(err)
 	}
 	out, evs := drain(t, sub)
-	if want := "hello from 127.0.0.2\nother=6\n203.0.113.5: ConnectionResetError\n"; string(out) != want {
+	if want := "hello from 127.0.0.2\nhello from 127.0.0.2\nother=6\n203.0.113.5: ConnectionResetError\n"; string(out) != want {
 		t.Errorf("output %q, want %q", out, want)
 	}
 	var notices []string
