@@ -23,6 +23,10 @@ const (
 	DefaultMaxConnsPerTenant = 4096
 )
 
+// sameLookup is how long the refusals of one name count as one: the
+// queries a resolver makes for one lookup (A, AAAA, retries).
+const sameLookup = time.Second
+
 // The pace of a Guard's notices: a burst of noticeBurst, then one every
 // noticeEvery. Refusals beyond it are counted and named in the next
 // notice.
@@ -243,6 +247,11 @@ type Guard struct {
 	filled  time.Time
 	unsaid  int // refusals not told since the last notice
 	stopped bool
+	// lastName and lastNameAt are the name the DNS server last refused:
+	// a resolver asks for a name's A and AAAA, and again on a retry,
+	// which is one refusal to the person at the terminal.
+	lastName   string
+	lastNameAt time.Time
 }
 
 // open is a connection a Guard made: what decided it, for its end.
@@ -318,9 +327,18 @@ func (g *Guard) current() *Policy {
 }
 
 // resolved is the DNS server's report of a name it was asked: a refused
-// one is told, observed and counted as a refused connection would be.
+// one is told, observed and counted as a refused connection would be,
+// once for the queries of one lookup (sameLookup).
 func (g *Guard) resolved(d Decision) {
 	if d.Allowed {
+		return
+	}
+	g.mu.Lock()
+	now := time.Now()
+	again := d.Host == g.lastName && now.Sub(g.lastNameAt) < sameLookup
+	g.lastName, g.lastNameAt = d.Host, now
+	g.mu.Unlock()
+	if again {
 		return
 	}
 	if d.Policy == "" {
