@@ -411,6 +411,18 @@ func (g *Guard) refused(d Decision) error {
 	return &proxy.Refused{Reason: d.Reason}
 }
 
+// Refuse is told of a connection the proxy refused without asking: it
+// is counted, observed and told like one the policy refused.
+func (g *Guard) Refuse(host string, port uint16, reason string) {
+	d := Decision{Policy: g.Policy(), Network: "tcp", Port: port, Reason: reason}
+	if a, err := netip.ParseAddr(host); err == nil {
+		d.Addr = a.Unmap()
+	} else {
+		d.Host = host
+	}
+	g.refused(d)
+}
+
 // failed counts and reports a connection that was neither refused nor
 // made.
 func (g *Guard) failed(d Decision, err error) {

@@ -302,3 +302,21 @@ func TestEgressCloseEndsConnections(t *testing.T) {
 		t.Errorf("the tenant holds %d connections after Close, want 0", open)
 	}
 }
+
+// TestEgressRefuseIsTold: a connection the proxy refused without asking
+// (a stale synthetic address) is counted and told like a policy's.
+func TestEgressRefuseIsTold(t *testing.T) {
+	t.Parallel()
+	env := startEgress(t, nil)
+	env.guard.Refuse("198.18.0.9", 443, "198.18.0.9 is an address termgate's DNS gave out for a name it no longer holds: look the name up again")
+	evs, notices := env.seen()
+	if len(notices) != 1 || !strings.HasPrefix(notices[0], "network: 198.18.0.9 is an address") {
+		t.Errorf("notices %q", notices)
+	}
+	if len(evs) != 1 || evs[0].Decision.Allowed || evs[0].Decision.Addr.String() != "198.18.0.9" || evs[0].Decision.Port != 443 || evs[0].Decision.Policy != "one" {
+		t.Errorf("events %+v", evs)
+	}
+	if st := env.guard.Status(); st.Refused != 1 {
+		t.Errorf("status %+v, want 1 refused", st)
+	}
+}

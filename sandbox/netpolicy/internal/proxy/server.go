@@ -49,6 +49,13 @@ var ErrClosed = errors.New("proxy: server closed")
 // failure.
 var ErrBusy = errors.New("proxy: too many connections")
 
+// Refuser is implemented by a Dialer that wants to hear of a connection
+// the Server refused without asking it: a synthetic address that stands
+// for no name any longer (ServeTransparent), with the reason given.
+type Refuser interface {
+	Refuse(host string, port uint16, reason string)
+}
+
 // Dialer connects to a target for the program, or refuses. It is the
 // only place a Server asks whether a connection may be made.
 type Dialer interface {

@@ -34,7 +34,10 @@ func (h *clientConn) serveTransparent() {
 	host, port := dst.Addr().String(), dst.Port()
 	var target net.Conn
 	if name, fake := h.s.names(dst.Addr()); fake && name == "" {
-		err = &Refused{Reason: "network: " + host + " is an address termgate's DNS gave out for a name it no longer holds: look the name up again"}
+		err = &Refused{Reason: host + " is an address termgate's DNS gave out for a name it no longer holds: look the name up again"}
+		if r, ok := h.s.Dialer.(Refuser); ok {
+			r.Refuse(host, port, err.(*Refused).Reason)
+		}
 	} else {
 		if fake {
 			host = name

@@ -5,6 +5,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -119,9 +120,16 @@ func (ns *redirectedNS) dial(addr string) (net.Conn, error) {
 // mapDialer allows the hosts it maps, connecting to their upstreams,
 // and refuses the rest.
 type mapDialer struct {
-	to    map[string]string // host → upstream host:port
-	mu    sync.Mutex
-	asked []string
+	to      map[string]string // host → upstream host:port
+	mu      sync.Mutex
+	asked   []string
+	refused []string // told by Refuse: host:port reason
+}
+
+func (d *mapDialer) Refuse(host string, port uint16, reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.refused = append(d.refused, fmt.Sprintf("%s:%d %s", host, port, reason))
 }
 
 func (d *mapDialer) Dial(ctx context.Context, host string, port uint16) (net.Conn, error) {
@@ -263,6 +271,12 @@ func TestTransparentRefusalResets(t *testing.T) {
 	}
 	if got := f.dialer.askedFor(); len(got) != 1 || got[0] != "203.0.113.9" {
 		t.Errorf("the Dialer was asked for %q", got)
+	}
+	f.dialer.mu.Lock()
+	refused := f.dialer.refused
+	f.dialer.mu.Unlock()
+	if len(refused) != 1 || !strings.HasPrefix(refused[0], "198.18.0.9:443 ") || !strings.Contains(refused[0], "look the name up again") {
+		t.Errorf("the Dialer was told of refusals %q, want the stale synthetic address's", refused)
 	}
 }
 
