@@ -53,6 +53,9 @@
 //     every connection with 1012 at once, "reconnect and resume", while
 //     the executions live on for the next server. release.go returns
 //     closed connections' memory to the OS.
+//   - network.go: a start's network and its scopes, the network request
+//     and /v1/executions/{id}/network, the connections' audit records,
+//     the network metrics and the policy digest that hops carry.
 //   - listener.go bounds connections per client (IPv4 /24, IPv6 /64) before
 //     any handshake, and gives the ones without a request header yet a
 //     budget of their own and a first-byte timeout (Listener.ConnState).

@@ -185,7 +185,7 @@ func auditConnect(trail *audit.Log, ev netpolicy.Event) {
 	}
 	d := ev.Decision
 	rec := &audit.Record{Event: eventConnect, Tenant: ev.Tenant, Execution: ev.Execution, Network: d.Policy,
-		Host: d.Host, Port: d.Port, Rule: d.Rule, Protocol: ev.Protocol}
+		Host: d.Host, Port: d.Port, Rule: d.Rule}
 	if d.Addr.IsValid() {
 		rec.Address = d.Addr.String()
 	}

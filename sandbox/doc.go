@@ -43,16 +43,16 @@
 // returns, and the socket, which keeps its namespace, is served from the
 // host, so nothing extra runs in the sandbox. The sockets of
 // Policy.Listen are opened while the init holds, before the command
-// runs (Process.Sockets); Process.NetNS opens more later, for an
-// adopted process too. A thread that cannot return to the host's
+// runs (Process.Sockets); Process.NetNS opens more later (NetNS.Open
+// opens a policy's again), for an adopted process too. A thread that cannot return to the host's
 // namespace is never used again (ErrNetNSStuck). Entering needs
 // CAP_SYS_ADMIN, and a sandbox sharing the host's network is refused.
 // Policy.Redirect, installed while the init holds too, gives that
 // namespace default routes through lo and nftables rules that send every
 // outside TCP connection and DNS query to termgate's listeners on its
 // loopback and refuse the rest (internal/netredirect, netlink written
-// from the host on sockets opened through NetNS); Launcher.CheckRedirect
-// tells whether the host can.
+// from the host on sockets opened through NetNS). Launcher.ProbeSockets
+// and Launcher.CheckRedirect tell whether the host can do either.
 //
 // bwrap is forked straight into the execution's cgroup2 directory
 // (clone3's CLONE_INTO_CGROUP) where the kernel can. A fork that must be

@@ -206,7 +206,7 @@ func (p *Process) openSockets(ns *NetNS) error {
 	if len(p.policy.Listen) == 0 {
 		return nil
 	}
-	open, err := p.listen(ns)
+	open, err := ns.Open(p.policy.Listen)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -220,11 +220,13 @@ func (p *Process) openSockets(ns *NetNS) error {
 	return err
 }
 
-// listen opens every socket of Policy.Listen in ns, or none.
-func (p *Process) listen(ns *NetNS) ([]OpenSocket, error) {
+// Open opens every socket of socks in the namespace, or none: a
+// policy's Listen, for a process adopted after the launcher that opened
+// them ended (their addresses are free again) as at the start.
+func (ns *NetNS) Open(socks []Socket) ([]OpenSocket, error) {
 	var err error
-	open := make([]OpenSocket, 0, len(p.policy.Listen))
-	for _, s := range p.policy.Listen {
+	open := make([]OpenSocket, 0, len(socks))
+	for _, s := range socks {
 		o := OpenSocket{Socket: s}
 		if strings.HasPrefix(s.Network, "udp") {
 			o.PacketConn, err = ns.ListenPacket(s.Network, s.Addr)

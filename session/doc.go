@@ -24,6 +24,14 @@
 // budget per owner and in total, reserved at the most each can hold; an
 // ended execution keeps its final snapshot, not its emulator.
 //
+// An execution with a network policy (Spec.Network; network.go) keeps its
+// sandbox's own network: the supervisor has its proxy, transparent and
+// DNS listeners opened there before the command runs, and serves them
+// through Config.Egress (package sandbox/netpolicy), again after a
+// restart. Refusals and changes are notices; SetNetwork changes the
+// policy while it runs; an execution whose listeners cannot be served is
+// stopped as failed.
+//
 // Execution IDs follow session/execid's grammar. With Config.StateDir an
 // execution's state lives in files (session/internal/statedir, whose doc
 // lists them), so that a supervisor started on the same directory takes

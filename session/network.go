@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +17,9 @@ import (
 // (Spec.Network) finds its proxy: on the sandbox's own loopback, serving
 // HTTP CONNECT, plain HTTP proxying and SOCKS5 on one port. The sandbox
 // has its own network with nothing else in it: every connection out goes
-// through the proxy, and the policy decides each one.
+// through the proxy, or, from a program that ignores the proxy variables,
+// through the transparent listener (TransparentPort), and the policy
+// decides each one.
 const ProxyAddr = "127.0.0.1:3128"
 
 // TransparentPort is where, on the sandbox's 127.0.0.1 (and ::1), the
@@ -27,20 +28,33 @@ const ProxyAddr = "127.0.0.1:3128"
 // DNS server answers on port 53 there, as the sandbox's resolv.conf says.
 const TransparentPort = 3129
 
+// egressSocket is one of egressSockets: the socket, whether it is IPv6's,
+// and its role.
+type egressSocket struct {
+	sandbox.Socket
+	v6   bool
+	role int
+}
+
+// The roles of the sockets an execution with a network policy gets.
+const (
+	roleProxy = iota
+	roleTransparent
+	roleDNS
+	roleDNSTCP
+)
+
 // egressSockets are the sockets opened in the network of an execution
 // with a network policy, and what each serves. IPv6 ones only where the
 // kernel has IPv6 (hostIPv6).
-var egressSockets = []struct {
-	sandbox.Socket
-	v6 bool
-}{
-	{sandbox.Socket{Network: "tcp", Addr: ProxyAddr}, false},
-	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", TransparentPort)}, false},
-	{sandbox.Socket{Network: "udp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false},
-	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false},
-	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", TransparentPort)}, true},
-	{sandbox.Socket{Network: "udp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true},
-	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true},
+var egressSockets = []egressSocket{
+	{sandbox.Socket{Network: "tcp", Addr: ProxyAddr}, false, roleProxy},
+	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", TransparentPort)}, false, roleTransparent},
+	{sandbox.Socket{Network: "udp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false, roleDNS},
+	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false, roleDNSTCP},
+	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", TransparentPort)}, true, roleTransparent},
+	{sandbox.Socket{Network: "udp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true, roleDNS},
+	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true, roleDNSTCP},
 }
 
 // hostIPv6 reports whether this kernel has IPv6 loopback: a sandbox's
@@ -173,10 +187,10 @@ func (e *execution) guardNetwork(proc Process, adopted bool) {
 	if e.spec.Network == "" {
 		return
 	}
-	ls, err := egressListeners(e.s.ctx, proc, e.spec.Policy, adopted)
-	if err == nil && e.s.cfg.Egress == nil {
-		ls.Close()
-		err = errors.New("session: no network policies on this server")
+	err := errors.New("session: no network policies on this server")
+	var ls netpolicy.Listeners
+	if e.s.cfg.Egress != nil {
+		ls, err = egressListeners(e.s.ctx, proc, e.spec.Policy, adopted)
 	}
 	if err == nil {
 		var g *netpolicy.Guard
@@ -205,73 +219,59 @@ func (e *execution) guardNetwork(proc Process, adopted bool) {
 // process (the listeners died with the server that opened them), its
 // redirect installed again and the listeners opened again.
 func egressListeners(ctx context.Context, proc Process, p sandbox.Policy, adopted bool) (netpolicy.Listeners, error) {
-	var socks []sandbox.OpenSocket
-	if adopted {
-		np, ok := proc.(netnsProcess)
-		if !ok {
-			return netpolicy.Listeners{}, errors.New("session: the launcher's process has no network namespace to serve a proxy in")
-		}
-		ns, err := np.NetNS()
-		if err != nil {
-			return netpolicy.Listeners{}, err
-		}
-		defer ns.Close()
-		if p.Redirect != nil {
-			if err := ns.Redirect(*p.Redirect); err != nil {
-				return netpolicy.Listeners{}, err
-			}
-		}
-		for _, s := range p.Listen {
-			o := sandbox.OpenSocket{Socket: s}
-			var err error
-			if strings.HasPrefix(s.Network, "udp") {
-				o.PacketConn, err = ns.ListenPacket(s.Network, s.Addr)
-			} else {
-				o.Listener, err = ns.Listen(s.Network, s.Addr)
-			}
-			if err != nil {
-				closeSockets(socks)
-				return netpolicy.Listeners{}, err
-			}
-			socks = append(socks, o)
-		}
-	} else {
-		sp, ok := proc.(socketsProcess)
-		if !ok {
-			return netpolicy.Listeners{}, errors.New("session: the launcher's process opens no sockets for a proxy")
-		}
-		var err error
-		if socks, err = sp.Sockets(ctx); err != nil {
-			return netpolicy.Listeners{}, err
-		}
+	socks, err := openEgress(ctx, proc, p, adopted)
+	if err != nil {
+		return netpolicy.Listeners{}, err
 	}
 	var ls netpolicy.Listeners
 	for _, s := range socks {
-		_, port, _ := net.SplitHostPort(s.Addr)
+		i := slices.IndexFunc(egressSockets, func(e egressSocket) bool { return e.Socket == s.Socket })
 		switch {
-		case s.Addr == ProxyAddr && ls.Proxy == nil:
+		case i < 0:
+			s.Close() // nobody serves it
+		case egressSockets[i].role == roleProxy:
 			ls.Proxy = s.Listener
-		case port == fmt.Sprint(TransparentPort) && s.Listener != nil:
+		case egressSockets[i].role == roleTransparent:
 			ls.Transparent = append(ls.Transparent, s.Listener)
-		case port == fmt.Sprint(sandbox.DNSPort) && s.PacketConn != nil && ls.DNS == nil:
+		case egressSockets[i].role == roleDNS && ls.DNS == nil:
 			ls.DNS = s.PacketConn
-		case port == fmt.Sprint(sandbox.DNSPort) && s.Listener != nil && ls.DNSTCP == nil:
+		case egressSockets[i].role == roleDNSTCP && ls.DNSTCP == nil:
 			ls.DNSTCP = s.Listener
 		default:
-			s.Close() // another's, or a second of a kind: nobody serves it
+			s.Close() // a second DNS server of a kind: the first serves
 		}
 	}
 	if ls.Proxy == nil {
-		closeSockets(socks)
+		ls.Close()
 		return netpolicy.Listeners{}, errors.New("session: the sandbox opened no proxy listener")
 	}
 	return ls, nil
 }
 
-func closeSockets(socks []sandbox.OpenSocket) {
-	for _, s := range socks {
-		s.Close()
+// openEgress is the sockets of p.Listen in proc's network.
+func openEgress(ctx context.Context, proc Process, p sandbox.Policy, adopted bool) ([]sandbox.OpenSocket, error) {
+	if !adopted {
+		sp, ok := proc.(socketsProcess)
+		if !ok {
+			return nil, errors.New("session: the launcher's process opens no sockets for a proxy")
+		}
+		return sp.Sockets(ctx)
 	}
+	np, ok := proc.(netnsProcess)
+	if !ok {
+		return nil, errors.New("session: the launcher's process has no network namespace to serve a proxy in")
+	}
+	ns, err := np.NetNS()
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	if p.Redirect != nil {
+		if err := ns.Redirect(*p.Redirect); err != nil {
+			return nil, err
+		}
+	}
+	return ns.Open(p.Listen)
 }
 
 // network is the execution's policy name now. Called without e.mu.

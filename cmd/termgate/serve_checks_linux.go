@@ -25,11 +25,12 @@ func (o *serveOptions) check() error {
 	if o.recordingsRetention == 0 {
 		o.session.RecordingsRetention = -1 // session's zero is its default
 	}
+	if err := o.checkNetwork(); err != nil {
+		return err
+	}
 	switch {
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
-	case o.checkNetwork() != nil:
-		return o.checkNetwork()
 	case o.proc != "auto" && o.proc != "none" && o.proc != "private":
 		return usageError{fmt.Errorf("serve: --proc: want auto, none or private, got %q", o.proc)}
 	case o.idleTimeout <= 0 || o.headerTimeout <= 0 || o.server.RequestReadTimeout <= 0:

@@ -360,15 +360,14 @@ type Record struct {
 	StdoutBytes *int64  `json:"stdout_bytes,omitempty"`
 	StderrBytes *int64  `json:"stderr_bytes,omitempty"`
 
-	// start, network (a change of policy), connect (a connection a
+	// network (a change of policy), connect (a connection a
 	// program asked for: its target, the policy's rule and, refused,
 	// the Reason)
-	Network  string `json:"network,omitempty"`
-	Protocol string `json:"protocol,omitempty"`
-	Host     string `json:"host,omitempty"`
-	Address  string `json:"address,omitempty"`
-	Port     uint16 `json:"port,omitempty"`
-	Rule     string `json:"rule,omitempty"`
+	Network string `json:"network,omitempty"`
+	Host    string `json:"host,omitempty"`
+	Address string `json:"address,omitempty"`
+	Port    uint16 `json:"port,omitempty"`
+	Rule    string `json:"rule,omitempty"`
 }
 
 // encode is the record as one line. encoding/json escapes the C0

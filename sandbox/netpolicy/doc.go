@@ -98,7 +98,20 @@
 // address, and a connection to that address is refused until the
 // program asks again.
 //
-// UDP is refused unless an allow rule says udp. Connections are checked
-// when they are made: a policy that changes later does not reach those
-// already open.
+// A Dialer refuses UDP unless an allow rule says udp; neither the proxy
+// nor the redirect relays UDP yet, so a sandbox's UDP other than DNS is
+// refused whatever the rules. Connections are checked when they are
+// made: a policy that changes later does not reach those already open.
+//
+// # Serving an execution
+//
+// An Egress holds the server's Set, Dialer and limits. Serve gives an
+// execution a Guard, which serves the listeners opened in its network
+// (Listeners: the proxy, the transparent listeners, the DNS server) under
+// the execution's policy as it is when each connection is asked for
+// (SetPolicy changes it for the next ones). The Guard bounds connections
+// per execution and, with the Egress, per tenant; tells refusals to the
+// person at the terminal at a bounded pace (Execution.Notify); reports
+// every connection and its end (Egress.Observe, for the audit trail); and
+// counts them per execution (Guard.Status) and per policy (Egress.Stats).
 package netpolicy

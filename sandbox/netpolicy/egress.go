@@ -64,8 +64,9 @@ type Egress struct {
 // of one that was made.
 type Event struct {
 	Tenant, Execution string
-	// Protocol is how the program asked: "http-connect", "http"
-	// (plain HTTP forwarding) or "socks5".
+	// Protocol is how the program asked: "http-connect", "http" (plain
+	// HTTP forwarding), "socks5" or "transparent" (redirected). It is set
+	// on an Ended event only: the policy decides before the proxy says.
 	Protocol string
 	// Decision is the policy's: Allowed, the rule and the reason. Its
 	// Policy is the execution's policy when it was asked.
@@ -156,7 +157,7 @@ func (e *Egress) Serve(x Execution, ls Listeners) (*Guard, error) {
 		ls.Close()
 		return nil, err
 	}
-	g := &Guard{e: e, x: x, policy: x.Policy, conns: map[net.Conn]open{}, tokens: noticeBurst, filled: time.Now()}
+	g := &Guard{e: e, x: x, policy: x.Policy, conns: map[net.Conn]Decision{}, tokens: noticeBurst, filled: time.Now()}
 	g.dns = &FakeDNS{Policy: g.current, Done: g.resolved}
 	g.srv = &proxy.Server{Dialer: g, Done: g.done, MaxConns: max(e.MaxConnsPerExecution, 0), Names: g.dns.Name}
 	if g.srv.MaxConns == 0 {
@@ -241,7 +242,7 @@ type Guard struct {
 
 	mu      sync.Mutex
 	policy  string
-	conns   map[net.Conn]open // made and not yet ended
+	conns   map[net.Conn]Decision // made and not yet ended: what allowed each
 	status  GuardStatus
 	tokens  float64 // notices that may go now
 	filled  time.Time
@@ -253,9 +254,6 @@ type Guard struct {
 	lastName   string
 	lastNameAt time.Time
 }
-
-// open is a connection a Guard made: what decided it, for its end.
-type open struct{ dec Decision }
 
 // GuardStatus is a Guard's policy and counters.
 type GuardStatus struct {
@@ -341,11 +339,16 @@ func (g *Guard) resolved(d Decision) {
 	if again {
 		return
 	}
-	if d.Policy == "" {
+	if d.Policy == "" { // FakeDNS without a policy: the network is none
 		d.Policy = g.Policy()
-		d.Reason = fmt.Sprintf("%s is refused: the execution's network is %q, which allows no connection", d.Host, d.Policy)
+		d.Reason = noNetwork(d.Host, d.Policy)
 	}
 	g.refused(d)
+}
+
+// noNetwork is the reason of a refusal under network "none".
+func noNetwork(target, policy string) string {
+	return fmt.Sprintf("%s is refused: the execution's network is %q, which allows no connection", target, policy)
 }
 
 // Dial is the proxy's Dialer: the policy decides, the Egress's Dialer
@@ -358,7 +361,7 @@ func (g *Guard) Dial(ctx context.Context, host string, port uint16) (net.Conn, e
 		if a, err := netip.ParseAddr(host); err == nil {
 			d.Host, d.Addr = "", a.Unmap()
 		}
-		return nil, g.refused(d.refuse("%s is refused: the execution's network is %q, which allows no connection", d.target(), name))
+		return nil, g.refused(d.refuse("%s", noNetwork(d.target(), name)))
 	}
 	if limit, ok := g.e.acquire(g.x.Tenant); !ok {
 		err := fmt.Errorf("netpolicy: tenant %q has %d connections open, the most it may", g.x.Tenant, limit)
@@ -377,7 +380,7 @@ func (g *Guard) Dial(ctx context.Context, host string, port uint16) (net.Conn, e
 		return nil, err
 	}
 	g.mu.Lock()
-	g.conns[c] = open{dec: dec}
+	g.conns[c] = dec
 	g.status.Allowed++
 	g.mu.Unlock()
 	g.e.mu.Lock()
@@ -463,7 +466,7 @@ func (g *Guard) done(r proxy.Record) {
 		return
 	}
 	g.mu.Lock()
-	o, ok := g.conns[r.Target]
+	dec, ok := g.conns[r.Target]
 	delete(g.conns, r.Target)
 	g.status.Up += uint64(r.Up)
 	g.status.Down += uint64(r.Down)
@@ -473,11 +476,11 @@ func (g *Guard) done(r proxy.Record) {
 	}
 	g.e.release(g.x.Tenant)
 	g.e.mu.Lock()
-	c := g.e.counters(o.dec.Policy)
+	c := g.e.counters(dec.Policy)
 	c.Up += uint64(r.Up)
 	c.Down += uint64(r.Down)
 	g.e.mu.Unlock()
-	g.observe(Event{Protocol: string(r.Protocol), Decision: o.dec, Ended: true, Up: r.Up, Down: r.Down})
+	g.observe(Event{Protocol: string(r.Protocol), Decision: dec, Ended: true, Up: r.Up, Down: r.Down})
 }
 
 func (g *Guard) observe(ev Event) {

@@ -208,17 +208,17 @@ func TestEgressNoticesArePaced(t *testing.T) {
 	}
 }
 
-// TestEgressTenantLimit: a tenant's connections beyond its limit are
-// refused with the reason, and one ending makes room again.
-func TestEgressTenantLimit(t *testing.T) {
-	t.Parallel()
-	env := startEgress(t, func(e *Egress) { e.MaxConnsPerTenant = 1 })
-	// A tunnel held open, to a listener that keeps its connection.
+// holdTunnel opens a CONNECT tunnel, under policy "one" (which then
+// allows the greeters and it), to a listener on 127.0.0.2 that keeps
+// the connection unaccepted: the listener, the client's connection and
+// its reader past the 200.
+func (env *egressEnv) holdTunnel(t *testing.T) (net.Listener, net.Conn, *bufio.Reader) {
+	t.Helper()
 	keep, err := net.Listen("tcp4", "127.0.0.2:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer keep.Close()
+	t.Cleanup(func() { keep.Close() })
 	port := keep.Addr().(*net.TCPAddr).Port
 	writePolicy(t, env.egress.Set.files["one"], fmt.Sprintf("allow = [\"127.0.0.2:%d\", \"127.0.0.2:%d\"]\n", env.g.port, port))
 	if err := env.egress.Set.Reload(); err != nil {
@@ -228,13 +228,22 @@ func TestEgressTenantLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	fmt.Fprintf(c, "CONNECT 127.0.0.2:%d HTTP/1.1\r\n\r\n", port)
 	br := bufio.NewReader(c)
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("the first tunnel: %v %v", resp, err)
+		t.Fatalf("the tunnel: %v %v", resp, err)
 	}
+	return keep, c, br
+}
+
+// TestEgressTenantLimit: a tenant's connections beyond its limit are
+// refused with the reason, and one ending makes room again.
+func TestEgressTenantLimit(t *testing.T) {
+	t.Parallel()
+	env := startEgress(t, func(e *Egress) { e.MaxConnsPerTenant = 1 })
+	keep, c, _ := env.holdTunnel(t)
 	code, body := env.connect(t, "127.0.0.2")
 	if code != http.StatusForbidden || !strings.Contains(body, `tenant "acme" has 1 connections open`) {
 		t.Fatalf("beyond the tenant's limit: %d %q", code, body)
@@ -260,27 +269,7 @@ func TestEgressTenantLimit(t *testing.T) {
 func TestEgressCloseEndsConnections(t *testing.T) {
 	t.Parallel()
 	env := startEgress(t, nil)
-	keep, err := net.Listen("tcp4", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer keep.Close()
-	port := keep.Addr().(*net.TCPAddr).Port
-	writePolicy(t, env.egress.Set.files["one"], fmt.Sprintf("allow = [\"127.0.0.2:%d\"]\n", port))
-	if err := env.egress.Set.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.DialTimeout("tcp", env.proxy, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(c, "CONNECT 127.0.0.2:%d HTTP/1.1\r\n\r\n", port)
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("tunnel: %v %v", resp, err)
-	}
+	_, _, br := env.holdTunnel(t)
 	if n := env.egress.Serving(); n != 1 {
 		t.Errorf("serving %d, want 1", n)
 	}
