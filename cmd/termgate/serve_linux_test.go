@@ -131,6 +131,12 @@ func TestServeUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"serve", "--network", "bridge", "--dev"},
+		{"serve", "--network-policy", "agents", "--dev"},
+		{"serve", "--network-policy", "Agents=/x.toml", "--dev"},
+		{"serve", "--network-policy", "none=/x.toml", "--dev"},
+		{"serve", "--network-policy", "a=/x.toml", "--network-policy", "a=/y.toml", "--dev"},
+		{"serve", "--network-policy", "a=/x.toml", "--network", "b", "--dev"},
+		{"serve", "--network-dns", "127.0.0.53", "--dev"},
 		{"serve", "--jwt-secret-file", "/x"},
 		{"serve", "--workspace-root", "/x"},
 		{"serve", "--tls-cert", "c", "--dev"},
