@@ -180,6 +180,7 @@ func (a *Authenticator) fetchFirst(s *jwksSource) {
 		if err == nil {
 			s.held.Store(held)
 			s.keyfunc.Store(&kf)
+			held.inUse()
 			<-a.ctx.Done() // attempt carries the library's refreshes
 			cancel()
 			return
@@ -226,7 +227,8 @@ func (a *Authenticator) openJWKS(ctx context.Context, u string) (keyfunc.Keyfunc
 }
 
 // boundedStorage holds one JWKS's keys and refuses a set of more than max,
-// so that the keys held stay; it logs the kids when they change.
+// so that the keys held stay; once in use, it logs the kids when they
+// change, so that the line means their tokens are accepted.
 type boundedStorage struct {
 	*jwkset.MemoryJWKSet
 	url string
@@ -235,6 +237,15 @@ type boundedStorage struct {
 
 	mu   sync.Mutex
 	kids []string
+	live bool // inUse was called: tokens are checked against kids
+}
+
+// inUse logs the kids held, once tokens are checked against them.
+func (b *boundedStorage) inUse() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.live = true
+	b.log.Info("JWKS keys", "url", b.url, "kids", b.kids)
 }
 
 // KeyReplaceAll implements jwkset.Storage: each fetch replaces the set.
@@ -254,7 +265,9 @@ func (b *boundedStorage) KeyReplaceAll(ctx context.Context, given []jwkset.JWK) 
 	defer b.mu.Unlock()
 	if !slices.Equal(kids, b.kids) {
 		b.kids = kids
-		b.log.Info("JWKS keys", "url", b.url, "kids", kids)
+		if b.live {
+			b.log.Info("JWKS keys", "url", b.url, "kids", kids)
+		}
 	}
 	return nil
 }

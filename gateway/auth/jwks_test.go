@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -445,5 +446,60 @@ func TestJWKSThatNeverAnswersLeavesTheOtherSourcesReady(t *testing.T) {
 	alone, _ := newJWKSAuth(t, Config{JWKSURLs: []string{srv.URL}})
 	if err := alone.Ready(); err == nil || !strings.Contains(err.Error(), srv.URL) {
 		t.Errorf("Ready = %v with the JWKS as the only source, want an error naming it", err)
+	}
+}
+
+// onMessage is a slog handler that calls fn, in the logging goroutine,
+// for each record of message msg.
+type onMessage struct {
+	slog.Handler
+	msg string
+	fn  func()
+}
+
+func (h onMessage) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.fn()
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// TestJWKSKeysLoggedOnlyOnceInUse: "JWKS keys" tells an operator that
+// tokens of those keys are accepted, so a token verified when the line
+// is written is accepted.
+func TestJWKSKeysLoggedOnlyOnceInUse(t *testing.T) {
+	t.Parallel()
+	ks := testKeys()
+	srv := newJWKSServer(t)
+	srv.set(t, map[string]any{"k": &ks.rsa.PublicKey})
+	tok := signTest(t, jwt.SigningMethodRS256, ks.rsa, "k", goodClaims(nil))
+	var a atomic.Pointer[Authenticator]
+	made := make(chan struct{})
+	var logged, refused atomic.Int64
+	logs := &sandboxtest.SyncBuffer{}
+	h := onMessage{Handler: slog.NewTextHandler(logs, nil), msg: "JWKS keys", fn: func() {
+		logged.Add(1)
+		select {
+		case <-made:
+		case <-time.After(10 * time.Second):
+		}
+		if a.Load() == nil || !accepts(a.Load(), tok) {
+			refused.Add(1)
+		}
+	}}
+	cfg := Config{JWKSURLs: []string{srv.URL}, Audience: testAudience, Logger: slog.New(h),
+		Now: func() time.Time { return testNow }}
+	au, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	a.Store(au)
+	close(made)
+	t.Cleanup(func() { au.Close() })
+	if !sandboxtest.Eventually(t, 20*time.Second, func() bool { return logged.Load() > 0 }) {
+		t.Fatalf("the keys were never logged:\n%s", logs)
+	}
+	if n := refused.Load(); n != 0 {
+		t.Errorf("a token of the logged keys was refused while the line was written (%d of %d times)", n, logged.Load())
 	}
 }
