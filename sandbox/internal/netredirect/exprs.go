@@ -31,8 +31,11 @@ func rules(p Ports) []chainRule {
 				out = append(out, chainRule{NATChain, concat(outside, l4(proto), dport(53), redirectTo(p.DNS))})
 			}
 		}
+		out = append(out, chainRule{NATChain, concat(outside, l4(unix.IPPROTO_TCP), redirectTo(p.TCP))})
+		if p.UDP != 0 {
+			out = append(out, chainRule{NATChain, concat(outside, l4(unix.IPPROTO_UDP), redirectTo(p.UDP))})
+		}
 		out = append(out,
-			chainRule{NATChain, concat(outside, l4(unix.IPPROTO_TCP), redirectTo(p.TCP))},
 			chainRule{FilterChain, concat(outside, l4(unix.IPPROTO_TCP), []expr{reject(unix.NFT_REJECT_TCP_RST, 0)})},
 			chainRule{FilterChain, concat(outside, []expr{reject(unix.NFT_REJECT_ICMPX_UNREACH, unix.NFT_REJECT_ICMPX_PORT_UNREACH)})},
 		)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,16 +75,41 @@ func encode(msgs []message, seq uint32) []byte {
 	return out
 }
 
+// query sends m, which asks for one object, and returns the attributes
+// of the kernel's answer, past its nfgenmsg.
+func query(fd int, m message) ([]byte, error) {
+	var answer []byte
+	_, err := roundTrip(fd, []message{m}, func(typ uint16, data []byte) {
+		if typ != unix.NLMSG_ERROR && typ != unix.NLMSG_DONE && answer == nil && len(data) >= 4 {
+			answer = append([]byte(nil), data[4:]...)
+		}
+	})
+	if err == nil && answer == nil {
+		err = errors.New("netlink: acknowledged without an answer")
+	}
+	return answer, err
+}
+
+// nextSeq numbers the messages sent, so that an answer left over from an
+// earlier exchange that gave up waiting is not taken for this one's.
+var nextSeq atomic.Uint32
+
 // exchange sends msgs in one datagram on the netlink socket fd and waits
 // for an acknowledgement of each message that asked for one, in order
 // by sequence number. It returns the first error the kernel gave, with
 // the index of the message it answered.
 func exchange(fd int, msgs []message) (int, error) {
+	return roundTrip(fd, msgs, nil)
+}
+
+// roundTrip is exchange, giving every other message answering one of
+// msgs to answer (which must not keep its argument) as it comes.
+func roundTrip(fd int, msgs []message, answer func(typ uint16, b []byte)) (int, error) {
 	tv := unix.NsecToTimeval(replyTimeout.Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return -1, fmt.Errorf("netlink: set the receive timeout: %w", err)
 	}
-	const seq = 1
+	seq := nextSeq.Add(uint32(len(msgs)))
 	if err := unix.Sendto(fd, encode(msgs, seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return -1, fmt.Errorf("netlink: send: %w", err)
 	}
@@ -110,8 +136,17 @@ func exchange(fd int, msgs []message) (int, error) {
 			typ, rseq := binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:])
 			data := b[unix.NLMSG_HDRLEN:size]
 			b = b[min((size+3)&^3, len(b)):]
-			i := int(rseq) - seq
-			if typ != unix.NLMSG_ERROR || len(data) < 4 || i < 0 || i >= len(msgs) {
+			i := int(rseq - seq)
+			if i < 0 || i >= len(msgs) {
+				continue
+			}
+			if typ != unix.NLMSG_ERROR {
+				if answer != nil {
+					answer(typ, data)
+				}
+				continue
+			}
+			if len(data) < 4 {
 				continue
 			}
 			if errno := -int32(binary.NativeEndian.Uint32(data)); errno != 0 {

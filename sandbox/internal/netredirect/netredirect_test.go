@@ -159,3 +159,103 @@ func listen(t *testing.T, addr string) int {
 	}
 	return fd
 }
+
+// TestUDPRelayedWithItsDestination: with a UDP port, UDP to an outside
+// address reaches the relay's socket, conntrack names where each
+// datagram was going, and the relay's answer reaches the program as
+// from that address; a datagram sent to the relay itself names the
+// relay.
+func TestUDPRelayedWithItsDestination(t *testing.T) {
+	t.Parallel()
+	inNewNetNS(t, func(int) {
+		install(t, Ports{TCP: 3129, DNS: 53, UDP: 3130})
+		nf := netlinkSocket(t, unix.NETLINK_NETFILTER)
+		defer unix.Close(nf)
+		for _, tc := range []struct {
+			relay, dst string
+			family    int
+		}{
+			{"127.0.0.1:3130", "192.0.2.1:9999", unix.AF_INET},
+			{"[::1]:3130", "[2001:db8::1]:9999", unix.AF_INET6},
+		} {
+			relay := udpSocket(t, tc.family, tc.relay)
+			if relay < 0 {
+				t.Logf("no %s: skipped", tc.relay)
+				continue
+			}
+			defer unix.Close(relay)
+			prog := udpSocket(t, tc.family, "")
+			defer unix.Close(prog)
+			dst := netip.MustParseAddrPort(tc.dst)
+			if err := unix.Sendto(prog, []byte("ping"), 0, sockaddr(dst)); err != nil {
+				t.Fatalf("send to %s: %v", dst, err)
+			}
+			b := make([]byte, 16)
+			unix.SetsockoptTimeval(relay, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+			n, from, err := unix.Recvfrom(relay, b, 0)
+			if err != nil || string(b[:n]) != "ping" {
+				t.Fatalf("the relay read %q, %v", b[:n], err)
+			}
+			got, err := OriginalDst(nf, netip.MustParseAddrPort(tc.relay), addrPort(from))
+			if err != nil || got != dst {
+				t.Errorf("original destination of %s's datagram: %v, %v; want %s", addrPort(from), got, err, dst)
+			}
+			if err := unix.Sendto(relay, []byte("pong"), 0, from); err != nil {
+				t.Fatal(err)
+			}
+			unix.SetsockoptTimeval(prog, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+			n, back, err := unix.Recvfrom(prog, b, 0)
+			if err != nil || string(b[:n]) != "pong" || addrPort(back) != dst {
+				t.Errorf("the program read %q from %v, %v; want pong from %s", b[:n], addrPort(back), err, dst)
+			}
+			// Sent to the relay's own address: not redirected.
+			if err := unix.Sendto(prog, []byte("self"), 0, sockaddr(netip.MustParseAddrPort(tc.relay))); err != nil {
+				t.Fatal(err)
+			}
+			if _, from, err = unix.Recvfrom(relay, b, 0); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := OriginalDst(nf, netip.MustParseAddrPort(tc.relay), addrPort(from)); err != nil || got.String() != tc.relay {
+				t.Errorf("a datagram to the relay itself: %v, %v; want %s", got, err, tc.relay)
+			}
+			if got, err := OriginalDst(nf, netip.MustParseAddrPort(tc.relay), netip.AddrPortFrom(addrPort(from).Addr(), 9)); !errors.Is(err, ErrNoEntry) {
+				t.Errorf("a datagram never sent: %v, %v; want ErrNoEntry", got, err)
+			}
+		}
+	})
+}
+
+// udpSocket is a UDP socket of family bound to addr ("" for any port of
+// loopback), or -1 where the namespace has no such address.
+func udpSocket(t *testing.T, family int, addr string) int {
+	t.Helper()
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	if addr != "" {
+		err = unix.Bind(fd, sockaddr(netip.MustParseAddrPort(addr)))
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+	if ap.Addr().Is4() {
+		return &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
+	}
+	return &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port())}
+}
+
+func addrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port))
+	}
+	return netip.AddrPort{}
+}

@@ -33,6 +33,11 @@ type Ports struct {
 	// 53 of an address outside loopback; 0 redirects no DNS, so DNS is
 	// refused as other UDP is, and TCP port 53 goes to TCP.
 	DNS uint16
+	// UDP is the UDP relay's port on loopback, for UDP to any other port
+	// of an address outside loopback; the relay reads each datagram's
+	// original destination from conntrack (OriginalDst). 0 relays none:
+	// such UDP is refused.
+	UDP uint16
 }
 
 // Rules installs Table on the NETLINK_NETFILTER socket fd, replacing a
@@ -41,17 +46,20 @@ type Ports struct {
 // (127.0.0.0/8, ::1), in this order:
 //
 //   - UDP and TCP to port 53 go to DNS (with DNS set);
-//   - TCP goes to TCP;
+//   - TCP goes to TCP, and UDP to UDP (with UDP set);
 //   - any other TCP packet is answered with a reset, and everything
 //     else (UDP, ICMP, raw IP) is dropped with an ICMP port unreachable,
 //     so a program's send fails at once with EPERM (IPv6's connected
 //     UDP sockets then also read ECONNREFUSED) rather than waiting.
 //
 // A redirect keeps the original destination in conntrack, where the
-// listener reads it (SO_ORIGINAL_DST).
+// listener reads it (SO_ORIGINAL_DST for TCP, OriginalDst for UDP).
 func Rules(fd int, p Ports) error {
 	if p.TCP == 0 {
 		return errors.New("netredirect: no TCP port to redirect to")
+	}
+	if p.UDP != 0 && p.UDP == p.DNS {
+		return fmt.Errorf("netredirect: UDP relay and DNS on the same port %d", p.UDP)
 	}
 	i, err := exchange(fd, batch(p))
 	switch {
