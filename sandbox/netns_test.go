@@ -73,7 +73,7 @@ func TestListenSocketsExistBeforeTheCommand(t *testing.T) {
 				l = keeperLauncher(t, keeperDir(t))
 			}
 			p := Policy{Key: "listen", Command: []string{"/bin/bash", "-c", script}, Workspace: sandboxtest.Dir(t),
-				Listen: []Socket{{"tcp", "127.0.0.1:3128"}, {"udp4", "127.0.0.1:5353"}}}
+				Listen: []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}, {Network: "udp4", Addr: "127.0.0.1:5353"}}}
 			var out, errb sandboxtest.SyncBuffer
 			proc, err := l.Start(t.Context(), p, Stdio{Stdout: &out, Stderr: &errb})
 			if err != nil {
@@ -176,7 +176,7 @@ func TestSandboxSocketsAreIsolated(t *testing.T) {
 	var out sandboxtest.SyncBuffer
 	proc, err := l.Start(t.Context(), Policy{
 		Command: []string{"/bin/bash", "-c", "read x; echo inside > /dev/tcp/127.0.0.1/" + port}, Workspace: sandboxtest.Dir(t),
-		Listen: []Socket{{"tcp", "127.0.0.1:" + port}},
+		Listen: []Socket{{Network: "tcp", Addr: "127.0.0.1:" + port}},
 	}, Stdio{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestHostNetworkGetsNoSockets(t *testing.T) {
 	needNetNS(t)
 	l := needLauncher(t)
 	p := Policy{Command: []string{"sleep", "30"}, Workspace: sandboxtest.Dir(t), Network: NetworkHost}
-	p.Listen = []Socket{{"tcp", "127.0.0.1:3128"}}
+	p.Listen = []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}}
 	if _, err := l.Start(t.Context(), p, Stdio{}); !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "need network none") {
 		t.Errorf("start with sockets and the host's network: %v", err)
 	}
@@ -252,7 +252,7 @@ func TestKeeperAdoptedProcessListensAgain(t *testing.T) {
 	l := keeperLauncher(t, dir)
 	script := "echo first > /dev/tcp/127.0.0.1/3128; read x; echo second > /dev/tcp/127.0.0.1/3128 && echo reached"
 	proc, err := l.Start(t.Context(), Policy{Key: "relisten", Command: []string{"/bin/bash", "-c", script}, Workspace: sandboxtest.Dir(t),
-		Listen: []Socket{{"tcp", "127.0.0.1:3128"}}}, Stdio{})
+		Listen: []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}}}, Stdio{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestSocketFailureEndsTheSandbox(t *testing.T) {
 	needNetNS(t)
 	l := needLauncher(t)
 	p := Policy{Command: []string{"/bin/sh", "-c", "echo RAN"}, Workspace: sandboxtest.Dir(t),
-		Listen: []Socket{{"tcp", "127.0.0.1:3128"}, {"tcp", "127.0.0.1:3128"}}}
+		Listen: []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}, {Network: "tcp", Addr: "127.0.0.1:3128"}}}
 	var out sandboxtest.SyncBuffer
 	proc, err := l.start(t.Context(), p.Normalize(), Stdio{Stdout: &out})
 	if err != nil {

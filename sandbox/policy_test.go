@@ -51,20 +51,20 @@ func TestValidateRejects(t *testing.T) {
 		{"tiny memory", func(p *Policy) { p.Limits.Memory = 1 }, "memory"},
 		{"tiny open files", func(p *Policy) { p.Limits.OpenFiles = 3 }, "open files"},
 		{"cpu weight", func(p *Policy) { p.Limits.CPUWeight = 10001 }, "cpu weight"},
-		{"listen with the host's network", func(p *Policy) { p.Network, p.Listen = NetworkHost, []Socket{{"tcp", "127.0.0.1:3128"}} }, "need network none"},
-		{"listen on a LAN address", func(p *Policy) { p.Listen = []Socket{{"tcp", "10.0.0.1:3128"}} }, `"10.0.0.1:3128" is not a loopback address`},
-		{"listen on every address", func(p *Policy) { p.Listen = []Socket{{"tcp", "0.0.0.0:3128"}} }, "not a loopback address"},
-		{"listen on every IPv6 address", func(p *Policy) { p.Listen = []Socket{{"udp6", "[::]:53"}} }, "not a loopback address"},
-		{"listen on a name", func(p *Policy) { p.Listen = []Socket{{"tcp", "localhost:3128"}} }, "want an IP address and a port"},
-		{"listen without a port", func(p *Policy) { p.Listen = []Socket{{"tcp", "127.0.0.1"}} }, "want an IP address and a port"},
-		{"listen on port 0", func(p *Policy) { p.Listen = []Socket{{"tcp", "127.0.0.1:0"}} }, "port other than 0"},
-		{"listen on another network", func(p *Policy) { p.Listen = []Socket{{"unix", "127.0.0.1:3128"}} }, "want tcp, tcp4, tcp6, udp, udp4 or udp6"},
-		{"listen in the wrong family", func(p *Policy) { p.Listen = []Socket{{"tcp4", "[::1]:3128"}} }, "not of network tcp4"},
-		{"listen on a mapped address", func(p *Policy) { p.Listen = []Socket{{"tcp6", "[::ffff:127.0.0.1]:3128"}} }, "write an IPv4 address as such"},
-		{"listen twice", func(p *Policy) { p.Listen = []Socket{{"tcp", "127.0.0.1:3128"}, {"tcp4", "127.0.0.1:3128"}} }, "127.0.0.1:3128 is given twice"},
+		{"listen with the host's network", func(p *Policy) { p.Network, p.Listen = NetworkHost, []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}} }, "need network none"},
+		{"listen on a LAN address", func(p *Policy) { p.Listen = []Socket{{Network: "tcp", Addr: "10.0.0.1:3128"}} }, `"10.0.0.1:3128" is not a loopback address`},
+		{"listen on every address", func(p *Policy) { p.Listen = []Socket{{Network: "tcp", Addr: "0.0.0.0:3128"}} }, "not a loopback address"},
+		{"listen on every IPv6 address", func(p *Policy) { p.Listen = []Socket{{Network: "udp6", Addr: "[::]:53"}} }, "not a loopback address"},
+		{"listen on a name", func(p *Policy) { p.Listen = []Socket{{Network: "tcp", Addr: "localhost:3128"}} }, "want an IP address and a port"},
+		{"listen without a port", func(p *Policy) { p.Listen = []Socket{{Network: "tcp", Addr: "127.0.0.1"}} }, "want an IP address and a port"},
+		{"listen on port 0", func(p *Policy) { p.Listen = []Socket{{Network: "tcp", Addr: "127.0.0.1:0"}} }, "port other than 0"},
+		{"listen on another network", func(p *Policy) { p.Listen = []Socket{{Network: "unix", Addr: "127.0.0.1:3128"}} }, "want tcp, tcp4, tcp6, udp, udp4 or udp6"},
+		{"listen in the wrong family", func(p *Policy) { p.Listen = []Socket{{Network: "tcp4", Addr: "[::1]:3128"}} }, "not of network tcp4"},
+		{"listen on a mapped address", func(p *Policy) { p.Listen = []Socket{{Network: "tcp6", Addr: "[::ffff:127.0.0.1]:3128"}} }, "write an IPv4 address as such"},
+		{"listen twice", func(p *Policy) { p.Listen = []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}, {Network: "tcp4", Addr: "127.0.0.1:3128"}} }, "127.0.0.1:3128 is given twice"},
 		{"listen too often", func(p *Policy) {
 			for i := range MaxListen + 1 {
-				p.Listen = append(p.Listen, Socket{"tcp", fmt.Sprintf("127.0.0.1:%d", 3000+i)})
+				p.Listen = append(p.Listen, Socket{Network: "tcp", Addr: fmt.Sprintf("127.0.0.1:%d", 3000+i)})
 			}
 		}, "17 listening sockets, at most 16 allowed"},
 	}
@@ -154,7 +154,7 @@ func TestClampWindowSize(t *testing.T) {
 func TestListenPolicyAccepted(t *testing.T) {
 	t.Parallel()
 	p := validPolicy()
-	p.Listen = []Socket{{"tcp", "127.0.0.1:3128"}, {"udp", "127.0.0.1:3128"}, {"udp4", "127.0.0.53:53"}, {"tcp6", "[::1]:3128"}}
+	p.Listen = []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}, {Network: "udp", Addr: "127.0.0.1:3128"}, {Network: "udp4", Addr: "127.0.0.53:53"}, {Network: "tcp6", Addr: "[::1]:3128"}}
 	if err := p.Normalize().Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func FuzzValidateListen(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, network, addr string) {
 		p := validPolicy()
-		p.Listen = []Socket{{network, addr}}
+		p.Listen = []Socket{{Network: network, Addr: addr}}
 		if p.Normalize().Validate() != nil {
 			return
 		}

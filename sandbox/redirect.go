@@ -36,9 +36,12 @@ const DNSPort = 53
 //     TCP to an outside address goes to TCP on 127.0.0.1 (IPv4) or ::1
 //     (IPv6), where the listener reads the original destination
 //     (SO_ORIGINAL_DST); UDP and TCP to port 53 of an outside address go
-//     to the DNS stub on port DNS (with DNS set); any other TCP packet
-//     outside is reset, and everything else (UDP, ICMP) dropped with an
-//     ICMP port unreachable, so a send fails at once with EPERM.
+//     to the DNS stub on port DNS (with DNS set); other UDP to an
+//     outside address goes to the UDP relay on port UDP (with UDP set),
+//     which reads its original destination from conntrack
+//     (RedirectedConn); any other TCP packet outside is reset, and
+//     everything else (UDP without a relay, ICMP) dropped with an ICMP
+//     port unreachable, so a send fails at once with EPERM.
 //
 // And with DNS set, /etc/resolv.conf names 127.0.0.1. The listeners are
 // the caller's to open (Policy.Listen, NetNS): a redirect to a port
@@ -56,6 +59,11 @@ type Redirect struct {
 	// DNSPort, or 0 for none (then DNS outside is refused as other UDP
 	// is, and TCP to port 53 goes to TCP).
 	DNS uint16 `json:"dns,omitempty"`
+	// UDP is the UDP relay's port on 127.0.0.1 and ::1, for UDP to any
+	// other port outside: its socket (a Socket with Redirected) reads
+	// where each datagram was going, and its answers reach the program
+	// as from there. 0 for none: such UDP is refused.
+	UDP uint16 `json:"udp,omitempty"`
 }
 
 // validateRedirect accepts a redirect with a network of the sandbox's
@@ -73,6 +81,8 @@ func (p Policy) validateRedirect() error {
 		return fmt.Errorf("redirect: DNS port %d: want %d (resolv.conf names no port) or 0", r.DNS, DNSPort)
 	case r.DNS == r.TCP:
 		return fmt.Errorf("redirect: TCP and DNS on the same port %d", r.TCP)
+	case r.UDP != 0 && r.UDP == r.DNS:
+		return fmt.Errorf("redirect: the UDP relay and DNS on the same port %d", r.UDP)
 	}
 	return nil
 }
@@ -103,7 +113,7 @@ func (ns *NetNS) Redirect(r Redirect) error {
 		return fmt.Errorf("sandbox: redirect: a netfilter socket in the sandbox: %w", err)
 	}
 	defer unix.Close(nf)
-	err = netredirect.Rules(nf, netredirect.Ports{TCP: r.TCP, DNS: r.DNS})
+	err = netredirect.Rules(nf, netredirect.Ports{TCP: r.TCP, DNS: r.DNS, UDP: r.UDP})
 	if errors.Is(err, netredirect.ErrMissing) {
 		return fmt.Errorf("%w: redirect: %w", ErrUnenforceable, err)
 	}
@@ -113,8 +123,8 @@ func (ns *NetNS) Redirect(r Redirect) error {
 	return nil
 }
 
-// checkRedirectPort is the port of CheckRedirect's listener, in a
-// sandbox of its own.
+// checkRedirectPort is the port of CheckRedirect's listener and UDP
+// relay, in a sandbox of its own.
 const checkRedirectPort = 3129
 
 // checkRedirectTarget is the outside address CheckRedirect connects to:
@@ -125,8 +135,9 @@ const checkRedirectTarget = "192.0.2.1:443"
 // CheckRedirect tells whether this host can enforce Policy.Redirect: it
 // starts a throwaway sandbox with a redirect, connects from inside its
 // network to an outside address, and checks that the connection reaches
-// the sandbox's listener with its original destination, and that UDP
-// outside is refused. Its error names what is missing.
+// the sandbox's listener with its original destination, and that a UDP
+// datagram outside reaches the relay, which conntrack tells where it
+// was going. Its error names what is missing.
 func (l *Launcher) CheckRedirect(ctx context.Context) error {
 	if !canEnterNetNS() {
 		return fmt.Errorf("%w: redirect: entering a sandbox's network namespace needs CAP_SYS_ADMIN", ErrUnavailable)
@@ -138,10 +149,11 @@ func (l *Launcher) CheckRedirect(ctx context.Context) error {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	port := strconv.Itoa(checkRedirectPort)
+	addr := "127.0.0.1:" + strconv.Itoa(checkRedirectPort)
 	proc, err := l.Start(ctx, Policy{
 		Command: []string{"/bin/sh", "-c", "read x"}, Workspace: dir, Key: "check-redirect-" + randomName(),
-		Listen: []Socket{{"tcp4", "127.0.0.1:" + port}}, Redirect: &Redirect{TCP: checkRedirectPort},
+		Listen:   []Socket{{Network: "tcp4", Addr: addr}, {Network: "udp4", Addr: addr, Redirected: true}},
+		Redirect: &Redirect{TCP: checkRedirectPort, UDP: checkRedirectPort},
 	}, Stdio{})
 	if err != nil {
 		return fmt.Errorf("sandbox: check redirect: %w", err)
@@ -161,12 +173,14 @@ func (l *Launcher) CheckRedirect(ctx context.Context) error {
 		return fmt.Errorf("sandbox: check redirect: %w", err)
 	}
 	defer ns.Close()
-	return checkRedirected(ctx, ns, socks[0].Listener)
+	if err := checkRedirected(ctx, ns, socks[0].Listener); err != nil {
+		return err
+	}
+	return checkRelayed(ctx, ns, socks[1].PacketConn.(*RedirectedConn))
 }
 
-// checkRedirected connects from ns to checkRedirectTarget, expects the
-// connection on l with that original destination, and expects UDP
-// outside to be refused.
+// checkRedirected connects from ns to checkRedirectTarget and expects
+// the connection on l with that original destination.
 func checkRedirected(ctx context.Context, ns *NetNS, l net.Listener) error {
 	c, err := ns.Dial(ctx, "tcp4", checkRedirectTarget)
 	if err != nil {
@@ -185,13 +199,30 @@ func checkRedirected(ctx context.Context, ns *NetNS, l net.Listener) error {
 	if err != nil || dst.String() != checkRedirectTarget {
 		return fmt.Errorf("sandbox: check redirect: the listener read the original destination %v (%v), want %s", dst, err, checkRedirectTarget)
 	}
-	u, err := ns.Dial(ctx, "udp4", "192.0.2.1:9")
+	return nil
+}
+
+// checkRelayed sends a datagram from ns to checkRedirectTarget and
+// expects it at relay, with that original destination.
+func checkRelayed(ctx context.Context, ns *NetNS, relay *RedirectedConn) error {
+	u, err := ns.Dial(ctx, "udp4", checkRedirectTarget)
 	if err != nil {
 		return fmt.Errorf("sandbox: check redirect: UDP: %w", err)
 	}
 	defer u.Close()
-	if _, err := u.Write([]byte("x")); !errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("sandbox: check redirect: UDP outside was not refused: %v", err)
+	if _, err := u.Write([]byte("x")); err != nil {
+		return fmt.Errorf("sandbox: check redirect: a UDP datagram outside: %w", err)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		relay.SetReadDeadline(d)
+	}
+	_, from, err := relay.ReadFromUDPAddrPort(make([]byte, 16))
+	if err != nil {
+		return fmt.Errorf("sandbox: check redirect: a UDP datagram outside did not reach the relay: %w", err)
+	}
+	dst, err := relay.OriginalDst(from)
+	if err != nil || dst.String() != checkRedirectTarget {
+		return fmt.Errorf("sandbox: check redirect: conntrack gave the UDP relay the original destination %v (%v), want %s", dst, err, checkRedirectTarget)
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func TestRedirectSendsOutsideToTheListener(t *testing.T) {
 				l = keeperLauncher(t, keeperDir(t))
 			}
 			p := Policy{Key: "redirect", Command: []string{"/bin/bash", "-c", redirectScript}, Workspace: sandboxtest.Dir(t),
-				Listen: []Socket{{"tcp4", "127.0.0.1:3129"}}, Redirect: &Redirect{TCP: 3129, DNS: DNSPort}}
+				Listen: []Socket{{Network: "tcp4", Addr: "127.0.0.1:3129"}}, Redirect: &Redirect{TCP: 3129, DNS: DNSPort}}
 			var out, errb sandboxtest.SyncBuffer
 			proc, err := l.Start(t.Context(), p, Stdio{Stdout: &out, Stderr: &errb})
 			if err != nil {
@@ -125,7 +125,23 @@ func TestRedirectValidation(t *testing.T) {
 		{"host network", func(p *Policy) { p.Network = NetworkHost; p.Redirect = &Redirect{TCP: 3129} }, "needs network none"},
 		{"no TCP port", func(p *Policy) { p.Redirect = &Redirect{DNS: 53} }, "TCP port is 0"},
 		{"DNS elsewhere", func(p *Policy) { p.Redirect = &Redirect{TCP: 3129, DNS: 5353} }, "DNS port 5353"},
+		{"UDP relay on DNS's port", func(p *Policy) { p.Redirect = &Redirect{TCP: 3129, DNS: 53, UDP: 53} }, "UDP relay and DNS on the same port 53"},
+		{"a redirected TCP socket", func(p *Policy) {
+			p.Redirect = &Redirect{TCP: 3129, UDP: 3129}
+			p.Listen = []Socket{{Network: "tcp4", Addr: "127.0.0.1:3129", Redirected: true}}
+		}, "not the UDP relay"},
+		{"a redirected socket on another port", func(p *Policy) {
+			p.Redirect = &Redirect{TCP: 3129, UDP: 3129}
+			p.Listen = []Socket{{Network: "udp4", Addr: "127.0.0.1:3130", Redirected: true}}
+		}, "not the UDP relay"},
+		{"a redirected socket without a redirect", func(p *Policy) {
+			p.Listen = []Socket{{Network: "udp4", Addr: "127.0.0.1:3130", Redirected: true}}
+		}, "not the UDP relay"},
 		{"valid", func(p *Policy) { p.Redirect = &Redirect{TCP: 3129, DNS: 53} }, ""},
+		{"valid with a relay", func(p *Policy) {
+			p.Redirect = &Redirect{TCP: 3129, DNS: 53, UDP: 3129}
+			p.Listen = []Socket{{Network: "udp6", Addr: "[::1]:3129", Redirected: true}}
+		}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -151,7 +167,7 @@ func TestRedirectAdoptedProcess(t *testing.T) {
 	l := keeperLauncher(t, dir)
 	script := "echo first > /dev/tcp/192.0.2.1/443; read x; echo second > /dev/tcp/192.0.2.2/443 && echo reached"
 	proc, err := l.Start(t.Context(), Policy{Key: "redirect-adopted", Command: []string{"/bin/bash", "-c", script}, Workspace: sandboxtest.Dir(t),
-		Listen: []Socket{{"tcp4", "127.0.0.1:3129"}}, Redirect: &Redirect{TCP: 3129}}, Stdio{})
+		Listen: []Socket{{Network: "tcp4", Addr: "127.0.0.1:3129"}}, Redirect: &Redirect{TCP: 3129}}, Stdio{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +221,7 @@ func BenchmarkStartRedirect(b *testing.B) {
 	none := benchPolicy
 	none.Workspace = sandboxtest.Dir(b)
 	redirected := none
-	redirected.Listen = []Socket{{"tcp4", "127.0.0.1:3129"}, {"udp4", "127.0.0.1:53"}, {"tcp4", "127.0.0.1:53"}}
+	redirected.Listen = []Socket{{Network: "tcp4", Addr: "127.0.0.1:3129"}, {Network: "udp4", Addr: "127.0.0.1:53"}, {Network: "tcp4", Addr: "127.0.0.1:53"}}
 	redirected.Redirect = &Redirect{TCP: 3129, DNS: DNSPort}
 	var plain, with, ratios []float64
 	for i := 0; b.Loop(); i++ {

@@ -31,10 +31,14 @@ type Socket struct {
 	// Addr is a loopback IP address and a port other than 0, such as
 	// "127.0.0.1:3128": the command finds the socket there.
 	Addr string `json:"addr"`
+	// Redirected makes a udp socket the UDP relay of a Redirect (on the
+	// port of its UDP): its PacketConn is a *RedirectedConn.
+	Redirected bool `json:"redirected,omitempty"`
 }
 
 // OpenSocket is one of Policy.Listen, open in the sandbox's network:
-// Listener for tcp, PacketConn for udp; the other is nil.
+// Listener for tcp, PacketConn for udp (a *RedirectedConn for a
+// Redirected one); the other is nil.
 type OpenSocket struct {
 	Socket
 	Listener   net.Listener
@@ -140,6 +144,8 @@ func (p Policy) validateListen() error {
 			return fmt.Errorf("listen: address %q needs a port other than 0: the command finds the socket by its address", s.Addr)
 		case seen[e.key()]:
 			return fmt.Errorf("listen: %s %s is given twice", s.Network, s.Addr)
+		case s.Redirected && (!e.udp || p.Redirect == nil || p.Redirect.UDP != e.ap.Port()):
+			return fmt.Errorf("listen: %s %s is redirected, but it is not the UDP relay of the policy's redirect", s.Network, s.Addr)
 		}
 		seen[e.key()] = true
 	}
@@ -228,9 +234,15 @@ func (ns *NetNS) Open(socks []Socket) ([]OpenSocket, error) {
 	open := make([]OpenSocket, 0, len(socks))
 	for _, s := range socks {
 		o := OpenSocket{Socket: s}
-		if strings.HasPrefix(s.Network, "udp") {
+		switch {
+		case s.Redirected:
+			var rc *RedirectedConn
+			if rc, err = ns.listenRedirected(s.Network, s.Addr); err == nil {
+				o.PacketConn = rc
+			}
+		case strings.HasPrefix(s.Network, "udp"):
 			o.PacketConn, err = ns.ListenPacket(s.Network, s.Addr)
-		} else {
+		default:
 			o.Listener, err = ns.Listen(s.Network, s.Addr)
 		}
 		if err != nil {
