@@ -61,7 +61,9 @@ func TestValidateRejects(t *testing.T) {
 		{"listen on another network", func(p *Policy) { p.Listen = []Socket{{Network: "unix", Addr: "127.0.0.1:3128"}} }, "want tcp, tcp4, tcp6, udp, udp4 or udp6"},
 		{"listen in the wrong family", func(p *Policy) { p.Listen = []Socket{{Network: "tcp4", Addr: "[::1]:3128"}} }, "not of network tcp4"},
 		{"listen on a mapped address", func(p *Policy) { p.Listen = []Socket{{Network: "tcp6", Addr: "[::ffff:127.0.0.1]:3128"}} }, "write an IPv4 address as such"},
-		{"listen twice", func(p *Policy) { p.Listen = []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}, {Network: "tcp4", Addr: "127.0.0.1:3128"}} }, "127.0.0.1:3128 is given twice"},
+		{"listen twice", func(p *Policy) {
+			p.Listen = []Socket{{Network: "tcp", Addr: "127.0.0.1:3128"}, {Network: "tcp4", Addr: "127.0.0.1:3128"}}
+		}, "127.0.0.1:3128 is given twice"},
 		{"listen too often", func(p *Policy) {
 			for i := range MaxListen + 1 {
 				p.Listen = append(p.Listen, Socket{Network: "tcp", Addr: fmt.Sprintf("127.0.0.1:%d", 3000+i)})

@@ -173,7 +173,7 @@ func TestUDPRelayedWithItsDestination(t *testing.T) {
 		defer unix.Close(nf)
 		for _, tc := range []struct {
 			relay, dst string
-			family    int
+			family     int
 		}{
 			{"127.0.0.1:3130", "192.0.2.1:9999", unix.AF_INET},
 			{"[::1]:3130", "[2001:db8::1]:9999", unix.AF_INET6},
