@@ -64,6 +64,22 @@
 // holds no buffer in the process, and costs two goroutines. A plain-HTTP client connection holds a 4 KiB read
 // and a 4 KiB write buffer, and its target connection as many.
 //
+// ServeUDP relays UDP the same way, on a socket of its own
+// (PacketConn) that the redirect sends every datagram to an outside
+// address (DNS aside); conntrack tells where each was going. A program
+// socket's datagrams are a flow to the destination of its first, asked
+// of the Dialer once (a UDPDialer; Names as for TCP) and ended when no
+// datagram crossed for UDPIdleTimeout, below conntrack's hold, so that a
+// flow never outlives the entry naming its destination; answers go back
+// through the socket, and reach the program as from the destination. A
+// refused or failed flow drops its datagrams and is not asked again
+// until it idles: UDP has no refusal to give. At most MaxUDPFlows flows
+// at once, each with a queue of 32 datagrams while its target is being
+// connected; a datagram with no room is dropped and its bytes counted
+// in a Record (Dropped), never lost unsaid. Each flow holds a 64 KiB
+// buffer for its answers and two goroutines: 8 MiB at most for a
+// relay's flows.
+//
 // Limits: a client has HandshakeTimeout from accept to the end of its
 // SOCKS5 request or HTTP request head, and KeepAliveTimeout between two
 // plain HTTP requests; it is closed when they pass. A Dial has

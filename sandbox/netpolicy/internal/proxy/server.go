@@ -101,6 +101,11 @@ type Record struct {
 	// back; for HTTPForward they are the target's whole exchange
 	// (request and response heads included).
 	Up, Down int64
+	// Dropped counts the bytes of datagrams a UDP flow could not pass
+	// on: the flow's queue or the program's socket was full, the relay
+	// had MaxUDPFlows, the flow's target was never connected, or its
+	// destination was unknown. TCP never drops.
+	Dropped int64
 	// Refused is the Dialer's Refused.Reason when it refused.
 	Refused string
 	// Target is the connection the Dialer returned, closed by now; nil
@@ -131,6 +136,10 @@ type Server struct {
 	HandshakeTimeout time.Duration
 	KeepAliveTimeout time.Duration
 	DialTimeout      time.Duration
+	// UDPIdleTimeout (DefaultUDPIdleTimeout if 0) ends a UDP flow
+	// (ServeUDP); a longer one than conntrack's hold of a UDP entry (30
+	// s) would let a flow outlive the entry that names its destination.
+	UDPIdleTimeout time.Duration
 	// Done, if set, is called once per Record, on the connection's
 	// goroutine (so Close waits for it too); it should not block.
 	Done func(Record)
