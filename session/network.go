@@ -23,9 +23,10 @@ import (
 const ProxyAddr = "127.0.0.1:3128"
 
 // TransparentPort is where, on the sandbox's 127.0.0.1 (and ::1), the
-// sandbox's redirect sends every other TCP connection out
-// (sandbox.Redirect), for programs that ignore the proxy variables; its
-// DNS server answers on port 53 there, as the sandbox's resolv.conf says.
+// sandbox's redirect sends every other TCP connection out, and on UDP
+// every datagram out but DNS (sandbox.Redirect), for programs that
+// ignore the proxy variables; its DNS server answers on port 53 there,
+// as the sandbox's resolv.conf says.
 const TransparentPort = 3129
 
 // egressSocket is one of egressSockets: the socket, whether it is IPv6's,
@@ -42,6 +43,7 @@ const (
 	roleTransparent
 	roleDNS
 	roleDNSTCP
+	roleUDP
 )
 
 // egressSockets are the sockets opened in the network of an execution
@@ -52,9 +54,11 @@ var egressSockets = []egressSocket{
 	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", TransparentPort)}, false, roleTransparent},
 	{sandbox.Socket{Network: "udp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false, roleDNS},
 	{sandbox.Socket{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort)}, false, roleDNSTCP},
+	{sandbox.Socket{Network: "udp4", Addr: fmt.Sprintf("127.0.0.1:%d", TransparentPort), Redirected: true}, false, roleUDP},
 	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", TransparentPort)}, true, roleTransparent},
 	{sandbox.Socket{Network: "udp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true, roleDNS},
 	{sandbox.Socket{Network: "tcp6", Addr: fmt.Sprintf("[::1]:%d", sandbox.DNSPort)}, true, roleDNSTCP},
+	{sandbox.Socket{Network: "udp6", Addr: fmt.Sprintf("[::1]:%d", TransparentPort), Redirected: true}, true, roleUDP},
 }
 
 // hostIPv6 reports whether this kernel has IPv6 loopback: a sandbox's
@@ -140,7 +144,7 @@ func (s *Supervisor) normalizeNetwork(spec *Spec) error {
 			p.Listen = append(p.Listen, s.Socket)
 		}
 	}
-	p.Redirect = &sandbox.Redirect{TCP: TransparentPort, DNS: sandbox.DNSPort}
+	p.Redirect = &sandbox.Redirect{TCP: TransparentPort, DNS: sandbox.DNSPort, UDP: TransparentPort}
 	if p.Env == nil {
 		p.Env = map[string]string{}
 	}
@@ -237,6 +241,8 @@ func egressListeners(ctx context.Context, proc Process, p sandbox.Policy, adopte
 			ls.DNS = s.PacketConn
 		case egressSockets[i].role == roleDNSTCP && ls.DNSTCP == nil:
 			ls.DNSTCP = s.Listener
+		case egressSockets[i].role == roleUDP:
+			ls.UDP = append(ls.UDP, s.PacketConn.(netpolicy.PacketConn))
 		default:
 			s.Close() // a second DNS server of a kind: the first serves
 		}

@@ -243,6 +243,57 @@ except OSError as e:
 	}
 }
 
+// TestNetworkPolicyRelaysUDP: UDP that a udp: rule allows is relayed
+// from a program that ignores proxy variables, to a name termgate's DNS
+// answered (for udp: rules alone), and each answer comes back as from
+// that name's address; UDP no rule allows gets no answer, and is told
+// as a notice.
+func TestNetworkPolicyRelaysUDP(t *testing.T) {
+	t.Parallel()
+	_, err := exec.LookPath("python3")
+	sandboxtest.Need(t, "python3", err)
+	port := sandboxtest.UDPEcho(t, "127.0.0.5")
+	dns := sandboxtest.StartDNS(t, map[string]func(int) []netip.Addr{"udp.test.": sandboxtest.Fixed("127.0.0.5")})
+	s := policySupervisor(t, map[string]string{"udp": fmt.Sprintf("allow = [\"udp:udp.test:%[1]d\", \"udp:127.0.0.5:%[1]d\"]\n", port)}, dns.Addr())
+	script := fmt.Sprintf(`
+import socket
+def ask(host, port, *msgs):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+    for msg in msgs:
+        s.sendto(msg, (host, port))
+        try:
+            data, src = s.recvfrom(100)
+            print(host, data.decode(), src[0] == socket.gethostbyname(host), flush=True)
+        except socket.timeout:
+            print(host, "no answer", flush=True)
+ask("udp.test", %d, b"one", b"two")
+ask("203.0.113.5", 9999, b"refused")
+`, port)
+	sp := Spec{Policy: sandbox.Policy{Command: []string{"python3", "-c", script}, Workspace: sandboxtest.Dir(t)},
+		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "udp"}
+	info, err := s.Start(t.Context(), "acme", "udp", sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _, err := s.Attach("acme", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, evs := drain(t, sub)
+	if want := "udp.test echo:one True\nudp.test echo:two True\n203.0.113.5 no answer\n"; string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	var notices []string
+	for _, ev := range evs {
+		if ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork {
+			notices = append(notices, ev.Notice.Message)
+		}
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "udp 203.0.113.5:9999") {
+		t.Errorf("notices %q, want one naming udp 203.0.113.5:9999", notices)
+	}
+}
+
 // testCA is a certificate authority and a server certificate it signed
 // for names, for TLS upstreams that programs in a sandbox verify.
 func testCA(t *testing.T, names ...string) (caPEM []byte, cert tls.Certificate) {

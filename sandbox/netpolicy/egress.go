@@ -78,6 +78,10 @@ type Event struct {
 	// count its bytes to and from the target.
 	Ended    bool
 	Up, Down int64
+	// Dropped counts the bytes of a UDP flow's datagrams that could not
+	// be passed on (a full queue or socket, too many flows): on an Ended
+	// event, or with Err when the flow never started.
+	Dropped int64
 }
 
 // Counters are a policy's connections and bytes, over the server's life.
@@ -136,6 +140,18 @@ type Listeners struct {
 	// stand for them at the transparent listeners.
 	DNS    net.PacketConn
 	DNSTCP net.Listener
+	// UDP take the datagrams the redirect sends there (sandbox.Redirect
+	// UDP): every other UDP out, relayed a flow per program socket.
+	UDP []PacketConn
+}
+
+// PacketConn is a UDP relay's socket, which tells where each datagram a
+// redirect sent it was going: a *sandbox.RedirectedConn.
+type PacketConn interface {
+	ReadFromUDPAddrPort(b []byte) (int, netip.AddrPort, error)
+	WriteToUDPAddrPort(b []byte, addr netip.AddrPort) (int, error)
+	OriginalDst(from netip.AddrPort) (netip.AddrPort, error)
+	Close() error
 }
 
 // Close closes every listener of ls.
@@ -147,6 +163,9 @@ func (ls Listeners) Close() {
 	}
 	if ls.DNS != nil {
 		ls.DNS.Close()
+	}
+	for _, pc := range ls.UDP {
+		pc.Close()
 	}
 }
 
@@ -183,6 +202,9 @@ func (e *Egress) Serve(x Execution, ls Listeners) (*Guard, error) {
 	}
 	if ls.DNSTCP != nil {
 		go g.dns.Serve(ls.DNSTCP)
+	}
+	for _, pc := range ls.UDP {
+		go g.srv.ServeUDP(pc)
 	}
 	return g, nil
 }
@@ -354,10 +376,20 @@ func noNetwork(target, policy string) string {
 // Dial is the proxy's Dialer: the policy decides, the Egress's Dialer
 // connects.
 func (g *Guard) Dial(ctx context.Context, host string, port uint16) (net.Conn, error) {
+	return g.dial(ctx, "tcp", host, port)
+}
+
+// DialUDP is Dial for a UDP flow the proxy relays: the policy's udp:
+// rules decide.
+func (g *Guard) DialUDP(ctx context.Context, host string, port uint16) (net.Conn, error) {
+	return g.dial(ctx, "udp", host, port)
+}
+
+func (g *Guard) dial(ctx context.Context, network, host string, port uint16) (net.Conn, error) {
 	name := g.Policy()
 	p := g.current()
 	if p == nil {
-		d := Decision{Policy: name, Network: "tcp", Host: host, Port: port}
+		d := Decision{Policy: name, Network: network, Host: host, Port: port}
 		if a, err := netip.ParseAddr(host); err == nil {
 			d.Host, d.Addr = "", a.Unmap()
 		}
@@ -365,10 +397,10 @@ func (g *Guard) Dial(ctx context.Context, host string, port uint16) (net.Conn, e
 	}
 	if limit, ok := g.e.acquire(g.x.Tenant); !ok {
 		err := fmt.Errorf("netpolicy: tenant %q has %d connections open, the most it may", g.x.Tenant, limit)
-		g.failed(Decision{Policy: name, Network: "tcp", Host: host, Port: port}, err)
+		g.failed(Decision{Policy: name, Network: network, Host: host, Port: port}, err)
 		return nil, &proxy.Refused{Reason: err.Error()}
 	}
-	c, dec, err := g.dialer().Dial(ctx, p, "tcp", host, port)
+	c, dec, err := g.dialer().Dial(ctx, p, network, host, port)
 	var refused *RefusedError
 	switch {
 	case errors.As(err, &refused):
@@ -428,14 +460,17 @@ func (g *Guard) Refuse(host string, port uint16, reason string) {
 
 // failed counts and reports a connection that was neither refused nor
 // made.
-func (g *Guard) failed(d Decision, err error) {
+func (g *Guard) failed(d Decision, err error) { g.failedDropped(d, err, 0) }
+
+// failedDropped is failed for a UDP flow that dropped bytes.
+func (g *Guard) failedDropped(d Decision, err error, dropped int64) {
 	g.mu.Lock()
 	g.status.Failed++
 	g.mu.Unlock()
 	g.e.mu.Lock()
 	g.e.counters(d.Policy).Failed++
 	g.e.mu.Unlock()
-	g.observe(Event{Decision: d, Err: err})
+	g.observe(Event{Decision: d, Err: err, Dropped: dropped})
 }
 
 // noticeLocked is msg when a notice may go now, with the refusals left
@@ -459,9 +494,13 @@ func (g *Guard) noticeLocked(msg string) string {
 // done is the proxy's report of a connection: a made one's end, with its
 // bytes. Refusals and failures were reported by Dial.
 func (g *Guard) done(r proxy.Record) {
+	network := "tcp"
+	if r.Protocol == proxy.UDP {
+		network = "udp"
+	}
 	if r.Target == nil {
-		if r.Err != nil && r.Refused == "" && (errors.Is(r.Err, proxy.ErrBusy) || errors.Is(r.Err, proxy.ErrClosed)) {
-			g.failed(Decision{Policy: g.Policy(), Network: "tcp", Host: r.Host, Port: r.Port}, r.Err)
+		if r.Err != nil && r.Refused == "" && (r.Dropped > 0 || errors.Is(r.Err, proxy.ErrBusy) || errors.Is(r.Err, proxy.ErrClosed)) {
+			g.failedDropped(Decision{Policy: g.Policy(), Network: network, Host: r.Host, Port: r.Port}, r.Err, r.Dropped)
 		}
 		return
 	}
@@ -480,7 +519,7 @@ func (g *Guard) done(r proxy.Record) {
 	c.Up += uint64(r.Up)
 	c.Down += uint64(r.Down)
 	g.e.mu.Unlock()
-	g.observe(Event{Protocol: string(r.Protocol), Decision: dec, Ended: true, Up: r.Up, Down: r.Down})
+	g.observe(Event{Protocol: string(r.Protocol), Decision: dec, Ended: true, Up: r.Up, Down: r.Down, Dropped: r.Dropped})
 }
 
 func (g *Guard) observe(ev Event) {

@@ -328,9 +328,9 @@ func build(h dnsmessage.Header, q *dnsmessage.Question, a *dnsmessage.AResource)
 }
 
 // CheckResolve decides whether a sandbox's DNS may give host an address:
-// whether some connection to it, over TCP on some port, could be allowed
-// by name (CheckName), so that a name allowed on port 22 alone resolves
-// too. The Decision is that of the first port of the first allow rule
+// whether some connection to it, over TCP or UDP on some port, could be
+// allowed by name (CheckName), so that a name allowed on port 22 alone,
+// or for UDP alone, resolves too. The Decision is that of the first port of the first allow rule
 // for the name that no deny rule takes back; a refusal says the name is
 // not allowed on any port, or is the refusal of the last port tried.
 func (p *Policy) CheckResolve(host string) Decision {
@@ -341,15 +341,20 @@ func (p *Policy) CheckResolve(host string) Decision {
 	refused := d
 	for i := range p.allow {
 		r := &p.allow[i]
-		if r.protos&protoTCP == 0 || !r.matchName(d.Host) {
+		if !r.matchName(d.Host) {
 			continue
 		}
-		for _, pr := range r.ports {
-			d := p.CheckName("tcp", host, pr.lo)
-			if d.Allowed {
-				return d
+		for _, network := range []string{"tcp", "udp"} {
+			if proto, _, _ := protoOf(network); r.protos&proto == 0 {
+				continue
 			}
-			refused = d
+			for _, pr := range r.ports {
+				d := p.CheckName(network, host, pr.lo)
+				if d.Allowed {
+					return d
+				}
+				refused = d
+			}
 		}
 	}
 	if refused.Rule == "" {

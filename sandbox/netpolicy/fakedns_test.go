@@ -231,12 +231,12 @@ func TestFakePoolBounded(t *testing.T) {
 }
 
 // TestCheckResolve: a name resolves when some port of an allow rule for
-// it is not denied.
+// it, TCP or UDP, is not denied.
 func TestCheckResolve(t *testing.T) {
 	t.Parallel()
-	pol := mustParse(t, "agents", `allow = ["ssh.example.net:22", "web.example.com", "udp:dns.example.com:53"]
-deny = ["web.example.com:80", "web.example.com:443"]`)
-	cases := map[string]bool{"ssh.example.net": true, "web.example.com": false, "dns.example.com": false, "nothing.test": false, "10.0.0.1": false}
+	pol := mustParse(t, "agents", `allow = ["ssh.example.net:22", "web.example.com", "udp:dns.example.com:53", "udp:ntp.example.com:123"]
+deny = ["web.example.com:80", "web.example.com:443", "ntp.example.com:123"]`)
+	cases := map[string]bool{"ssh.example.net": true, "web.example.com": false, "dns.example.com": true, "ntp.example.com": false, "nothing.test": false, "10.0.0.1": false}
 	for name, want := range cases {
 		if d := pol.CheckResolve(name); d.Allowed != want || d.Reason == "" {
 			t.Errorf("%s: %+v, want allowed %v", name, d, want)

@@ -42,3 +42,25 @@ func HelloServers(t testing.TB, ips ...string) int {
 	t.Fatalf("no port free on all of %v", ips)
 	return 0
 }
+
+// UDPEcho answers every datagram to ip (on a free port, which it
+// returns) with "echo:" and the datagram, until the test ends.
+func UDPEcho(t testing.TB, ip string) int {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatalf("a UDP echo server on %s: %v", ip, err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		b := make([]byte, 64<<10)
+		for {
+			n, from, err := pc.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(append([]byte("echo:"), b[:n]...), from)
+		}
+	}()
+	return pc.LocalAddr().(*net.UDPAddr).Port
+}
