@@ -212,7 +212,7 @@ func TestRedirectAdoptedProcess(t *testing.T) {
 }
 
 // BenchmarkStartRedirect compares a start with a redirected network (its
-// routes and rules, and the listeners a session opens for them) against
+// routes and rules, and the IPv4 sockets a session opens for them) against
 // one with loopback only, in turns, by the median ratio of their times
 // to the first output byte.
 func BenchmarkStartRedirect(b *testing.B) {
@@ -221,8 +221,9 @@ func BenchmarkStartRedirect(b *testing.B) {
 	none := benchPolicy
 	none.Workspace = sandboxtest.Dir(b)
 	redirected := none
-	redirected.Listen = []Socket{{Network: "tcp4", Addr: "127.0.0.1:3129"}, {Network: "udp4", Addr: "127.0.0.1:53"}, {Network: "tcp4", Addr: "127.0.0.1:53"}}
-	redirected.Redirect = &Redirect{TCP: 3129, DNS: DNSPort}
+	redirected.Listen = []Socket{{Network: "tcp4", Addr: "127.0.0.1:3129"}, {Network: "udp4", Addr: "127.0.0.1:53"}, {Network: "tcp4", Addr: "127.0.0.1:53"},
+		{Network: "udp4", Addr: "127.0.0.1:3129", Redirected: true}}
+	redirected.Redirect = &Redirect{TCP: 3129, DNS: DNSPort, UDP: 3129}
 	var plain, with, ratios []float64
 	for i := 0; b.Loop(); i++ {
 		var p, w float64
