@@ -76,9 +76,9 @@
 // until it idles: UDP has no refusal to give. At most MaxUDPFlows flows
 // at once, each with a queue of 32 datagrams while its target is being
 // connected; a datagram with no room is dropped and its bytes counted
-// in a Record (Dropped), never lost unsaid. Each flow holds a 64 KiB
-// buffer for its answers and two goroutines: 8 MiB at most for a
-// relay's flows.
+// in a Record (Dropped), never lost unsaid. An idle flow holds two
+// goroutines and no buffer: its answer is read into a pooled 64 KiB
+// buffer taken once a datagram is there.
 //
 // Limits: a client has HandshakeTimeout from accept to the end of its
 // SOCKS5 request or HTTP request head, and KeepAliveTimeout between two

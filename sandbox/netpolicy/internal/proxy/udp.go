@@ -273,28 +273,84 @@ func (r *udpRelay) send(f *udpFlow, target net.Conn) {
 }
 
 // answers passes target's datagrams back to f's socket until target is
-// closed.
+// closed, holding a buffer only while a datagram is there to read.
 func (r *udpRelay) answers(f *udpFlow, target net.Conn) {
-	buf := make([]byte, maxDatagram)
+	read := readWhole(target)
 	for {
-		n, err := target.Read(buf)
+		err := read(func(b []byte) {
+			_, err := r.pc.WriteToUDPAddrPort(b, f.from)
+			r.mu.Lock()
+			if err != nil {
+				f.dropped += int64(len(b)) // the program's socket is gone or full
+			} else {
+				f.down += int64(len(b))
+				f.last = time.Now()
+			}
+			r.mu.Unlock()
+		})
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			continue // an ICMP refusal of an earlier datagram
 		}
 		if err != nil {
 			return
 		}
-		_, err = r.pc.WriteToUDPAddrPort(buf[:n], f.from)
-		r.mu.Lock()
-		if err != nil {
-			f.dropped += int64(n) // the program's socket is gone or full
-		} else {
-			f.down += int64(n)
-			f.last = time.Now()
-		}
-		r.mu.Unlock()
 	}
 }
+
+// readWhole returns a reader of c's datagrams: each call waits for one,
+// reads it whole into a pooled buffer taken once it is there, and gives
+// it to use before the buffer goes back. A conn without a descriptor
+// holds a buffer for its life.
+func readWhole(c net.Conn) func(use func([]byte)) error {
+	sc, ok := c.(syscall.Conn)
+	var rc syscall.RawConn
+	if ok {
+		var err error
+		if rc, err = sc.SyscallConn(); err != nil {
+			ok = false
+		}
+	}
+	if !ok {
+		buf := make([]byte, maxDatagram)
+		return func(use func([]byte)) error {
+			n, err := c.Read(buf)
+			if err == nil {
+				use(buf[:n])
+			}
+			return err
+		}
+	}
+	return func(use func([]byte)) error {
+		var buf *[]byte
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			if buf == nil {
+				buf = datagramBuffers.Get().(*[]byte)
+			}
+			n, rerr = syscall.Read(int(fd), *buf)
+			if rerr == syscall.EAGAIN {
+				datagramBuffers.Put(buf) // wait for one holding nothing
+				buf = nil
+				return false
+			}
+			return rerr != syscall.EINTR
+		})
+		if err == nil && rerr == nil {
+			use((*buf)[:n])
+		}
+		if buf != nil {
+			datagramBuffers.Put(buf)
+		}
+		if err != nil {
+			return err
+		}
+		return rerr
+	}
+}
+
+// datagramBuffers holds the buffers of flows reading an answer.
+var datagramBuffers = sync.Pool{New: func() any { b := make([]byte, maxDatagram); return &b }}
 
 func (s *Server) udpIdleTimeout() time.Duration {
 	return orDefault(s.UDPIdleTimeout, DefaultUDPIdleTimeout)

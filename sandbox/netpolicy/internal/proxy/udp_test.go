@@ -43,7 +43,7 @@ func (d *udpDialer) DialUDP(ctx context.Context, host string, port uint16) (net.
 }
 
 // udpEcho answers every datagram on 127.0.0.5 with "echo:" and it.
-func udpEcho(t *testing.T) netip.AddrPort {
+func udpEcho(t testing.TB) netip.AddrPort {
 	t.Helper()
 	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 5)})
 	if err != nil {
@@ -65,7 +65,7 @@ func udpEcho(t *testing.T) netip.AddrPort {
 
 // serveUDP serves a relay of datagrams "going to" dst with d, and
 // returns its address and the Records it made.
-func serveUDP(t *testing.T, d Dialer, dst netip.AddrPort, names func(netip.Addr) (string, bool), idle time.Duration) (netip.AddrPort, func() []Record) {
+func serveUDP(t testing.TB, d Dialer, dst netip.AddrPort, names func(netip.Addr) (string, bool), idle time.Duration) (netip.AddrPort, func() []Record) {
 	t.Helper()
 	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -95,7 +95,7 @@ func serveUDP(t *testing.T, d Dialer, dst netip.AddrPort, names func(netip.Addr)
 
 // exchange sends each of msgs from c to relay and returns the answers
 // read within wait of each ("" for none).
-func exchangeUDP(t *testing.T, c *net.UDPConn, relay netip.AddrPort, wait time.Duration, msgs ...string) []string {
+func exchangeUDP(t testing.TB, c *net.UDPConn, relay netip.AddrPort, wait time.Duration, msgs ...string) []string {
 	t.Helper()
 	var got []string
 	b := make([]byte, 1024)
@@ -114,7 +114,7 @@ func exchangeUDP(t *testing.T, c *net.UDPConn, relay netip.AddrPort, wait time.D
 	return got
 }
 
-func programSocket(t *testing.T) *net.UDPConn {
+func programSocket(t testing.TB) *net.UDPConn {
 	t.Helper()
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -208,5 +208,28 @@ func TestUDPFlowsAreBounded(t *testing.T) {
 	}
 	if r := recs()[0]; !errors.Is(r.Err, ErrBusy) || r.Dropped != 4 {
 		t.Errorf("record %+v, want ErrBusy with 4 bytes dropped", r)
+	}
+}
+
+// BenchmarkUDPIdleFlow reports the memory (heap and stacks) the Server
+// holds per idle UDP flow: 100 program sockets, each with one round trip
+// through the relay to an echo server.
+func BenchmarkUDPIdleFlow(b *testing.B) {
+	const n = 100
+	echo := udpEcho(b)
+	for b.Loop() {
+		relay, _ := serveUDP(b, &udpDialer{testDialer: &testDialer{}}, echo, nil, time.Hour)
+		socks := make([]*net.UDPConn, n)
+		for i := range socks {
+			socks[i] = programSocket(b)
+		}
+		before := inUse()
+		for _, c := range socks {
+			if got := exchangeUDP(b, c, relay, safety, "hi"); got[0] != "echo:hi" {
+				b.Fatalf("answer %q", got)
+			}
+		}
+		after := inUse()
+		b.ReportMetric(float64(int64(after)-int64(before))/n, "B/flow")
 	}
 }
