@@ -41,18 +41,27 @@
 // own with loopback only. termgate opens sockets in it from the host
 // (NetNS): a thread enters the namespace for socket(2) alone and
 // returns, and the socket, which keeps its namespace, is served from the
-// host, so nothing extra runs in the sandbox. The sockets of
-// Policy.Listen are opened while the init holds, before the command
-// runs (Process.Sockets); Process.NetNS opens more later (NetNS.Open
-// opens a policy's again), for an adopted process too. A thread that cannot return to the host's
-// namespace is never used again (ErrNetNSStuck). Entering needs
-// CAP_SYS_ADMIN, and a sandbox sharing the host's network is refused.
-// Policy.Redirect, installed while the init holds too, gives that
-// namespace default routes through lo and nftables rules that send every
-// outside TCP connection and DNS query to termgate's listeners on its
-// loopback and refuse the rest (internal/netredirect, netlink written
-// from the host on sockets opened through NetNS). Launcher.ProbeSockets
-// and Launcher.CheckRedirect tell whether the host can do either.
+// host, so nothing extra runs in the sandbox. A thread that cannot
+// return to the host's namespace is never used again (ErrNetNSStuck).
+// Entering needs CAP_SYS_ADMIN, and a sandbox sharing the host's network
+// is refused. Policy.Redirect gives that namespace default routes
+// through lo and nftables rules that send every outside TCP connection,
+// DNS query and UDP datagram to termgate's listeners on its loopback and
+// refuse the rest (internal/netredirect, netlink written from the host
+// on sockets opened through NetNS). Launcher.ProbeSockets and
+// Launcher.CheckRedirect tell whether the host can do either.
+//
+// The network of a sandbox with Policy.Listen or Policy.Redirect is made
+// before its bwrap, off the start's path: the launcher keeps one made
+// ahead for the next start of each kind (at most 4 kinds), on a thread
+// that runs only when a core is idle, with lo up, the redirect installed
+// and the sockets open; bwrap is forked in it (the forking thread enters
+// it for the fork alone) and makes none. A start that finds none ready
+// makes its own first. Such a namespace belongs to the host's user
+// namespace, not the sandbox's, so nothing in the sandbox could hold a
+// capability over its routes or rules. Process.Sockets hands the
+// sockets over; Process.NetNS opens more later (NetNS.Open opens a
+// policy's again, for an adopted process).
 //
 // bwrap is forked straight into the execution's cgroup2 directory
 // (clone3's CLONE_INTO_CGROUP) where the kernel can. A fork that must be

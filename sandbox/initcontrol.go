@@ -138,10 +138,8 @@ func (c *initControl) finish() (string, bool) {
 func (c *initControl) close() { c.f.Close() }
 
 // release runs while the init holds: it bounds the sandbox's terminals,
-// redirects its network (Policy.Redirect), opens its sockets
-// (Policy.Listen), then lets the command start.
-// Anything that fails ends the sandbox, and the exit says why: the
-// command must never run without its bound, nor before its sockets.
+// then lets the command start. A failure ends the sandbox, and the exit
+// says why: the command must never run without its bound.
 func (p *Process) release() {
 	defer close(p.ctl.released)
 	msg, pid, err := p.ctl.recv()
@@ -158,14 +156,6 @@ func (p *Process) release() {
 			p.Kill()
 			return
 		}
-	}
-	if err := p.prepareNetwork(pid); err != nil {
-		if errors.Is(err, ErrNetNSStuck) {
-			p.l.log.Error("prepare the sandbox's network", "pid", p.Pid(), "err", err)
-		}
-		p.ctl.record(err.Error(), false)
-		p.Kill()
-		return
 	}
 	if _, err := p.ctl.f.Write([]byte(sandboxinit.Go)); err != nil {
 		p.ctl.record(fmt.Sprintf("start the command: %v", err), false)

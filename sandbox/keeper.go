@@ -276,7 +276,7 @@ func (s keeperSpawner) spawn(ctx context.Context, req spawnRequest) (spawned, er
 		Key: req.key, Path: req.path, Args: req.args, Env: []string{}, Dir: "/", Cred: req.cred,
 		Files: req.files, Held: req.held, Cgroups: req.cgroups, Into: req.cgroup, Enter: req.enter, Remove: req.remove, Meta: req.meta,
 		Supervised: true, // bwrap and its pid 1: SIGTERM goes to the command
-		Resolves:   req.resolves,
+		Resolves:   req.resolves, NetNS: req.netns,
 	})
 	switch {
 	case errors.Is(err, keeper.ErrExists):

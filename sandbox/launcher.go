@@ -88,6 +88,7 @@ type Launcher struct {
 	dropInit func() // removes the copy of the init, if one was made
 	spawner  spawner
 	keeper   *keeperState // nil without a StateDir
+	nets     netAhead     // the networks of sandboxes with Listen or Redirect, made ahead
 
 	closeOnce sync.Once
 }
@@ -188,6 +189,7 @@ func (l *Launcher) Close() error {
 		}
 		l.dropInit()
 		l.cgLock.Close()
+		l.nets.close()
 	})
 	return nil
 }

@@ -41,8 +41,10 @@ type NetNS struct {
 	setns func(fd, nstype int) error
 }
 
-// NetNS opens the sandbox's network namespace, for sockets opened after
-// the command started: a listener the server opens again after a
+// NetNS opens the sandbox's network namespace (the one prepared before
+// its bwrap, for a sandbox with Policy.Listen or Policy.Redirect, even
+// before bwrap built the sandbox), for sockets opened after the command
+// started: a listener the server opens again after a
 // restart, a connection to a server the command runs. The caller closes
 // it. It refuses a sandbox that shares the host's network
 // (ErrHostNetwork) and one that ended (ErrNotRunning). An adopted
@@ -57,11 +59,29 @@ func (p *Process) NetNS() (*NetNS, error) {
 	if p.ended() {
 		return nil, ErrNotRunning
 	}
+	if ns := p.preparedNetNS(); ns != nil {
+		return ns, nil
+	}
 	pid1, ok := p.sandboxInit()
 	if !ok {
 		return nil, fmt.Errorf("%w: network namespace: the sandbox has no pid 1", ErrNotRunning)
 	}
 	return p.openNetNS(pid1)
+}
+
+// preparedNetNS is a copy of the prepared network's namespace the
+// sandbox joined, if it did and has not ended.
+func (p *Process) preparedNetNS() *NetNS {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.netns == nil {
+		return nil
+	}
+	fd, err := unix.FcntlInt(p.netns.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil // the namespace of its pid 1 then
+	}
+	return &NetNS{f: os.NewFile(uintptr(fd), "netns")}
 }
 
 // openNetNS opens the network namespace of pid1, the sandbox's pid 1,

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -166,6 +167,14 @@ func (pl *plan) dev(p Policy, size string) {
 		pl.add("--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts")
 	}
 	pl.add("--remount-ro", "/dev")
+}
+
+// joinNetwork has bwrap stay in the network namespace it is forked in
+// (a preparedNet) rather than make one, and the init hold only for what
+// else needs it: the network's sockets are open before the fork.
+func (pl *plan) joinNetwork(p Policy) {
+	pl.opts = slices.DeleteFunc(pl.opts, func(o string) bool { return o == "--unshare-net" })
+	pl.init.Hold = p.PTYs > 0
 }
 
 func (pl *plan) namespaces(p Policy) {

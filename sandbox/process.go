@@ -62,12 +62,15 @@ type Process struct {
 	released bool // Release dropped the keeper's record
 	stopOnce sync.Once
 
-	// sockets are Policy.Listen's, opened while the init held, until
+	// sockets are Policy.Listen's, opened before bwrap was forked, until
 	// Sockets hands them over or the process ends (socketsDropped);
 	// socketsErr is Sockets' error meanwhile. All under mu.
 	sockets        []OpenSocket
 	socketsErr     error
 	socketsDropped bool
+	// netns is the network made before bwrap, which the sandbox joined
+	// (preparedNet), until the process ends.
+	netns *NetNS
 
 	copies sync.WaitGroup // output copiers; stop at end of file
 	// copiers are the output copiers, in the order of outputs; stopCopies
@@ -92,6 +95,19 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 		}
 	}()
 	pl := buildPlan(p, l.layout, seccomp.Program())
+	var net *preparedNet
+	if ownNetwork(p) {
+		var err error
+		if net, err = l.nets.take(p); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if net != nil { // not handed to a process
+				net.close()
+			}
+		}()
+		pl.joinNetwork(p)
+	}
 	files, err := l.openFiles(pl, p)
 	if err != nil {
 		return nil, err
@@ -124,9 +140,16 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	req := l.spawnRequest(proc, pl, append(child[:], ctlChild, argsR), files)
+	if net != nil {
+		req.netns = net.ns.f
+	}
 	if err := proc.launch(ctx, req, argsW, encodeArgs(pl.opts), pl.init); err != nil {
 		proc.abandon(child)
 		return nil, err
+	}
+	if net != nil {
+		proc.handNetwork(net)
+		net = nil
 	}
 	l.track(proc)
 	proc.supervise(ctx)

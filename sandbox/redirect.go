@@ -26,8 +26,8 @@ const DNSPort = 53
 // every connection to an address outside loopback to termgate's
 // listeners on that loopback, so that a program that ignores proxy
 // variables (its own resolver, a plain connect) meets the same policy as
-// one that honours them. In the sandbox's network namespace, while its
-// init holds and before the command runs, termgate installs:
+// one that honours them. In the sandbox's network namespace, made before
+// its bwrap (see the package doc), termgate installs:
 //
 //   - default routes through lo from 127.0.0.1 and ::1 (IPv6's is
 //     skipped where the namespace has no IPv6: nothing can be sent there
@@ -50,8 +50,8 @@ const DNSPort = 53
 // capability in its namespace and cannot change the routes or the rules;
 // and were the rules missing, nothing would leave either: the namespace
 // has no link but lo and forwards nothing. A piece that cannot be
-// installed (no nf_tables in the kernel) ends the sandbox before the
-// command runs, and the exit says which (ErrUnenforceable).
+// installed (no nf_tables in the kernel) fails the start before bwrap
+// is forked, and the error says which (ErrUnenforceable).
 type Redirect struct {
 	// TCP is the transparent listener's port on 127.0.0.1 and ::1.
 	TCP uint16 `json:"tcp"`

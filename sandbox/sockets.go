@@ -153,9 +153,9 @@ func (p Policy) validateListen() error {
 }
 
 // Sockets hands over the sockets of Policy.Listen, in its order, open in
-// the sandbox's network since before the command ran. It waits until the
-// sandbox is ready for its command (or failed: its error is why), then
-// hands them over once: the caller closes them. Later calls, and calls
+// the sandbox's network since before bwrap was forked. It waits until
+// the sandbox is ready for its command where the init holds (for its
+// terminals), then hands them over once: the caller closes them. Later calls, and calls
 // after the process ended without taking them, return ErrSocketsGone; so
 // do an adopted process's, whose sockets died with the launcher that
 // opened them (NetNS opens new ones). Without Policy.Listen, nil.
@@ -182,48 +182,22 @@ func (p *Process) Sockets(ctx context.Context) ([]OpenSocket, error) {
 // sockets were opened.
 var errNoSockets = errors.New("sandbox: the sandbox failed before its sockets were opened")
 
-// prepareNetwork installs Policy.Redirect and opens Policy.Listen, for
-// Sockets, in the network of the sandbox whose init (initPid) holds. The
-// two go on at once: the redirect's nftables transaction is most of a
-// start's added time, and the sockets need nothing of it.
-func (p *Process) prepareNetwork(initPid int) error {
-	if p.policy.Redirect == nil && len(p.policy.Listen) == 0 {
-		return nil
-	}
-	ns, err := p.openNetNS(parentOf(initPid))
-	if err != nil {
-		return fmt.Errorf("prepare the sandbox's network: %w", err)
-	}
-	defer ns.Close()
-	redirected := make(chan error, 1)
-	go func() {
-		if p.policy.Redirect == nil {
-			redirected <- nil
-			return
-		}
-		redirected <- ns.Redirect(*p.policy.Redirect)
-	}()
-	err = p.openSockets(ns)
-	return errors.Join(<-redirected, err)
+// ownNetwork says whether p's sandbox gets a network prepared before its
+// bwrap (a preparedNet): one of its own with sockets or a redirect.
+func ownNetwork(p Policy) bool {
+	return p.Network == NetworkNone && (p.Redirect != nil || len(p.Listen) > 0)
 }
 
-// openSockets opens Policy.Listen in ns, for Sockets.
-func (p *Process) openSockets(ns *NetNS) error {
-	if len(p.policy.Listen) == 0 {
-		return nil
-	}
-	open, err := ns.Open(p.policy.Listen)
+// handNetwork keeps the sandbox's prepared network: its sockets for
+// Sockets, the namespace for NetNS.
+func (p *Process) handNetwork(pn *preparedNet) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case err != nil:
-		p.socketsErr = err
-	case p.socketsDropped: // the launcher let go meanwhile
-		closeAll(open)
-	default:
-		p.sockets, p.socketsErr = open, nil
+	if p.socketsDropped { // the process ended meanwhile
+		pn.close()
+		return
 	}
-	return err
+	p.sockets, p.socketsErr, p.netns = pn.sockets, nil, pn.ns
 }
 
 // Open opens every socket of socks in the namespace, or none: a
@@ -260,6 +234,10 @@ func (p *Process) dropSockets() {
 	p.mu.Lock()
 	open := p.sockets
 	p.sockets, p.socketsDropped = nil, true
+	if p.netns != nil {
+		p.netns.Close()
+		p.netns = nil
+	}
 	if p.socketsErr == nil {
 		p.socketsErr = ErrSocketsGone
 	}

@@ -32,6 +32,9 @@ type spawnRequest struct {
 	// that can forks it from a lean mount namespace keeping only the
 	// mounts they need (see Launcher.resolves).
 	resolves []string
+	// netns, when set, is the network namespace bwrap is forked in (a
+	// preparedNet's); a spawner that cannot fails.
+	netns *os.File
 	// What only the keeper uses: the parent ends it keeps for a later
 	// launcher, the cgroup directories and state it removes with an
 	// orphan, and the launcher's notes on the process.
@@ -76,7 +79,7 @@ func (execSpawner) spawn(_ context.Context, req spawnRequest) (spawned, error) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("%w: mark descriptors close-on-exec: %w", ErrUnavailable, err)
 	}
-	if len(req.enter) == 0 && len(req.resolves) == 0 {
+	if len(req.enter) == 0 && len(req.resolves) == 0 && req.netns == nil {
 		return startPlaced(req, fromHost)
 	}
 	return spawnOn(launcherForker, req)

@@ -4,6 +4,9 @@ package forker
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -74,5 +77,68 @@ func TestSetupKeepsThread(t *testing.T) {
 	f.Do(func(*Thread) { tid2 = unix.Gettid() })
 	if setups != 1 || setupTid != tid || tid2 != tid {
 		t.Errorf("Setup ran %d times on thread %d; jobs on %d and %d", setups, setupTid, tid, tid2)
+	}
+}
+
+// TestInNetNS: a child forked in InNetNS is born in the namespace given,
+// and the thread is back in its own afterwards; -1 forks where the
+// thread is.
+func TestInNetNS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("entering a network namespace needs CAP_SYS_ADMIN")
+	}
+	target := make(chan int, 1)
+	go lockedOffMain(func() { // never unlocked: the thread ends in the new namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			target <- -1
+			return
+		}
+		fd, _ := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		target <- fd
+	})
+	ns := <-target
+	if ns < 0 {
+		t.Fatal("no network namespace")
+	}
+	defer unix.Close(ns)
+	f := New(Config{Idle: time.Millisecond})
+	inode := func(path string) uint64 {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	var nsSt unix.Stat_t
+	unix.Fstat(ns, &nsSt)
+	for _, c := range []struct {
+		fd   int
+		want uint64
+	}{{ns, nsSt.Ino}, {-1, 0}} {
+		var child *exec.Cmd
+		var own, after uint64
+		f.Do(func(th *Thread) {
+			own = inode("/proc/thread-self/ns/net")
+			err := th.InNetNS(c.fd, func() error {
+				child = exec.Command("sleep", "10")
+				return child.Start()
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			after = inode("/proc/thread-self/ns/net")
+		})
+		if child == nil || child.Process == nil {
+			t.Fatal("no child")
+		}
+		got := inode(fmt.Sprintf("/proc/%d/ns/net", child.Process.Pid))
+		if c.want == 0 {
+			c.want = own
+		}
+		child.Process.Kill()
+		child.Wait()
+		if got != c.want || after != own {
+			t.Errorf("netns %d: the child's namespace %d, want %d; the thread's %d before, %d after", c.fd, got, c.want, own, after)
+		}
 	}
 }

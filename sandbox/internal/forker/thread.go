@@ -3,6 +3,11 @@
 package forker
 
 import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/termgate/termgate/sandbox/internal/cgroup/v1thread"
 	"github.com/termgate/termgate/sandbox/internal/mountns"
 )
@@ -17,6 +22,44 @@ type Thread struct {
 	// working directory are no longer the runtime's others'.
 	pinned bool
 	kept   bool // Config.Setup ran on it
+	// netStuck: the thread entered a network namespace (InNetNS) and
+	// could not return; it forks nothing more.
+	netStuck error
+}
+
+// ErrNetNSStuck reports a thread that entered a network namespace for a
+// fork and could not return to its own: it forks nothing more, since a
+// child would be born in that namespace.
+var ErrNetNSStuck = errors.New("forker: the thread could not return to its network namespace")
+
+// InNetNS calls fork with the thread in the network namespace netns (an
+// nsfs descriptor), so that the child is born there, then returns the
+// thread to its own; netns -1 calls fork where the thread is. A thread
+// that cannot return fails this call and every later one with
+// ErrNetNSStuck (the child forked stays), and is kept locked for good.
+// Entering needs CAP_SYS_ADMIN.
+func (t *Thread) InNetNS(netns int, fork func() error) error {
+	if t.netStuck != nil {
+		return t.netStuck
+	}
+	if netns < 0 {
+		return fork()
+	}
+	own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("forker: the thread's network namespace: %w", err)
+	}
+	defer unix.Close(own)
+	if err := unix.Setns(netns, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("forker: enter the network namespace: %w", err)
+	}
+	err = fork()
+	if rerr := unix.Setns(own, unix.CLONE_NEWNET); rerr != nil {
+		t.pinned = true
+		t.netStuck = fmt.Errorf("%w: %w", ErrNetNSStuck, rerr)
+		return errors.Join(err, t.netStuck)
+	}
+	return err
 }
 
 // Fork enters those of dirs it can, calls start (which forks one child
@@ -25,6 +68,9 @@ type Thread struct {
 // child and fails with v1thread.ErrStranded, as it does every later Fork
 // until it left (see v1thread.Thread.Fork).
 func (t *Thread) Fork(dirs []string, start func() (kill func(), err error)) ([]string, error) {
+	if t.netStuck != nil {
+		return nil, t.netStuck
+	}
 	return t.v1.Fork(dirs, start)
 }
 

@@ -65,6 +65,10 @@ type SpawnRequest struct {
 	// them, or from a keeper without CAP_SYS_ADMIN, the child is forked
 	// from the keeper's own namespace.
 	Resolves []string
+	// NetNS, when set, is a network namespace (an nsfs descriptor) for
+	// the child to be born in: the keeper's forking thread enters it
+	// alone for the fork, and returns.
+	NetNS *os.File
 }
 
 // Child is a process the keeper had when the client connected.
@@ -386,7 +390,12 @@ func (c *Client) Spawn(ctx context.Context, req SpawnRequest) (Spawned, error) {
 		return Spawned{}, err
 	}
 	defer af.Close()
-	files := append(append(append([]*os.File{}, req.Files...), req.Held...), af)
+	files := append(append([]*os.File{}, req.Files...), req.Held...)
+	if req.NetNS != nil {
+		m.NetNS = true
+		files = append(files, req.NetNS)
+	}
+	files = append(files, af)
 	m.Argc = len(m.Args)
 	fds, err := rawFds(files)
 	if err != nil {

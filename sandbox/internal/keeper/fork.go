@@ -114,9 +114,14 @@ func forkOn(t *forker.Thread, m *message, files []int) forkResult {
 }
 
 // forkPlaced forks m's child into m.Into when it can, else where the
-// thread is; from a lean mount namespace when m lists what it resolves.
+// thread is; from a lean mount namespace when m lists what it resolves;
+// in the network namespace that follows the child's files when m has one.
 func forkPlaced(t *forker.Thread, m *message, files []int) forkResult {
 	res := forkResult{}
+	netns := -1
+	if m.NetNS {
+		netns, files = files[len(files)-1], files[:len(files)-1]
+	}
 	into := -1
 	if m.Into != "" {
 		// Opened here, from the host's mount namespace: the lean one has
@@ -127,19 +132,24 @@ func forkPlaced(t *forker.Thread, m *message, files []int) forkResult {
 		}
 	}
 	res.lean, res.err = t.Lean(m.Resolves, func() error {
-		var err error
-		if into >= 0 {
-			res.pid, err = forkExec(m, files, into)
-			res.placed = err == nil
-		}
-		if !res.placed {
-			// Also a kernel without clone3's CLONE_INTO_CGROUP: the
-			// child starts outside, and the gateway moves it.
-			res.pid, err = forkExec(m, files, -1)
-		}
-		return err
+		return t.InNetNS(netns, func() error { return forkPlacedHere(m, files, into, &res) })
 	})
 	return res
+}
+
+// forkPlacedHere is forkPlaced's fork, where the thread is now.
+func forkPlacedHere(m *message, files []int, into int, res *forkResult) error {
+	var err error
+	if into >= 0 {
+		res.pid, err = forkExec(m, files, into)
+		res.placed = err == nil
+	}
+	if !res.placed {
+		// Also a kernel without clone3's CLONE_INTO_CGROUP: the child
+		// starts outside, and the gateway moves it.
+		res.pid, err = forkExec(m, files, -1)
+	}
+	return err
 }
 
 // killAndReap ends a child nobody will hear of and reaps it: a zombie

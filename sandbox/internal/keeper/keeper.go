@@ -462,6 +462,9 @@ func (k *keeper) spawn(a *attachment, m *message, files []int) (Spawned, error) 
 		}
 	}
 	childFiles, held := files[:m.Files], files[m.Files:m.Files+m.Held]
+	if m.NetNS { // carried after the child's own, to the forking thread's table
+		childFiles = append(childFiles[:m.Files:m.Files], files[m.Files+m.Held])
+	}
 	defer closeFds(childFiles)
 	if err := k.admit(m); err != nil {
 		closeFds(held)

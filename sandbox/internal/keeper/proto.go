@@ -94,6 +94,7 @@ type message struct {
 	Cred       *credential `json:"cred,omitempty"`
 	Files      int         `json:"files,omitempty"`     // descriptors that become the child's 0..n-1
 	Held       int         `json:"held,omitempty"`      // descriptors after those, kept by the keeper
+	NetNS      bool        `json:"netns,omitempty"`     // a spawn's descriptor after those is the network namespace to fork the child in
 	ArgsFile   bool        `json:"args_file,omitempty"` // a spawn's last descriptor holds Args then Env (without: none of either)
 	Argc       int         `json:"argc,omitempty"`      // with ArgsFile: how many of its entries are Args
 	Cgroups    []string    `json:"cgroups,omitempty"`
@@ -171,10 +172,13 @@ func (m *message) check() error {
 	return nil
 }
 
-// fds is the number of descriptors m announces: Files, Held, then the
-// arguments file.
+// fds is the number of descriptors m announces: Files, Held, the network
+// namespace, then the arguments file.
 func (m *message) fds() int {
 	n := m.Files + m.Held
+	if m.NetNS {
+		n++
+	}
 	if m.ArgsFile {
 		n++
 	}
@@ -183,10 +187,14 @@ func (m *message) fds() int {
 
 // announced says which descriptors m announces, for an error.
 func (m *message) announced() string {
-	if m.ArgsFile {
-		return fmt.Sprintf("%d and its arguments file", m.Files+m.Held)
+	n := fmt.Sprint(m.Files + m.Held)
+	if m.NetNS {
+		n += " and a network namespace"
 	}
-	return fmt.Sprint(m.Files + m.Held)
+	if m.ArgsFile {
+		n += " and its arguments file"
+	}
+	return n
 }
 
 func (m *message) checkSpawn() error {
