@@ -448,8 +448,8 @@ func (g *Guard) refused(d Decision) error {
 
 // Refuse is told of a connection the proxy refused without asking: it
 // is counted, observed and told like one the policy refused.
-func (g *Guard) Refuse(host string, port uint16, reason string) {
-	d := Decision{Policy: g.Policy(), Network: "tcp", Port: port, Reason: reason}
+func (g *Guard) Refuse(network, host string, port uint16, reason string) {
+	d := Decision{Policy: g.Policy(), Network: network, Port: port, Reason: reason}
 	if a, err := netip.ParseAddr(host); err == nil {
 		d.Addr = a.Unmap()
 	} else {

@@ -297,7 +297,7 @@ func TestEgressCloseEndsConnections(t *testing.T) {
 func TestEgressRefuseIsTold(t *testing.T) {
 	t.Parallel()
 	env := startEgress(t, nil)
-	env.guard.Refuse("198.18.0.9", 443, "198.18.0.9 is an address termgate's DNS gave out for a name it no longer holds: look the name up again")
+	env.guard.Refuse("tcp", "198.18.0.9", 443, "198.18.0.9 is an address termgate's DNS gave out for a name it no longer holds: look the name up again")
 	evs, notices := env.seen()
 	if len(notices) != 1 || !strings.HasPrefix(notices[0], "network: 198.18.0.9 is an address") {
 		t.Errorf("notices %q", notices)

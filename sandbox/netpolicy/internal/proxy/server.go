@@ -51,9 +51,10 @@ var ErrBusy = errors.New("proxy: too many connections")
 
 // Refuser is implemented by a Dialer that wants to hear of a connection
 // the Server refused without asking it: a synthetic address that stands
-// for no name any longer (ServeTransparent), with the reason given.
+// for no name any longer (ServeTransparent, ServeUDP), with the network
+// ("tcp" or "udp") and the reason.
 type Refuser interface {
-	Refuse(host string, port uint16, reason string)
+	Refuse(network, host string, port uint16, reason string)
 }
 
 // Dialer connects to a target for the program, or refuses. It is the

@@ -36,7 +36,7 @@ func (h *clientConn) serveTransparent() {
 	if name, fake := h.s.names(dst.Addr()); fake && name == "" {
 		err = &Refused{Reason: host + " is an address termgate's DNS gave out for a name it no longer holds: look the name up again"}
 		if r, ok := h.s.Dialer.(Refuser); ok {
-			r.Refuse(host, port, err.(*Refused).Reason)
+			r.Refuse("tcp", host, port, err.(*Refused).Reason)
 		}
 	} else {
 		if fake {

@@ -126,7 +126,7 @@ type mapDialer struct {
 	refused []string // told by Refuse: host:port reason
 }
 
-func (d *mapDialer) Refuse(host string, port uint16, reason string) {
+func (d *mapDialer) Refuse(_, host string, port uint16, reason string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.refused = append(d.refused, fmt.Sprintf("%s:%d %s", host, port, reason))

@@ -166,7 +166,7 @@ func (r *udpRelay) start(from netip.AddrPort, size int) *udpFlow {
 	case fake && name == "":
 		reason := f.host + " is an address termgate's DNS gave out for a name it no longer holds: look the name up again"
 		if rf, ok := r.s.Dialer.(Refuser); ok {
-			rf.Refuse(f.host, f.port, reason)
+			rf.Refuse("udp", f.host, f.port, reason)
 		}
 		r.s.record(Record{Protocol: UDP, Host: f.host, Port: f.port, Refused: reason})
 		f.refused = true
