@@ -61,6 +61,32 @@ func policySupervisor(t *testing.T, rules map[string]string, dns string) *Superv
 	return s
 }
 
+// startAttached starts sp as tenant acme's execution id and attaches to
+// it from its first event.
+func startAttached(t *testing.T, s *Supervisor, id string, sp Spec) (Info, *Subscription) {
+	t.Helper()
+	info, err := s.Start(t.Context(), "acme", id, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _, err := s.Attach("acme", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info, sub
+}
+
+// networkNotices are the messages of the network notices among evs.
+func networkNotices(evs []replay.Event) []string {
+	var notices []string
+	for _, ev := range evs {
+		if ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork {
+			notices = append(notices, ev.Notice.Message)
+		}
+	}
+	return notices
+}
+
 // oneAndTwo are policies "one" (allowing 127.0.0.2:port) and "two"
 // (127.0.0.3:port).
 func oneAndTwo(port int) map[string]string {
@@ -122,12 +148,7 @@ curl -sS -o /dev/null -w '%%{http_code}\n' http://127.0.0.2:%[1]d/`, port)
 	if string(out) != want {
 		t.Errorf("output %q, want %q", out, want)
 	}
-	var notices []string
-	for _, ev := range evs {
-		if ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork {
-			notices = append(notices, ev.Notice.Message)
-		}
-	}
+	notices := networkNotices(evs)
 	if len(notices) != 3 || !strings.Contains(notices[0], fmt.Sprintf("127.0.0.3:%d", port)) ||
 		!strings.Contains(notices[1], `now "two" (was "one")`) || !strings.Contains(notices[2], fmt.Sprintf("127.0.0.2:%d", port)) {
 		t.Errorf("network notices %q, want the refusal, the change and the second refusal", notices)
@@ -219,24 +240,12 @@ except OSError as e:
     print("203.0.113.5:", type(e).__name__)'`, port)
 	sp := Spec{Policy: sandbox.Policy{Command: []string{"/bin/sh", "-c", script}, Workspace: sandboxtest.Dir(t)},
 		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "web"}
-	info, err := s.Start(t.Context(), "acme", "direct", sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, _, err := s.Attach("acme", info.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sub := startAttached(t, s, "direct", sp)
 	out, evs := drain(t, sub)
 	if want := "hello from 127.0.0.2\nhello from 127.0.0.2\nother=6\n203.0.113.5: ConnectionResetError\n"; string(out) != want {
 		t.Errorf("output %q, want %q", out, want)
 	}
-	var notices []string
-	for _, ev := range evs {
-		if ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork {
-			notices = append(notices, ev.Notice.Message)
-		}
-	}
+	notices := networkNotices(evs)
 	joined := strings.Join(notices, "\n")
 	if strings.Count(joined, "other.test") != 1 || !strings.Contains(joined, "203.0.113.5:80") {
 		t.Errorf("notices %q, want other.test's refusal once (a lookup asks for A and AAAA) and 203.0.113.5's", notices)
@@ -271,24 +280,12 @@ ask("203.0.113.5", 9999, b"refused")
 `, port)
 	sp := Spec{Policy: sandbox.Policy{Command: []string{"python3", "-c", script}, Workspace: sandboxtest.Dir(t)},
 		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "udp"}
-	info, err := s.Start(t.Context(), "acme", "udp", sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, _, err := s.Attach("acme", info.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sub := startAttached(t, s, "udp", sp)
 	out, evs := drain(t, sub)
 	if want := "udp.test echo:one True\nudp.test echo:two True\n203.0.113.5 no answer\n"; string(out) != want {
 		t.Errorf("output %q, want %q", out, want)
 	}
-	var notices []string
-	for _, ev := range evs {
-		if ev.Kind == replay.KindNotice && ev.Notice.Reason == NoticeNetwork {
-			notices = append(notices, ev.Notice.Message)
-		}
-	}
+	notices := networkNotices(evs)
 	if len(notices) != 1 || !strings.Contains(notices[0], "udp 203.0.113.5:9999") {
 		t.Errorf("notices %q, want one naming udp 203.0.113.5:9999", notices)
 	}
@@ -387,14 +384,7 @@ node -e 'fetch("http://api.test:%[1]d/").then(r => r.text()).then(t => console.l
 	sp := Spec{Policy: sandbox.Policy{Command: []string{"/bin/sh", "-c", script}, Workspace: ws,
 		Env: map[string]string{"HOME": "/workspace", "GIT_SSL_CAINFO": "/workspace/ca.pem"}},
 		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "agents", Timeout: time.Minute}
-	info, err := s.Start(t.Context(), "acme", "clients", sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, _, err := s.Attach("acme", info.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	info, sub := startAttached(t, s, "clients", sp)
 	out, _ := drain(t, sub)
 	if want := "hello over tls\ncloned through the policy\nhello from 127.0.0.2\n"; string(out) != want {
 		t.Errorf("output %q, want %q", out, want)
@@ -458,14 +448,7 @@ func TestNetworkPolicyStaticGoBinary(t *testing.T) {
 	sp := Spec{Policy: sandbox.Policy{Command: []string{"/workspace/client", fmt.Sprintf("http://api.test:%d/", port), fmt.Sprintf("http://other.test:%d/", port)},
 		Workspace: ws, Env: map[string]string{"GODEBUG": "netdns=go"}},
 		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "web"}
-	info, err := s.Start(t.Context(), "acme", "gobin", sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, _, err := s.Attach("acme", info.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sub := startAttached(t, s, "gobin", sp)
 	if out, _ := drain(t, sub); string(out) != "hello from 127.0.0.2\nerror\n" {
 		t.Errorf("output %q, want the allowed name's answer and an error for the refused one", out)
 	}
