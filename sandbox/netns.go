@@ -307,55 +307,81 @@ func (ns *NetNS) socketOf(domain, typ, proto int) (int, error) {
 		fd  int
 		err error
 	}
-	done := make(chan result, 1)
+	var r result
+	onLockedThread(func() error {
+		r.fd, r.err = ns.socketHere(domain, typ, proto)
+		return r.err
+	})
+	return r.fd, r.err
+}
+
+// onLockedThread runs f on a goroutine locked to its OS thread, which
+// goes back to the runtime after, unless f failed with ErrNetNSStuck:
+// then it ends with the goroutine.
+func onLockedThread(f func() error) {
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		runtime.LockOSThread()
-		fd, err := ns.socketHere(domain, typ, proto)
-		if !errors.Is(err, ErrNetNSStuck) {
+		if !errors.Is(f(), ErrNetNSStuck) {
 			runtime.UnlockOSThread()
 		}
-		done <- result{fd, err}
 	}()
-	r := <-done
-	return r.fd, r.err
+	<-done
 }
 
 // socketHere is socket on the locked thread.
 func (ns *NetNS) socketHere(domain, typ, proto int) (int, error) {
+	fd := -1
+	err := ns.here(func() error {
+		var err error
+		fd, err = unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+		if err != nil {
+			return fmt.Errorf("socket: %w", err)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrNetNSStuck) && fd >= 0 {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// here runs f with the locked calling thread in the namespace, then
+// returns it to the namespace it came from; ErrNetNSStuck when it could
+// not.
+func (ns *NetNS) here(f func() error) error {
 	setns := ns.setns
 	if setns == nil {
 		setns = unix.Setns
 	}
 	host, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("sandbox: open the host's network namespace: %w", err)
+		return fmt.Errorf("sandbox: open the host's network namespace: %w", err)
 	}
 	defer unix.Close(host)
 	raw, err := ns.f.SyscallConn()
 	if err != nil {
-		return -1, fmt.Errorf("sandbox: network namespace: %w", err)
+		return fmt.Errorf("sandbox: network namespace: %w", err)
 	}
 	var enter error
 	if err := raw.Control(func(fd uintptr) { enter = setns(int(fd), unix.CLONE_NEWNET) }); err != nil {
-		return -1, fmt.Errorf("sandbox: network namespace: %w", err)
+		return fmt.Errorf("sandbox: network namespace: %w", err)
 	}
 	switch {
 	case errors.Is(enter, unix.EPERM):
-		return -1, fmt.Errorf("%w: enter the sandbox's network namespace (CAP_SYS_ADMIN needed): %w", ErrUnavailable, enter)
+		return fmt.Errorf("%w: enter the sandbox's network namespace (CAP_SYS_ADMIN needed): %w", ErrUnavailable, enter)
 	case enter != nil:
-		return -1, fmt.Errorf("sandbox: enter the sandbox's network namespace: %w", enter)
+		return fmt.Errorf("sandbox: enter the sandbox's network namespace: %w", enter)
 	}
-	fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+	err = f()
 	if back := setns(host, unix.CLONE_NEWNET); back != nil {
-		if err == nil {
-			unix.Close(fd)
-		}
-		return -1, fmt.Errorf("%w: %w", ErrNetNSStuck, back)
+		return fmt.Errorf("%w: %w", ErrNetNSStuck, back)
 	}
-	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
-	}
-	return fd, nil
+	return err
 }
 
 // canEnterNetNS reports whether termgate may enter a sandbox's network
