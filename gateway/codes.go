@@ -29,6 +29,8 @@ var sentinelCodes = []struct {
 	{session.ErrNoPipes, wire.CodeNoPipes}, {session.ErrSignal, wire.CodeSignalNotAllowed},
 	{session.ErrClosed, wire.CodeClosed}, {session.ErrAfter, wire.CodeInvalidAfter},
 	{session.ErrAck, wire.CodeInvalidRequest},
+	{session.ErrPortRefused, wire.CodeRefused}, {session.ErrHostPorts, wire.CodeForbidden},
+	{session.ErrInvalidPort, wire.CodeInvalidRequest},
 }
 
 // errorCode is the stable, client-visible code of err: gone for
@@ -67,6 +69,7 @@ var apiStatus = map[string]int{
 	wire.CodeInputFull: http.StatusTooManyRequests, wire.CodeRateLimited: http.StatusTooManyRequests,
 	wire.CodeTooManyConnections: http.StatusTooManyRequests, wire.CodeRequestTimeout: http.StatusRequestTimeout,
 	wire.CodeClosed: http.StatusServiceUnavailable, wire.CodeUnavailable: http.StatusServiceUnavailable,
+	wire.CodeRefused: http.StatusBadGateway, wire.CodeTooManyStreams: http.StatusTooManyRequests,
 }
 
 // apiError is an error the API answers as it is: a stable code and a

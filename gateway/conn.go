@@ -43,8 +43,9 @@ type conn struct {
 	// (finishChannel); serve finishes those left.
 	open map[*channel]struct{}
 
-	w     writer // the write side (writer.go)
-	relay *relay // the channels of other nodes' executions; nil on a single node (cluster_relay.go)
+	w     writer                   // the write side (writer.go)
+	relay *relay                   // the channels of other nodes' executions; nil on a single node (cluster_relay.go)
+	fwd   atomic.Pointer[forwards] // the forward streams, made by the first forward (forward.go)
 
 	raw net.Conn      // the hijacked connection, for linger (hijack.go)
 	br  *bufio.Reader // the WebSocket's reader of raw (hijack.go)

@@ -135,7 +135,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) {
+	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) && !claims.Has(ScopeForward) {
 		s.metrics.authFailures.WithLabelValues(authScope).Inc()
 		s.auditConnect(r, claims.Tenant, claims.Subject, wire.CodeForbidden, "")
 		http.Error(w, "forbidden", http.StatusForbidden)

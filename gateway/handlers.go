@@ -34,6 +34,12 @@ func (c *conn) handle(req wire.Request) {
 		c.ack(req)
 	case wire.TypeNetwork:
 		c.network(req)
+	case wire.TypeForward:
+		c.forward(req)
+	case wire.TypeForwardAck:
+		c.forwardAck(req)
+	case wire.TypeForwardClose:
+		c.forwardClose(req)
 	default:
 		c.modify(req)
 	}

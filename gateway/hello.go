@@ -10,7 +10,7 @@ import (
 )
 
 // features are what this server supports, as its hello lists them.
-var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot}
+var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot, wire.FeatureForward}
 
 // hello is the first message on every connection: what the server is,
 // what it supports and its limits, so a client adapts without guessing.
@@ -56,6 +56,8 @@ func (s *Server) bounds() wire.Bounds {
 		InteractiveTimeoutMS: positiveOr(cfg.Sandbox.InteractiveTimeout, sup.DefaultInteractiveTimeout).Milliseconds(),
 		IdleTimeoutMS:        positiveOr(cfg.Sandbox.IdleTimeout, sup.DefaultIdleTimeout).Milliseconds(),
 		Scrollback:           sup.Scrollback,
+		ForwardWindow:        ForwardWindow,
+		MaxStreams:           MaxStreams,
 	}
 }
 

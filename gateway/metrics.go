@@ -34,12 +34,14 @@ const (
 // metrics are a server's counters and gauges, on a registry of its own
 // (never Prometheus's global one) that MetricsHandler serves.
 type metrics struct {
-	reg          *prometheus.Registry
-	connsOpen    prometheus.Gauge
-	connsClosed  *prometheus.CounterVec
-	authFailures *prometheus.CounterVec
-	refused      [len(gatewayRefusals)]atomic.Uint64 // the gateway's own limits, by gatewayRefusals
-	listener     atomic.Pointer[Listener]            // CountRefusals
+	reg               *prometheus.Registry
+	connsOpen         prometheus.Gauge
+	connsClosed       *prometheus.CounterVec
+	authFailures      *prometheus.CounterVec
+	forwards          *prometheus.CounterVec              // forward streams asked for, by outcome
+	forwardBytesTotal *prometheus.CounterVec              // their bytes, by direction
+	refused           [len(gatewayRefusals)]atomic.Uint64 // the gateway's own limits, by gatewayRefusals
+	listener          atomic.Pointer[Listener]            // CountRefusals
 }
 
 // newMetrics registers the Go runtime and process collectors, the
@@ -57,6 +59,12 @@ func newMetrics(s *Server) *metrics {
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "termgate_auth_failures_total", Help: "Tokens refused, by reason.",
 		}, []string{"reason"}),
+		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "termgate_forward_streams_total", Help: "Forward streams asked for, by outcome (opened or refused).",
+		}, []string{"outcome"}),
+		forwardBytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "termgate_forward_bytes_total", Help: "Bytes of forward streams, by direction (up: to the port; down: from it).",
+		}, []string{"direction"}),
 	}
 	for _, r := range []string{authMissing, authExpired, authSignature, authMalformed, authInvalid, authScope, authTenant} {
 		m.authFailures.WithLabelValues(r) // every reason is a series from the start
@@ -64,7 +72,7 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.connsOpen, m.connsClosed, m.authFailures,
+		m.connsOpen, m.connsClosed, m.authFailures, m.forwards, m.forwardBytesTotal,
 		serverCollector{s, s.cfg.MetricsTenantLabel}, networkCollector{s},
 	)
 	if a := s.cfg.Audit; a != nil {
@@ -93,6 +101,20 @@ func (s *Server) MetricsHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// forwardOpened counts a forward stream asked for.
+func (m *metrics) forwardOpened(ok bool) {
+	if ok {
+		m.forwards.WithLabelValues("opened").Inc()
+	} else {
+		m.forwards.WithLabelValues("refused").Inc()
+	}
+}
+
+// forwardBytes counts n bytes of a forward stream, "up" or "down".
+func (m *metrics) forwardBytes(direction string, n int) {
+	m.forwardBytesTotal.WithLabelValues(direction).Add(float64(n))
 }
 
 // connClosed counts a connection's end by its close code.

@@ -102,7 +102,7 @@ func TestHelloComesFirst(t *testing.T) {
 			WriteTimeoutMS: DefaultWriteTimeout.Milliseconds(), DefaultTimeoutMS: session.DefaultTimeout.Milliseconds(),
 			RetentionMS:          session.DefaultRetention.Milliseconds(),
 			InteractiveTimeoutMS: session.DefaultInteractiveTimeout.Milliseconds(), IdleTimeoutMS: session.DefaultIdleTimeout.Milliseconds(),
-			Scrollback: session.DefaultScrollback,
+			Scrollback: session.DefaultScrollback, ForwardWindow: ForwardWindow, MaxStreams: MaxStreams,
 		}},
 		{"configured", func(c *Config) {
 			c.Ring = replay.Config{MaxBytes: 1 << 16, MaxEvents: 100}
@@ -116,6 +116,7 @@ func TestHelloComesFirst(t *testing.T) {
 			PingIntervalMS: 11000, PongTimeoutMS: 33000, WriteTimeoutMS: 22000, DefaultTimeoutMS: 44000,
 			RetentionMS:          session.DefaultRetention.Milliseconds(),
 			InteractiveTimeoutMS: 55000, IdleTimeoutMS: 66000, Scrollback: session.DefaultScrollback,
+			ForwardWindow: ForwardWindow, MaxStreams: MaxStreams,
 		}},
 	}
 	for _, tc := range cases {
@@ -135,7 +136,7 @@ func TestHelloComesFirst(t *testing.T) {
 			if !strings.HasPrefix(h.Server, "termgate ") || h.Protocol != 1 {
 				t.Errorf("hello server %q protocol %d", h.Server, h.Protocol)
 			}
-			features := []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot}
+			features := []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot, wire.FeatureForward}
 			if !slices.Equal(h.Features, features) {
 				t.Errorf("features %q, want %q", h.Features, features)
 			}

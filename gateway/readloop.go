@@ -61,6 +61,9 @@ func (c *conn) finish(err error) {
 	if c.relay != nil {
 		c.relay.close()
 	}
+	if f := c.forwardsNow(); f != nil {
+		f.close()
+	}
 	c.w.waitFlushers()
 	c.w.control.dropAll() // nothing more is written: the subject's budget gets its bytes back
 	c.finishChannels()
@@ -103,6 +106,8 @@ func (c *conn) readLoop() (parked bool, err error) {
 		switch {
 		case c.closing():
 			// a close handshake is under way: drain, act on nothing
+		case typ == websocket.MessageBinary && len(b) > 0 && b[0] == wire.FrameForward:
+			c.forwardInput(b)
 		case typ == websocket.MessageBinary:
 			c.input(b)
 		default:

@@ -149,6 +149,14 @@ func (w *writer) drain() bool {
 				return false
 			}
 		}
+		if f := w.c.forwardsNow(); f != nil {
+			if fr, ok := f.pop(); ok {
+				wrote = true
+				if !w.writeControl() || !w.writeForward(fr) {
+					return false
+				}
+			}
+		}
 		if q := w.relayed(); q != nil {
 			select {
 			case f := <-q.out:

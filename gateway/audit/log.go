@@ -368,6 +368,11 @@ type Record struct {
 	Address string `json:"address,omitempty"`
 	Port    uint16 `json:"port,omitempty"`
 	Rule    string `json:"rule,omitempty"`
+
+	// forward (a stream to Port opened), forward-end (its end, with
+	// Reason and its bytes to the port and from it)
+	BytesUp   *uint64 `json:"bytes_up,omitempty"`
+	BytesDown *uint64 `json:"bytes_down,omitempty"`
 }
 
 // encode is the record as one line. encoding/json escapes the C0

@@ -31,6 +31,8 @@ const (
 	CodeInvalidRequest   = "invalid_request"    // a request with missing or invalid fields
 	CodeUnsupported      = "unsupported"        // a request type this server does not know
 	CodeInternal         = "internal"           // details only in the server log
+	CodeRefused          = "refused"            // a forward to a port nothing listens on
+	CodeTooManyStreams   = "too_many_streams"   // the connection holds its limit of forward streams
 )
 
 // Error codes of the HTTP API only.
@@ -47,7 +49,7 @@ var codes = []string{
 	CodeInvalidSpec, CodeUnenforceable, CodeNotRunning, CodeNotAttached, CodeReadOnly, CodeTooManyChannels,
 	CodeRateLimited, CodeInputOffset, CodeInputFull, CodeNotPTY, CodeNoPipes, CodeSignalNotAllowed,
 	CodeClosed, CodeUnavailable, CodeInvalidAfter, CodeInvalidRequest, CodeUnsupported, CodeInternal,
-	CodeBadRequest, CodeTooLarge, CodeRequestTimeout, CodeTooManyConnections,
+	CodeRefused, CodeTooManyStreams, CodeBadRequest, CodeTooLarge, CodeRequestTimeout, CodeTooManyConnections,
 }
 
 // Codes returns every error code the server sends, over WebSocket or HTTP.

@@ -9,7 +9,33 @@ import (
 const (
 	FrameOutput byte = 0x01 // server to client: output of an attached channel
 	FrameInput  byte = 0x02 // client to server: input for an attached channel
+	// FrameForward carries a forward stream's bytes, either way: the
+	// kind, the stream (4 bytes), the bytes.
+	FrameForward byte = 0x03
 )
+
+// ForwardHeaderLen is the header of a forward frame.
+const ForwardHeaderLen = 1 + 4
+
+// AppendForward appends a forward frame to dst.
+func AppendForward(dst []byte, stream uint32, data []byte) []byte {
+	dst = append(dst, FrameForward)
+	dst = binary.BigEndian.AppendUint32(dst, stream)
+	return append(dst, data...)
+}
+
+// DecodeForward parses a forward frame: its stream and its bytes, which
+// alias b.
+func DecodeForward(b []byte) (uint32, []byte, error) {
+	if len(b) < ForwardHeaderLen || b[0] != FrameForward {
+		return 0, nil, fmt.Errorf("%w: not a forward frame", ErrProtocol)
+	}
+	stream := binary.BigEndian.Uint32(b[1:5])
+	if stream == 0 {
+		return 0, nil, fmt.Errorf("%w: forward frame for stream 0", ErrProtocol)
+	}
+	return stream, b[ForwardHeaderLen:], nil
+}
 
 // Header sizes of the binary frames: an input frame is its header and
 // the data; an output frame is its header and exactly the length it states.

@@ -74,6 +74,17 @@ type Message struct {
 	// auth-expiring, reauthed
 	ExpiresAt string `json:"expires_at,omitempty"`
 
+	// forwarded, forward-ack, forward-eof, forward-end: the stream; its
+	// Port, and Window, the bytes either side may send ahead of credit.
+	// forward-ack's Bytes are credit for the client; forward-end's Up
+	// and Down the bytes to and from the port, and Reason how it ended
+	// (a ForwardEnd constant).
+	Stream uint32 `json:"stream,omitempty"`
+	Port   int    `json:"port,omitempty"`
+	Window int    `json:"window,omitempty"`
+	Up     uint64 `json:"up,omitempty"`
+	Down   uint64 `json:"down,omitempty"`
+
 	// At is when what a notice event announces happens (RFC 3339, UTC);
 	// absent when nothing is due.
 	At string `json:"at,omitempty"`
@@ -111,6 +122,11 @@ type Bounds struct {
 	// terminal that applies snapshots keeps at least that many.
 	Scrollback  int   `json:"scrollback,omitempty"`
 	RetentionMS int64 `json:"retention_ms,omitempty"`
+	// ForwardWindow is the bytes either side may send on a forward
+	// stream ahead of credit; MaxStreams the streams a connection may
+	// hold open.
+	ForwardWindow int `json:"forward_window,omitempty"`
+	MaxStreams    int `json:"max_streams,omitempty"`
 }
 
 // SnapshotOverhead is the most a snapshot message takes beside its
@@ -133,6 +149,15 @@ const (
 	FeatureRecord   = "record"    // start with record and record_input: this server keeps recordings
 	FeatureNodes    = "nodes"     // one node of several: node fields, unavailable with retry_ms, detached with an error
 	FeatureNetwork  = "network"   // start with network, the network request: this server has network policies
+	FeatureForward  = "forward"   // forward streams to executions' ports, the ports listing
+)
+
+// Ends of a forward stream, in forward-end's Reason.
+const (
+	ForwardClosed    = "closed"    // both sides ended what they send
+	ForwardReset     = "reset"     // the program reset or dropped its connection
+	ForwardCancelled = "cancelled" // the client reset the stream
+	ForwardWindow    = "window"    // the client sent past its credit
 )
 
 // Output flows of an execution.
@@ -178,9 +203,13 @@ const (
 	MsgPong         = "pong"
 	MsgOK           = "ok"
 	MsgAuthExpiring = "auth-expiring"
-	MsgHello        = "hello"     // the first message on every connection
-	MsgInputAck     = "input-ack" // input accepted on an acknowledging channel
-	MsgSnapshot     = "snapshot"  // a terminal's screen in place of history it no longer holds
+	MsgHello        = "hello"       // the first message on every connection
+	MsgInputAck     = "input-ack"   // input accepted on an acknowledging channel
+	MsgSnapshot     = "snapshot"    // a terminal's screen in place of history it no longer holds
+	MsgForwarded    = "forwarded"   // a forward stream is open
+	MsgForwardAck   = "forward-ack" // credit for the client on a stream
+	MsgForwardEOF   = "forward-eof" // the program ended what it sends on a stream
+	MsgForwardEnd   = "forward-end" // a stream is over
 )
 
 // ListStatus is what the answer of GET /v1/executions holds beside its

@@ -127,6 +127,16 @@ type Request struct {
 
 	// reauth
 	Token string `json:"token,omitempty"`
+
+	// forward: Port on the loopback of execution ID. forward-ack and
+	// forward-close: Stream; forward-ack's Bytes are the stream's bytes
+	// the client delivered since its last forward-ack (credit for the
+	// server); forward-close's Reset aborts both ways, else it ends only
+	// what the client sends.
+	Port   int    `json:"port,omitempty"`
+	Stream uint32 `json:"stream,omitempty"`
+	Bytes  uint64 `json:"bytes,omitempty"`
+	Reset  bool   `json:"reset,omitempty"`
 }
 
 // Size is a terminal size.
@@ -159,6 +169,13 @@ const (
 	TypePing       = "ping"
 	TypeAck        = "ack"
 	TypeNetwork    = "network" // change the network policy of a channel's execution
+	// TypeForward opens a stream to a TCP port on an execution's loopback
+	// (see PROTOCOL.md, Ports); TypeForwardAck gives the server credit
+	// on a stream; TypeForwardClose ends what the client sends on it, or
+	// resets it.
+	TypeForward      = "forward"
+	TypeForwardAck   = "forward-ack"
+	TypeForwardClose = "forward-close"
 )
 
 // DecodeRequest parses and checks one control message. A message that is
@@ -209,7 +226,7 @@ func isObject(b []byte) bool {
 func (r Request) checkType() error {
 	switch r.Type {
 	case TypeStart, TypeAttach, TypeDetach, TypeCloseStdin, TypeResize, TypeSignal, TypeCancel,
-		TypeReauth, TypePing, TypeAck, TypeNetwork:
+		TypeReauth, TypePing, TypeAck, TypeNetwork, TypeForward, TypeForwardAck, TypeForwardClose:
 		return nil
 	case "":
 		return refuse(CodeInvalidRequest, "message has no type")
@@ -287,6 +304,20 @@ func (r Request) check() error {
 			return err
 		}
 		return need(r.Network != "", "network")
+	case TypeForward:
+		if err := need(r.ID != "", "id"); err != nil {
+			return err
+		}
+		if r.Port < 1 || r.Port > 65535 {
+			return refuse(CodeInvalidRequest, "forward needs a port from 1 to 65535")
+		}
+	case TypeForwardAck:
+		if err := need(r.Stream != 0, "stream"); err != nil {
+			return err
+		}
+		return need(r.Bytes != 0, "bytes")
+	case TypeForwardClose:
+		return need(r.Stream != 0, "stream")
 	}
 	return nil
 }

@@ -1,0 +1,246 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+	"github.com/termgate/termgate/session"
+)
+
+// portServers is a program that serves, on its sandbox's 127.0.0.1, an
+// echo on port 9000 (what it reads, until the client ends, then it
+// ends) and a source on port 9001 (1 MiB, then it ends).
+const portServers = `
+import socket, threading
+def serve(port, handle):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port)); s.listen()
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=handle, args=(c,), daemon=True).start()
+def echo(c):
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        c.sendall(b)
+    c.close()
+def source(c):
+    c.sendall(b"x" * (1 << 20)); c.close()
+threading.Thread(target=serve, args=(9001, source), daemon=True).start()
+print("serving", flush=True)
+serve(9000, echo)
+`
+
+// forwardEnv is a gateway over the real sandbox and an execution that
+// serves portServers.
+func forwardEnv(t *testing.T) (*testEnv, string) {
+	t.Helper()
+	_, err := exec.LookPath("python3")
+	sandboxtest.Need(t, "python3", err)
+	e := newEnv(t, nil)
+	var info session.Info
+	info, err = e.sup.Start(t.Context(), "acme", "ports", session.Spec{
+		Policy: sandbox.Policy{Command: []string{"python3", "-c", portServers}, Workspace: sandboxtest.Dir(t)},
+		Ring:   replay.Config{MaxBytes: 1 << 20},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		l, err := e.sup.Ports().Listening("acme", info.ID)
+		return err == nil && len(l) == 2
+	}) {
+		t.Fatal("the execution never listened on its two ports")
+	}
+	return e, info.ID
+}
+
+// readForward reads the connection's next forward frame or message,
+// skipping others.
+func readForward(t *testing.T, c *client) (stream uint32, data []byte, m *wire.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for {
+		typ, b, err := c.ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if typ == websocket.MessageBinary {
+			id, data, err := wire.DecodeForward(b)
+			if err != nil {
+				t.Fatalf("a binary frame that is no forward frame: %v", err)
+			}
+			return id, data, nil
+		}
+		var msg wire.Message
+		json.Unmarshal(b, &msg)
+		switch msg.Type {
+		case wire.MsgForwarded, wire.MsgForwardAck, wire.MsgForwardEOF, wire.MsgForwardEnd, wire.MsgError:
+			return 0, nil, &msg
+		}
+	}
+}
+
+func (c *client) sendForward(t *testing.T, stream uint32, data []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageBinary, wire.AppendForward(nil, stream, data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openForward asks for a stream to port and returns its number.
+func openForward(t *testing.T, c *client, id string, port int) uint32 {
+	t.Helper()
+	c.send(t, wire.Request{Type: wire.TypeForward, Req: "f", ID: id, Port: port})
+	_, _, m := readForward(t, c)
+	if m == nil || m.Type != wire.MsgForwarded || m.Stream == 0 || m.Window != ForwardWindow {
+		t.Fatalf("forward answered %+v", m)
+	}
+	return m.Stream
+}
+
+// TestForwardEchoes: bytes sent on a stream reach the program's port and
+// its answers come back; the client's half-close reaches the program,
+// whose end comes as forward-eof, then forward-end with the bytes each
+// way; every write is acknowledged with credit.
+func TestForwardEchoes(t *testing.T) {
+	t.Parallel()
+	e, id := forwardEnv(t)
+	c := e.dial(t, e.token(t, "acme", ScopeForward))
+	defer c.close()
+	s := openForward(t, c, id, 9000)
+	c.sendForward(t, s, []byte("hello, "))
+	c.sendForward(t, s, []byte("port"))
+	c.send(t, wire.Request{Type: wire.TypeForwardClose, Stream: s})
+	var got []byte
+	var acked uint64
+	var eof bool
+	for {
+		id, data, m := readForward(t, c)
+		if m == nil {
+			if id != s {
+				t.Fatalf("a frame of stream %d", id)
+			}
+			got = append(got, data...)
+			continue
+		}
+		switch m.Type {
+		case wire.MsgForwardAck:
+			acked += m.Bytes
+			continue
+		case wire.MsgForwardEOF:
+			eof = true
+			continue
+		}
+		if m.Type != wire.MsgForwardEnd || m.Reason != wire.ForwardClosed || m.Up != 11 || m.Down != 11 {
+			t.Errorf("the stream ended with %+v", m)
+		}
+		break
+	}
+	if string(got) != "hello, port" || !eof || acked != 11 {
+		t.Errorf("read %q, eof %v, acked %d", got, eof, acked)
+	}
+}
+
+// TestForwardWaitsForCredit: a program that sends more than the window
+// gets exactly the window through until the client gives credit; then
+// the rest comes, all of it.
+func TestForwardWaitsForCredit(t *testing.T) {
+	t.Parallel()
+	e, id := forwardEnv(t)
+	c := e.dial(t, e.token(t, "acme", ScopeForward))
+	defer c.close()
+	s := openForward(t, c, id, 9001)
+	var got int
+	for got < ForwardWindow {
+		_, data, m := readForward(t, c)
+		if m != nil {
+			t.Fatalf("%+v before the window was full", m)
+		}
+		got += len(data)
+	}
+	if got != ForwardWindow {
+		t.Fatalf("read %d bytes without credit, want the window's %d", got, ForwardWindow)
+	}
+	// Nothing more comes without credit.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, b, err := c.ws.Read(ctx)
+	cancel()
+	if err == nil {
+		t.Fatalf("a message past the window without credit: %q", b[:min(len(b), 64)])
+	}
+	c = e.dial(t, e.token(t, "acme", ScopeForward)) // the timed-out read closed the first
+	defer c.close()
+	s = openForward(t, c, id, 9001)
+	total := 0
+	for {
+		_, data, m := readForward(t, c)
+		if m != nil {
+			if m.Type == wire.MsgForwardEOF {
+				c.send(t, wire.Request{Type: wire.TypeForwardClose, Stream: s}) // nothing to send either
+				continue
+			}
+			if m.Type != wire.MsgForwardEnd || m.Down != 1<<20 {
+				t.Errorf("end %+v", m)
+			}
+			break
+		}
+		total += len(data)
+		c.send(t, wire.Request{Type: wire.TypeForwardAck, Stream: s, Bytes: uint64(len(data))})
+	}
+	if total != 1<<20 {
+		t.Errorf("read %d bytes, want 1 MiB", total)
+	}
+}
+
+// TestForwardRefusals: a token without exec:forward is forbidden (write
+// does not imply it), a port nothing listens on is refused, another
+// tenant's execution is not found, and a client that sends past its
+// credit has its stream ended with reason window.
+func TestForwardRefusals(t *testing.T) {
+	t.Parallel()
+	e, id := forwardEnv(t)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	for _, tc := range []struct {
+		c    *client
+		id   string
+		port int
+		code string
+	}{
+		{c, id, 9000, wire.CodeForbidden},
+		{e.dial(t, e.token(t, "acme", ScopeForward)), id, 9002, wire.CodeRefused},
+		{e.dial(t, e.token(t, "other", ScopeForward)), id, 9000, wire.CodeNotFound},
+	} {
+		tc.c.send(t, wire.Request{Type: wire.TypeForward, Req: "f", ID: tc.id, Port: tc.port})
+		if _, _, m := readForward(t, tc.c); m == nil || m.Type != wire.MsgError || m.Error != tc.code || m.Req != "f" {
+			t.Errorf("forward to %d: %+v, want %s", tc.port, m, tc.code)
+		}
+	}
+	f := e.dial(t, e.token(t, "acme", ScopeForward))
+	defer f.close()
+	s := openForward(t, f, id, 9000)
+	big := bytes.Repeat([]byte("y"), ForwardWindow+1)
+	f.sendForward(t, s, big)
+	for {
+		_, _, m := readForward(t, f)
+		if m != nil && m.Type == wire.MsgForwardEnd {
+			if m.Reason != wire.ForwardWindow {
+				t.Errorf("a stream sent past its credit ended %+v, want reason window", m)
+			}
+			break
+		}
+	}
+}
