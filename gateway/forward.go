@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 )
 
@@ -507,6 +509,28 @@ func (w *writer) writeForward(fr forwardFrame) bool {
 	}
 	defer forwardBuffers.Put(fr.b)
 	return w.write(websocket.MessageBinary, (*fr.b)[:fr.n])
+}
+
+// apiPort is one socket GET /v1/executions/{id}/ports lists.
+type apiPort struct {
+	Address string `json:"address"`
+	Port    uint16 `json:"port"`
+}
+
+// getPorts lists the TCP ports an execution's programs listen on.
+func (a *httpAPI) getPorts(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	l, err := a.s.cfg.Supervisor.Ports().Listening(c.Tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	ports := make([]apiPort, 0, len(l))
+	for _, ap := range l {
+		ports = append(ports, apiPort{Address: ap.Addr().String(), Port: ap.Port()})
+	}
+	a.respond(w, http.StatusOK, struct {
+		Ports []apiPort `json:"ports"`
+	}{ports})
+	return nil
 }
 
 // auditForward records a stream opened (reason "") or ended, with its

@@ -28,6 +28,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/executions/{id}/cancel", a.route(auth.ScopeWrite, a.cancel))
 	mux.HandleFunc("GET /v1/executions/{id}/network", a.route(auth.ScopeAttach, a.getNetwork))
 	mux.HandleFunc("PUT /v1/executions/{id}/network", a.route(auth.ScopeWrite, a.putNetwork))
+	mux.HandleFunc("GET /v1/executions/{id}/ports", a.route(auth.ScopeAttach, a.getPorts))
 }
 
 // route authenticates and checks scope before h runs, and answers h's

@@ -148,6 +148,25 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return newClientFlagSet("ls", new(clientFlags)) },
 		},
 		{
+			name: "forward", args: "[flags] ID [LOCAL:]REMOTE...",
+			summary: "forward local ports to ports programs listen on in an execution's sandbox",
+			examples: []string{
+				"termgate forward build-7 5678                 # dlv --headless --listen 127.0.0.1:5678 inside",
+				"termgate forward build-7 8080:8000 9229       # several at once",
+				"termgate forward --address 0.0.0.0 build-7 0:3000   # a free local port, on every address",
+			},
+			exits: clientExits,
+			run:   runForward,
+			flags: func() *flag.FlagSet { return forwardFlags(new(forwardOptions)) },
+		},
+		{
+			name: "ports", args: "[flags] ID",
+			summary:  "list the TCP ports an execution's programs listen on",
+			examples: []string{"termgate ports build-7"},
+			run:      runPorts,
+			flags:    func() *flag.FlagSet { return newClientFlagSet("ports", new(clientFlags)) },
+		},
+		{
 			name: "logs", args: "--id ID [flags]",
 			summary: "print an execution's retained output",
 			examples: []string{

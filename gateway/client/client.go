@@ -147,6 +147,7 @@ type Client struct {
 	connUp   chan struct{} // closed when a connection is up; replaced on loss
 	execs    map[*Execution]struct{}
 	channels map[uint32]*Execution
+	streams  map[uint32]*ForwardConn // the forward streams of the current connection
 	pending  map[string]*pending
 	nextReq  uint64
 	fatal    error
@@ -489,6 +490,7 @@ func (c *Client) down(err error) {
 	defer c.mu.Unlock()
 	c.ws = nil
 	c.connUp = make(chan struct{})
+	c.loseStreams()
 	for req, p := range c.pending {
 		close(p.answer)
 		delete(c.pending, req)
@@ -526,6 +528,12 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 		typ, b, err := ws.Read(c.ctx)
 		if err != nil {
 			return err
+		}
+		if typ == websocket.MessageBinary && len(b) > 0 && b[0] == wire.FrameForward {
+			if err := c.forwardFrame(b); err != nil {
+				return err
+			}
+			continue
 		}
 		if typ == websocket.MessageBinary {
 			out, err := wire.DecodeOutput(b)
@@ -603,6 +611,8 @@ func (c *Client) dispatch(m wire.Message) {
 		}
 	case wire.MsgAuthExpiring:
 		go c.reauth()
+	case wire.MsgForwardAck, wire.MsgForwardEOF, wire.MsgForwardEnd:
+		c.forwardMessage(m)
 	case wire.MsgError:
 		// Offset: the input offset received, with a refusal of input.
 		c.route(m.Channel, Event{Kind: "error", Offset: m.InputOffset, Err: &Error{Code: m.Error, Message: m.Message}})

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+)
+
+// forwardCLI runs termgate forward until the test ends, and returns the
+// local address of its first forward.
+func forwardCLI(t *testing.T, args ...string) (addr string, stderr *sandboxtest.SyncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out sandboxtest.SyncBuffer
+	stderr = new(sandboxtest.SyncBuffer)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, append([]string{"forward"}, args...), strings.NewReader(""), &out, stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("forward did not stop")
+		}
+	})
+	re := regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) -> `)
+	var m []string
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool { m = re.FindStringSubmatch(out.String()); return m != nil || len(done) > 0 }) || m == nil {
+		t.Fatalf("forward printed %q, %q", out.String(), stderr.String())
+	}
+	return m[1], stderr
+}
+
+// TestForwardAndPortsCommands: a web server a program runs in its
+// sandbox is listed by termgate ports and reached through termgate
+// forward from the host, twice over one forward (a stream each); a
+// token without exec:forward gets nothing through, and is told why.
+func TestForwardAndPortsCommands(t *testing.T) {
+	t.Parallel()
+	_, err := exec.LookPath("python3")
+	sandboxtest.Need(t, "python3", err)
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes+" exec:forward")
+	ran := make(chan string, 1)
+	go func() {
+		code, out, stderr := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--id", "web", "--", "/bin/sh", "-c", "exec python3 -m http.server --bind 127.0.0.1 8000")
+		ran <- fmt.Sprintf("run: %d %q %q", code, out, stderr)
+	}()
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		code, out, _ := runCLI(t, "", "ports", "--url", g.url, "--token", tok, "web")
+		return code == 0 && out == "8000\t127.0.0.1\n"
+	}) {
+		code, out, stderr := runCLI(t, "", "ports", "--url", g.url, "--token", tok, "web")
+		_, ls, _ := runCLI(t, "", "ls", "--url", g.url, "--token", tok)
+		select {
+		case r := <-ran:
+			t.Log(r)
+		default:
+		}
+		t.Fatalf("ports: %d %q %q; ls %q", code, out, stderr, ls)
+	}
+	defer runCLI(t, "", "cancel", "--url", g.url, "--token", tok, "--id", "web")
+	addr, _ := forwardCLI(t, "--url", g.url, "--token", tok, "web", "0:8000")
+	for range 2 {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing") {
+			t.Errorf("GET / through the forward: %d %q", resp.StatusCode, body)
+		}
+	}
+
+	noForward := g.token(t, "acme", allScopes)
+	addr, stderr := forwardCLI(t, "--url", g.url, "--token", noForward, "web", "0:8000")
+	if resp, err := http.Get("http://" + addr + "/"); err == nil {
+		resp.Body.Close()
+		t.Errorf("a token without exec:forward got through: %d", resp.StatusCode)
+	}
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(stderr.String(), "exec:forward") }) {
+		t.Errorf("forward without the scope said %q", stderr.String())
+	}
+}
+
+func TestForwardUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"forward"}, {"forward", "web"}, {"forward", "web", "0"}, {"forward", "web", "70000"},
+		{"forward", "web", "a:80"}, {"ports"}, {"ports", "a", "b"},
+	} {
+		if code, _, stderr := runCLI(t, "", args...); code != 2 || stderr == "" {
+			t.Errorf("termgate %q: status %d, stderr %q; want 2 and a message", args, code, stderr)
+		}
+	}
+}
