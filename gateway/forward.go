@@ -27,12 +27,12 @@ const (
 	// ForwardWindow is how many bytes either side may send on a stream
 	// ahead of the other's credit (forward-ack): what a stream holds in
 	// the server, each way, at most.
-	ForwardWindow = 256 << 10
+	ForwardWindow = 1 << 20
 	// MaxStreams bounds the forward streams open on one connection.
-	MaxStreams = 64
+	MaxStreams = 32
 	// forwardChunk is the most bytes of one forward frame the server
 	// sends.
-	forwardChunk = 32 << 10
+	forwardChunk = 128 << 10
 	// forwardDialTimeout bounds the connect to a port.
 	forwardDialTimeout = 10 * time.Second
 )

@@ -18,7 +18,8 @@ import (
 
 // portServers is a program that serves, on its sandbox's 127.0.0.1, an
 // echo on port 9000 (what it reads, until the client ends, then it
-// ends) and a source on port 9001 (1 MiB, then it ends).
+// ends), a source on port 9001 (1 MiB, then it ends) and, on port 9002,
+// a sink that never reads, with the smallest receive buffer.
 const portServers = `
 import socket, threading
 def serve(port, handle):
@@ -35,7 +36,12 @@ def echo(c):
     c.close()
 def source(c):
     c.sendall(b"x" * (1 << 20)); c.close()
+def stuck(c):
+    threading.Event().wait()
 threading.Thread(target=serve, args=(9001, source), daemon=True).start()
+t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+t.bind(("127.0.0.1", 9002)); t.listen()
+threading.Thread(target=lambda: [threading.Thread(target=stuck, args=(t.accept()[0],), daemon=True).start() for _ in iter(int, 1)], daemon=True).start()
 print("serving", flush=True)
 serve(9000, echo)
 `
@@ -57,9 +63,9 @@ func forwardEnv(t *testing.T) (*testEnv, string) {
 	}
 	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
 		l, err := e.sup.Ports().Listening("acme", info.ID)
-		return err == nil && len(l) == 2
+		return err == nil && len(l) == 3
 	}) {
-		t.Fatal("the execution never listened on its two ports")
+		t.Fatal("the execution never listened on its three ports")
 	}
 	return e, info.ID
 }
@@ -221,7 +227,7 @@ func TestForwardRefusals(t *testing.T) {
 		code string
 	}{
 		{c, id, 9000, wire.CodeForbidden},
-		{e.dial(t, e.token(t, "acme", ScopeForward)), id, 9002, wire.CodeRefused},
+		{e.dial(t, e.token(t, "acme", ScopeForward)), id, 9003, wire.CodeRefused},
 		{e.dial(t, e.token(t, "other", ScopeForward)), id, 9000, wire.CodeNotFound},
 	} {
 		tc.c.send(t, wire.Request{Type: wire.TypeForward, Req: "f", ID: tc.id, Port: tc.port})
@@ -231,9 +237,14 @@ func TestForwardRefusals(t *testing.T) {
 	}
 	f := e.dial(t, e.token(t, "acme", ScopeForward))
 	defer f.close()
-	s := openForward(t, f, id, 9000)
-	big := bytes.Repeat([]byte("y"), ForwardWindow+1)
-	f.sendForward(t, s, big)
+	// The sink takes a few KiB; the kernel's buffers toward it take a
+	// few MiB (tcp_wmem's largest, 4 MiB by default); what follows waits
+	// in the server, and past the window ends the stream.
+	s := openForward(t, f, id, 9002)
+	half := bytes.Repeat([]byte("y"), ForwardWindow/2)
+	for range 24 {
+		f.sendForward(t, s, half)
+	}
 	for {
 		_, _, m := readForward(t, f)
 		if m != nil && m.Type == wire.MsgForwardEnd {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/termgate/termgate/gateway/internal/park"
 	"github.com/termgate/termgate/sandbox/fdio"
+	"golang.org/x/sys/unix"
 )
 
 // Buffer sizes of an upgraded connection. net/http hands a hijacked
@@ -106,6 +107,54 @@ type nbConn struct {
 	fd   int
 	idle time.Duration // parkAfter; 0 or less: never park
 	spot *park.Spot
+
+	// Bulk bytes (roomForBulk): lowWater says the socket has
+	// TCP_NOTSENT_LOWAT; roomWait that a goroutine waits for room.
+	lowWater bool
+	roomWait atomic.Bool
+}
+
+// bulkLowWater bounds the bytes the socket holds unsent ahead of a
+// terminal's output when bulk bytes (forward streams' frames) are
+// written: those wait above it, so that a keystroke's echo queues behind
+// at most this much of a transfer on the same connection.
+const bulkLowWater = 64 << 10
+
+// roomWaitStep is how often a wait for room polls the socket.
+const roomWaitStep = 2 * time.Millisecond
+
+// roomForBulk reports whether bulk bytes may be written now: no
+// backlog, and fewer than bulkLowWater bytes unsent in the socket (it
+// polls writable, which TCP_NOTSENT_LOWAT makes mean that). When not, it
+// has kick called once there is room, from a goroutine that polls until
+// there is or the connection is closed.
+func (c *nbConn) roomForBulk(kick func()) bool {
+	c.mu.Lock()
+	backlog := len(c.backlog) > 0
+	c.mu.Unlock()
+	if !backlog && (!c.lowWater || fdio.PollOutNow(c.fd)) {
+		return true
+	}
+	if c.roomWait.CompareAndSwap(false, true) {
+		go func() {
+			defer c.roomWait.Store(false)
+			for range int(c.timeout/roomWaitStep) + 1 { // the write timeout closes a connection that never drains
+				c.mu.Lock()
+				closed, backlog := c.closed, len(c.backlog) > 0
+				c.mu.Unlock()
+				if closed {
+					return
+				}
+				if !backlog && (!c.lowWater || fdio.PollOutNow(c.fd)) {
+					break
+				}
+				time.Sleep(roomWaitStep)
+			}
+			c.roomWait.Store(false)
+			kick()
+		}()
+	}
+	return false
 }
 
 // inputBuffers lend awaitInput a buffer for the bytes it reads, as big as
@@ -131,6 +180,10 @@ func newNBConn(nc net.Conn, timeout time.Duration) (*nbConn, bool) {
 	}
 	c := &nbConn{Conn: nc, raw: raw, try: rawTry(raw), timeout: timeout, fd: -1}
 	raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	if _, ok := sock.(*net.TCPConn); ok {
+		// Writable now means fewer than bulkLowWater bytes unsent (roomForBulk).
+		c.lowWater = unix.SetsockoptInt(c.fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, bulkLowWater) == nil
+	}
 	c.spot = park.NewSpot(c.fd)
 	return c, true
 }

@@ -10,10 +10,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -524,8 +526,9 @@ func (c *Client) snapshot() []*Execution {
 
 // readLoop dispatches server messages until the connection breaks.
 func (c *Client) readLoop(ws *websocket.Conn) error {
+	var scratch []byte
 	for {
-		typ, b, err := ws.Read(c.ctx)
+		typ, b, err := readMessage(c.ctx, ws, &scratch)
 		if err != nil {
 			return err
 		}
@@ -550,6 +553,33 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 		}
 		c.dispatch(m)
 	}
+}
+
+// readMessage reads ws's next message into scratch, which it grows as
+// needed and keeps, and returns a copy of exactly its size: one
+// allocation a message, where websocket.Conn.Read grows one from 512
+// bytes by doubling.
+func readMessage(ctx context.Context, ws *websocket.Conn, scratch *[]byte) (websocket.MessageType, []byte, error) {
+	typ, r, err := ws.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	s := (*scratch)[:0]
+	for {
+		if len(s) == cap(s) {
+			s = append(s, 0)[:len(s)]
+		}
+		n, err := r.Read(s[len(s):cap(s)])
+		s = s[:len(s)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+	*scratch = s
+	return typ, bytes.Clone(s), nil
 }
 
 // pending is a request waiting for its answer. onAnswer, when set, runs

@@ -21,11 +21,11 @@ var ErrStreamLost = errors.New("client: the forward stream's connection broke")
 
 // forwardAckEvery is how many delivered bytes the client acknowledges
 // at once; it acknowledges sooner when it has read all it holds.
-const forwardAckEvery = 32 << 10
+const forwardAckEvery = 128 << 10
 
 // forwardFrameMax bounds the bytes of one forward frame the client
 // sends.
-const forwardFrameMax = 32 << 10
+const forwardFrameMax = 128 << 10
 
 // Forward opens a stream to port on the loopback of execution id, as
 // a connection (see gateway/PROTOCOL.md, Ports); its token needs the
@@ -67,12 +67,12 @@ type ForwardConn struct {
 	ws     *websocket.Conn
 
 	mu        sync.Mutex
-	buf       []byte // received, not read yet
-	unacked   int    // read, not acknowledged yet
-	credit    int    // bytes the client may still send
-	eof       bool   // the program ended what it sends
-	err       error  // the stream's end, for reads and writes
-	wclosed   bool   // CloseWrite or Close
+	buf       [][]byte // received, not read yet: the frames' bytes
+	unacked   int      // read, not acknowledged yet
+	credit    int      // bytes the client may still send
+	eof       bool     // the program ended what it sends
+	err       error    // the stream's end, for reads and writes
+	wclosed   bool     // CloseWrite or Close
 	closed    bool
 	wake      chan struct{} // closed and replaced when anything changes
 	rdeadline time.Time
@@ -128,10 +128,12 @@ func (f *ForwardConn) Read(b []byte) (int, error) {
 		}
 		f.wait(f.rdeadline)
 	}
-	n := copy(b, f.buf)
-	f.buf = f.buf[n:]
-	if len(f.buf) == 0 {
-		f.buf = nil
+	n := copy(b, f.buf[0])
+	if f.buf[0] = f.buf[0][n:]; len(f.buf[0]) == 0 {
+		f.buf[0] = nil
+		if f.buf = f.buf[1:]; len(f.buf) == 0 {
+			f.buf = nil
+		}
 	}
 	f.unacked += n
 	ack := 0
@@ -260,7 +262,9 @@ func (a forwardAddr) String() string { return string(a) }
 // received takes a frame of the stream.
 func (f *ForwardConn) received(data []byte) {
 	f.mu.Lock()
-	f.buf = append(f.buf, data...)
+	if len(data) > 0 {
+		f.buf = append(f.buf, data) // the frame is the read loop's copy, for the stream alone
+	}
 	f.changed()
 	f.mu.Unlock()
 }

@@ -43,6 +43,14 @@ func Waiting(fd int) (int, error) {
 	return int(k), nil
 }
 
+// PollOutNow reports whether fd is writable now, without waiting.
+func PollOutNow(fd int) bool {
+	pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLOUT}
+	var ts unix.Timespec
+	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return e == 0 && n == 1 && pfd.Revents&unix.POLLOUT != 0
+}
+
 // PollNow polls fd for input without waiting and returns its events
 // (unix.POLLIN and the like), 0 when none (or on error).
 func PollNow(fd int) int16 {
