@@ -42,6 +42,8 @@ type channel struct {
 	// silent (read loop only).
 	resizeRefused bool
 	audit         channelAudit // the audit trail's (audit_events.go)
+	// ports: the channel watches its execution's ports (portWatch).
+	ports bool
 
 	// queued: the channel waits in the connection's ready queue; at most
 	// once there (wake).

@@ -197,6 +197,12 @@ func (c *conn) finishChannel(ch *channel) {
 	}
 	ch.finished = true
 	ch.queued.Store(true) // never queued again
+	c.mu.Lock()
+	watching := ch.ports
+	c.mu.Unlock()
+	if watching {
+		c.s.ports.unwatch(ch, c.currentClaims().Tenant)
+	}
 	ch.sub.StopNotify()
 	c.auditDetach(ch)
 	ch.sub.Close()

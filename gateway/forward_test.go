@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,5 +256,80 @@ func TestForwardRefusals(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestPortsMessages: a channel attached with ports is told what its
+// execution listens on right after attached, and again once a program
+// starts listening on another port.
+func TestPortsMessages(t *testing.T) {
+	t.Parallel()
+	_, err := exec.LookPath("python3")
+	sandboxtest.Need(t, "python3", err)
+	e := newEnv(t, nil)
+	script := `
+import socket, sys
+def listen(port):
+    s = socket.socket(); s.bind(("127.0.0.1", port)); s.listen(); return s
+a = listen(9200)
+print("one", flush=True)
+sys.stdin.readline()
+b = listen(9201)
+print("two", flush=True)
+sys.stdin.readline()
+`
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: "listens", Command: "/bin/sh", Args: []string{"-c", "exec python3 -c '" + strings.ReplaceAll(script, "'", `'"'"'`) + "'"}, Attach: true, Ports: true})
+	att, _ := c.expect(t, wire.MsgAttached)
+	ports := func() []wire.Port {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for {
+			f, err := c.read(ctx)
+			if err != nil {
+				t.Fatalf("no ports message: %v", err)
+			}
+			if f.msg != nil && f.msg.Type == wire.MsgPorts {
+				if f.msg.Channel != att.Channel {
+					t.Errorf("ports for channel %d, want %d", f.msg.Channel, att.Channel)
+				}
+				return f.msg.Ports
+			}
+		}
+	}
+	// The first message may come before the program listens.
+	got := ports()
+	for len(got) == 0 {
+		got = ports()
+	}
+	if want := []wire.Port{{Address: "127.0.0.1", Port: 9200}}; !slices.Equal(got, want) {
+		t.Fatalf("ports %v, want %v", got, want)
+	}
+	c.sendInput(t, att.Channel, 0, "\n")
+	if got, want := ports(), []wire.Port{{Address: "127.0.0.1", Port: 9200}, {Address: "127.0.0.1", Port: 9201}}; !slices.Equal(got, want) {
+		t.Errorf("ports after the second listen %v, want %v", got, want)
+	}
+}
+
+// TestPortWatchesAreBounded: beyond MaxPortWatches executions, a watch
+// is refused, and a watcher's leaving makes room.
+func TestPortWatchesAreBounded(t *testing.T) {
+	t.Parallel()
+	w := &portWatch{watched: map[watchKey]*watchedPorts{}, running: true}
+	for i := range MaxPortWatches {
+		w.watched[watchKey{"t", fmt.Sprint(i)}] = &watchedPorts{chans: map[*channel]*conn{{execID: fmt.Sprint(i)}: nil}}
+	}
+	ch := &channel{execID: "one-more"}
+	if w.watch(nil, ch, "t") {
+		t.Fatal("a watch beyond the bound was taken")
+	}
+	for c := range w.watched[watchKey{"t", "0"}].chans {
+		w.emptied = make(chan struct{}, 1)
+		w.unwatch(c, "t")
+	}
+	if !w.watch(nil, ch, "t") {
+		t.Error("no room after a watcher left")
 	}
 }

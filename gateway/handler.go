@@ -65,6 +65,7 @@ func NewServer(cfg Config) (*Server, error) {
 		ownWorkspaces: own,
 	}
 	s.metrics = newMetrics(s)
+	s.ports.s = s
 	if route != nil {
 		route.s, s.route = s, route
 	}

@@ -168,6 +168,25 @@ func (c *conn) attach(req wire.Request, id string, after uint64, readOnly bool) 
 		c.sendSnapshot(ch.id, snap, sub.LossCause())
 	}
 	c.w.startChannel(ch)
+	if req.Ports {
+		c.watchPorts(req, ch, claims.Tenant)
+	}
+}
+
+// watchPorts has ch told its execution's ports, or answers why not.
+func (c *conn) watchPorts(req wire.Request, ch *channel, tenant string) {
+	c.mu.Lock()
+	ch.ports = !ch.finished
+	c.mu.Unlock()
+	if !ch.ports {
+		return
+	}
+	if !c.s.ports.watch(c, ch, tenant) {
+		c.mu.Lock()
+		ch.ports = false
+		c.mu.Unlock()
+		c.fail(req, ch.id, wire.CodeCapacity, fmt.Sprintf("the server watches the ports of %d executions already; poll GET /v1/executions/{id}/ports", MaxPortWatches))
+	}
 }
 
 // sendSnapshot queues a snapshot encoded at once, its data never copied

@@ -177,6 +177,8 @@ type Server struct {
 	inputs  *subjectLimits
 	resizes *subjectLimits
 
+	ports portWatch // the channels watching their executions' ports (ports_watch.go)
+
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	subjects map[string]int

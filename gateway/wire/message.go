@@ -85,6 +85,10 @@ type Message struct {
 	Up     uint64 `json:"up,omitempty"`
 	Down   uint64 `json:"down,omitempty"`
 
+	// ports: the TCP ports the channel's execution listens on, all of
+	// them (a message replaces the last).
+	Ports []Port `json:"ports,omitempty"`
+
 	// At is when what a notice event announces happens (RFC 3339, UTC);
 	// absent when nothing is due.
 	At string `json:"at,omitempty"`
@@ -152,6 +156,13 @@ const (
 	FeatureForward  = "forward"   // forward streams to executions' ports, the ports listing
 )
 
+// Port is a TCP socket a program listens on in its sandbox: its address
+// (127.0.0.1, ::1, or a wildcard 0.0.0.0 or ::) and port.
+type Port struct {
+	Address string `json:"address"`
+	Port    int    `json:"port"`
+}
+
 // Ends of a forward stream, in forward-end's Reason.
 const (
 	ForwardClosed    = "closed"    // both sides ended what they send
@@ -206,6 +217,7 @@ const (
 	MsgHello        = "hello"       // the first message on every connection
 	MsgInputAck     = "input-ack"   // input accepted on an acknowledging channel
 	MsgSnapshot     = "snapshot"    // a terminal's screen in place of history it no longer holds
+	MsgPorts        = "ports"       // the ports a channel's execution listens on, changed
 	MsgForwarded    = "forwarded"   // a forward stream is open
 	MsgForwardAck   = "forward-ack" // credit for the client on a stream
 	MsgForwardEOF   = "forward-eof" // the program ended what it sends on a stream

@@ -114,6 +114,9 @@ type Request struct {
 	// a screen snapshot in its place (MsgSnapshot), then the retained
 	// events after it.
 	Snapshot bool `json:"snapshot,omitempty"`
+	// Ports: send the channel a ports message with the TCP ports the
+	// execution's programs listen on, now and whenever they change.
+	Ports bool `json:"ports,omitempty"`
 
 	// ack: the last sequence the client processed on Channel.
 	Seq uint64 `json:"seq,omitempty"`
