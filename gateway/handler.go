@@ -65,7 +65,7 @@ func NewServer(cfg Config) (*Server, error) {
 		ownWorkspaces: own,
 	}
 	s.metrics = newMetrics(s)
-	s.ports.s = s
+	s.ports.s, s.previews.s = s, s
 	if route != nil {
 		route.s, s.route = s, route
 	}
@@ -83,8 +83,18 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/connect", s.connect)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.ready)
+	mux.HandleFunc(previewPath, s.servePreviewPath)
 	s.apiRoutes(mux)
-	return mux
+	if s.cfg.PreviewDomain == "" {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, ok := s.previewHost(r); ok {
+			s.servePreview(w, r, name, "/", r.URL.Path)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {

@@ -29,6 +29,8 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/executions/{id}/network", a.route(auth.ScopeAttach, a.getNetwork))
 	mux.HandleFunc("PUT /v1/executions/{id}/network", a.route(auth.ScopeWrite, a.putNetwork))
 	mux.HandleFunc("GET /v1/executions/{id}/ports", a.route(auth.ScopeAttach, a.getPorts))
+	mux.HandleFunc("POST /v1/executions/{id}/ports/{port}/preview", a.route(ScopeForward, a.postPreview))
+	mux.HandleFunc("DELETE /v1/executions/{id}/ports/{port}/preview", a.route(ScopeForward, a.deletePreview))
 }
 
 // route authenticates and checks scope before h runs, and answers h's

@@ -66,6 +66,10 @@ type Config struct {
 	// Origins are the browser origins allowed besides the server's own
 	// host, as host patterns ("example.com", "*.example.com").
 	Origins []string
+	// PreviewDomain, when set, makes previews host-based: NAME.DOMAIN,
+	// each an origin of its own (DNS and TLS for *.DOMAIN are the
+	// operator's); empty: path-based, /v1/preview/NAME/ (see preview.go).
+	PreviewDomain string
 	// QueryToken accepts ?token= on /v1/connect. Off by default: URLs leak
 	// into logs and histories.
 	QueryToken bool
@@ -177,7 +181,8 @@ type Server struct {
 	inputs  *subjectLimits
 	resizes *subjectLimits
 
-	ports portWatch // the channels watching their executions' ports (ports_watch.go)
+	ports    portWatch // the channels watching their executions' ports (ports_watch.go)
+	previews previews  // the HTTP previews of ports (preview.go)
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}

@@ -160,6 +160,17 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return forwardFlags(new(forwardOptions)) },
 		},
 		{
+			name: "preview", args: "[flags] ID PORT",
+			summary: "print a URL that opens a port's web server (previews expire, and can be revoked)",
+			examples: []string{
+				"termgate preview build-7 5173                 # a dev server; its WebSockets too",
+				"termgate preview --ttl 15m build-7 8888",
+				"termgate preview --revoke build-7 5173",
+			},
+			run:   runPreview,
+			flags: func() *flag.FlagSet { return previewFlags(new(previewOptions)) },
+		},
+		{
 			name: "ports", args: "[flags] ID",
 			summary:  "list the TCP ports an execution's programs listen on",
 			examples: []string{"termgate ports build-7"},

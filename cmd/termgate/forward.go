@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/termgate/termgate/gateway/client"
 )
@@ -165,5 +167,52 @@ func runPorts(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writ
 	for _, p := range answer.Ports {
 		fmt.Fprintf(stdout, "%d\t%s\n", p.Port, p.Address)
 	}
+	return nil
+}
+
+// previewOptions are the flags of termgate preview.
+type previewOptions struct {
+	clientFlags
+	ttl    time.Duration
+	revoke bool
+}
+
+func previewFlags(o *previewOptions) *flag.FlagSet {
+	fs := newClientFlagSet("preview", &o.clientFlags)
+	fs.DurationVar(&o.ttl, "ttl", time.Hour, "how long the preview lives (1s to 24h)")
+	fs.BoolVar(&o.revoke, "revoke", false, "revoke the port's previews instead")
+	return fs
+}
+
+// runPreview prints the URL of a new preview of a port, or revokes the
+// port's previews.
+func runPreview(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+	var o previewOptions
+	fs := previewFlags(&o)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usageError{errors.New("preview: want an execution ID and a port")}
+	}
+	port, err := strconv.ParseUint(fs.Arg(1), 10, 16)
+	if err != nil || port == 0 {
+		return usageError{fmt.Errorf("preview: port %q: want a number from 1 to 65535", fs.Arg(1))}
+	}
+	if o.ttl < time.Second || o.ttl > 24*time.Hour {
+		return usageError{fmt.Errorf("preview: --ttl %v: want 1s to 24h", o.ttl)}
+	}
+	path := "/v1/executions/" + url.PathEscape(fs.Arg(0)) + "/ports/" + strconv.Itoa(int(port)) + "/preview"
+	if o.revoke {
+		return o.apiCall(ctx, http.MethodDelete, path, nil, nil)
+	}
+	var p struct {
+		URL       string `json:"url"`
+		ExpiresAt string `json:"expires_at"`
+	}
+	if err := o.apiCall(ctx, http.MethodPost, path, map[string]int64{"ttl_seconds": int64(o.ttl / time.Second)}, &p); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, p.URL)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -79,6 +80,29 @@ func TestForwardAndPortsCommands(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing") {
 			t.Errorf("GET / through the forward: %d %q", resp.StatusCode, body)
 		}
+	}
+
+	// A preview of the same port, opened as a browser would, then revoked.
+	code, out, errs := runCLI(t, "", "preview", "--url", g.url, "--token", tok, "--ttl", "10m", "web", "8000")
+	if code != 0 || !strings.HasPrefix(out, g.url+"/v1/preview/") {
+		t.Fatalf("preview: %d %q %q", code, out, errs)
+	}
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.Get(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing") {
+		t.Errorf("GET through the preview: %d %q", resp.StatusCode, body)
+	}
+	if code, _, errs := runCLI(t, "", "preview", "--url", g.url, "--token", tok, "--revoke", "web", "8000"); code != 0 {
+		t.Errorf("preview --revoke: %d %q", code, errs)
+	}
+	if resp, err := browser.Get(resp.Request.URL.String()); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a revoked preview: %v, %v", resp, err)
 	}
 
 	noForward := g.token(t, "acme", allScopes)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -15,34 +16,54 @@ import (
 
 // apiGet calls the gateway's HTTP API and decodes its JSON answer.
 func (cf clientFlags) apiGet(ctx context.Context, path string, into any) error {
+	return cf.apiCall(ctx, http.MethodGet, path, nil, into)
+}
+
+// apiCall makes a request of the gateway's HTTP API with a JSON body
+// (nil: none) and decodes its JSON answer (into nil: none).
+func (cf clientFlags) apiCall(ctx context.Context, method, path string, body any, into any) error {
 	if cf.url == "" || cf.token == "" {
 		return usageError{errors.New("--url and --token (or TERMGATE_URL and TERMGATE_TOKEN) are required")}
 	}
 	if !strings.HasPrefix(cf.url, "http://") && !strings.HasPrefix(cf.url, "https://") {
 		return usageError{fmt.Errorf("--url %q must start with http:// or https://", cf.url)}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cf.url, "/")+path, nil)
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(cf.url, "/")+path, rd)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+cf.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("reach the gateway: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("read the gateway's answer: %w", err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		var e struct{ Error, Message string }
-		if json.Unmarshal(body, &e) == nil && e.Message != "" {
+		if json.Unmarshal(answer, &e) == nil && e.Message != "" {
 			return fmt.Errorf("%s (%s)", e.Message, e.Error)
 		}
 		return fmt.Errorf("the gateway answered %s", resp.Status)
 	}
-	return json.Unmarshal(body, into)
+	if into == nil {
+		return nil
+	}
+	return json.Unmarshal(answer, into)
 }
 
 // runLs lists the tenant's executions.

@@ -39,7 +39,7 @@ func (o *serveOptions) logConfig(log *slog.Logger) {
 	log.Info("config", "config_file", o.config, "listen", o.listen, "tls", o.tlsCert != "", "jwt_secret_file", o.secretFile,
 		"jwt_public_keys", o.publicKeys, "jwt_jwks_urls", o.jwksURLs, "jwt_jwks_refresh", durationText(o.jwksRefresh),
 		"jwt_issuers", o.issuers, "jwt_tenant_bindings", o.bindings, "jwt_audience", o.audience, "jwt_leeway", durationText(o.leeway),
-		"tenant_claim", o.tenantClaim, "origins", o.origins, "trusted_proxies", o.trustedProxies, "query_token", o.queryToken,
+		"tenant_claim", o.tenantClaim, "origins", o.origins, "preview_domain", o.previewDomain, "trusted_proxies", o.trustedProxies, "query_token", o.queryToken,
 		"workspace_root", o.workspaceRoot, "commands", commandsLog(o.commands), "default_command", o.defaultCommand,
 		"network", o.network, "proc", o.proc, "limits", limitsLog(o.policy.Limits), "tenant_limits", limitsLog(o.sandbox.TenantLimits), "cgroup_parent", o.sandbox.CgroupParent, "tmp_size", sizeText(uint64(o.policy.TmpSize)), "ptys", o.policy.PTYs,
 		"timeout", durationText(o.policy.DefaultTimeout), "max_timeout", durationText(o.policy.MaxTimeout), "retention", durationText(o.session.DefaultRetention),
