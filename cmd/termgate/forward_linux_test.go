@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,5 +126,42 @@ func TestForwardUsage(t *testing.T) {
 		if code, _, stderr := runCLI(t, "", args...); code != 2 || stderr == "" {
 			t.Errorf("termgate %q: status %d, stderr %q; want 2 and a message", args, code, stderr)
 		}
+	}
+}
+
+// TestForwardAcrossARestart: termgate forward keeps its listener while
+// the gateway restarts (SIGTERM: the executions live on), reconnects,
+// and the next connections reach the port again.
+func TestForwardAcrossARestart(t *testing.T) {
+	serveFromEnv()
+	t.Parallel()
+	_, err := exec.LookPath("python3")
+	sandboxtest.Need(t, "python3", err)
+	n := newDurableNode(t)
+	n.start()
+	tok := gatewayUnderTest{secretFile: n.secretFile}.token(t, "acme", allScopes+" exec:forward")
+	if code, body := n.api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
+		"id": "web", "command": "/bin/sh", "args": []string{"-c", "exec python3 -m http.server --bind 127.0.0.1 8000"},
+	}); code != http.StatusCreated {
+		t.Fatalf("start: %d %v", code, body)
+	}
+	addr, _ := forwardCLI(t, "--url", "http://"+n.addr, "--token", tok, "--reconnect", "2m", "web", "0:8000")
+	get := func() bool {
+		c := &http.Client{Timeout: 10 * time.Second}
+		resp, err := c.Get("http://" + addr + "/")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(body), "Directory listing")
+	}
+	if !sandboxtest.Eventually(t, 30*time.Second, get) {
+		t.Fatal("the forward never reached the server")
+	}
+	n.kill(syscall.SIGTERM)
+	n.start()
+	if !sandboxtest.Eventually(t, 60*time.Second, get) {
+		t.Error("the forward did not reach the server after the gateway restarted")
 	}
 }
