@@ -171,7 +171,7 @@ func TestForwardWaitsForCredit(t *testing.T) {
 	e, id := forwardEnv(t)
 	c := e.dial(t, e.token(t, "acme", ScopeForward))
 	defer c.close()
-	s := openForward(t, c, id, 9001)
+	openForward(t, c, id, 9001)
 	var got int
 	for got < ForwardWindow {
 		_, data, m := readForward(t, c)
@@ -192,7 +192,7 @@ func TestForwardWaitsForCredit(t *testing.T) {
 	}
 	c = e.dial(t, e.token(t, "acme", ScopeForward)) // the timed-out read closed the first
 	defer c.close()
-	s = openForward(t, c, id, 9001)
+	s := openForward(t, c, id, 9001)
 	total := 0
 	for {
 		_, data, m := readForward(t, c)
