@@ -207,3 +207,83 @@ func TestHostPreview(t *testing.T) {
 		t.Errorf("healthz beside host previews: %d %q", code, body)
 	}
 }
+
+// TestPreviewOfNodeInspector: node --inspect in a sandbox is reached
+// through a host-based preview as a DevTools client reaches it: its
+// target list over HTTP, then the target's WebSocket, where the Chrome
+// DevTools protocol evaluates an expression in the program.
+func TestPreviewOfNodeInspector(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	sandboxtest.Need(t, "node", err)
+	e := newEnv(t, func(c *Config) { c.PreviewDomain = "preview.test" })
+	info, err := e.sup.Start(t.Context(), "acme", "inspected", session.Spec{
+		Policy: sandbox.Policy{Command: []string{node, "--inspect=127.0.0.1:9229", "-e", "globalThis.answer = 42; setInterval(() => {}, 1000)"}, Workspace: sandboxtest.Dir(t)},
+		Ring:   replay.Config{MaxBytes: 1 << 20},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		l, err := e.sup.Ports().Listening("acme", info.ID)
+		return err == nil && len(l) == 1
+	}) {
+		t.Fatal("node never listened")
+	}
+	tok := e.token(t, "acme", ScopeForward)
+	var p apiPreview
+	if code := e.apiCall(t, http.MethodPost, "/v1/executions/"+info.ID+"/ports/9229/preview", tok, nil, &p); code != http.StatusCreated {
+		t.Fatalf("POST preview: %d", code)
+	}
+	u, _ := url.Parse(p.URL)
+	gw, _ := url.Parse(e.http.URL)
+	secret := &http.Cookie{Name: previewCookie, Value: u.Query().Get(previewCookie)}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+gw.Host+"/json/list", nil)
+	req.Host = u.Host
+	req.AddCookie(secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []struct {
+		WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&targets)
+	resp.Body.Close()
+	if err != nil || len(targets) != 1 {
+		t.Fatalf("the inspector's targets: %v, %v", targets, err)
+	}
+	target, _ := url.Parse(targets[0].WebSocketDebuggerURL)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	hdr := http.Header{"Host": {u.Host}}
+	hdr.Add("Cookie", secret.String())
+	ws, _, err := websocket.Dial(ctx, "ws://"+gw.Host+target.Path, &websocket.DialOptions{HTTPHeader: hdr, Host: u.Host})
+	if err != nil {
+		t.Fatalf("the target's WebSocket through the preview: %v", err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(-1)
+	ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"answer + 1"}}`))
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			ID     int `json:"id"`
+			Result struct {
+				Result struct {
+					Value json.RawMessage `json:"value"`
+				} `json:"result"`
+			} `json:"result"`
+		}
+		json.Unmarshal(b, &m)
+		if m.ID == 1 {
+			if string(m.Result.Result.Value) != "43" {
+				t.Errorf("Runtime.evaluate answered %s", b)
+			}
+			return
+		}
+	}
+}
