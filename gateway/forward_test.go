@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -64,13 +65,21 @@ func forwardEnv(t *testing.T) (*testEnv, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
-		l, err := e.sup.Ports().Listening("acme", info.ID)
-		return err == nil && len(l) == 3
-	}) {
-		t.Fatal("the execution never listened on its three ports")
-	}
+	waitListening(t, e, info.ID, 3)
 	return e, info.ID
+}
+
+// waitListening waits until acme's execution id listens on n ports.
+func waitListening(t testing.TB, e *testEnv, id string, n int) {
+	t.Helper()
+	var l []netip.AddrPort
+	var err error
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		l, err = e.sup.Ports().Listening("acme", id)
+		return err == nil && len(l) == n
+	}) {
+		t.Fatalf("%s listens on %v (%v), want %d ports", id, l, err, n)
+	}
 }
 
 // readForward reads the connection's next forward frame or message,

@@ -42,12 +42,7 @@ func previewEnv(t *testing.T, tweak func(*Config)) (*testEnv, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
-		l, err := e.sup.Ports().Listening("acme", info.ID)
-		return err == nil && len(l) == 1
-	}) {
-		t.Fatal("wsecho never listened")
-	}
+	waitListening(t, e, info.ID, 1)
 	return e, info.ID
 }
 
@@ -224,12 +219,7 @@ func TestPreviewOfNodeInspector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
-		l, err := e.sup.Ports().Listening("acme", info.ID)
-		return err == nil && len(l) == 1
-	}) {
-		t.Fatal("node never listened")
-	}
+	waitListening(t, e, info.ID, 1)
 	tok := e.token(t, "acme", ScopeForward)
 	var p apiPreview
 	if code := e.apiCall(t, http.MethodPost, "/v1/executions/"+info.ID+"/ports/9229/preview", tok, nil, &p); code != http.StatusCreated {
