@@ -6,7 +6,9 @@ import (
 	"crypto/md5"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -1161,4 +1163,33 @@ func TestBrowserIdleShellWarnedThenStopped(t *testing.T) {
 	poll(t, ctx, "the exit shown", `window.__termgate.screen()`, func(s browserScreen) bool {
 		return slices.ContainsFunc(s.Lines, func(l string) bool { return strings.Contains(l, "timed out:idle") })
 	})
+}
+
+// TestBrowserPortsPanel: a server the shell starts appears in the page's
+// ports bar by itself; its button makes a preview that opens the
+// server's page.
+func TestBrowserPortsPanel(t *testing.T) {
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes+" exec:forward"))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	if hidden, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('ports').hidden`)); !hidden {
+		t.Error("the ports bar shows before anything listens")
+	}
+	typeKeys(t, ctx, "python3 -m http.server --bind 127.0.0.1 8123\r")
+	button := `#ports .port[data-port="8123"]`
+	poll(t, ctx, "port 8123 in the bar", fmt.Sprintf(`document.querySelector(%q) !== null`, button), func(b bool) bool { return b })
+	click(t, ctx, button)
+	u := poll(t, ctx, "the preview's URL", fmt.Sprintf(`document.querySelector(%q).dataset.url || ""`, button), func(s string) bool { return s != "" })
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar}).Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing") {
+		t.Errorf("the preview the page made: %d %q", resp.StatusCode, body)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termgate/termgate/gateway"
 	"github.com/termgate/termgate/gateway/auth"
 )
 
@@ -93,7 +94,7 @@ func (o *serveOptions) printDevURL(w io.Writer, authn *auth.Authenticator, addr 
 	now := time.Now()
 	tok, err := authn.Mint(auth.Claims{
 		Subject: "dev", Tenant: o.devTenant, IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour),
-		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true},
+		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true, gateway.ScopeForward: true},
 	})
 	if err != nil {
 		return fmt.Errorf("serve: mint dev token: %w", err)

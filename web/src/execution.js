@@ -72,6 +72,8 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
  *    hold_expired, unheld, or '' from a gateway that does not say),
  *    inexact that bytes is only an upper bound
  *  - 'exit' ({code, signal, reason, seq})
+ *  - 'ports' ([{address, port}]): with the ports option, the TCP ports the
+ *    execution's programs listen on, at once and whenever they change.
  *  - 'snapshot' ({data, rows, cols, seq, from, to, bytes, cause}): with the
  *    snapshot option, the terminal's screen in place of history the gateway
  *    no longer holds: reset the terminal and write data, then what follows
@@ -88,7 +90,7 @@ const INPUT_REFUSED = new Set(INPUT_REFUSED_ERRORS);
 export class Execution extends Emitter {
   /**
    * @param {Link} link
-   * @param {{start?: StartMessage, id?: string, readOnly?: boolean, after?: number, incarnation?: string, snapshot?: boolean}} how
+   * @param {{start?: StartMessage, id?: string, readOnly?: boolean, after?: number, incarnation?: string, snapshot?: boolean, ports?: boolean}} how
    * @param {number} maxUnackedInput bytes of input kept (ClientOptions)
    */
   constructor(link, how, maxUnackedInput) {
@@ -103,6 +105,10 @@ export class Execution extends Emitter {
     this.wantReadOnly = !!how.readOnly;
     /** Whether to ask for a screen snapshot in place of evicted terminal history. */
     this.wantSnapshot = !!how.snapshot;
+    /** Whether to be told the ports the execution's programs listen on ('ports'). */
+    this.wantPorts = !!how.ports;
+    /** @type {{address: string, port: number}[]} the ports it listens on, as last told */
+    this.ports = [];
     /** Whether the gateway attached the channel read-only. */
     this.readOnly = this.wantReadOnly;
     /** Whether the execution has a PTY (known once attached). */
@@ -230,6 +236,7 @@ export class Execution extends Emitter {
       /** @type {Record<string, unknown>} */
       const start = { ...this._start };
       if (features.includes('ack')) start.ack = true; // the start's attach acknowledges too
+      if (this.wantPorts && features.includes('forward')) start.ports = true;
       return start;
     }
     /** @type {Record<string, unknown>} */
@@ -241,7 +248,17 @@ export class Execution extends Emitter {
     if (features.includes('ack')) m.ack = true;
     if (features.includes('seen') && this._seenKnown && this.seen > 0) m.seen = this.seen;
     if (this.wantSnapshot && features.includes('snapshot')) m.snapshot = true;
+    if (this.wantPorts && features.includes('forward')) m.ports = true;
     return m;
+  }
+
+  /**
+   * _onPorts takes the ports the execution listens on now.
+   * @param {Message & {ports?: {address: string, port: number}[]}} msg
+   */
+  _onPorts(msg) {
+    this.ports = msg.ports ?? [];
+    this._emit('ports', this.ports);
   }
 
   /**

@@ -103,6 +103,17 @@ export class ExecutionsAPI {
   }
 
   /**
+   * preview makes a preview of a port of execution id: a URL that opens
+   * its web server (the token needs exec:forward).
+   * @param {string} id
+   * @param {number} port
+   * @returns {Promise<{url: string, expires_at: string}>}
+   */
+  async preview(id, port) {
+    return this.call('POST', `/v1/executions/${encodeURIComponent(id)}/ports/${port}/preview`);
+  }
+
+  /**
    * @param {string} method
    * @param {string} path
    */

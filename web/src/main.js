@@ -193,8 +193,8 @@ class Tab {
     this.fitNow();
     this.el.hidden = true;
     this.ex = how.id
-      ? app.client.attach(how.id, { readOnly: this.readOnly, snapshot: true })
-      : app.client.start({ pty: { rows: this.term.rows, cols: this.term.cols }, snapshot: true });
+      ? app.client.attach(how.id, { readOnly: this.readOnly, snapshot: true, ports: true })
+      : app.client.start({ pty: { rows: this.term.rows, cols: this.term.cols }, snapshot: true, ports: true });
     // A page that may type makes the terminal it attaches to its window's
     // size, so the program draws for the screen it shows (sent once
     // attached, and only where the execution has a PTY and the page may
@@ -267,6 +267,7 @@ class Tab {
       showNotice('warn-notice', (ex.id ? ex.id + ': ' : '') + noticeText(m));
     });
     ex.on('gap', /** @param {GapInfo} g */ (g) => this.notice('gap-notice', lossText(g)));
+    ex.on('ports', () => { if (this.app.active === this) this.app.renderPorts(); });
     // The screen in place of history the gateway no longer holds: drawn on
     // a fresh terminal of its size, then fitted back to the window, which
     // tells the program the window's size.
@@ -703,6 +704,50 @@ class App {
     this.active = tab;
     for (const t of this.tabs) t.show(t === tab);
     this.render();
+    this.renderPorts();
+  }
+
+  /**
+   * renderPorts shows the ports the active tab's programs listen on, each
+   * a button that opens a preview of it in a new window.
+   */
+  renderPorts() {
+    const bar = byId('ports');
+    const tab = this.active;
+    const ports = tab?.ex.ports ?? [];
+    bar.hidden = ports.length === 0;
+    const label = document.createElement('span');
+    label.textContent = 'Listening:';
+    const buttons = ports.map(({ address, port }) => {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'port';
+      b.dataset.port = String(port);
+      b.textContent = String(port);
+      b.title = `Open port ${port} (${address}) in a new window: a preview, which anyone holding its link can open until it expires`;
+      b.addEventListener('click', () => this.openPreview(tab, port, b));
+      return b;
+    });
+    bar.replaceChildren(label, ...buttons);
+  }
+
+  /**
+   * openPreview makes a preview of a port and opens it: the window opens
+   * at once (a popup must come from the click), then goes to the URL.
+   * @param {Tab | null} tab
+   * @param {number} port
+   * @param {HTMLButtonElement} button
+   */
+  openPreview(tab, port, button) {
+    if (!tab?.ex.id) return;
+    const w = window.open('', '_blank');
+    this.api.preview(tab.ex.id, port).then((p) => {
+      button.dataset.url = p.url;
+      if (w) w.location.href = p.url;
+    }, (/** @type {Error} */ e) => {
+      w?.close();
+      showNotice('error-notice', `port ${port}: ${e.message}`);
+    });
   }
 
   /**

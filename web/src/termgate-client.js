@@ -57,6 +57,7 @@ export { Execution } from './execution.js';
  * @property {'hold'|'live'} [flow] whether the program waits for a slow writer (hold, the default)
  * @property {number} [hold_ms] how long held output waits for this client to come back
  * @property {boolean} [snapshot] after a reconnect, a 'snapshot' of the screen in place of evicted history
+ * @property {boolean} [ports] 'ports' events: the TCP ports the execution's programs listen on
  */
 
 /** The StartOptions a start message carries besides its id. */
@@ -136,26 +137,26 @@ export class TermgateClient extends Emitter {
    * @returns {Execution}
    */
   start(spec = {}) {
-    const { id, snapshot, ...rest } = spec;
+    const { id, snapshot, ports, ...rest } = spec;
     /** @type {StartMessage} */
     const msg = { type: 'start', id: id ?? randomID(), attach: true };
     for (const [k, v] of Object.entries(rest)) {
       if (START_FIELDS.has(k) && v !== undefined) Object.assign(msg, { [k]: v });
     }
-    return this._follow(new Execution(this._link, { start: msg, snapshot }, this._maxUnackedInput));
+    return this._follow(new Execution(this._link, { start: msg, snapshot, ports }, this._maxUnackedInput));
   }
 
   /**
    * attach follows an existing execution from its first retained event.
    * @param {string} id
-   * @param {{readOnly?: boolean, after?: number, incarnation?: string, snapshot?: boolean}} [opts]
+   * @param {{readOnly?: boolean, after?: number, incarnation?: string, snapshot?: boolean, ports?: boolean}} [opts]
    *   a non-zero after needs the incarnation it belongs to (Execution.incarnation when it was
    *   delivered): the gateway refuses after alone with invalid_after. snapshot: a terminal
    *   shown on screen gets a 'snapshot' in place of evicted history
    * @returns {Execution}
    */
   attach(id, opts = {}) {
-    return this._follow(new Execution(this._link, { id, readOnly: opts.readOnly, after: opts.after, incarnation: opts.incarnation, snapshot: opts.snapshot }, this._maxUnackedInput));
+    return this._follow(new Execution(this._link, { id, readOnly: opts.readOnly, after: opts.after, incarnation: opts.incarnation, snapshot: opts.snapshot, ports: opts.ports }, this._maxUnackedInput));
   }
 
   /** close detaches everything and stops reconnecting. */
@@ -214,6 +215,9 @@ export class TermgateClient extends Emitter {
         break;
       case 'snapshot':
         byChannel?._onSnapshot(msg);
+        break;
+      case 'ports':
+        byChannel?._onPorts(msg);
         break;
       case 'input-ack':
         byChannel?._onInputAck(msg);
