@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,7 @@ type relay struct {
 	c       *conn
 	token   string // the raw bearer, for upstream dials and reauth; never logged
 	relayed map[uint32]*relayChannel
+	streams map[uint32]*relayStream // forward streams served by upstreams, by client number
 	ups     map[string]*upstream
 	q       atomic.Pointer[relayQueue] // nil until a frame is first queued
 	wg      sync.WaitGroup             // the upstreams' goroutines
@@ -107,6 +109,7 @@ type upstream struct {
 
 	mu      sync.Mutex
 	chans   map[uint32]uint32 // upstream channel -> client channel
+	streams map[uint32]uint32 // upstream forward stream -> client stream
 	pending map[string]*relayPending
 	nextReq uint64
 	retired bool // no longer in c.ups: take no new requests
@@ -124,7 +127,14 @@ type relayPending struct {
 	drop     bool
 	readOnly bool
 	ack      bool
+	forward  bool          // a forward: its forwarded names a stream to map
 	answered chan struct{} // closed on the last answer; nil when nobody waits
+}
+
+// relayStream is a client's forward stream served by an upstream.
+type relayStream struct {
+	up uint32
+	u  *upstream
 }
 
 // relayChannel is a client channel served by an upstream.
@@ -140,6 +150,7 @@ type relayHeader struct {
 	Type     string `json:"type"`
 	Req      string `json:"req"`
 	Channel  uint32 `json:"channel"`
+	Stream   uint32 `json:"stream"`
 	ReadOnly bool   `json:"read_only"`
 	Ack      bool   `json:"ack"`
 }
@@ -176,6 +187,14 @@ func (r *relay) serve(req wire.Request) bool {
 		return true
 	case wire.TypePing:
 		return false
+	case wire.TypeForward:
+		node, local := r.owner(req)
+		if !local {
+			r.wait(node, req, &relayPending{forward: true})
+		}
+		return !local || node == ""
+	case wire.TypeForwardAck, wire.TypeForwardClose:
+		return r.streamRequest(req)
 	}
 	return r.channelRequest(req)
 }
@@ -323,6 +342,35 @@ func (r *relay) channelRequest(req wire.Request) bool {
 	return true
 }
 
+// streamRequest sends a forward-ack or forward-close of a relayed stream
+// upstream, its stream number rewritten; false for a stream of this node.
+func (r *relay) streamRequest(req wire.Request) bool {
+	r.c.mu.Lock()
+	rs, ok := r.streams[req.Stream]
+	r.c.mu.Unlock()
+	if !ok {
+		return false
+	}
+	req.Stream = rs.up
+	rs.u.send(req, nil)
+	return true
+}
+
+// forwardFrame sends a forward frame of a relayed stream upstream, its
+// stream number (bytes 1..4) rewritten in place; false for a stream of
+// this node.
+func (r *relay) forwardFrame(b []byte, stream uint32) bool {
+	r.c.mu.Lock()
+	rs, ok := r.streams[stream]
+	r.c.mu.Unlock()
+	if !ok {
+		return false
+	}
+	binary.BigEndian.PutUint32(b[1:5], rs.up)
+	rs.u.write(websocket.MessageBinary, b)
+	return true
+}
+
 // input forwards an input frame on a relayed channel, its channel
 // number (bytes 1..4) rewritten in place; it reports whether it did.
 func (r *relay) input(b []byte, in wire.Input) bool {
@@ -387,7 +435,7 @@ func (r *relay) upstreamFor(node string) (*upstream, error) {
 	}
 	uctx, ucancel := context.WithCancelCause(r.c.ctx)
 	u = &upstream{node: node, ws: ws, r: r, ctx: uctx, cancel: ucancel,
-		chans: map[uint32]uint32{}, pending: map[string]*relayPending{}, done: make(chan struct{})}
+		chans: map[uint32]uint32{}, streams: map[uint32]uint32{}, pending: map[string]*relayPending{}, done: make(chan struct{})}
 	r.c.mu.Lock()
 	r.makeLocked()
 	r.ups[node] = u
@@ -518,7 +566,10 @@ func (u *upstream) forward(typ websocket.MessageType, buf *[]byte) bool {
 	if typ == websocket.MessageBinary {
 		u.mu.Lock()
 		n, ok := uint32(0), false
-		if len(b) >= 5 {
+		switch {
+		case len(b) >= 5 && b[0] == wire.FrameForward:
+			n, ok = u.streams[binary.BigEndian.Uint32(b[1:5])]
+		case len(b) >= 5:
 			n, ok = u.chans[binary.BigEndian.Uint32(b[1:5])]
 		}
 		u.mu.Unlock()
@@ -563,8 +614,19 @@ func (u *upstream) rewrite(b []byte) ([]byte, bool) {
 	}
 	u.mu.Lock()
 	p := u.pending[h.Req]
-	var client uint32
+	var client, stream uint32
 	switch {
+	case h.Type == wire.MsgForwarded && p != nil && p.forward:
+		stream = u.forwardedLocked(h)
+	case h.Stream != 0 && strings.HasPrefix(h.Type, "forward"):
+		var ok bool
+		if stream, ok = u.streams[h.Stream]; !ok {
+			u.mu.Unlock()
+			return nil, false
+		}
+		if h.Type == wire.MsgForwardEnd {
+			u.dropStreamLocked(h.Stream)
+		}
 	case h.Type == wire.MsgAttached && p != nil:
 		client = u.attachedLocked(h, p)
 	case h.Channel != 0:
@@ -595,6 +657,9 @@ func (u *upstream) rewrite(b []byte) ([]byte, bool) {
 	if client != 0 {
 		fields["channel"], _ = json.Marshal(client)
 	}
+	if stream != 0 {
+		fields["stream"], _ = json.Marshal(stream)
+	}
 	out, err := json.Marshal(fields)
 	return out, err == nil
 }
@@ -611,6 +676,29 @@ func (u *upstream) attachedLocked(h relayHeader, p *relayPending) uint32 {
 	return n
 }
 
+// forwardedLocked gives a stream opened upstream its client number,
+// from the connection's own numbering.
+func (u *upstream) forwardedLocked(h relayHeader) uint32 {
+	n := u.r.c.forwardsOf().number()
+	u.streams[h.Stream] = n
+	u.r.c.mu.Lock()
+	if u.r.streams == nil {
+		u.r.streams = map[uint32]*relayStream{}
+	}
+	u.r.streams[n] = &relayStream{up: h.Stream, u: u}
+	u.r.c.mu.Unlock()
+	return n
+}
+
+// dropStreamLocked forgets an upstream stream.
+func (u *upstream) dropStreamLocked(up uint32) {
+	n := u.streams[up]
+	delete(u.streams, up)
+	u.r.c.mu.Lock()
+	delete(u.r.streams, n)
+	u.r.c.mu.Unlock()
+}
+
 // dropLocked forgets an upstream channel.
 func (u *upstream) dropLocked(up uint32) {
 	n := u.chans[up]
@@ -623,7 +711,7 @@ func (u *upstream) dropLocked(up uint32) {
 // retireIfIdleLocked closes an upstream that serves no channel and waits
 // for no answer; the next request for its node dials anew.
 func (u *upstream) retireIfIdleLocked() {
-	if u.retired || len(u.chans) > 0 || len(u.pending) > 0 {
+	if u.retired || len(u.chans) > 0 || len(u.streams) > 0 || len(u.pending) > 0 {
 		return
 	}
 	u.retired = true
@@ -654,6 +742,11 @@ func (u *upstream) finish(err error) {
 		chans = append(chans, n)
 		delete(u.chans, up)
 	}
+	streams := make([]uint32, 0, len(u.streams))
+	for up, n := range u.streams {
+		streams = append(streams, n)
+		delete(u.streams, up)
+	}
 	pending := u.pending
 	u.pending = map[string]*relayPending{}
 	u.mu.Unlock()
@@ -664,6 +757,9 @@ func (u *upstream) finish(err error) {
 	for _, n := range chans {
 		delete(r.relayed, n)
 	}
+	for _, n := range streams {
+		delete(r.streams, n)
+	}
 	c.mu.Unlock()
 	u.cancel(err)
 	u.ws.CloseNow()
@@ -671,6 +767,9 @@ func (u *upstream) finish(err error) {
 	if code == wire.CloseAuthExpired || code == websocket.StatusPolicyViolation {
 		c.close(code, "the owner node refused the token")
 		return
+	}
+	for _, n := range sortedChannels(streams) {
+		r.notice(wire.Message{Type: wire.MsgForwardEnd, Stream: n, Reason: wire.ForwardReset})
 	}
 	if retired && len(chans) == 0 && len(pending) == 0 {
 		return // closed for being idle

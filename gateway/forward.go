@@ -150,6 +150,16 @@ func (f *forwards) open(req wire.Request) {
 	}()
 }
 
+// number gives a stream number, for a stream a relay serves from
+// another node: local and relayed streams share the connection's
+// numbering.
+func (f *forwards) number() uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	return f.next
+}
+
 // stream returns an open stream.
 func (f *forwards) stream(id uint32) (*stream, bool) {
 	f.mu.Lock()
@@ -211,6 +221,9 @@ func (c *conn) forwardInput(b []byte) {
 	id, data, err := wire.DecodeForward(b)
 	if err != nil {
 		c.close(wire.CloseProtocolError, "malformed forward frame")
+		return
+	}
+	if c.relay != nil && c.relay.forwardFrame(b, id) {
 		return
 	}
 	f := c.forwardsNow()

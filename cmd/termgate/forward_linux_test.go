@@ -165,3 +165,46 @@ func TestForwardAcrossARestart(t *testing.T) {
 		t.Error("the forward did not reach the server after the gateway restarted")
 	}
 }
+
+// TestClusterForward: a forward and a ports listing through the node
+// that does not own the execution reach its port: the stream is relayed
+// to the owner.
+func TestClusterForward(t *testing.T) {
+	serveFromEnv()
+	_, err := exec.LookPath("python3")
+	sandboxtest.Need(t, "python3", err)
+	c := newCluster(t, 2)
+	tok := gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes+" exec:forward")
+	var id string
+	other := 0
+	for i := range 8 { // placed by their keys: one on n1, seen from n0, most likely
+		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
+			"id": fmt.Sprint("web-", i), "command": "/bin/sh", "args": []string{"-c", "exec python3 -m http.server --bind 127.0.0.1 8000"}})
+		if status != http.StatusCreated {
+			t.Fatalf("start %d: %d %v", i, status, got)
+		}
+		if ownerOf(got["id"].(string)) == "n1" {
+			id = got["id"].(string)
+			break
+		}
+	}
+	if id == "" {
+		t.Skip("no start of 8 was placed on n1") // 1 in 256
+	}
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		code, out, _ := runCLI(t, "", "ports", "--url", c.url(1), "--token", tok, id)
+		return code == 0 && strings.HasPrefix(out, "8000\t")
+	}) {
+		t.Fatal("the owner never listed port 8000")
+	}
+	addr, _ := forwardCLI(t, "--url", c.url(other), "--token", tok, id, "0:8000")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing") {
+		t.Errorf("GET through a relayed forward: %d %q", resp.StatusCode, body)
+	}
+}
