@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,10 +20,11 @@ import (
 // dapClient speaks the Debug Adapter Protocol: JSON bodies after a
 // Content-Length header.
 type dapClient struct {
-	t   *testing.T
-	c   net.Conn
-	r   *bufio.Reader
-	seq int
+	t      *testing.T
+	c      net.Conn
+	r      *bufio.Reader
+	seq    int
+	events []dapMessage // read while awaiting something else
 }
 
 type dapMessage struct {
@@ -75,9 +78,17 @@ func (d *dapClient) next() dapMessage {
 }
 
 // await reads until the response to seq or the event named, whichever
-// is asked ("" for either kind), and returns it.
+// is asked ("" for either kind), and returns it. Events read meanwhile
+// are kept for a later await: an adapter may send one before the
+// response to the request that caused it.
 func (d *dapClient) await(seq int, event string) dapMessage {
 	d.t.Helper()
+	for i, m := range d.events {
+		if event != "" && m.Event == event {
+			d.events = append(d.events[:i], d.events[i+1:]...)
+			return m
+		}
+	}
 	for range 200 {
 		m := d.next()
 		if seq != 0 && m.Type == "response" && m.RequestSeq == seq {
@@ -89,9 +100,53 @@ func (d *dapClient) await(seq int, event string) dapMessage {
 		if event != "" && m.Type == "event" && m.Event == event {
 			return m
 		}
+		if m.Type == "event" {
+			d.events = append(d.events, m)
+		}
 	}
 	d.t.Fatalf("DAP: no answer to %d / %q in 200 messages", seq, event)
 	return dapMessage{}
+}
+
+// variable waits until the program stops at line and returns the
+// stopped thread and the value of name there, from the top frame's
+// scopes.
+func (d *dapClient) variable(t *testing.T, line int, name string) (threadID int, value string) {
+	t.Helper()
+	stopped := d.await(0, "stopped")
+	var st struct {
+		ThreadID int `json:"threadId"`
+	}
+	json.Unmarshal(stopped.Body, &st)
+	var frames struct {
+		StackFrames []struct {
+			ID   int `json:"id"`
+			Line int `json:"line"`
+		} `json:"stackFrames"`
+	}
+	json.Unmarshal(d.await(d.send("stackTrace", map[string]int{"threadId": st.ThreadID}), "").Body, &frames)
+	if len(frames.StackFrames) == 0 || frames.StackFrames[0].Line != line {
+		t.Fatalf("stopped at %+v, want line %d", frames.StackFrames, line)
+	}
+	var scopes struct {
+		Scopes []struct {
+			Name string `json:"name"`
+			Ref  int    `json:"variablesReference"`
+		} `json:"scopes"`
+	}
+	json.Unmarshal(d.await(d.send("scopes", map[string]int{"frameId": frames.StackFrames[0].ID}), "").Body, &scopes)
+	for _, s := range scopes.Scopes {
+		var vars struct {
+			Variables []struct{ Name, Value string } `json:"variables"`
+		}
+		json.Unmarshal(d.await(d.send("variables", map[string]int{"variablesReference": s.Ref}), "").Body, &vars)
+		for _, v := range vars.Variables {
+			if v.Name == name {
+				value = v.Value
+			}
+		}
+	}
+	return st.ThreadID, value
 }
 
 // TestForwardDrivesADebugger: debugpy listens in a sandbox; a DAP client
@@ -129,44 +184,11 @@ func TestForwardDrivesADebugger(t *testing.T) {
 	d.await(0, "initialized")
 	d.await(d.send("setBreakpoints", map[string]any{"source": map[string]string{"path": "/tmp/prog.py"}, "breakpoints": []map[string]int{{"line": 2}}}), "")
 	d.await(d.send("configurationDone", nil), "")
-	stopped := d.await(0, "stopped")
-	var st struct {
-		ThreadID int `json:"threadId"`
-	}
-	json.Unmarshal(stopped.Body, &st)
-	var frames struct {
-		StackFrames []struct {
-			ID   int `json:"id"`
-			Line int `json:"line"`
-		} `json:"stackFrames"`
-	}
-	json.Unmarshal(d.await(d.send("stackTrace", map[string]int{"threadId": st.ThreadID}), "").Body, &frames)
-	if len(frames.StackFrames) == 0 || frames.StackFrames[0].Line != 2 {
-		t.Fatalf("stopped at %+v, want line 2", frames.StackFrames)
-	}
-	var scopes struct {
-		Scopes []struct {
-			Name string `json:"name"`
-			Ref  int    `json:"variablesReference"`
-		} `json:"scopes"`
-	}
-	json.Unmarshal(d.await(d.send("scopes", map[string]int{"frameId": frames.StackFrames[0].ID}), "").Body, &scopes)
-	var x string
-	for _, s := range scopes.Scopes {
-		var vars struct {
-			Variables []struct{ Name, Value string } `json:"variables"`
-		}
-		json.Unmarshal(d.await(d.send("variables", map[string]int{"variablesReference": s.Ref}), "").Body, &vars)
-		for _, v := range vars.Variables {
-			if v.Name == "x" {
-				x = v.Value
-			}
-		}
-	}
+	tid, x := d.variable(t, 2, "x")
 	if x != "41" {
 		t.Errorf("x read through the debugger: %q, want 41", x)
 	}
-	d.send("continue", map[string]int{"threadId": st.ThreadID})
+	d.send("continue", map[string]int{"threadId": tid})
 	select {
 	case o := <-out:
 		if !strings.Contains(o, "done 42") {
@@ -174,5 +196,126 @@ func TestForwardDrivesADebugger(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Error("the program did not finish after continue")
+	}
+}
+
+// delveVersion is the dlv the debugger test installs through the Go
+// module proxy.
+const delveVersion = "v1.27.2"
+
+// dlvProgram is what the dlv test debugs; x is 41 at line 7.
+const dlvProgram = `package main
+
+import "fmt"
+
+func main() {
+	x := 41
+	y := x + 1
+	fmt.Println("done", y)
+}
+`
+
+// TestForwardDrivesDelve: dlv (installed through the Go module proxy)
+// serves the Debug Adapter Protocol in a sandbox; a DAP client on the
+// host launches a Go program through termgate forward, stops it at a
+// breakpoint, reads a variable and lets it finish.
+func TestForwardDrivesDelve(t *testing.T) {
+	t.Parallel()
+	goTool, err := exec.LookPath("go")
+	sandboxtest.Need(t, "go", err)
+	bin, src := t.TempDir(), t.TempDir()
+	install := exec.Command(goTool, "install", "github.com/go-delve/delve/cmd/dlv@"+delveVersion)
+	install.Env = append(os.Environ(), "GOBIN="+bin, "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := install.CombinedOutput(); err != nil {
+		sandboxtest.Unavailable(t, "dlv %s could not be installed: %v: %s", delveVersion, err, out)
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(dlvProgram), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(goTool, "build", "-gcflags", "all=-N -l", "-o", filepath.Join(bin, "prog"), "main.go")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the program: %v: %s", err, out)
+	}
+	g := startGateway(t, "--proc", "private") // dlv reads /proc/self/exe and its debuggee's /proc
+	tok := g.token(t, "acme", allScopes+" exec:forward")
+	// dlv refuses a connection whose socket another user owns
+	// (--only-same-user): termgate's, made on the host, shows in the
+	// sandbox as the overflow user. The sandbox's loopback is reachable
+	// by the sandbox and termgate alone.
+	//
+	// The tenant's workspace exists once it ran something: the debugger
+	// and the program go there.
+	if code, _, stderr := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "true"); code != 0 {
+		t.Fatalf("run: %d %s", code, stderr)
+	}
+	wss, err := filepath.Glob(filepath.Join(filepath.Dir(g.secretFile), "ws", "mnt", "*"))
+	if err != nil || len(wss) != 1 {
+		t.Fatalf("the tenant's workspace: %v, %v", wss, err)
+	}
+	ws := wss[0]
+	for _, f := range []string{"dlv", "prog"} {
+		b, err := os.ReadFile(filepath.Join(bin, f))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(ws, f), b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make(chan string, 1)
+	go func() {
+		_, stdout, stderr := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--id", "delve", "--", "/bin/sh", "-c", "exec /workspace/dlv dap --only-same-user=false --listen 127.0.0.1:4444")
+		out <- stdout + stderr
+	}()
+	if !sandboxtest.Eventually(t, 60*time.Second, func() bool {
+		code, ports, _ := runCLI(t, "", "ports", "--url", g.url, "--token", tok, "delve")
+		return code == 0 && strings.Contains(ports, "4444\t")
+	}) {
+		select {
+		case o := <-out:
+			t.Fatalf("dlv ended: %s", o)
+		default:
+		}
+		t.Fatal("dlv never listened")
+	}
+	addr, fwdErr := forwardCLI(t, "--url", g.url, "--token", tok, "delve", "0:4444")
+	defer func() {
+		if t.Failed() {
+			select {
+			case o := <-out:
+				t.Logf("dlv: %s", o)
+			case <-time.After(5 * time.Second):
+			}
+			t.Logf("forward: %s", fwdErr)
+		}
+	}()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d := &dapClient{t: t, c: c, r: bufio.NewReader(c)}
+	d.await(d.send("initialize", map[string]any{"adapterID": "go", "clientID": "termgate-test", "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path"}), "")
+	d.await(d.send("launch", map[string]any{"mode": "exec", "program": "/workspace/prog"}), "")
+	d.await(0, "initialized")
+	d.await(d.send("setBreakpoints", map[string]any{"source": map[string]string{"path": filepath.Join(src, "main.go")}, "breakpoints": []map[string]int{{"line": 7}}}), "")
+	d.await(d.send("configurationDone", nil), "")
+	tid, x := d.variable(t, 7, "x")
+	if x != "41" {
+		t.Errorf("x read through dlv: %q, want 41", x)
+	}
+	d.await(d.send("continue", map[string]int{"threadId": tid}), "")
+	d.await(0, "terminated")
+	d.send("disconnect", map[string]bool{"terminateDebuggee": true})
+	select {
+	case o := <-out: // dlv ends with its client; the program wrote to dlv's output
+		if !strings.Contains(o, "done 42") {
+			t.Errorf("the program's output under dlv: %q", o)
+		}
+		out <- o // for the failure log
+	case <-time.After(60 * time.Second):
+		t.Error("dlv did not end after the program and its client")
 	}
 }
