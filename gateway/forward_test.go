@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
@@ -50,13 +52,17 @@ print("serving", flush=True)
 serve(9000, echo)
 `
 
-// forwardEnv is a gateway over the real sandbox and an execution that
-// serves portServers.
-func forwardEnv(t *testing.T) (*testEnv, string) {
+// forwardEnv is a gateway over the real sandbox (tweaked) and an
+// execution that serves portServers.
+func forwardEnv(t *testing.T, tweak ...func(*Config)) (*testEnv, string) {
 	t.Helper()
 	_, err := exec.LookPath("python3")
 	sandboxtest.Need(t, "python3", err)
-	e := newEnv(t, nil)
+	var tw func(*Config)
+	if len(tweak) > 0 {
+		tw = tweak[0]
+	}
+	e := newEnv(t, tw)
 	var info session.Info
 	info, err = e.sup.Start(t.Context(), "acme", "ports", session.Spec{
 		Policy: sandbox.Policy{Command: []string{"python3", "-c", portServers}, Workspace: sandboxtest.Dir(t)},
@@ -340,5 +346,45 @@ func TestPortWatchesAreBounded(t *testing.T) {
 	}
 	if !w.watch(nil, ch, "t") {
 		t.Error("no room after a watcher left")
+	}
+}
+
+// TestForwardAudited: a stream opened and ended, with its bytes each
+// way, and a refused one are in the audit trail.
+func TestForwardAudited(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := audit.Open(audit.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, id := forwardEnv(t, func(c *Config) { c.Audit = a })
+	t.Cleanup(func() { a.Close() })
+	c := e.dial(t, e.token(t, "acme", ScopeForward))
+	defer c.close()
+	s := openForward(t, c, id, 9000)
+	c.sendForward(t, s, []byte("hi"))
+	c.send(t, wire.Request{Type: wire.TypeForwardClose, Stream: s})
+	for {
+		if _, _, m := readForward(t, c); m != nil && m.Type == wire.MsgForwardEnd {
+			break
+		}
+	}
+	c.send(t, wire.Request{Type: wire.TypeForward, Req: "x", ID: id, Port: 9003})
+	if _, _, m := readForward(t, c); m == nil || m.Error != wire.CodeRefused {
+		t.Fatalf("forward to 9003: %+v", m)
+	}
+	var recs []map[string]any
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool {
+		recs = readAudit(t, path, 0)
+		return len(find(recs, map[string]any{"event": "forward", "code": "refused"})) == 1
+	}) {
+		t.Fatalf("no refused forward in %v", recs)
+	}
+	if r := find(recs, map[string]any{"event": "forward", "outcome": "ok", "port": float64(9000), "execution": id}); len(r) != 1 {
+		t.Errorf("the stream's opening: %v in %v", r, recs)
+	}
+	if r := find(recs, map[string]any{"event": "forward-end", "reason": "closed", "bytes_up": float64(2), "bytes_down": float64(2)}); len(r) != 1 {
+		t.Errorf("the stream's end: %v in %v", r, recs)
 	}
 }
