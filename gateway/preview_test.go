@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -254,26 +255,35 @@ func TestPreviewOfNodeInspector(t *testing.T) {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(-1)
-	ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"answer + 1"}}`))
-	for {
-		_, b, err := ws.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m struct {
-			ID     int `json:"id"`
-			Result struct {
-				Result struct {
-					Value json.RawMessage `json:"value"`
-				} `json:"result"`
-			} `json:"result"`
-		}
-		json.Unmarshal(b, &m)
-		if m.ID == 1 {
-			if string(m.Result.Result.Value) != "43" {
-				t.Errorf("Runtime.evaluate answered %s", b)
+	// The inspector listens before node ran its script: ask until the
+	// script has set the answer.
+	var last []byte
+	for i := 1; i <= 100; i++ {
+		ws.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"id":%d,"method":"Runtime.evaluate","params":{"expression":"globalThis.answer + 1"}}`, i))
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			return
+			var m struct {
+				ID     int `json:"id"`
+				Result struct {
+					Result struct {
+						Value json.RawMessage `json:"value"`
+					} `json:"result"`
+				} `json:"result"`
+			}
+			json.Unmarshal(b, &m)
+			if m.ID != i {
+				continue
+			}
+			if string(m.Result.Result.Value) == "43" {
+				return
+			}
+			last = b
+			break
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	t.Errorf("Runtime.evaluate never answered 43: %s", last)
 }
