@@ -266,8 +266,8 @@ func TestNetworkPolicyRelaysUDP(t *testing.T) {
 	s := policySupervisor(t, map[string]string{"udp": fmt.Sprintf("allow = [\"udp:udp.test:%[1]d\", \"udp:127.0.0.5:%[1]d\"]\n", port)}, dns.Addr())
 	script := fmt.Sprintf(`
 import socket
-def ask(host, port, *msgs):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+def ask(host, port, *msgs, wait=20):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(wait)
     for msg in msgs:
         s.sendto(msg, (host, port))
         try:
@@ -276,7 +276,7 @@ def ask(host, port, *msgs):
         except socket.timeout:
             print(host, "no answer", flush=True)
 ask("udp.test", %d, b"one", b"two")
-ask("203.0.113.5", 9999, b"refused")
+ask("203.0.113.5", 9999, b"refused", wait=2)
 `, port)
 	sp := Spec{Policy: sandbox.Policy{Command: []string{"python3", "-c", script}, Workspace: sandboxtest.Dir(t)},
 		Ring: replay.Config{MaxBytes: 1 << 20}, Network: "udp"}
