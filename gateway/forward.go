@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/fdio"
 )
 
 // ScopeForward lets a token open forward streams to the ports programs
@@ -487,30 +488,9 @@ func readReady(c net.Conn, n int) (*[]byte, int, error) {
 		k, err := c.Read((*bp)[wire.ForwardHeaderLen : wire.ForwardHeaderLen+n])
 		return bp, k, err
 	}
-	var bp *[]byte
-	var k int
-	var rerr error
-	err = rc.Read(func(fd uintptr) bool {
-		if bp == nil {
-			bp = forwardBuffers.Get().(*[]byte)
-		}
-		k, rerr = syscall.Read(int(fd), (*bp)[wire.ForwardHeaderLen:wire.ForwardHeaderLen+n])
-		if rerr == syscall.EAGAIN {
-			forwardBuffers.Put(bp) // wait holding nothing
-			bp = nil
-			return false
-		}
-		return rerr != syscall.EINTR
-	})
-	switch {
-	case err != nil:
-	case rerr != nil:
-		err = rerr
-	case k == 0:
+	bp, k, err := fdio.ReadReady(rc, &forwardBuffers, wire.ForwardHeaderLen, wire.ForwardHeaderLen+n)
+	if err == nil && k == 0 {
 		err = io.EOF
-	}
-	if k < 0 {
-		k = 0
 	}
 	return bp, k, err
 }

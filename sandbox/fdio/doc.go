@@ -17,4 +17,9 @@
 // shared by the sandbox's idle output copiers and exit watches and the
 // gateway's parked sockets: an idle process keeps one goroutine for all
 // of them.
+//
+// ReadReady reads a socket through the runtime's poller into a pooled
+// buffer it takes only once there are bytes: the network policies'
+// tunnels and UDP flows and the gateway's forward streams hold no buffer
+// while they idle.
 package fdio

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"syscall"
+
+	"github.com/termgate/termgate/sandbox/fdio"
 )
 
 // splice copies a to b and b to a until both ways ended, and returns
@@ -59,27 +61,7 @@ func copyConn(dst, src net.Conn) (int64, error) {
 func copyReady(dst io.Writer, src syscall.RawConn) (int64, error) {
 	var total int64
 	for {
-		var buf *[]byte
-		var n int
-		var rerr error
-		err := src.Read(func(fd uintptr) bool {
-			if buf == nil {
-				buf = copyBuffers.Get().(*[]byte)
-			}
-			n, rerr = syscall.Read(int(fd), *buf)
-			if rerr == syscall.EAGAIN {
-				copyBuffers.Put(buf) // wait for more holding nothing
-				buf = nil
-				return false
-			}
-			if rerr == syscall.EINTR {
-				return false
-			}
-			return true
-		})
-		if err == nil {
-			err = rerr
-		}
+		buf, n, err := fdio.ReadReady(src, &copyBuffers, 0, copyBufferSize)
 		if err == nil && n > 0 {
 			var w int
 			w, err = dst.Write((*buf)[:n])

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/fdio"
 )
 
 // The bounds of ServeUDP.
@@ -321,31 +323,13 @@ func readWhole(c net.Conn) func(use func([]byte)) error {
 		}
 	}
 	return func(use func([]byte)) error {
-		var buf *[]byte
-		var n int
-		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			if buf == nil {
-				buf = datagramBuffers.Get().(*[]byte)
-			}
-			n, rerr = syscall.Read(int(fd), *buf)
-			if rerr == syscall.EAGAIN {
-				datagramBuffers.Put(buf) // wait for one holding nothing
-				buf = nil
-				return false
-			}
-			return rerr != syscall.EINTR
-		})
-		if err == nil && rerr == nil {
-			use((*buf)[:n])
-		}
-		if buf != nil {
-			datagramBuffers.Put(buf)
-		}
+		buf, n, err := fdio.ReadReady(rc, &datagramBuffers, 0, maxDatagram)
 		if err != nil {
 			return err
 		}
-		return rerr
+		defer datagramBuffers.Put(buf)
+		use((*buf)[:n])
+		return nil
 	}
 }
 
