@@ -4,15 +4,12 @@ package sandbox
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/termgate/termgate/sandbox/internal/netredirect"
 	"golang.org/x/sys/unix"
@@ -195,7 +192,7 @@ func checkRedirected(ctx context.Context, ns *NetNS, l net.Listener) error {
 		return fmt.Errorf("sandbox: check redirect: accept: %w", err)
 	}
 	defer a.Close()
-	dst, err := originalDstOf(a.(*net.TCPConn))
+	dst, err := netredirect.ConnOriginalDst(a.(*net.TCPConn))
 	if err != nil || dst.String() != checkRedirectTarget {
 		return fmt.Errorf("sandbox: check redirect: the listener read the original destination %v (%v), want %s", dst, err, checkRedirectTarget)
 	}
@@ -225,46 +222,4 @@ func checkRelayed(ctx context.Context, ns *NetNS, relay *RedirectedConn) error {
 		return fmt.Errorf("sandbox: check redirect: conntrack gave the UDP relay the original destination %v (%v), want %s", dst, err, checkRedirectTarget)
 	}
 	return nil
-}
-
-// originalDstOf returns where a connection that a Redirect sent to its
-// listener was going (SO_ORIGINAL_DST, IPv4 or IPv6 as the connection's
-// family). A connection made to the listener's own address gives that
-// address.
-func originalDstOf(c *net.TCPConn) (netip.AddrPort, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	var ap netip.AddrPort
-	var gerr error
-	if err := raw.Control(func(fd uintptr) { ap, gerr = originalDst(int(fd)) }); err != nil {
-		return netip.AddrPort{}, err
-	}
-	return ap, gerr
-}
-
-// ip6tSoOriginalDst is IP6T_SO_ORIGINAL_DST, at SOL_IPV6.
-const ip6tSoOriginalDst = 80
-
-func originalDst(fd int) (netip.AddrPort, error) {
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	var b [unix.SizeofSockaddrInet6]byte
-	level, opt := unix.SOL_IP, unix.SO_ORIGINAL_DST
-	if _, v6 := sa.(*unix.SockaddrInet6); v6 {
-		level, opt = unix.SOL_IPV6, ip6tSoOriginalDst
-	}
-	n := uint32(len(b))
-	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&n)), 0)
-	if errno != 0 {
-		return netip.AddrPort{}, fmt.Errorf("sandbox: the original destination: %w", errno)
-	}
-	port := binary.BigEndian.Uint16(b[2:4])
-	if level == unix.SOL_IP {
-		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port), nil
-	}
-	return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), port), nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/internal/netredirect"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -36,7 +37,7 @@ func acceptFrom(t *testing.T, l net.Listener) (string, string) {
 		t.Fatalf("accept: %v", err)
 	}
 	defer c.Close()
-	dst, err := originalDstOf(c.(*net.TCPConn))
+	dst, err := netredirect.ConnOriginalDst(c.(*net.TCPConn))
 	if err != nil {
 		t.Errorf("original destination: %v", err)
 	}

@@ -72,8 +72,8 @@ func TestImportDirection(t *testing.T) {
 	allowed := map[string][]string{
 		"sandbox/fdio": {}, "sandbox": {"sandbox/fdio"}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
-		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {}, "sandbox/internal/netredirect": {}, "sandbox/netpolicy/internal/proxy": {"sandbox/fdio"},
-		"sandbox/netpolicy":         {"sandbox/netpolicy/internal/proxy", "sandbox/fdio"},
+		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {}, "sandbox/internal/netredirect": {}, "sandbox/netpolicy/internal/proxy": {"sandbox/fdio", "sandbox/internal/netredirect"},
+		"sandbox/netpolicy":         {"sandbox/netpolicy/internal/proxy", "sandbox/fdio", "sandbox/internal/netredirect"},
 		"session/screen":            {},
 		"session/execid":            {},
 		"session/internal/statedir": {"replay", "sandbox", "sandbox/fdio"},

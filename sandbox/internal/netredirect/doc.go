@@ -1,10 +1,13 @@
 // Package netredirect turns a network namespace with loopback only into
 // one whose every outside connection reaches termgate: default routes
-// through lo (Routes) and an nftables table (Rules) that redirects TCP
-// and DNS to listeners on the namespace's loopback and refuses
-// everything else. It speaks netlink on sockets the caller opened in the
+// through lo (Routes) and an nftables table (Rules) that redirects TCP,
+// DNS and, with a relay, other UDP to listeners on the namespace's
+// loopback and refuses everything else. It speaks netlink on sockets the caller opened in the
 // namespace, from any thread: only socket(2) needs to run inside, and
-// the caller does that (sandbox.NetNS).
+// the caller does that (sandbox.NetNS). The listeners the rules send to
+// read each connection's and datagram's original destination here too:
+// ConnOriginalDst (SO_ORIGINAL_DST) and OriginalDst (conntrack, over
+// ctnetlink).
 //
 // Without the routes the namespace has none to an outside address, so a
 // connect fails with ENETUNREACH; without the rules a packet routed

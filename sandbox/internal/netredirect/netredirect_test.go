@@ -3,7 +3,6 @@
 package netredirect
 
 import (
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"os"
@@ -74,16 +73,6 @@ func install(t *testing.T, p Ports) {
 	}
 }
 
-// originalDst reads where a redirected IPv4 connection was going.
-func originalDst(fd int) (netip.AddrPort, error) {
-	var sa [16]byte
-	l := uint32(len(sa))
-	if err := getsockopt(fd, unix.SOL_IP, unix.SO_ORIGINAL_DST, sa[:], &l); err != nil {
-		return netip.AddrPort{}, err
-	}
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(sa[4:8])), binary.BigEndian.Uint16(sa[2:4])), nil
-}
-
 // TestRedirectInANamespace: with the routes and the rules, a TCP
 // connect to an outside address reaches the loopback listener, which
 // reads the original destination; UDP outside fails at once; applying
@@ -108,7 +97,7 @@ func TestRedirectInANamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer unix.Close(a)
-		if dst, err := originalDst(a); err != nil || dst.String() != "192.0.2.1:443" {
+		if dst, err := connOriginalDst(a); err != nil || dst.String() != "192.0.2.1:443" {
 			t.Errorf("original destination %v, %v", dst, err)
 		}
 		u, _ := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
