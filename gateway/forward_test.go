@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -386,5 +387,53 @@ func TestForwardAudited(t *testing.T) {
 	}
 	if r := find(recs, map[string]any{"event": "forward-end", "reason": "closed", "bytes_up": float64(2), "bytes_down": float64(2)}); len(r) != 1 {
 		t.Errorf("the stream's end: %v in %v", r, recs)
+	}
+}
+
+// TestForwardStreamsAreBounded: a connection holds at most MaxStreams
+// streams; one more is too_many_streams until one ends.
+func TestForwardStreamsAreBounded(t *testing.T) {
+	t.Parallel()
+	e, id := forwardEnv(t)
+	c := e.dial(t, e.token(t, "acme", ScopeForward))
+	defer c.close()
+	var streams []uint32
+	for range MaxStreams {
+		streams = append(streams, openForward(t, c, id, 9000))
+	}
+	c.send(t, wire.Request{Type: wire.TypeForward, Req: "over", ID: id, Port: 9000})
+	if _, _, m := readForward(t, c); m == nil || m.Type != wire.MsgError || m.Error != wire.CodeTooManyStreams {
+		t.Fatalf("stream %d: %+v, want too_many_streams", MaxStreams+1, m)
+	}
+	c.send(t, wire.Request{Type: wire.TypeForwardClose, Stream: streams[0], Reset: true})
+	for {
+		if _, _, m := readForward(t, c); m != nil && m.Type == wire.MsgForwardEnd && m.Stream == streams[0] {
+			break
+		}
+	}
+	openForward(t, c, id, 9000)
+}
+
+// TestPreviewsAreBounded: a tenant has at most MaxPreviewsPerTenant
+// previews alive; one more is 429 capacity until one is revoked.
+func TestPreviewsAreBounded(t *testing.T) {
+	t.Parallel()
+	e, id := forwardEnv(t)
+	tok := e.token(t, "acme", ScopeForward)
+	path := func(port int) string { return fmt.Sprintf("/v1/executions/%s/ports/%d/preview", id, port) }
+	for i := range MaxPreviewsPerTenant {
+		if code := e.apiCall(t, http.MethodPost, path(9000+i%2), tok, nil, nil); code != http.StatusCreated {
+			t.Fatalf("preview %d: %d", i+1, code)
+		}
+	}
+	var refused struct{ Error string }
+	if code := e.apiCall(t, http.MethodPost, path(9000), tok, nil, &refused); code != http.StatusTooManyRequests || refused.Error != wire.CodeCapacity {
+		t.Fatalf("preview %d: %d %+v, want 429 capacity", MaxPreviewsPerTenant+1, code, refused)
+	}
+	if code := e.apiCall(t, http.MethodDelete, path(9001), tok, nil, nil); code != http.StatusNoContent {
+		t.Fatalf("revoke: %d", code)
+	}
+	if code := e.apiCall(t, http.MethodPost, path(9000), tok, nil, nil); code != http.StatusCreated {
+		t.Errorf("a preview after revoking: %d", code)
 	}
 }
