@@ -56,6 +56,12 @@
 //   - network.go: a start's network and its scopes, the network request
 //     and /v1/executions/{id}/network, the connections' audit records,
 //     the network metrics and the policy digest that hops carry.
+//   - forward.go: forward streams to ports programs listen on in their
+//     sandboxes (session.Ports), a window of credit each way and a turn
+//     of their own at the writer; ports_watch.go tells channels that
+//     asked which ports their execution listens on; preview.go serves
+//     browser previews of a port, path-based or host-based. A relay
+//     carries the streams of other nodes' executions too.
 //   - listener.go bounds connections per client (IPv4 /24, IPv6 /64) before
 //     any handshake, and gives the ones without a request header yet a
 //     budget of their own and a first-byte timeout (Listener.ConnState).

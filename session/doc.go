@@ -30,7 +30,9 @@
 // through Config.Egress (package sandbox/netpolicy), again after a
 // restart. Refusals and changes are notices; SetNetwork changes the
 // policy while it runs; an execution whose listeners cannot be served is
-// stopped as failed.
+// stopped as failed. Ports (ports.go) dials a port a program listens on
+// in its sandbox, and lists them, from the host through its network
+// namespace.
 //
 // Execution IDs follow session/execid's grammar. With Config.StateDir an
 // execution's state lives in files (session/internal/statedir, whose doc

@@ -98,16 +98,19 @@
 // address, and a connection to that address is refused until the
 // program asks again.
 //
-// A Dialer refuses UDP unless an allow rule says udp; neither the proxy
-// nor the redirect relays UDP yet, so a sandbox's UDP other than DNS is
-// refused whatever the rules. Connections are checked when they are
+// A Dialer refuses UDP unless an allow rule says udp. The redirect sends
+// a sandbox's UDP other than DNS to a relay (Listeners.UDP), which asks
+// the Guard once per flow (a program socket's datagrams to one
+// destination; Guard.DialUDP) and drops a refused flow's datagrams; the
+// proxy relays no UDP. Connections and flows are checked when they are
 // made: a policy that changes later does not reach those already open.
 //
 // # Serving an execution
 //
 // An Egress holds the server's Set, Dialer and limits. Serve gives an
 // execution a Guard, which serves the listeners opened in its network
-// (Listeners: the proxy, the transparent listeners, the DNS server) under
+// (Listeners: the proxy, the transparent listeners, the DNS server, the
+// UDP relays) under
 // the execution's policy as it is when each connection is asked for
 // (SetPolicy changes it for the next ones). The Guard bounds connections
 // per execution and, with the Egress, per tenant; tells refusals to the
