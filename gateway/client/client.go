@@ -3,7 +3,10 @@
 // exponential backoff and jitter, reattaches every execution after the
 // last sequence it delivered, and resends input the server has not
 // received. The caller sees one continuous stream per execution, or an
-// explicit gap when the server no longer holds what was missed.
+// explicit gap when the server no longer holds what was missed. Forward
+// opens a stream to a port a program listens on in its sandbox; a stream
+// ends with its connection (TCP has no offsets to resume from), and later
+// ones open on the next.
 //
 // It imports only gateway/wire and coder/websocket, so it builds on Linux,
 // macOS and Windows, without the server.
