@@ -177,6 +177,14 @@ func (f *forwards) push(fr forwardFrame) {
 	f.c.w.kick()
 }
 
+// queued reports whether a message of a stream waits for the writer:
+// only then does the writer look for room for it in the socket.
+func (f *forwards) queued() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue) > 0
+}
+
 // pop takes the writer's next forward message, if any.
 func (f *forwards) pop() (forwardFrame, bool) {
 	f.mu.Lock()

@@ -149,7 +149,7 @@ func (w *writer) drain() bool {
 				return false
 			}
 		}
-		if f := w.c.forwardsNow(); f != nil && (w.nb == nil || w.nb.roomForBulk(w.kick)) {
+		if f := w.c.forwardsNow(); f != nil && f.queued() && (w.nb == nil || w.nb.roomForBulk(w.kick)) {
 			if fr, ok := f.pop(); ok {
 				wrote = true
 				if !w.writeControl() || !w.writeForward(fr) {
