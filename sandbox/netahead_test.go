@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -89,5 +90,39 @@ func TestPreparedNetwork(t *testing.T) {
 	unix.Fstat(int(nextNS.f.Fd()), &nextSt)
 	if nextSt.Ino != aheadSt.Ino {
 		t.Errorf("the next start's network %d, want the one made ahead %d", nextSt.Ino, aheadSt.Ino)
+	}
+}
+
+// TestNetAheadKeepsFewKinds: networks are made ahead for at most
+// maxNetKinds kinds, the least recently asked let go; close lets the
+// rest go.
+func TestNetAheadKeepsFewKinds(t *testing.T) {
+	t.Parallel()
+	needNetNS(t)
+	var a netAhead
+	kinds := make([]Policy, maxNetKinds+1)
+	for i := range kinds {
+		kinds[i] = Policy{Network: NetworkNone, Listen: []Socket{{Network: "tcp4", Addr: fmt.Sprintf("127.0.0.1:%d", 4300+i)}}}
+		pn, err := a.take(kinds[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pn.close()
+	}
+	ready := func() (n int, first bool) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.ready), a.ready[netKind(kinds[0])] != nil
+	}
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { n, _ := ready(); return n == maxNetKinds }) {
+		n, _ := ready()
+		t.Fatalf("%d networks made ahead, want %d", n, maxNetKinds)
+	}
+	if _, first := ready(); first {
+		t.Error("the least recently asked kind was kept")
+	}
+	a.close()
+	if n, _ := ready(); n != 0 {
+		t.Errorf("%d networks kept after close", n)
 	}
 }

@@ -55,18 +55,23 @@ func (p *Ports) Dial(ctx context.Context, owner, id string, port uint16) (net.Co
 		if addr == "::1" {
 			network = "tcp6"
 		}
-		c, err = ns.Dial(ctx, network, net.JoinHostPort(addr, strconv.Itoa(int(port))))
-		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EADDRNOTAVAIL) && !errors.Is(err, syscall.EAFNOSUPPORT) {
+		if c, err = ns.Dial(ctx, network, net.JoinHostPort(addr, strconv.Itoa(int(port)))); !nothingListens(err) {
 			break
 		}
 	}
 	switch {
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EADDRNOTAVAIL), errors.Is(err, syscall.EAFNOSUPPORT):
+	case nothingListens(err):
 		return nil, fmt.Errorf("%w: %d", ErrPortRefused, port)
 	case err != nil:
 		return nil, fmt.Errorf("session: connect to port %d of %s: %w", port, id, err)
 	}
 	return c, nil
+}
+
+// nothingListens reports a connect that found no listener at its
+// address (or no such address: a network without IPv6).
+func nothingListens(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)
 }
 
 // Listening lists the TCP sockets that the execution's programs listen
