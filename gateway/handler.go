@@ -40,6 +40,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if !allowed(cfg.Commands, cfg.DefaultCommand[0]) {
 		return nil, fmt.Errorf("gateway: config: default command %q is not among the allowed commands", cfg.DefaultCommand[0])
 	}
+	if d := cfg.PreviewDomain; d != "" && !dnsName(d) {
+		return nil, fmt.Errorf("gateway: config: preview domain %q must be a DNS name, such as preview.example.com (no scheme, port or wildcard: a preview's URL takes the port the gateway was reached on)", d)
+	}
 	route, err := newRouter(cfg.Cluster)
 	if err != nil {
 		return nil, err
@@ -76,10 +79,15 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // Handler returns the server's routes: /v1/connect, the HTTP API under
-// /v1/executions, /healthz and /readyz. Call it once and mount the one
-// handler on every path it serves.
+// /v1/executions, /healthz, /readyz and previews, then Config.Page for
+// every other path. With Config.PreviewDomain, a request whose Host
+// names a preview is the preview's, whatever its path. Call it once and
+// serve every path with it.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if s.cfg.Page != nil {
+		mux.Handle("/", s.cfg.Page)
+	}
 	mux.HandleFunc("GET /v1/connect", s.connect)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.ready)

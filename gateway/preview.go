@@ -155,7 +155,11 @@ func (s *Server) previewURL(r *http.Request, p *preview) string {
 	}
 	q := "?" + previewCookie + "=" + p.secret
 	if d := s.cfg.PreviewDomain; d != "" {
-		return scheme + "://" + p.name + "." + d + "/" + q
+		host := p.name + "." + d
+		if _, port, err := net.SplitHostPort(r.Host); err == nil {
+			host = net.JoinHostPort(host, port) // the port the gateway was reached on
+		}
+		return scheme + "://" + host + "/" + q
 	}
 	return scheme + "://" + r.Host + previewPath + p.name + "/" + q
 }
@@ -371,4 +375,23 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, name, base
 	out := r.Clone(r.Context())
 	out.URL = &url.URL{Path: path, RawQuery: r.URL.RawQuery}
 	p.proxy.ServeHTTP(w, out)
+}
+
+// dnsName reports whether d is a DNS name: dot-separated labels of
+// letters, digits and inner hyphens, 253 bytes at most.
+func dnsName(d string) bool {
+	if len(d) > 253 {
+		return false
+	}
+	for l := range strings.SplitSeq(d, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+				return false
+			}
+		}
+	}
+	return true
 }

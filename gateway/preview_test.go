@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/replay"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/sessiontest"
 )
 
 // previewEnv is a gateway over the real sandbox (tweaked) running
@@ -156,19 +158,20 @@ func TestPathPreview(t *testing.T) {
 // domain.
 func TestHostPreview(t *testing.T) {
 	t.Parallel()
-	e, id := previewEnv(t, func(c *Config) { c.PreviewDomain = "preview.test" })
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "the page") })
+	e, id := previewEnv(t, func(c *Config) { c.PreviewDomain, c.Page = "preview.test", page })
 	tok := e.token(t, "acme", ScopeForward)
 	var p apiPreview
 	if code := e.apiCall(t, http.MethodPost, "/v1/executions/"+id+"/ports/8300/preview", tok, nil, &p); code != http.StatusCreated {
 		t.Fatalf("POST preview: %d", code)
 	}
 	u, _ := url.Parse(p.URL)
-	if u.Hostname() != p.Name+".preview.test" || u.Path != "/" {
-		t.Fatalf("preview URL %q", p.URL)
+	gw, _ := url.Parse(e.http.URL)
+	if u.Hostname() != p.Name+".preview.test" || u.Port() != gw.Port() || u.Path != "/" {
+		t.Fatalf("preview URL %q, want NAME.preview.test on the gateway's port %s", p.URL, gw.Port())
 	}
 	// The test has no DNS for preview.test: the gateway is reached by its
 	// address, with the preview's Host.
-	gw, _ := url.Parse(e.http.URL)
 	first := "http://" + gw.Host + "/?" + u.RawQuery
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, _ := http.NewRequest(http.MethodGet, first, nil)
@@ -198,9 +201,12 @@ func TestHostPreview(t *testing.T) {
 	if sc := resp.Header.Values("Set-Cookie"); len(sc) != 1 || !strings.HasPrefix(sc[0], "app=1") {
 		t.Errorf("the program's cookies: %q, want app=1 alone", sc)
 	}
-	// The gateway's own routes stay where they were.
+	// The gateway's own routes and its page stay where they were.
 	if code, body, _ := getText(t, http.DefaultClient, e.http.URL+"/healthz", nil); code != 200 || body != "ok\n" {
 		t.Errorf("healthz beside host previews: %d %q", code, body)
+	}
+	if code, body, _ := getText(t, http.DefaultClient, e.http.URL+"/", nil); code != 200 || body != "the page" {
+		t.Errorf("the page beside host previews: %d %q", code, body)
 	}
 }
 
@@ -286,4 +292,26 @@ func TestPreviewOfNodeInspector(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("Runtime.evaluate never answered 43: %s", last)
+}
+
+// TestPreviewDomainIsADNSName: a preview domain that is no DNS name is
+// refused at start, with what is wanted.
+func TestPreviewDomainIsADNSName(t *testing.T) {
+	t.Parallel()
+	for _, d := range []string{"preview.example.com:8443", "https://preview.example.com", "*.preview.example.com", "a..b", "-a.b", "a_b.c", "preview.example.com/"} {
+		sup, err := session.New(session.Config{Launcher: &sessiontest.Launcher{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = NewServer(Config{Supervisor: sup, Auth: &auth.Authenticator{}, WorkspaceRoot: t.TempDir(), PreviewDomain: d})
+		sup.Close(t.Context())
+		if err == nil || !strings.Contains(err.Error(), "must be a DNS name") {
+			t.Errorf("preview domain %q: %v, want it refused", d, err)
+		}
+	}
+	for _, d := range []string{"localhost", "preview.example.com", "P-1.example"} {
+		if !dnsName(d) {
+			t.Errorf("preview domain %q refused", d)
+		}
+	}
 }

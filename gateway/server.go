@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"slices"
 	"sync"
@@ -70,6 +71,9 @@ type Config struct {
 	// each an origin of its own (DNS and TLS for *.DOMAIN are the
 	// operator's); empty: path-based, /v1/preview/NAME/ (see preview.go).
 	PreviewDomain string
+	// Page serves the paths the gateway does not (the browser terminal);
+	// nil: they are not found. A preview's host never reaches it.
+	Page http.Handler
 	// QueryToken accepts ?token= on /v1/connect. Off by default: URLs leak
 	// into logs and histories.
 	QueryToken bool

@@ -53,7 +53,7 @@ func startRestartingGateway(t *testing.T) *restartingGateway {
 		l.Close()
 		t.Fatal(err)
 	}
-	g := &restartingGateway{t: t, cfg: gateway.Config{Supervisor: sup, Auth: authn, WorkspaceRoot: filepath.Join(dir, "ws")}}
+	g := &restartingGateway{t: t, cfg: gateway.Config{Supervisor: sup, Auth: authn, WorkspaceRoot: filepath.Join(dir, "ws"), Page: web.Handler()}}
 	g.serve("127.0.0.1:0")
 	g.gatewayUnderTest = gatewayUnderTest{url: "http://" + g.addr, secretFile: secret}
 	t.Cleanup(func() {
@@ -87,7 +87,7 @@ func (g *restartingGateway) serve(addr string) {
 		g.t.Fatal(err)
 	}
 	g.addr, g.srv = ln.Addr().String(), srv
-	g.hs = &http.Server{Handler: routes(srv.Handler(), web.Handler()), ReadHeaderTimeout: 10 * time.Second}
+	g.hs = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go g.hs.Serve(ln)
 }
 

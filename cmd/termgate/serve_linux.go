@@ -221,7 +221,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	o.policy.Proc = sandbox.ProcMode(o.proc)
 	o.server.Supervisor, o.server.Auth, o.server.Logger, o.server.Workspaces = sup, authn, log, ws
 	o.server.WorkspaceRoot, o.server.Origins, o.server.QueryToken = o.workspaceRoot, o.origins, o.queryToken
-	o.server.PreviewDomain = o.previewDomain
+	o.server.PreviewDomain, o.server.Page = o.previewDomain, web.Handler()
 	o.server.Commands, o.server.DefaultCommand, o.server.Sandbox = o.commands, strings.Fields(o.defaultCommand), o.policy
 	srv, err := gateway.NewServer(o.server)
 	if err != nil {
@@ -267,20 +267,11 @@ func (o *serveOptions) restore(ctx context.Context, sup *session.Supervisor, log
 
 // routes joins the gateway's routes, built once, and the browser terminal
 // on one mux.
-func routes(gw, terminal http.Handler) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw) // the WebSocket endpoint and the HTTP API
-	mux.Handle("/healthz", gw)
-	mux.Handle("/readyz", gw)
-	mux.Handle("/", terminal) // the browser terminal
-	return mux
-}
-
 func (g *gatewayParts) serve(ctx context.Context, ln, mln net.Listener, o *serveOptions, log *slog.Logger) error {
 	defer g.serveMetrics(mln, o, log)()
 	defer g.refreshPeers(ctx)()
 	defer defaultQuietHeap.run(ctx, log)()
-	mux := routes(g.srv.Handler(), web.Handler())
+	mux := g.srv.Handler()
 	// Requests derive from base, which shutdown cancels: long polls end
 	// at once instead of holding the shutdown for up to a minute.
 	base, cancelBase := context.WithCancel(context.Background())

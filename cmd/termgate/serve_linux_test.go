@@ -12,7 +12,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -589,23 +588,6 @@ func TestServeRefusesPrivateProcWithoutLandlock(t *testing.T) {
 	}
 	if err := checkProc("private", without); err == nil || !strings.Contains(err.Error(), "--proc none") {
 		t.Errorf("a private procfs without Landlock: %v", err)
-	}
-}
-
-// TestRoutesShareOneGatewayHandler: the gateway's paths all reach the one
-// handler serve builds, and everything else the browser terminal.
-func TestRoutesShareOneGatewayHandler(t *testing.T) {
-	t.Parallel()
-	var gw, terminal []string
-	mux := routes(
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { gw = append(gw, r.URL.Path) }),
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { terminal = append(terminal, r.URL.Path) }),
-	)
-	for _, p := range []string{"/v1/connect", "/v1/executions", "/healthz", "/readyz", "/", "/assets/x.js"} {
-		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
-	}
-	if strings.Join(gw, " ") != "/v1/connect /v1/executions /healthz /readyz" || strings.Join(terminal, " ") != "/ /assets/x.js" {
-		t.Errorf("gateway got %q, terminal %q", gw, terminal)
 	}
 }
 

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+)
+
+// TestBrowserDebugsNodeThroughHostPreview: node --inspect in a sandbox,
+// opened by headless Chromium through a host-based preview under
+// --preview-domain localhost (which browsers resolve to loopback with
+// no DNS): the preview's URL carries the gateway's port, its secret
+// becomes a cookie the browser sends on the inspector's WebSocket too,
+// and the page speaks the DevTools protocol to node: Runtime.evaluate
+// answers from the program.
+func TestBrowserDebugsNodeThroughHostPreview(t *testing.T) {
+	t.Parallel()
+	_, err := exec.LookPath("node")
+	sandboxtest.Need(t, "node", err)
+	g := startGateway(t, "--preview-domain", "localhost")
+	ctx := needBrowser(t)
+	tok := g.token(t, "acme", allScopes+" exec:forward")
+	ran := make(chan string, 1)
+	go func() {
+		code, out, stderr := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--id", "inspected", "--",
+			"/bin/sh", "-c", "exec node --inspect=127.0.0.1:9229 -e 'globalThis.answer = 42; setInterval(() => {}, 1000)'")
+		ran <- fmt.Sprintf("run: %d %q %q", code, out, stderr)
+	}()
+	defer runCLI(t, "", "cancel", "--url", g.url, "--token", tok, "--id", "inspected")
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		code, out, _ := runCLI(t, "", "ports", "--url", g.url, "--token", tok, "inspected")
+		return code == 0 && strings.HasPrefix(out, "9229\t")
+	}) {
+		t.Fatalf("node never listened on 9229: %s", <-ran)
+	}
+	code, out, errs := runCLI(t, "", "preview", "--url", g.url, "--token", tok, "inspected", "9229")
+	if code != 0 {
+		t.Fatalf("preview: %d %q", code, errs)
+	}
+	u, err := url.Parse(strings.TrimSpace(out))
+	gw, _ := url.Parse(g.url)
+	if err != nil || !strings.HasSuffix(u.Hostname(), ".localhost") || u.Port() != gw.Port() {
+		t.Fatalf("preview URL %q, want NAME.localhost on the gateway's port %s", out, gw.Port())
+	}
+	u.Path = "/json/list"
+	openPage(t, ctx, u.String())
+	// The page is the preview's origin: what a DevTools front end does
+	// with the target list, it does here. node names its WebSocket by
+	// the Host it was asked on (127.0.0.1:9229): the page keeps the path
+	// and asks its own origin.
+	start := `window.__answer = ""; (async () => {
+		try {
+			const [target] = await (await fetch('/json/list')).json();
+			const ws = new WebSocket('ws://' + location.host + new URL(target.webSocketDebuggerUrl).pathname);
+			await new Promise((ok, fail) => { ws.onopen = ok; ws.onerror = () => fail(new Error('WebSocket failed')); });
+			for (let id = 1; id <= 100; id++) {
+				const answer = new Promise(ok => ws.onmessage = e => { const m = JSON.parse(e.data); if (m.id === id) ok(m); });
+				ws.send(JSON.stringify({id, method: 'Runtime.evaluate', params: {expression: 'globalThis.answer + 1'}}));
+				const m = await answer;
+				window.__answer = JSON.stringify(m.result.result.value);
+				if (window.__answer === '43') break;
+				await new Promise(ok => setTimeout(ok, 50));
+			}
+		} catch (e) { window.__answer = 'error: ' + e.message; }
+	})(); true`
+	poll(t, ctx, "the page's script", start, func(bool) bool { return true })
+	if got := poll(t, ctx, "Runtime.evaluate's answer", `window.__answer`, func(s string) bool { return s == "43" || strings.HasPrefix(s, "error") }); got != "43" {
+		t.Errorf("Runtime.evaluate through the preview answered %s, want 43", got)
+	}
+}
