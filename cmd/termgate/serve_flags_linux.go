@@ -185,7 +185,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.tenantClaim, "tenant-claim", "tenant", "token claim naming the tenant")
 	e.boolean(&o.queryToken, "query-token", false, "also accept ?token= (URLs leak into logs: avoid)")
 	e.list(&o.origins, "origin", "browser origin allowed besides the server's own host (default: same host only)")
-	e.str(&o.previewDomain, "preview-domain", "", "serve previews of ports as NAME.DOMAIN, each an origin of its own (wildcard DNS and TLS for *.DOMAIN are yours); empty: path-based, /v1/preview/NAME/ on the server's own origin")
+	e.str(&o.previewDomain, "preview-domain", "", "serve previews of ports as NAME.DOMAIN, each an origin of its own (wildcard DNS and TLS for *.DOMAIN are yours; localhost needs neither on one machine); a DNS name, the URL keeping the port the server was reached on; empty: path-based, /v1/preview/NAME/ on the server's own origin")
 	e.list(&o.trustedProxies, "trusted-proxy", "reverse proxy, an address or CIDR prefix: when the TCP peer is one, logs name the client by X-Forwarded-For (the right-most address that is no trusted proxy); from other peers the header is ignored")
 	e.str(&o.workspaceRoot, "workspace-root", "", "directory holding one workspace per tenant, made on demand under an opaque name")
 	e.list(&o.commands, "command", "program clients may start: limits which program the gateway execs, not what it runs (default /bin/bash, /bin/sh)")
