@@ -37,6 +37,9 @@ var ErrNetNSStuck = errors.New("sandbox: a thread could not return to the host's
 // without it). Its methods are safe for concurrent use.
 type NetNS struct {
 	f *os.File // the nsfs descriptor
+	// user is the sandbox's host uid, which Dial's sockets are made
+	// with when termgate switches sandboxes to it; 0: termgate's own.
+	user uint32
 	// setns is unix.Setns; a test makes the return fail.
 	setns func(fd, nstype int) error
 }
@@ -59,14 +62,21 @@ func (p *Process) NetNS() (*NetNS, error) {
 	if p.ended() {
 		return nil, ErrNotRunning
 	}
-	if ns := p.preparedNetNS(); ns != nil {
-		return ns, nil
+	ns := p.preparedNetNS()
+	if ns == nil {
+		pid1, ok := p.sandboxInit()
+		if !ok {
+			return nil, fmt.Errorf("%w: network namespace: the sandbox has no pid 1", ErrNotRunning)
+		}
+		var err error
+		if ns, err = p.openNetNS(pid1); err != nil {
+			return nil, err
+		}
 	}
-	pid1, ok := p.sandboxInit()
-	if !ok {
-		return nil, fmt.Errorf("%w: network namespace: the sandbox has no pid 1", ErrNotRunning)
+	if id, err := p.l.identityFor(p.policy); err == nil && id.switchTo {
+		ns.user = id.uid
 	}
-	return p.openNetNS(pid1)
+	return ns, nil
 }
 
 // preparedNetNS is a copy of the prepared network's namespace the
@@ -216,7 +226,11 @@ func fromFD[T any](fd int, wrap func(*os.File) (T, error)) (T, error) {
 
 // Dial connects to addr from inside the namespace, as a program of the
 // sandbox would: network is tcp, tcp4, tcp6, udp, udp4 or udp6, addr an
-// IP address and port. ctx bounds the connect only.
+// IP address and port. ctx bounds the connect only. The socket is the
+// sandbox's user's (a namespace of Process.NetNS, termgate as root):
+// its /proc/net line names the sandbox's own uid, not the overflow uid,
+// so a server that admits only its own user's peers (dlv's
+// --only-same-user, on by default) admits it.
 func (ns *NetNS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	e, err := parseEndpoint(network, addr)
 	if err != nil {
@@ -226,7 +240,7 @@ func (ns *NetNS) Dial(ctx context.Context, network, addr string) (net.Conn, erro
 		return nil, fmt.Errorf("sandbox: dial %s %s in the sandbox: %w", network, addr, context.Cause(ctx))
 	}
 	var c net.Conn
-	fd, err := ns.socket(e)
+	fd, err := ns.socketOf(e.domain(), e.sotype()|unix.SOCK_NONBLOCK, 0, ns.user)
 	if err == nil {
 		f := os.NewFile(uintptr(fd), "socket") // non-blocking: waits in the poller
 		if err = connect(ctx, f, e.sockaddr()); err == nil {
@@ -295,21 +309,22 @@ func connected(fd int) error {
 
 // socket makes a non-blocking socket for e in the namespace.
 func (ns *NetNS) socket(e endpoint) (int, error) {
-	return ns.socketOf(e.domain(), e.sotype()|unix.SOCK_NONBLOCK, 0)
+	return ns.socketOf(e.domain(), e.sotype()|unix.SOCK_NONBLOCK, 0, 0)
 }
 
 // socketOf makes a socket(domain, typ, proto) in the namespace, close on
-// exec, on a goroutine locked to its OS thread: the thread enters the
-// namespace, makes the socket and returns to the namespace it came from.
-// A thread that cannot return stays locked, and ends with its goroutine.
-func (ns *NetNS) socketOf(domain, typ, proto int) (int, error) {
+// exec, owned by user (0: termgate's own), on a goroutine locked to its
+// OS thread: the thread enters the namespace, makes the socket and
+// returns to the namespace it came from. A thread that cannot return
+// stays locked, and ends with its goroutine.
+func (ns *NetNS) socketOf(domain, typ, proto int, user uint32) (int, error) {
 	type result struct {
 		fd  int
 		err error
 	}
 	var r result
 	onLockedThread(func() error {
-		r.fd, r.err = ns.socketHere(domain, typ, proto)
+		r.fd, r.err = ns.socketHere(domain, typ, proto, user)
 		return r.err
 	})
 	return r.fd, r.err
@@ -330,16 +345,18 @@ func onLockedThread(f func() error) {
 	<-done
 }
 
-// socketHere is socket on the locked thread.
-func (ns *NetNS) socketHere(domain, typ, proto int) (int, error) {
+// socketHere is socketOf on the locked thread.
+func (ns *NetNS) socketHere(domain, typ, proto int, user uint32) (int, error) {
 	fd := -1
 	err := ns.here(func() error {
-		var err error
-		fd, err = unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
-		if err != nil {
-			return fmt.Errorf("socket: %w", err)
-		}
-		return nil
+		return asUser(user, func() error {
+			var err error
+			fd, err = unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+			if err != nil {
+				return fmt.Errorf("socket: %w", err)
+			}
+			return nil
+		})
 	})
 	if errors.Is(err, ErrNetNSStuck) && fd >= 0 {
 		unix.Close(fd)
@@ -348,6 +365,25 @@ func (ns *NetNS) socketHere(domain, typ, proto int) (int, error) {
 		return -1, err
 	}
 	return fd, nil
+}
+
+// asUser runs f with the locked calling thread's filesystem uid set to
+// user (0: as it is), which a socket made meanwhile is owned by, then
+// sets it back; ErrNetNSStuck when it could not, so the thread ends.
+func asUser(user uint32, f func() error) error {
+	if user == 0 {
+		return f()
+	}
+	prev, _ := unix.SetfsuidRetUid(int(user))
+	if now, _ := unix.SetfsuidRetUid(-1); now != int(user) { // -1 changes nothing, and tells
+		return fmt.Errorf("sandbox: make the socket as uid %d: the filesystem uid stayed %d", user, now)
+	}
+	err := f()
+	unix.SetfsuidRetUid(prev)
+	if now, _ := unix.SetfsuidRetUid(-1); now != prev {
+		return fmt.Errorf("%w: its filesystem uid stayed %d", ErrNetNSStuck, now)
+	}
+	return err
 }
 
 // here runs f with the locked calling thread in the namespace, then

@@ -160,6 +160,70 @@ func TestDialReachesAServerInside(t *testing.T) {
 	}
 }
 
+// peerUIDServer accepts one connection on 127.0.0.1:8082 and answers
+// the uid its /proc/net/tcp line gives the peer's socket, and its own.
+const peerUIDServer = `
+import os, socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8082))
+s.listen(1)
+print("listening", flush=True)
+c, (_, port) = s.accept()
+peer = "0100007F:%04X" % port
+uid = [l.split()[7] for l in open("/proc/net/tcp").read().splitlines()[1:] if l.split()[1] == peer]
+c.sendall(("peer=%s own=%d" % (",".join(uid), os.getuid())).encode())
+c.close()
+`
+
+// TestDialIsTheSandboxsUser: a socket Dial makes in a sandbox is its
+// user's as the sandbox sees it (for a sandbox of the shared identity
+// and of a tenant's own), so a server that admits its own user's peers
+// alone (dlv --only-same-user) admits it.
+func TestDialIsTheSandboxsUser(t *testing.T) {
+	t.Parallel()
+	needNetNS(t)
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		sandboxtest.Unavailable(t, "no %s for a server in the sandbox", python)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("as another user than root, sockets are termgate's user's, which is the sandbox's")
+	}
+	l := needLauncher(t)
+	for _, uid := range []uint32{0, testTenantUIDs.First + 7} {
+		t.Run(fmt.Sprint(uid), func(t *testing.T) {
+			var out sandboxtest.SyncBuffer
+			pol := Policy{Command: []string{python, "-c", peerUIDServer}, Workspace: sandboxtest.Dir(t), Proc: ProcPrivate, UID: uid, GID: uid}
+			proc, err := l.Start(t.Context(), pol, Stdio{Stdout: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proc.Wait()
+			defer proc.Kill()
+			waitFor(t, &out, "listening")
+			ns, err := proc.NetNS()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ns.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			c, err := ns.Dial(ctx, "tcp4", "127.0.0.1:8082")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			b, err := io.ReadAll(c)
+			var peer, own int
+			if _, serr := fmt.Sscanf(string(b), "peer=%d own=%d", &peer, &own); err != nil || serr != nil || peer != own {
+				t.Errorf("the server inside sees %q (%v): want the peer's uid its own", b, err)
+			}
+		})
+	}
+}
+
 // TestSandboxSocketsAreIsolated: a listener of one sandbox, on the port
 // of a listener of the host's, is reached by neither the host nor another
 // sandbox; its own command reaches it.

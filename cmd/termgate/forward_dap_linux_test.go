@@ -240,10 +240,8 @@ func TestForwardDrivesDelve(t *testing.T) {
 	}
 	g := startGateway(t, "--proc", "private") // dlv reads /proc/self/exe and its debuggee's /proc
 	tok := g.token(t, "acme", allScopes+" exec:forward")
-	// dlv refuses a connection whose socket another user owns
-	// (--only-same-user): termgate's, made on the host, shows in the
-	// sandbox as the overflow user. The sandbox's loopback is reachable
-	// by the sandbox and termgate alone.
+	// dlv runs with its default --only-same-user: it admits a connection
+	// whose socket the sandbox's own user owns, which termgate's is.
 	//
 	// The tenant's workspace exists once it ran something: the debugger
 	// and the program go there.
@@ -266,7 +264,7 @@ func TestForwardDrivesDelve(t *testing.T) {
 	}
 	out := make(chan string, 1)
 	go func() {
-		_, stdout, stderr := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--id", "delve", "--", "/bin/sh", "-c", "exec /workspace/dlv dap --only-same-user=false --listen 127.0.0.1:4444")
+		_, stdout, stderr := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--id", "delve", "--", "/bin/sh", "-c", "exec /workspace/dlv dap --listen 127.0.0.1:4444")
 		out <- stdout + stderr
 	}()
 	if !sandboxtest.Eventually(t, 60*time.Second, func() bool {
