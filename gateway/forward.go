@@ -70,6 +70,8 @@ type forwardFrame struct {
 	b   *[]byte // a binary frame, given back once written
 	n   int     // its length
 	msg *wire.Message
+	s   *stream // the binary frame's stream
+	end uint64  // and the offset of the stream its bytes end at
 }
 
 // forwardsOf returns the connection's forwards, made on first use.
@@ -127,7 +129,7 @@ func (f *forwards) open(req wire.Request) {
 	}
 	f.next++
 	s := &stream{f: f, id: f.next, port: req.Port, exec: req.ID, target: target, credit: ForwardWindow,
-		wake: make(chan struct{}, 1), inWake: make(chan struct{}, 1)}
+		pace: newPace(), wake: make(chan struct{}, 1), inWake: make(chan struct{}, 1)}
 	f.mu.Unlock()
 	if !c.auditForward(eventForward, s, "") {
 		target.Close()
@@ -244,6 +246,14 @@ func (c *conn) forwardInput(b []byte) {
 	} // else: the stream ended meanwhile; its bytes have nowhere to go
 }
 
+// carriesChannels reports whether the connection has channels open: a
+// stream's frames then pass before their messages.
+func (c *conn) carriesChannels() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.channels) > 0
+}
+
 // forwardAck gives a stream credit.
 func (c *conn) forwardAck(req wire.Request) {
 	f := c.forwardsNow()
@@ -282,6 +292,7 @@ type stream struct {
 
 	mu       sync.Mutex
 	credit   int      // bytes the server may still send to the client
+	pace     pace     // and how many of them it may have in flight
 	in       [][]byte // from the client, for the port
 	inBytes  int
 	inClosed bool   // the client sends no more
@@ -307,9 +318,9 @@ func (s *stream) toClient() {
 			s.mu.Lock()
 			s.credit -= k
 			s.mu.Unlock()
-			s.down.Add(uint64(k))
+			end := s.down.Add(uint64(k))
 			s.f.c.s.metrics.forwardBytes("down", k)
-			s.f.push(forwardFrame{b: bp, n: wire.ForwardHeaderLen + k})
+			s.f.push(forwardFrame{b: bp, n: wire.ForwardHeaderLen + k, s: s, end: end})
 		} else if bp != nil {
 			forwardBuffers.Put(bp)
 		}
@@ -325,17 +336,18 @@ func (s *stream) toClient() {
 	s.wayEnded()
 }
 
-// waitCredit waits until the stream may send; 0 once it is cancelled.
+// waitCredit waits until the stream may send, within the client's
+// credit and its pace; 0 once it is cancelled.
 func (s *stream) waitCredit() int {
 	for {
 		s.mu.Lock()
-		credit, over := s.credit, s.reason != ""
+		room, over := s.credit-(ForwardWindow-s.pace.limit), s.reason != ""
 		s.mu.Unlock()
 		switch {
 		case over:
 			return 0
-		case credit > 0:
-			return credit
+		case room > 0:
+			return room
 		}
 		<-s.wake
 	}
@@ -343,10 +355,19 @@ func (s *stream) waitCredit() int {
 
 // addCredit takes the client's forward-ack: never more than the window.
 func (s *stream) addCredit(n uint64) {
+	shared := s.f.c.carriesChannels()
 	s.mu.Lock()
 	s.credit = int(min(uint64(s.credit)+n, ForwardWindow))
+	s.pace.acknowledged(n, time.Now(), shared)
 	s.mu.Unlock()
 	signal(s.wake)
+}
+
+// written notes a frame of the stream written to the client.
+func (s *stream) written(end uint64) {
+	s.mu.Lock()
+	s.pace.written(end, time.Now())
+	s.mu.Unlock()
 }
 
 // fromClient queues the client's bytes for the port; past the window
@@ -509,7 +530,11 @@ func (w *writer) writeForward(fr forwardFrame) bool {
 		return w.writeJSON(*fr.msg)
 	}
 	defer forwardBuffers.Put(fr.b)
-	return w.write(websocket.MessageBinary, (*fr.b)[:fr.n])
+	if !w.write(websocket.MessageBinary, (*fr.b)[:fr.n]) {
+		return false
+	}
+	fr.s.written(fr.end)
+	return true
 }
 
 // apiPort is one socket GET /v1/executions/{id}/ports lists.
