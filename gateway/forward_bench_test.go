@@ -99,7 +99,10 @@ func newForwardBench(b *testing.B, size int64) *forwardBench {
 
 // BenchmarkForwardThroughput reads 1 GiB from a program's port through a
 // forward stream (the Go client, acking as it reads), against the same
-// program on the host's loopback read directly.
+// program on the host's loopback read directly, and through the ceilings
+// of a relay with the forward's two hops (program to relay, relay to
+// reader): a bare TCP relay that copies through a buffer, as any
+// WebSocket relay must, and one that splices (no copy in user space).
 func BenchmarkForwardThroughput(b *testing.B) {
 	const size = 1 << 30
 	fb := newForwardBench(b, size)
@@ -121,6 +124,12 @@ func BenchmarkForwardThroughput(b *testing.B) {
 	b.Run("direct", func(b *testing.B) {
 		read(b, func() (io.ReadCloser, error) { return net.Dial("tcp", "127.0.0.6:9101") })
 	})
+	for _, splice := range []bool{false, true} {
+		b.Run(map[bool]string{false: "tcp-relay-copy", true: "tcp-relay-splice"}[splice], func(b *testing.B) {
+			addr := tcpRelay(b, "127.0.0.6:9101", splice)
+			read(b, func() (io.ReadCloser, error) { return net.Dial("tcp", addr) })
+		})
+	}
 	b.Run("ws-relay", func(b *testing.B) {
 		url := wsRelay(b, "127.0.0.6:9101")
 		read(b, func() (io.ReadCloser, error) {
@@ -165,6 +174,39 @@ func roundTrips(b *testing.B, rw io.ReadWriter, n int) []time.Duration {
 		rtts = append(rtts, time.Since(start))
 	}
 	return rtts
+}
+
+// tcpRelay listens on 127.0.0.7 and relays each connection's reads from
+// target, copying through a buffer or splicing (io.Copy between TCP
+// connections); it returns its address.
+func tcpRelay(b *testing.B, target string, splice bool) string {
+	l, err := net.Listen("tcp", "127.0.0.7:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				t, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer t.Close()
+				if splice {
+					io.Copy(c, t)
+					return
+				}
+				io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{t}, make([]byte, 256<<10))
+			}()
+		}
+	}()
+	return l.Addr().String()
 }
 
 // wsRelay is the floor a forward stream is measured against: a bare

@@ -529,15 +529,20 @@ func (c *Client) snapshot() []*Execution {
 
 // readLoop dispatches server messages until the connection breaks.
 func (c *Client) readLoop(ws *websocket.Conn) error {
-	var scratch []byte
+	scratch := messageBuffers.Get().(*[]byte)
+	defer func() { messageBuffers.Put(scratch) }()
 	for {
-		typ, b, err := readMessage(c.ctx, ws, &scratch)
+		typ, b, err := readMessage(c.ctx, ws, scratch)
 		if err != nil {
 			return err
 		}
 		if typ == websocket.MessageBinary && len(b) > 0 && b[0] == wire.FrameForward {
-			if err := c.forwardFrame(b); err != nil {
+			kept, err := c.forwardFrame(b, scratch)
+			if err != nil {
 				return err
+			}
+			if kept { // the stream holds the buffer until its bytes are read
+				scratch = messageBuffers.Get().(*[]byte)
 			}
 			continue
 		}
@@ -547,7 +552,7 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 				// A message cut short by a dying connection: resume instead.
 				return err
 			}
-			c.route(out.Channel, Event{Seq: out.Seq, Kind: "output", Stream: out.Stream, Offset: out.Offset, Data: out.Data})
+			c.route(out.Channel, Event{Seq: out.Seq, Kind: "output", Stream: out.Stream, Offset: out.Offset, Data: bytes.Clone(out.Data)})
 			continue
 		}
 		var m wire.Message
@@ -558,10 +563,16 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 	}
 }
 
+// messageBuffers hold the read loop's messages: a forward frame's is
+// handed to its stream, which gives it back once its bytes are read;
+// a fresh buffer for every frame would cost a page fault on each of
+// its pages, as much as a copy.
+var messageBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
 // readMessage reads ws's next message into scratch, which it grows as
-// needed and keeps, and returns a copy of exactly its size: one
-// allocation a message, where websocket.Conn.Read grows one from 512
-// bytes by doubling.
+// needed and keeps, and returns it: valid until the next read into
+// scratch. websocket.Conn.Read would grow a new one from 512 bytes by
+// doubling, for each message.
 func readMessage(ctx context.Context, ws *websocket.Conn, scratch *[]byte) (websocket.MessageType, []byte, error) {
 	typ, r, err := ws.Reader(ctx)
 	if err != nil {
@@ -582,7 +593,7 @@ func readMessage(ctx context.Context, ws *websocket.Conn, scratch *[]byte) (webs
 		}
 	}
 	*scratch = s
-	return typ, bytes.Clone(s), nil
+	return typ, s, nil
 }
 
 // pending is a request waiting for its answer. onAnswer, when set, runs

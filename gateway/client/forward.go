@@ -67,7 +67,7 @@ type ForwardConn struct {
 	ws     *websocket.Conn
 
 	mu        sync.Mutex
-	buf       [][]byte // received, not read yet: the frames' bytes
+	buf       []heldFrame // received, not read yet
 	unacked   int      // read, not acknowledged yet
 	credit    int      // bytes the client may still send
 	eof       bool     // the program ended what it sends
@@ -106,8 +106,8 @@ func (f *ForwardConn) wait(deadline time.Time) bool {
 }
 
 // Read reads the program's bytes; io.EOF once it ended what it sends.
-// What it read is acknowledged to the server (credit) every 32 KiB, and
-// whenever it has read all it holds.
+// What it read is acknowledged to the server (credit) every 128 KiB,
+// and whenever it has read all it holds.
 func (f *ForwardConn) Read(b []byte) (int, error) {
 	f.mu.Lock()
 	for len(f.buf) == 0 {
@@ -128,9 +128,10 @@ func (f *ForwardConn) Read(b []byte) (int, error) {
 		}
 		f.wait(f.rdeadline)
 	}
-	n := copy(b, f.buf[0])
-	if f.buf[0] = f.buf[0][n:]; len(f.buf[0]) == 0 {
-		f.buf[0] = nil
+	n := copy(b, f.buf[0].data)
+	if f.buf[0].data = f.buf[0].data[n:]; len(f.buf[0].data) == 0 {
+		messageBuffers.Put(f.buf[0].held)
+		f.buf[0] = heldFrame{}
 		if f.buf = f.buf[1:]; len(f.buf) == 0 {
 			f.buf = nil
 		}
@@ -259,14 +260,24 @@ type forwardAddr string
 func (forwardAddr) Network() string  { return "termgate-forward" }
 func (a forwardAddr) String() string { return string(a) }
 
-// received takes a frame of the stream.
-func (f *ForwardConn) received(data []byte) {
-	f.mu.Lock()
-	if len(data) > 0 {
-		f.buf = append(f.buf, data) // the frame is the read loop's copy, for the stream alone
+// heldFrame is a received frame's bytes not read yet, and the read
+// loop's buffer they lie in, given back once they are read.
+type heldFrame struct {
+	data []byte
+	held *[]byte
+}
+
+// received takes a frame of the stream, data within the read loop's
+// buffer held; it reports whether it kept the buffer.
+func (f *ForwardConn) received(data []byte, held *[]byte) bool {
+	if len(data) == 0 {
+		return false
 	}
+	f.mu.Lock()
+	f.buf = append(f.buf, heldFrame{data, held})
 	f.changed()
 	f.mu.Unlock()
+	return true
 }
 
 // message takes a forward-ack, forward-eof or forward-end of the stream.
@@ -299,16 +310,17 @@ func (f *ForwardConn) lost() {
 	f.changed()
 }
 
-// forwardFrame routes a forward frame to its stream.
-func (c *Client) forwardFrame(b []byte) error {
+// forwardFrame routes a forward frame, b within the read loop's buffer
+// held, to its stream; it reports whether the stream kept the buffer.
+func (c *Client) forwardFrame(b []byte, held *[]byte) (bool, error) {
 	id, data, err := wire.DecodeForward(b)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if f := c.stream(id); f != nil {
-		f.received(data)
+		return f.received(data, held), nil
 	}
-	return nil
+	return false, nil
 }
 
 // forwardMessage routes a stream's message; forward-end forgets it.
