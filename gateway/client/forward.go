@@ -68,11 +68,11 @@ type ForwardConn struct {
 
 	mu        sync.Mutex
 	buf       []heldFrame // received, not read yet
-	unacked   int      // read, not acknowledged yet
-	credit    int      // bytes the client may still send
-	eof       bool     // the program ended what it sends
-	err       error    // the stream's end, for reads and writes
-	wclosed   bool     // CloseWrite or Close
+	unacked   int         // read, not acknowledged yet
+	credit    int         // bytes the client may still send
+	eof       bool        // the program ended what it sends
+	err       error       // the stream's end, for reads and writes
+	wclosed   bool        // CloseWrite or Close
 	closed    bool
 	wake      chan struct{} // closed and replaced when anything changes
 	rdeadline time.Time
