@@ -60,7 +60,7 @@ type forwardBench struct {
 	c  *tgclient.Client
 }
 
-func newForwardBench(b *testing.B, size int64) *forwardBench {
+func newForwardBench(b testing.TB, size int64) *forwardBench {
 	b.Helper()
 	python, err := exec.LookPath("python3")
 	sandboxtest.Need(b, "python3", err)

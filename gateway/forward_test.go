@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"os/exec"
@@ -435,5 +436,26 @@ func TestPreviewsAreBounded(t *testing.T) {
 	}
 	if code := e.apiCall(t, http.MethodPost, path(9000), tok, nil, nil); code != http.StatusCreated {
 		t.Errorf("a preview after revoking: %d", code)
+	}
+}
+
+// TestForwardConnWriteTo: io.Copy from a Go client's stream (its
+// WriteTo) delivers every byte of a transfer of several windows: it
+// acknowledges what it wrote, or the transfer would stall at the first
+// window.
+func TestForwardConnWriteTo(t *testing.T) {
+	t.Parallel()
+	const size = 3*ForwardWindow + 12345
+	fb := newForwardBench(t, size)
+	fc, err := fb.c.Forward(t.Context(), fb.id, 9101)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	fc.SetReadDeadline(time.Now().Add(60 * time.Second))
+	var got bytes.Buffer
+	n, err := fc.WriteTo(struct{ io.Writer }{&got})
+	if err != nil || n != size || got.Len() != size || bytes.Count(got.Bytes(), []byte("x")) != size {
+		t.Errorf("WriteTo: %d bytes (%d held), %v; want %d bytes of x", n, got.Len(), err, size)
 	}
 }

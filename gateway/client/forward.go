@@ -110,32 +110,79 @@ func (f *ForwardConn) wait(deadline time.Time) bool {
 // and whenever it has read all it holds.
 func (f *ForwardConn) Read(b []byte) (int, error) {
 	f.mu.Lock()
-	for len(f.buf) == 0 {
-		var err error
-		switch {
-		case f.closed:
-			err = net.ErrClosed
-		case f.eof:
-			err = io.EOF
-		case f.err != nil:
-			err = f.err
-		case !f.rdeadline.IsZero() && !time.Now().Before(f.rdeadline):
-			err = os.ErrDeadlineExceeded
-		}
-		if err != nil {
-			f.mu.Unlock()
-			return 0, err
-		}
-		f.wait(f.rdeadline)
+	if err := f.awaitBytes(); err != nil {
+		f.mu.Unlock()
+		return 0, err
 	}
 	n := copy(b, f.buf[0].data)
 	if f.buf[0].data = f.buf[0].data[n:]; len(f.buf[0].data) == 0 {
-		messageBuffers.Put(f.buf[0].held)
-		f.buf[0] = heldFrame{}
-		if f.buf = f.buf[1:]; len(f.buf) == 0 {
-			f.buf = nil
+		f.buf[0].data = nil
+		messageBuffers.Put(f.pop().held)
+	}
+	f.readDone(n)
+	return n, nil
+}
+
+// WriteTo writes the program's bytes to w until it ends what it sends
+// (nil then), acknowledging them as Read does: io.Copy from the stream
+// uses it, and saves a copy of each byte.
+func (f *ForwardConn) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		f.mu.Lock()
+		if err := f.awaitBytes(); err != nil {
+			f.mu.Unlock()
+			if err == io.EOF {
+				err = nil
+			}
+			return total, err
+		}
+		fr := f.pop()
+		f.mu.Unlock()
+		n, err := w.Write(fr.data)
+		messageBuffers.Put(fr.held)
+		total += int64(n)
+		f.mu.Lock()
+		f.readDone(n)
+		if err != nil {
+			return total, err
 		}
 	}
+}
+
+// awaitBytes waits, f.mu held, until the stream holds bytes; the error
+// Read returns when it never will.
+func (f *ForwardConn) awaitBytes() error {
+	for len(f.buf) == 0 {
+		switch {
+		case f.closed:
+			return net.ErrClosed
+		case f.eof:
+			return io.EOF
+		case f.err != nil:
+			return f.err
+		case !f.rdeadline.IsZero() && !time.Now().Before(f.rdeadline):
+			return os.ErrDeadlineExceeded
+		}
+		f.wait(f.rdeadline)
+	}
+	return nil
+}
+
+// pop takes the first frame held. Called with f.mu held.
+func (f *ForwardConn) pop() heldFrame {
+	fr := f.buf[0]
+	f.buf[0] = heldFrame{}
+	if f.buf = f.buf[1:]; len(f.buf) == 0 {
+		f.buf = nil
+	}
+	return fr
+}
+
+// readDone counts n bytes read, and acknowledges what was read every
+// forwardAckEvery bytes and when nothing more is held. Called with f.mu
+// held, which it releases.
+func (f *ForwardConn) readDone(n int) {
 	f.unacked += n
 	ack := 0
 	if f.unacked >= forwardAckEvery || len(f.buf) == 0 {
@@ -145,7 +192,6 @@ func (f *ForwardConn) Read(b []byte) (int, error) {
 	if ack > 0 {
 		f.send(wire.Request{Type: wire.TypeForwardAck, Stream: f.stream, Bytes: uint64(ack)})
 	}
-	return n, nil
 }
 
 // Write sends b to the program, within the server's credit.
