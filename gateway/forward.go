@@ -227,23 +227,26 @@ func (f *forwards) close() {
 	f.mu.Unlock()
 }
 
-// forwardInput takes a forward frame from the client.
-func (c *conn) forwardInput(b []byte) {
+// forwardInput takes a forward frame from the client, b within the
+// read loop's buffer held, which it gives back or hands on.
+func (c *conn) forwardInput(b []byte, held *[]byte) {
 	id, data, err := wire.DecodeForward(b)
 	if err != nil {
+		giveBack(held)
 		c.close(wire.CloseProtocolError, "malformed forward frame")
 		return
 	}
 	if c.relay != nil && c.relay.forwardFrame(b, id) {
+		giveBack(held)
 		return
 	}
-	f := c.forwardsNow()
-	if f == nil {
-		return
-	}
-	if s, ok := f.stream(id); ok {
-		s.fromClient(data)
+	if f := c.forwardsNow(); f != nil {
+		if s, ok := f.stream(id); ok {
+			s.fromClient(data, held)
+			return
+		}
 	} // else: the stream ended meanwhile; its bytes have nowhere to go
+	giveBack(held)
 }
 
 // carriesChannels reports whether the connection has channels open: a
@@ -291,9 +294,9 @@ type stream struct {
 	target net.Conn
 
 	mu       sync.Mutex
-	credit   int      // bytes the server may still send to the client
-	pace     pace     // and how many of them it may have in flight
-	in       [][]byte // from the client, for the port
+	credit   int       // bytes the server may still send to the client
+	pace     pace      // and how many of them it may have in flight
+	in       []inFrame // from the client, for the port
 	inBytes  int
 	inClosed bool   // the client sends no more
 	reason   string // why it ends, when it ends other than closed
@@ -370,20 +373,30 @@ func (s *stream) written(end uint64) {
 	s.mu.Unlock()
 }
 
-// fromClient queues the client's bytes for the port; past the window
-// the client broke the protocol, and the stream is reset.
-func (s *stream) fromClient(data []byte) {
+// inFrame is a forward frame's bytes from the client, in the read
+// loop's buffer held until the port has them.
+type inFrame struct {
+	data []byte
+	held *[]byte
+}
+
+// fromClient queues the client's bytes, data within the read loop's
+// buffer held, for the port; past the window the client broke the
+// protocol, and the stream is reset.
+func (s *stream) fromClient(data []byte, held *[]byte) {
 	s.mu.Lock()
 	if s.inClosed || s.reason != "" {
 		s.mu.Unlock()
+		giveBack(held)
 		return
 	}
 	if s.inBytes+len(data) > ForwardWindow {
 		s.mu.Unlock()
+		giveBack(held)
 		s.cancel(wire.ForwardWindow)
 		return
 	}
-	s.in = append(s.in, append([]byte(nil), data...))
+	s.in = append(s.in, inFrame{data, held})
 	s.inBytes += len(data)
 	s.mu.Unlock()
 	signal(s.inWake)
@@ -402,45 +415,50 @@ func (s *stream) closeIn() {
 // connection for writing.
 func (s *stream) toPort() {
 	for {
-		b, ok := s.nextIn()
+		in, ok := s.nextIn()
 		if !ok {
 			break
 		}
-		if _, err := s.target.Write(b); err != nil {
+		_, err := s.target.Write(in.data)
+		giveBack(in.held)
+		if err != nil {
 			s.cancel(wire.ForwardReset)
 			break
 		}
+		n := len(in.data)
 		s.mu.Lock()
-		s.inBytes -= len(b)
+		s.inBytes -= n
 		s.mu.Unlock()
-		s.up.Add(uint64(len(b)))
-		s.f.c.s.metrics.forwardBytes("up", len(b))
-		s.f.c.send(wire.Message{Type: wire.MsgForwardAck, Stream: s.id, Bytes: uint64(len(b))})
+		s.up.Add(uint64(n))
+		s.f.c.s.metrics.forwardBytes("up", n)
+		s.f.c.send(wire.Message{Type: wire.MsgForwardAck, Stream: s.id, Bytes: uint64(n)})
 	}
 	s.wayEnded()
 }
 
 // nextIn waits for the client's next bytes; false at its half-close
 // (the port's connection is then shut for writing) or the stream's end.
-func (s *stream) nextIn() ([]byte, bool) {
+func (s *stream) nextIn() (inFrame, bool) {
 	for {
 		s.mu.Lock()
 		switch {
 		case s.reason != "":
 			s.mu.Unlock()
-			return nil, false
+			return inFrame{}, false
 		case len(s.in) > 0:
-			b := s.in[0]
-			s.in[0] = nil
-			s.in = s.in[1:]
+			in := s.in[0]
+			s.in[0] = inFrame{}
+			if s.in = s.in[1:]; len(s.in) == 0 {
+				s.in = nil // let the array go
+			}
 			s.mu.Unlock()
-			return b, true
+			return in, true
 		case s.inClosed:
 			s.mu.Unlock()
 			if tc, ok := s.target.(interface{ CloseWrite() error }); ok {
 				tc.CloseWrite()
 			}
-			return nil, false
+			return inFrame{}, false
 		}
 		s.mu.Unlock()
 		<-s.inWake

@@ -24,7 +24,8 @@ import (
 )
 
 // benchServers serves on HOST: port 9100 an echo, port 9101 SIZE bytes
-// then the end, for each connection.
+// then the end, port 9102 a sink that answers how many bytes it read
+// when the client ends what it sends; for each connection.
 const benchServers = `
 import socket, sys, threading
 host, size = sys.argv[1], int(sys.argv[2])
@@ -46,7 +47,15 @@ def source(c):
     while left > 0:
         n = min(left, len(chunk)); c.sendall(chunk[:n]); left -= n
     c.close()
+def sink(c):
+    n, buf = 0, bytearray(1 << 20)
+    while True:
+        k = c.recv_into(buf)
+        if not k: break
+        n += k
+    c.sendall(str(n).encode()); c.close()
 threading.Thread(target=serve, args=(9101, source), daemon=True).start()
+threading.Thread(target=serve, args=(9102, sink), daemon=True).start()
 print("serving", flush=True)
 serve(9100, echo)
 `
@@ -84,7 +93,7 @@ func newForwardBench(b testing.TB, size int64) *forwardBench {
 		if derr == nil {
 			c.Close()
 		}
-		return err == nil && len(l) == 2 && derr == nil
+		return err == nil && len(l) == 3 && derr == nil
 	}) {
 		b.Fatal("the servers never listened")
 	}
@@ -143,6 +152,41 @@ func BenchmarkForwardThroughput(b *testing.B) {
 	})
 	b.Run("forward", func(b *testing.B) {
 		read(b, func() (io.ReadCloser, error) { return fb.c.Forward(context.Background(), fb.id, 9101) })
+	})
+}
+
+// BenchmarkForwardUpload writes 1 GiB to a program's port through a
+// forward stream (the Go client, within the server's credit), against
+// the same program on the host's loopback written directly.
+func BenchmarkForwardUpload(b *testing.B) {
+	const size = 1 << 30
+	fb := newForwardBench(b, 0)
+	write := func(b *testing.B, dial func() (net.Conn, error)) {
+		b.SetBytes(size)
+		buf := make([]byte, 256<<10)
+		for b.Loop() {
+			c, err := dial()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for left := size; left > 0; left -= len(buf) {
+				if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c.(interface{ CloseWrite() error }).CloseWrite()
+			got, err := io.ReadAll(c)
+			c.Close()
+			if err != nil || string(got) != fmt.Sprint(size) {
+				b.Fatalf("the sink read %q: %v", got, err)
+			}
+		}
+	}
+	b.Run("direct", func(b *testing.B) {
+		write(b, func() (net.Conn, error) { return net.Dial("tcp", "127.0.0.6:9102") })
+	})
+	b.Run("forward", func(b *testing.B) {
+		write(b, func() (net.Conn, error) { return fb.c.Forward(context.Background(), fb.id, 9102) })
 	})
 }
 

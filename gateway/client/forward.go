@@ -214,7 +214,11 @@ func (f *ForwardConn) Write(b []byte) (int, error) {
 		f.credit -= n
 		ws := f.ws
 		f.mu.Unlock()
-		if err := ws.Write(context.Background(), websocket.MessageBinary, wire.AppendForward(nil, f.stream, b[:n])); err != nil {
+		fp := messageBuffers.Get().(*[]byte)
+		*fp = wire.AppendForward((*fp)[:0], f.stream, b[:n])
+		err := ws.Write(context.Background(), websocket.MessageBinary, *fp)
+		messageBuffers.Put(fp)
+		if err != nil {
 			return written, fmt.Errorf("%w: %w", ErrStreamLost, err)
 		}
 		written += n
