@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -366,12 +367,18 @@ func BenchmarkEchoWhileForwarding(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { // the one reader: echoes, forward frames (acked at once), stream messages
+		var scratch bytes.Buffer // as an efficient client reads: into one buffer, kept
 		for {
-			typ, m, err := c.ws.Read(ctx)
+			typ, r, err := c.ws.Reader(ctx)
+			if err == nil {
+				scratch.Reset()
+				_, err = scratch.ReadFrom(r)
+			}
 			if err != nil {
 				close(echoes)
 				return
 			}
+			m := scratch.Bytes()
 			switch {
 			case typ == websocket.MessageBinary && m[0] == wire.FrameForward:
 				s, data, _ := wire.DecodeForward(m)
