@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -229,7 +230,7 @@ func (f *forwards) close() {
 
 // forwardInput takes a forward frame from the client, b within the
 // read loop's buffer held, which it gives back or hands on.
-func (c *conn) forwardInput(b []byte, held *[]byte) {
+func (c *conn) forwardInput(b []byte, held *bytes.Buffer) {
 	id, data, err := wire.DecodeForward(b)
 	if err != nil {
 		giveBack(held)
@@ -377,13 +378,13 @@ func (s *stream) written(end uint64) {
 // loop's buffer held until the port has them.
 type inFrame struct {
 	data []byte
-	held *[]byte
+	held *bytes.Buffer
 }
 
 // fromClient queues the client's bytes, data within the read loop's
 // buffer held, for the port; past the window the client broke the
 // protocol, and the stream is reset.
-func (s *stream) fromClient(data []byte, held *[]byte) {
+func (s *stream) fromClient(data []byte, held *bytes.Buffer) {
 	s.mu.Lock()
 	if s.inClosed || s.reason != "" {
 		s.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"sync"
 	"time"
 
@@ -154,7 +153,7 @@ func aside(f func() error) error {
 // none came for the idle period: no bytes at all (awaitMessage), or only
 // control frames, which the WebSocket's Read answers itself (a ping's
 // pong, nbConn.Read). See readMessage for held.
-func (c *conn) nextMessage(ctx context.Context) (_ websocket.MessageType, _ []byte, held *[]byte, _ error) {
+func (c *conn) nextMessage(ctx context.Context) (_ websocket.MessageType, _ []byte, held *bytes.Buffer, _ error) {
 	if c.w.nb == nil {
 		return c.readMessage(ctx)
 	}
@@ -168,7 +167,7 @@ func (c *conn) nextMessage(ctx context.Context) (_ websocket.MessageType, _ []by
 
 // inboundBuffers hold the messages the read loop reads; one of more
 // than inboundKeep is not kept.
-var inboundBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+var inboundBuffers = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 64<<10)) }}
 
 const inboundKeep = 1 << 20
 
@@ -179,42 +178,31 @@ const inboundKeep = 1 << 20
 // Read (websocket.Conn.Read) would grow each message from 512 bytes by
 // doubling, a fresh allocation each time: a page fault on each page of
 // a forward stream's 128 KiB frames, as much as a copy.
-func (c *conn) readMessage(ctx context.Context) (_ websocket.MessageType, _ []byte, held *[]byte, _ error) {
+func (c *conn) readMessage(ctx context.Context) (_ websocket.MessageType, _ []byte, held *bytes.Buffer, _ error) {
 	typ, r, err := c.ws.Reader(ctx)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	bp := inboundBuffers.Get().(*[]byte)
-	s := (*bp)[:0]
-	for {
-		if len(s) == cap(s) {
-			s = append(s, 0)[:len(s)]
-		}
-		n, err := r.Read(s[len(s):cap(s)])
-		s = s[:len(s)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			*bp = s[:0]
-			giveBack(bp)
-			return 0, nil, nil, err
-		}
+	buf := inboundBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	if _, err := buf.ReadFrom(r); err != nil {
+		giveBack(buf)
+		return 0, nil, nil, err
 	}
-	*bp = s
+	s := buf.Bytes()
 	if typ == websocket.MessageBinary && len(s) > 0 && s[0] == wire.FrameForward {
-		return typ, s, bp, nil
+		return typ, s, buf, nil
 	}
 	b := bytes.Clone(s)
-	giveBack(bp)
+	giveBack(buf)
 	return typ, b, nil, nil
 }
 
 // giveBack returns a buffer of inboundBuffers, unless it grew past
 // inboundKeep.
-func giveBack(bp *[]byte) {
-	if cap(*bp) <= inboundKeep {
-		inboundBuffers.Put(bp)
+func giveBack(buf *bytes.Buffer) {
+	if buf.Cap() <= inboundKeep {
+		inboundBuffers.Put(buf)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -529,7 +528,7 @@ func (c *Client) snapshot() []*Execution {
 
 // readLoop dispatches server messages until the connection breaks.
 func (c *Client) readLoop(ws *websocket.Conn) error {
-	scratch := messageBuffers.Get().(*[]byte)
+	scratch := messageBuffers.Get().(*bytes.Buffer)
 	defer func() { messageBuffers.Put(scratch) }()
 	for {
 		typ, b, err := readMessage(c.ctx, ws, scratch)
@@ -542,7 +541,7 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 				return err
 			}
 			if kept { // the stream holds the buffer until its bytes are read
-				scratch = messageBuffers.Get().(*[]byte)
+				scratch = messageBuffers.Get().(*bytes.Buffer)
 			}
 			continue
 		}
@@ -567,33 +566,22 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 // handed to its stream, which gives it back once its bytes are read;
 // a fresh buffer for every frame would cost a page fault on each of
 // its pages, as much as a copy.
-var messageBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+var messageBuffers = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 64<<10)) }}
 
 // readMessage reads ws's next message into scratch, which it grows as
 // needed and keeps, and returns it: valid until the next read into
 // scratch. websocket.Conn.Read would grow a new one from 512 bytes by
 // doubling, for each message.
-func readMessage(ctx context.Context, ws *websocket.Conn, scratch *[]byte) (websocket.MessageType, []byte, error) {
+func readMessage(ctx context.Context, ws *websocket.Conn, scratch *bytes.Buffer) (websocket.MessageType, []byte, error) {
 	typ, r, err := ws.Reader(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	s := (*scratch)[:0]
-	for {
-		if len(s) == cap(s) {
-			s = append(s, 0)[:len(s)]
-		}
-		n, err := r.Read(s[len(s):cap(s)])
-		s = s[:len(s)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return 0, nil, err
-		}
+	scratch.Reset()
+	if _, err := scratch.ReadFrom(r); err != nil {
+		return 0, nil, err
 	}
-	*scratch = s
-	return typ, s, nil
+	return typ, scratch.Bytes(), nil
 }
 
 // pending is a request waiting for its answer. onAnswer, when set, runs

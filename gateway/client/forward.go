@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -214,10 +215,11 @@ func (f *ForwardConn) Write(b []byte) (int, error) {
 		f.credit -= n
 		ws := f.ws
 		f.mu.Unlock()
-		fp := messageBuffers.Get().(*[]byte)
-		*fp = wire.AppendForward((*fp)[:0], f.stream, b[:n])
-		err := ws.Write(context.Background(), websocket.MessageBinary, *fp)
-		messageBuffers.Put(fp)
+		fb := messageBuffers.Get().(*bytes.Buffer)
+		fb.Reset()
+		fb.Grow(wire.ForwardHeaderLen + n)
+		err := ws.Write(context.Background(), websocket.MessageBinary, wire.AppendForward(fb.AvailableBuffer(), f.stream, b[:n]))
+		messageBuffers.Put(fb)
 		if err != nil {
 			return written, fmt.Errorf("%w: %w", ErrStreamLost, err)
 		}
@@ -314,12 +316,12 @@ func (a forwardAddr) String() string { return string(a) }
 // loop's buffer they lie in, given back once they are read.
 type heldFrame struct {
 	data []byte
-	held *[]byte
+	held *bytes.Buffer
 }
 
 // received takes a frame of the stream, data within the read loop's
 // buffer held; it reports whether it kept the buffer.
-func (f *ForwardConn) received(data []byte, held *[]byte) bool {
+func (f *ForwardConn) received(data []byte, held *bytes.Buffer) bool {
 	if len(data) == 0 {
 		return false
 	}
@@ -362,7 +364,7 @@ func (f *ForwardConn) lost() {
 
 // forwardFrame routes a forward frame, b within the read loop's buffer
 // held, to its stream; it reports whether the stream kept the buffer.
-func (c *Client) forwardFrame(b []byte, held *[]byte) (bool, error) {
+func (c *Client) forwardFrame(b []byte, held *bytes.Buffer) (bool, error) {
 	id, data, err := wire.DecodeForward(b)
 	if err != nil {
 		return false, err
