@@ -117,29 +117,37 @@ c.sendall(b"echo:" + c.recv(100))
 c.close()
 `
 
-// TestDialReachesAServerInside: a Dial from the host through NetNS
-// reaches a server the command listens on in the sandbox's loopback.
-func TestDialReachesAServerInside(t *testing.T) {
-	t.Parallel()
+// serveInside starts pol with the server script in a sandbox of the
+// test launcher, waits until it says "listening", and returns the
+// sandbox's network namespace; the sandbox ends with the test.
+func serveInside(t *testing.T, script string, pol Policy) *NetNS {
+	t.Helper()
 	needNetNS(t)
 	python := "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
 		sandboxtest.Unavailable(t, "no %s for a server in the sandbox", python)
 	}
-	l := needLauncher(t)
+	pol.Command, pol.Workspace = []string{python, "-c", script}, sandboxtest.Dir(t)
 	var out sandboxtest.SyncBuffer
-	proc, err := l.Start(t.Context(), Policy{Command: []string{python, "-c", pythonServer}, Workspace: sandboxtest.Dir(t)}, Stdio{Stdout: &out})
+	proc, err := needLauncher(t).Start(t.Context(), pol, Stdio{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proc.Wait()
-	defer proc.Kill()
+	t.Cleanup(func() { proc.Kill(); proc.Wait() })
 	waitFor(t, &out, "listening")
 	ns, err := proc.NetNS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+// TestDialReachesAServerInside: a Dial from the host through NetNS
+// reaches a server the command listens on in the sandbox's loopback.
+func TestDialReachesAServerInside(t *testing.T) {
+	t.Parallel()
+	ns := serveInside(t, pythonServer, Policy{})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if c, err := ns.Dial(ctx, "tcp", "127.0.0.1:8081"); err == nil || !errors.Is(err, unix.ECONNREFUSED) {
@@ -182,31 +190,12 @@ c.close()
 // alone (dlv --only-same-user) admits it.
 func TestDialIsTheSandboxsUser(t *testing.T) {
 	t.Parallel()
-	needNetNS(t)
-	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		sandboxtest.Unavailable(t, "no %s for a server in the sandbox", python)
-	}
 	if os.Getuid() != 0 {
 		t.Skip("as another user than root, sockets are termgate's user's, which is the sandbox's")
 	}
-	l := needLauncher(t)
 	for _, uid := range []uint32{0, testTenantUIDs.First + 7} {
 		t.Run(fmt.Sprint(uid), func(t *testing.T) {
-			var out sandboxtest.SyncBuffer
-			pol := Policy{Command: []string{python, "-c", peerUIDServer}, Workspace: sandboxtest.Dir(t), Proc: ProcPrivate, UID: uid, GID: uid}
-			proc, err := l.Start(t.Context(), pol, Stdio{Stdout: &out})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer proc.Wait()
-			defer proc.Kill()
-			waitFor(t, &out, "listening")
-			ns, err := proc.NetNS()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ns.Close()
+			ns := serveInside(t, peerUIDServer, Policy{Proc: ProcPrivate, UID: uid, GID: uid})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			c, err := ns.Dial(ctx, "tcp4", "127.0.0.1:8082")
