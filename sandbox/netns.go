@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/termgate/termgate/sandbox/internal/fsid"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,9 +38,9 @@ var ErrNetNSStuck = errors.New("sandbox: a thread could not return to the host's
 // without it). Its methods are safe for concurrent use.
 type NetNS struct {
 	f *os.File // the nsfs descriptor
-	// user is the sandbox's host uid, which Dial's sockets are made
-	// with when termgate switches sandboxes to it; 0: termgate's own.
-	user uint32
+	// user is the sandbox's host identity, which Dial's sockets are
+	// made as when termgate switches sandboxes to it; nil: termgate's.
+	user *owner
 	// setns is unix.Setns; a test makes the return fail.
 	setns func(fd, nstype int) error
 }
@@ -74,7 +75,7 @@ func (p *Process) NetNS() (*NetNS, error) {
 		}
 	}
 	if id, err := p.l.identityFor(p.policy); err == nil && id.switchTo {
-		ns.user = id.uid
+		ns.user = &owner{id.uid, id.gid}
 	}
 	return ns, nil
 }
@@ -309,15 +310,18 @@ func connected(fd int) error {
 
 // socket makes a non-blocking socket for e in the namespace.
 func (ns *NetNS) socket(e endpoint) (int, error) {
-	return ns.socketOf(e.domain(), e.sotype()|unix.SOCK_NONBLOCK, 0, 0)
+	return ns.socketOf(e.domain(), e.sotype()|unix.SOCK_NONBLOCK, 0, nil)
 }
 
+// owner is a host identity sockets are made as.
+type owner struct{ uid, gid uint32 }
+
 // socketOf makes a socket(domain, typ, proto) in the namespace, close on
-// exec, owned by user (0: termgate's own), on a goroutine locked to its
+// exec, owned by user (nil: termgate), on a goroutine locked to its
 // OS thread: the thread enters the namespace, makes the socket and
 // returns to the namespace it came from. A thread that cannot return
 // stays locked, and ends with its goroutine.
-func (ns *NetNS) socketOf(domain, typ, proto int, user uint32) (int, error) {
+func (ns *NetNS) socketOf(domain, typ, proto int, user *owner) (int, error) {
 	type result struct {
 		fd  int
 		err error
@@ -346,17 +350,25 @@ func onLockedThread(f func() error) {
 }
 
 // socketHere is socketOf on the locked thread.
-func (ns *NetNS) socketHere(domain, typ, proto int, user uint32) (int, error) {
+func (ns *NetNS) socketHere(domain, typ, proto int, user *owner) (int, error) {
 	fd := -1
+	socket := func() error {
+		var err error
+		fd, err = unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+		if err != nil {
+			return fmt.Errorf("socket: %w", err)
+		}
+		return nil
+	}
 	err := ns.here(func() error {
-		return asUser(user, func() error {
-			var err error
-			fd, err = unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
-			if err != nil {
-				return fmt.Errorf("socket: %w", err)
-			}
-			return nil
-		})
+		if user == nil {
+			return socket()
+		}
+		err := fsid.As(user.uid, user.gid, socket)
+		if errors.Is(err, fsid.ErrStuck) {
+			return fmt.Errorf("%w: %w", ErrNetNSStuck, err)
+		}
+		return err
 	})
 	if errors.Is(err, ErrNetNSStuck) && fd >= 0 {
 		unix.Close(fd)
@@ -365,25 +377,6 @@ func (ns *NetNS) socketHere(domain, typ, proto int, user uint32) (int, error) {
 		return -1, err
 	}
 	return fd, nil
-}
-
-// asUser runs f with the locked calling thread's filesystem uid set to
-// user (0: as it is), which a socket made meanwhile is owned by, then
-// sets it back; ErrNetNSStuck when it could not, so the thread ends.
-func asUser(user uint32, f func() error) error {
-	if user == 0 {
-		return f()
-	}
-	prev, _ := unix.SetfsuidRetUid(int(user))
-	if now, _ := unix.SetfsuidRetUid(-1); now != int(user) { // -1 changes nothing, and tells
-		return fmt.Errorf("sandbox: make the socket as uid %d: the filesystem uid stayed %d", user, now)
-	}
-	err := f()
-	unix.SetfsuidRetUid(prev)
-	if now, _ := unix.SetfsuidRetUid(-1); now != prev {
-		return fmt.Errorf("%w: its filesystem uid stayed %d", ErrNetNSStuck, now)
-	}
-	return err
 }
 
 // here runs f with the locked calling thread in the namespace, then

@@ -93,7 +93,7 @@ func (ns *NetNS) Redirect(r Redirect) error {
 	if r.TCP == 0 {
 		return errors.New("sandbox: redirect: the TCP port is 0")
 	}
-	route, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE, 0)
+	route, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE, nil)
 	if err != nil {
 		return fmt.Errorf("sandbox: redirect: a routing socket in the sandbox: %w", err)
 	}
@@ -102,7 +102,7 @@ func (ns *NetNS) Redirect(r Redirect) error {
 	if err != nil && !errors.Is(err, netredirect.ErrNoIPv6) {
 		return fmt.Errorf("sandbox: redirect: %w", err)
 	}
-	nf, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER, 0)
+	nf, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER, nil)
 	if errors.Is(err, unix.EPROTONOSUPPORT) {
 		return fmt.Errorf("%w: redirect: nfnetlink is not available in this kernel (CONFIG_NETFILTER_NETLINK): %w", ErrUnenforceable, err)
 	}

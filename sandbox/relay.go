@@ -70,7 +70,7 @@ func (ns *NetNS) listenRedirected(network, addr string) (*RedirectedConn, error)
 	if err != nil {
 		return nil, err
 	}
-	nf, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER, 0)
+	nf, err := ns.socketOf(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		pc.Close()
 		return nil, fmt.Errorf("sandbox: the UDP relay's conntrack socket in the sandbox: %w", err)
