@@ -72,7 +72,7 @@ func TestImportDirection(t *testing.T) {
 	allowed := map[string][]string{
 		"sandbox/fdio": {}, "sandbox": {"sandbox/fdio"}, "replay": {}, "web": {}, "sandbox/internal/workspace": {}, "sandbox/internal/sandboxinit": {},
 		"sandbox/internal/seccomp": {}, "sandbox/internal/procevents": {}, "sandbox/internal/cgroup": {},
-		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {}, "sandbox/internal/netredirect": {}, "sandbox/internal/fsid": {}, "sandbox/netpolicy/internal/proxy": {"sandbox/fdio", "sandbox/internal/netredirect"},
+		"sandbox/internal/forker": {"sandbox/internal/cgroup/v1thread", "sandbox/internal/mountns"}, "sandbox/internal/mountns": {}, "sandbox/internal/netredirect": {}, "sandbox/internal/fsid": {}, "sandbox/files": {"sandbox/internal/fsid"}, "sandbox/netpolicy/internal/proxy": {"sandbox/fdio", "sandbox/internal/netredirect"},
 		"sandbox/netpolicy":         {"sandbox/netpolicy/internal/proxy", "sandbox/fdio", "sandbox/internal/netredirect"},
 		"session/screen":            {},
 		"session/execid":            {},
