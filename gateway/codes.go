@@ -70,6 +70,7 @@ var apiStatus = map[string]int{
 	wire.CodeTooManyConnections: http.StatusTooManyRequests, wire.CodeRequestTimeout: http.StatusRequestTimeout,
 	wire.CodeClosed: http.StatusServiceUnavailable, wire.CodeUnavailable: http.StatusServiceUnavailable,
 	wire.CodeRefused: http.StatusBadGateway, wire.CodeTooManyStreams: http.StatusTooManyRequests,
+	wire.CodeInsufficientStorage: http.StatusInsufficientStorage, wire.CodePreconditionFailed: http.StatusPreconditionFailed,
 }
 
 // apiError is an error the API answers as it is: a stable code and a

@@ -61,7 +61,7 @@ func NewServer(cfg Config) (*Server, error) {
 	polls, stopPolls := context.WithCancelCause(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, conns: map[*conn]struct{}{}, subjects: map[string]int{}, queued: map[string]*atomic.Int64{}, memory: newMemoryRelease(),
-		polls: polls, stopPolls: stopPolls,
+		polls: polls, stopPolls: stopPolls, fileOps: make(chan struct{}, maxFileOps),
 		starts:        newSubjectLimits(float64(cfg.StartsPerMinute)/60, cfg.StartsPerMinute),
 		inputs:        newInputLimits(cfg.InputPerSecond, cfg.InputBurst),
 		resizes:       newResizeLimits(cfg.ResizesPerSecond, cfg.ResizeBurst),

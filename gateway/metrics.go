@@ -40,6 +40,7 @@ type metrics struct {
 	authFailures      *prometheus.CounterVec
 	forwards          *prometheus.CounterVec              // forward streams asked for, by outcome
 	forwardBytesTotal *prometheus.CounterVec              // their bytes, by direction
+	fileBytesTotal    *prometheus.CounterVec              // the files API's bytes, by direction
 	refused           [len(gatewayRefusals)]atomic.Uint64 // the gateway's own limits, by gatewayRefusals
 	listener          atomic.Pointer[Listener]            // CountRefusals
 }
@@ -65,6 +66,9 @@ func newMetrics(s *Server) *metrics {
 		forwardBytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "termgate_forward_bytes_total", Help: "Bytes of forward streams, by direction (up: to the port; down: from it).",
 		}, []string{"direction"}),
+		fileBytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "termgate_file_bytes_total", Help: "Bytes of the files API, by direction (in: written to workspaces; out: read from them).",
+		}, []string{"direction"}),
 	}
 	for _, r := range []string{authMissing, authExpired, authSignature, authMalformed, authInvalid, authScope, authTenant} {
 		m.authFailures.WithLabelValues(r) // every reason is a series from the start
@@ -72,7 +76,7 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.connsOpen, m.connsClosed, m.authFailures, m.forwards, m.forwardBytesTotal,
+		m.connsOpen, m.connsClosed, m.authFailures, m.forwards, m.forwardBytesTotal, m.fileBytesTotal,
 		serverCollector{s, s.cfg.MetricsTenantLabel}, networkCollector{s},
 	)
 	if a := s.cfg.Audit; a != nil {
@@ -115,6 +119,13 @@ func (m *metrics) forwardOpened(ok bool) {
 // forwardBytes counts n bytes of a forward stream, "up" or "down".
 func (m *metrics) forwardBytes(direction string, n int) {
 	m.forwardBytesTotal.WithLabelValues(direction).Add(float64(n))
+}
+
+// fileBytes counts bytes of the files API.
+func (m *metrics) fileBytes(direction string, n int) {
+	if n > 0 {
+		m.fileBytesTotal.WithLabelValues(direction).Add(float64(n))
+	}
 }
 
 // connClosed counts a connection's end by its close code.
@@ -181,6 +192,7 @@ const (
 	refusedChannels     = "channels"            // Config.MaxChannels
 	refusedMessageSize  = "message_size"        // Config.MaxMessageBytes
 	refusedSnapshot     = "snapshot"            // Config.MaxMessageBytes, MaxQueuedBytes, MaxQueuedBytesPerSubject
+	refusedFileOps      = "file_operations"     // maxFileOps
 	refusedConns        = "connections"         // ListenerConfig.MaxConns
 	refusedAddrConns    = "addr_connections"    // ListenerConfig.MaxConnsPerAddr
 	refusedFDHeadroom   = "fd_headroom"         // ListenerConfig.FDHeadroom
@@ -190,7 +202,7 @@ const (
 )
 
 // gatewayRefusals are the kinds metrics.refused counts, in its order.
-var gatewayRefusals = [...]string{refusedSubjectConns, refusedChannels, refusedMessageSize, refusedSnapshot}
+var gatewayRefusals = [...]string{refusedSubjectConns, refusedChannels, refusedMessageSize, refusedSnapshot, refusedFileOps}
 
 // refuse counts a refusal of one of gatewayRefusals.
 func (m *metrics) refuse(kind string) {

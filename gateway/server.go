@@ -177,6 +177,8 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
+	fileOps chan struct{} // a token a file operation under way (files.go)
+
 	// starts, inputs and resizes (resizes and signals) are the rate
 	// limits of each (tenant, subject), shared by its WebSocket
 	// connections and the HTTP API: a new connection does not get a

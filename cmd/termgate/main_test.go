@@ -84,7 +84,7 @@ func TestImportDirection(t *testing.T) {
 		"gateway/internal/rate":     {},
 		"gateway/audit":             {"gateway/wire", "gateway/internal/rate"},
 		"gateway/auth":              {"gateway/wire"},
-		"gateway":                   {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "sandbox/netpolicy", "sandbox/netpolicy/internal/proxy", "gateway/wire", "gateway/auth", "gateway/audit", "gateway/cluster", "session/execid"},
+		"gateway":                   {"session", "session/screen", "replay", "sandbox", "sandbox/fdio", "sandbox/files", "sandbox/internal/fsid", "sandbox/netpolicy", "sandbox/netpolicy/internal/proxy", "gateway/wire", "gateway/auth", "gateway/audit", "gateway/cluster", "session/execid"},
 		"gateway/client":            {"gateway/wire"},
 		// The test kits serve tests only (TestKitsServeTestsOnly).
 		"sandbox/sandboxtest": {}, "gateway/gatewaytest": {"gateway/wire"}, "session/sessiontest": {"session", "session/screen", "session/execid", "replay", "sandbox", "sandbox/fdio", "sandbox/netpolicy", "sandbox/netpolicy/internal/proxy"},

@@ -373,6 +373,13 @@ type Record struct {
 	// Reason and its bytes to the port and from it)
 	BytesUp   *uint64 `json:"bytes_up,omitempty"`
 	BytesDown *uint64 `json:"bytes_down,omitempty"`
+
+	// file-write, file-delete, file-mkdir, file-move (before the change:
+	// the Path, and To for a move), file-written (after a write: its
+	// Bytes, and the Reason none were kept)
+	Path  string  `json:"path,omitempty"`
+	To    string  `json:"to,omitempty"`
+	Bytes *uint64 `json:"bytes,omitempty"`
 }
 
 // encode is the record as one line. encoding/json escapes the C0

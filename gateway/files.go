@@ -1,0 +1,406 @@
+package gateway
+
+// The files API reads and writes the caller's tenant's workspace (the
+// one its sandboxes see at /workspace) over plain HTTP: PROTOCOL.md,
+// "Files", is its contract. Every operation runs as the tenant
+// (sandbox/files), never as termgate.
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/files"
+)
+
+// Scopes of the files API. Neither implies the other, and no exec scope
+// implies either.
+const (
+	ScopeFilesRead  = "files:read"
+	ScopeFilesWrite = "files:write"
+)
+
+// Bounds of the files API.
+const (
+	// filesListDefault and filesListMax are a listing's page, by
+	// default and at most.
+	filesListDefault = 1000
+	filesListMax     = 10000
+	// filesBodyIdle ends a write whose body sends nothing for this long.
+	filesBodyIdle = 60 * time.Second
+	// maxFileOps bounds the file operations under way on the server at
+	// once: each holds an OS thread as its tenant.
+	maxFileOps = 64
+)
+
+// Audit events of the files API.
+const (
+	eventFileWrite  = "file-write"   // before: who writes where
+	eventFileKept   = "file-written" // after: the bytes kept, or why none
+	eventFileDelete = "file-delete"
+	eventFileMkdir  = "file-mkdir"
+	eventFileMove   = "file-move"
+)
+
+// filesRoutes adds the files API to mux.
+func (a *httpAPI) filesRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/files/{path...}", a.route(ScopeFilesRead, a.getFile))
+	mux.HandleFunc("PUT /v1/files/{path...}", a.route(ScopeFilesWrite, a.putFile))
+	mux.HandleFunc("DELETE /v1/files/{path...}", a.route(ScopeFilesWrite, a.deleteFile))
+	mux.HandleFunc("POST /v1/files/{path...}", a.route(ScopeFilesWrite, a.postFile))
+}
+
+// tree is the caller's tenant's workspace, made on first use, and holds
+// one of maxFileOps until done is called.
+func (a *httpAPI) tree(c auth.Claims) (t *files.Tree, done func(), err error) {
+	select {
+	case a.s.fileOps <- struct{}{}:
+	default:
+		a.s.metrics.refuse(refusedFileOps)
+		return nil, nil, &apiError{wire.CodeCapacity, fmt.Sprintf("the server runs %d file operations; retry later", maxFileOps)}
+	}
+	ws, err := a.s.workspace(c.Tenant)
+	if err != nil {
+		<-a.s.fileOps
+		return nil, nil, err
+	}
+	return files.New(ws.Path, ws.UID, ws.GID), func() { <-a.s.fileOps }, nil
+}
+
+// apiFile is a file's entry in answers.
+type apiFile struct {
+	Name string `json:"name"`
+	// Raw is the name's bytes (base64) when they are not UTF-8: Name
+	// then shows them replaced.
+	Raw    string `json:"raw,omitempty"`
+	Type   string `json:"type"`
+	Size   int64  `json:"size"`
+	Mode   string `json:"mode"` // octal permission bits
+	MTime  string `json:"mtime"`
+	Target string `json:"target,omitempty"`
+	ETag   string `json:"etag,omitempty"`
+}
+
+func fileEntry(e files.Entry) apiFile {
+	f := apiFile{Name: e.Name, Type: string(e.Type), Size: e.Size, Mode: fmt.Sprintf("%04o", uint32(e.Mode)),
+		MTime: e.MTime.UTC().Format(time.RFC3339Nano), Target: e.Target}
+	if !utf8.ValidString(e.Name) {
+		f.Name, f.Raw = strings.ToValidUTF8(e.Name, "\uFFFD"), base64.StdEncoding.EncodeToString([]byte(e.Name))
+	}
+	if e.Type == files.TypeFile {
+		f.ETag = e.ETag()
+	}
+	return f
+}
+
+type apiFileList struct {
+	Entries []apiFile `json:"entries"`
+	// Next is the after of the next page; empty on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// getFile answers a file's bytes (ranges and conditions as http.ServeContent
+// does them), or a directory's entries when the path ends in "/".
+func (a *httpAPI) getFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	p := r.PathValue("path")
+	t, done, err := a.tree(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if p == "" || strings.HasSuffix(p, "/") {
+		return a.listFiles(w, r, t, p)
+	}
+	f, e, err := t.Open(p)
+	if err != nil {
+		return filesError(err)
+	}
+	defer f.Close()
+	h := w.Header()
+	h.Set("ETag", e.ETag())
+	// The bytes are the tenant's, served from the gateway's origin: never
+	// a page a browser would run.
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox")
+	h.Set("Content-Disposition", "attachment; filename*=UTF-8''"+url.PathEscape(e.Name))
+	h.Set("Cache-Control", "no-cache")
+	http.ServeContent(w, r, "", e.MTime, &countingReadSeeker{f, func(n int) { a.s.metrics.fileBytes("out", n) }})
+	return nil
+}
+
+// countingReadSeeker counts what is read of a file.
+type countingReadSeeker struct {
+	io.ReadSeeker
+	count func(int)
+}
+
+func (c *countingReadSeeker) Read(p []byte) (int, error) {
+	n, err := c.ReadSeeker.Read(p)
+	c.count(n)
+	return n, err
+}
+
+// listFiles answers a page of the directory's entries.
+func (a *httpAPI) listFiles(w http.ResponseWriter, r *http.Request, t *files.Tree, p string) error {
+	q := r.URL.Query()
+	limit := filesListDefault
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > filesListMax {
+			return badRequest(fmt.Sprintf("limit must be 1 to %d", filesListMax))
+		}
+		limit = n
+	}
+	entries, more, err := t.List(p, q.Get("after"), limit)
+	if err != nil {
+		return filesError(err)
+	}
+	out := apiFileList{Entries: make([]apiFile, 0, len(entries))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, fileEntry(e))
+	}
+	if more {
+		out.Next = entries[len(entries)-1].Name
+	}
+	a.respond(w, http.StatusOK, out)
+	return nil
+}
+
+// putFile writes a file from the body, whole or not at all.
+func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	p := r.PathValue("path")
+	if p == "" || strings.HasSuffix(p, "/") {
+		return badRequest("PUT writes a file: name one, not a directory")
+	}
+	o := files.WriteOptions{Check: preconditions(r)}
+	if s := r.URL.Query().Get("mode"); s != "" {
+		m, err := strconv.ParseUint(s, 8, 32)
+		if err != nil || m > 0o777 {
+			return badRequest("mode must be octal permission bits, 0 to 0777 (no setuid, setgid or sticky bit)")
+		}
+		o.Mode = fs.FileMode(m)
+	}
+	t, done, err := a.tree(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
+		return err
+	}
+	body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+	_, existed := t.Stat(p)
+	e, err := t.Write(p, body, o)
+	err = filesError(err)
+	a.auditWritten(r, c, p, body.n, err)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if existed == nil {
+		status = http.StatusOK
+	}
+	w.Header().Set("ETag", e.ETag())
+	a.respond(w, status, fileEntry(e))
+	return nil
+}
+
+// preconditions turns If-Match and If-None-Match into a write's check,
+// nil without them.
+func preconditions(r *http.Request) func(old *files.Entry) error {
+	match, noneMatch := r.Header.Get("If-Match"), r.Header.Get("If-None-Match")
+	if match == "" && noneMatch == "" {
+		return nil
+	}
+	return func(old *files.Entry) error {
+		tag := ""
+		if old != nil && old.Type == files.TypeFile {
+			tag = old.ETag()
+		}
+		if match != "" && !etagListHas(match, tag) {
+			return files.ErrChanged
+		}
+		if noneMatch != "" && etagListHas(noneMatch, tag) {
+			return files.ErrChanged
+		}
+		return nil
+	}
+}
+
+// etagListHas reports whether an If-Match style list names tag ("*":
+// any file there is).
+func etagListHas(list, tag string) bool {
+	for t := range strings.SplitSeq(list, ",") {
+		t = strings.TrimSpace(t)
+		if t == "*" && tag != "" || t == tag && tag != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// idleBody is a request body that must keep coming: each read may wait
+// filesBodyIdle at most. It counts what it read.
+type idleBody struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	count func(int)
+	n     uint64
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(filesBodyIdle))
+	n, err := b.r.Read(p)
+	b.n += uint64(n)
+	b.count(n)
+	return n, err
+}
+
+// deleteFile removes a file or an empty directory, or a tree with
+// ?recursive=1.
+func (a *httpAPI) deleteFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	p := r.PathValue("path")
+	recursive, err := boolQuery(r, "recursive")
+	if err != nil {
+		return err
+	}
+	t, done, err := a.tree(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := a.auditFile(r, c, eventFileDelete, p, ""); err != nil {
+		return err
+	}
+	if err := t.Remove(p, recursive); err != nil {
+		return filesError(err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// postFile runs ?op=mkdir (the directory and those on its way) or
+// ?op=move&to=PATH.
+func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	p, q := r.PathValue("path"), r.URL.Query()
+	op, to := q.Get("op"), q.Get("to")
+	switch {
+	case op == "move" && to == "":
+		return badRequest("op=move needs to=PATH")
+	case op != "mkdir" && op != "move":
+		return badRequest("op must be mkdir or move")
+	}
+	t, done, err := a.tree(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	status, event := http.StatusCreated, eventFileMkdir
+	if op == "move" {
+		status, event = http.StatusOK, eventFileMove
+	}
+	if err := a.auditFile(r, c, event, p, to); err != nil {
+		return err
+	}
+	var e files.Entry
+	if op == "mkdir" {
+		e, err = t.Mkdir(p)
+	} else {
+		e, err = t.Move(p, to)
+	}
+	if err != nil {
+		return filesError(err)
+	}
+	a.respond(w, status, fileEntry(e))
+	return nil
+}
+
+// boolQuery reads a query parameter of 1 or 0 (absent: false).
+func boolQuery(r *http.Request, name string) (bool, error) {
+	switch r.URL.Query().Get(name) {
+	case "", "0":
+		return false, nil
+	case "1":
+		return true, nil
+	}
+	return false, badRequest(name + " must be 1 or 0")
+}
+
+// filesError names a files error for the answer.
+func filesError(err error) error {
+	var full *files.NoSpaceError
+	switch {
+	case errors.As(err, &full):
+		return &apiError{wire.CodeInsufficientStorage, fmt.Sprintf("the workspace is full: %d bytes were written, and none of them kept", full.Written)}
+	case errors.Is(err, files.ErrInvalidPath):
+		return badRequest(strings.TrimPrefix(err.Error(), "files: "))
+	case errors.Is(err, fs.ErrNotExist):
+		return &apiError{wire.CodeNotFound, "no such file or directory"}
+	case errors.Is(err, fs.ErrPermission):
+		return &apiError{wire.CodeForbidden, "the tenant may not do that there, or the path leads out of its workspace"}
+	case errors.Is(err, files.ErrChanged):
+		return &apiError{wire.CodePreconditionFailed, "the file is not as If-Match or If-None-Match says"}
+	case errors.Is(err, files.ErrIsDir):
+		return &apiError{wire.CodeConflict, "it is a directory"}
+	case errors.Is(err, files.ErrNotDir):
+		return &apiError{wire.CodeConflict, "a name on the way is not a directory"}
+	case errors.Is(err, files.ErrNotEmpty):
+		return &apiError{wire.CodeConflict, "the directory is not empty (recursive=1 removes a tree)"}
+	case errors.Is(err, files.ErrNotRegular):
+		return &apiError{wire.CodeConflict, "it is not a regular file"}
+	case errors.Is(err, fs.ErrExist):
+		return &apiError{wire.CodeConflict, "it exists"}
+	}
+	return err
+}
+
+// auditFile records a change of the workspace before it is made: the
+// path, and where it moves to.
+func (a *httpAPI) auditFile(r *http.Request, c auth.Claims, event, p, to string) error {
+	if a.s.cfg.Audit == nil {
+		return nil
+	}
+	rec := a.httpWho(r, c, event)
+	rec.Path, rec.To = clip(p, auditMaxPath), clip(to, auditMaxPath)
+	if a.s.cfg.Audit.Record(rec) != nil {
+		return errAuditRefused
+	}
+	return nil
+}
+
+// auditWritten records how a write ended: the bytes it read, and the
+// code of its refusal when nothing was kept.
+func (a *httpAPI) auditWritten(r *http.Request, c auth.Claims, p string, n uint64, err error) {
+	if a.s.cfg.Audit == nil {
+		return
+	}
+	rec := a.httpWho(r, c, eventFileKept)
+	rec.Path, rec.Bytes = clip(p, auditMaxPath), &n
+	if err != nil {
+		rec.Reason = errorCodeOf(err)
+	}
+	a.s.cfg.Audit.Happened(rec)
+}
+
+// errorCodeOf is the code an error is answered with.
+func errorCodeOf(err error) string {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.code
+	}
+	return wire.CodeInternal
+}
+
+// auditMaxPath bounds a path in an audit record.
+const auditMaxPath = 1024

@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+	"github.com/termgate/termgate/session"
+	"github.com/termgate/termgate/session/execid"
+)
+
+// fileCall makes a files API request and returns its status, body and
+// header.
+func (e *testEnv) fileCall(t *testing.T, method, path, tok string, body io.Reader, header http.Header) (int, []byte, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, e.http.URL+"/v1/files/"+path, body)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// runIn runs a shell script in a sandbox of the tenant's (with pipes)
+// and returns its output.
+func (e *testEnv) runIn(t *testing.T, tenant, script string) string {
+	t.Helper()
+	c := e.dial(t, e.token(t, tenant, auth.ScopeCreate))
+	defer c.close()
+	id := execid.New()
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", script}})
+	c.expect(t, wire.MsgStarted)
+	var info session.Info
+	if !sandboxtest.Eventually(t, time.Minute, func() bool {
+		info, _ = e.sup.Get(tenant, id)
+		return info.Result != nil
+	}) {
+		t.Fatalf("%q did not end", script)
+	}
+	return string(info.Result.Stdout.Head) + string(info.Result.Stderr.Head)
+}
+
+func readHostFile(name string) (string, error) {
+	b, err := os.ReadFile(name)
+	return string(b), err
+}
+
+// TestFilesRoundTrip: a file PUT is the file GET gives, whole or in
+// ranges, with its tag; a sandbox of the tenant sees it at /workspace
+// and what it writes the API reads; a listing names entries of any bytes;
+// mkdir, move and delete do what they say.
+func TestFilesRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	body := bytes.Repeat([]byte("0123456789"), 100_000)
+	code, b, h := e.fileCall(t, http.MethodPut, "src/data.bin?mode=0640", tok, bytes.NewReader(body), nil)
+	var put apiFile
+	json.Unmarshal(b, &put)
+	if code != http.StatusCreated || put.Size != int64(len(body)) || put.Mode != "0640" || h.Get("ETag") == "" {
+		t.Fatalf("PUT: %d %s", code, b)
+	}
+	code, got, h := e.fileCall(t, http.MethodGet, "src/data.bin", tok, nil, nil)
+	if code != http.StatusOK || !bytes.Equal(got, body) || h.Get("ETag") != put.ETag || h.Get("Content-Type") != "application/octet-stream" {
+		t.Errorf("GET: %d, %d bytes, tag %q (PUT's %q), type %q", code, len(got), h.Get("ETag"), put.ETag, h.Get("Content-Type"))
+	}
+	code, got, _ = e.fileCall(t, http.MethodGet, "src/data.bin", tok, nil, http.Header{"Range": {"bytes=10-19"}})
+	if code != http.StatusPartialContent || string(got) != "0123456789" {
+		t.Errorf("a range: %d %q", code, got)
+	}
+	if code, _, _ = e.fileCall(t, http.MethodGet, "src/data.bin", tok, nil, http.Header{"If-None-Match": {put.ETag}}); code != http.StatusNotModified {
+		t.Errorf("If-None-Match of its tag: %d", code)
+	}
+	out := e.runIn(t, "acme", `cd /workspace && md5sum < src/data.bin && stat -c %a src/data.bin && printf made > "src/a
+b" && printf x > src/$(printf 'bad\377')`)
+	if want := "0640"; !strings.Contains(out, "640") {
+		t.Errorf("the sandbox saw %q, want mode %s", out, want)
+	}
+	code, b, _ = e.fileCall(t, http.MethodGet, "src/", tok, nil, nil)
+	var list apiFileList
+	json.Unmarshal(b, &list)
+	var names []string
+	for _, f := range list.Entries {
+		n := f.Name
+		if f.Raw != "" {
+			raw, _ := base64.StdEncoding.DecodeString(f.Raw)
+			n = string(raw)
+		}
+		names = append(names, n)
+	}
+	if code != http.StatusOK || strings.Join(names, "|") != "a\nb|bad\xff|data.bin" {
+		t.Errorf("the listing: %d %q", code, names)
+	}
+	if code, got, _ = e.fileCall(t, http.MethodGet, "src/"+url.PathEscape("a\nb"), tok, nil, nil); code != 200 || string(got) != "made" {
+		t.Errorf("a file the sandbox wrote, its name with a newline: %d %q", code, got)
+	}
+	if code, got, _ = e.fileCall(t, http.MethodGet, "src/bad%FF", tok, nil, nil); code != 200 || string(got) != "x" {
+		t.Errorf("a name that is not UTF-8: %d %q", code, got)
+	}
+	if code, b, _ = e.fileCall(t, http.MethodPost, "out/deep?op=mkdir", tok, nil, nil); code != http.StatusCreated {
+		t.Errorf("mkdir: %d %s", code, b)
+	}
+	if code, b, _ = e.fileCall(t, http.MethodPost, "src/data.bin?op=move&to=out/deep/moved.bin", tok, nil, nil); code != http.StatusOK {
+		t.Errorf("move: %d %s", code, b)
+	}
+	if code, _, _ = e.fileCall(t, http.MethodGet, "src/data.bin", tok, nil, nil); code != http.StatusNotFound {
+		t.Errorf("GET of what moved away: %d", code)
+	}
+	if code, b, _ = e.fileCall(t, http.MethodDelete, "out", tok, nil, nil); code != http.StatusConflict {
+		t.Errorf("DELETE of a full directory: %d %s", code, b)
+	}
+	if code, _, _ = e.fileCall(t, http.MethodDelete, "out?recursive=1", tok, nil, nil); code != http.StatusNoContent {
+		t.Errorf("DELETE recursive: %d", code)
+	}
+	if out := e.runIn(t, "acme", "ls /workspace/out 2>&1; echo done"); !strings.Contains(out, "No such file") {
+		t.Errorf("after the delete the sandbox lists %q", out)
+	}
+}
+
+// TestFilesConditionsAndRefusals: If-Match and If-None-Match guard a
+// write; bad modes, paths and ops are refused with what is wrong.
+func TestFilesConditionsAndRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	create := http.Header{"If-None-Match": {"*"}}
+	if code, b, _ := e.fileCall(t, http.MethodPut, "f", tok, strings.NewReader("1"), create); code != http.StatusCreated {
+		t.Fatalf("a create: %d %s", code, b)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodPut, "f", tok, strings.NewReader("2"), create); code != http.StatusPreconditionFailed {
+		t.Errorf("a create over a file: %d", code)
+	}
+	_, _, h := e.fileCall(t, http.MethodGet, "f", tok, nil, nil)
+	if code, _, _ := e.fileCall(t, http.MethodPut, "f", tok, strings.NewReader("3"), http.Header{"If-Match": {h.Get("ETag")}}); code != http.StatusOK {
+		t.Errorf("a write matching the tag: %d", code)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodPut, "f", tok, strings.NewReader("4"), http.Header{"If-Match": {h.Get("ETag")}}); code != http.StatusPreconditionFailed {
+		t.Errorf("a write with a stale tag: %d", code)
+	}
+	if _, got, _ := e.fileCall(t, http.MethodGet, "f", tok, nil, nil); string(got) != "3" {
+		t.Errorf("the file holds %q, want 3", got)
+	}
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodPut, "g?mode=4755", http.StatusBadRequest},
+		{http.MethodPut, "g?mode=9", http.StatusBadRequest},
+		{http.MethodPut, "dir/", http.StatusBadRequest},
+		{http.MethodPut, "f/g", http.StatusConflict},
+		{http.MethodPost, "x?op=chmod", http.StatusBadRequest},
+		{http.MethodPost, "f?op=move", http.StatusBadRequest},
+		{http.MethodDelete, "", http.StatusBadRequest},
+		{http.MethodDelete, "f?recursive=yes", http.StatusBadRequest},
+		{http.MethodGet, "f/", http.StatusConflict},
+		{http.MethodGet, "nothing", http.StatusNotFound},
+		{http.MethodGet, "?limit=0", http.StatusBadRequest},
+		{http.MethodGet, strings.Repeat("n", 300), http.StatusBadRequest},
+	} {
+		if code, b, _ := e.fileCall(t, c.method, c.path, tok, strings.NewReader("x"), nil); code != c.want {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, code, b, c.want)
+		}
+	}
+}
+
+// TestFilesScopesAndTenants: files:read reads and cannot write, exec
+// scopes do neither, and a tenant never sees another's files.
+func TestFilesScopesAndTenants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	writer := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	reader := e.token(t, "acme", ScopeFilesRead)
+	execs := e.token(t, "acme", auth.ScopeCreate, auth.ScopeAttach, auth.ScopeWrite)
+	other := e.token(t, "globex", ScopeFilesRead, ScopeFilesWrite)
+	if code, _, _ := e.fileCall(t, http.MethodPut, "mine", writer, strings.NewReader("acme's"), nil); code != http.StatusCreated {
+		t.Fatalf("PUT: %d", code)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodGet, "mine", reader, nil, nil); code != http.StatusOK {
+		t.Errorf("files:read GET: %d", code)
+	}
+	for _, m := range []string{http.MethodPut, http.MethodDelete, http.MethodPost} {
+		if code, _, _ := e.fileCall(t, m, "mine?op=mkdir", reader, strings.NewReader("x"), nil); code != http.StatusForbidden {
+			t.Errorf("files:read %s: %d", m, code)
+		}
+	}
+	if code, _, _ := e.fileCall(t, http.MethodGet, "mine", execs, nil, nil); code != http.StatusForbidden {
+		t.Errorf("exec scopes GET: %d", code)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodGet, "mine", other, nil, nil); code != http.StatusNotFound {
+		t.Errorf("another tenant's GET: %d", code)
+	}
+	if code, b, _ := e.fileCall(t, http.MethodGet, "", other, nil, nil); code != http.StatusOK || strings.Contains(string(b), "mine") {
+		t.Errorf("another tenant's listing: %d %s", code, b)
+	}
+}
+
+// TestFilesNeverLeadOut: a symlink a program planted (to /, to /etc, to
+// a file of the host) is refused for reads and writes alike, and the
+// host's files are unchanged.
+func TestFilesNeverLeadOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	e.runIn(t, "acme", "ln -s / /workspace/root; ln -s /etc/passwd /workspace/passwd; ln -s ../../.. /workspace/up")
+	for _, p := range []string{"root/etc/passwd", "passwd", "up/etc/passwd", "root/"} {
+		if code, b, _ := e.fileCall(t, http.MethodGet, p, tok, nil, nil); code != http.StatusForbidden {
+			t.Errorf("GET %s: %d %.80s", p, code, b)
+		}
+	}
+	for _, p := range []string{"root/tmp/planted", "up/planted"} {
+		if code, _, _ := e.fileCall(t, http.MethodPut, p, tok, strings.NewReader("x"), nil); code != http.StatusForbidden {
+			t.Errorf("PUT %s: %d", p, code)
+		}
+	}
+	// PUT over the symlink itself replaces the link in the workspace.
+	if code, _, _ := e.fileCall(t, http.MethodPut, "passwd", tok, strings.NewReader("mine"), nil); code != http.StatusOK {
+		t.Errorf("PUT over a symlink's name: %d", code)
+	}
+	if b, err := readHostFile("/etc/passwd"); err != nil || strings.Contains(b, "mine") {
+		t.Errorf("the host's /etc/passwd: %v", err)
+	}
+}
