@@ -105,7 +105,8 @@ func fileEntry(e files.Entry) apiFile {
 
 type apiFileList struct {
 	Entries []apiFile `json:"entries"`
-	// Next is the after of the next page; empty on the last.
+	// Next is the after of the next page, opaque (the last name's bytes
+	// in unpadded base64url); empty on the last page.
 	Next string `json:"next,omitempty"`
 }
 
@@ -128,6 +129,7 @@ func (a *httpAPI) getFile(w http.ResponseWriter, r *http.Request, c auth.Claims)
 	defer f.Close()
 	h := w.Header()
 	h.Set("ETag", e.ETag())
+	h.Set("X-Termgate-Mode", fmt.Sprintf("%04o", uint32(e.Mode)))
 	// The bytes are the tenant's, served from the gateway's origin: never
 	// a page a browser would run.
 	h.Set("Content-Type", "application/octet-stream")
@@ -162,7 +164,11 @@ func (a *httpAPI) listFiles(w http.ResponseWriter, r *http.Request, t *files.Tre
 		}
 		limit = n
 	}
-	entries, more, err := t.List(p, q.Get("after"), limit)
+	after, err := base64.RawURLEncoding.DecodeString(q.Get("after"))
+	if err != nil {
+		return badRequest("after must be a listing's next")
+	}
+	entries, more, err := t.List(p, string(after), limit)
 	if err != nil {
 		return filesError(err)
 	}
@@ -171,7 +177,7 @@ func (a *httpAPI) listFiles(w http.ResponseWriter, r *http.Request, t *files.Tre
 		out.Entries = append(out.Entries, fileEntry(e))
 	}
 	if more {
-		out.Next = entries[len(entries)-1].Name
+		out.Next = base64.RawURLEncoding.EncodeToString([]byte(entries[len(entries)-1].Name))
 	}
 	a.respond(w, http.StatusOK, out)
 	return nil

@@ -107,6 +107,21 @@ b" && printf x > src/$(printf 'bad\377')`)
 	if code != http.StatusOK || strings.Join(names, "|") != "a\nb|bad\xff|data.bin" {
 		t.Errorf("the listing: %d %q", code, names)
 	}
+	var paged []string
+	for after, i := "", 0; i < 10; i++ {
+		code, b, _ = e.fileCall(t, http.MethodGet, "src/?limit=1&after="+after, tok, nil, nil)
+		var page apiFileList
+		json.Unmarshal(b, &page)
+		for _, f := range page.Entries {
+			paged = append(paged, f.Name)
+		}
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	if len(paged) != 3 || paged[1] != "bad\uFFFD" {
+		t.Errorf("the listing a name a page: %q", paged)
+	}
 	if code, got, _ = e.fileCall(t, http.MethodGet, "src/"+url.PathEscape("a\nb"), tok, nil, nil); code != 200 || string(got) != "made" {
 		t.Errorf("a file the sandbox wrote, its name with a newline: %d %q", code, got)
 	}
@@ -171,6 +186,7 @@ func TestFilesConditionsAndRefusals(t *testing.T) {
 		{http.MethodGet, "f/", http.StatusConflict},
 		{http.MethodGet, "nothing", http.StatusNotFound},
 		{http.MethodGet, "?limit=0", http.StatusBadRequest},
+		{http.MethodGet, "?after=!", http.StatusBadRequest},
 		{http.MethodGet, strings.Repeat("n", 300), http.StatusBadRequest},
 	} {
 		if code, b, _ := e.fileCall(t, c.method, c.path, tok, strings.NewReader("x"), nil); code != c.want {

@@ -139,9 +139,9 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return attachFlags(new(attachOptions)) },
 		},
 		{
-			name: "ls", args: "[flags]",
-			summary:  "list the tenant's executions",
-			examples: []string{"termgate ls", "termgate ls --url https://gateway.example.com --token \"$(cat token)\""},
+			name: "ls", args: "[flags] [:PATH]",
+			summary:  "list the tenant's executions, or a directory of its workspace",
+			examples: []string{"termgate ls", "termgate ls --url https://gateway.example.com --token \"$(cat token)\"", "termgate ls :src/"},
 			run: func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return runLs(ctx, args, stdout, stderr)
 			},
@@ -169,6 +169,16 @@ func commands() []command {
 			},
 			run:   runPreview,
 			flags: func() *flag.FlagSet { return previewFlags(new(previewOptions)) },
+		},
+		{
+			name: "cp", args: "[flags] SRC DST",
+			summary: "copy a file between this machine and the tenant's workspace (:PATH)",
+			examples: []string{
+				"termgate cp report.csv :data/            # into /workspace/data/ of every sandbox of the tenant",
+				"termgate cp :build/app.tar.gz .",
+			},
+			run:   runCp,
+			flags: func() *flag.FlagSet { return newClientFlagSet("cp", new(clientFlags)) },
 		},
 		{
 			name: "ports", args: "[flags] ID",

@@ -69,8 +69,15 @@ func (cf clientFlags) apiCall(ctx context.Context, method, path string, body any
 // runLs lists the tenant's executions.
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
-	if err := parseFlags(newClientFlagSet("ls", &cf), args); err != nil {
+	fs := newClientFlagSet("ls", &cf)
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	switch p, files := remotePath(fs.Arg(0)); {
+	case fs.NArg() > 1 || fs.NArg() == 1 && !files:
+		return usageError{errors.New("ls: want no argument (the executions) or :PATH (a workspace directory)")}
+	case files:
+		return cf.runLsFiles(ctx, p, stdout)
 	}
 	var page executionList
 	if err := cf.apiGet(ctx, "/v1/executions", &page); err != nil {

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// remotePath is the workspace path of a cp or ls argument of the form
+// :PATH; ok is false for a local path.
+func remotePath(arg string) (p string, ok bool) {
+	return strings.CutPrefix(arg, ":")
+}
+
+// filesURL is the files API's URL of workspace path p.
+func (cf clientFlags) filesURL(p string) string {
+	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.TrimRight(cf.url, "/") + "/v1/files/" + strings.Join(segs, "/")
+}
+
+// filesDo makes a files API request and returns the answer of a 2xx
+// status; any other is the gateway's error.
+func (cf clientFlags) filesDo(ctx context.Context, method, p string, query url.Values, body io.Reader, size int64) (*http.Response, error) {
+	if cf.url == "" || cf.token == "" {
+		return nil, usageError{errors.New("--url and --token (or TERMGATE_URL and TERMGATE_TOKEN) are required")}
+	}
+	u := cf.filesURL(p)
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.ContentLength = size
+	}
+	req.Header.Set("Authorization", "Bearer "+cf.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reach the gateway: %w", err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	var e struct{ Error, Message string }
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e) == nil && e.Message != "" {
+		return nil, fmt.Errorf("%s: %s (%s)", p, e.Message, e.Error)
+	}
+	return nil, fmt.Errorf("%s: the gateway answered %s", p, resp.Status)
+}
+
+// runCp copies a file between this machine and the tenant's workspace:
+// one of SRC and DST is :PATH.
+func runCp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	var cf clientFlags
+	fs := newClientFlagSet("cp", &cf)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usageError{errors.New("cp: want SRC and DST, one of them :PATH in the workspace")}
+	}
+	src, dst := fs.Arg(0), fs.Arg(1)
+	rsrc, fromRemote := remotePath(src)
+	rdst, toRemote := remotePath(dst)
+	switch {
+	case fromRemote == toRemote:
+		return usageError{errors.New("cp: one of SRC and DST must be :PATH in the workspace, the other a local path")}
+	case toRemote:
+		return cf.upload(ctx, src, rdst, stderr)
+	default:
+		return cf.download(ctx, rsrc, dst, stderr)
+	}
+}
+
+// upload writes local file src to workspace path dst (into it when it
+// ends in "/"), with src's mode.
+func (cf clientFlags) upload(ctx context.Context, src, dst string, stderr io.Writer) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("cp: %s is not a regular file (directories are not copied yet)", src)
+	}
+	if dst == "" || strings.HasSuffix(dst, "/") {
+		dst += filepath.Base(src)
+	}
+	q := url.Values{"mode": {fmt.Sprintf("%04o", fi.Mode().Perm())}}
+	pr := newProgress(stderr, "upload "+src, fi.Size())
+	defer pr.done()
+	resp, err := cf.filesDo(ctx, http.MethodPut, dst, q, io.TeeReader(f, pr), fi.Size())
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// download writes workspace file src to local path dst (into it when
+// it is a directory), whole or not at all, with src's mode.
+func (cf clientFlags) download(ctx context.Context, src, dst string, stderr io.Writer) error {
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() || strings.HasSuffix(dst, string(os.PathSeparator)) {
+		dst = filepath.Join(dst, path.Base(src))
+	}
+	resp, err := cf.filesDo(ctx, http.MethodGet, src, nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	mode := fs.FileMode(0o644)
+	if m, err := strconv.ParseUint(resp.Header.Get("X-Termgate-Mode"), 8, 32); err == nil {
+		mode = fs.FileMode(m).Perm()
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".termgate-*")
+	if err != nil {
+		return err
+	}
+	pr := newProgress(stderr, "download "+src, resp.ContentLength)
+	n, err := io.Copy(io.MultiWriter(tmp, pr), resp.Body)
+	pr.done()
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
+		err = fmt.Errorf("cp: %s: the gateway sent %d of %d bytes", src, n, resp.ContentLength)
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// progress shows a transfer's bytes on a terminal, for transfers of
+// progressFrom bytes or more; elsewhere it writes nothing.
+type progress struct {
+	w          io.Writer
+	what       string
+	size, n    int64
+	last       time.Time
+	shown, off bool
+}
+
+const progressFrom = 4 << 20
+
+func newProgress(w io.Writer, what string, size int64) *progress {
+	f, ok := w.(*os.File)
+	return &progress{w: w, what: what, size: size, off: !ok || !isTerminal(f) || size < progressFrom}
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	p.n += int64(len(b))
+	if !p.off && time.Since(p.last) > 200*time.Millisecond {
+		p.last, p.shown = time.Now(), true
+		fmt.Fprintf(p.w, "\r%s: %d of %d MiB (%d%%)", p.what, p.n>>20, p.size>>20, p.n*100/max(p.size, 1))
+	}
+	return len(b), nil
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintf(p.w, "\r%s: %d MiB\n", p.what, p.n>>20)
+	}
+}
+
+// runLsFiles lists a workspace directory (:PATH), a page at a time: type,
+// mode, size, time and name, the name's control characters escaped.
+func (cf clientFlags) runLsFiles(ctx context.Context, p string, stdout io.Writer) error {
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	for after := ""; ; {
+		q := url.Values{}
+		if after != "" {
+			q.Set("after", after)
+		}
+		resp, err := cf.filesDo(ctx, http.MethodGet, p, q, nil, 0)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Entries []struct {
+				Name, Raw, Type, Mode, MTime, Target string
+				Size                                 int64
+			}
+			Next string
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("ls: the gateway's answer: %w", err)
+		}
+		for _, e := range page.Entries {
+			name := e.Name
+			if raw, err := base64.StdEncoding.DecodeString(e.Raw); err == nil && e.Raw != "" {
+				name = string(raw)
+			}
+			line := fmt.Sprintf("%-7s %s %12d %s %s", e.Type, e.Mode, e.Size, e.MTime, strconv.Quote(name)[1:len(strconv.Quote(name))-1])
+			if e.Target != "" {
+				line += " -> " + strconv.Quote(e.Target)
+			}
+			fmt.Fprintln(stdout, line)
+		}
+		if page.Next == "" {
+			return nil
+		}
+		after = page.Next
+	}
+}
