@@ -111,7 +111,9 @@ b" && printf x > src/$(printf 'bad\377')`)
 	for after, i := "", 0; i < 10; i++ {
 		code, b, _ = e.fileCall(t, http.MethodGet, "src/?limit=1&after="+after, tok, nil, nil)
 		var page apiFileList
-		json.Unmarshal(b, &page)
+		if err := json.Unmarshal(b, &page); code != http.StatusOK || err != nil {
+			t.Fatalf("a page: %d %s", code, b)
+		}
 		for _, f := range page.Entries {
 			paged = append(paged, f.Name)
 		}
