@@ -58,3 +58,34 @@ func TestCpAndLsFiles(t *testing.T) {
 		t.Errorf("cp of nothing: %d %q", code, stderr)
 	}
 }
+
+// TestCpIntoAFullWorkspace: a write the workspace's quota has no room
+// for is refused with 507 and the bytes it had written, and leaves
+// nothing: the tenant's other files are whole, no temporary file stays,
+// and the room is there again for a write that fits.
+func TestCpIntoAFullWorkspace(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "--workspace-quota", "8M", "--workspace-inodes", "256")
+	tok := g.token(t, "acme", allScopes+" files:read files:write")
+	flags := []string{"--url", g.url, "--token", tok}
+	dir := t.TempDir()
+	keep := bytes.Repeat([]byte("k"), 1<<20)
+	os.WriteFile(filepath.Join(dir, "keep"), keep, 0o644)
+	big := make([]byte, 12<<20)
+	rand.Read(big)
+	os.WriteFile(filepath.Join(dir, "big"), big, 0o644)
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), filepath.Join(dir, "keep"), ":keep")...); code != 0 {
+		t.Fatalf("cp keep: %d %q", code, stderr)
+	}
+	code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), filepath.Join(dir, "big"), ":sub/big")...)
+	if code != 1 || !strings.Contains(stderr, "insufficient_storage") || !strings.Contains(stderr, "bytes were written, and none of them kept") {
+		t.Errorf("cp of 12 MiB into 8 MiB: %d %q", code, stderr)
+	}
+	code, out, _ := runCLI(t, "", append(append([]string{"run"}, flags...), "--", "/bin/sh", "-c", "ls -A /workspace /workspace/sub; md5sum < /workspace/keep")...)
+	if want := fmt.Sprintf("%x  -", md5.Sum(keep)); code != 0 || !strings.Contains(out, want) || strings.Contains(out, "termgate") || strings.Contains(out, "big") {
+		t.Errorf("after the refused write the workspace holds %q", out)
+	}
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), filepath.Join(dir, "keep"), ":sub/again")...); code != 0 {
+		t.Errorf("a write that fits after the refused one: %d %q", code, stderr)
+	}
+}
