@@ -6,6 +6,7 @@ package gateway
 // (sandbox/files), never as termgate.
 
 import (
+	"compress/gzip"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -119,7 +121,12 @@ func (a *httpAPI) getFile(w http.ResponseWriter, r *http.Request, c auth.Claims)
 		return err
 	}
 	defer done()
-	if p == "" || strings.HasSuffix(p, "/") {
+	switch tarred, err := tarQuery(r); {
+	case err != nil:
+		return err
+	case tarred:
+		return a.tarOut(w, r, t, p)
+	case p == "" || strings.HasSuffix(p, "/"):
 		return a.listFiles(w, r, t, p)
 	}
 	f, e, err := t.Open(p)
@@ -186,8 +193,14 @@ func (a *httpAPI) listFiles(w http.ResponseWriter, r *http.Request, t *files.Tre
 // putFile writes a file from the body, whole or not at all.
 func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	p := r.PathValue("path")
-	if p == "" || strings.HasSuffix(p, "/") {
-		return badRequest("PUT writes a file: name one, not a directory")
+	tarred, err := tarQuery(r)
+	switch {
+	case err != nil:
+		return err
+	case tarred:
+		return a.tarIn(w, r, c, p)
+	case p == "" || strings.HasSuffix(p, "/"):
+		return badRequest("PUT writes a file: name one, not a directory (or send a tar stream with format=tar)")
 	}
 	o := files.WriteOptions{Check: preconditions(r)}
 	if s := r.URL.Query().Get("mode"); s != "" {
@@ -219,6 +232,108 @@ func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims)
 	}
 	w.Header().Set("ETag", e.ETag())
 	a.respond(w, status, fileEntry(e))
+	return nil
+}
+
+// tarQuery reads format=tar (and gzip=1, only with it).
+func tarQuery(r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	gz, err := boolQuery(r, "gzip")
+	switch f := q.Get("format"); {
+	case err != nil:
+		return false, err
+	case f != "" && f != "tar":
+		return false, badRequest("format must be tar")
+	case gz && f != "tar":
+		return false, badRequest("gzip=1 goes with format=tar")
+	}
+	return q.Get("format") == "tar", nil
+}
+
+// tarOut answers the tree below a directory as a tar stream (gzip=1:
+// compressed). A failure once it began is told in the X-Termgate-Error
+// trailer, and the stream lacks its end; X-Termgate-Skipped counts the
+// devices, fifos and sockets left out.
+func (a *httpAPI) tarOut(w http.ResponseWriter, r *http.Request, t *files.Tree, p string) error {
+	gz, _ := boolQuery(r, "gzip")
+	if _, err := t.Stat(p); err != nil {
+		return filesError(err)
+	}
+	h := w.Header()
+	name := path.Base("/" + strings.TrimSuffix(p, "/"))
+	if name == "/" {
+		name = "workspace"
+	}
+	ext, typ := ".tar", "application/x-tar"
+	if gz {
+		ext, typ = ".tar.gz", "application/gzip"
+	}
+	h.Set("Content-Type", typ)
+	h.Set("Content-Disposition", "attachment; filename*=UTF-8''"+url.PathEscape(name+ext))
+	h.Set("Cache-Control", "no-store")
+	h.Set("Trailer", "X-Termgate-Error, X-Termgate-Skipped")
+	out := io.Writer(&countingWriter{w, func(n int) { a.s.metrics.fileBytes("out", n) }})
+	var zw *gzip.Writer
+	if gz {
+		zw = gzip.NewWriter(out)
+		out = zw
+	}
+	skipped, err := t.TarOut(p, out)
+	if err == nil && zw != nil {
+		err = zw.Close()
+	}
+	if err != nil {
+		h.Set("X-Termgate-Error", filesErrorCode(err))
+		a.s.log.Info("a tar stream ended early", "err", err)
+	}
+	h.Set("X-Termgate-Skipped", strconv.Itoa(skipped))
+	return nil
+}
+
+// countingWriter counts what is written.
+type countingWriter struct {
+	io.Writer
+	count func(int)
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.Writer.Write(p)
+	c.count(n)
+	return n, err
+}
+
+// filesErrorCode is the code a files error is answered with.
+func filesErrorCode(err error) string { return errorCodeOf(filesError(err)) }
+
+// tarIn extracts a tar stream (gzip=1: compressed) into a directory.
+func (a *httpAPI) tarIn(w http.ResponseWriter, r *http.Request, c auth.Claims, p string) error {
+	gz, _ := boolQuery(r, "gzip")
+	t, done, err := a.tree(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
+		return err
+	}
+	body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+	in := io.Reader(body)
+	if gz {
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return badRequest("gzip=1, but the body is not gzip: " + err.Error())
+		}
+		in = zr
+	}
+	n, err := t.TarIn(p, in)
+	err = filesError(err)
+	a.auditWritten(r, c, p, uint64(n), err)
+	if err != nil {
+		return err
+	}
+	a.respond(w, http.StatusOK, struct {
+		Written int64 `json:"written"`
+	}{n})
 	return nil
 }
 
@@ -349,6 +464,8 @@ func filesError(err error) error {
 	switch {
 	case errors.As(err, &full):
 		return &apiError{wire.CodeInsufficientStorage, fmt.Sprintf("the workspace is full: %d bytes were written, and none of them kept", full.Written)}
+	case errors.Is(err, files.ErrBadArchive):
+		return badRequest(strings.TrimPrefix(err.Error(), "files: "))
 	case errors.Is(err, files.ErrInvalidPath):
 		return badRequest(strings.TrimPrefix(err.Error(), "files: "))
 	case errors.Is(err, fs.ErrNotExist):

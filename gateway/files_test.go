@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -252,5 +254,69 @@ func TestFilesNeverLeadOut(t *testing.T) {
 	}
 	if b, err := readHostFile("/etc/passwd"); err != nil || strings.Contains(b, "mine") {
 		t.Errorf("the host's /etc/passwd: %v", err)
+	}
+}
+
+// TestFilesTarStreams: a tree goes in and out as tar (gzip=1 too); a
+// stream with a device entry, or one through a symlink a program
+// planted, is refused and leaves nothing.
+func TestFilesTarStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	var in bytes.Buffer
+	zw := gzip.NewWriter(&in)
+	tw := tar.NewWriter(zw)
+	for _, f := range []struct{ name, body string }{{"a/one", "1"}, {"a/b/two", "22"}, {"three", "333"}} {
+		tw.WriteHeader(&tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(f.body))})
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	zw.Close()
+	code, b, _ := e.fileCall(t, http.MethodPut, "tree/?format=tar&gzip=1", tok, &in, nil)
+	if code != http.StatusOK || !strings.Contains(string(b), `"written":6`) {
+		t.Fatalf("PUT a tar: %d %s", code, b)
+	}
+	code, out, h := e.fileCall(t, http.MethodGet, "tree/?format=tar", tok, nil, nil)
+	var got []string
+	tr := tar.NewReader(bytes.NewReader(out))
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			if err != io.EOF {
+				t.Errorf("the tar answer: %v", err)
+			}
+			break
+		}
+		body, _ := io.ReadAll(tr)
+		got = append(got, hdr.Name+"="+string(body))
+	}
+	if code != http.StatusOK || strings.Join(got, " ") != "a/= a/b/= a/b/two=22 a/one=1 three=333" || h.Get("Content-Type") != "application/x-tar" {
+		t.Errorf("GET the tree as tar: %d %q %q", code, got, h.Get("Content-Type"))
+	}
+	// A device entry after a file: refused, and the file it made removed.
+	var bad bytes.Buffer
+	tw = tar.NewWriter(&bad)
+	tw.WriteHeader(&tar.Header{Name: "made", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("m"))
+	tw.WriteHeader(&tar.Header{Name: "null", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3})
+	tw.Close()
+	if code, b, _ := e.fileCall(t, http.MethodPut, "bad/?format=tar", tok, &bad, nil); code != http.StatusBadRequest || !strings.Contains(string(b), "null") {
+		t.Errorf("a tar with a device: %d %s", code, b)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodGet, "bad/", tok, nil, nil); code != http.StatusNotFound {
+		t.Errorf("after a refused tar, bad/ answers %d", code)
+	}
+	e.runIn(t, "acme", "ln -s /tmp /workspace/out")
+	var through bytes.Buffer
+	tw = tar.NewWriter(&through)
+	tw.WriteHeader(&tar.Header{Name: "planted", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("p"))
+	tw.Close()
+	if code, b, _ := e.fileCall(t, http.MethodPut, "out/?format=tar", tok, &through, nil); code != http.StatusForbidden {
+		t.Errorf("a tar through a planted symlink: %d %s", code, b)
+	}
+	if _, err := os.Stat("/tmp/planted"); err == nil {
+		t.Error("the tar wrote /tmp/planted")
 	}
 }

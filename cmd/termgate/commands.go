@@ -176,9 +176,10 @@ func commands() []command {
 			examples: []string{
 				"termgate cp report.csv :data/            # into /workspace/data/ of every sandbox of the tenant",
 				"termgate cp :build/app.tar.gz .",
+				"termgate cp -r ./repo :src/            # a tree, as a tar stream",
 			},
 			run:   runCp,
-			flags: func() *flag.FlagSet { return newClientFlagSet("cp", new(clientFlags)) },
+			flags: func() *flag.FlagSet { return cpFlags(new(clientFlags), new(bool)) },
 		},
 		{
 			name: "ports", args: "[flags] ID",

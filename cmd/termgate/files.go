@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/termgate/termgate/sandbox/files"
 )
 
 // remotePath is the workspace path of a cp or ls argument of the form
@@ -70,7 +73,8 @@ func (cf clientFlags) filesDo(ctx context.Context, method, p string, query url.V
 // one of SRC and DST is :PATH.
 func runCp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var cf clientFlags
-	fs := newClientFlagSet("cp", &cf)
+	var recursive bool
+	fs := cpFlags(&cf, &recursive)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -83,11 +87,72 @@ func runCp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	switch {
 	case fromRemote == toRemote:
 		return usageError{errors.New("cp: one of SRC and DST must be :PATH in the workspace, the other a local path")}
+	case toRemote && recursive:
+		return cf.uploadTree(ctx, src, rdst)
 	case toRemote:
 		return cf.upload(ctx, src, rdst, stderr)
+	case recursive:
+		return cf.downloadTree(ctx, rsrc, dst)
 	default:
 		return cf.download(ctx, rsrc, dst, stderr)
 	}
+}
+
+func cpFlags(cf *clientFlags, recursive *bool) *flag.FlagSet {
+	fs := newClientFlagSet("cp", cf)
+	fs.BoolVar(recursive, "r", false, "copy a directory's tree (a tar stream each way)")
+	return fs
+}
+
+// uploadTree writes local directory src's tree into workspace
+// directory dst (dst/NAME of src when dst ends in "/"), as a tar stream.
+func (cf clientFlags) uploadTree(ctx context.Context, src, dst string) error {
+	root, err := os.OpenRoot(src)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if dst == "" || strings.HasSuffix(dst, "/") {
+		dst += filepath.Base(filepath.Clean(src))
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := files.Archive(root, ".", pw)
+		pw.CloseWithError(err)
+	}()
+	resp, err := cf.filesDo(ctx, http.MethodPut, dst+"/", url.Values{"format": {"tar"}}, pr, -1)
+	pr.CloseWithError(errors.New("cp: the gateway stopped reading"))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// downloadTree writes workspace directory src's tree to local path dst
+// (dst/NAME of src when dst is a directory): what it made is removed
+// when the stream breaks.
+func (cf clientFlags) downloadTree(ctx context.Context, src, dst string) error {
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+		dst = filepath.Join(dst, path.Base("/"+strings.TrimSuffix(src, "/")))
+	}
+	resp, err := cf.filesDo(ctx, http.MethodGet, strings.TrimSuffix(src, "/")+"/", url.Values{"format": {"tar"}}, nil, 0)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	root, err := os.OpenRoot(filepath.Dir(dst))
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if _, err := files.Extract(root, filepath.Base(dst), resp.Body); err != nil {
+		return fmt.Errorf("cp: %s: %w", src, err)
+	}
+	if e := resp.Trailer.Get("X-Termgate-Error"); e != "" {
+		return fmt.Errorf("cp: %s: the gateway's tar stream ended early (%s)", src, e)
+	}
+	return nil
 }
 
 // upload writes local file src to workspace path dst (into it when it

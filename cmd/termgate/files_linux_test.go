@@ -89,3 +89,62 @@ func TestCpIntoAFullWorkspace(t *testing.T) {
 		t.Errorf("a write that fits after the refused one: %d %q", code, stderr)
 	}
 }
+
+// TestCpTrees: a tree of 10,000 files goes into the workspace with cp
+// -r (a tar stream), where a sandbox finds every file, and comes back
+// the same, modes and symlinks included.
+func TestCpTrees(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes+" files:read files:write")
+	flags := []string{"--url", g.url, "--token", tok}
+	src := filepath.Join(t.TempDir(), "tree")
+	const dirs, per = 100, 100
+	for d := range dirs {
+		os.MkdirAll(filepath.Join(src, fmt.Sprintf("d%03d", d)), 0o755)
+		for f := range per {
+			os.WriteFile(filepath.Join(src, fmt.Sprintf("d%03d/f%03d", d, f)), []byte(fmt.Sprint(d*per+f)), 0o640)
+		}
+	}
+	os.Chmod(filepath.Join(src, "d000/f000"), 0o755)
+	os.Symlink("d000/f001", filepath.Join(src, "link"))
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp", "-r"}, flags...), src, ":in/")...); code != 0 {
+		t.Fatalf("cp -r up: %d %q", code, stderr)
+	}
+	code, out, stderr := runCLI(t, "", append(append([]string{"run"}, flags...), "--", "/bin/sh", "-c", "cd /workspace/in/tree && find . -type f | wc -l && cat d099/f099 && readlink link && stat -c %a d000/f000")...)
+	if want := fmt.Sprintf("%d\n%dd000/f001\n755\n", dirs*per, dirs*per-1); code != 0 || out != want {
+		t.Errorf("the sandbox finds %q (%d %q), want %q", out, code, stderr, want)
+	}
+	back := t.TempDir()
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp", "-r"}, flags...), ":in/tree", back)...); code != 0 {
+		t.Fatalf("cp -r down: %d %q", code, stderr)
+	}
+	if got, want := treeOf(t, filepath.Join(back, "tree")), treeOf(t, src); got != want {
+		t.Errorf("the tree back differs: %d lines against %d", strings.Count(got, "\n"), strings.Count(want, "\n"))
+	}
+}
+
+// treeOf describes a local tree: each path, its mode, its content or
+// target.
+func treeOf(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, _ := d.Info()
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(&b, "%s %v", rel, fi.Mode())
+		if fi.Mode().IsRegular() {
+			c, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, " %s", c)
+		}
+		if target, err := os.Readlink(p); err == nil {
+			fmt.Fprintf(&b, " -> %s", target)
+		}
+		b.WriteByte('\n')
+		return nil
+	})
+	return b.String()
+}
