@@ -6,10 +6,12 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -319,4 +321,51 @@ func TestFilesTarStreams(t *testing.T) {
 	if _, err := os.Stat("/tmp/planted"); err == nil {
 		t.Error("the tar wrote /tmp/planted")
 	}
+}
+
+// TestFilesRaceASwappedSymlink: while a program in the sandbox swaps a
+// directory's name between a directory of the workspace and a symlink
+// to the host's /tmp as fast as it can, writes through that name land
+// in the workspace or are refused: none reaches the host.
+func TestFilesRaceASwappedSymlink(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	e.runIn(t, "acme", "mkdir -p /workspace/d")
+	c := e.dial(t, e.token(t, "acme", auth.ScopeCreate, auth.ScopeWrite))
+	defer c.close()
+	id := execid.New()
+	c.send(t, wire.Request{Type: wire.TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c",
+		"cd /workspace && echo flipping && for i in $(seq 1 200000); do ln -sfn d flip; ln -sfn /tmp flip; done"}})
+	c.expect(t, wire.MsgStarted)
+	defer c.send(t, wire.Request{Type: wire.TypeCancel, ID: id})
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		_, b, _ := e.fileCall(t, http.MethodGet, "", tok, nil, nil)
+		return strings.Contains(string(b), `"name":"flip","type":"symlink"`)
+	}) {
+		t.Fatal("the program never made flip")
+	}
+	mark := "race-" + execid.New()
+	landed, refused := 0, 0
+	for i := range 300 {
+		code, b, _ := e.fileCall(t, http.MethodPut, fmt.Sprintf("flip/%s-%d", mark, i), tok, strings.NewReader("x"), nil)
+		switch code {
+		case http.StatusCreated:
+			landed++
+		case http.StatusForbidden, http.StatusNotFound, http.StatusConflict:
+			refused++
+		default:
+			t.Fatalf("PUT %d: %d %s", i, code, b)
+		}
+	}
+	if matches, _ := filepath.Glob("/tmp/" + mark + "*"); len(matches) > 0 {
+		t.Fatalf("writes through the swapped symlink reached the host: %q", matches)
+	}
+	code, b, _ := e.fileCall(t, http.MethodGet, "d/?limit=10000", tok, nil, nil)
+	var list apiFileList
+	json.Unmarshal(b, &list)
+	if code != http.StatusOK || len(list.Entries) != landed {
+		t.Errorf("d/ holds %d files, %d writes landed (%d refused)", len(list.Entries), landed, refused)
+	}
+	t.Logf("%d writes landed in the workspace, %d refused", landed, refused)
 }

@@ -183,11 +183,18 @@ func (t *Tree) Write(p string, r io.Reader, o WriteOptions) (Entry, error) {
 	}
 	var e Entry
 	err = t.run(func(root *os.Root) error {
-		dir := path.Dir(p)
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		if err := root.MkdirAll(path.Dir(p), 0o755); err != nil {
 			return err
 		}
-		tmp, f, err := createTemp(root, dir)
+		// The directory is resolved once: the temporary file is made,
+		// renamed and on failure removed there, whatever a program
+		// renames or swaps on its way meanwhile.
+		dir, err := root.OpenRoot(path.Dir(p))
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		tmp, f, err := createTemp(dir, ".")
 		if err != nil {
 			return err
 		}
@@ -196,10 +203,10 @@ func (t *Tree) Write(p string, r io.Reader, o WriteOptions) (Entry, error) {
 			err = cerr
 		}
 		if err == nil {
-			e, err = t.replace(root, tmp, p, o)
+			e, err = t.replace(dir, tmp, path.Base(p), o)
 		}
 		if err != nil {
-			root.Remove(tmp)
+			dir.Remove(tmp)
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 				return &NoSpaceError{Written: n, Err: err}
 			}
