@@ -55,11 +55,37 @@ const (
 )
 
 // filesRoutes adds the files API to mux.
+// Under /v1/executions/{id}/files/ paths are relative to the directory
+// the execution started in, and the request goes to the execution's node.
 func (a *httpAPI) filesRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/files/{path...}", a.route(ScopeFilesRead, a.getFile))
-	mux.HandleFunc("PUT /v1/files/{path...}", a.route(ScopeFilesWrite, a.putFile))
-	mux.HandleFunc("DELETE /v1/files/{path...}", a.route(ScopeFilesWrite, a.deleteFile))
-	mux.HandleFunc("POST /v1/files/{path...}", a.route(ScopeFilesWrite, a.postFile))
+	for _, base := range []string{"/v1/files/", "/v1/executions/{id}/files/"} {
+		mux.HandleFunc("GET "+base+"{path...}", a.route(ScopeFilesRead, a.getFile))
+		mux.HandleFunc("PUT "+base+"{path...}", a.route(ScopeFilesWrite, a.putFile))
+		mux.HandleFunc("DELETE "+base+"{path...}", a.route(ScopeFilesWrite, a.deleteFile))
+		mux.HandleFunc("POST "+base+"{path...}", a.route(ScopeFilesWrite, a.postFile))
+	}
+}
+
+// filePath is the workspace path a request names: its path, below the
+// execution's working directory under /v1/executions/{id}/files/. A
+// path ending in "/" keeps it.
+func (a *httpAPI) filePath(r *http.Request, c auth.Claims, p string) (string, error) {
+	id := r.PathValue("id")
+	if id == "" {
+		return p, nil
+	}
+	info, err := a.s.cfg.Supervisor.Get(c.Tenant, id)
+	switch {
+	case err != nil:
+		return "", err
+	case info.Workdir == "":
+		return "", &apiError{wire.CodeConflict, "the execution's working directory (" + info.Cwd + ") is not in the workspace"}
+	}
+	dir := p == "" || strings.HasSuffix(p, "/")
+	if p = path.Join(info.Workdir, p); dir {
+		p += "/"
+	}
+	return p, nil
 }
 
 // tree is the caller's tenant's workspace, made on first use, and holds
@@ -115,7 +141,10 @@ type apiFileList struct {
 // getFile answers a file's bytes (ranges and conditions as http.ServeContent
 // does them), or a directory's entries when the path ends in "/".
 func (a *httpAPI) getFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p := r.PathValue("path")
+	p, err := a.filePath(r, c, r.PathValue("path"))
+	if err != nil {
+		return err
+	}
 	t, done, err := a.tree(c)
 	if err != nil {
 		return err
@@ -192,7 +221,10 @@ func (a *httpAPI) listFiles(w http.ResponseWriter, r *http.Request, t *files.Tre
 
 // putFile writes a file from the body, whole or not at all.
 func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p := r.PathValue("path")
+	p, err := a.filePath(r, c, r.PathValue("path"))
+	if err != nil {
+		return err
+	}
 	tarred, err := tarQuery(r)
 	switch {
 	case err != nil:
@@ -391,7 +423,10 @@ func (b *idleBody) Read(p []byte) (int, error) {
 // deleteFile removes a file or an empty directory, or a tree with
 // ?recursive=1.
 func (a *httpAPI) deleteFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p := r.PathValue("path")
+	p, err := a.filePath(r, c, r.PathValue("path"))
+	if err != nil {
+		return err
+	}
 	recursive, err := boolQuery(r, "recursive")
 	if err != nil {
 		return err
@@ -414,13 +449,20 @@ func (a *httpAPI) deleteFile(w http.ResponseWriter, r *http.Request, c auth.Clai
 // postFile runs ?op=mkdir (the directory and those on its way) or
 // ?op=move&to=PATH.
 func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p, q := r.PathValue("path"), r.URL.Query()
+	q := r.URL.Query()
 	op, to := q.Get("op"), q.Get("to")
 	switch {
 	case op == "move" && to == "":
 		return badRequest("op=move needs to=PATH")
 	case op != "mkdir" && op != "move":
 		return badRequest("op must be mkdir or move")
+	}
+	p, err := a.filePath(r, c, r.PathValue("path"))
+	if err == nil && to != "" {
+		to, err = a.filePath(r, c, to)
+	}
+	if err != nil {
+		return err
 	}
 	t, done, err := a.tree(c)
 	if err != nil {

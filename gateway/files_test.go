@@ -369,3 +369,52 @@ func TestFilesRaceASwappedSymlink(t *testing.T) {
 	}
 	t.Logf("%d writes landed in the workspace, %d refused", landed, refused)
 }
+
+// TestFilesOfAnExecution: under /v1/executions/{id}/files/ paths are
+// relative to the directory the execution started in; one that started
+// outside the workspace, and another tenant's, are refused.
+func TestFilesOfAnExecution(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	e.runIn(t, "acme", "mkdir -p /workspace/proj")
+	c := e.dial(t, e.token(t, "acme", auth.ScopeCreate))
+	defer c.close()
+	for id, cwd := range map[string]string{"in-proj": "/workspace/proj", "in-tmp": "/tmp"} {
+		c.send(t, wire.Request{Type: wire.TypeStart, ID: id, Command: "/bin/sh", Args: []string{"-c", "sleep 60"}, Cwd: cwd})
+		c.expect(t, wire.MsgStarted)
+		defer c.send(t, wire.Request{Type: wire.TypeCancel, ID: id})
+	}
+	call := func(method, path string, body string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), method, e.http.URL+"/v1/executions/"+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, b := call(http.MethodPut, "in-proj/files/notes/a.txt", "proj's"); code != http.StatusCreated {
+		t.Fatalf("PUT relative to the execution: %d %s", code, b)
+	}
+	if code, b, _ := e.fileCall(t, http.MethodGet, "proj/notes/a.txt", tok, nil, nil); code != http.StatusOK || string(b) != "proj's" {
+		t.Errorf("the file in the workspace: %d %q", code, b)
+	}
+	if code, b := call(http.MethodPost, "in-proj/files/notes/a.txt?op=move&to=b.txt", ""); code != http.StatusOK {
+		t.Errorf("a move relative to the execution: %d %s", code, b)
+	}
+	if code, b := call(http.MethodGet, "in-proj/files/", ""); code != http.StatusOK || !strings.Contains(b, `"name":"b.txt"`) {
+		t.Errorf("the execution's directory: %d %s", code, b)
+	}
+	if code, b := call(http.MethodGet, "in-tmp/files/x", ""); code != http.StatusConflict || !strings.Contains(b, "/tmp") {
+		t.Errorf("an execution outside the workspace: %d %s", code, b)
+	}
+	other := e.token(t, "globex", ScopeFilesRead)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, e.http.URL+"/v1/executions/in-proj/files/b.txt", nil)
+	req.Header.Set("Authorization", "Bearer "+other)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another tenant's execution: %v %v", resp.StatusCode, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -455,7 +456,27 @@ func (e *execution) info() Info {
 	if e.res != nil {
 		in.Status = e.res.Status
 	}
+	in.Cwd, in.Workdir = workdir(e.spec.Policy)
 	return in
+}
+
+// workdir is a policy's working directory inside the sandbox, and
+// relative to its workspace ("" when outside it).
+func workdir(p sandbox.Policy) (cwd, rel string) {
+	if p.WorkspaceMount == "" {
+		p.WorkspaceMount = sandbox.DefaultWorkspaceMount
+	}
+	cwd = path.Clean(p.Cwd)
+	if p.Cwd == "" {
+		cwd = p.WorkspaceMount
+	}
+	switch rest, ok := strings.CutPrefix(cwd, path.Clean(p.WorkspaceMount)); {
+	case ok && rest == "":
+		return cwd, "."
+	case ok && strings.HasPrefix(rest, "/"):
+		return cwd, rest[1:]
+	}
+	return cwd, ""
 }
 
 // running returns the process, or ErrNotRunning once it ended.

@@ -151,6 +151,11 @@ type Info struct {
 	// Network is the execution's network: its network policy's name now,
 	// or the sandbox's network (none or host).
 	Network string `json:"network,omitempty"`
+	// Cwd is the directory the command started in, inside the sandbox;
+	// Workdir is the same directory relative to the workspace, "." for
+	// the workspace itself, "" when it lies outside the workspace.
+	Cwd     string `json:"cwd,omitempty"`
+	Workdir string `json:"-"`
 }
 
 // Stats counts executions.
