@@ -208,3 +208,50 @@ func TestClusterForward(t *testing.T) {
 		t.Errorf("GET through a relayed forward: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestClusterFiles: the files of an execution another node owns are
+// served by that node through the one the client reached: a file PUT
+// beside the execution through n0 is in n1's workspace of the tenant.
+func TestClusterFiles(t *testing.T) {
+	serveFromEnv()
+	c := newCluster(t, 2)
+	tok := gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes+" files:read files:write")
+	var id string
+	for i := range 8 { // placed by their keys: one on n1, seen from n0, most likely
+		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
+			"id": fmt.Sprint("files-", i), "command": "/bin/sh", "args": []string{"-c", "sleep 120"}})
+		if status != http.StatusCreated {
+			t.Fatalf("start %d: %d %v", i, status, got)
+		}
+		if ownerOf(got["id"].(string)) == "n1" {
+			id = got["id"].(string)
+			break
+		}
+	}
+	if id == "" {
+		t.Skip("no start of 8 was placed on n1") // 1 in 256
+	}
+	do := func(method, base, path, body string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, b := do(http.MethodPut, c.url(0), "/v1/executions/"+id+"/files/relayed.txt", "through n0"); code != http.StatusCreated {
+		t.Fatalf("PUT through n0: %d %s", code, b)
+	}
+	if code, b := do(http.MethodGet, c.url(1), "/v1/files/relayed.txt", ""); code != http.StatusOK || b != "through n0" {
+		t.Errorf("n1's workspace: %d %q", code, b)
+	}
+	if code, _ := do(http.MethodGet, c.url(0), "/v1/files/relayed.txt", ""); code != http.StatusNotFound {
+		t.Errorf("n0's own workspace has it: %d", code)
+	}
+	if code, b := do(http.MethodGet, c.url(0), "/v1/executions/"+id+"/files/relayed.txt", ""); code != http.StatusOK || b != "through n0" {
+		t.Errorf("GET beside the execution through n0: %d %q", code, b)
+	}
+}
