@@ -63,6 +63,7 @@ func (a *httpAPI) filesRoutes(mux *http.ServeMux) {
 		mux.HandleFunc("PUT "+base+"{path...}", a.route(ScopeFilesWrite, a.putFile))
 		mux.HandleFunc("DELETE "+base+"{path...}", a.route(ScopeFilesWrite, a.deleteFile))
 		mux.HandleFunc("POST "+base+"{path...}", a.route(ScopeFilesWrite, a.postFile))
+		mux.HandleFunc("PATCH "+base+"{path...}", a.route(ScopeFilesWrite, a.patchFile))
 	}
 }
 
@@ -150,6 +151,15 @@ func (a *httpAPI) getFile(w http.ResponseWriter, r *http.Request, c auth.Claims)
 		return err
 	}
 	defer done()
+	if id := r.URL.Query().Get("upload"); id != "" {
+		n, err := t.UploadOffset(p, id)
+		if err != nil {
+			return filesError(err)
+		}
+		w.Header().Set("Upload-Offset", strconv.FormatInt(n, 10))
+		a.respond(w, http.StatusOK, apiUpload{ID: id, Offset: n})
+		return nil
+	}
 	switch tarred, err := tarQuery(r); {
 	case err != nil:
 		return err
@@ -247,14 +257,24 @@ func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims)
 		return err
 	}
 	defer done()
-	if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
-		return err
-	}
-	body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
 	_, existed := t.Stat(p)
-	e, err := t.Write(p, body, o)
-	err = filesError(err)
-	a.auditWritten(r, c, p, body.n, err)
+	var e files.Entry
+	if id := r.URL.Query().Get("upload"); id != "" {
+		size, _ := t.UploadOffset(p, id)
+		e, err = t.FinishUpload(p, id, o)
+		err = filesError(err)
+		if err == nil || errorCodeOf(err) != wire.CodeNotFound {
+			a.auditWritten(r, c, p, uint64(size), err)
+		}
+	} else {
+		if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
+			return err
+		}
+		body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+		e, err = t.Write(p, body, o)
+		err = filesError(err)
+		a.auditWritten(r, c, p, body.n, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -436,6 +456,13 @@ func (a *httpAPI) deleteFile(w http.ResponseWriter, r *http.Request, c auth.Clai
 		return err
 	}
 	defer done()
+	if id := r.URL.Query().Get("upload"); id != "" {
+		if err := t.AbortUpload(p, id); err != nil {
+			return filesError(err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	if err := a.auditFile(r, c, eventFileDelete, p, ""); err != nil {
 		return err
 	}
@@ -454,8 +481,8 @@ func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims
 	switch {
 	case op == "move" && to == "":
 		return badRequest("op=move needs to=PATH")
-	case op != "mkdir" && op != "move":
-		return badRequest("op must be mkdir or move")
+	case op != "mkdir" && op != "move" && op != "upload":
+		return badRequest("op must be mkdir, move or upload")
 	}
 	p, err := a.filePath(r, c, r.PathValue("path"))
 	if err == nil && to != "" {
@@ -469,6 +496,9 @@ func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims
 		return err
 	}
 	defer done()
+	if op == "upload" {
+		return a.startUpload(w, r, c, t, p)
+	}
 	status, event := http.StatusCreated, eventFileMkdir
 	if op == "move" {
 		status, event = http.StatusOK, eventFileMove
@@ -486,6 +516,59 @@ func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims
 		return filesError(err)
 	}
 	a.respond(w, status, fileEntry(e))
+	return nil
+}
+
+// apiUpload is a resumable upload: its id and the bytes it holds.
+type apiUpload struct {
+	ID     string `json:"upload"`
+	Offset int64  `json:"offset"`
+}
+
+// startUpload begins a resumable upload of the file at p.
+func (a *httpAPI) startUpload(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error {
+	if p == "" || strings.HasSuffix(p, "/") {
+		return badRequest("an upload writes a file: name one, not a directory")
+	}
+	if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
+		return err
+	}
+	id, err := t.StartUpload(p)
+	if err != nil {
+		return filesError(err)
+	}
+	a.respond(w, http.StatusCreated, apiUpload{ID: id})
+	return nil
+}
+
+// patchFile adds the body to a resumable upload at Upload-Offset, the
+// offset it reached. The answer's Upload-Offset is the new one; a body
+// that breaks keeps what arrived, and HEAD tells where to resume.
+func (a *httpAPI) patchFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	p, err := a.filePath(r, c, r.PathValue("path"))
+	if err != nil {
+		return err
+	}
+	id := r.URL.Query().Get("upload")
+	offset, err := strconv.ParseInt(r.Header.Get("Upload-Offset"), 10, 64)
+	switch {
+	case id == "":
+		return badRequest("PATCH adds to an upload: upload=ID (POST op=upload starts one)")
+	case err != nil || offset < 0:
+		return badRequest("Upload-Offset must be the offset the upload reached (HEAD tells it)")
+	}
+	t, done, err := a.tree(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+	end, err := t.Append(p, id, offset, body)
+	w.Header().Set("Upload-Offset", strconv.FormatInt(end, 10))
+	if err != nil {
+		return filesError(err)
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
@@ -514,6 +597,10 @@ func filesError(err error) error {
 		return &apiError{wire.CodeNotFound, "no such file or directory"}
 	case errors.Is(err, fs.ErrPermission):
 		return &apiError{wire.CodeForbidden, "the tenant may not do that there, or the path leads out of its workspace"}
+	case errors.Is(err, files.ErrUploadBusy):
+		return &apiError{wire.CodeConflict, "an earlier request is still adding to the upload: ask again shortly"}
+	case errors.Is(err, files.ErrUploadOffset):
+		return &apiError{wire.CodeConflict, err.Error()[len("files: "):] + " (Upload-Offset says so too)"}
 	case errors.Is(err, files.ErrChanged):
 		return &apiError{wire.CodePreconditionFailed, "the file is not as If-Match or If-None-Match says"}
 	case errors.Is(err, files.ErrIsDir):

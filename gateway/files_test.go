@@ -4,14 +4,17 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -418,3 +421,80 @@ func TestFilesOfAnExecution(t *testing.T) {
 		t.Errorf("another tenant's execution: %v %v", resp.StatusCode, err)
 	}
 }
+
+// TestFilesResumableUpload: an upload whose connection breaks mid-way
+// keeps what arrived; HEAD tells the offset, the rest follows from it,
+// and the finished file is byte-exact; a wrong offset is refused with
+// the right one; an abandoned upload is gone.
+func TestFilesResumableUpload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead, ScopeFilesWrite)
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	code, b, _ := e.fileCall(t, http.MethodPost, "up/big.bin?op=upload", tok, nil, nil)
+	var up apiUpload
+	if json.Unmarshal(b, &up); code != http.StatusCreated || len(up.ID) != 32 {
+		t.Fatalf("start an upload: %d %s", code, b)
+	}
+	q := "up/big.bin?upload=" + up.ID
+	patch := func(offset int, body io.Reader) (int, http.Header, error) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPatch, e.http.URL+"/v1/files/"+q, body)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Upload-Offset", strconv.Itoa(offset))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header, nil
+	}
+	// The connection breaks after 3 MiB of the body.
+	cut := io.MultiReader(bytes.NewReader(data[:3<<20]), readerFunc(func([]byte) (int, error) { return 0, errors.New("cut") }))
+	if _, _, err := patch(0, cut); err == nil {
+		t.Fatal("a body that breaks went through")
+	}
+	var offset int
+	// The server may still be reading what was sent: HEAD answers 409
+	// until it is done.
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool {
+		code, _, h := e.fileCall(t, http.MethodHead, q, tok, nil, nil)
+		offset, _ = strconv.Atoi(h.Get("Upload-Offset"))
+		return code == http.StatusOK && offset > 0
+	}) || offset > 3<<20 {
+		t.Fatalf("after the break the upload holds %d bytes", offset)
+	}
+	if code, h, err := patch(offset+1, bytes.NewReader(data[offset+1:])); err != nil || code != http.StatusConflict || h.Get("Upload-Offset") != strconv.Itoa(offset) {
+		t.Errorf("a PATCH at the wrong offset: %d %v %v", code, h.Get("Upload-Offset"), err)
+	}
+	if code, h, err := patch(offset, bytes.NewReader(data[offset:])); err != nil || code != http.StatusNoContent || h.Get("Upload-Offset") != strconv.Itoa(len(data)) {
+		t.Fatalf("the rest: %d %v %v", code, h, err)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodGet, "up/big.bin", tok, nil, nil); code != http.StatusNotFound {
+		t.Errorf("an unfinished upload is visible: %d", code)
+	}
+	if code, b, _ := e.fileCall(t, http.MethodPut, q+"&mode=0600", tok, nil, nil); code != http.StatusCreated {
+		t.Fatalf("finish: %d %s", code, b)
+	}
+	if code, got, _ := e.fileCall(t, http.MethodGet, "up/big.bin", tok, nil, nil); code != http.StatusOK || !bytes.Equal(got, data) {
+		t.Errorf("the finished file: %d, %d bytes, equal %v", code, len(got), bytes.Equal(got, data))
+	}
+	if code, b, _ := e.fileCall(t, http.MethodGet, "up/", tok, nil, nil); code != http.StatusOK || strings.Contains(string(b), "termgate-upload") {
+		t.Errorf("the directory after: %d %s", code, b)
+	}
+	code, b, _ = e.fileCall(t, http.MethodPost, "up/gone.bin?op=upload", tok, nil, nil)
+	json.Unmarshal(b, &up)
+	if code, _, _ := e.fileCall(t, http.MethodDelete, "up/gone.bin?upload="+up.ID, tok, nil, nil); code != http.StatusNoContent {
+		t.Errorf("abandon: %d", code)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodHead, "up/gone.bin?upload="+up.ID, tok, nil, nil); code != http.StatusNotFound {
+		t.Errorf("an abandoned upload: %d", code)
+	}
+	if code, _, _ := e.fileCall(t, http.MethodHead, "up/gone.bin?upload=nothex", tok, nil, nil); code != http.StatusNotFound {
+		t.Errorf("a bad upload id: %d", code)
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

@@ -3,6 +3,8 @@
 package files
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/fsid"
 	"golang.org/x/sys/unix"
@@ -357,4 +360,206 @@ func (t *Tree) TarIn(p string, r io.Reader) (written int64, err error) {
 		return err
 	})
 	return written, translate(err)
+}
+
+// uploadPrefix starts the names of resumable uploads' files.
+const uploadPrefix = ".termgate-upload-"
+
+// uploadStale is how old an upload's file may grow without a change
+// before StartUpload in its directory removes it.
+const uploadStale = 24 * time.Hour
+
+// ErrUploadOffset refuses bytes for an upload at an offset other than
+// the one it reached (UploadOffsetError has it).
+var ErrUploadOffset = errors.New("files: not the upload's offset")
+
+// UploadOffsetError says where an upload is.
+type UploadOffsetError struct{ Offset int64 }
+
+func (e *UploadOffsetError) Error() string {
+	return fmt.Sprintf("files: the upload is at offset %d", e.Offset)
+}
+
+func (e *UploadOffsetError) Unwrap() error { return ErrUploadOffset }
+
+// ErrUploadBusy refuses to tell or add to an upload while a request is
+// still adding to it (a client that lost that request's connection
+// asks again shortly: the server may still be reading what was sent).
+var ErrUploadBusy = errors.New("files: an earlier request is still adding to the upload")
+
+// lockUpload takes f's lock, exclusive or shared, or fails with
+// ErrUploadBusy; closing f lets it go.
+func lockUpload(f *os.File, exclusive bool) error {
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return ErrUploadBusy
+	}
+	return err
+}
+
+// upload resolves a resumable upload of the file at p: its directory,
+// opened, and its file's name there.
+func uploadName(p, id string) (dir, name string, err error) {
+	p, err = Clean(p)
+	if err != nil {
+		return "", "", err
+	}
+	if p == "." {
+		return "", "", ErrIsDir
+	}
+	if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+		return "", "", fmt.Errorf("%w: not an upload id", ErrNotFound)
+	}
+	return path.Dir(p), uploadPrefix + id + "-" + path.Base(p), nil
+}
+
+// StartUpload begins a resumable upload of the file at p (its
+// directories made) and returns its id. Its bytes gather in a file of
+// the directory, hidden by its name, until FinishUpload; uploads left
+// there a day without a change are removed by the next start in it.
+func (t *Tree) StartUpload(p string) (string, error) {
+	var b [16]byte
+	rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	dirPath, name, err := uploadName(p, id)
+	if err != nil {
+		return "", err
+	}
+	return id, translate(t.run(func(root *os.Root) error {
+		if err := root.MkdirAll(dirPath, 0o755); err != nil {
+			return err
+		}
+		dir, err := root.OpenRoot(dirPath)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		sweepUploads(dir)
+		f, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}))
+}
+
+// sweepUploads removes the stale uploads of dir.
+func sweepUploads(dir *os.Root) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, n := range names {
+		if !strings.HasPrefix(n, uploadPrefix) {
+			continue
+		}
+		if fi, err := dir.Lstat(n); err == nil && fi.Mode().IsRegular() && time.Since(fi.ModTime()) > uploadStale {
+			dir.Remove(n)
+		}
+	}
+}
+
+// inUpload runs f with the upload's directory and file name, once its
+// file exists.
+func (t *Tree) inUpload(p, id string, f func(dir *os.Root, name string) error) error {
+	dirPath, name, err := uploadName(p, id)
+	if err != nil {
+		return err
+	}
+	return translate(t.run(func(root *os.Root) error {
+		dir, err := root.OpenRoot(dirPath)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		if fi, err := dir.Lstat(name); err != nil || !fi.Mode().IsRegular() {
+			return fmt.Errorf("%w: no such upload", ErrNotFound)
+		}
+		return f(dir, name)
+	}))
+}
+
+// UploadOffset is how many bytes an upload holds.
+func (t *Tree) UploadOffset(p, id string) (int64, error) {
+	var n int64
+	err := t.inUpload(p, id, func(dir *os.Root, name string) error {
+		f, err := dir.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := lockUpload(f, false); err != nil {
+			return err
+		}
+		fi, err := f.Stat()
+		if err == nil {
+			n = fi.Size()
+		}
+		return err
+	})
+	return n, err
+}
+
+// Append adds r's bytes to an upload at offset, which must be the
+// offset it reached (UploadOffsetError otherwise). What it read is kept
+// when r fails (the client resumes from the new offset); when the
+// workspace is full, none of it is (NoSpaceError). It returns the new
+// offset.
+func (t *Tree) Append(p, id string, offset int64, r io.Reader) (int64, error) {
+	var end int64
+	err := t.inUpload(p, id, func(dir *os.Root, name string) error {
+		f, err := dir.OpenFile(name, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := lockUpload(f, true); err != nil {
+			return err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if end = fi.Size(); end != offset {
+			return &UploadOffsetError{end}
+		}
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return err
+		}
+		n, err := io.Copy(f, r)
+		end += n
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			f.Truncate(offset)
+			end = offset
+			return &NoSpaceError{Written: n, Err: err}
+		}
+		return err
+	})
+	return end, err
+}
+
+// FinishUpload renames an upload's file into place at p, as Write does
+// with a whole body.
+func (t *Tree) FinishUpload(p, id string, o WriteOptions) (Entry, error) {
+	if o.Mode&^fs.ModePerm != 0 {
+		return Entry{}, fmt.Errorf("%w: mode %v: only permission bits", ErrInvalidPath, o.Mode)
+	}
+	var e Entry
+	err := t.inUpload(p, id, func(dir *os.Root, name string) error {
+		var err error
+		e, err = t.replace(dir, name, path.Base(path.Clean("/"+p)), o)
+		return err
+	})
+	return e, err
+}
+
+// AbortUpload removes an upload and its bytes.
+func (t *Tree) AbortUpload(p, id string) error {
+	return t.inUpload(p, id, func(dir *os.Root, name string) error { return dir.Remove(name) })
 }
