@@ -52,10 +52,40 @@ func NewResolver(server string) *net.Resolver {
 		PreferGo: true,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, network, server)
+			c, err := d.DialContext(ctx, network, server)
+			if err != nil {
+				return nil, err
+			}
+			// The resolver does not watch ctx while it waits for an
+			// answer: a lookup whose callers all left would wait on to
+			// its timeout (5 s a try). Closing its socket ends it now.
+			stop := context.AfterFunc(ctx, func() { c.Close() })
+			switch c := c.(type) {
+			case *net.UDPConn: // the resolver tells packets from streams by type
+				return &stoppingUDPConn{c, stop}, nil
+			case *net.TCPConn:
+				return &stoppingTCPConn{c, stop}, nil
+			}
+			return c, nil
 		},
 	}
 }
+
+// stoppingUDPConn and stoppingTCPConn are a resolver's sockets, closed
+// when its lookup is cancelled; Close lets the watch go.
+type (
+	stoppingUDPConn struct {
+		*net.UDPConn
+		stop func() bool
+	}
+	stoppingTCPConn struct {
+		*net.TCPConn
+		stop func() bool
+	}
+)
+
+func (c *stoppingUDPConn) Close() error { c.stop(); return c.UDPConn.Close() }
+func (c *stoppingTCPConn) Close() error { c.stop(); return c.TCPConn.Close() }
 
 // Dial connects to host, a host name or an IP address, on port over
 // network ("tcp", "udp", or their 4 and 6 forms), if policy p allows it.
@@ -70,6 +100,11 @@ func NewResolver(server string) *net.Resolver {
 // also returned; the Decision returned with a connection is the one for
 // the address it reached.
 func (d *Dialer) Dial(ctx context.Context, p *Policy, network, host string, port uint16) (net.Conn, Decision, error) {
+	if ctx.Err() != nil {
+		// Nothing is tried: a lookup, once started, would run on for up
+		// to the resolver's timeout after its caller left.
+		return nil, Decision{}, fmt.Errorf("netpolicy: dial %s: %w", host, context.Cause(ctx))
+	}
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(d.Timeout, DefaultTimeout))
 	defer cancel()
 	own, err := d.ownAddrs()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -302,5 +303,41 @@ func TestDialUDP(t *testing.T) {
 	var re *RefusedError
 	if _, _, err := e.dialer.Dial(t.Context(), e.policy, "tcp", "udp.test", e.udp); !errors.As(err, &re) {
 		t.Errorf("tcp to a udp rule: %v", err)
+	}
+}
+
+// TestResolverLookupEndsWithItsCaller: a lookup whose caller left ends
+// at once, not at the resolver's timeout, though its server never
+// answers: the resolver's goroutines go.
+func TestResolverLookupEndsWithItsCaller(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	asked := make(chan struct{}, 8)
+	go func() { // a server that reads and never answers
+		buf := make([]byte, 512)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			asked <- struct{}{}
+		}
+	}()
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := NewResolver(pc.LocalAddr().String()).LookupNetIP(ctx, "ip4", "silent.test.")
+		done <- err
+	}()
+	<-asked
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a lookup nobody answered succeeded")
+	}
+	if !sandboxtest.Eventually(t, time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+		t.Errorf("%d goroutines a second after the caller left, %d before the lookup", runtime.NumGoroutine(), before)
 	}
 }
