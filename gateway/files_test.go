@@ -482,8 +482,9 @@ func TestFilesResumableUpload(t *testing.T) {
 	if code, b, _ := e.fileCall(t, http.MethodGet, "up/", tok, nil, nil); code != http.StatusOK || strings.Contains(string(b), "termgate-upload") {
 		t.Errorf("the directory after: %d %s", code, b)
 	}
-	code, b, _ = e.fileCall(t, http.MethodPost, "up/gone.bin?op=upload", tok, nil, nil)
-	json.Unmarshal(b, &up)
+	if code, b, _ = e.fileCall(t, http.MethodPost, "up/gone.bin?op=upload", tok, nil, nil); code != http.StatusCreated || json.Unmarshal(b, &up) != nil {
+		t.Fatalf("start another upload: %d %s", code, b)
+	}
 	if code, _, _ := e.fileCall(t, http.MethodDelete, "up/gone.bin?upload="+up.ID, tok, nil, nil); code != http.StatusNoContent {
 		t.Errorf("abandon: %d", code)
 	}
