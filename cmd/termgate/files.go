@@ -39,6 +39,19 @@ func (cf clientFlags) filesURL(p string) string {
 // filesDo makes a files API request and returns the answer of a 2xx
 // status; any other is the gateway's error.
 func (cf clientFlags) filesDo(ctx context.Context, method, p string, query url.Values, body io.Reader, size int64) (*http.Response, error) {
+	return cf.filesDoWith(ctx, method, p, query, nil, body, size)
+}
+
+// filesAnswer is an answer of the files API that is not 2xx.
+type filesAnswer struct {
+	status int
+	msg    string
+}
+
+func (e *filesAnswer) Error() string { return e.msg }
+
+// filesDoWith is filesDo with the request's headers.
+func (cf clientFlags) filesDoWith(ctx context.Context, method, p string, query url.Values, header http.Header, body io.Reader, size int64) (*http.Response, error) {
 	if cf.url == "" || cf.token == "" {
 		return nil, usageError{errors.New("--url and --token (or TERMGATE_URL and TERMGATE_TOKEN) are required")}
 	}
@@ -53,6 +66,9 @@ func (cf clientFlags) filesDo(ctx context.Context, method, p string, query url.V
 	if body != nil {
 		req.ContentLength = size
 	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	req.Header.Set("Authorization", "Bearer "+cf.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -62,11 +78,12 @@ func (cf clientFlags) filesDo(ctx context.Context, method, p string, query url.V
 		return resp, nil
 	}
 	defer resp.Body.Close()
+	ge := &filesAnswer{status: resp.StatusCode, msg: fmt.Sprintf("%s: the gateway answered %s", p, resp.Status)}
 	var e struct{ Error, Message string }
 	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e) == nil && e.Message != "" {
-		return nil, fmt.Errorf("%s: %s (%s)", p, e.Message, e.Error)
+		ge.msg = fmt.Sprintf("%s: %s (%s)", p, e.Message, e.Error)
 	}
-	return nil, fmt.Errorf("%s: the gateway answered %s", p, resp.Status)
+	return nil, ge
 }
 
 // runCp copies a file between this machine and the tenant's workspace:
@@ -176,12 +193,88 @@ func (cf clientFlags) upload(ctx context.Context, src, dst string, stderr io.Wri
 	q := url.Values{"mode": {fmt.Sprintf("%04o", fi.Mode().Perm())}}
 	pr := newProgress(stderr, "upload "+src, fi.Size())
 	defer pr.done()
+	if fi.Size() >= resumableFrom {
+		return cf.uploadResumable(ctx, f, fi.Size(), dst, q, pr)
+	}
 	resp, err := cf.filesDo(ctx, http.MethodPut, dst, q, io.TeeReader(f, pr), fi.Size())
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// Resumable uploads: files of resumableFrom bytes or more are sent as
+// one, which resumes from the offset the gateway has after a broken
+// connection, resumeTries times at most.
+const (
+	resumableFrom = 16 << 20
+	resumeTries   = 8
+)
+
+// uploadResumable sends f (size bytes) as a resumable upload to dst
+// and puts it in place with query's mode.
+func (cf clientFlags) uploadResumable(ctx context.Context, f *os.File, size int64, dst string, query url.Values, pr *progress) error {
+	resp, err := cf.filesDo(ctx, http.MethodPost, dst, url.Values{"op": {"upload"}}, nil, 0)
+	if err != nil {
+		return err
+	}
+	var up struct{ Upload string }
+	err = json.NewDecoder(resp.Body).Decode(&up)
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("cp: the gateway's answer: %w", err)
+	}
+	abandon := func() { cf.filesDo(context.WithoutCancel(ctx), http.MethodDelete, dst, url.Values{"upload": {up.Upload}}, nil, 0) }
+	var offset int64
+	for try := 0; offset < size; try++ {
+		h := http.Header{"Upload-Offset": {strconv.FormatInt(offset, 10)}}
+		body := io.TeeReader(io.NewSectionReader(f, offset, size-offset), pr)
+		resp, err := cf.filesDoWith(ctx, http.MethodPatch, dst, url.Values{"upload": {up.Upload}}, h, body, size-offset)
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		var ge *filesAnswer
+		if errors.As(err, &ge) && ge.status != http.StatusConflict || ctx.Err() != nil || try == resumeTries {
+			abandon()
+			return err
+		}
+		if offset, err = cf.uploadOffset(ctx, dst, up.Upload); err != nil {
+			abandon()
+			return err
+		}
+		pr.n = offset
+	}
+	query.Set("upload", up.Upload)
+	resp, err = cf.filesDo(ctx, http.MethodPut, dst, query, nil, 0)
+	if err != nil {
+		abandon()
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// uploadOffset asks where an upload is, while an earlier request still
+// writes it (409) asking again, for up to a minute.
+func (cf clientFlags) uploadOffset(ctx context.Context, dst, id string) (int64, error) {
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		resp, err := cf.filesDo(ctx, http.MethodHead, dst, url.Values{"upload": {id}}, nil, 0)
+		if err == nil {
+			resp.Body.Close()
+			return strconv.ParseInt(resp.Header.Get("Upload-Offset"), 10, 64)
+		}
+		var ge *filesAnswer
+		if !errors.As(err, &ge) || ge.status != http.StatusConflict || pause == 5*time.Second {
+			return 0, err
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
 }
 
 // download writes workspace file src to local path dst (into it when

@@ -5,9 +5,12 @@ import (
 	"crypto/md5"
 	"crypto/rand"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -147,4 +150,56 @@ func treeOf(t *testing.T, dir string) string {
 		return nil
 	})
 	return b.String()
+}
+
+// TestCpResumesAnUpload: a large upload whose connection breaks resumes
+// from the offset the gateway has, and the file arrives byte-exact.
+func TestCpResumesAnUpload(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes+" files:read files:write")
+	// A proxy that cuts the first connection that sends more than 4 MiB.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	gw := strings.TrimPrefix(g.url, "http://")
+	var cuts atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", gw)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go io.Copy(c, u)
+				limit := int64(1 << 62)
+				if cuts.Load() == 0 {
+					limit = 4 << 20
+				}
+				if n, _ := io.Copy(u, io.LimitReader(c, limit)); n == limit {
+					cuts.Add(1)
+				}
+			}()
+		}
+	}()
+	data := make([]byte, 20<<20)
+	rand.Read(data)
+	src := filepath.Join(t.TempDir(), "big.bin")
+	os.WriteFile(src, data, 0o600)
+	code, _, stderr := runCLI(t, "", "cp", "--url", "http://"+ln.Addr().String(), "--token", tok, src, ":big.bin")
+	if code != 0 || cuts.Load() != 1 {
+		t.Fatalf("cp through a proxy that cut it: %d %q, %d cuts", code, stderr, cuts.Load())
+	}
+	code, out, _ := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "md5sum < /workspace/big.bin; ls -A /workspace")
+	if want := fmt.Sprintf("%x  -\nbig.bin\n", md5.Sum(data)); code != 0 || out != want {
+		t.Errorf("in the sandbox: %q, want %q", out, want)
+	}
 }
