@@ -225,7 +225,9 @@ func (cf clientFlags) uploadResumable(ctx context.Context, f *os.File, size int6
 	if err != nil {
 		return fmt.Errorf("cp: the gateway's answer: %w", err)
 	}
-	abandon := func() { cf.filesDo(context.WithoutCancel(ctx), http.MethodDelete, dst, url.Values{"upload": {up.Upload}}, nil, 0) }
+	abandon := func() {
+		cf.filesDo(context.WithoutCancel(ctx), http.MethodDelete, dst, url.Values{"upload": {up.Upload}}, nil, 0)
+	}
 	var offset int64
 	for try := 0; offset < size; try++ {
 		h := http.Header{"Upload-Offset": {strconv.FormatInt(offset, 10)}}
