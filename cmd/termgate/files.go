@@ -226,7 +226,9 @@ func (cf clientFlags) uploadResumable(ctx context.Context, f *os.File, size int6
 		return fmt.Errorf("cp: the gateway's answer: %w", err)
 	}
 	abandon := func() {
-		cf.filesDo(context.WithoutCancel(ctx), http.MethodDelete, dst, url.Values{"upload": {up.Upload}}, nil, 0)
+		if resp, err := cf.filesDo(context.WithoutCancel(ctx), http.MethodDelete, dst, url.Values{"upload": {up.Upload}}, nil, 0); err == nil {
+			resp.Body.Close()
+		}
 	}
 	var offset int64
 	for try := 0; offset < size; try++ {
