@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -72,4 +73,33 @@ func TestBrowserDebugsNodeThroughHostPreview(t *testing.T) {
 	if got := poll(t, ctx, "Runtime.evaluate's answer", `window.__answer`, func(s string) bool { return s == "43" || strings.HasPrefix(s, "error") }); got != "43" {
 		t.Errorf("Runtime.evaluate through the preview answered %s, want 43", got)
 	}
+}
+
+// TestBrowserDropsAFile: a file dropped on the terminal is uploaded into
+// the directory the shell started in, with a notice that says so; the
+// shell reads it.
+func TestBrowserDropsAFile(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes+" files:read files:write"))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	drop := `(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File(['dropped from the page\n'], 'dropped name.txt', { type: 'text/plain' }));
+		const target = document.querySelector('#terminals');
+		target.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }));
+		return !target.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+	})()`
+	if handled := poll(t, ctx, "the drop", drop, func(bool) bool { return true }); !handled {
+		t.Fatal("the page did not take the drop")
+	}
+	done := poll(t, ctx, "the upload's notice", `document.querySelector('#notices [data-done]')?.dataset.done ?? ''`, func(s string) bool { return s != "" })
+	if done != "ok" {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#notices').textContent`))
+		t.Fatalf("the upload ended %q: %s", done, text)
+	}
+	typeKeys(t, ctx, "cat 'dropped name.txt'\r")
+	transcript(t, ctx, "the shell reading the file", func(s string) bool { return strings.Contains(s, "dropped from the page") })
 }

@@ -94,7 +94,7 @@ func (o *serveOptions) printDevURL(w io.Writer, authn *auth.Authenticator, addr 
 	now := time.Now()
 	tok, err := authn.Mint(auth.Claims{
 		Subject: "dev", Tenant: o.devTenant, IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour),
-		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true, gateway.ScopeForward: true},
+		Scopes: map[string]bool{auth.ScopeCreate: true, auth.ScopeAttach: true, auth.ScopeWrite: true, gateway.ScopeForward: true, gateway.ScopeFilesRead: true, gateway.ScopeFilesWrite: true},
 	})
 	if err != nil {
 		return fmt.Errorf("serve: mint dev token: %w", err)

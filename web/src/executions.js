@@ -114,6 +114,39 @@ export class ExecutionsAPI {
   }
 
   /**
+   * upload writes file to name in the directory execution id started in
+   * (the token needs files:write), whole or not at all; progress is
+   * told the bytes sent so far.
+   * @param {string} id
+   * @param {string} name
+   * @param {Blob} file
+   * @param {(sent: number) => void} progress
+   * @returns {Promise<{name: string, size: number}>}
+   */
+  upload(id, name, file, progress) {
+    return new Promise((resolve, reject) => {
+      const token = this.getToken();
+      if (token === null) return reject(new ExecutionsError(401, 'unauthorized', 'no token'));
+      const x = new XMLHttpRequest();
+      x.open('PUT', `/v1/executions/${encodeURIComponent(id)}/files/${encodeURIComponent(name)}`);
+      x.setRequestHeader('Authorization', `Bearer ${token}`);
+      x.upload.onprogress = (e) => progress(e.loaded);
+      x.onload = () => {
+        let body = null;
+        try {
+          body = JSON.parse(x.responseText);
+        } catch {
+          body = null;
+        }
+        if (x.status >= 200 && x.status < 300) return resolve(body);
+        reject(new ExecutionsError(x.status, body?.error ?? '', body?.message ?? `the gateway answered ${x.status}`));
+      };
+      x.onerror = () => reject(new ExecutionsError(0, 'unavailable', 'the upload broke off'));
+      x.send(file);
+    });
+  }
+
+  /**
    * @param {string} method
    * @param {string} path
    */

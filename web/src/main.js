@@ -522,6 +522,45 @@ class App {
     copy.addEventListener('change', () => this.copyOnSelect.set(copy.checked));
     byId('token-accept').addEventListener('click', () => this.acceptOffered());
     byId('token-keep').addEventListener('click', () => this.keepStored());
+    const terminals = byId('terminals');
+    terminals.addEventListener('dragover', (e) => {
+      if (!e.dataTransfer?.types.includes('Files') || !this.active?.ex.id) return;
+      e.preventDefault();
+      e.dataTransfer.dropEffect = 'copy';
+    });
+    terminals.addEventListener('drop', (e) => {
+      const files = [...(e.dataTransfer?.files ?? [])];
+      if (files.length === 0 || !this.active?.ex.id) return;
+      e.preventDefault();
+      for (const f of files) this.uploadFile(this.active, f);
+    });
+  }
+
+  /**
+   * uploadFile writes a file dropped on the terminal into the directory
+   * its execution started in, telling its progress in one notice.
+   * @param {Tab} tab
+   * @param {File} file
+   */
+  uploadFile(tab, file) {
+    const n = document.createElement('div');
+    n.className = 'upload-notice';
+    const tell = (/** @type {string} */ text) => { n.textContent = `${shown(file.name, 80)}: ${text}`; };
+    tell('uploading');
+    byId('notices').append(n);
+    let shownAt = 0;
+    this.api.upload(tab.ex.id, file.name, file, (sent) => {
+      if (performance.now() - shownAt < 200) return;
+      shownAt = performance.now();
+      tell(`${Math.floor((sent * 100) / Math.max(file.size, 1))}%`);
+    }).then(() => {
+      n.dataset.done = 'ok';
+      tell(`uploaded (${file.size} bytes) to the directory the shell started in`);
+    }, (/** @type {Error} */ e) => {
+      n.dataset.done = 'error';
+      n.className = 'error-notice';
+      tell(`not uploaded: ${e.message}`);
+    });
   }
 
   /** identity is the stored token's identity, which scopes the titles kept. */
