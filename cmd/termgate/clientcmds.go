@@ -36,6 +36,9 @@ type clientFlags struct {
 	// reconnect is how long run and attach keep reconnecting to a gateway
 	// that went away (--reconnect); zero elsewhere: the client's default.
 	reconnect time.Duration
+	// exec, when set, makes files paths relative to the directory that
+	// execution started in (cp and ls of ID:PATH).
+	exec string
 }
 
 // reconnectFlag registers --reconnect on fs.

@@ -172,11 +172,12 @@ func commands() []command {
 		},
 		{
 			name: "cp", args: "[flags] SRC DST",
-			summary: "copy a file between this machine and the tenant's workspace (:PATH)",
+			summary: "copy a file between this machine and the tenant's workspace (:PATH, or ID:PATH beside an execution)",
 			examples: []string{
 				"termgate cp report.csv :data/            # into /workspace/data/ of every sandbox of the tenant",
 				"termgate cp :build/app.tar.gz .",
 				"termgate cp -r ./repo :src/            # a tree, as a tar stream",
+				"termgate cp build-7:out/report.txt .   # beside an execution: relative to where it started",
 			},
 			run:   runCp,
 			flags: func() *flag.FlagSet { return cpFlags(new(clientFlags), new(bool)) },

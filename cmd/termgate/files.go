@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -21,19 +22,33 @@ import (
 	"github.com/termgate/termgate/sandbox/files"
 )
 
-// remotePath is the workspace path of a cp or ls argument of the form
-// :PATH; ok is false for a local path.
-func remotePath(arg string) (p string, ok bool) {
-	return strings.CutPrefix(arg, ":")
+// remoteArg reads a cp or ls argument: :PATH (the workspace), ID:PATH
+// (relative to the directory execution ID started in), or a local path:
+// one with no ":" before its first "/", or a drive's (C:\...). As with
+// scp, ./ in front keeps a local name with a ":" local.
+func remoteArg(arg string) (p, exec string, ok bool) {
+	before, after, found := strings.Cut(arg, ":")
+	switch {
+	case !found || strings.ContainsAny(before, `/\`):
+		return "", "", false
+	case runtime.GOOS == "windows" && len(before) == 1 && (strings.HasPrefix(after, `\`) || strings.HasPrefix(after, "/")):
+		return "", "", false
+	}
+	return after, before, true
 }
 
-// filesURL is the files API's URL of workspace path p.
+// filesURL is the files API's URL of workspace path p (relative to the
+// directory of execution cf.exec, when set).
 func (cf clientFlags) filesURL(p string) string {
 	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	for i, s := range segs {
 		segs[i] = url.PathEscape(s)
 	}
-	return strings.TrimRight(cf.url, "/") + "/v1/files/" + strings.Join(segs, "/")
+	base := "/v1/files/"
+	if cf.exec != "" {
+		base = "/v1/executions/" + url.PathEscape(cf.exec) + "/files/"
+	}
+	return strings.TrimRight(cf.url, "/") + base + strings.Join(segs, "/")
 }
 
 // filesDo makes a files API request and returns the answer of a 2xx
@@ -96,14 +111,15 @@ func runCp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		return err
 	}
 	if fs.NArg() != 2 {
-		return usageError{errors.New("cp: want SRC and DST, one of them :PATH in the workspace")}
+		return usageError{errors.New("cp: want SRC and DST, one of them :PATH in the workspace or ID:PATH beside an execution")}
 	}
 	src, dst := fs.Arg(0), fs.Arg(1)
-	rsrc, fromRemote := remotePath(src)
-	rdst, toRemote := remotePath(dst)
+	rsrc, srcExec, fromRemote := remoteArg(src)
+	rdst, dstExec, toRemote := remoteArg(dst)
+	cf.exec = srcExec + dstExec // one of them is empty
 	switch {
 	case fromRemote == toRemote:
-		return usageError{errors.New("cp: one of SRC and DST must be :PATH in the workspace, the other a local path")}
+		return usageError{errors.New("cp: one of SRC and DST must be :PATH in the workspace (or ID:PATH beside an execution), the other a local path")}
 	case toRemote && recursive:
 		return cf.uploadTree(ctx, src, rdst)
 	case toRemote:

@@ -52,7 +52,23 @@ func TestCpAndLsFiles(t *testing.T) {
 	if names, _ := os.ReadDir(back); len(names) != 1 {
 		t.Errorf("cp down left %v", names)
 	}
-	for _, args := range [][]string{{src, back}, {":a", ":b"}, {src}} {
+	// ID:PATH: beside an execution, relative to the directory it started in.
+	if code, _, stderr := runCLI(t, "", append(append([]string{"run"}, flags...), "--id", "beside", "--cwd", "/workspace/in", "--", "/bin/sh", "-c", "true")...); code != 0 {
+		t.Fatalf("run: %d %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), src, "beside:copy.bin")...); code != 0 {
+		t.Errorf("cp to ID:PATH: %d %q", code, stderr)
+	}
+	code, out, _ = runCLI(t, "", append(append([]string{"ls"}, flags...), "beside:")...)
+	if code != 0 || !strings.Contains(out, " blob.bin\n") || !strings.Contains(out, " copy.bin\n") {
+		t.Errorf("ls beside:: %d %q", code, out)
+	}
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), "beside:copy.bin", filepath.Join(dir, "copy-back.bin"))...); code != 0 {
+		t.Errorf("cp from ID:PATH: %d %q", code, stderr)
+	} else if got, _ := os.ReadFile(filepath.Join(dir, "copy-back.bin")); !bytes.Equal(got, data) {
+		t.Errorf("cp from ID:PATH brought %d bytes back", len(got))
+	}
+	for _, args := range [][]string{{src, back}, {":a", ":b"}, {src}, {":a", "x:b"}} {
 		if code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), args...)...); code != 2 {
 			t.Errorf("cp %q: %d %q, want a usage error", args, code, stderr)
 		}

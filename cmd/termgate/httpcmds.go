@@ -73,9 +73,11 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	switch p, files := remotePath(fs.Arg(0)); {
+	p, exec, files := remoteArg(fs.Arg(0))
+	cf.exec = exec
+	switch {
 	case fs.NArg() > 1 || fs.NArg() == 1 && !files:
-		return usageError{errors.New("ls: want no argument (the executions) or :PATH (a workspace directory)")}
+		return usageError{errors.New("ls: want no argument (the executions), :PATH (a workspace directory) or ID:PATH (one beside an execution)")}
 	case files:
 		return cf.runLsFiles(ctx, p, stdout)
 	}
