@@ -270,7 +270,8 @@ func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims)
 		if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
 			return err
 		}
-		body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+		body := a.fileBody(w, r)
+		defer body.done()
 		e, err = t.Write(p, body, o)
 		err = filesError(err)
 		a.auditWritten(r, c, p, body.n, err)
@@ -368,7 +369,8 @@ func (a *httpAPI) tarIn(w http.ResponseWriter, r *http.Request, c auth.Claims, p
 	if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
 		return err
 	}
-	body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+	body := a.fileBody(w, r)
+	defer body.done()
 	in := io.Reader(body)
 	if gz {
 		zr, err := gzip.NewReader(body)
@@ -432,6 +434,12 @@ type idleBody struct {
 	n     uint64
 }
 
+// fileBody is r's body for a write; done lifts its deadline, which is
+// the connection's and would end the next request on it.
+func (a *httpAPI) fileBody(w http.ResponseWriter, r *http.Request) *idleBody {
+	return &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+}
+
 func (b *idleBody) Read(p []byte) (int, error) {
 	b.rc.SetReadDeadline(time.Now().Add(filesBodyIdle))
 	n, err := b.r.Read(p)
@@ -439,6 +447,8 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	b.count(n)
 	return n, err
 }
+
+func (b *idleBody) done() { b.rc.SetReadDeadline(time.Time{}) }
 
 // deleteFile removes a file or an empty directory, or a tree with
 // ?recursive=1.
@@ -562,7 +572,8 @@ func (a *httpAPI) patchFile(w http.ResponseWriter, r *http.Request, c auth.Claim
 		return err
 	}
 	defer done()
-	body := &idleBody{r: r.Body, rc: http.NewResponseController(w), count: func(n int) { a.s.metrics.fileBytes("in", n) }}
+	body := a.fileBody(w, r)
+	defer body.done()
 	end, err := t.Append(p, id, offset, body)
 	w.Header().Set("Upload-Offset", strconv.FormatInt(end, 10))
 	if err != nil {
