@@ -61,7 +61,11 @@
 //     of their own at the writer; ports_watch.go tells channels that
 //     asked which ports their execution listens on; preview.go serves
 //     browser previews of a port, path-based or host-based. A relay
-//     carries the streams of other nodes' executions too.
+//     carries the streams of other nodes' executions too; forward_pace.go
+//     keeps a stream beside terminals from queueing ahead of their output.
+//   - files.go: the files API on the tenant's workspace (sandbox/files,
+//     as the tenant): files, listings, tar streams, resumable uploads,
+//     and the same beside an execution, relayed to its node.
 //   - listener.go bounds connections per client (IPv4 /24, IPv6 /64) before
 //     any handshake, and gives the ones without a request header yet a
 //     budget of their own and a first-byte timeout (Listener.ConnState).
