@@ -29,52 +29,97 @@ func Archive(r *os.Root, p string, w io.Writer) (skipped int, err error) {
 	} else if !fi.IsDir() {
 		return 0, ErrNotDir
 	}
-	tw := tar.NewWriter(w)
-	err = fs.WalkDir(r.FS(), p, func(name string, d fs.DirEntry, err error) error {
-		if err != nil || name == p {
+	dir, err := r.OpenRoot(p)
+	if err != nil {
+		return 0, err
+	}
+	defer dir.Close()
+	a := archiver{tw: tar.NewWriter(w)}
+	if err := a.dir(dir, "", 0); err != nil {
+		return a.skipped, err
+	}
+	return a.skipped, a.tw.Close()
+}
+
+// archiver is an Archive under way. It walks the tree a directory at a
+// time, each opened, and names its entries alone there: a path is
+// resolved once, however deep.
+type archiver struct {
+	tw      *tar.Writer
+	skipped int
+}
+
+// dir archives the entries of dir, named under prefix, in name order.
+func (a *archiver) dir(dir *os.Root, prefix string, depth int) error {
+	if depth > MaxDepth {
+		return fmt.Errorf("%w: deeper than %d directories", ErrInvalidPath, MaxDepth)
+	}
+	d, err := dir.Open(".")
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := a.entry(dir, name, prefix+name, depth); err != nil {
 			return err
 		}
-		rel := name
-		if p != "." {
-			rel = name[len(p)+1:]
+	}
+	return nil
+}
+
+// entry archives dir's entry name as rel, and what is below it.
+func (a *archiver) entry(dir *os.Root, name, rel string, depth int) error {
+	fi, err := dir.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	e := entry(fi)
+	// Whole seconds: a header's own mtime, where nanoseconds would cost
+	// each entry an extended header.
+	h := &tar.Header{Name: rel, Mode: int64(e.Mode), ModTime: e.MTime.Truncate(time.Second)}
+	switch e.Type {
+	case TypeDir:
+		h.Typeflag, h.Name = tar.TypeDir, rel+"/"
+	case TypeSymlink:
+		h.Typeflag = tar.TypeSymlink
+		if h.Linkname, err = dir.Readlink(name); err != nil {
+			return err
 		}
-		fi, err := d.Info()
+	case TypeFile:
+		h.Typeflag, h.Size = tar.TypeReg, e.Size
+	default:
+		a.skipped++
+		return nil
+	}
+	if err := a.tw.WriteHeader(h); err != nil {
+		return err
+	}
+	switch e.Type {
+	case TypeDir:
+		sub, err := dir.OpenRoot(name)
 		if err != nil {
 			return err
 		}
-		e := entry(fi)
-		// Whole seconds: a header's own mtime, where nanoseconds would
-		// cost each entry an extended header.
-		h := &tar.Header{Name: rel, Mode: int64(e.Mode), ModTime: e.MTime.Truncate(time.Second)}
-		switch e.Type {
-		case TypeDir:
-			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
-		case TypeSymlink:
-			h.Typeflag = tar.TypeSymlink
-			if h.Linkname, err = r.Readlink(name); err != nil {
-				return err
-			}
-		case TypeFile:
-			h.Typeflag, h.Size = tar.TypeReg, e.Size
-		default:
-			skipped++
-			return nil
-		}
-		if err := tw.WriteHeader(h); err != nil || e.Type != TypeFile {
-			return err
-		}
-		f, err := r.Open(name)
+		defer sub.Close()
+		return a.dir(sub, rel+"/", depth+1)
+	case TypeFile:
+		f, err := dir.Open(name)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		_, err = io.CopyN(tw, f, h.Size) // a file grown since is cut, one shrunk fails
+		_, err = io.CopyN(a.tw, f, h.Size) // a file grown since is cut, one shrunk fails
 		return err
-	})
-	if err != nil {
-		return skipped, err
 	}
-	return skipped, tw.Close()
+	return nil
 }
 
 // Extract extracts the tar stream r into the directory at p of root
