@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 // TestCpAndLsFiles: termgate cp puts a file into the tenant's workspace
@@ -217,5 +219,53 @@ func TestCpResumesAnUpload(t *testing.T) {
 	code, out, _ := runCLI(t, "", "run", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", "md5sum < /workspace/big.bin; ls -A /workspace")
 	if want := fmt.Sprintf("%x  -\nbig.bin\n", md5.Sum(data)); code != 0 || out != want {
 		t.Errorf("in the sandbox: %q, want %q", out, want)
+	}
+}
+
+// TestCpOneGiB: a 1 GiB file (256 MiB under -race) goes into the
+// workspace and back; a sandbox's checksum of it is the local one.
+func TestCpOneGiB(t *testing.T) {
+	t.Parallel()
+	size := int64(1 << 30)
+	if sandboxtest.Race {
+		size = 256 << 20
+	}
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes+" files:read files:write")
+	flags := []string{"--url", g.url, "--token", tok}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "big")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := md5.New()
+	chunk := make([]byte, 1<<20)
+	for i := int64(0); i < size; i += int64(len(chunk)) {
+		rand.Read(chunk[:64]) // a different start to each MiB
+		f.Write(chunk)
+		sum.Write(chunk)
+	}
+	f.Close()
+	want := fmt.Sprintf("%x", sum.Sum(nil))
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), src, ":big")...); code != 0 {
+		t.Fatalf("cp up: %d %q", code, stderr)
+	}
+	code, out, stderr := runCLI(t, "", append(append([]string{"run"}, flags...), "--", "/bin/sh", "-c", "md5sum < /workspace/big")...)
+	if code != 0 || out != want+"  -\n" {
+		t.Errorf("the sandbox's md5sum: %d %q %q, want %s", code, out, stderr, want)
+	}
+	os.Remove(src)
+	if code, _, stderr := runCLI(t, "", append(append([]string{"cp"}, flags...), ":big", filepath.Join(dir, "back"))...); code != 0 {
+		t.Fatalf("cp down: %d %q", code, stderr)
+	}
+	back, err := os.Open(filepath.Join(dir, "back"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	h := md5.New()
+	if n, _ := io.Copy(h, back); n != size || fmt.Sprintf("%x", h.Sum(nil)) != want {
+		t.Errorf("cp down: %d bytes, md5 %x, want %d bytes, %s", n, h.Sum(nil), size, want)
 	}
 }
