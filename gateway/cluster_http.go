@@ -137,7 +137,11 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	if !ok {
 		return rt.unavailable(node, fmt.Errorf("gateway: %q is not a member", node))
 	}
-	if body == nil {
+	// A file's bytes stream through, whatever their size: the owner
+	// bounds them (its workspace quota) and times them (its idle body
+	// timeout). Any other body is read here first.
+	stream := body == nil && strings.Contains(r.Pattern, "/files/")
+	if body == nil && !stream {
 		var err error
 		if body, err = a.relayBody(w, r); err != nil {
 			return err
@@ -154,7 +158,9 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 			pr.SetURL(base)
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(cluster.HopHeader)
-			pr.Out.Body, pr.Out.ContentLength, pr.Out.TransferEncoding = nil, 0, nil
+			if !stream {
+				pr.Out.Body, pr.Out.ContentLength, pr.Out.TransferEncoding = nil, 0, nil
+			}
 			if len(body) > 0 {
 				pr.Out.Body, pr.Out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 			}
@@ -171,10 +177,20 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 		ErrorLog:       slog.NewLogLogger(a.s.log.Handler(), slog.LevelDebug),
 	}
 	p.ServeHTTP(w, r.WithContext(ctx))
-	if failure != nil {
+	switch {
+	case failure != nil && stream && (r.Context().Err() != nil || bodyBroke(failure)):
+		return nil // the client's body broke or it left: nothing of the owner's health
+	case failure != nil:
 		return rt.failed(node, failure)
 	}
 	return nil
+}
+
+// bodyBroke reports whether a proxied request failed reading its
+// client's body rather than reaching the owner.
+func bodyBroke(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "http: request body") ||
+		strings.Contains(err.Error(), "body closed")
 }
 
 // relayBody reads the body of a request to be proxied to its owner: at

@@ -245,6 +245,14 @@ func TestClusterFiles(t *testing.T) {
 	if code, b := do(http.MethodPut, c.url(0), "/v1/executions/"+id+"/files/relayed.txt", "through n0"); code != http.StatusCreated {
 		t.Fatalf("PUT through n0: %d %s", code, b)
 	}
+	// A file larger than any message of the API streams through the relay.
+	big := strings.Repeat("0123456789abcdef", 3<<16) // 3 MiB
+	if code, b := do(http.MethodPut, c.url(0), "/v1/executions/"+id+"/files/big.txt", big); code != http.StatusCreated {
+		t.Errorf("PUT of 3 MiB through n0: %d %.200s", code, b)
+	}
+	if code, b := do(http.MethodGet, c.url(0), "/v1/executions/"+id+"/files/big.txt", ""); code != http.StatusOK || b != big {
+		t.Errorf("GET of 3 MiB through n0: %d, %d bytes", code, len(b))
+	}
 	if code, b := do(http.MethodGet, c.url(1), "/v1/files/relayed.txt", ""); code != http.StatusOK || b != "through n0" {
 		t.Errorf("n1's workspace: %d %q", code, b)
 	}
