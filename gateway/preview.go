@@ -7,6 +7,7 @@ import (
 	"encoding/base32"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/cluster"
 	"github.com/termgate/termgate/gateway/wire"
 )
 
@@ -73,10 +75,21 @@ type preview struct {
 
 // newPreviewName is a DNS label of 26 lowercase letters and digits:
 // 130 random bits.
-func newPreviewName() string {
+func newPreviewName(node string) string {
 	var b [16]byte
 	rand.Read(b[:])
-	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	name := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	if node != "" && len(name)+1+len(node) <= 63 { // a DNS label, for host-based previews
+		name += "-" + node
+	}
+	return name
+}
+
+// previewNode is the node a preview's name says made it; "" when it
+// names none.
+func previewNode(name string) string {
+	_, node, _ := strings.Cut(name, "-")
+	return node
 }
 
 // apiPreview is a preview as the HTTP API answers it.
@@ -168,7 +181,11 @@ func (s *Server) previewURL(r *http.Request, p *preview) string {
 func (ps *previews) add(tenant, exec string, port int, ttl time.Duration) (*preview, error) {
 	var sb [32]byte
 	rand.Read(sb[:])
-	p := &preview{name: newPreviewName(), secret: base64.RawURLEncoding.EncodeToString(sb[:]),
+	node := ""
+	if ps.s.route != nil {
+		node = ps.s.route.self()
+	}
+	p := &preview{name: newPreviewName(node), secret: base64.RawURLEncoding.EncodeToString(sb[:]),
 		tenant: tenant, exec: exec, port: port, expires: time.Now().Add(ttl)}
 	p.proxy = ps.s.previewProxy(p)
 	ps.mu.Lock()
@@ -350,6 +367,9 @@ func (s *Server) previewHost(r *http.Request) (string, bool) {
 // path.
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, name, base, path string) {
 	p, ok := s.previews.lookup(name)
+	if !ok && s.relayPreview(w, r, name) {
+		return
+	}
 	if !ok {
 		http.Error(w, "no such preview, or it expired", http.StatusNotFound)
 		return
@@ -393,5 +413,36 @@ func dnsName(d string) bool {
 			}
 		}
 	}
+	return true
+}
+
+// relayPreview serves a request for a preview another node of the
+// cluster made (its name says which) through that node, WebSocket
+// upgrades included: a load balancer may bring a preview's requests to
+// any node. It reports whether it did.
+func (s *Server) relayPreview(w http.ResponseWriter, r *http.Request, name string) bool {
+	rt, node := s.route, previewNode(name)
+	if rt == nil || node == "" || node == rt.self() {
+		return false
+	}
+	base, ok := rt.cfg.Members.URL(node)
+	if !ok {
+		return false
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(base)
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del(cluster.HopHeader)
+		},
+		Transport:     rt.rt,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			s.log.Info("preview not relayed", "node", node, "err", err)
+			http.Error(w, "the preview's node does not answer", http.StatusBadGateway)
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	p.ServeHTTP(w, r)
 	return true
 }

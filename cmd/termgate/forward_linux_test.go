@@ -263,3 +263,49 @@ func TestClusterFiles(t *testing.T) {
 		t.Errorf("GET beside the execution through n0: %d %q", code, b)
 	}
 }
+
+// TestClusterPreview: a preview of a port of an execution another node
+// owns is made through the node the client reached, and its URL opens
+// through that node too: the preview's node serves it behind.
+func TestClusterPreview(t *testing.T) {
+	serveFromEnv()
+	_, err := exec.LookPath("python3")
+	sandboxtest.Need(t, "python3", err)
+	c := newCluster(t, 2)
+	tok := gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes+" exec:forward")
+	var id string
+	for i := range 8 { // placed by their keys: one on n1, seen from n0, most likely
+		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
+			"id": fmt.Sprint("site-", i), "command": "/bin/sh", "args": []string{"-c", "exec python3 -m http.server --bind 127.0.0.1 8000"}})
+		if status != http.StatusCreated {
+			t.Fatalf("start %d: %d %v", i, status, got)
+		}
+		if ownerOf(got["id"].(string)) == "n1" {
+			id = got["id"].(string)
+			break
+		}
+	}
+	if id == "" {
+		t.Skip("no start of 8 was placed on n1") // 1 in 256
+	}
+	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
+		code, out, _ := runCLI(t, "", "ports", "--url", c.url(0), "--token", tok, id)
+		return code == 0 && strings.HasPrefix(out, "8000\t")
+	}) {
+		t.Fatal("port 8000 never listed")
+	}
+	code, out, stderr := runCLI(t, "", "preview", "--url", c.url(0), "--token", tok, id, "8000")
+	if code != 0 || !strings.HasPrefix(out, c.url(0)+"/v1/preview/") || !strings.Contains(out, "-n1/") {
+		t.Fatalf("preview through n0: %d %q %q", code, out, stderr)
+	}
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar, Timeout: 30 * time.Second}).Get(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing") {
+		t.Errorf("the preview opened through n0: %d %q", resp.StatusCode, body)
+	}
+}
