@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/termgate/termgate/sandbox"
 )
 
 // BenchmarkFiles moves 1 GiB into a workspace and out of it through the
@@ -20,9 +22,17 @@ import (
 // stacks) rose above idle during each transfer.
 func BenchmarkFiles(b *testing.B) {
 	const size = 1 << 30
-	e := newEnv(b, nil)
+	// A workspace as serve makes it by default: an ext4 image of its own
+	// (the quota), where cp writes too.
+	root := b.TempDir()
+	ws, err := sandbox.OpenWorkspaces(sandbox.WorkspacesConfig{Root: root, Bytes: 4 << 30, Inodes: 1 << 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ws.Close() })
+	e := newEnv(b, func(c *Config) { c.Workspaces, c.WorkspaceRoot = ws, root })
 	tok := e.token(b, "acme", ScopeFilesRead, ScopeFilesWrite)
-	ws, err := e.srv.cfg.Workspaces.Prepare("acme")
+	w, err := e.srv.cfg.Workspaces.Prepare("acme")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -33,7 +43,7 @@ func BenchmarkFiles(b *testing.B) {
 	b.Run("local-cp", func(b *testing.B) {
 		b.SetBytes(size)
 		for b.Loop() {
-			if out, err := exec.Command("cp", local, filepath.Join(ws.Path, "cp-copy")).CombinedOutput(); err != nil {
+			if out, err := exec.Command("cp", local, filepath.Join(w.Path, "cp-copy")).CombinedOutput(); err != nil {
 				b.Fatalf("cp: %v %s", err, out)
 			}
 		}
