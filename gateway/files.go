@@ -59,11 +59,37 @@ const (
 // the execution started in, and the request goes to the execution's node.
 func (a *httpAPI) filesRoutes(mux *http.ServeMux) {
 	for _, base := range []string{"/v1/files/", "/v1/executions/{id}/files/"} {
-		mux.HandleFunc("GET "+base+"{path...}", a.route(ScopeFilesRead, a.getFile))
-		mux.HandleFunc("PUT "+base+"{path...}", a.route(ScopeFilesWrite, a.putFile))
-		mux.HandleFunc("DELETE "+base+"{path...}", a.route(ScopeFilesWrite, a.deleteFile))
-		mux.HandleFunc("POST "+base+"{path...}", a.route(ScopeFilesWrite, a.postFile))
-		mux.HandleFunc("PATCH "+base+"{path...}", a.route(ScopeFilesWrite, a.patchFile))
+		mux.HandleFunc("GET "+base+"{path...}", a.route(ScopeFilesRead, a.onNode(a.getFile)))
+		mux.HandleFunc("PUT "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.putFile)))
+		mux.HandleFunc("DELETE "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.deleteFile)))
+		mux.HandleFunc("POST "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.postFile)))
+		mux.HandleFunc("PATCH "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.patchFile)))
+	}
+}
+
+// onNode serves a request of /v1/files/ with ?node=NODE on that node of
+// the cluster: the tenant has a workspace on each node that ran it.
+func (a *httpAPI) onNode(h apiHandler) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+		node := r.URL.Query().Get("node")
+		rt := a.s.route
+		switch {
+		case node == "":
+			return h(w, r, c)
+		case r.PathValue("id") != "":
+			return badRequest("node= goes with /v1/files/: an execution's files are on its own node")
+		case rt == nil:
+			return badRequest("node=: this server is no node of a cluster")
+		case node == rt.self():
+			return h(w, r, c)
+		}
+		if _, ok := rt.cfg.Members.URL(node); !ok {
+			return &apiError{wire.CodeNotFound, "node=" + node + ": no such node"}
+		}
+		if err := a.proxy(w, r, node, nil); err != nil {
+			a.failUnavailable(w, r, c, err)
+		}
+		return nil
 	}
 }
 

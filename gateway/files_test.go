@@ -196,6 +196,7 @@ func TestFilesConditionsAndRefusals(t *testing.T) {
 		{http.MethodGet, "nothing", http.StatusNotFound},
 		{http.MethodGet, "?limit=0", http.StatusBadRequest},
 		{http.MethodGet, "?after=!", http.StatusBadRequest},
+		{http.MethodGet, "f?node=n1", http.StatusBadRequest}, // no cluster
 		{http.MethodGet, strings.Repeat("n", 300), http.StatusBadRequest},
 	} {
 		if code, b, _ := e.fileCall(t, c.method, c.path, tok, strings.NewReader("x"), nil); code != c.want {

@@ -259,6 +259,12 @@ func TestClusterFiles(t *testing.T) {
 	if code, _ := do(http.MethodGet, c.url(0), "/v1/files/relayed.txt", ""); code != http.StatusNotFound {
 		t.Errorf("n0's own workspace has it: %d", code)
 	}
+	if code, b := do(http.MethodGet, c.url(0), "/v1/files/relayed.txt?node=n1", ""); code != http.StatusOK || b != "through n0" {
+		t.Errorf("n1's workspace through n0 (node=n1): %d %q", code, b)
+	}
+	if code, _ := do(http.MethodGet, c.url(0), "/v1/files/relayed.txt?node=n9", ""); code != http.StatusNotFound {
+		t.Errorf("node=n9: %d", code)
+	}
 	if code, b := do(http.MethodGet, c.url(0), "/v1/executions/"+id+"/files/relayed.txt", ""); code != http.StatusOK || b != "through n0" {
 		t.Errorf("GET beside the execution through n0: %d %q", code, b)
 	}
