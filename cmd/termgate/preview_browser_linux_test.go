@@ -103,3 +103,36 @@ func TestBrowserDropsAFile(t *testing.T) {
 	typeKeys(t, ctx, "cat 'dropped name.txt'\r")
 	transcript(t, ctx, "the shell reading the file", func(s string) bool { return strings.Contains(s, "dropped from the page") })
 }
+
+// TestBrowserDownloadsAFile: the Download bar fetches a file from beside
+// the tab's shell and says how many bytes it handed the browser; a path
+// that is not there is told as such.
+func TestBrowserDownloadsAFile(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	ctx := needBrowser(t)
+	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes+" files:read files:write"))
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	typeKeys(t, ctx, "mkdir -p out && printf 'twelve bytes' > out/report.txt && echo made-it\r")
+	transcript(t, ctx, "the file made", func(s string) bool { return strings.Contains(s, "made-it\r\n") })
+	download := func(p string) {
+		t.Helper()
+		js := fmt.Sprintf(`(() => {
+			const form = document.querySelector('#download');
+			if (form.hidden) document.querySelector('#download-toggle').click();
+			document.querySelector('#download-path').value = %q;
+			form.requestSubmit();
+			return true;
+		})()`, p)
+		poll(t, ctx, "the download's submit", js, func(bool) bool { return true })
+	}
+	download("out/report.txt")
+	poll(t, ctx, "the download's notice", `document.querySelector('#notices').textContent`, func(s string) bool {
+		return strings.Contains(s, "out/report.txt: downloaded (12 bytes)")
+	})
+	download("out/missing.txt")
+	poll(t, ctx, "the refusal's notice", `document.querySelector('#notices').textContent`, func(s string) bool {
+		return strings.Contains(s, "out/missing.txt: not downloaded: no such file or directory")
+	})
+}

@@ -147,6 +147,20 @@ export class ExecutionsAPI {
   }
 
   /**
+   * download fetches a file from the directory execution id started in
+   * (the token needs files:read).
+   * @param {string} id
+   * @param {string} path relative, "/"-separated
+   * @returns {Promise<Blob>}
+   */
+  async download(id, path) {
+    const p = path.split('/').filter((n) => n !== '').map(encodeURIComponent).join('/');
+    const r = await this.send('GET', `/v1/executions/${encodeURIComponent(id)}/files/${p}`);
+    if (!r.ok) throw await refusal(r);
+    return r.blob();
+  }
+
+  /**
    * @param {string} method
    * @param {string} path
    */

@@ -522,6 +522,18 @@ class App {
     copy.addEventListener('change', () => this.copyOnSelect.set(copy.checked));
     byId('token-accept').addEventListener('click', () => this.acceptOffered());
     byId('token-keep').addEventListener('click', () => this.keepStored());
+    const form = /** @type {HTMLFormElement} */ (byId('download'));
+    const toggle = byId('download-toggle');
+    toggle.addEventListener('click', () => {
+      form.hidden = !form.hidden;
+      toggle.setAttribute('aria-expanded', String(!form.hidden));
+      if (!form.hidden) byId('download-path').focus();
+    });
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const input = /** @type {HTMLInputElement} */ (byId('download-path'));
+      if (this.active?.ex.id && input.value.trim() !== '') this.downloadFile(this.active, input.value.trim());
+    });
     const terminals = byId('terminals');
     terminals.addEventListener('dragover', (e) => {
       if (!e.dataTransfer?.types.includes('Files') || !this.active?.ex.id) return;
@@ -534,6 +546,24 @@ class App {
       e.preventDefault();
       for (const f of files) this.uploadFile(this.active, f);
     });
+  }
+
+  /**
+   * downloadFile fetches a file from beside the tab's shell and hands it
+   * to the browser to save, telling how it went in a notice.
+   * @param {Tab} tab
+   * @param {string} path
+   */
+  downloadFile(tab, path) {
+    const name = path.split('/').filter((n) => n !== '').pop() ?? 'download';
+    this.api.download(tab.ex.id, path).then((blob) => {
+      const a = document.createElement('a');
+      a.href = URL.createObjectURL(blob);
+      a.download = name;
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+      showNotice('info-notice', `${shown(path, 80)}: downloaded (${blob.size} bytes)`);
+    }, (/** @type {Error} */ e) => showNotice('error-notice', `${shown(path, 80)}: not downloaded: ${e.message}`));
   }
 
   /**
