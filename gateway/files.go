@@ -59,12 +59,33 @@ const (
 // the execution started in, and the request goes to the execution's node.
 func (a *httpAPI) filesRoutes(mux *http.ServeMux) {
 	for _, base := range []string{"/v1/files/", "/v1/executions/{id}/files/"} {
-		mux.HandleFunc("GET "+base+"{path...}", a.route(ScopeFilesRead, a.onNode(a.getFile)))
-		mux.HandleFunc("PUT "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.putFile)))
-		mux.HandleFunc("DELETE "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.deleteFile)))
-		mux.HandleFunc("POST "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.postFile)))
-		mux.HandleFunc("PATCH "+base+"{path...}", a.route(ScopeFilesWrite, a.onNode(a.patchFile)))
+		mux.HandleFunc("GET "+base+"{path...}", a.fileRoute(ScopeFilesRead, a.getFile))
+		mux.HandleFunc("PUT "+base+"{path...}", a.fileRoute(ScopeFilesWrite, a.putFile))
+		mux.HandleFunc("DELETE "+base+"{path...}", a.fileRoute(ScopeFilesWrite, a.deleteFile))
+		mux.HandleFunc("POST "+base+"{path...}", a.fileRoute(ScopeFilesWrite, a.postFile))
+		mux.HandleFunc("PATCH "+base+"{path...}", a.fileRoute(ScopeFilesWrite, a.patchFile))
 	}
+}
+
+// fileHandler serves one authorised request of the files API on the
+// tenant's tree, p the workspace path it names (filePath).
+type fileHandler func(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error
+
+// fileRoute authorises, takes the request to its node (onNode), resolves
+// its path and holds one of maxFileOps while h runs.
+func (a *httpAPI) fileRoute(scope string, h fileHandler) http.HandlerFunc {
+	return a.route(scope, a.onNode(func(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+		p, err := a.filePath(r, c, r.PathValue("path"))
+		if err != nil {
+			return err
+		}
+		t, done, err := a.tree(c)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return h(w, r, c, t, p)
+	}))
 }
 
 // onNode serves a request of /v1/files/ with ?node=NODE on that node of
@@ -167,16 +188,7 @@ type apiFileList struct {
 
 // getFile answers a file's bytes (ranges and conditions as http.ServeContent
 // does them), or a directory's entries when the path ends in "/".
-func (a *httpAPI) getFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p, err := a.filePath(r, c, r.PathValue("path"))
-	if err != nil {
-		return err
-	}
-	t, done, err := a.tree(c)
-	if err != nil {
-		return err
-	}
-	defer done()
+func (a *httpAPI) getFile(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error {
 	if id := r.URL.Query().Get("upload"); id != "" {
 		n, err := t.UploadOffset(p, id)
 		if err != nil {
@@ -256,17 +268,13 @@ func (a *httpAPI) listFiles(w http.ResponseWriter, r *http.Request, t *files.Tre
 }
 
 // putFile writes a file from the body, whole or not at all.
-func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p, err := a.filePath(r, c, r.PathValue("path"))
-	if err != nil {
-		return err
-	}
+func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error {
 	tarred, err := tarQuery(r)
 	switch {
 	case err != nil:
 		return err
 	case tarred:
-		return a.tarIn(w, r, c, p)
+		return a.tarIn(w, r, c, t, p)
 	case p == "" || strings.HasSuffix(p, "/"):
 		return badRequest("PUT writes a file: name one, not a directory (or send a tar stream with format=tar)")
 	}
@@ -278,11 +286,6 @@ func (a *httpAPI) putFile(w http.ResponseWriter, r *http.Request, c auth.Claims)
 		}
 		o.Mode = fs.FileMode(m)
 	}
-	t, done, err := a.tree(c)
-	if err != nil {
-		return err
-	}
-	defer done()
 	_, existed := t.Stat(p)
 	var e files.Entry
 	if id := r.URL.Query().Get("upload"); id != "" {
@@ -385,13 +388,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 func filesErrorCode(err error) string { return errorCodeOf(filesError(err)) }
 
 // tarIn extracts a tar stream (gzip=1: compressed) into a directory.
-func (a *httpAPI) tarIn(w http.ResponseWriter, r *http.Request, c auth.Claims, p string) error {
+func (a *httpAPI) tarIn(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error {
 	gz, _ := boolQuery(r, "gzip")
-	t, done, err := a.tree(c)
-	if err != nil {
-		return err
-	}
-	defer done()
 	if err := a.auditFile(r, c, eventFileWrite, p, ""); err != nil {
 		return err
 	}
@@ -478,20 +476,11 @@ func (b *idleBody) done() { b.rc.SetReadDeadline(time.Time{}) }
 
 // deleteFile removes a file or an empty directory, or a tree with
 // ?recursive=1.
-func (a *httpAPI) deleteFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p, err := a.filePath(r, c, r.PathValue("path"))
-	if err != nil {
-		return err
-	}
+func (a *httpAPI) deleteFile(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error {
 	recursive, err := boolQuery(r, "recursive")
 	if err != nil {
 		return err
 	}
-	t, done, err := a.tree(c)
-	if err != nil {
-		return err
-	}
-	defer done()
 	if id := r.URL.Query().Get("upload"); id != "" {
 		if err := t.AbortUpload(p, id); err != nil {
 			return filesError(err)
@@ -511,7 +500,7 @@ func (a *httpAPI) deleteFile(w http.ResponseWriter, r *http.Request, c auth.Clai
 
 // postFile runs ?op=mkdir (the directory and those on its way) or
 // ?op=move&to=PATH.
-func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error {
 	q := r.URL.Query()
 	op, to := q.Get("op"), q.Get("to")
 	switch {
@@ -520,18 +509,12 @@ func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims
 	case op != "mkdir" && op != "move" && op != "upload":
 		return badRequest("op must be mkdir, move or upload")
 	}
-	p, err := a.filePath(r, c, r.PathValue("path"))
-	if err == nil && to != "" {
-		to, err = a.filePath(r, c, to)
+	if to != "" {
+		var err error
+		if to, err = a.filePath(r, c, to); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return err
-	}
-	t, done, err := a.tree(c)
-	if err != nil {
-		return err
-	}
-	defer done()
 	if op == "upload" {
 		return a.startUpload(w, r, c, t, p)
 	}
@@ -543,6 +526,7 @@ func (a *httpAPI) postFile(w http.ResponseWriter, r *http.Request, c auth.Claims
 		return err
 	}
 	var e files.Entry
+	var err error
 	if op == "mkdir" {
 		e, err = t.Mkdir(p)
 	} else {
@@ -580,11 +564,7 @@ func (a *httpAPI) startUpload(w http.ResponseWriter, r *http.Request, c auth.Cla
 // patchFile adds the body to a resumable upload at Upload-Offset, the
 // offset it reached. The answer's Upload-Offset is the new one; a body
 // that breaks keeps what arrived, and HEAD tells where to resume.
-func (a *httpAPI) patchFile(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
-	p, err := a.filePath(r, c, r.PathValue("path"))
-	if err != nil {
-		return err
-	}
+func (a *httpAPI) patchFile(w http.ResponseWriter, r *http.Request, c auth.Claims, t *files.Tree, p string) error {
 	id := r.URL.Query().Get("upload")
 	offset, err := strconv.ParseInt(r.Header.Get("Upload-Offset"), 10, 64)
 	switch {
@@ -593,11 +573,6 @@ func (a *httpAPI) patchFile(w http.ResponseWriter, r *http.Request, c auth.Claim
 	case err != nil || offset < 0:
 		return badRequest("Upload-Offset must be the offset the upload reached (HEAD tells it)")
 	}
-	t, done, err := a.tree(c)
-	if err != nil {
-		return err
-	}
-	defer done()
 	body := a.fileBody(w, r)
 	defer body.done()
 	end, err := t.Append(p, id, offset, body)
