@@ -175,29 +175,14 @@ func TestClusterForward(t *testing.T) {
 	sandboxtest.Need(t, "python3", err)
 	c := newCluster(t, 2)
 	tok := gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes+" exec:forward")
-	var id string
-	other := 0
-	for i := range 8 { // placed by their keys: one on n1, seen from n0, most likely
-		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
-			"id": fmt.Sprint("web-", i), "command": "/bin/sh", "args": []string{"-c", "exec python3 -m http.server --bind 127.0.0.1 8000"}})
-		if status != http.StatusCreated {
-			t.Fatalf("start %d: %d %v", i, status, got)
-		}
-		if ownerOf(got["id"].(string)) == "n1" {
-			id = got["id"].(string)
-			break
-		}
-	}
-	if id == "" {
-		t.Skip("no start of 8 was placed on n1") // 1 in 256
-	}
+	id := startOnN1(t, c, tok, "web", "exec python3 -m http.server --bind 127.0.0.1 8000")
 	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
 		code, out, _ := runCLI(t, "", "ports", "--url", c.url(1), "--token", tok, id)
 		return code == 0 && strings.HasPrefix(out, "8000\t")
 	}) {
 		t.Fatal("the owner never listed port 8000")
 	}
-	addr, _ := forwardCLI(t, "--url", c.url(other), "--token", tok, id, "0:8000")
+	addr, _ := forwardCLI(t, "--url", c.url(0), "--token", tok, id, "0:8000")
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + addr + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -216,21 +201,7 @@ func TestClusterFiles(t *testing.T) {
 	serveFromEnv()
 	c := newCluster(t, 2)
 	tok := gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes+" files:read files:write")
-	var id string
-	for i := range 8 { // placed by their keys: one on n1, seen from n0, most likely
-		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
-			"id": fmt.Sprint("files-", i), "command": "/bin/sh", "args": []string{"-c", "sleep 120"}})
-		if status != http.StatusCreated {
-			t.Fatalf("start %d: %d %v", i, status, got)
-		}
-		if ownerOf(got["id"].(string)) == "n1" {
-			id = got["id"].(string)
-			break
-		}
-	}
-	if id == "" {
-		t.Skip("no start of 8 was placed on n1") // 1 in 256
-	}
+	id := startOnN1(t, c, tok, "files", "sleep 120")
 	do := func(method, base, path, body string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -279,21 +250,7 @@ func TestClusterPreview(t *testing.T) {
 	sandboxtest.Need(t, "python3", err)
 	c := newCluster(t, 2)
 	tok := gatewayUnderTest{secretFile: c.nodes[0].secretFile}.token(t, "acme", allScopes+" exec:forward")
-	var id string
-	for i := range 8 { // placed by their keys: one on n1, seen from n0, most likely
-		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
-			"id": fmt.Sprint("site-", i), "command": "/bin/sh", "args": []string{"-c", "exec python3 -m http.server --bind 127.0.0.1 8000"}})
-		if status != http.StatusCreated {
-			t.Fatalf("start %d: %d %v", i, status, got)
-		}
-		if ownerOf(got["id"].(string)) == "n1" {
-			id = got["id"].(string)
-			break
-		}
-	}
-	if id == "" {
-		t.Skip("no start of 8 was placed on n1") // 1 in 256
-	}
+	id := startOnN1(t, c, tok, "site", "exec python3 -m http.server --bind 127.0.0.1 8000")
 	if !sandboxtest.Eventually(t, 30*time.Second, func() bool {
 		code, out, _ := runCLI(t, "", "ports", "--url", c.url(0), "--token", tok, id)
 		return code == 0 && strings.HasPrefix(out, "8000\t")
@@ -314,4 +271,23 @@ func TestClusterPreview(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "Directory listing") {
 		t.Errorf("the preview opened through n0: %d %q", resp.StatusCode, body)
 	}
+}
+
+// startOnN1 starts script on n1 of c, through n0: an execution is placed
+// by its ID, so up to 8 IDs starting with prefix are tried, and the test
+// is skipped when none lands on n1 (1 in 256).
+func startOnN1(t *testing.T, c *testCluster, tok, prefix, script string) string {
+	t.Helper()
+	for i := range 8 {
+		status, got := c.nodes[0].api(t, http.MethodPost, "/v1/executions", tok, map[string]any{
+			"id": fmt.Sprint(prefix, "-", i), "command": "/bin/sh", "args": []string{"-c", script}})
+		if status != http.StatusCreated {
+			t.Fatalf("start %d: %d %v", i, status, got)
+		}
+		if id := got["id"].(string); ownerOf(id) == "n1" {
+			return id
+		}
+	}
+	t.Skip("no start of 8 was placed on n1")
+	return ""
 }
