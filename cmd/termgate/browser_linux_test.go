@@ -102,6 +102,13 @@ func poll[T any](t *testing.T, ctx context.Context, what, js string, cond func(T
 	return v
 }
 
+// awaitPrompt waits until the page is live and its shell prompts.
+func awaitPrompt(t *testing.T, ctx context.Context) {
+	t.Helper()
+	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
+	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+}
+
 func transcript(t *testing.T, ctx context.Context, what string, cond func(string) bool) string {
 	t.Helper()
 	return poll(t, ctx, what, `window.__termgate.transcript()`, cond)
@@ -266,8 +273,7 @@ func TestBrowserShowsReconnecting(t *testing.T) {
 	proxy := newDroppingProxySized(t, strings.TrimPrefix(g.url, "http://"), 1<<30)
 	ctx := needBrowser(t)
 	openPage(t, ctx, "http://"+proxy.Addr()+"/#token="+g.token(t, "acme", allScopes))
-	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	awaitPrompt(t, ctx)
 	typeKeys(t, ctx, "x=$((6*7))\r")
 	proxy.Refuse(true)
 	countdown := regexp.MustCompile(`^connection lost; reconnecting in \d+ s$`)
@@ -875,8 +881,7 @@ func TestBrowserTitleAndWideCharacters(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
 	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
-	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	awaitPrompt(t, ctx)
 	typeKeys(t, ctx, `printf '\033]0;hello\007'`+"\r")
 	poll(t, ctx, "the tab named hello", `window.__termgate.tabs().map((t) => t.label).join()`, func(s string) bool { return s == "hello" })
 	typeKeys(t, ctx, `printf '\033]2;<img src=x onerror=alert(1)>&amp;\007'`+"\r")
@@ -902,8 +907,7 @@ func TestBrowserSearchesScrollback(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
 	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes))
-	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	awaitPrompt(t, ctx)
 	typeKeys(t, ctx, "echo needle-$((6*7)); seq 1 2000; echo seq-$((6*7))\r")
 	transcript(t, ctx, "all of seq", func(s string) bool { return strings.Contains(s, "\nseq-42") })
 	click(t, ctx, "#search-toggle")
@@ -1176,8 +1180,7 @@ func TestBrowserPortsPanel(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
 	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes+" exec:forward"))
-	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	awaitPrompt(t, ctx)
 	if hidden, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('ports').hidden`)); !hidden {
 		t.Error("the ports bar shows before anything listens")
 	}

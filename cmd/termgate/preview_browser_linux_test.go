@@ -83,8 +83,7 @@ func TestBrowserDropsAFile(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
 	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes+" files:read files:write"))
-	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	awaitPrompt(t, ctx)
 	drop := `(() => {
 		const dt = new DataTransfer();
 		dt.items.add(new File(['dropped from the page\n'], 'dropped name.txt', { type: 'text/plain' }));
@@ -112,8 +111,7 @@ func TestBrowserDownloadsAFile(t *testing.T) {
 	g := startGateway(t)
 	ctx := needBrowser(t)
 	openPage(t, ctx, g.url+"/#token="+g.token(t, "acme", allScopes+" files:read files:write"))
-	poll(t, ctx, "live", `window.__termgate.status()`, func(s string) bool { return s == "live" })
-	transcript(t, ctx, "the shell's prompt", func(s string) bool { return strings.Contains(s, "$ ") })
+	awaitPrompt(t, ctx)
 	// The marker the command prints is not in what is typed: the typed
 	// line's echo must not pass for the command's end.
 	typeKeys(t, ctx, "mkdir -p out && printf 'twelve bytes' > out/report.txt && echo made-$((40+2))\r")
