@@ -195,6 +195,7 @@ func TestFilesConditionsAndRefusals(t *testing.T) {
 		{http.MethodGet, "f/", http.StatusConflict},
 		{http.MethodGet, "nothing", http.StatusNotFound},
 		{http.MethodGet, "?limit=0", http.StatusBadRequest},
+		{http.MethodGet, "?limit=10001", http.StatusBadRequest},
 		{http.MethodGet, "?after=!", http.StatusBadRequest},
 		{http.MethodGet, "f?node=n1", http.StatusBadRequest}, // no cluster
 		{http.MethodGet, strings.Repeat("n", 300), http.StatusBadRequest},
@@ -500,3 +501,24 @@ func TestFilesResumableUpload(t *testing.T) {
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestFilesOperationsAtOnce: beyond maxFileOps operations under way, a
+// request is refused 429 capacity, and served again once one ends.
+func TestFilesOperationsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	tok := e.token(t, "acme", ScopeFilesRead)
+	for range maxFileOps { // the operations under way
+		e.srv.fileOps <- struct{}{}
+	}
+	if code, b, _ := e.fileCall(t, http.MethodGet, "", tok, nil, nil); code != http.StatusTooManyRequests || !strings.Contains(string(b), "capacity") {
+		t.Errorf("beyond %d operations: %d %s", maxFileOps, code, b)
+	}
+	<-e.srv.fileOps
+	if code, b, _ := e.fileCall(t, http.MethodGet, "", tok, nil, nil); code != http.StatusOK {
+		t.Errorf("once one ended: %d %s", code, b)
+	}
+	for range maxFileOps - 1 {
+		<-e.srv.fileOps
+	}
+}

@@ -36,7 +36,6 @@ import (
 var (
 	ErrInvalidPath = errors.New("files: invalid path")
 	ErrNotFound    = fs.ErrNotExist
-	ErrExist       = fs.ErrExist
 	ErrPermission  = fs.ErrPermission
 	ErrIsDir       = errors.New("files: is a directory")
 	ErrNotDir      = errors.New("files: not a directory")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
@@ -238,5 +239,34 @@ func TestRemoveAndMove(t *testing.T) {
 	}
 	if err := tr.Remove("e", false); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Remove of nothing: %v", err)
+	}
+}
+
+// TestStaleUploadsAreSwept: an upload left a day without a change is
+// removed by the next upload begun in its directory; a fresh one stays.
+func TestStaleUploadsAreSwept(t *testing.T) {
+	t.Parallel()
+	tr, _ := newTree(t)
+	stale, err := tr.StartUpload("d/old.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := tr.StartUpload("d/new.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, name, _ := uploadName("d/old.bin", stale)
+	long := time.Now().Add(-uploadStale - time.Hour)
+	if err := os.Chtimes(filepath.Join(tr.dir, "d", name), long, long); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.StartUpload("d/next.bin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.UploadOffset("d/old.bin", stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stale upload: %v, want it gone", err)
+	}
+	if _, err := tr.UploadOffset("d/new.bin", fresh); err != nil {
+		t.Errorf("the fresh upload: %v", err)
 	}
 }
