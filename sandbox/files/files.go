@@ -1,18 +1,20 @@
 // Package files reads and writes a tenant's workspace from the host as
 // the tenant would: every operation runs on an OS thread whose
 // filesystem identity is the workspace's uid and gid, with no
-// supplementary groups (root's permissions, groups and bypasses do not
+// supplementary groups (root's file permissions and groups do not
 // apply; what it makes is the tenant's, within the workspace's quota),
 // and resolves paths beneath the workspace with os.Root (openat2's
 // RESOLVE_BENEATH where the kernel has it): "..", absolute symlinks and
 // symlinks that lead out, swapped in during an operation or not, are
 // refused, never followed.
 //
-// A file is written under a temporary name in its directory and renamed
-// into place once whole, so a program reading it sees the old file or
-// the new one, never a part. A write the workspace has no room for
-// (ENOSPC, EDQUOT) leaves nothing behind and reports the bytes it had
-// written (ErrNoSpace).
+// A file is written under a temporary name in its directory, resolved
+// once, and renamed into place once whole, so a program reading it sees
+// the old file or the new one, never a part. A write the workspace has
+// no room for (ENOSPC, EDQUOT) leaves nothing behind and reports the
+// bytes it had written (NoSpaceError). A resumable upload (StartUpload,
+// Append, FinishUpload) gathers its bytes in a hidden file beside its
+// target, one Append at a time, and is renamed into place the same way.
 //
 // Archive and Extract, the tar streams, work on any os.Root, on every
 // OS: termgate cp uses them on the client's side. The Tree is Linux's.
