@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/termgate/termgate/gateway/audit"
@@ -141,6 +142,11 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	// bounds them (its workspace quota) and times them (its idle body
 	// timeout). Any other body is read here first.
 	stream := body == nil && strings.Contains(r.Pattern, "/files/")
+	var in *watchedBody
+	if stream {
+		in = &watchedBody{ReadCloser: r.Body}
+		r.Body = in
+	}
 	if body == nil && !stream {
 		var err error
 		if body, err = a.relayBody(w, r); err != nil {
@@ -178,7 +184,7 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	}
 	p.ServeHTTP(w, r.WithContext(ctx))
 	switch {
-	case failure != nil && stream && (r.Context().Err() != nil || bodyBroke(failure)):
+	case failure != nil && stream && (r.Context().Err() != nil || in.broke.Load()):
 		return nil // the client's body broke or it left: nothing of the owner's health
 	case failure != nil:
 		return rt.failed(node, failure)
@@ -186,11 +192,20 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	return nil
 }
 
-// bodyBroke reports whether a proxied request failed reading its
-// client's body rather than reaching the owner.
-func bodyBroke(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "http: request body") ||
-		strings.Contains(err.Error(), "body closed")
+// watchedBody is a streamed request body that keeps its read error:
+// a proxied request that failed because of it failed on the client's
+// side, not the owner's.
+type watchedBody struct {
+	io.ReadCloser
+	broke atomic.Bool // the transport reads on a goroutine of its own
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.broke.Store(true)
+	}
+	return n, err
 }
 
 // relayBody reads the body of a request to be proxied to its owner: at
