@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/termgate/termgate/gateway/audit"
@@ -142,11 +141,6 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	// bounds them (its workspace quota) and times them (its idle body
 	// timeout). Any other body is read here first.
 	stream := body == nil && strings.Contains(r.Pattern, "/files/")
-	var in *watchedBody
-	if stream {
-		in = &watchedBody{ReadCloser: r.Body}
-		r.Body = in
-	}
 	if body == nil && !stream {
 		var err error
 		if body, err = a.relayBody(w, r); err != nil {
@@ -183,29 +177,10 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 		ErrorLog:       slog.NewLogLogger(a.s.log.Handler(), slog.LevelDebug),
 	}
 	p.ServeHTTP(w, r.WithContext(ctx))
-	switch {
-	case failure != nil && stream && (r.Context().Err() != nil || in.broke.Load()):
-		return nil // the client's body broke or it left: nothing of the owner's health
-	case failure != nil:
-		return rt.failed(node, failure)
+	if failure != nil {
+		return rt.failed(node, failure) // a client's broken body is no peer failure (cluster.PeerFailed)
 	}
 	return nil
-}
-
-// watchedBody is a streamed request body that keeps its read error:
-// a proxied request that failed because of it failed on the client's
-// side, not the owner's.
-type watchedBody struct {
-	io.ReadCloser
-	broke atomic.Bool // the transport reads on a goroutine of its own
-}
-
-func (b *watchedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF {
-		b.broke.Store(true)
-	}
-	return n, err
 }
 
 // relayBody reads the body of a request to be proxied to its owner: at

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -224,6 +225,18 @@ func TestClusterFiles(t *testing.T) {
 	if code, b := do(http.MethodGet, c.url(0), "/v1/executions/"+id+"/files/big.txt", ""); code != http.StatusOK || b != big {
 		t.Errorf("GET of 3 MiB through n0: %d, %d bytes", code, len(b))
 	}
+	// A client whose body breaks on the way says nothing of n1's health:
+	// the next request through n0 is served.
+	broken := io.MultiReader(strings.NewReader(big), readerFunc(func([]byte) (int, error) { return 0, errors.New("cut") }))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, c.url(0)+"/v1/executions/"+id+"/files/broken.txt", broken)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("a PUT whose body broke: %s", resp.Status)
+	}
+	if code, b := do(http.MethodGet, c.url(0), "/v1/executions/"+id+"/files/relayed.txt", ""); code != http.StatusOK {
+		t.Errorf("after a client's broken body, n1 through n0: %d %s", code, b)
+	}
 	if code, b := do(http.MethodGet, c.url(1), "/v1/files/relayed.txt", ""); code != http.StatusOK || b != "through n0" {
 		t.Errorf("n1's workspace: %d %q", code, b)
 	}
@@ -291,3 +304,7 @@ func startOnN1(t *testing.T, c *testCluster, tok, prefix, script string) string 
 	t.Skip("no start of 8 was placed on n1")
 	return ""
 }
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
