@@ -27,10 +27,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -142,6 +144,21 @@ func entry(fi fs.FileInfo) Entry {
 	}
 	e.Inode = inode(fi)
 	return e
+}
+
+// copyBufferSize is the size of the buffers a write copies a body
+// through: large enough that a gigabyte is a few thousand system
+// calls, not tens of thousands.
+const copyBufferSize = 256 << 10
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+// copyInto copies r to f through a pooled buffer, as io.Copy would with
+// a larger one.
+func copyInto(f *os.File, r io.Reader) (int64, error) {
+	b := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(b)
+	return io.CopyBuffer(struct{ io.Writer }{f}, r, *b)
 }
 
 // tempPrefix starts the names of files being written.

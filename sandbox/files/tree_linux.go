@@ -201,7 +201,7 @@ func (t *Tree) Write(p string, r io.Reader, o WriteOptions) (Entry, error) {
 		if err != nil {
 			return err
 		}
-		n, err := io.Copy(f, r)
+		n, err := copyInto(f, r)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -532,7 +532,7 @@ func (t *Tree) Append(p, id string, offset int64, r io.Reader) (int64, error) {
 		if _, err := f.Seek(offset, io.SeekStart); err != nil {
 			return err
 		}
-		n, err := io.Copy(f, r)
+		n, err := copyInto(f, r)
 		end += n
 		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 			f.Truncate(offset)
