@@ -176,29 +176,30 @@ func apiStartOf(req wire.Request) apiStart {
 	}
 }
 
-// placed is the HTTP start's routing (a hook in start, after the body was
-// read): a hop's probe is answered here; a start placed on another node is
-// proxied there with the ID it was given; one placed here comes back with
-// body.ID set, to be started here (false).
-func (a *httpAPI) placed(w http.ResponseWriter, r *http.Request, c auth.Claims, body *apiStart) bool {
+// placed is the HTTP starts' routing (a hook in start and in the agent
+// exec, after the body was read): a hop's probe is answered here; a start
+// placed on another node is proxied there with the ID it was given, in
+// the body resend makes of it; one placed here comes back with req.ID
+// set, to be started here (false).
+func (a *httpAPI) placed(w http.ResponseWriter, r *http.Request, c auth.Claims, req *wire.Request, resend func(wire.Request) any) bool {
 	rt := a.s.route
 	if rt == nil {
 		return false
 	}
 	if h, hop := hopFrom(r.Context()); hop && h.Op == cluster.OpProbe {
-		a.answerProbe(w, r, c, *body)
+		a.answerProbe(w, r, c, *req)
 		return true
 	}
-	plan, err := rt.placeStart(withToken(r.Context(), bearer(r)), c, body.request(), nil)
+	plan, err := rt.placeStart(withToken(r.Context(), bearer(r)), c, *req, nil)
 	if err != nil {
 		a.failUnavailable(w, r, c, err)
 		return true
 	}
-	body.ID = plan.ID
+	req.ID = plan.ID
 	if plan.Node == rt.self() {
 		return false
 	}
-	b, err := json.Marshal(body)
+	b, err := json.Marshal(resend(*req))
 	if err == nil {
 		r.Header.Set("Content-Type", "application/json")
 		err = a.proxy(w, r, plan.Node, b)
@@ -212,8 +213,7 @@ func (a *httpAPI) placed(w http.ResponseWriter, r *http.Request, c auth.Claims, 
 // answerProbe answers a front's probe: 200 and the execution when this
 // node holds the key as the spec would make it, 409 when under another
 // spec, 404 when not. It never creates one.
-func (a *httpAPI) answerProbe(w http.ResponseWriter, r *http.Request, c auth.Claims, body apiStart) {
-	req := body.request()
+func (a *httpAPI) answerProbe(w http.ResponseWriter, r *http.Request, c auth.Claims, req wire.Request) {
 	_, key, canonical, err := session.ParseID(req.ID)
 	if err == nil && canonical {
 		err = fmt.Errorf("%w: a probe names a bare key", session.ErrInvalidID)

@@ -32,6 +32,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/executions/{id}/ports/{port}/preview", a.route(ScopeForward, a.postPreview))
 	mux.HandleFunc("DELETE /v1/executions/{id}/ports/{port}/preview", a.route(ScopeForward, a.deletePreview))
 	a.filesRoutes(mux)
+	newAgentExec(a).routes(mux)
 }
 
 // route authenticates and checks scope before h runs, and answers h's
@@ -69,39 +70,50 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
 		return err
 	}
-	if a.placed(w, r, c, &body) { // cluster_start.go: elsewhere, or a probe
+	req := body.request()
+	if a.placed(w, r, c, &req, func(req wire.Request) any { return apiStartOf(req) }) { // cluster_start.go: elsewhere, or a probe
 		return nil
 	}
-	if a.s.route != nil && !a.s.starts.allow(c) { // the owner's limit, not the front's
-		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
-	}
-	req := body.request()
-	spec, err := a.s.spec(c.Tenant, req)
-	if err != nil {
-		return err
-	}
-	if code, msg := a.s.recordStart(c, req, &spec); code != "" {
-		return &apiError{code, msg}
-	}
-	if code, msg := mayUseNetwork(c, req.Network); code != "" {
-		return &apiError{code, msg}
-	}
-	if err := a.auditStart(r, c, &req, spec); err != nil {
-		return err
-	}
-	was := a.incarnation(c.Tenant, req.ID)
-	who := session.WithLogAttrs(r.Context(), "subject", c.Subject, "remote_addr", a.s.remoteAddr(r))
-	info, err := a.s.cfg.Supervisor.Start(who, c.Tenant, req.ID, spec)
+	info, created, err := a.startHere(r, c, req)
 	if err != nil {
 		return err
 	}
 	status := http.StatusOK
-	if info.Incarnation != was {
+	if created {
 		status = http.StatusCreated
 	}
 	w.Header().Set("Location", "/v1/executions/"+url.PathEscape(info.ID))
 	a.respond(w, status, a.execution(info))
 	return nil
+}
+
+// startHere starts req on this node, for a start the cluster placed here
+// (or with no cluster): created is false when an equal start had made the
+// execution already (a retry).
+func (a *httpAPI) startHere(r *http.Request, c auth.Claims, req wire.Request) (info session.Info, created bool, err error) {
+	if a.s.route != nil && !a.s.starts.allow(c) { // the owner's limit, not the front's
+		return info, false, &apiError{wire.CodeRateLimited, "too many starts; slow down"}
+	}
+	spec, err := a.s.spec(c.Tenant, req)
+	if err != nil {
+		return info, false, err
+	}
+	if code, msg := a.s.recordStart(c, req, &spec); code != "" {
+		return info, false, &apiError{code, msg}
+	}
+	if code, msg := mayUseNetwork(c, req.Network); code != "" {
+		return info, false, &apiError{code, msg}
+	}
+	if err := a.auditStart(r, c, &req, spec); err != nil {
+		return info, false, err
+	}
+	was := a.incarnation(c.Tenant, req.ID)
+	who := session.WithLogAttrs(r.Context(), "subject", c.Subject, "remote_addr", a.s.remoteAddr(r))
+	info, err = a.s.cfg.Supervisor.Start(who, c.Tenant, req.ID, spec)
+	if err != nil {
+		return info, false, err
+	}
+	return info, info.Incarnation != was, nil
 }
 
 // incarnation returns the incarnation of tenant's execution id, or ""

@@ -138,18 +138,18 @@ func (e *apiEnv) eventsPath(t *testing.T, token, id string, after uint64, wait s
 	return path
 }
 
-// transcript is everything an execution printed, read by long polls
+// printed is everything an execution wrote, read by long polls
 // until the exit event.
-type transcript struct {
+type printed struct {
 	out, err string
 	kinds    []string
 	exit     *apiExit
 	status   session.Status
 }
 
-func (e *apiEnv) readAll(t *testing.T, token, id string) transcript {
+func (e *apiEnv) readAll(t *testing.T, token, id string) printed {
 	t.Helper()
-	var tr transcript
+	var tr printed
 	after := uint64(0)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -219,7 +219,7 @@ func TestHTTPStartGetListAndIdempotency(t *testing.T) {
 
 	tr := e.readAll(t, tok, "job-1")
 	if tr.out != "out\n" || tr.err != "err\n" || tr.exit == nil || tr.exit.Code != 3 || tr.exit.Reason != "exited" || tr.status != session.StatusExited {
-		t.Fatalf("transcript %+v", tr)
+		t.Fatalf("printed %+v", tr)
 	}
 	if tr.kinds[0] != "started" || tr.kinds[len(tr.kinds)-1] != "exit" {
 		t.Fatalf("event kinds %v", tr.kinds)
@@ -358,7 +358,7 @@ func TestHTTPInputAppliedOnceByOffset(t *testing.T) {
 
 	tr := e.readAll(t, tok, "cat")
 	if tr.out != "hello\nabc\n" || tr.exit == nil || tr.exit.Code != 0 {
-		t.Fatalf("transcript %+v", tr)
+		t.Fatalf("printed %+v", tr)
 	}
 	e.fails(t, 409, "not_running", "POST", "/v1/executions/cat/input", tok, apiInput{Offset: 10, Data: []byte("late")})
 }
@@ -375,7 +375,7 @@ func TestHTTPCancel(t *testing.T) {
 	}
 	tr := e.readAll(t, tok, "sleeper")
 	if tr.status != session.StatusCancelled || tr.exit == nil || tr.exit.Reason != "cancelled" {
-		t.Fatalf("transcript %+v", tr)
+		t.Fatalf("printed %+v", tr)
 	}
 	e.fails(t, 409, "not_running", "POST", "/v1/executions/sleeper/cancel", tok, nil)
 }

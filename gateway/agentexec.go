@@ -1,0 +1,415 @@
+package gateway
+
+// Agent exec: a start, or input, and a wait for what follows as text, in
+// one call (PROTOCOL.md, "Agent exec"). agentExec owns it: its routes,
+// the WebSocket requests' answers and where each execution's last answer
+// left off.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/internal/transcript"
+	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/replay"
+	"github.com/termgate/termgate/session"
+)
+
+// maxCursors bounds the executions whose last answer agentExec keeps;
+// past it, those of executions that are gone are dropped first.
+const maxCursors = 4096
+
+// agentExec serves POST /v1/exec, POST /v1/executions/{id}/write and
+// their WebSocket requests.
+type agentExec struct {
+	api *httpAPI
+
+	mu      sync.Mutex
+	cursors map[cursorKey]cursor
+}
+
+type cursorKey struct{ tenant, id string }
+
+// cursor is where the last answer for an execution left off.
+type cursor struct {
+	incarnation string
+	next        uint64
+}
+
+func newAgentExec(a *httpAPI) *agentExec {
+	return &agentExec{api: a, cursors: map[cursorKey]cursor{}}
+}
+
+func (x *agentExec) routes(mux *http.ServeMux) {
+	a := x.api
+	mux.HandleFunc("POST /v1/exec", a.route(auth.ScopeCreate, x.exec))
+	mux.HandleFunc("POST /v1/executions/{id}/write", a.route(auth.ScopeWrite, x.write))
+}
+
+// exec starts the request's command, or continues the execution its ID
+// names when it gives no command, and waits for it.
+func (x *agentExec) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	a := x.api
+	var body wire.ExecRequest
+	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+		return err
+	}
+	if err := checkWait(body.Wait); err != nil {
+		return err
+	}
+	if body.Argv == nil && body.Command == "" {
+		if x.continuedElsewhere(w, r, c, body) {
+			return nil
+		}
+		res, err := x.continueHere(r, c, body)
+		if err != nil {
+			return err
+		}
+		a.respond(w, http.StatusOK, res)
+		return nil
+	}
+	if a.s.route == nil && !a.s.starts.allow(c) {
+		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
+	}
+	req, err := startOf(body)
+	if err != nil {
+		return err
+	}
+	if a.placed(w, r, c, &req, func(req wire.Request) any { body.ID = req.ID; return body }) {
+		return nil
+	}
+	info, created, err := a.startHere(r, c, req)
+	if err != nil {
+		return err
+	}
+	if err := x.stdin(r, c, info.ID, ptr(uint64(0)), body); err != nil {
+		return err
+	}
+	res, err := x.wait(r.Context(), c, info, body.Wait)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	a.respond(w, status, res)
+	return nil
+}
+
+// continuedElsewhere proxies a continue of another node's execution to
+// that node.
+func (x *agentExec) continuedElsewhere(w http.ResponseWriter, r *http.Request, c auth.Claims, body wire.ExecRequest) bool {
+	a, rt := x.api, x.api.s.route
+	if rt == nil || body.ID == "" {
+		return false
+	}
+	if _, hop := hopFrom(r.Context()); hop {
+		return false
+	}
+	node, err := rt.owner(withToken(r.Context(), bearer(r)), c, body.ID)
+	if err == nil && node == rt.self() {
+		return false
+	}
+	if err == nil {
+		var b []byte
+		if b, err = json.Marshal(body); err == nil {
+			err = a.proxy(w, r, node, b)
+		}
+	}
+	if err != nil {
+		a.failUnavailable(w, r, c, err)
+	}
+	return true
+}
+
+func (x *agentExec) continueHere(r *http.Request, c auth.Claims, body wire.ExecRequest) (wire.ExecResult, error) {
+	if body.ID == "" {
+		return wire.ExecResult{}, badRequest("exec needs argv or command, or the id of an execution to continue")
+	}
+	if body.Cwd != "" || body.Env != nil || body.TTY || body.Rows != 0 || body.Cols != 0 || body.TimeoutMS != 0 || body.Limits != nil || body.Network != "" {
+		return wire.ExecResult{}, badRequest("a continue (an id with no argv or command) takes no start options")
+	}
+	info, err := x.api.s.cfg.Supervisor.Get(c.Tenant, body.ID)
+	if err != nil {
+		return wire.ExecResult{}, err
+	}
+	if err := x.stdin(r, c, body.ID, nil, body); err != nil {
+		return wire.ExecResult{}, err
+	}
+	return x.wait(r.Context(), c, info, body.Wait)
+}
+
+// stdin writes an exec request's stdin at offset, as write does.
+func (x *agentExec) stdin(r *http.Request, c auth.Claims, id string, offset *uint64, body wire.ExecRequest) error {
+	if body.Stdin == "" && !body.CloseStdin {
+		return nil
+	}
+	a := x.api
+	switch {
+	case !c.Has(auth.ScopeWrite):
+		return &apiError{wire.CodeForbidden, "stdin needs the " + auth.ScopeWrite + " scope"}
+	case !a.s.inputs.allow(c):
+		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
+	}
+	if err := a.auditAction(r, c, id, len(body.Stdin), body.CloseStdin); err != nil {
+		return err
+	}
+	_, err := x.input(c, id, offset, body.Stdin, body.CloseStdin)
+	return err
+}
+
+// write writes the request's input and waits for what follows.
+func (x *agentExec) write(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+	a := x.api
+	if !a.s.inputs.allow(c) {
+		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
+	}
+	var body wire.WriteRequest
+	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
+		return err
+	}
+	if err := checkWait(body.Wait); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if err := a.auditAction(r, c, id, len(body.Input), body.CloseStdin); err != nil {
+		return err
+	}
+	info, err := a.s.cfg.Supervisor.Get(c.Tenant, id)
+	if err != nil {
+		return err
+	}
+	if _, err := x.input(c, id, body.Offset, body.Input, body.CloseStdin); err != nil {
+		return err
+	}
+	res, err := x.wait(r.Context(), c, info, body.Wait)
+	if err != nil {
+		return err
+	}
+	a.respond(w, http.StatusOK, res)
+	return nil
+}
+
+// input writes p at offset (nil: at the end of what the execution has
+// received) and closes the input after it when closeStdin. A retry of
+// input the execution has all received is answered as the first was,
+// even once the execution has ended.
+func (x *agentExec) input(c auth.Claims, id string, offset *uint64, p string, closeStdin bool) (uint64, error) {
+	sup := x.api.s.cfg.Supervisor
+	info, err := sup.Get(c.Tenant, id)
+	if err != nil {
+		return 0, err
+	}
+	at := info.InputOffset
+	if offset != nil {
+		at = *offset
+	}
+	end := at + uint64(len(p))
+	if offset != nil && end <= info.InputOffset && (info.Result != nil || !closeStdin) {
+		return info.InputOffset, nil
+	}
+	n := at
+	if p != "" {
+		if n, err = sup.Input(c.Tenant, id, at, []byte(p)); err != nil {
+			return 0, err
+		}
+	}
+	if closeStdin {
+		return sup.CloseStdinAfter(c.Tenant, id, end)
+	}
+	return n, nil
+}
+
+// checkWait refuses a wait beyond its bounds, naming them.
+func checkWait(w wire.Wait) error {
+	switch {
+	case w.YieldMS != nil && (*w.YieldMS < 0 || *w.YieldMS > wire.MaxYieldMS):
+		return badRequest(fmt.Sprintf("yield_ms must be between 0 and %d", wire.MaxYieldMS))
+	case w.MaxOutputBytes < 0 || w.MaxOutputBytes > wire.MaxMaxOutputBytes:
+		return badRequest(fmt.Sprintf("max_output_bytes must be between 1 and %d (0: %d)", wire.MaxMaxOutputBytes, wire.DefaultMaxOutputBytes))
+	}
+	return nil
+}
+
+// startOf is the start an exec request makes.
+func startOf(b wire.ExecRequest) (wire.Request, error) {
+	req := wire.Request{
+		Type: wire.TypeStart, ID: b.ID, Env: b.Env, Cwd: b.Cwd, TimeoutMS: b.TimeoutMS,
+		Limits: b.Limits, Network: b.Network, Interactive: b.Interactive,
+	}
+	switch {
+	case b.Argv != nil && b.Command != "":
+		return req, badRequest("exec takes argv or command, not both")
+	case b.Argv != nil && (len(b.Argv) == 0 || b.Argv[0] == ""):
+		return req, badRequest("argv needs a program: argv[0]")
+	case b.Argv != nil:
+		req.Command, req.Args = b.Argv[0], b.Argv[1:]
+	default:
+		req.Command, req.Args = "/bin/sh", []string{"-c", b.Command}
+	}
+	switch {
+	case b.TTY:
+		req.PTY = &wire.Size{Rows: 24, Cols: 80}
+		if b.Rows != 0 {
+			req.PTY.Rows = b.Rows
+		}
+		if b.Cols != 0 {
+			req.PTY.Cols = b.Cols
+		}
+	case b.Rows != 0 || b.Cols != 0:
+		return req, badRequest("rows and cols need tty")
+	}
+	return req, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// wait reads the execution's events from where w says until it exits or
+// w's yield passes, and makes them the answer.
+func (x *agentExec) wait(ctx context.Context, c auth.Claims, info session.Info, w wire.Wait) (wire.ExecResult, error) {
+	sup := x.api.s.cfg.Supervisor
+	from := x.from(c.Tenant, info, w.Seq)
+	writer := c.Has(auth.ScopeWrite)
+	sub, now, err := sup.Subscribe(c.Tenant, info.ID, session.AttachOptions{After: from - 1, Incarnation: info.Incarnation, Writer: writer, Ack: writer})
+	if err != nil {
+		return wire.ExecResult{}, err
+	}
+	defer sub.Close()
+	if now.Incarnation != info.Incarnation { // the ID was reused meanwhile
+		info, from = now, 1
+	}
+	strip := info.PTY
+	if w.StripANSI != nil {
+		strip = *w.StripANSI
+	}
+	yield := time.Duration(wire.DefaultYieldMS) * time.Millisecond
+	if w.YieldMS != nil {
+		yield = time.Duration(*w.YieldMS) * time.Millisecond
+	}
+	budget := w.MaxOutputBytes
+	if budget == 0 {
+		budget = wire.DefaultMaxOutputBytes
+	}
+	ctx, stop := x.api.s.untilRestart(ctx)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, yield)
+	defer cancel()
+	res := wire.ExecResult{ID: info.ID, FromSeq: from, NextSeq: from, Incarnation: info.Incarnation}
+	text := transcript.New(transcript.Options{Budget: budget, StripANSI: strip})
+	if err := x.read(ctx, sub, text, &res); err != nil {
+		return wire.ExecResult{}, err
+	}
+	t := text.Finish()
+	res.Output, res.OmittedBytes, res.ReplacedBytes = t.Text, t.Omitted, t.Replaced
+	if t.Omitted > 0 {
+		res.OmittedAt = t.OmittedAt
+	}
+	if now, err := sup.Get(c.Tenant, info.ID); err == nil {
+		res.InputOffset = now.InputOffset
+		if res.Exit == nil && now.Result != nil && res.NextSeq > now.LastSeq {
+			res.Exit = x.exitOf(c.Tenant, now) // an answer before this one read it
+		}
+	}
+	res.Running = res.Exit == nil
+	x.keep(c.Tenant, res)
+	return res, nil
+}
+
+// read adds the subscription's events to text and res until the exit
+// event, or until ctx ends (the yield).
+func (x *agentExec) read(ctx context.Context, sub *session.Subscription, text *transcript.Builder, res *wire.ExecResult) error {
+	for res.Exit == nil {
+		evs, gap, ok, err := sub.TryNext()
+		if !ok {
+			evs, gap, err = sub.Next(ctx)
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil && ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded):
+			return nil // the yield passed
+		case err != nil:
+			return err
+		case gap != nil:
+			res.LostBytes += gap.Bytes
+			res.NextSeq = gap.To
+			continue
+		}
+		for _, ev := range evs {
+			switch ev.Kind {
+			case replay.KindOutput:
+				text.Write(int(ev.Stream), ev.Data)
+			case replay.KindExit:
+				res.Exit = &wire.ExecExit{Code: ev.Exit.Code, Signal: signalName(ev.Exit.Signal), Reason: ev.Exit.Reason}
+			}
+			res.NextSeq = ev.Seq + 1
+		}
+		if err := sub.Ack(res.NextSeq - 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// from is the first event a wait reads: seq when given, else where the
+// last answer for the execution left off, else the first it retains.
+func (x *agentExec) from(tenant string, info session.Info, seq uint64) uint64 {
+	if seq != 0 {
+		return seq
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if c, ok := x.cursors[cursorKey{tenant, info.ID}]; ok && c.incarnation == info.Incarnation {
+		return c.next
+	}
+	return max(info.FirstSeq, 1)
+}
+
+// keep remembers where res left off, for the next call that names no
+// seq. Past maxCursors, the cursors of executions that are gone go first,
+// then any: a call whose cursor was dropped reads from the first event
+// retained, again rather than lost.
+func (x *agentExec) keep(tenant string, res wire.ExecResult) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.cursors) >= maxCursors {
+		sup := x.api.s.cfg.Supervisor
+		for k := range x.cursors {
+			if _, err := sup.Get(k.tenant, k.id); err != nil {
+				delete(x.cursors, k)
+			}
+		}
+		for k := range x.cursors {
+			if len(x.cursors) < maxCursors {
+				break
+			}
+			delete(x.cursors, k)
+		}
+	}
+	x.cursors[cursorKey{tenant, res.ID}] = cursor{res.Incarnation, res.NextSeq}
+}
+
+// exitOf is how an ended execution ended, from its exit event (the
+// newest, so retained).
+func (x *agentExec) exitOf(tenant string, info session.Info) *wire.ExecExit {
+	sub, _, err := x.api.s.cfg.Supervisor.Attach(tenant, info.ID, info.LastSeq-1)
+	if err == nil {
+		defer sub.Close()
+		evs, _, ok, _ := sub.TryNext()
+		for _, ev := range evs {
+			if ok && ev.Kind == replay.KindExit {
+				return &wire.ExecExit{Code: ev.Exit.Code, Signal: signalName(ev.Exit.Signal), Reason: ev.Exit.Reason}
+			}
+		}
+	}
+	r := info.Result
+	return &wire.ExecExit{Code: r.ExitCode, Signal: r.Signal, Reason: string(r.Status)}
+}

@@ -1,0 +1,163 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/wire"
+)
+
+func yieldMS(ms int64) *int64 { return &ms }
+
+// agentToken may start, read and write.
+func (e *apiEnv) agentToken(t *testing.T) string {
+	return e.token(t, "acme", auth.ScopeCreate, auth.ScopeAttach, auth.ScopeWrite)
+}
+
+func (e *apiEnv) exec(t *testing.T, tok string, want int, body wire.ExecRequest) wire.ExecResult {
+	t.Helper()
+	var res wire.ExecResult
+	e.must(t, want, http.MethodPost, "/v1/exec", tok, body, &res)
+	return res
+}
+
+func (e *apiEnv) write(t *testing.T, tok, id string, body wire.WriteRequest) wire.ExecResult {
+	t.Helper()
+	var res wire.ExecResult
+	e.must(t, http.StatusOK, http.MethodPost, "/v1/executions/"+id+"/write", tok, body, &res)
+	return res
+}
+
+func TestAgentExecEndsAtTheExitNotTheYield(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.agentToken(t)
+	began := time.Now()
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "sleep 0.2; echo hi; sleep 0.1; echo err >&2", Wait: wire.Wait{YieldMS: yieldMS(10_000)}})
+	// The yield is 10 s: an answer before 5 s ended at the exit, which is
+	// all this checks (the benchmark measures how soon).
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("exec took %v: it waited for the yield after the exit", took)
+	}
+	if res.Running || res.Exit == nil || res.Exit.Code != 0 || res.Exit.Reason != "exited" {
+		t.Fatalf("answer %+v", res)
+	}
+	if res.Output != "hi\nerr\n" || res.OmittedBytes != 0 || res.FromSeq != 1 || res.NextSeq <= res.FromSeq {
+		t.Fatalf("answer %+v", res)
+	}
+	// Nothing follows the exit: a continue returns at once, empty.
+	again := e.exec(t, tok, http.StatusOK, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{YieldMS: yieldMS(10_000)}})
+	if again.Output != "" || again.Exit == nil || again.FromSeq != res.NextSeq {
+		t.Fatalf("continue after the exit: %+v", again)
+	}
+}
+
+func TestAgentExecRunningThenWrite(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.agentToken(t)
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "echo ready; read line; echo got $line; exit 3", Interactive: true, Wait: wire.Wait{YieldMS: yieldMS(300)}})
+	if !res.Running || res.Exit != nil || res.Output != "ready\n" {
+		t.Fatalf("answer %+v", res)
+	}
+	// The same write twice, as a retry after a cut connection sends it:
+	// the second adds nothing.
+	off := uint64(0)
+	w := wire.WriteRequest{Input: "abc\n", Offset: &off, Wait: wire.Wait{YieldMS: yieldMS(10_000)}}
+	got := e.write(t, tok, res.ID, w)
+	if got.Running || got.Exit == nil || got.Exit.Code != 3 || got.Output != "got abc\n" || got.InputOffset != 4 {
+		t.Fatalf("write: %+v", got)
+	}
+	if got.FromSeq != res.NextSeq {
+		t.Fatalf("write read from %d, the exec left off at %d", got.FromSeq, res.NextSeq)
+	}
+	again := e.write(t, tok, res.ID, w)
+	if again.InputOffset != 4 {
+		t.Fatalf("a retried write was applied again: input offset %d", again.InputOffset)
+	}
+	// A retry of the answer (seq given) reads it again.
+	w.Seq = got.FromSeq
+	if retry := e.write(t, tok, res.ID, w); retry.Output != got.Output || retry.NextSeq != got.NextSeq {
+		t.Fatalf("a retry from seq %d: %+v, first %+v", w.Seq, retry, got)
+	}
+}
+
+func TestAgentExecHeadAndTail(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.agentToken(t)
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "seq 1 100000"}, Wait: wire.Wait{MaxOutputBytes: 1000}})
+	var all strings.Builder
+	for i := 1; i <= 100000; i++ {
+		fmt.Fprintf(&all, "%d\n", i)
+	}
+	whole := all.String()
+	if res.Exit == nil || len(res.Output) > 1000 || int64(len(res.Output))+res.OmittedBytes != int64(len(whole)) {
+		t.Fatalf("%d bytes, %d omitted, of %d", len(res.Output), res.OmittedBytes, len(whole))
+	}
+	if head, tail := res.Output[:res.OmittedAt], res.Output[res.OmittedAt:]; !strings.HasPrefix(whole, head) || !strings.HasSuffix(whole, tail) || len(head) != 500 {
+		t.Fatalf("not the head and tail: %q | %q", head, tail)
+	}
+}
+
+func TestAgentExecTerminalText(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.agentToken(t)
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: `printf '\033[31mred\033[0m \303'; printf '\251\n'`, TTY: true})
+	if res.Output != "red é\n" || res.ReplacedBytes != 0 {
+		t.Fatalf("terminal output as text: %q (%+v)", res.Output, res)
+	}
+	raw := false
+	res = e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: `printf '\033[31mred\n\377'`, TTY: true, Wait: wire.Wait{StripANSI: &raw}})
+	if res.Output != "\x1b[31mred\r\n\uFFFD" || res.ReplacedBytes != 1 {
+		t.Fatalf("raw terminal output: %q (%+v)", res.Output, res)
+	}
+}
+
+func TestAgentExecContinuesWhereItLeftOff(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.agentToken(t)
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "for i in 1 2 3 4 5 6; do echo $i; sleep 0.1; done", Wait: wire.Wait{YieldMS: yieldMS(150)}})
+	out := res.Output
+	for i := 0; res.Exit == nil && i < 100; i++ {
+		res = e.exec(t, tok, http.StatusOK, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{YieldMS: yieldMS(150)}})
+		out += res.Output
+	}
+	if out != "1\n2\n3\n4\n5\n6\n" {
+		t.Fatalf("continues put together: %q", out)
+	}
+}
+
+func TestAgentExecRefusals(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.agentToken(t)
+	for _, c := range []struct {
+		status int
+		code   string
+		body   any
+	}{
+		{400, wire.CodeBadRequest, wire.ExecRequest{Argv: []string{"/bin/true"}, Command: "true"}},
+		{400, wire.CodeBadRequest, wire.ExecRequest{}},
+		{400, wire.CodeBadRequest, wire.ExecRequest{Argv: []string{}}},
+		{400, wire.CodeBadRequest, wire.ExecRequest{Command: "true", Wait: wire.Wait{YieldMS: yieldMS(wire.MaxYieldMS + 1)}}},
+		{400, wire.CodeBadRequest, wire.ExecRequest{Command: "true", Wait: wire.Wait{MaxOutputBytes: wire.MaxMaxOutputBytes + 1}}},
+		{400, wire.CodeBadRequest, wire.ExecRequest{Command: "true", Rows: 10}},
+		{400, wire.CodeBadRequest, wire.ExecRequest{ID: "x", Cwd: "/tmp"}},
+		{400, wire.CodeBadRequest, `{"command": "true", "yield": 5}`},
+		{404, wire.CodeNotFound, wire.ExecRequest{ID: "nothing-here"}},
+		{400, wire.CodeInvalidSpec, wire.ExecRequest{Argv: []string{"/usr/bin/python3"}}},
+	} {
+		e.fails(t, c.status, c.code, http.MethodPost, "/v1/exec", tok, c.body)
+	}
+	read := e.token(t, "acme", auth.ScopeAttach)
+	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/exec", read, wire.ExecRequest{Command: "true"})
+	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/executions/x/write", read, wire.WriteRequest{Input: "x"})
+	e.fails(t, 404, wire.CodeNotFound, http.MethodPost, "/v1/executions/nothing-here/write", tok, wire.WriteRequest{Input: "x"})
+}
