@@ -183,6 +183,18 @@ func commands() []command {
 			flags: func() *flag.FlagSet { return cpFlags(new(clientFlags), new(bool)) },
 		},
 		{
+			name: "mcp", args: "[flags]",
+			summary: "serve the gateway's sandboxes to agents as MCP tools (exec, write_stdin, read_output, files, previews), over stdio or HTTP",
+			examples: []string{
+				"TERMGATE_URL=https://gw:8443 TERMGATE_TOKEN=... termgate mcp      # an agent starts it; MCP over stdio",
+				"termgate mcp --url https://gw:8443 --listen 127.0.0.1:7000           # streamable HTTP; clients send their own token",
+			},
+			run: func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+				return runMCP(ctx, args, stdin, stdout, stderr)
+			},
+			flags: func() *flag.FlagSet { return mcpFlags(new(mcpOptions)) },
+		},
+		{
 			name: "ports", args: "[flags] ID",
 			summary:  "list the TCP ports an execution's programs listen on",
 			examples: []string{"termgate ports build-7"},
