@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 )
 
 var updateMCPTools = flag.Bool("update-mcp-tools", false, "rewrite docs/mcp-tools.json from the tools termgate mcp lists")
@@ -177,7 +176,9 @@ func TestMCPOverHTTP(t *testing.T) {
 	errR, errW := io.Pipe()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"mcp", "--url", g.url, "--listen", "127.0.0.1:0"}, strings.NewReader(""), io.Discard, errW) }()
+	go func() {
+		done <- run(ctx, []string{"mcp", "--url", g.url, "--listen", "127.0.0.1:0"}, strings.NewReader(""), io.Discard, errW)
+	}()
 	t.Cleanup(func() {
 		stop()
 		select {
