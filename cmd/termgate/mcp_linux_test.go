@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 var updateMCPTools = flag.Bool("update-mcp-tools", false, "rewrite docs/mcp-tools.json from the tools termgate mcp lists")
@@ -220,4 +222,64 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPWithTheTypeScriptSDK: the TypeScript SDK's client (from
+// web/node_modules) starts termgate mcp as a child over stdio, lists the
+// tools, runs a command, reads a running one's output, cancels it and
+// gets a tool error with the gateway's code.
+func TestMCPWithTheTypeScriptSDK(t *testing.T) {
+	runCLIFromEnv()
+	t.Parallel()
+	_, err := exec.LookPath("node")
+	sandboxtest.Need(t, "node", err)
+	sdk, _ := filepath.Abs(filepath.Join("..", "..", "web", "node_modules", "@modelcontextprotocol", "sdk"))
+	_, err = os.Stat(filepath.Join(sdk, "package.json"))
+	sandboxtest.Need(t, "the TypeScript MCP SDK (cd web && npm ci)", err)
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, _ := json.Marshal([]string{"mcp", "--url", g.url, "--token", tok})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "mcp-client.mjs"), sdk, self, "-test.run=^TestMCPWithTheTypeScriptSDK$")
+	cmd.Env = append(os.Environ(), cliInTerminalEnv+"="+string(args))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v: %s %s", err, out, stderr.String())
+	}
+	var seen struct {
+		Tools   []string
+		Exec    string
+		Running bool
+		First   string
+		End     struct {
+			Code   int
+			Reason string
+		}
+		Error struct {
+			IsError bool
+			Text    string
+		}
+	}
+	if err := json.Unmarshal(out, &seen); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(seen.Tools) != 9 || seen.Tools[1] != "exec" {
+		t.Errorf("tools: %q", seen.Tools)
+	}
+	if seen.Exec != "from typescript\n[exit code 2 (exited)]\n" {
+		t.Errorf("exec: %q", seen.Exec)
+	}
+	if !seen.Running || seen.First != "started\n" || seen.End.Reason != "cancelled" {
+		t.Errorf("a running command, cancelled: %+v", seen)
+	}
+	if !seen.Error.IsError || !strings.HasPrefix(seen.Error.Text, "not_found: ") {
+		t.Errorf("a tool error: %+v", seen.Error)
+	}
 }
