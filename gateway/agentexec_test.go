@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -160,4 +161,38 @@ func TestAgentExecRefusals(t *testing.T) {
 	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/exec", read, wire.ExecRequest{Command: "true"})
 	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/executions/x/write", read, wire.WriteRequest{Input: "x"})
 	e.fails(t, 404, wire.CodeNotFound, http.MethodPost, "/v1/executions/nothing-here/write", tok, wire.WriteRequest{Input: "x"})
+}
+
+// TestAgentExecHundredAtOnce: 100 agent execs held at once, ten tenants
+// of ten, at the default limits: none is refused, each gets its own
+// output and exit.
+func TestAgentExecHundredAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	type answer struct {
+		tenant, want string
+		status       int
+		res          wire.ExecResult
+		err          error
+	}
+	answers := make(chan answer, 100)
+	for i := range 100 {
+		tenant := fmt.Sprintf("t%d", i%10)
+		tok := e.token(t, tenant, auth.ScopeCreate, auth.ScopeAttach, auth.ScopeWrite)
+		go func() {
+			a := answer{tenant: tenant, want: fmt.Sprintf("n%d\n", i)}
+			var body []byte
+			a.status, _, body, a.err = e.do(t.Context(), http.MethodPost, "/v1/exec", tok, wire.ExecRequest{Command: "sleep 0.5; echo n" + fmt.Sprint(i), Wait: wire.Wait{YieldMS: yieldMS(wire.MaxYieldMS)}})
+			if a.err == nil {
+				a.err = json.Unmarshal(body, &a.res)
+			}
+			answers <- a
+		}()
+	}
+	for range 100 {
+		a := <-answers
+		if a.err != nil || a.status != http.StatusCreated || a.res.Output != a.want || a.res.Exit == nil || a.res.Exit.Code != 0 {
+			t.Errorf("tenant %s: %d %v %+v, want %q", a.tenant, a.status, a.err, a.res, a.want)
+		}
+	}
 }

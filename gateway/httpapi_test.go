@@ -34,7 +34,7 @@ type apiEnv struct {
 	api *httptest.Server
 }
 
-func newAPIEnv(t *testing.T, tweak func(*Config)) *apiEnv {
+func newAPIEnv(t testing.TB, tweak func(*Config)) *apiEnv {
 	t.Helper()
 	e := newEnv(t, tweak)
 	mux := http.NewServeMux()
