@@ -244,6 +244,8 @@ func startOf(b wire.ExecRequest) (wire.Request, error) {
 	req := wire.Request{
 		Type: wire.TypeStart, ID: b.ID, Env: b.Env, Cwd: b.Cwd, TimeoutMS: b.TimeoutMS,
 		Limits: b.Limits, Network: b.Network, Interactive: b.Interactive,
+		WorkspaceReadOnly: b.WorkspaceReadOnly, Mounts: b.Mounts, Proc: b.Proc,
+		MaxOutputBytes: b.ResultMaxOutputBytes, RetentionMS: b.RetentionMS,
 	}
 	switch {
 	case b.Argv != nil && b.Command != "":

@@ -172,7 +172,8 @@ func apiStartOf(req wire.Request) apiStart {
 		ID: req.ID, Command: req.Command, Args: req.Args, Env: req.Env, Cwd: req.Cwd, PTY: req.PTY,
 		TimeoutMS: req.TimeoutMS, IdleTimeoutMS: req.IdleTimeoutMS, Interactive: req.Interactive,
 		Flow: req.Flow, HoldMS: req.HoldMS, Limits: req.Limits, Record: req.Record, RecordInput: req.RecordInput,
-		Network: req.Network,
+		Network: req.Network, WorkspaceReadOnly: req.WorkspaceReadOnly, Mounts: req.Mounts, Proc: req.Proc,
+		MaxOutputBytes: req.MaxOutputBytes, RetentionMS: req.RetentionMS,
 	}
 }
 

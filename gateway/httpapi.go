@@ -198,6 +198,12 @@ type apiStart struct {
 	Record        bool         `json:"record"`
 	RecordInput   bool         `json:"record_input"`
 	Network       string       `json:"network"`
+	// The start options (PROTOCOL.md, "Start options").
+	WorkspaceReadOnly bool     `json:"workspace_read_only"`
+	Mounts            []string `json:"mounts"`
+	Proc              string   `json:"proc"`
+	MaxOutputBytes    int      `json:"max_output_bytes"`
+	RetentionMS       int64    `json:"retention_ms"`
 }
 
 func (b apiStart) request() wire.Request {
@@ -205,7 +211,8 @@ func (b apiStart) request() wire.Request {
 		Type: wire.TypeStart, ID: b.ID, Command: b.Command, Args: b.Args, Env: b.Env, Cwd: b.Cwd,
 		PTY: b.PTY, TimeoutMS: b.TimeoutMS, IdleTimeoutMS: b.IdleTimeoutMS, Interactive: b.Interactive,
 		Limits: b.Limits, Flow: b.Flow, HoldMS: b.HoldMS, Record: b.Record, RecordInput: b.RecordInput,
-		Network: b.Network,
+		Network: b.Network, WorkspaceReadOnly: b.WorkspaceReadOnly, Mounts: b.Mounts, Proc: b.Proc,
+		MaxOutputBytes: b.MaxOutputBytes, RetentionMS: b.RetentionMS,
 	}
 }
 

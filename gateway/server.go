@@ -46,6 +46,8 @@ const (
 	DefaultRequestReadTimeout       = 30 * time.Second
 	DefaultHold                     = 5 * time.Minute
 	DefaultMaxHold                  = time.Hour
+	DefaultMaxRetention             = 24 * time.Hour
+	DefaultMaxOutputBudget          = 256 << 10
 )
 
 // Config configures a Server. Zero fields take the defaults.
@@ -170,6 +172,19 @@ type SandboxConfig struct {
 	// defaults when zero). See spec.go, timeouts.
 	InteractiveTimeout time.Duration
 	IdleTimeout        time.Duration
+	// Mounts are the host paths a start may ask for by name (mounts),
+	// each at /mnt/NAME in the sandbox.
+	Mounts map[string]Mount
+	// MaxRetention bounds a start's retention_ms (DefaultMaxRetention),
+	// MaxOutputBudget its max_output_bytes (DefaultMaxOutputBudget).
+	MaxRetention    time.Duration
+	MaxOutputBudget int64
+}
+
+// Mount is a host path the operator offers starts (SandboxConfig.Mounts).
+type Mount struct {
+	Path     string
+	Writable bool
 }
 
 // Server is termgate's HTTP and WebSocket front end.
@@ -264,6 +279,10 @@ func applyDefaults(c *Config) {
 	defDur(&c.Sandbox.MaxTimeout, DefaultMaxTimeout)
 	defDur(&c.Hold, DefaultHold)
 	defDur(&c.MaxHold, DefaultMaxHold)
+	defDur(&c.Sandbox.MaxRetention, DefaultMaxRetention)
+	if c.Sandbox.MaxOutputBudget <= 0 {
+		c.Sandbox.MaxOutputBudget = DefaultMaxOutputBudget
+	}
 	if c.Flow == "" {
 		c.Flow = wire.FlowHold
 	}

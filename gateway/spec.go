@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,7 +64,13 @@ func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 	if p.Limits, err = limits(sb, req.Limits); err != nil {
 		return session.Spec{}, err
 	}
+	if err := startOptions(sb, req, &p); err != nil {
+		return session.Spec{}, err
+	}
 	sp := session.Spec{Policy: p, Interactive: req.PTY != nil || req.Interactive, Ring: s.cfg.Ring, Network: policy}
+	if sp.Retention, sp.OutputBudget, err = keeping(sb, req); err != nil {
+		return session.Spec{}, err
+	}
 	if sp.Timeout, sp.IdleTimeout, err = s.timeouts(req, sp.Interactive); err != nil {
 		return session.Spec{}, err
 	}
@@ -71,6 +78,75 @@ func (s *Server) spec(tenant string, req wire.Request) (session.Spec, error) {
 		return session.Spec{}, err
 	}
 	return sp, nil
+}
+
+// procRank orders the /proc modes from the least a sandbox sees.
+var procRank = map[sandbox.ProcMode]int{sandbox.ProcNone: 0, sandbox.ProcSelfExe: 1, sandbox.ProcPrivate: 2}
+
+// startOptions applies a start's options to p, each within the server's
+// bounds: a read-only workspace, the operator's mounts it names, and a
+// /proc that shows no more than the server's.
+func startOptions(sb SandboxConfig, req wire.Request, p *sandbox.Policy) error {
+	p.WorkspaceReadOnly = req.WorkspaceReadOnly
+	seen := map[string]bool{}
+	for _, name := range req.Mounts {
+		m, ok := sb.Mounts[name]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: mount %q is not one the server offers (%s)", session.ErrInvalidSpec, name, mountNames(sb.Mounts))
+		case seen[name]:
+			return fmt.Errorf("%w: mount %q named twice", session.ErrInvalidSpec, name)
+		}
+		seen[name] = true
+		p.Binds = append(p.Binds, sandbox.Bind{Source: m.Path, Dest: MountPoint(name), Writable: m.Writable})
+	}
+	if req.Proc == "" {
+		return nil
+	}
+	asked := sandbox.ProcMode(req.Proc)
+	rank, ok := procRank[asked]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: proc must be none, self-exe or private", session.ErrInvalidSpec)
+	case rank > procRank[sb.Proc]:
+		return &apiError{wire.CodeForbidden, fmt.Sprintf("proc %s shows more than this server's --proc %s allows", asked, sb.Proc)}
+	}
+	p.Proc = asked
+	if asked == sandbox.ProcSelfExe {
+		p.SelfExe = p.Command[0]
+	}
+	return nil
+}
+
+// MountPoint is where mount name appears in a sandbox.
+func MountPoint(name string) string { return "/mnt/" + name }
+
+// mountNames lists the mounts offered, for an error.
+func mountNames(m map[string]Mount) string {
+	if len(m) == 0 {
+		return "it offers none"
+	}
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return "it offers " + strings.Join(names, ", ")
+}
+
+// keeping is how long a start's result is kept and how much output it
+// keeps per stream: retention_ms and max_output_bytes, at most the
+// server's MaxRetention and MaxOutputBudget, or the supervisor's
+// defaults (zero).
+func keeping(sb SandboxConfig, req wire.Request) (time.Duration, int, error) {
+	retention := time.Duration(req.RetentionMS) * time.Millisecond
+	switch {
+	case retention < 0 || retention > sb.MaxRetention:
+		return 0, 0, fmt.Errorf("%w: retention_ms must be between 1 and %d (--max-retention)", session.ErrInvalidSpec, sb.MaxRetention.Milliseconds())
+	case req.MaxOutputBytes < 0 || int64(req.MaxOutputBytes) > sb.MaxOutputBudget:
+		return 0, 0, fmt.Errorf("%w: max_output_bytes must be between 1 and %d (--max-output-budget)", session.ErrInvalidSpec, sb.MaxOutputBudget)
+	}
+	return retention, req.MaxOutputBytes, nil
 }
 
 // timeouts are a start's absolute and idle timeouts: timeout_ms and

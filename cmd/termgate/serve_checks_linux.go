@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -28,6 +30,11 @@ func (o *serveOptions) check() error {
 	if err := o.checkNetwork(); err != nil {
 		return err
 	}
+	mounts, err := parseMounts(o.mounts)
+	if err != nil {
+		return usageError{err}
+	}
+	o.policy.Mounts = mounts
 	switch {
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usageError{errors.New("serve: --tls-cert and --tls-key go together")}
@@ -178,4 +185,38 @@ func (o *serveOptions) verify(ctx context.Context, l *sandbox.Launcher, log *slo
 		log.Warn("sandbox", "warning", w)
 	}
 	return nil
+}
+
+// mountName is the grammar of a --mount name.
+var mountName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// parseMounts reads --mount NAME=HOSTPATH[:ro|:rw]: each host path
+// absolute, clean, and a directory or a regular file that exists and is
+// no symlink (sandboxes bind it as it is).
+func parseMounts(list []string) (map[string]gateway.Mount, error) {
+	out := map[string]gateway.Mount{}
+	for _, m := range list {
+		name, hostPath, ok := strings.Cut(m, "=")
+		mode := "ro"
+		if i := strings.LastIndex(hostPath, ":"); i >= 0 && (hostPath[i+1:] == "ro" || hostPath[i+1:] == "rw") {
+			hostPath, mode = hostPath[:i], hostPath[i+1:]
+		}
+		switch {
+		case !ok || !mountName.MatchString(name):
+			return nil, fmt.Errorf("serve: --mount %q: want NAME=HOSTPATH[:ro|:rw], NAME of a-z, 0-9, _ and - (at most 32)", m)
+		case out[name] != (gateway.Mount{}):
+			return nil, fmt.Errorf("serve: --mount %q: %s is declared twice", m, name)
+		case !filepath.IsAbs(hostPath) || filepath.Clean(hostPath) != hostPath:
+			return nil, fmt.Errorf("serve: --mount %q: the host path must be absolute and clean", m)
+		}
+		fi, err := os.Lstat(hostPath)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("serve: --mount %q: %w", m, err)
+		case !fi.IsDir() && !fi.Mode().IsRegular():
+			return nil, fmt.Errorf("serve: --mount %q: %s is neither a directory nor a regular file (a symlink is not followed)", m, hostPath)
+		}
+		out[name] = gateway.Mount{Path: hostPath, Writable: mode == "rw"}
+	}
+	return out, nil
 }

@@ -28,6 +28,7 @@ type serveOptions struct {
 	defaultCommand, logLevel      string
 	logFormat                     string
 	publicKeys, origins, commands []string
+	mounts                        []string // --mount NAME=HOSTPATH[:ro|:rw]
 	previewDomain                 string
 	trustedProxies                []string
 	issuers, jwksURLs, bindings   []string
@@ -221,6 +222,9 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.str(&o.server.Flow, "flow", wire.FlowHold, "output flow of a start that names none: hold (the program waits for acknowledging writers; nothing is lost) or live (it never waits; slow readers see gaps)")
 	e.duration(&o.server.Hold, "hold", gateway.DefaultHold, "how long held output waits for an acknowledging writer who left to come back, before the execution runs free")
 	e.duration(&o.server.MaxHold, "max-hold", gateway.DefaultMaxHold, "longest hold a start may ask for (hold_ms)")
+	e.list(&o.mounts, "mount", "host path a start may ask for by name (mounts), NAME=HOSTPATH[:ro|:rw], at /mnt/NAME in its sandbox; read-only unless :rw (default none)")
+	e.duration(&o.policy.MaxRetention, "max-retention", gateway.DefaultMaxRetention, "longest retention a start may ask for (retention_ms)")
+	e.parsed("max-output-budget", fmt.Sprintf("most output a start may ask its final result to keep per stream (max_output_bytes) (default %s)", sizeText(gateway.DefaultMaxOutputBudget)), sizeFlag(&o.policy.MaxOutputBudget))
 	e.parsed("scrollback", fmt.Sprintf("lines of history above the screen a terminal's state keeps for snapshots, 1..%d; their bytes are bounded by --max-snapshot-bytes too, the oldest dropped first (default 1000)", maxScrollback), scrollbackFlag(&o.session.Scrollback))
 	e.parsed("max-message-bytes", fmt.Sprintf("largest WebSocket message (larger closes with 1009), also of an HTTP API request body (413 too_large), one proxied to another node included (default %s)", sizeText(gateway.DefaultMaxMessageBytes)), sizeFlag(&o.server.MaxMessageBytes))
 	o.screens.register(e, &o.server)

@@ -36,6 +36,14 @@ type ExecRequest struct {
 	TimeoutMS   int64   `json:"timeout_ms,omitempty"`
 	Limits      *Limits `json:"limits,omitempty"`
 	Network     string  `json:"network,omitempty"`
+	// Start options as a start's (Request), but for the result's output
+	// budget, which is ResultMaxOutputBytes here: MaxOutputBytes bounds
+	// the answer's text.
+	WorkspaceReadOnly    bool     `json:"workspace_read_only,omitempty"`
+	Mounts               []string `json:"mounts,omitempty"`
+	Proc                 string   `json:"proc,omitempty"`
+	ResultMaxOutputBytes int      `json:"result_max_output_bytes,omitempty"`
+	RetentionMS          int64    `json:"retention_ms,omitempty"`
 	// Stdin is written first (at input offset 0, so a retried exec does
 	// not write it twice); CloseStdin then closes the input.
 	Stdin      string `json:"stdin,omitempty"`

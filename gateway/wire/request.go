@@ -99,6 +99,17 @@ type Request struct {
 	// channel's execution follows from now on. See PROTOCOL.md, Network.
 	Network string `json:"network,omitempty"`
 
+	// start: options within the server's bounds (PROTOCOL.md, "Start
+	// options"): a read-only workspace; mounts the operator declared, by
+	// name; what the sandbox sees at /proc (none, private or self-exe);
+	// the final result's output budget per stream, in bytes; how long the
+	// result is kept after the end, in milliseconds.
+	WorkspaceReadOnly bool     `json:"workspace_read_only,omitempty"`
+	Mounts            []string `json:"mounts,omitempty"`
+	Proc              string   `json:"proc,omitempty"`
+	MaxOutputBytes    int      `json:"max_output_bytes,omitempty"`
+	RetentionMS       int64    `json:"retention_ms,omitempty"`
+
 	// attach
 	After    uint64 `json:"after,omitempty"`
 	ReadOnly bool   `json:"read_only,omitempty"`
