@@ -35,7 +35,8 @@ type agentExec struct {
 	cursors map[cursorKey]cursor
 }
 
-type cursorKey struct{ tenant, id string }
+// cursorKey is whose cursor: each subject reads on its own.
+type cursorKey struct{ tenant, subject, id string }
 
 // cursor is where the last answer for an execution left off.
 type cursor struct {
@@ -49,7 +50,8 @@ func newAgentExec(a *httpAPI) *agentExec {
 
 func (x *agentExec) routes(mux *http.ServeMux) {
 	a := x.api
-	mux.HandleFunc("POST /v1/exec", a.route(auth.ScopeCreate, x.exec))
+	// A continue reads; a start needs exec:create too (exec).
+	mux.HandleFunc("POST /v1/exec", a.route(auth.ScopeAttach, x.exec))
 	mux.HandleFunc("POST /v1/executions/{id}/write", a.route(auth.ScopeWrite, x.write))
 }
 
@@ -74,6 +76,9 @@ func (x *agentExec) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 		}
 		a.respond(w, http.StatusOK, res)
 		return nil
+	}
+	if !c.Has(auth.ScopeCreate) {
+		return &apiError{wire.CodeForbidden, "the token lacks the " + auth.ScopeCreate + " scope"}
 	}
 	if a.s.route == nil && !a.s.starts.allow(c) {
 		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
@@ -278,7 +283,7 @@ func ptr[T any](v T) *T { return &v }
 // w's yield passes, and makes them the answer.
 func (x *agentExec) wait(ctx context.Context, c auth.Claims, info session.Info, w wire.Wait) (wire.ExecResult, error) {
 	sup := x.api.s.cfg.Supervisor
-	from := x.from(c.Tenant, info, w.Seq)
+	from := x.from(c, info, w.Seq)
 	writer := c.Has(auth.ScopeWrite)
 	sub, now, err := sup.Subscribe(c.Tenant, info.ID, session.AttachOptions{After: from - 1, Incarnation: info.Incarnation, Writer: writer, Ack: writer})
 	if err != nil {
@@ -321,7 +326,7 @@ func (x *agentExec) wait(ctx context.Context, c auth.Claims, info session.Info, 
 		}
 	}
 	res.Running = res.Exit == nil
-	x.keep(c.Tenant, res)
+	x.keep(c, res)
 	return res, nil
 }
 
@@ -363,14 +368,14 @@ func (x *agentExec) read(ctx context.Context, sub *session.Subscription, text *t
 
 // from is the first event a wait reads: seq when given, else where the
 // last answer for the execution left off, else the first it retains.
-func (x *agentExec) from(tenant string, info session.Info, seq uint64) uint64 {
+func (x *agentExec) from(c auth.Claims, info session.Info, seq uint64) uint64 {
 	if seq != 0 {
 		return seq
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if c, ok := x.cursors[cursorKey{tenant, info.ID}]; ok && c.incarnation == info.Incarnation {
-		return c.next
+	if cur, ok := x.cursors[cursorKey{c.Tenant, c.Subject, info.ID}]; ok && cur.incarnation == info.Incarnation {
+		return cur.next
 	}
 	return max(info.FirstSeq, 1)
 }
@@ -379,7 +384,7 @@ func (x *agentExec) from(tenant string, info session.Info, seq uint64) uint64 {
 // seq. Past maxCursors, the cursors of executions that are gone go first,
 // then any: a call whose cursor was dropped reads from the first event
 // retained, again rather than lost.
-func (x *agentExec) keep(tenant string, res wire.ExecResult) {
+func (x *agentExec) keep(c auth.Claims, res wire.ExecResult) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if len(x.cursors) >= maxCursors {
@@ -396,7 +401,7 @@ func (x *agentExec) keep(tenant string, res wire.ExecResult) {
 			delete(x.cursors, k)
 		}
 	}
-	x.cursors[cursorKey{tenant, res.ID}] = cursor{res.Incarnation, res.NextSeq}
+	x.cursors[cursorKey{c.Tenant, c.Subject, res.ID}] = cursor{res.Incarnation, res.NextSeq}
 }
 
 // exitOf is how an ended execution ended, from its exit event (the

@@ -159,6 +159,13 @@ func TestAgentExecRefusals(t *testing.T) {
 	}
 	read := e.token(t, "acme", auth.ScopeAttach)
 	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/exec", read, wire.ExecRequest{Command: "true"})
+	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/exec", e.token(t, "acme", auth.ScopeCreate), wire.ExecRequest{Command: "true"})
+	// A reader may continue (read) an execution, not write to it.
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "echo read me"})
+	if got := e.exec(t, read, http.StatusOK, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{Seq: 1}}); got.Output != "read me\n" {
+		t.Errorf("a reader's continue: %+v", got)
+	}
+	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/exec", read, wire.ExecRequest{ID: res.ID, Stdin: "x"})
 	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/executions/x/write", read, wire.WriteRequest{Input: "x"})
 	e.fails(t, 404, wire.CodeNotFound, http.MethodPost, "/v1/executions/nothing-here/write", tok, wire.WriteRequest{Input: "x"})
 }
