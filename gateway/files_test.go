@@ -35,7 +35,7 @@ func (e *testEnv) fileCall(t *testing.T, method, path, tok string, body io.Reade
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestFilesOfAnExecution(t *testing.T) {
 	call := func(method, path string, body string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), method, e.http.URL+"/v1/executions/"+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := e.client().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +419,7 @@ func TestFilesOfAnExecution(t *testing.T) {
 	other := e.token(t, "globex", ScopeFilesRead)
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, e.http.URL+"/v1/executions/in-proj/files/b.txt", nil)
 	req.Header.Set("Authorization", "Bearer "+other)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+	if resp, err := e.client().Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
 		t.Errorf("another tenant's execution: %v %v", resp.StatusCode, err)
 	}
 }
@@ -444,7 +444,7 @@ func TestFilesResumableUpload(t *testing.T) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPatch, e.http.URL+"/v1/files/"+q, body)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		req.Header.Set("Upload-Offset", strconv.Itoa(offset))
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := e.client().Do(req)
 		if err != nil {
 			return 0, nil, err
 		}

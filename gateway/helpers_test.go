@@ -129,8 +129,15 @@ func newEnvListener(t testing.TB, sc session.Config, ln net.Listener, tweak func
 		<-shut
 		ts.Close()
 	})
+	// Every exchange of the HTTP API through the test's clients is checked
+	// against openapi.json (openapi_test.go).
+	ts.Client().Transport = newContract(t, ts.Client().Transport)
 	return &testEnv{srv: srv, http: ts, authn: authn, secret: secret, sup: sup}
 }
+
+// client is an HTTP client of the gateway that checks what it sends and
+// gets against openapi.json.
+func (e *testEnv) client() *http.Client { return e.http.Client() }
 
 var allScopes = []string{auth.ScopeCreate, auth.ScopeAttach, auth.ScopeWrite}
 

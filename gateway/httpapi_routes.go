@@ -31,6 +31,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/executions/{id}/ports", a.route(auth.ScopeAttach, a.getPorts))
 	mux.HandleFunc("POST /v1/executions/{id}/ports/{port}/preview", a.route(ScopeForward, a.postPreview))
 	mux.HandleFunc("DELETE /v1/executions/{id}/ports/{port}/preview", a.route(ScopeForward, a.deletePreview))
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	a.filesRoutes(mux)
 	newAgentExec(a).routes(mux)
 }

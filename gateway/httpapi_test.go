@@ -41,6 +41,7 @@ func newAPIEnv(t testing.TB, tweak func(*Config)) *apiEnv {
 	e.srv.apiRoutes(mux)
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
+	ts.Client().Transport = newContract(t, ts.Client().Transport)
 	return &apiEnv{testEnv: e, api: ts}
 }
 

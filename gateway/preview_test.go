@@ -59,7 +59,7 @@ func (e *testEnv) apiCall(t *testing.T, method, path, tok string, body any, into
 	}
 	req, _ := http.NewRequestWithContext(t.Context(), method, e.http.URL+path, rd)
 	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestHostPreview(t *testing.T) {
 	req.Host = u.Host
 	req.AddCookie(cookies[0])
 	req.AddCookie(&http.Cookie{Name: "mine", Value: "2"})
-	resp, err = http.DefaultClient.Do(req)
+	resp, err = e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestPreviewOfNodeInspector(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, "http://"+gw.Host+"/json/list", nil)
 	req.Host = u.Host
 	req.AddCookie(secret)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
