@@ -164,7 +164,7 @@ func (x *agentExec) stdin(r *http.Request, c auth.Claims, id string, offset *uin
 	case !a.s.inputs.allow(c):
 		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
 	}
-	if err := a.auditAction(r, c, id, len(body.Stdin), body.CloseStdin); err != nil {
+	if err := a.auditActionAs(r, c, "input", id, len(body.Stdin), body.CloseStdin); err != nil {
 		return err
 	}
 	_, err := x.input(c, id, offset, body.Stdin, body.CloseStdin)

@@ -28,8 +28,10 @@ func apiEventName(r *http.Request) string {
 		return "list"
 	case strings.HasSuffix(p, "/events"):
 		return "events"
-	case strings.HasSuffix(p, "/input"):
+	case strings.HasSuffix(p, "/input"), strings.HasSuffix(p, "/write"):
 		return "input"
+	case p == "POST /v1/exec":
+		return "exec"
 	case strings.HasSuffix(p, "/cancel"):
 		return wire.TypeCancel
 	case strings.HasSuffix(p, "/network"):
@@ -87,7 +89,12 @@ func (a *httpAPI) auditStart(r *http.Request, c auth.Claims, req *wire.Request, 
 // is left to the refusal. An input that only reads the offset writes
 // nothing.
 func (a *httpAPI) auditAction(r *http.Request, c auth.Claims, id string, bytes int, closeStdin bool) error {
-	event := apiEventName(r)
+	return a.auditActionAs(r, c, apiEventName(r), id, bytes, closeStdin)
+}
+
+// auditActionAs is auditAction recorded as event (an agent exec's stdin
+// is an input).
+func (a *httpAPI) auditActionAs(r *http.Request, c auth.Claims, event, id string, bytes int, closeStdin bool) error {
 	if a.s.cfg.Audit == nil || event == "input" && bytes == 0 && !closeStdin {
 		return nil
 	}
