@@ -26,13 +26,21 @@ import (
 // past it, those of executions that are gone are dropped first.
 const maxCursors = 4096
 
-// agentExec serves POST /v1/exec, POST /v1/executions/{id}/write and
-// their WebSocket requests.
+// agentExec is the agent exec's part shared by its HTTP routes
+// (agentHTTP) and WebSocket requests (agentexec_ws.go): input, the wait,
+// and where each subject's last answer for an execution left off. The
+// Server has one.
 type agentExec struct {
-	api *httpAPI
+	s *Server
 
 	mu      sync.Mutex
 	cursors map[cursorKey]cursor
+}
+
+// agentHTTP serves POST /v1/exec and POST /v1/executions/{id}/write.
+type agentHTTP struct {
+	*agentExec
+	api *httpAPI
 }
 
 // cursorKey is whose cursor: each subject reads on its own.
@@ -44,11 +52,11 @@ type cursor struct {
 	next        uint64
 }
 
-func newAgentExec(a *httpAPI) *agentExec {
-	return &agentExec{api: a, cursors: map[cursorKey]cursor{}}
+func newAgentExec(s *Server) *agentExec {
+	return &agentExec{s: s, cursors: map[cursorKey]cursor{}}
 }
 
-func (x *agentExec) routes(mux *http.ServeMux) {
+func (x *agentHTTP) routes(mux *http.ServeMux) {
 	a := x.api
 	// A continue reads; a start needs exec:create too (exec).
 	mux.HandleFunc("POST /v1/exec", a.route(auth.ScopeAttach, x.exec))
@@ -57,7 +65,7 @@ func (x *agentExec) routes(mux *http.ServeMux) {
 
 // exec starts the request's command, or continues the execution its ID
 // names when it gives no command, and waits for it.
-func (x *agentExec) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+func (x *agentHTTP) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	a := x.api
 	var body wire.ExecRequest
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
@@ -111,8 +119,8 @@ func (x *agentExec) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 
 // continuedElsewhere proxies a continue of another node's execution to
 // that node.
-func (x *agentExec) continuedElsewhere(w http.ResponseWriter, r *http.Request, c auth.Claims, body wire.ExecRequest) bool {
-	a, rt := x.api, x.api.s.route
+func (x *agentHTTP) continuedElsewhere(w http.ResponseWriter, r *http.Request, c auth.Claims, body wire.ExecRequest) bool {
+	a, rt := x.api, x.s.route
 	if rt == nil || body.ID == "" {
 		return false
 	}
@@ -135,14 +143,14 @@ func (x *agentExec) continuedElsewhere(w http.ResponseWriter, r *http.Request, c
 	return true
 }
 
-func (x *agentExec) continueHere(r *http.Request, c auth.Claims, body wire.ExecRequest) (wire.ExecResult, error) {
+func (x *agentHTTP) continueHere(r *http.Request, c auth.Claims, body wire.ExecRequest) (wire.ExecResult, error) {
 	if body.ID == "" {
 		return wire.ExecResult{}, badRequest("exec needs argv or command, or the id of an execution to continue")
 	}
 	if body.Cwd != "" || body.Env != nil || body.TTY || body.Rows != 0 || body.Cols != 0 || body.TimeoutMS != 0 || body.Limits != nil || body.Network != "" {
 		return wire.ExecResult{}, badRequest("a continue (an id with no argv or command) takes no start options")
 	}
-	info, err := x.api.s.cfg.Supervisor.Get(c.Tenant, body.ID)
+	info, err := x.s.cfg.Supervisor.Get(c.Tenant, body.ID)
 	if err != nil {
 		return wire.ExecResult{}, err
 	}
@@ -153,7 +161,7 @@ func (x *agentExec) continueHere(r *http.Request, c auth.Claims, body wire.ExecR
 }
 
 // stdin writes an exec request's stdin at offset, as write does.
-func (x *agentExec) stdin(r *http.Request, c auth.Claims, id string, offset *uint64, body wire.ExecRequest) error {
+func (x *agentHTTP) stdin(r *http.Request, c auth.Claims, id string, offset *uint64, body wire.ExecRequest) error {
 	if body.Stdin == "" && !body.CloseStdin {
 		return nil
 	}
@@ -172,7 +180,7 @@ func (x *agentExec) stdin(r *http.Request, c auth.Claims, id string, offset *uin
 }
 
 // write writes the request's input and waits for what follows.
-func (x *agentExec) write(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
+func (x *agentHTTP) write(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	a := x.api
 	if !a.s.inputs.allow(c) {
 		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
@@ -208,7 +216,7 @@ func (x *agentExec) write(w http.ResponseWriter, r *http.Request, c auth.Claims)
 // input the execution has all received is answered as the first was,
 // even once the execution has ended.
 func (x *agentExec) input(c auth.Claims, id string, offset *uint64, p string, closeStdin bool) (uint64, error) {
-	sup := x.api.s.cfg.Supervisor
+	sup := x.s.cfg.Supervisor
 	info, err := sup.Get(c.Tenant, id)
 	if err != nil {
 		return 0, err
@@ -282,7 +290,7 @@ func ptr[T any](v T) *T { return &v }
 // wait reads the execution's events from where w says until it exits or
 // w's yield passes, and makes them the answer.
 func (x *agentExec) wait(ctx context.Context, c auth.Claims, info session.Info, w wire.Wait) (wire.ExecResult, error) {
-	sup := x.api.s.cfg.Supervisor
+	sup := x.s.cfg.Supervisor
 	from := x.from(c, info, w.Seq)
 	writer := c.Has(auth.ScopeWrite)
 	sub, now, err := sup.Subscribe(c.Tenant, info.ID, session.AttachOptions{After: from - 1, Incarnation: info.Incarnation, Writer: writer, Ack: writer})
@@ -305,7 +313,7 @@ func (x *agentExec) wait(ctx context.Context, c auth.Claims, info session.Info, 
 	if budget == 0 {
 		budget = wire.DefaultMaxOutputBytes
 	}
-	ctx, stop := x.api.s.untilRestart(ctx)
+	ctx, stop := x.s.untilRestart(ctx)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, yield)
 	defer cancel()
@@ -388,7 +396,7 @@ func (x *agentExec) keep(c auth.Claims, res wire.ExecResult) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if len(x.cursors) >= maxCursors {
-		sup := x.api.s.cfg.Supervisor
+		sup := x.s.cfg.Supervisor
 		for k := range x.cursors {
 			if _, err := sup.Get(k.tenant, k.id); err != nil {
 				delete(x.cursors, k)
@@ -407,7 +415,7 @@ func (x *agentExec) keep(c auth.Claims, res wire.ExecResult) {
 // exitOf is how an ended execution ended, from its exit event (the
 // newest, so retained).
 func (x *agentExec) exitOf(tenant string, info session.Info) *wire.ExecExit {
-	sub, _, err := x.api.s.cfg.Supervisor.Attach(tenant, info.ID, info.LastSeq-1)
+	sub, _, err := x.s.cfg.Supervisor.Attach(tenant, info.ID, info.LastSeq-1)
 	if err == nil {
 		defer sub.Close()
 		evs, _, ok, _ := sub.TryNext()
@@ -419,4 +427,21 @@ func (x *agentExec) exitOf(tenant string, info session.Info) *wire.ExecExit {
 	}
 	r := info.Result
 	return &wire.ExecExit{Code: r.ExitCode, Signal: r.Signal, Reason: string(r.Status)}
+}
+
+// agentYield is how long the owner of an agent exec call (route pattern,
+// JSON body) may wait before it answers: its yield_ms, at most
+// MaxYieldMS; zero for any other route.
+func agentYield(pattern string, body []byte) time.Duration {
+	if pattern != "POST /v1/exec" && pattern != "POST /v1/executions/{id}/write" {
+		return 0
+	}
+	var w struct {
+		YieldMS *int64 `json:"yield_ms"`
+	}
+	ms := int64(wire.DefaultYieldMS)
+	if json.Unmarshal(body, &w) == nil && w.YieldMS != nil {
+		ms = min(max(*w.YieldMS, 0), wire.MaxYieldMS)
+	}
+	return time.Duration(ms) * time.Millisecond
 }

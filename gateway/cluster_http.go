@@ -152,6 +152,9 @@ func (a *httpAPI) proxy(w http.ResponseWriter, r *http.Request, node string, bod
 	if _, wait, err := pollQuery(r.URL.Query()); err == nil && wait > 0 {
 		ctx = cluster.ExtendHeaderTimeout(ctx, wait)
 	}
+	if wait := agentYield(r.Pattern, body); wait > 0 {
+		ctx = cluster.ExtendHeaderTimeout(ctx, wait) // the owner answers when the wait ends
+	}
 	var failure error
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

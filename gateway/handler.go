@@ -69,6 +69,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.ports.s, s.previews.s = s, s
+	s.agent = newAgentExec(s)
 	if route != nil {
 		route.s, s.route = s, route
 	}

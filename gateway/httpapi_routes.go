@@ -33,7 +33,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/executions/{id}/ports/{port}/preview", a.route(ScopeForward, a.deletePreview))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	a.filesRoutes(mux)
-	newAgentExec(a).routes(mux)
+	(&agentHTTP{s.agent, a}).routes(mux)
 }
 
 // route authenticates and checks scope before h runs, and answers h's

@@ -202,8 +202,9 @@ type Server struct {
 	inputs  *subjectLimits
 	resizes *subjectLimits
 
-	ports    portWatch // the channels watching their executions' ports (ports_watch.go)
-	previews previews  // the HTTP previews of ports (preview.go)
+	ports    portWatch  // the channels watching their executions' ports (ports_watch.go)
+	previews previews   // the HTTP previews of ports (preview.go)
+	agent    *agentExec // the agent exec's cursors (agentexec.go)
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}

@@ -216,5 +216,7 @@ backend termgate
     http-check expect status 200
     # An events long poll (?wait=, 60 s at most) answers when its wait ends.
     http-request set-timeout server 75s if { path_end /events } { url_param(wait) -m found }
+    # So does an agent exec (yield_ms, 60 s at most).
+    http-request set-timeout server 75s if { path /v1/exec } || { path_end /write }
     # Host names in the server lines are resolved once, when HAProxy starts.
 %s%s`
