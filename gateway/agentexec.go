@@ -305,10 +305,7 @@ func (x *agentExec) wait(ctx context.Context, c auth.Claims, info session.Info, 
 	if w.StripANSI != nil {
 		strip = *w.StripANSI
 	}
-	yield := time.Duration(wire.DefaultYieldMS) * time.Millisecond
-	if w.YieldMS != nil {
-		yield = time.Duration(*w.YieldMS) * time.Millisecond
-	}
+	yield := w.Yield()
 	budget := w.MaxOutputBytes
 	if budget == 0 {
 		budget = wire.DefaultMaxOutputBytes
@@ -430,18 +427,13 @@ func (x *agentExec) exitOf(tenant string, info session.Info) *wire.ExecExit {
 }
 
 // agentYield is how long the owner of an agent exec call (route pattern,
-// JSON body) may wait before it answers: its yield_ms, at most
-// MaxYieldMS; zero for any other route.
+// JSON body) may wait before it answers: its yield; zero for any other
+// route.
 func agentYield(pattern string, body []byte) time.Duration {
 	if pattern != "POST /v1/exec" && pattern != "POST /v1/executions/{id}/write" {
 		return 0
 	}
-	var w struct {
-		YieldMS *int64 `json:"yield_ms"`
-	}
-	ms := int64(wire.DefaultYieldMS)
-	if json.Unmarshal(body, &w) == nil && w.YieldMS != nil {
-		ms = min(max(*w.YieldMS, 0), wire.MaxYieldMS)
-	}
-	return time.Duration(ms) * time.Millisecond
+	var w wire.Wait
+	json.Unmarshal(body, &w) // a body that is not one is refused by the owner at once
+	return w.Yield()
 }

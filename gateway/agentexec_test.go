@@ -203,3 +203,60 @@ func TestAgentExecHundredAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentExecOverWebSocket: exec and write as WebSocket requests, each
+// answered with exec-result when its wait ends, while the connection
+// serves its other requests; a continue ends at once after the exit; at
+// most MaxAgentCalls wait at once.
+func TestAgentExecOverWebSocket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := e.dial(t, e.token(t, "acme", allScopes...))
+	defer c.close()
+	c.send(t, wire.Request{Type: wire.TypeExec, Req: "run", Exec: &wire.ExecRequest{ID: "ws-1", Command: "echo ready; read l; echo got $l", Interactive: true, Wait: wire.Wait{YieldMS: yieldMS(1500)}}})
+	c.send(t, wire.Request{Type: wire.TypePing, Req: "meanwhile"})
+	if m := c.expectAny(t, wire.MsgPong, wire.MsgExecResult); m.Type != wire.MsgPong {
+		t.Fatalf("the wait held the connection: %+v", m)
+	}
+	m, _ := c.expect(t, wire.MsgExecResult)
+	if m.Req != "run" || m.Result == nil || !m.Result.Running || m.Result.Output != "ready\n" || m.ID != "ws-1" {
+		t.Fatalf("exec: %+v %+v", m, m.Result)
+	}
+	off := uint64(0)
+	c.send(t, wire.Request{Type: wire.TypeWrite, Req: "w", ID: "ws-1", Write: &wire.WriteRequest{Input: "x\n", Offset: &off}})
+	if m, _ = c.expect(t, wire.MsgExecResult); m.Result.Output != "got x\n" || m.Result.Exit == nil || m.Result.Exit.Code != 0 {
+		t.Fatalf("write: %+v", m.Result)
+	}
+	c.send(t, wire.Request{Type: wire.TypeExec, Req: "stdin", Exec: &wire.ExecRequest{Command: "cat", Stdin: "typed\n", CloseStdin: true}})
+	if m, _ = c.expect(t, wire.MsgExecResult); m.Result.Output != "typed\n" || m.Result.Exit == nil {
+		t.Fatalf("an exec with stdin and no id: %+v", m.Result)
+	}
+	c.send(t, wire.Request{Type: wire.TypeExec, Req: "again", Exec: &wire.ExecRequest{ID: "ws-1"}})
+	if m, _ = c.expect(t, wire.MsgExecResult); m.Result.Running || m.Result.Output != "" {
+		t.Fatalf("a continue after the exit: %+v", m.Result)
+	}
+
+	c.send(t, wire.Request{Type: wire.TypeExec, Req: "long", Exec: &wire.ExecRequest{ID: "ws-2", Command: "sleep 30", Wait: wire.Wait{YieldMS: yieldMS(0)}}})
+	c.expect(t, wire.MsgExecResult)
+	for i := range MaxAgentCalls + 1 {
+		c.send(t, wire.Request{Type: wire.TypeExec, Req: fmt.Sprint("c", i), Exec: &wire.ExecRequest{ID: "ws-2", Wait: wire.Wait{YieldMS: yieldMS(2000)}}})
+	}
+	if m := c.expectAny(t, wire.MsgError); m.Error != wire.CodeCapacity || m.Req != fmt.Sprint("c", MaxAgentCalls) {
+		t.Fatalf("call %d: %+v", MaxAgentCalls+1, m)
+	}
+	for range MaxAgentCalls {
+		if m, _ := c.expect(t, wire.MsgExecResult); !m.Result.Running {
+			t.Fatalf("a held continue: %+v", m.Result)
+		}
+	}
+	for _, r := range []wire.Request{
+		{Type: wire.TypeExec, Req: "no-body"},
+		{Type: wire.TypeWrite, Req: "no-id", Write: &wire.WriteRequest{}},
+		{Type: wire.TypeExec, Req: "yield", Exec: &wire.ExecRequest{Command: "true", Wait: wire.Wait{YieldMS: yieldMS(-1)}}},
+	} {
+		c.send(t, r)
+		if m := c.expectAny(t, wire.MsgError); m.Req != r.Req || (m.Error != wire.CodeInvalidRequest && m.Error != wire.CodeBadRequest) {
+			t.Errorf("%s: %+v", r.Req, m)
+		}
+	}
+}

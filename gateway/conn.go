@@ -46,6 +46,7 @@ type conn struct {
 	w     writer                   // the write side (writer.go)
 	relay *relay                   // the channels of other nodes' executions; nil on a single node (cluster_relay.go)
 	fwd   atomic.Pointer[forwards] // the forward streams, made by the first forward (forward.go)
+	calls agentCalls               // exec and write requests waiting (agentexec_ws.go)
 
 	raw net.Conn      // the hijacked connection, for linger (hijack.go)
 	br  *bufio.Reader // the WebSocket's reader of raw (hijack.go)

@@ -40,6 +40,8 @@ func (c *conn) handle(req wire.Request) {
 		c.forwardAck(req)
 	case wire.TypeForwardClose:
 		c.forwardClose(req)
+	case wire.TypeExec, wire.TypeWrite:
+		c.agentCall(req)
 	default:
 		c.modify(req)
 	}
@@ -69,44 +71,54 @@ func (c *conn) denied(scope string) (code, msg string) {
 }
 
 func (c *conn) start(req wire.Request) {
-	if !c.need(req, auth.ScopeCreate) {
-		return
-	}
-	if !c.s.starts.allow(c.currentClaims()) {
-		c.fail(req, 0, wire.CodeRateLimited, "too many starts; slow down")
-		return
-	}
-	claims := c.currentClaims()
-	if err := c.s.admitting(); err != nil {
-		c.failErr(req, 0, err)
-		return
-	}
-	spec, err := c.s.spec(claims.Tenant, req)
-	if err != nil {
-		c.failErr(req, 0, err)
-		return
-	}
-	if code, msg := c.s.recordStart(claims, req, &spec); code != "" {
-		c.fail(req, 0, code, msg)
-		return
-	}
-	if code, msg := mayUseNetwork(claims, req.Network); code != "" {
-		c.fail(req, 0, code, msg)
-		return
-	}
-	if !c.auditStart(&req, spec) {
-		return
-	}
-	who := session.WithLogAttrs(c.ctx, "subject", claims.Subject, "remote_addr", c.remote)
-	info, err := c.s.cfg.Supervisor.Start(who, claims.Tenant, req.ID, spec)
-	if err != nil {
-		c.failErr(req, 0, err)
+	info, ok := c.startHere(req)
+	if !ok {
 		return
 	}
 	c.send(wire.Message{Type: wire.MsgStarted, Req: req.Req, ID: info.ID, Status: string(info.Status), PTY: info.PTY})
 	if req.Attach {
 		c.attach(req, info.ID, 0, false)
 	}
+}
+
+// startHere starts req's execution on this node; a refusal is answered
+// (false).
+func (c *conn) startHere(req wire.Request) (session.Info, bool) {
+	if !c.need(req, auth.ScopeCreate) {
+		return session.Info{}, false
+	}
+	if !c.s.starts.allow(c.currentClaims()) {
+		c.fail(req, 0, wire.CodeRateLimited, "too many starts; slow down")
+		return session.Info{}, false
+	}
+	claims := c.currentClaims()
+	if err := c.s.admitting(); err != nil {
+		c.failErr(req, 0, err)
+		return session.Info{}, false
+	}
+	spec, err := c.s.spec(claims.Tenant, req)
+	if err != nil {
+		c.failErr(req, 0, err)
+		return session.Info{}, false
+	}
+	if code, msg := c.s.recordStart(claims, req, &spec); code != "" {
+		c.fail(req, 0, code, msg)
+		return session.Info{}, false
+	}
+	if code, msg := mayUseNetwork(claims, req.Network); code != "" {
+		c.fail(req, 0, code, msg)
+		return session.Info{}, false
+	}
+	if !c.auditStart(&req, spec) {
+		return session.Info{}, false
+	}
+	who := session.WithLogAttrs(c.ctx, "subject", claims.Subject, "remote_addr", c.remote)
+	info, err := c.s.cfg.Supervisor.Start(who, claims.Tenant, req.ID, spec)
+	if err != nil {
+		c.failErr(req, 0, err)
+		return session.Info{}, false
+	}
+	return info, true
 }
 
 // attach subscribes a new channel to an execution. Without exec:write the

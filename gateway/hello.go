@@ -10,7 +10,7 @@ import (
 )
 
 // features are what this server supports, as its hello lists them.
-var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot, wire.FeatureForward}
+var features = []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot, wire.FeatureForward, wire.FeatureExec}
 
 // hello is the first message on every connection: what the server is,
 // what it supports and its limits, so a client adapts without guessing.

@@ -136,7 +136,7 @@ func TestHelloComesFirst(t *testing.T) {
 			if !strings.HasPrefix(h.Server, "termgate ") || h.Protocol != 1 {
 				t.Errorf("hello server %q protocol %d", h.Server, h.Protocol)
 			}
-			features := []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot, wire.FeatureForward}
+			features := []string{wire.FeatureAck, wire.FeatureInputAck, wire.FeatureSeen, wire.FeatureFlow, wire.FeatureSnapshot, wire.FeatureForward, wire.FeatureExec}
 			if !slices.Equal(h.Features, features) {
 				t.Errorf("features %q, want %q", h.Features, features)
 			}

@@ -66,6 +66,7 @@ func (c *conn) finish(err error) {
 	if f := c.forwardsNow(); f != nil {
 		f.close()
 	}
+	c.calls.wait()
 	c.w.waitFlushers()
 	c.w.control.dropAll() // nothing more is written: the subject's budget gets its bytes back
 	c.finishChannels()

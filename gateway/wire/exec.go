@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // Agent exec: a start (or a continue) and a wait for its output as text,
 // in one call (PROTOCOL.md, "Agent exec"). Over HTTP the bodies are
 // those of POST /v1/exec and POST /v1/executions/{id}/write; over the
@@ -77,6 +79,16 @@ type Wait struct {
 	// before, sent again by a retry. Zero continues where the last answer
 	// for the execution left off.
 	Seq uint64 `json:"seq,omitempty"`
+}
+
+// Yield is how long a call waits at most: YieldMS, DefaultYieldMS when
+// nil, within 0 and MaxYieldMS.
+func (w Wait) Yield() time.Duration {
+	ms := int64(DefaultYieldMS)
+	if w.YieldMS != nil {
+		ms = min(max(*w.YieldMS, 0), MaxYieldMS)
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // ExecResult answers an agent exec call.

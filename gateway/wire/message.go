@@ -93,6 +93,9 @@ type Message struct {
 	// absent when nothing is due.
 	At string `json:"at,omitempty"`
 
+	// exec-result: the answer of an exec or write request.
+	Result *ExecResult `json:"result,omitempty"`
+
 	// hello: what the server is and supports.
 	Server   string   `json:"server,omitempty"`   // "termgate" and its version
 	Protocol int      `json:"protocol,omitempty"` // 1
@@ -153,6 +156,7 @@ const (
 	FeatureRecord   = "record"    // start with record and record_input: this server keeps recordings
 	FeatureNodes    = "nodes"     // one node of several: node fields, unavailable with retry_ms, detached with an error
 	FeatureNetwork  = "network"   // start with network, the network request: this server has network policies
+	FeatureExec     = "exec"      // the exec and write requests (agent exec)
 	FeatureForward  = "forward"   // forward streams to executions' ports, the ports listing
 )
 
@@ -222,6 +226,7 @@ const (
 	MsgForwardAck   = "forward-ack" // credit for the client on a stream
 	MsgForwardEOF   = "forward-eof" // the program ended what it sends on a stream
 	MsgForwardEnd   = "forward-end" // a stream is over
+	MsgExecResult   = "exec-result" // an agent exec call's answer: Result
 )
 
 // ListStatus is what the answer of GET /v1/executions holds beside its

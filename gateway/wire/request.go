@@ -142,6 +142,10 @@ type Request struct {
 	// reauth
 	Token string `json:"token,omitempty"`
 
+	// exec and write: the agent exec's bodies.
+	Exec  *ExecRequest  `json:"exec,omitempty"`
+	Write *WriteRequest `json:"write,omitempty"`
+
 	// forward: Port on the loopback of execution ID. forward-ack and
 	// forward-close: Stream; forward-ack's Bytes are the stream's bytes
 	// the client delivered since its last forward-ack (credit for the
@@ -190,6 +194,11 @@ const (
 	TypeForward      = "forward"
 	TypeForwardAck   = "forward-ack"
 	TypeForwardClose = "forward-close"
+	// TypeExec and TypeWrite are the agent exec's calls (exec.go): Exec
+	// or Write holds the body, ID names write's execution; the answer is
+	// MsgExecResult once the wait ends.
+	TypeExec  = "exec"
+	TypeWrite = "write"
 )
 
 // DecodeRequest parses and checks one control message. A message that is
@@ -240,7 +249,8 @@ func isObject(b []byte) bool {
 func (r Request) checkType() error {
 	switch r.Type {
 	case TypeStart, TypeAttach, TypeDetach, TypeCloseStdin, TypeResize, TypeSignal, TypeCancel,
-		TypeReauth, TypePing, TypeAck, TypeNetwork, TypeForward, TypeForwardAck, TypeForwardClose:
+		TypeReauth, TypePing, TypeAck, TypeNetwork, TypeForward, TypeForwardAck, TypeForwardClose,
+		TypeExec, TypeWrite:
 		return nil
 	case "":
 		return refuse(CodeInvalidRequest, "message has no type")
@@ -313,6 +323,13 @@ func (r Request) check() error {
 		return need(r.Channel != 0 || r.ID != "", "channel or id")
 	case TypeReauth:
 		return need(r.Token != "", "token")
+	case TypeExec:
+		return need(r.Exec != nil, "exec")
+	case TypeWrite:
+		if err := need(r.ID != "", "id"); err != nil {
+			return err
+		}
+		return need(r.Write != nil, "write")
 	case TypeNetwork:
 		if err := need(r.Channel != 0, "channel"); err != nil {
 			return err
