@@ -84,9 +84,15 @@ func TestStartOptionsTakeEffect(t *testing.T) {
 	if res.Output != "/bin/sh\nself\n" {
 		t.Errorf("proc self-exe: %q", res.Output)
 	}
-	res = g.execText(t, tok, wire.ExecRequest{Command: "test -e /proc && echo has || echo none", Proc: "none"})
+	// No procfs: not even pid 1 (a race build's init reads its own
+	// executable through a /proc/self/exe link, so /proc may exist).
+	res = g.execText(t, tok, wire.ExecRequest{Command: "test -e /proc/1 && echo procfs || echo none", Proc: "none"})
 	if res.Output != "none\n" {
 		t.Errorf("proc none: %q", res.Output)
+	}
+	res = g.execText(t, tok, wire.ExecRequest{Command: "test -e /proc/1 && echo procfs || echo none", Proc: "private"})
+	if res.Output != "procfs\n" {
+		t.Errorf("proc private: %q", res.Output)
 	}
 
 	status, b := g.post(t, tok, "/v1/executions", map[string]any{"id": "budget", "command": "/bin/sh", "args": []string{"-c", "seq 1 10000"}, "max_output_bytes": 1000, "retention_ms": 1500})
