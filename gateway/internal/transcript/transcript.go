@@ -95,7 +95,12 @@ func (b *Builder) Write(s int, p []byte) {
 		b.rune(st, r, n)
 	}
 	for len(p) > 0 {
-		if p[0] < utf8.RuneSelf { // ASCII: the common case, a byte at a time
+		if n := b.asIs(st, p); n > 0 { // the common case: a run of plain text
+			b.emitRun(p[:n])
+			p = p[n:]
+			continue
+		}
+		if p[0] < utf8.RuneSelf {
 			b.rune(st, rune(p[0]), 1)
 			p = p[1:]
 			continue
@@ -106,6 +111,72 @@ func (b *Builder) Write(s int, p []byte) {
 		}
 		r, n := utf8.DecodeRune(p)
 		b.rune(st, r, n)
+		p = p[n:]
+	}
+}
+
+// asIs is the length of p's prefix that goes into the text as it is:
+// whole UTF-8 characters; when stripping, outside any escape sequence
+// and without a carriage return or a control character.
+func (b *Builder) asIs(st *stream, p []byte) int {
+	strip := b.opt.StripANSI
+	if strip && (st.esc != ground || st.cr) {
+		return 0
+	}
+	if !strip && utf8.Valid(p) {
+		return len(p)
+	}
+	i := 0
+	for i < len(p) {
+		c := p[i]
+		if c < utf8.RuneSelf {
+			if strip && (c < 0x20 && c != '\t' && c != '\n' || c == 0x7f) {
+				break
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(p[i:])
+		if r == utf8.RuneError && n == 1 || strip && r >= 0x80 && r <= 0x9f {
+			break // not UTF-8, cut off, or a C1 control
+		}
+		i += n
+	}
+	return i
+}
+
+// emitRun adds whole characters to the text: into the head while they
+// fit, then the tail.
+func (b *Builder) emitRun(p []byte) {
+	b.total += int64(len(p))
+	if !b.headDone {
+		room := b.headCap - len(b.head)
+		if len(p) <= room {
+			b.head = append(b.head, p...)
+			return
+		}
+		cut := room
+		for cut > 0 && !utf8.RuneStart(p[cut]) {
+			cut--
+		}
+		b.head = append(b.head, p[:cut]...)
+		b.headDone = true
+		p = p[cut:]
+	}
+	if len(p) >= b.tailCap { // only its last bytes stay
+		b.tail = append(b.tail[:0], p[len(p)-b.tailCap:]...)
+		b.tailFull, b.tailPos = true, 0
+		return
+	}
+	if !b.tailFull {
+		n := min(b.tailCap-len(b.tail), len(p))
+		b.tail = append(b.tail, p[:n]...)
+		b.tailFull = len(b.tail) == b.tailCap
+		p = p[n:]
+	}
+	for len(p) > 0 { // a full ring: overwrite from tailPos, wrapping once at most
+		n := copy(b.tail[b.tailPos:], p)
+		b.tailPos = (b.tailPos + n) % b.tailCap
 		p = p[n:]
 	}
 }

@@ -151,3 +151,17 @@ func FuzzBuilder(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkBuilder: 32 KiB reads of log-like text, plain and stripped.
+func BenchmarkBuilder(b *testing.B) {
+	chunk := []byte(strings.Repeat("2026-12-07 build step 42: \x1b[32mok\x1b[0m é\r\n", 32<<10/44))
+	for _, strip := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "strip"}[strip], func(b *testing.B) {
+			b.SetBytes(int64(len(chunk)))
+			t := New(Options{Budget: 64 << 10, StripANSI: strip})
+			for b.Loop() {
+				t.Write(1, chunk)
+			}
+		})
+	}
+}
