@@ -8,8 +8,8 @@
 // meet here. Wire imports only the standard library, so a client builds on
 // any operating system without the server's sandbox stack. A change to the
 // protocol is a change to this package and to PROTOCOL.md, and the JS client
-// (web/src) keeps its code lists in step with Fatal and InputRefused (a test
-// here reads them).
+// (web/client/src) keeps its code lists in step with Codes, Fatal and
+// InputRefused (a test here reads them).
 //
 // Control messages are JSON text frames. DecodeRequest ignores unknown
 // fields, so a newer client's optional fields reach an older server

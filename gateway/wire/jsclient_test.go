@@ -11,7 +11,7 @@ import (
 )
 
 // jsSources are the JS client's sources, read as text.
-const jsSources = "../../web/src"
+const jsSources = "../../web/client/src"
 
 // jsOnly are codes a JS list may hold that wire does not define, each with
 // why; none today. A difference is then a decision someone can see rather
@@ -19,13 +19,14 @@ const jsSources = "../../web/src"
 var jsOnly = map[string]map[string]string{}
 
 // TestJSClientCodeLists checks that the JS client's code lists (export
-// const NAME = Object.freeze([...]) under web/src, tests aside) match
-// wire's: FATAL_ERRORS is Fatal, INPUT_REFUSED_ERRORS is InputRefused,
+// const NAME = Object.freeze([...]) under web/client/src, tests aside)
+// match wire's: CODES is Codes, FATAL_ERRORS is Fatal,
+// INPUT_REFUSED_ERRORS is InputRefused,
 // apart from the codes jsOnly names.
 func TestJSClientCodeLists(t *testing.T) {
 	t.Parallel()
 	sets := jsSets(t)
-	for name, want := range map[string][]string{"FATAL_ERRORS": fatal, "INPUT_REFUSED_ERRORS": inputRefused} {
+	for name, want := range map[string][]string{"CODES": codes, "FATAL_ERRORS": fatal, "INPUT_REFUSED_ERRORS": inputRefused} {
 		got, ok := sets[name]
 		if !ok {
 			t.Errorf("no export const %s = Object.freeze([...]) in %s", name, jsSources)

@@ -8,7 +8,7 @@ import { FitAddon } from '@xterm/addon-fit';
 import { WebLinksAddon } from '@xterm/addon-web-links';
 import { SearchAddon } from '@xterm/addon-search';
 import { Unicode11Addon } from '@xterm/addon-unicode11';
-import { TermgateClient } from './termgate-client.js';
+import { TermgateClient } from '../client/src/index.js';
 import { TESTING, Transcript, installTestHooks } from './testhooks.js';
 import { readClaims, sameIdentity, expired, canWrite, whoText, shown } from './claims.js';
 import { ExecutionsAPI, ExecutionsError } from './executions.js';
@@ -31,9 +31,9 @@ const NO_TOKEN_TEXT = 'This page needs a token: run `termgate token --secret-fil
   ' this page with #token=<the token> after its address, or open the URL `termgate serve --dev` printed.';
 
 /**
- * @typedef {import('./termgate-client.js').Message} Message
- * @typedef {import('./termgate-client.js').ExitInfo} ExitInfo
- * @typedef {import('./termgate-client.js').StatusChange} StatusChange
+ * @typedef {import('../client/src/termgate-client.js').Message} Message
+ * @typedef {import('../client/src/termgate-client.js').ExitInfo} ExitInfo
+ * @typedef {import('../client/src/termgate-client.js').StatusChange} StatusChange
  * @typedef {{token: string | null, id: string | null, readOnly: boolean}} Fragment what location.hash asked for
  * @typedef {{id?: string, readOnly?: boolean}} TabTarget attach to id, or start one
  * @typedef {{from: number, to: number, bytes: number, cause: string, inexact: boolean}} GapInfo output the gateway no longer held

@@ -58,10 +58,21 @@ export { Execution } from './execution.js';
  * @property {number} [hold_ms] how long held output waits for this client to come back
  * @property {boolean} [snapshot] after a reconnect, a 'snapshot' of the screen in place of evicted history
  * @property {boolean} [ports] 'ports' events: the TCP ports the execution's programs listen on
+ * @property {boolean} [interactive] pipes a person works in: input stays open, the idle timeout applies
+ * @property {number} [idle_timeout_ms]
+ * @property {string} [network] 'none', 'host' or a network policy's name
+ * @property {boolean} [record] record output and resizes (exec:record)
+ * @property {boolean} [record_input] record input too
+ * @property {boolean} [workspace_read_only] start options (PROTOCOL.md, "Start options")
+ * @property {string[]} [mounts]
+ * @property {'none'|'self-exe'|'private'} [proc]
+ * @property {number} [max_output_bytes] the final result's output budget per stream
+ * @property {number} [retention_ms]
  */
 
 /** The StartOptions a start message carries besides its id. */
-const START_FIELDS = new Set(['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'limits', 'flow', 'hold_ms']);
+const START_FIELDS = new Set(['command', 'args', 'env', 'cwd', 'pty', 'timeout_ms', 'idle_timeout_ms', 'interactive', 'limits', 'flow', 'hold_ms',
+  'network', 'record', 'record_input', 'workspace_read_only', 'mounts', 'proc', 'max_output_bytes', 'retention_ms']);
 
 function randomID() {
   const b = new Uint8Array(12);

@@ -27,6 +27,19 @@ export const STREAMS = Object.freeze({ 1: 'pty', 2: 'stdout', 3: 'stderr' });
  */
 export const CLOSE_SERVICE_RESTART = 1012;
 
+/**
+ * CODES are every error code the gateway sends, over the WebSocket or
+ * HTTP (gateway/wire's Codes; a test keeps them in step): the `code` of a
+ * TermgateError. Same format as FATAL_ERRORS.
+ */
+export const CODES = Object.freeze([
+  'bad_request', 'capacity', 'closed', 'conflict', 'forbidden', 'gone', 'input_full', 'input_offset',
+  'insufficient_storage', 'internal', 'invalid_after', 'invalid_id', 'invalid_request', 'invalid_spec',
+  'no_pipes', 'not_attached', 'not_found', 'not_pty', 'not_running', 'precondition_failed', 'rate_limited',
+  'read_only', 'refused', 'request_timeout', 'signal_not_allowed', 'too_large', 'too_many_channels',
+  'too_many_connections', 'too_many_streams', 'unauthorized', 'unavailable', 'unenforceable', 'unsupported',
+]);
+
 export const FATAL_ERRORS = Object.freeze([
   'capacity', 'conflict', 'forbidden', 'gone', 'invalid_id', 'invalid_spec', 'not_found',
   'too_many_channels', 'unauthorized', 'unenforceable',
