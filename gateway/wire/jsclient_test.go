@@ -85,3 +85,31 @@ func jsSets(t *testing.T) map[string][]string {
 	}
 	return sets
 }
+
+// pySources is the Python client's wire module.
+const pySources = "../../gateway/client/python/src/termgate/_wire.py"
+
+var pyTuple = regexp.MustCompile(`(?s)\n([A-Z_]+) = \((.*?)\)`)
+
+// TestPythonClientCodeLists checks that the Python client's code tuples
+// match wire's: CODES is Codes, FATAL is Fatal, INPUT_REFUSED is
+// InputRefused.
+func TestPythonClientCodeLists(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(pySources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := map[string][]string{}
+	for _, m := range pyTuple.FindAllStringSubmatch(string(b), -1) {
+		for _, s := range jsString.FindAllStringSubmatch(m[2], -1) {
+			sets[m[1]] = append(sets[m[1]], s[1]+s[2])
+		}
+	}
+	for name, want := range map[string][]string{"CODES": codes, "FATAL": fatal, "INPUT_REFUSED": inputRefused} {
+		got := slices.Sorted(slices.Values(sets[name]))
+		if w := slices.Sorted(slices.Values(want)); !slices.Equal(got, w) {
+			t.Errorf("Python %s is %q, wire's %q", name, got, w)
+		}
+	}
+}

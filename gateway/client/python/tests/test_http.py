@@ -1,0 +1,47 @@
+"""The HTTP API's calls against a real gateway, blocking and with asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import termgate
+
+
+def test_exec_write_and_errors(gateway: tuple) -> None:
+    url, token = gateway
+    with termgate.Client(url, token) as c:
+        r = c.exec("echo hi; sleep 0.1; echo err >&2; exit 3", yield_ms=10000)
+        assert r["output"] == "hi\nerr\n" and r["exit"]["code"] == 3 and not r["running"]
+        r = c.exec("echo ready; read l; echo got $l", interactive=True, yield_ms=300)
+        assert r["running"] and r["output"] == "ready\n"
+        w = c.write(r["id"], "x\n", offset=0, yield_ms=10000)
+        assert w["output"] == "got x\n" and w["exit"]["code"] == 0
+        again = c.write(r["id"], "x\n", offset=0, yield_ms=0)  # a retry: applied once
+        assert again["input_offset"] == 2
+        with pytest.raises(termgate.NotFound) as e:
+            c.exec(id="nothing-here")
+        assert e.value.code == "not_found" and e.value.status == 404
+    with termgate.Client(url, "not-a-token") as c, pytest.raises(termgate.Unauthorized):
+        c.list()
+
+
+def test_files(gateway: tuple) -> None:
+    url, token = gateway
+    with termgate.Client(url, token) as c:
+        entry = c.write_file("py/notes.txt", "héllo\n", mode="0600")
+        assert entry["mode"] == "0600" and entry["size"] == 7
+        assert c.read_file("py/notes.txt") == "héllo\n".encode()
+        assert [e["name"] for e in c.list_files("py")] == ["notes.txt"]
+        assert c.exec("cat py/notes.txt")["output"] == "héllo\n"
+
+
+def test_async_client(gateway: tuple) -> None:
+    url, token = gateway
+
+    async def main() -> dict:
+        async with termgate.AsyncClient(url, token) as c:
+            return await c.exec(argv=["/bin/sh", "-c", "echo async"])
+
+    assert asyncio.run(main())["output"] == "async\n"
