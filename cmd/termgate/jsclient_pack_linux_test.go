@@ -107,3 +107,44 @@ export { r, code, pty, TermgateError };
 		t.Errorf("the VS Code terminal after a reload: %+v", seen)
 	}
 }
+
+// TestJSClientResumes: @termgate/client's TermgateClient under Node
+// against a real serve, through a proxy that cuts every connection: the
+// output of seq 1 200000, cut twice mid-stream, arrives whole with no gap
+// and nothing twice; input written before and after a cut arrives once
+// each; a cancel ends the execution; a refused token is told.
+func TestJSClientResumes(t *testing.T) {
+	t.Parallel()
+	_, err := exec.LookPath("node")
+	sandboxtest.Need(t, "node", err)
+	g := startGateway(t)
+	tok := g.token(t, "acme", allScopes)
+	index, _ := filepath.Abs(filepath.Join("..", "..", "web", "client", "src", "index.js"))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--experimental-websocket", "--no-warnings", filepath.Join("testdata", "js-resume.mjs"), index, g.url, tok)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v: %s %s", err, out, stderr.String())
+	}
+	var seen struct {
+		Reconnects int
+		Output     struct {
+			Exact       bool
+			Bytes, Want int
+			Gaps, Code  int
+		}
+		Input, Cancelled, Refused string
+	}
+	if err := json.Unmarshal(out, &seen); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !seen.Output.Exact || seen.Output.Gaps != 0 || seen.Output.Code != 5 || seen.Reconnects < 2 {
+		t.Errorf("output across cuts: %+v, %d reconnects", seen.Output, seen.Reconnects)
+	}
+	if seen.Input != "one\ntwo\n" || seen.Cancelled != "cancelled" || seen.Refused != "unauthorized" {
+		t.Errorf("input %q, cancel %q, refused token %q", seen.Input, seen.Cancelled, seen.Refused)
+	}
+}

@@ -41,6 +41,7 @@ export { Execution } from './execution.js';
  * @property {number} [maxUnackedInput] bytes of input kept until the gateway has them (1 MiB):
  *   with input-ack, write() refuses and writeAsync() waits beyond it.
  * @property {typeof WebSocket} [WebSocket] constructor to use (tests, node).
+ * @property {typeof fetch} [fetch] asks the HTTP API whether a token is refused when a socket fails before it opens (tests)
  */
 
 /**

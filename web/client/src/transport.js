@@ -29,6 +29,7 @@ import { SUBPROTOCOL, BEARER_PREFIX, CLOSE_SERVICE_RESTART, decodeOutput } from 
  * @property {number} pingInterval ms between pings; a missing pong after
  *   another interval drops the socket.
  * @property {typeof WebSocket} WebSocket constructor to use.
+ * @property {typeof fetch} [fetch] asks about a token whose socket failed before it opened.
  */
 
 /**
@@ -96,6 +97,10 @@ export class Transport {
     this._handshaking = false;
     /** @type {Message | null} the hello of the current socket; null from a gateway that sends none */
     this.hello = null;
+    /** @type {string | undefined} the token of the current socket */
+    this._token = undefined;
+    /** @type {string | undefined} the last token _checkToken asked about */
+    this._checked = undefined;
   }
 
   /** start connects; after a failure it reconnects until close(). */
@@ -137,6 +142,7 @@ export class Transport {
   drop(why, restart = false) {
     if (restart) this._restart = true;
     const ws = this._ws;
+    if (ws && !this.live && this._token) this._checkToken(this._token);
     this._ws = null;
     this.live = false;
     this._handshaking = false;
@@ -146,6 +152,25 @@ export class Transport {
     }
     this._handler.dropped();
     if (!this.closed) this._scheduleReconnect(why);
+  }
+
+  /**
+   * _checkToken asks the gateway's HTTP API about a token whose socket
+   * failed before it opened: a browser's WebSocket cannot tell a refused
+   * handshake (401) from a network failure. A 401 is told once per token
+   * as the error 'unauthorized'; reconnecting goes on, with a fresh token
+   * each time getToken gives one.
+   * @param {string} token
+   */
+  async _checkToken(token) {
+    const f = this._opts.fetch ?? globalThis.fetch;
+    if (!f || this._checked === token) return;
+    this._checked = token;
+    const base = this._opts.url.replace(/^ws/, 'http').replace(/\/v1\/connect.*$/, '');
+    try {
+      const resp = await f(base + '/v1/executions/-', { headers: { Authorization: `Bearer ${token}` } });
+      if (resp.status === 401) this._handler.error({ error: 'unauthorized', message: 'the gateway refused the token' });
+    } catch { /* unreachable: the reconnects say so */ }
   }
 
   /** reauth answers auth-expiring with a fresh token on the same socket. */
@@ -184,6 +209,7 @@ export class Transport {
       this._setStatus({ state: 'closed', reason: 'no token' });
       return;
     }
+    this._token = token;
     const protocols = [SUBPROTOCOL];
     if (token) protocols.push(BEARER_PREFIX + token);
     let ws;
