@@ -29,7 +29,7 @@ type gatewayUnderTest struct {
 }
 
 // startGateway runs serve in-process until the test ends.
-func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
+func startGateway(t testing.TB, extra ...string) gatewayUnderTest {
 	t.Helper()
 	needBwrap(t)
 	dir := t.TempDir()
@@ -70,7 +70,7 @@ func startGateway(t *testing.T, extra ...string) gatewayUnderTest {
 	return gatewayUnderTest{url: "http://" + m[1], secretFile: secret, logs: errs, stop: stopped}
 }
 
-func (g gatewayUnderTest) token(t *testing.T, tenant, scope string) string {
+func (g gatewayUnderTest) token(t testing.TB, tenant, scope string) string {
 	t.Helper()
 	code, out, stderr := runCLI(t, "", "token", "--secret-file", g.secretFile, "--tenant", tenant, "--scope", scope)
 	if code != 0 {

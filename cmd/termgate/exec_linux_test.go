@@ -26,7 +26,7 @@ func TestSandboxCommandUsageErrorsExit2(t *testing.T) {
 	}
 }
 
-func needBwrap(t *testing.T) {
+func needBwrap(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		sandboxtest.Unavailable(t, "bwrap not installed")

@@ -41,7 +41,7 @@ func FuzzParseSize(f *testing.F) {
 }
 
 // runCLI runs the command in-process and returns its exit status.
-func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+func runCLI(t testing.TB, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	err := run(t.Context(), args, strings.NewReader(stdin), &out, &errb)
