@@ -177,6 +177,15 @@ export class TermgateHTTP {
   }
 
   /**
+   * ports lists the TCP ports execution id's programs listen on.
+   * @param {string} id
+   * @returns {Promise<{ports: {address: string, port: number}[]}>}
+   */
+  async ports(id) {
+    return this._json('GET', `/v1/executions/${enc(id)}/ports`);
+  }
+
+  /**
    * preview returns a URL that opens the web server a program of execution
    * id listens with on port.
    * @param {string} id

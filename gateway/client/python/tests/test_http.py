@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -35,6 +36,17 @@ def test_files(gateway: tuple) -> None:
         assert c.read_file("py/notes.txt") == "héllo\n".encode()
         assert [e["name"] for e in c.list_files("py")] == ["notes.txt"]
         assert c.exec("cat py/notes.txt")["output"] == "héllo\n"
+        r = c.exec("python3 -m http.server --bind 127.0.0.1 8765", yield_ms=0)
+        for _ in range(100):
+            try:
+                if any(p["port"] == 8765 for p in c.ports(r["id"])):
+                    break
+            except termgate.NotRunning:
+                pass  # not running the command yet
+            time.sleep(0.1)
+        else:
+            pytest.fail("the server's port never showed")
+        c.cancel(r["id"])
 
 
 def test_async_client(gateway: tuple) -> None:

@@ -167,6 +167,10 @@ class Client(_Calls):
     def list_files(self, path: str, *, id: Optional[str] = None) -> List[FileEntry]:
         return self._send(("GET", _files_path(path.rstrip("/") + "/", id), None, None, None)).json()["entries"]
 
+    def ports(self, id: str) -> List[Dict[str, Any]]:
+        """ports lists the TCP ports execution id's programs listen on."""
+        return self._send(("GET", f"/v1/executions/{quote(id, safe='')}/ports", None, None, None)).json()["ports"]
+
     def preview(self, id: str, port: int, ttl_seconds: Optional[int] = None) -> Dict[str, str]:
         body = {"ttl_seconds": ttl_seconds} if ttl_seconds else {}
         return self._send(("POST", f"/v1/executions/{quote(id, safe='')}/ports/{port}/preview", None, None, body)).json()
@@ -237,6 +241,9 @@ class AsyncClient(_Calls):
 
     async def list_files(self, path: str, *, id: Optional[str] = None) -> List[FileEntry]:
         return (await self._send(("GET", _files_path(path.rstrip("/") + "/", id), None, None, None))).json()["entries"]
+
+    async def ports(self, id: str) -> List[Dict[str, Any]]:
+        return (await self._send(("GET", f"/v1/executions/{quote(id, safe='')}/ports", None, None, None))).json()["ports"]
 
     async def preview(self, id: str, port: int, ttl_seconds: Optional[int] = None) -> Dict[str, str]:
         body = {"ttl_seconds": ttl_seconds} if ttl_seconds else {}
