@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from typing import Iterator, List
 from urllib.parse import urlparse
 
@@ -33,6 +34,7 @@ class CuttingProxy:
         self._conns: List[socket.socket] = []
         self._lock = threading.Lock()
         self.cuts = 0
+        self._closed_until = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -41,6 +43,9 @@ class CuttingProxy:
                 c, _ = self._ln.accept()
             except OSError:
                 return
+            if time.monotonic() < self._closed_until:
+                c.close()  # the network is down
+                continue
             up = socket.create_connection(self._target)
             with self._lock:
                 self._conns += [c, up]
@@ -73,6 +78,11 @@ class CuttingProxy:
                 s.close()
             except OSError:
                 pass
+
+    def outage(self, seconds: float) -> None:
+        """outage cuts every connection and refuses new ones for seconds."""
+        self._closed_until = time.monotonic() + seconds
+        self.cut()
 
     def close(self) -> None:
         self._ln.close()

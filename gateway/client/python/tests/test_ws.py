@@ -43,6 +43,21 @@ def test_output_resumes_across_cuts(gateway: tuple, proxy) -> None:
     assert exit is not None and exit.code == 5
 
 
+def test_a_gap_is_exact(gateway: tuple, proxy) -> None:
+    """A live execution writes on while the network is down, more than the
+    gateway's history holds (serve --ring-bytes 256K here): the reattach
+    gets a gap whose bytes, with what arrived, are all the output."""
+    _, token = gateway
+    want = "".join(f"{i}\n" for i in range(1, 1000001)).encode()
+    with termgate.Session(proxy.url, token, min_delay=0.05, max_delay=0.2) as s:
+        ex = s.start("/bin/sh", ["-c", "seq 1 1000000"], flow="live")
+        proxy.outage(1.5)
+        out, gaps, exit = collect(ex)
+    assert gaps and not any(g.inexact for g in gaps), gaps
+    assert len(out) + sum(g.bytes for g in gaps) == len(want)
+    assert want.endswith(out[-100:]) and exit.code == 0
+
+
 def test_input_across_a_cut_is_applied_once(gateway: tuple, proxy) -> None:
     _, token = gateway
     with termgate.Session(proxy.url, token, min_delay=0.05, max_delay=0.5) as s:

@@ -173,7 +173,10 @@ class AsyncExecution:
 
     async def detach(self) -> None:
         if self.channel is not None and not self._closed:
-            await self._s._send({"type": "detach", "channel": self.channel})
+            try:
+                await self._s._send({"type": "detach", "channel": self.channel})
+            except ConnectionError:
+                pass  # gone with the connection
         self._finish()
 
     # --- driven by the session ---
@@ -270,7 +273,10 @@ class AsyncExecution:
         if self.channel is not None and self._processed > self._acked and not self._closed:
             self._acked = self._processed
             self._unacked_bytes = 0
-            await self._s._send({"type": "ack", "channel": self.channel, "seq": self._processed})
+            try:
+                await self._s._send({"type": "ack", "channel": self.channel, "seq": self._processed})
+            except ConnectionError:
+                pass  # the reattach says where the client is
 
     def _finish(self) -> None:
         if not self._closed or self._failed:
