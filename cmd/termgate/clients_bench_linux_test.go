@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -23,23 +22,38 @@ const benchPTYCommand = "head -c 78643200 /dev/zero | base64"
 // measure what one costs it.
 const benchIdleSessions = 40
 
-// BenchmarkClients: the Go client, @termgate/client under Node and the
-// Python SDK (asyncio) each read the same 100 MiB of terminal output from
-// one serve, one after the other in one run, and then each holds 40 idle
+// BenchmarkClients: the Go client (termgate run --pty), @termgate/client
+// under Node and the Python SDK (asyncio), each in a process of its own,
+// read the same 100 MiB of terminal output from one serve, one after the
+// other in one run, and then each holds 40 idle
 // attached terminals. It reports each one's rate, its share of the Go
-// client's, and its memory per idle session (RSS for Node and Python,
-// heap and stacks for Go, each measured in its own process).
+// client's, and its memory per idle session: heap and stacks for Go, the
+// JS heap and its buffers for Node, RSS for Python, each in its own
+// process.
 func BenchmarkClients(b *testing.B) {
 	g := startGateway(b, "--max-running-per-tenant", "64", "--max-running", "256", "--starts-per-minute", "100000", "--max-conns-per-subject", "64", "--max-channels", "64")
 	tok := g.token(b, "acme", allScopes)
 	web, _ := filepath.Abs(filepath.Join("..", "..", "web", "client", "src", "index.js"))
 	node, _ := filepath.Abs(filepath.Join("testdata", "clients-bench.mjs"))
 	pyScript, _ := filepath.Abs(filepath.Join("testdata", "clients_bench.py"))
-	venv := pythonSDK(b)
+	venv, _ := installPythonSDK(b)
+	bin := filepath.Join(b.TempDir(), "termgate")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v %s", err, out)
+	}
 	for b.Loop() {
-		goRate, goIdle := benchGoClient(b, g.url, tok)
+		// The Go client reads in a process of its own, as the others do:
+		// termgate run --pty, its output discarded.
+		start := time.Now()
+		run := exec.Command(bin, "run", "--pty", "--url", g.url, "--token", tok, "--", "/bin/sh", "-c", benchPTYCommand)
+		var n countWriter
+		run.Stdout = &n
+		if err := run.Run(); err != nil || n < 100<<20 {
+			b.Fatalf("termgate run: %v, %d bytes", err, n)
+		}
+		goRate := float64(n) / 1e6 / time.Since(start).Seconds()
 		b.ReportMetric(goRate, "go-MB/s")
-		b.ReportMetric(goIdle, "go-idle-KiB")
+		b.ReportMetric(benchGoIdle(b, g.url, tok), "go-idle-KiB")
 		for _, c := range []struct {
 			name string
 			cmd  []string
@@ -64,9 +78,14 @@ func BenchmarkClients(b *testing.B) {
 	}
 }
 
-// benchGoClient is the Go client's rate reading benchPTYCommand's output,
-// and the heap and stacks one idle attached session costs it.
-func benchGoClient(b *testing.B, url, tok string) (rate, idleKiB float64) {
+// countWriter counts what is written to it.
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
+
+// benchGoIdle is the heap and stacks one idle attached terminal costs the
+// Go client.
+func benchGoIdle(b *testing.B, url, tok string) (idleKiB float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c, err := client.Dial(ctx, client.Config{URL: url, Token: func(context.Context) (string, error) { return tok, nil }})
@@ -74,23 +93,6 @@ func benchGoClient(b *testing.B, url, tok string) (rate, idleKiB float64) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	start := time.Now()
-	e, err := c.Start(ctx, wire.Request{Command: "/bin/sh", Args: []string{"-c", benchPTYCommand}, PTY: &wire.Size{Rows: 24, Cols: 80}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n int64
-	for {
-		ev, err := e.Next(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n += int64(len(ev.Data))
-		if ev.Kind == "exit" {
-			break
-		}
-	}
-	rate = float64(n) / 1e6 / time.Since(start).Seconds()
 	inUse := func() uint64 {
 		runtime.GC()
 		var ms runtime.MemStats
@@ -111,25 +113,5 @@ func benchGoClient(b *testing.B, url, tok string) (rate, idleKiB float64) {
 	for _, e := range idle {
 		e.Cancel(ctx)
 	}
-	return rate, idleKiB
-}
-
-// pythonSDK installs gateway/client/python into a virtual environment over
-// Debian's packages, as TestPythonSDK does, and returns its directory.
-func pythonSDK(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "python")
-	venv := filepath.Join(dir, "venv")
-	for _, args := range [][]string{
-		{"cp", "-r", filepath.Join("..", "..", "gateway", "client", "python"), src},
-		{"/usr/bin/python3", "-m", "venv", "--system-site-packages", venv},
-		{filepath.Join(venv, "bin", "pip"), "install", "--quiet", "--no-index", "--no-build-isolation", src},
-	} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%q: %v %s", args, err, out)
-		}
-	}
-	os.RemoveAll(src)
-	return venv
+	return idleKiB
 }

@@ -34,13 +34,7 @@ func TestJSClientPackage(t *testing.T) {
 	dir := t.TempDir()
 	run := func(in string, env []string, name string, args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Dir, cmd.Env = in, append(os.Environ(), env...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %q in %s: %v\n%s", name, args, in, err, out)
-		}
-		return string(out)
+		return runIn(ctx, t, in, env, name, args...)
 	}
 	path := "PATH=" + filepath.Dir(tsc) + ":" + os.Getenv("PATH")
 	run(filepath.Join(web, "client"), []string{path}, npm, "pack", "--pack-destination", dir, "--silent")

@@ -22,33 +22,18 @@ import (
 func TestPythonSDK(t *testing.T) {
 	t.Parallel()
 	py := "/usr/bin/python3"
-	err := exec.Command(py, "-c", "import httpx, websockets, pytest, venv").Run()
+	err := exec.Command(py, "-c", "import httpx, websockets, pytest, ensurepip").Run()
 	sandboxtest.Need(t, "python3 with python3-httpx, python3-websockets, python3-pytest and python3-venv", err)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	run := func(in string, env []string, name string, args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Dir, cmd.Env = in, append(os.Environ(), env...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %q: %v\n%s", name, args, err, out)
-		}
-		return string(out)
-	}
-	// A copy: pip builds in the tree it is given.
-	src := filepath.Join(dir, "python")
-	run(".", nil, "cp", "-r", filepath.Join("..", "..", "gateway", "client", "python"), src)
-	venv := filepath.Join(dir, "venv")
-	run(dir, nil, py, "-m", "venv", "--system-site-packages", venv)
-	run(dir, nil, filepath.Join(venv, "bin", "pip"), "install", "--quiet", "--no-index", "--no-build-isolation", src)
+	venv, src := installPythonSDK(t)
 
 	g := startGateway(t, "--ring-bytes", "256K") // test_a_gap_is_exact outruns it
 	tok := g.token(t, "acme", allScopes+" files:read files:write")
 	env := []string{"TERMGATE_URL=" + g.url, "TERMGATE_TOKEN=" + tok}
 	vpy := filepath.Join(venv, "bin", "python")
-	out := run(src, env, vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	out := runIn(ctx, t, src, env, vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 	if !regexp.MustCompile(`\b\d+ passed\b`).MatchString(out) || strings.Contains(out, "skipped") {
 		t.Errorf("pytest: %s", out)
 	}
@@ -59,9 +44,36 @@ func TestPythonSDK(t *testing.T) {
 	}
 	example := filepath.Join(dir, "example.py")
 	os.WriteFile(example, m[1], 0o644)
-	out = run(dir, env, vpy, example)
+	out = runIn(ctx, t, dir, env, vpy, example)
 	want := "['Linux', '42'] exit 0\nEvent(seq=1, kind='started', message="
 	if !strings.HasPrefix(out, want) || !strings.Contains(out, "\nstreamed\nExit(code=3, signal='', reason='exited')\n") {
 		t.Errorf("README.md's example printed %q", out)
 	}
+}
+
+// installPythonSDK installs a copy of gateway/client/python (pip builds in
+// the tree it is given) into a virtual environment over Debian's
+// packages, and returns the environment's and the copy's directories.
+func installPythonSDK(t testing.TB) (venv, src string) {
+	t.Helper()
+	dir := t.TempDir()
+	src, venv = filepath.Join(dir, "python"), filepath.Join(dir, "venv")
+	ctx := context.Background()
+	runIn(ctx, t, ".", nil, "cp", "-r", filepath.Join("..", "..", "gateway", "client", "python"), src)
+	runIn(ctx, t, dir, nil, "/usr/bin/python3", "-m", "venv", "--system-site-packages", venv)
+	runIn(ctx, t, dir, nil, filepath.Join(venv, "bin", "pip"), "install", "--quiet", "--no-index", "--no-build-isolation", src)
+	return venv, src
+}
+
+// runIn runs name in dir with env added, and returns what it wrote; it
+// fails t when it fails.
+func runIn(ctx context.Context, t testing.TB, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %q in %s: %v\n%s", name, args, dir, err, out)
+	}
+	return string(out)
 }
