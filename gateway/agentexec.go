@@ -35,6 +35,11 @@ type agentExec struct {
 
 	mu      sync.Mutex
 	cursors map[cursorKey]cursor
+
+	// appending serializes writes without an offset: each reads the
+	// execution's input offset and writes there, which two at once would
+	// both take.
+	appending sync.Mutex
 }
 
 // agentHTTP serves POST /v1/exec and POST /v1/executions/{id}/write.
@@ -74,6 +79,11 @@ func (x *agentHTTP) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	if err := checkWait(body.Wait); err != nil {
 		return err
 	}
+	release, err := x.hold(c, body.Wait)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if body.Argv == nil && body.Command == "" {
 		if x.continuedElsewhere(w, r, c, body) {
 			return nil
@@ -95,6 +105,9 @@ func (x *agentHTTP) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	if err != nil {
 		return err
 	}
+	if err := x.mayWrite(c, body); err != nil { // before the start: a refusal starts nothing
+		return err
+	}
 	if a.placed(w, r, c, &req, func(req wire.Request) any { body.ID = req.ID; return body }) {
 		return nil
 	}
@@ -102,7 +115,7 @@ func (x *agentHTTP) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 	if err != nil {
 		return err
 	}
-	if err := x.stdin(r, c, info.ID, ptr(uint64(0)), body); err != nil {
+	if err := x.stdin(r, c, info.ID, ptr(uint64(0)), body, true); err != nil {
 		return err
 	}
 	res, err := x.wait(r.Context(), c, info, body.Wait)
@@ -147,30 +160,30 @@ func (x *agentHTTP) continueHere(r *http.Request, c auth.Claims, body wire.ExecR
 	if body.ID == "" {
 		return wire.ExecResult{}, badRequest("exec needs argv or command, or the id of an execution to continue")
 	}
-	if body.Cwd != "" || body.Env != nil || body.TTY || body.Rows != 0 || body.Cols != 0 || body.TimeoutMS != 0 || body.Limits != nil || body.Network != "" {
-		return wire.ExecResult{}, badRequest("a continue (an id with no argv or command) takes no start options")
+	if err := checkContinue(body); err != nil {
+		return wire.ExecResult{}, err
 	}
 	info, err := x.s.cfg.Supervisor.Get(c.Tenant, body.ID)
 	if err != nil {
 		return wire.ExecResult{}, err
 	}
-	if err := x.stdin(r, c, body.ID, nil, body); err != nil {
+	if err := x.stdin(r, c, body.ID, nil, body, false); err != nil {
 		return wire.ExecResult{}, err
 	}
 	return x.wait(r.Context(), c, info, body.Wait)
 }
 
-// stdin writes an exec request's stdin at offset, as write does.
-func (x *agentHTTP) stdin(r *http.Request, c auth.Claims, id string, offset *uint64, body wire.ExecRequest) error {
+// stdin writes an exec request's stdin at offset, as write does;
+// checked: mayWrite passed already.
+func (x *agentHTTP) stdin(r *http.Request, c auth.Claims, id string, offset *uint64, body wire.ExecRequest, checked bool) error {
 	if body.Stdin == "" && !body.CloseStdin {
 		return nil
 	}
 	a := x.api
-	switch {
-	case !c.Has(auth.ScopeWrite):
-		return &apiError{wire.CodeForbidden, "stdin needs the " + auth.ScopeWrite + " scope"}
-	case !a.s.inputs.allow(c):
-		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
+	if !checked { // a start's was, before it
+		if err := x.mayWrite(c, body); err != nil {
+			return err
+		}
 	}
 	if err := a.auditActionAs(r, c, "input", id, len(body.Stdin), body.CloseStdin); err != nil {
 		return err
@@ -192,6 +205,11 @@ func (x *agentHTTP) write(w http.ResponseWriter, r *http.Request, c auth.Claims)
 	if err := checkWait(body.Wait); err != nil {
 		return err
 	}
+	release, err := x.hold(c, body.Wait)
+	if err != nil {
+		return err
+	}
+	defer release()
 	id := r.PathValue("id")
 	if err := a.auditAction(r, c, id, len(body.Input), body.CloseStdin); err != nil {
 		return err
@@ -217,6 +235,10 @@ func (x *agentHTTP) write(w http.ResponseWriter, r *http.Request, c auth.Claims)
 // even once the execution has ended.
 func (x *agentExec) input(c auth.Claims, id string, offset *uint64, p string, closeStdin bool) (uint64, error) {
 	sup := x.s.cfg.Supervisor
+	if offset == nil {
+		x.appending.Lock()
+		defer x.appending.Unlock()
+	}
 	info, err := sup.Get(c.Tenant, id)
 	if err != nil {
 		return 0, err
@@ -299,7 +321,7 @@ func (x *agentExec) wait(ctx context.Context, c auth.Claims, info session.Info, 
 	}
 	defer sub.Close()
 	if now.Incarnation != info.Incarnation { // the ID was reused meanwhile
-		info, from = now, 1
+		info, from = now, max(now.FirstSeq, 1)
 	}
 	strip := info.PTY
 	if w.StripANSI != nil {
@@ -386,12 +408,20 @@ func (x *agentExec) from(c auth.Claims, info session.Info, seq uint64) uint64 {
 }
 
 // keep remembers where res left off, for the next call that names no
-// seq. Past maxCursors, the cursors of executions that are gone go first,
-// then any: a call whose cursor was dropped reads from the first event
-// retained, again rather than lost.
+// seq; a cursor only moves forward (two calls at once both read from the
+// same place). Past maxCursors, those of executions that are gone go
+// first, then any, down to three quarters: a call whose cursor was
+// dropped reads from the first event retained, again rather than lost.
 func (x *agentExec) keep(c auth.Claims, res wire.ExecResult) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	k := cursorKey{c.Tenant, c.Subject, res.ID}
+	if cur, ok := x.cursors[k]; ok {
+		if cur.incarnation != res.Incarnation || res.NextSeq > cur.next {
+			x.cursors[k] = cursor{res.Incarnation, res.NextSeq}
+		}
+		return
+	}
 	if len(x.cursors) >= maxCursors {
 		sup := x.s.cfg.Supervisor
 		for k := range x.cursors {
@@ -400,13 +430,13 @@ func (x *agentExec) keep(c auth.Claims, res wire.ExecResult) {
 			}
 		}
 		for k := range x.cursors {
-			if len(x.cursors) < maxCursors {
+			if len(x.cursors) < maxCursors*3/4 {
 				break
 			}
 			delete(x.cursors, k)
 		}
 	}
-	x.cursors[cursorKey{c.Tenant, c.Subject, res.ID}] = cursor{res.Incarnation, res.NextSeq}
+	x.cursors[k] = cursor{res.Incarnation, res.NextSeq}
 }
 
 // exitOf is how an ended execution ended, from its exit event (the
@@ -436,4 +466,43 @@ func agentYield(pattern string, body []byte) time.Duration {
 	var w wire.Wait
 	json.Unmarshal(body, &w) // a body that is not one is refused by the owner at once
 	return w.Yield()
+}
+
+// mayWrite refuses an exec request's stdin without the scope or beyond
+// the subject's input rate.
+func (x *agentExec) mayWrite(c auth.Claims, body wire.ExecRequest) error {
+	switch {
+	case body.Stdin == "" && !body.CloseStdin:
+		return nil
+	case !c.Has(auth.ScopeWrite):
+		return &apiError{wire.CodeForbidden, "stdin needs the " + auth.ScopeWrite + " scope"}
+	case !x.s.inputs.allow(c):
+		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
+	}
+	return nil
+}
+
+// checkContinue refuses start options on a continue (an id with no argv
+// or command).
+func checkContinue(b wire.ExecRequest) error {
+	if b.Cwd != "" || b.Env != nil || b.TTY || b.Interactive || b.WorkspaceReadOnly || b.Mounts != nil || b.Proc != "" ||
+		b.ResultMaxOutputBytes != 0 || b.RetentionMS != 0 || b.Rows != 0 || b.Cols != 0 || b.TimeoutMS != 0 || b.Limits != nil || b.Network != "" {
+		return badRequest("a continue (an id with no argv or command) takes no start options")
+	}
+	return nil
+}
+
+// hold takes a place of the subject's budget of connections and long
+// polls for a call that may wait, as an events long poll does.
+func (x *agentHTTP) hold(c auth.Claims, w wire.Wait) (release func(), err error) {
+	if w.Yield() == 0 {
+		return func() {}, nil
+	}
+	if err := x.s.admit(subjectKey(c)); err != nil {
+		if errors.Is(err, errSubjectBusy) {
+			return nil, &apiError{wire.CodeTooManyConnections, fmt.Sprintf("at most %d connections, long polls and agent exec waits per subject; retry when one ends", x.s.cfg.MaxConnsPerSubject)}
+		}
+		return nil, err
+	}
+	return func() { x.s.release(subjectKey(c)) }, nil
 }

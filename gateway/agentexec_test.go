@@ -10,6 +10,7 @@ import (
 
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
 func yieldMS(ms int64) *int64 { return &ms }
@@ -259,4 +260,70 @@ func TestAgentExecOverWebSocket(t *testing.T) {
 			t.Errorf("%s: %+v", r.Req, m)
 		}
 	}
+}
+
+// TestAgentExecAppendsAtOnce: writes without an offset, many at once,
+// each arrive whole: none is taken for a resend of another.
+func TestAgentExecAppendsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.agentToken(t)
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "cat", Interactive: true, Wait: wire.Wait{YieldMS: yieldMS(0)}})
+	const n = 200
+	done := make(chan error, n)
+	for i := range n {
+		go func() {
+			status, _, b, err := e.do(t.Context(), http.MethodPost, "/v1/executions/"+res.ID+"/write", tok, wire.WriteRequest{Input: fmt.Sprintf("line-%03d\n", i), Wait: wire.Wait{YieldMS: yieldMS(0)}})
+			if err == nil && status != http.StatusOK {
+				err = fmt.Errorf("%d %s", status, b)
+			}
+			done <- err
+		}()
+	}
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.write(t, tok, res.ID, wire.WriteRequest{CloseStdin: true, Wait: wire.Wait{YieldMS: yieldMS(0)}})
+	out := e.exec(t, tok, http.StatusOK, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{Seq: 1, YieldMS: yieldMS(10_000)}}).Output
+	for i := range n {
+		if !strings.Contains(out, fmt.Sprintf("line-%03d\n", i)) {
+			t.Errorf("line %d is missing from %q", i, out)
+		}
+	}
+	if len(out) != n*len("line-000\n") {
+		t.Errorf("cat read %d bytes, %d were written: %q", len(out), n*len("line-000\n"), out)
+	}
+}
+
+// TestAgentExecRefusesStdinBeforeStarting: a start whose stdin the
+// token may not write is refused, and nothing was started.
+func TestAgentExecRefusesStdinBeforeStarting(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	noWrite := e.token(t, "acme", auth.ScopeCreate, auth.ScopeAttach)
+	e.fails(t, 403, wire.CodeForbidden, http.MethodPost, "/v1/exec", noWrite, wire.ExecRequest{ID: "with-stdin", Command: "cat", Stdin: "x"})
+	e.fails(t, 404, wire.CodeNotFound, http.MethodGet, "/v1/executions/with-stdin", noWrite, nil)
+}
+
+// TestAgentExecWaitsCountPerSubject: a waiting call takes a place of its
+// subject's budget, as a long poll does.
+func TestAgentExecWaitsCountPerSubject(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, func(c *Config) { c.MaxConnsPerSubject = 1 })
+	tok := e.agentToken(t)
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "sleep 30", Wait: wire.Wait{YieldMS: yieldMS(0)}})
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		e.do(t.Context(), http.MethodPost, "/v1/exec", tok, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{YieldMS: yieldMS(3000)}})
+	}()
+	if !sandboxtest.Eventually(t, 10*time.Second, func() bool { return e.srv.subjectHeld(auth.Claims{Tenant: "acme", Subject: "user-acme"}) == 1 }) {
+		t.Fatal("the first wait took no place")
+	}
+	e.fails(t, 429, wire.CodeTooManyConnections, http.MethodPost, "/v1/exec", tok, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{YieldMS: yieldMS(1000)}})
+	// A call that does not wait takes none.
+	e.exec(t, tok, http.StatusOK, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{YieldMS: yieldMS(0)}})
+	<-held
 }

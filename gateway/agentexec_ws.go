@@ -88,7 +88,7 @@ func (c *conn) runAgentCall(req wire.Request) (wire.ExecResult, error) {
 		if err != nil {
 			return wire.ExecResult{}, err
 		}
-		if err := c.agentInput(req.ID, req.Write.Offset, req.Write.Input, req.Write.CloseStdin); err != nil {
+		if err := c.agentInput(req.ID, req.Write.Offset, req.Write.Input, req.Write.CloseStdin, true); err != nil {
 			return wire.ExecResult{}, err
 		}
 		return x.wait(c.ctx, claims, info, req.Write.Wait)
@@ -97,6 +97,9 @@ func (c *conn) runAgentCall(req wire.Request) (wire.ExecResult, error) {
 	if body.Argv == nil && body.Command == "" { // a continue
 		if body.ID == "" {
 			return wire.ExecResult{}, badRequest("exec needs argv or command, or the id of an execution to continue")
+		}
+		if err := checkContinue(body); err != nil {
+			return wire.ExecResult{}, err
 		}
 		if node, local, err := c.agentNode(body.ID); err != nil || !local {
 			return c.agentElsewhere(node, err, http.MethodPost, "/v1/exec", body.Wait, body)
@@ -112,6 +115,9 @@ func (c *conn) runAgentCall(req wire.Request) (wire.ExecResult, error) {
 	}
 	start, err := startOf(body)
 	if err != nil {
+		return wire.ExecResult{}, err
+	}
+	if err := x.mayWrite(claims, body); err != nil { // before the start: a refusal starts nothing
 		return wire.ExecResult{}, err
 	}
 	start.Req = req.Req
@@ -144,13 +150,13 @@ func (c *conn) agentStdin(body wire.ExecRequest, offset *uint64) error {
 	if code, msg := c.denied(auth.ScopeWrite); code != "" {
 		return &apiError{code, msg}
 	}
-	return c.agentInput(body.ID, offset, body.Stdin, body.CloseStdin)
+	return c.agentInput(body.ID, offset, body.Stdin, body.CloseStdin, offset == nil) // a start's was counted before it
 }
 
 // agentInput writes input within the subject's input rate, and records it.
-func (c *conn) agentInput(id string, offset *uint64, input string, closeStdin bool) error {
+func (c *conn) agentInput(id string, offset *uint64, input string, closeStdin, limit bool) error {
 	claims := c.currentClaims()
-	if !c.s.inputs.allow(claims) {
+	if limit && !c.s.inputs.allow(claims) {
 		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
 	}
 	if c.s.cfg.Audit != nil && (input != "" || closeStdin) {

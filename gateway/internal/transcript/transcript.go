@@ -21,7 +21,7 @@ const maxSequence = 64 << 10
 // Options say how a Builder shapes its text.
 type Options struct {
 	// Budget is the most bytes of text kept: up to half of it from the
-	// head, the rest from the tail. At least 2.
+	// head, the rest from the tail. At least 1.
 	Budget int
 	// StripANSI removes escape sequences and control characters but tab,
 	// newline and carriage return, and turns CRLF into LF: what a terminal
@@ -64,9 +64,9 @@ const (
 	stringEsc          // ESC inside a string: ST when '\' follows
 )
 
-// New returns a Builder with opt; a Budget below 2 is taken as 2.
+// New returns a Builder with opt; a Budget below 1 is taken as 1.
 func New(opt Options) *Builder {
-	opt.Budget = max(opt.Budget, 2)
+	opt.Budget = max(opt.Budget, 1)
 	h := opt.Budget / 2
 	return &Builder{opt: opt, streams: map[int]*stream{}, headCap: h, tailCap: opt.Budget - h}
 }

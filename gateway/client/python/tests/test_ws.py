@@ -94,3 +94,21 @@ def test_async_session_cancel_resize_and_refusals(gateway: tuple) -> None:
             await termgate.AsyncSession(url, "not-a-token").connect()
 
     asyncio.run(main())
+
+
+def test_large_input_through_a_cut_and_after_the_end(gateway: tuple, proxy) -> None:
+    """300 KB of input, more than the gateway takes at once, goes through
+    whole (a window at a time, refusals sent again), across a cut; after
+    the exit, wait() answers at once and resize says the execution ended."""
+    _, token = gateway
+    with termgate.Session(proxy.url, token, min_delay=0.05, max_delay=0.5) as s:
+        ex = s.start("/bin/sh", ["-c", "wc -c"], interactive=True)
+        ex.write(b"x" * 150_000)
+        proxy.cut()
+        ex.write(b"y" * 150_000)
+        ex.close_stdin()
+        out, gaps, exit = collect(ex)
+        assert out.strip() == b"300000" and exit.code == 0
+        assert ex.wait() == exit
+        with pytest.raises(termgate.NotRunning):
+            ex.resize(30, 100)

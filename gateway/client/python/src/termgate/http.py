@@ -145,7 +145,8 @@ class Client(_Calls):
     def write(self, id: str, input: str, *, offset: Optional[int] = None, **wait: Any) -> ExecResult:
         """write writes input to execution id at offset (the input offset it
         starts at: a retry is then applied once) and waits for what follows."""
-        return self._send(self._write(id, input, offset, wait)).json()
+        # Without an offset a retry could write the input twice: none then.
+        return self._send(self._write(id, input, offset, wait), safe=offset is not None).json()
 
     def list(self) -> Dict[str, Any]:
         return self._send(("GET", "/v1/executions", None, None, None)).json()
@@ -175,21 +176,24 @@ class Client(_Calls):
         body = {"ttl_seconds": ttl_seconds} if ttl_seconds else {}
         return self._send(("POST", f"/v1/executions/{quote(id, safe='')}/ports/{port}/preview", None, None, body)).json()
 
-    def _send(self, r: _Request) -> httpx.Response:
+    def _send(self, r: _Request, safe: bool = True) -> httpx.Response:
+        """_send sends r, again after a failure to reach the gateway or an
+        unavailable answer when it is safe to repeat."""
         method, path, headers, content, body = r
-        for attempt in range(self._retries + 1):
+        retries = self._retries if safe else 0
+        for attempt in range(retries + 1):
             h = {"Authorization": f"Bearer {self._bearer()}", **(headers or {})}
             try:
                 resp = self._http.request(method, self._url + path, headers=h, content=content, json=body)
             except httpx.TransportError:
-                if attempt == self._retries:
+                if attempt == retries:
                     raise
                 time.sleep(_backoff(attempt + 1))
                 continue
             if resp.is_success:
                 return resp
             err = self._error(resp)
-            if err.code != "unavailable" or attempt == self._retries:
+            if err.code != "unavailable" or attempt == retries:
                 raise err
             time.sleep(_backoff(attempt + 1))
         raise AssertionError("unreachable")
@@ -220,7 +224,7 @@ class AsyncClient(_Calls):
         return (await self._send(self._exec(req))).json()
 
     async def write(self, id: str, input: str, *, offset: Optional[int] = None, **wait: Any) -> ExecResult:
-        return (await self._send(self._write(id, input, offset, wait))).json()
+        return (await self._send(self._write(id, input, offset, wait), safe=offset is not None)).json()
 
     async def list(self) -> Dict[str, Any]:
         return (await self._send(("GET", "/v1/executions", None, None, None))).json()
@@ -249,21 +253,22 @@ class AsyncClient(_Calls):
         body = {"ttl_seconds": ttl_seconds} if ttl_seconds else {}
         return (await self._send(("POST", f"/v1/executions/{quote(id, safe='')}/ports/{port}/preview", None, None, body))).json()
 
-    async def _send(self, r: _Request) -> httpx.Response:
+    async def _send(self, r: _Request, safe: bool = True) -> httpx.Response:
         method, path, headers, content, body = r
-        for attempt in range(self._retries + 1):
+        retries = self._retries if safe else 0
+        for attempt in range(retries + 1):
             h = {"Authorization": f"Bearer {self._bearer()}", **(headers or {})}
             try:
                 resp = await self._http.request(method, self._url + path, headers=h, content=content, json=body)
             except httpx.TransportError:
-                if attempt == self._retries:
+                if attempt == retries:
                     raise
                 await asyncio.sleep(_backoff(attempt + 1))
                 continue
             if resp.is_success:
                 return resp
             err = self._error(resp)
-            if err.code != "unavailable" or attempt == self._retries:
+            if err.code != "unavailable" or attempt == retries:
                 raise err
             await asyncio.sleep(_backoff(attempt + 1))
         raise AssertionError("unreachable")

@@ -19,12 +19,14 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Union
 import websockets
 
 from ._wire import BEARER_PREFIX, FATAL, INPUT_REFUSED, STREAMS, SUBPROTOCOL, decode_output, encode_input
-from .errors import ConnectionLost, InputOffset, TermgateError, error_for
+from .errors import ConnectionLost, InputOffset, NotAttached, TermgateError, error_for
 
 Token = Union[str, Callable[[], Optional[str]]]
 
 ACK_BYTES = 64 << 10  # output processed before an ack goes out at once
 INPUT_FRAME = 16 << 10  # input bytes per frame
+INPUT_WINDOW = 64 << 10  # input sent ahead of what the gateway confirmed
+REFUSED_PAUSE = (0.2, 3.2)  # the pause before refused input goes again, doubling
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,11 @@ class AsyncExecution:
         self._attached = asyncio.Event()
         self._failed: Optional[TermgateError] = None
         self._following = False
+        self._ended = False  # events() has delivered the end
+        self._seen_known = start is not None  # seen counts every byte from the first event
+        self._flushing = asyncio.Lock()
+        self._pause = REFUSED_PAUSE[0]
+        self._retry: Optional[asyncio.TimerHandle] = None
 
     @property
     def input_offset(self) -> int:
@@ -108,13 +115,16 @@ class AsyncExecution:
         last). An event counts as processed, and is acknowledged, once the
         next one is asked for."""
         while True:
+            if self._ended and self._queue.empty():
+                if self._failed:
+                    raise self._failed
+                return
             if self._queue.empty():
                 await self._ack()
             ev = await self._queue.get()
             if ev is None:
-                if self._failed:
-                    raise self._failed
-                return
+                self._ended = True
+                continue
             yield ev
             if isinstance(ev, (Output, Event, Exit)):
                 self._processed = max(self._processed, ev.seq)
@@ -123,13 +133,17 @@ class AsyncExecution:
                 if self._unacked_bytes >= ACK_BYTES:
                     await self._ack()
             if isinstance(ev, Exit):
+                self._ended = True
                 return
 
     async def wait(self) -> Exit:
-        """wait drains the events and returns the exit."""
+        """wait drains the events and returns the exit (at once when they
+        were drained already)."""
         async for ev in self.events():
             if isinstance(ev, Exit):
                 return ev
+        if self.exit is not None:
+            return self.exit
         raise error_for("closed", "the execution was detached")
 
     async def write(self, data: Union[bytes, str]) -> None:
@@ -143,15 +157,15 @@ class AsyncExecution:
         """close_stdin delivers end of file once the gateway has all the
         input written before it."""
         for _ in range(100):
-            ch = await self._channel()
             await self._flush()
+            ch = await self._channel()
             try:
                 await self._request({"type": "close-stdin", "channel": ch, "input_offset": self.input_offset})
                 return
             except InputOffset as err:  # it lacks input: send it, then close again
                 self._sent = max(int(err.input_offset or 0), self._input_base)
-            except ConnectionError:
-                pass  # again once reattached
+            except (ConnectionError, NotAttached):
+                await asyncio.sleep(0.05)  # again once reattached
         raise error_for("input_offset", "the gateway never received the input before end of file")
 
     async def resize(self, rows: int, cols: int) -> None:
@@ -165,8 +179,8 @@ class AsyncExecution:
             try:
                 await self._request({**m, "channel": await self._channel()})
                 return
-            except ConnectionError:
-                pass  # again once reattached
+            except (ConnectionError, NotAttached):
+                await asyncio.sleep(0.05)  # again once reattached
 
     async def cancel(self) -> None:
         await self._s._request({"type": "cancel", "id": self.id})
@@ -182,9 +196,12 @@ class AsyncExecution:
     # --- driven by the session ---
 
     async def _channel(self) -> int:
-        await self._attached.wait()
-        assert self.channel is not None
-        return self.channel
+        while True:
+            if self._closed:
+                raise error_for("not_running" if self.exit else "closed", "the execution ended" if self.exit else "the execution is no longer followed")
+            await self._attached.wait()
+            if self.channel is not None:
+                return self.channel
 
     async def _request(self, m: Dict[str, Any]) -> Dict[str, Any]:
         return await self._s._request(m)
@@ -195,8 +212,8 @@ class AsyncExecution:
         m: Dict[str, Any] = {"type": "attach", "id": self.id, "after": self.last_seq, "ack": True}
         if self.incarnation:
             m["incarnation"] = self.incarnation
-        if self.last_seq > 0:
-            m["seen"] = self.seen
+        if self.last_seq > 0 and self._seen_known:
+            m["seen"] = self.seen  # so that a gap's bytes are exact
         return m
 
     def _on_attached(self, m: Dict[str, Any]) -> None:
@@ -207,6 +224,7 @@ class AsyncExecution:
         inc = m.get("incarnation", "")
         if self.incarnation and inc and inc != self.incarnation:
             self.last_seq = self.seen = self._processed = self._acked = 0  # a new execution under the ID
+            self._seen_known = True
         self.incarnation = inc or self.incarnation
         self._acked = max(self._acked, self.last_seq)
         self._unacked_bytes = 0
@@ -221,14 +239,33 @@ class AsyncExecution:
             self._input_base = offset
 
     async def _flush(self) -> None:
-        """_flush sends the input not sent yet on this connection."""
-        if self.channel is None or self._closed:
+        """_flush sends the input not sent yet on this connection, at most
+        INPUT_WINDOW ahead of what the gateway confirmed; one at a time."""
+        async with self._flushing:
+            while not self._closed and self.channel is not None and self._sent < self.input_offset:
+                if self._sent - self._input_base >= INPUT_WINDOW:
+                    return  # the next input-ack goes on
+                ch, off = self.channel, self._sent
+                start = off - self._input_base
+                chunk = bytes(self._input[start : start + min(INPUT_FRAME, INPUT_WINDOW - start)])
+                await self._s._send_bytes(encode_input(ch, off, chunk))
+                if self.channel != ch:
+                    return  # reattached meanwhile: that one sends from the gateway's offset
+                self._sent = max(self._sent, off + len(chunk))
+
+    def _refused(self, received: int) -> None:
+        """_refused sends input again from received, the gateway's offset,
+        after a pause that doubles while refusals go on."""
+        self._sent = max(received, self._input_base)
+        if self._retry is not None:
             return
-        while self._sent < self.input_offset:
-            start = self._sent - self._input_base
-            chunk = bytes(self._input[start : start + INPUT_FRAME])
-            await self._s._send_bytes(encode_input(self.channel, self._sent, chunk))
-            self._sent += len(chunk)
+        pause, self._pause = self._pause, min(self._pause * 2, REFUSED_PAUSE[1])
+
+        def again() -> None:
+            self._retry = None
+            asyncio.ensure_future(self._flush())
+
+        self._retry = asyncio.get_running_loop().call_later(pause * (0.5 + random.random() / 2), again)
 
     def _on_output(self, seq: int, stream: int, offset: int, data: bytes) -> None:
         if seq <= self.last_seq:
@@ -240,7 +277,14 @@ class AsyncExecution:
     def _on_message(self, m: Dict[str, Any]) -> None:
         t = m["type"]
         if t == "input-ack":
-            self._confirm(int(m.get("input_offset", 0)))
+            received = int(m.get("input_offset", 0))
+            if received > self._input_base:
+                self._pause = REFUSED_PAUSE[0]
+            self._confirm(received)
+            if int(m.get("input_end", 0)) > received:
+                self._refused(received)  # frames past received were refused
+            else:
+                asyncio.ensure_future(self._flush())  # the window moved
             return
         if t == "gap":
             self.last_seq = int(m.get("to", 1)) - 1
@@ -261,9 +305,7 @@ class AsyncExecution:
     def _on_error(self, m: Dict[str, Any]) -> None:
         code = m.get("error", "internal")
         if code in INPUT_REFUSED and "input_offset" in m:
-            # Refused input goes again from what the gateway has, after a pause.
-            self._sent = max(int(m["input_offset"]), self._input_base)
-            asyncio.get_running_loop().call_later(0.05 + random.random() * 0.2, lambda: asyncio.ensure_future(self._flush()))
+            self._refused(int(m["input_offset"]))
             return
         if code in FATAL:
             self._failed = error_for(code, m.get("message", ""), retry_ms=int(m.get("retry_ms", 0)))
@@ -306,6 +348,7 @@ class AsyncSession:
         self._reader: Optional["asyncio.Task[None]"] = None
         self._up = asyncio.Event()
         self._closed = False
+        self._end: Optional[TermgateError] = None  # why the session ended, when it did by itself
         self.hello: Dict[str, Any] = {}
         self.reconnects = 0
 
@@ -344,6 +387,7 @@ class AsyncSession:
         retained), which belongs to incarnation."""
         ex = AsyncExecution(self, None, id)
         ex.last_seq, ex.incarnation = after, incarnation
+        ex._seen_known = after == 0
         await self._follow(ex)
         return ex
 
@@ -361,6 +405,8 @@ class AsyncSession:
 
     async def aclose(self) -> None:
         self._closed = True
+        self._fail_pending(error_for("closed", "the session was closed"))
+        self._up.set()  # waiters see it closed
         for ex in self._executions:
             ex._finish()
         if self._ws is not None:
@@ -388,6 +434,8 @@ class AsyncSession:
         try:
             while True:
                 await self._up.wait()
+                if self._closed:
+                    raise self._end or error_for("closed", "the session was closed")
                 req = str(next(self._reqs))
                 self._by_req[req] = ex
                 try:
@@ -430,30 +478,44 @@ class AsyncSession:
         self._up.set()
 
     async def _run(self) -> None:
-        while not self._closed:
-            try:
-                async for raw in self._ws:
-                    self._dispatch(raw)
-            except (websockets.exceptions.ConnectionClosed, OSError):
-                pass
-            if self._closed:
-                return
-            self._lost()
-            await self._reconnect()
-            for ex in self._executions:
-                if not ex._closed and not ex._following:
-                    asyncio.ensure_future(self._follow_again(ex))
+        try:
+            while not self._closed:
+                try:
+                    async for raw in self._ws:
+                        self._dispatch(raw)
+                except (websockets.exceptions.ConnectionClosed, OSError):
+                    pass
+                except ValueError:  # a malformed frame: the connection is not to be trusted
+                    await self._ws.close()
+                if self._closed:
+                    return
+                self._lost()
+                await self._reconnect()
+                for ex in self._executions:
+                    if not ex._closed and not ex._following:
+                        asyncio.ensure_future(self._follow_again(ex))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:  # the reader is gone: nothing waits for it in vain
+            if not self._closed:
+                self._fail_all(err if isinstance(err, TermgateError) else error_for("closed", f"the connection's reader failed: {err!r}"))
+            if not isinstance(err, (TermgateError, ConnectionLost)):
+                raise
 
     def _lost(self) -> None:
         self._up.clear()
-        for f in self._pending.values():
-            if not f.done():
-                f.set_exception(ConnectionError("termgate: the connection was lost"))
-        self._pending.clear()
+        self._fail_pending(ConnectionError("termgate: the connection was lost"))
         self._by_req.clear()
+        self._executions = [ex for ex in self._executions if not ex._closed]
         for ex in self._executions:
             ex.channel = None
             ex._attached.clear()
+
+    def _fail_pending(self, err: BaseException) -> None:
+        for f in self._pending.values():
+            if not f.done():
+                f.set_exception(err)
+        self._pending.clear()
 
     async def _reconnect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -467,13 +529,15 @@ class AsyncSession:
             except TermgateError as err:
                 self._fail_all(err)
                 raise
-            except (OSError, websockets.exceptions.WebSocketException):
+            except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException):
                 if loop.time() > deadline:
                     self._fail_all(error_for("closed", f"the gateway was unreachable for {self._budget:.0f} s"))
                     raise ConnectionLost(f"termgate: the gateway was unreachable for {self._budget:.0f} s")
 
     def _fail_all(self, err: TermgateError) -> None:
-        self._closed = True
+        self._closed, self._end = True, err
+        self._fail_pending(err)
+        self._up.set()  # waiters see it closed
         for ex in self._executions:
             ex._failed = err
             ex._finish()
@@ -492,9 +556,12 @@ class AsyncSession:
             return
         if ex is not None and t == "attached":
             del self._by_req[req]
-            ex._on_attached(m)
-            self._by_channel[m["channel"]] = ex
-            asyncio.ensure_future(ex._flush())
+            if ex._closed:  # detached meanwhile: let the gateway know, or it holds output for it
+                asyncio.ensure_future(self._send({"type": "detach", "channel": m["channel"]}))
+            else:
+                ex._on_attached(m)
+                self._by_channel[m["channel"]] = ex
+                asyncio.ensure_future(ex._flush())
         elif ex is not None:
             del self._by_req[req]
         if req and req in self._pending:
@@ -516,6 +583,8 @@ class AsyncSession:
 
     async def _request(self, m: Dict[str, Any], req: Optional[str] = None) -> Dict[str, Any]:
         await self._up.wait()
+        if self._closed:
+            raise self._end or error_for("closed", "the session was closed")
         req = req or str(next(self._reqs))
         fut: "asyncio.Future[Dict[str, Any]]" = asyncio.get_running_loop().create_future()
         self._pending[req] = fut
