@@ -119,7 +119,8 @@ export class TermgateHTTP {
    * @returns {Promise<ExecResult>}
    */
   async write(id, req) {
-    return /** @type {Promise<ExecResult>} */ (this._json('POST', `/v1/executions/${enc(id)}/write`, req));
+    // Without an offset a retry could write the input twice: none then.
+    return /** @type {Promise<ExecResult>} */ (this._json('POST', `/v1/executions/${enc(id)}/write`, req, req.offset !== undefined));
   }
 
   /** @returns {Promise<{executions: any[], partial?: boolean, unreachable?: string[]}>} */
@@ -201,10 +202,11 @@ export class TermgateHTTP {
    * @param {string} method
    * @param {string} path
    * @param {unknown} [body]
+   * @param {boolean} [safe] whether the call may be sent again
    */
-  async _json(method, path, body) {
+  async _json(method, path, body, safe = true) {
     const data = body === undefined ? undefined : new TextEncoder().encode(JSON.stringify(body));
-    const resp = await this._call(method, path, data, 'application/json');
+    const resp = await this._call(method, path, data, 'application/json', safe);
     return resp.json();
   }
 
@@ -215,9 +217,11 @@ export class TermgateHTTP {
    * @param {string} path
    * @param {Uint8Array} [body]
    * @param {string} [type]
+   * @param {boolean} [safe] whether the call may be sent again
    * @returns {Promise<Response>}
    */
-  async _call(method, path, body, type) {
+  async _call(method, path, body, type, safe = true) {
+    const retries = safe ? this._retries : 0;
     for (let attempt = 0; ; attempt++) {
       const token = await this._getToken();
       if (!token) throw new TermgateError('unauthorized', 'no token to be had');
@@ -228,13 +232,13 @@ export class TermgateHTTP {
       try {
         resp = await this._fetch(this._url + path, { method, headers, body: /** @type {BodyInit | undefined} */ (body) });
       } catch (err) {
-        if (attempt >= this._retries) throw err;
+        if (attempt >= retries) throw err;
         await sleep(backoffDelay(attempt + 1));
         continue;
       }
       if (resp.ok) return resp;
       const err = await errorOf(resp);
-      if (err.code !== 'unavailable' || attempt >= this._retries) throw err;
+      if (err.code !== 'unavailable' || attempt >= retries) throw err;
       await sleep(backoffDelay(attempt + 1));
     }
   }

@@ -52,3 +52,10 @@ test('files paths are percent-encoded name by name; no token is unauthorized', a
   await assert.rejects(none.list(), (err) => err.code === 'unauthorized');
   assert.throws(() => new TermgateHTTP({ url: 'ws://x', getToken: () => 't' }), /must start with http/);
 });
+
+test('a write without an offset is not sent again: the retry could write it twice', async () => {
+  const { fetch, calls } = fakeFetch([new TypeError('fetch failed'), { status: 200, body: {} }]);
+  const api = new TermgateHTTP({ url: 'http://127.0.0.1:1', getToken: () => 'tok', fetch });
+  await assert.rejects(api.write('a', { input: 'x' }), /fetch failed/);
+  assert.equal(calls.length, 1);
+});
