@@ -99,7 +99,7 @@ func (x *agentHTTP) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 		return &apiError{wire.CodeForbidden, "the token lacks the " + auth.ScopeCreate + " scope"}
 	}
 	if a.s.route == nil && !a.s.starts.allow(c) {
-		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
+		return errStartRate
 	}
 	req, err := startOf(body)
 	if err != nil {
@@ -131,29 +131,17 @@ func (x *agentHTTP) exec(w http.ResponseWriter, r *http.Request, c auth.Claims) 
 }
 
 // continuedElsewhere proxies a continue of another node's execution to
-// that node.
+// that node, as route does for a request that names it in its path.
 func (x *agentHTTP) continuedElsewhere(w http.ResponseWriter, r *http.Request, c auth.Claims, body wire.ExecRequest) bool {
-	a, rt := x.api, x.s.route
-	if rt == nil || body.ID == "" {
+	if x.s.route == nil || body.ID == "" {
 		return false
 	}
-	if _, hop := hopFrom(r.Context()); hop {
-		return false
-	}
-	node, err := rt.owner(withToken(r.Context(), bearer(r)), c, body.ID)
-	if err == nil && node == rt.self() {
-		return false
-	}
-	if err == nil {
-		var b []byte
-		if b, err = json.Marshal(body); err == nil {
-			err = a.proxy(w, r, node, b)
-		}
-	}
+	b, err := json.Marshal(body)
 	if err != nil {
-		a.failUnavailable(w, r, c, err)
+		x.api.fail(w, r, c, err)
+		return true
 	}
-	return true
+	return x.api.forwardFor(w, r, c, body.ID, b)
 }
 
 func (x *agentHTTP) continueHere(r *http.Request, c auth.Claims, body wire.ExecRequest) (wire.ExecResult, error) {
@@ -196,7 +184,7 @@ func (x *agentHTTP) stdin(r *http.Request, c auth.Claims, id string, offset *uin
 func (x *agentHTTP) write(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	a := x.api
 	if !a.s.inputs.allow(c) {
-		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
+		return errAgentInputRate
 	}
 	var body wire.WriteRequest
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
@@ -477,7 +465,7 @@ func (x *agentExec) mayWrite(c auth.Claims, body wire.ExecRequest) error {
 	case !c.Has(auth.ScopeWrite):
 		return &apiError{wire.CodeForbidden, "stdin needs the " + auth.ScopeWrite + " scope"}
 	case !x.s.inputs.allow(c):
-		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
+		return errAgentInputRate
 	}
 	return nil
 }

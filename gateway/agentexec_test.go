@@ -62,7 +62,9 @@ func TestAgentExecRunningThenWrite(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t, nil)
 	tok := e.agentToken(t)
-	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "echo ready; read line; echo got $line; exit 3", Interactive: true, Wait: wire.Wait{YieldMS: yieldMS(300)}})
+	// The yield is a safety net: the command blocks on its read, so the
+	// answer comes after it whatever the load, with what it wrote by then.
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "echo ready; read line; echo got $line; exit 3", Interactive: true, Wait: wire.Wait{YieldMS: yieldMS(3000)}})
 	if !res.Running || res.Exit != nil || res.Output != "ready\n" {
 		t.Fatalf("answer %+v", res)
 	}
@@ -214,7 +216,7 @@ func TestAgentExecOverWebSocket(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.dial(t, e.token(t, "acme", allScopes...))
 	defer c.close()
-	c.send(t, wire.Request{Type: wire.TypeExec, Req: "run", Exec: &wire.ExecRequest{ID: "ws-1", Command: "echo ready; read l; echo got $l", Interactive: true, Wait: wire.Wait{YieldMS: yieldMS(1500)}}})
+	c.send(t, wire.Request{Type: wire.TypeExec, Req: "run", Exec: &wire.ExecRequest{ID: "ws-1", Command: "echo ready; read l; echo got $l", Interactive: true, Wait: wire.Wait{YieldMS: yieldMS(3000)}}})
 	c.send(t, wire.Request{Type: wire.TypePing, Req: "meanwhile"})
 	if m := c.expectAny(t, wire.MsgPong, wire.MsgExecResult); m.Type != wire.MsgPong {
 		t.Fatalf("the wait held the connection: %+v", m)
@@ -326,4 +328,29 @@ func TestAgentExecWaitsCountPerSubject(t *testing.T) {
 	// A call that does not wait takes none.
 	e.exec(t, tok, http.StatusOK, wire.ExecRequest{ID: res.ID, Wait: wire.Wait{YieldMS: yieldMS(0)}})
 	<-held
+}
+
+// TestAgentExecCursorsBounded: past maxCursors the cursors of executions
+// that are gone are dropped, and a cursor never moves back.
+func TestAgentExecCursorsBounded(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	x := e.srv.agent
+	c := auth.Claims{Tenant: "acme", Subject: "user-acme"}
+	for i := range maxCursors {
+		x.keep(c, wire.ExecResult{ID: fmt.Sprint("gone-", i), Incarnation: "i", NextSeq: 2})
+	}
+	tok := e.agentToken(t)
+	res := e.exec(t, tok, http.StatusCreated, wire.ExecRequest{Command: "echo hi"})
+	x.mu.Lock()
+	n := len(x.cursors)
+	x.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d cursors kept past the bound, want the live one alone", n)
+	}
+	x.keep(c, wire.ExecResult{ID: res.ID, Incarnation: res.Incarnation, NextSeq: 1})
+	info, _ := e.sup.Get("acme", res.ID)
+	if got := x.from(c, info, 0); got != res.NextSeq {
+		t.Fatalf("the cursor moved back to %d from %d", got, res.NextSeq)
+	}
 }

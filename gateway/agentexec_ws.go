@@ -88,7 +88,10 @@ func (c *conn) runAgentCall(req wire.Request) (wire.ExecResult, error) {
 		if err != nil {
 			return wire.ExecResult{}, err
 		}
-		if err := c.agentInput(req.ID, req.Write.Offset, req.Write.Input, req.Write.CloseStdin, true); err != nil {
+		if !c.s.inputs.allow(claims) {
+			return wire.ExecResult{}, errAgentInputRate
+		}
+		if err := c.agentInput(req.ID, req.Write.Offset, req.Write.Input, req.Write.CloseStdin); err != nil {
 			return wire.ExecResult{}, err
 		}
 		return x.wait(c.ctx, claims, info, req.Write.Wait)
@@ -117,6 +120,9 @@ func (c *conn) runAgentCall(req wire.Request) (wire.ExecResult, error) {
 	if err != nil {
 		return wire.ExecResult{}, err
 	}
+	if code, msg := c.denied(auth.ScopeCreate); code != "" { // before a placement asks other nodes
+		return wire.ExecResult{}, &apiError{code, msg}
+	}
 	if err := x.mayWrite(claims, body); err != nil { // before the start: a refusal starts nothing
 		return wire.ExecResult{}, err
 	}
@@ -142,23 +148,24 @@ func (c *conn) runAgentCall(req wire.Request) (wire.ExecResult, error) {
 	return x.wait(c.ctx, claims, info, body.Wait)
 }
 
-// agentStdin writes an exec request's stdin, as write does.
+// agentStdin writes an exec request's stdin, as write does: a
+// continue's (offset nil) once mayWrite allows it; a start's was checked
+// before the start.
 func (c *conn) agentStdin(body wire.ExecRequest, offset *uint64) error {
 	if body.Stdin == "" && !body.CloseStdin {
 		return nil
 	}
-	if code, msg := c.denied(auth.ScopeWrite); code != "" {
-		return &apiError{code, msg}
+	if offset == nil {
+		if err := c.s.agent.mayWrite(c.currentClaims(), body); err != nil {
+			return err
+		}
 	}
-	return c.agentInput(body.ID, offset, body.Stdin, body.CloseStdin, offset == nil) // a start's was counted before it
+	return c.agentInput(body.ID, offset, body.Stdin, body.CloseStdin)
 }
 
-// agentInput writes input within the subject's input rate, and records it.
-func (c *conn) agentInput(id string, offset *uint64, input string, closeStdin, limit bool) error {
+// agentInput records input, and writes it.
+func (c *conn) agentInput(id string, offset *uint64, input string, closeStdin bool) error {
 	claims := c.currentClaims()
-	if limit && !c.s.inputs.allow(claims) {
-		return &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
-	}
 	if c.s.cfg.Audit != nil && (input != "" || closeStdin) {
 		rec := c.who("input")
 		rec.Execution = id

@@ -68,7 +68,14 @@ func (a *httpAPI) verifyHop(w http.ResponseWriter, r *http.Request) (*http.Reque
 // token and scope were checked, so a down node never shows to a client
 // without a valid token.
 func (a *httpAPI) forward(w http.ResponseWriter, r *http.Request, c auth.Claims) bool {
-	rt, id := a.s.route, r.PathValue("id")
+	return a.forwardFor(w, r, c, r.PathValue("id"), nil)
+}
+
+// forwardFor is forward for execution id, named elsewhere than in the
+// path (an agent exec's body); body, when not nil, is the request's body,
+// read already.
+func (a *httpAPI) forwardFor(w http.ResponseWriter, r *http.Request, c auth.Claims, id string, body []byte) bool {
+	rt := a.s.route
 	if rt == nil || id == "" {
 		return false
 	}
@@ -91,7 +98,7 @@ func (a *httpAPI) forward(w http.ResponseWriter, r *http.Request, c auth.Claims)
 		return false
 	}
 	if err == nil {
-		err = a.proxy(w, r, node, nil)
+		err = a.proxy(w, r, node, body)
 	}
 	if err != nil {
 		a.failUnavailable(w, r, c, err)

@@ -34,6 +34,13 @@ var errUnauthorized = &apiError{wire.CodeUnauthorized, "a valid bearer token is 
 
 func badRequest(msg string) error { return &apiError{wire.CodeBadRequest, msg} }
 
+// errStartRate and errAgentInputRate answer a subject over its start or
+// input rate (an agent exec's input: sent again with the same offset).
+var (
+	errStartRate      = &apiError{wire.CodeRateLimited, "too many starts; slow down"}
+	errAgentInputRate = &apiError{wire.CodeRateLimited, "too many input requests; resend with the same offset"}
+)
+
 // httpAPI serves the HTTP API. Its rate limits are the server's, per
 // (tenant, subject), shared with the WebSocket connections.
 type httpAPI struct {

@@ -65,7 +65,7 @@ func (a *httpAPI) route(scope string, h apiHandler) http.HandlerFunc {
 // may both see 201; both describe the same execution.
 func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) error {
 	if a.s.route == nil && !a.s.starts.allow(c) {
-		return &apiError{wire.CodeRateLimited, "too many starts; slow down"}
+		return errStartRate
 	}
 	var body apiStart
 	if err := a.decodeBody(w, r, a.s.cfg.MaxMessageBytes, &body); err != nil {
@@ -93,7 +93,7 @@ func (a *httpAPI) start(w http.ResponseWriter, r *http.Request, c auth.Claims) e
 // execution already (a retry).
 func (a *httpAPI) startHere(r *http.Request, c auth.Claims, req wire.Request) (info session.Info, created bool, err error) {
 	if a.s.route != nil && !a.s.starts.allow(c) { // the owner's limit, not the front's
-		return info, false, &apiError{wire.CodeRateLimited, "too many starts; slow down"}
+		return info, false, errStartRate
 	}
 	spec, err := a.s.spec(c.Tenant, req)
 	if err != nil {

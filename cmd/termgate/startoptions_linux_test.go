@@ -157,3 +157,24 @@ func TestStartProcWithinTheServers(t *testing.T) {
 	}
 	g.execText(t, tok, wire.ExecRequest{Command: "true", Proc: "none"})
 }
+
+// TestParseMounts: --mount takes NAME=HOSTPATH[:ro|:rw] of an existing,
+// clean, absolute directory or file that is no symlink, each name once.
+func TestParseMounts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.Symlink(dir, filepath.Join(dir, "link"))
+	got, err := parseMounts([]string{"data=" + dir, "out=" + dir + ":rw", "ro-1=" + dir + ":ro"})
+	if err != nil || got["data"].Writable || !got["out"].Writable || got["ro-1"].Writable || got["out"].Path != dir {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for _, bad := range []string{"Data=" + dir, "data", "=" + dir, "data=rel/path", "data=" + dir + "/../x", "data=" + filepath.Join(dir, "link"),
+		"data=" + filepath.Join(dir, "missing"), "data=/dev/null", strings.Repeat("a", 33) + "=" + dir} {
+		if _, err := parseMounts([]string{bad}); err == nil {
+			t.Errorf("--mount %q was taken", bad)
+		}
+	}
+	if _, err := parseMounts([]string{"a=" + dir, "a=" + dir + ":rw"}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a name declared twice: %v", err)
+	}
+}

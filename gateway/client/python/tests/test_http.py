@@ -15,7 +15,7 @@ def test_exec_write_and_errors(gateway: tuple) -> None:
     with termgate.Client(url, token) as c:
         r = c.exec("echo hi; sleep 0.1; echo err >&2; exit 3", yield_ms=10000)
         assert r["output"] == "hi\nerr\n" and r["exit"]["code"] == 3 and not r["running"]
-        r = c.exec("echo ready; read l; echo got $l", interactive=True, yield_ms=300)
+        r = c.exec("echo ready; read l; echo got $l", interactive=True, yield_ms=3000)  # it blocks on its read
         assert r["running"] and r["output"] == "ready\n"
         w = c.write(r["id"], "x\n", offset=0, yield_ms=10000)
         assert w["output"] == "got x\n" and w["exit"]["code"] == 0
@@ -57,3 +57,10 @@ def test_async_client(gateway: tuple) -> None:
             return await c.exec(argv=["/bin/sh", "-c", "echo async"])
 
     assert asyncio.run(main())["output"] == "async\n"
+
+
+def test_an_exception_for_every_code() -> None:
+    assert sorted(termgate.errors.BY_CODE) == sorted(termgate.CODES)
+    assert isinstance(termgate.error_for("not_found"), termgate.NotFound)
+    unknown = termgate.error_for("from_a_newer_gateway", "x")
+    assert type(unknown) is termgate.TermgateError and unknown.code == "from_a_newer_gateway"

@@ -189,41 +189,7 @@ class Unsupported(TermgateError):
     code = "unsupported"
 
 
-BY_CODE: Dict[str, Type[TermgateError]] = {cls.code: cls for cls in (
-    BadRequest,
-    Capacity,
-    Closed,
-    Conflict,
-    Forbidden,
-    Gone,
-    InputFull,
-    InputOffset,
-    InsufficientStorage,
-    Internal,
-    InvalidAfter,
-    InvalidId,
-    InvalidRequest,
-    InvalidSpec,
-    NoPipes,
-    NotAttached,
-    NotFound,
-    NotPty,
-    NotRunning,
-    PreconditionFailed,
-    RateLimited,
-    ReadOnly,
-    Refused,
-    RequestTimeout,
-    SignalNotAllowed,
-    TooLarge,
-    TooManyChannels,
-    TooManyConnections,
-    TooManyStreams,
-    Unauthorized,
-    Unavailable,
-    Unenforceable,
-    Unsupported,
-)}
+BY_CODE: Dict[str, Type[TermgateError]] = {cls.code: cls for cls in TermgateError.__subclasses__()}
 
 
 def error_for(code: str, message: str = "", status: int = 0, retry_ms: int = 0, input_offset: Optional[int] = None) -> TermgateError:
