@@ -6,7 +6,8 @@
 // explicit gap when the server no longer holds what was missed. Forward
 // opens a stream to a port a program listens on in its sandbox; a stream
 // ends with its connection (TCP has no offsets to resume from), and later
-// ones open on the next.
+// ones open on the next. Exec and Write are the agent exec's calls: a
+// command and its output as text, answered at its exit or after a wait.
 //
 // It imports only gateway/wire and coder/websocket, so it builds on Linux,
 // macOS and Windows, without the server.
