@@ -1,6 +1,6 @@
 // Package gateway serves executions to browser terminals, IDE extensions
 // and tools: a WebSocket protocol (PROTOCOL.md) on /v1/connect and an HTTP
-// API under /v1/executions, both behind bearer tokens.
+// API under /v1/ (openapi.json describes it), both behind bearer tokens.
 //
 // How the pieces join:
 //
@@ -66,6 +66,11 @@
 //   - files.go: the files API on the tenant's workspace (sandbox/files,
 //     as the tenant): files, listings, tar streams, resumable uploads,
 //     and the same beside an execution, relayed to its node.
+//   - agentexec.go: the agent exec (POST /v1/exec, /write), a start or
+//     input and a wait for its output as text (internal/transcript), one
+//     call; agentexec_ws.go serves the same as WebSocket requests, on
+//     goroutines the connection owns, and relays them to the owner node's
+//     HTTP API.
 //   - listener.go bounds connections per client (IPv4 /24, IPv6 /64) before
 //     any handshake, and gives the ones without a request header yet a
 //     budget of their own and a first-byte timeout (Listener.ConnState).
