@@ -131,7 +131,17 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("at capacity: %d of %d executions running", st.Running, max), http.StatusServiceUnavailable)
 		return
 	}
-	w.Write([]byte("ok\n" + s.policiesReady()))
+	w.Write([]byte("ok\n" + s.guaranteesReady() + s.policiesReady()))
+}
+
+// guaranteesReady is /readyz's sandbox detail: each guarantee's state,
+// so an operator sees a degraded or missing one where health is checked.
+func (s *Server) guaranteesReady() string {
+	var b strings.Builder
+	for _, g := range s.cfg.Guarantees {
+		b.WriteString("guarantee " + g + "\n")
+	}
+	return b.String()
 }
 
 // connect authenticates before upgrading: a refused client learns only

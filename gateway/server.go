@@ -61,6 +61,9 @@ type Config struct {
 	// supervisor). Nil: NewServer opens one without quotas and with
 	// sandbox.DefaultTenantUIDs, and Shutdown closes it.
 	Workspaces *sandbox.Workspaces
+	// Guarantees are the sandbox's guarantees as this host keeps them,
+	// one "NAME STATE" line each, which /readyz lists after its ok.
+	Guarantees []string
 	// Commands are the programs clients may start (absolute paths;
 	// default /bin/bash and /bin/sh); DefaultCommand runs when a start
 	// names none (default /bin/bash -l).

@@ -150,6 +150,13 @@ func (p *Process) release() {
 		p.ctl.note(msg)
 		return
 	}
+	if p.l.layout.mode == modeSetuid {
+		if err := boundTmpfs(pid, p.policy.TmpSize); err != nil {
+			p.ctl.record(err.Error(), false)
+			p.Kill()
+			return
+		}
+	}
 	if p.policy.PTYs > 0 {
 		if err := boundTerminals(pid, p.policy.PTYs); err != nil {
 			p.ctl.record(err.Error(), false)
@@ -183,6 +190,40 @@ func TerminalPool() (int, error) {
 		return 0, err
 	}
 	return max - reserve, nil
+}
+
+// tmpfsMagic is TMPFS_MAGIC.
+const tmpfsMagic = 0x01021994
+
+// boundTmpfs gives the sandbox's writable tmpfs mounts, which a setuid
+// bwrap mounted without a size, their size (Policy.TmpSize), from
+// outside through the init's root while only bwrap and the init have
+// run: what --size gives them elsewhere. The read-only ones hold nothing
+// and are left as they are.
+func boundTmpfs(initPid int, size int64) error {
+	if initPid <= 0 {
+		return errors.New("bound tmpfs: the init's pid is unknown")
+	}
+	for _, dest := range []string{"/tmp", "/run", "/dev/shm"} {
+		path := "/proc/" + strconv.Itoa(initPid) + "/root" + dest
+		var st unix.Statfs_t
+		if err := unix.Statfs(path, &st); err != nil || st.Type != tmpfsMagic {
+			return fmt.Errorf("bound tmpfs: %s is no tmpfs (%v)", path, err)
+		}
+		fd, err := unix.Fspick(unix.AT_FDCWD, path, unix.FSPICK_CLOEXEC|unix.FSPICK_NO_AUTOMOUNT)
+		if err != nil {
+			return fmt.Errorf("%w: bound tmpfs %s: fspick: %w", ErrUnenforceable, dest, err)
+		}
+		err = unix.FsconfigSetString(fd, "size", strconv.FormatInt(size, 10))
+		if err == nil {
+			err = unix.FsconfigReconfigure(fd)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%w: bound tmpfs %s: %w", ErrUnenforceable, dest, err)
+		}
+	}
+	return nil
 }
 
 // devptsMagic is DEVPTS_SUPER_MAGIC.

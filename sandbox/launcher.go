@@ -69,6 +69,11 @@ type Config struct {
 	// launcher attached before it stops them (keeper's default, 10m);
 	// ServeKeeper uses it, StartKeeper passes it on.
 	OrphanGrace time.Duration
+	// PidsFallback lets a host without a pids cgroup controller enforce
+	// Limits.Pids as RLIMIT_NPROC instead (see rlimits): a degraded mode
+	// the operator asks for, reported by Probe. Tenant pids ceilings
+	// still need the controller. Ignored where the controller exists.
+	PidsFallback bool
 }
 
 // Launcher starts sandboxed processes. It is safe for concurrent use.
@@ -132,11 +137,16 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.layout, err = detectLayout(); err != nil {
 		return nil, err
 	}
+	if l.layout.mode, err = chooseMode(l.bwrap, l.id); err != nil {
+		return nil, err
+	}
+	l.layout.id = l.id
 	if l.layout.init, l.dropInit, err = l.id.prepareInit(l.log); err != nil {
 		return nil, err
 	}
 	l.layout.landlock = sandboxinit.LandlockAvailable()
 	l.cgroups = cgroup.Detect(cfg.CgroupRoot, cfg.CgroupParent)
+	l.layout.nprocPids = cfg.PidsFallback && !l.cgroups.Info().Pids
 	l.tenants = cgroup.NewTenants(l.cgroups, tenantLim)
 	if l.cgLock, err = l.cgroups.LockParents(); err != nil {
 		l.dropInit()
@@ -236,7 +246,7 @@ func (l *Launcher) checkSupported(p Policy) error {
 	switch {
 	case p.Limits.Memory > 0 && !info.Memory:
 		return fmt.Errorf("%w: memory (no memory cgroup controller available)", ErrUnenforceable)
-	case p.Limits.Pids > 0 && !info.Pids:
+	case p.Limits.Pids > 0 && !info.Pids && !l.layout.nprocPids:
 		return fmt.Errorf("%w: pids (no pids cgroup controller available)", ErrUnenforceable)
 	case p.Limits.CPUWeight > 0 && !info.CPU:
 		return fmt.Errorf("%w: cpu weight (no cpu cgroup controller available)", ErrUnenforceable)
@@ -286,6 +296,9 @@ func relativeTo(base, p string) (string, bool) {
 func (l *Launcher) newCgroup(p Policy) (*cgroup.Group, error) {
 	l.cgGuard.markStarted()
 	lim := cgroup.Limits{MemoryBytes: p.Limits.Memory, Pids: p.Limits.Pids, CPUWeight: p.Limits.CPUWeight}
+	if l.layout.nprocPids {
+		lim.Pids = 0 // RLIMIT_NPROC carries it
+	}
 	needed := lim != (cgroup.Limits{}) || p.Tenant != "" && l.tenants.Limits() != (cgroup.Limits{})
 	if !needed && (os.Geteuid() != 0 || l.cgroups.Info().Version == "none") {
 		return nil, nil

@@ -44,6 +44,9 @@ type plan struct {
 	argv  []string           // what follows "--": the init, then the command
 	files []planFile         // inherited as fd firstFileFD, firstFileFD+1, ...
 	init  sandboxinit.Config // sent to the init on its control socket
+	// sizeOutside: the tmpfs mounts have no size yet; the init holds
+	// until boundTmpfs gives them one (modeSetuid).
+	sizeOutside bool
 }
 
 // planOpts is room for a plan's options made at once: a PTY shell's
@@ -83,6 +86,25 @@ type hostLayout struct {
 	// landlock says the kernel has Landlock, so the init puts the command
 	// in a domain of its own.
 	landlock bool
+	// mode is how bwrap makes the namespaces; with modeSetuid the command
+	// runs as the host identity bwrap was run as, id or a tenant's.
+	mode launchMode
+	id   identity
+	// nprocPids carries a Limits.Pids as RLIMIT_NPROC (Config.PidsFallback).
+	nprocPids bool
+}
+
+// innerIDs are the uid and gid the command has in the sandbox: sandboxUID
+// in its own user namespace, else the host identity bwrap runs as (see
+// Launcher.identityFor).
+func (h hostLayout) innerIDs(p Policy) (uid, gid uint32) {
+	switch {
+	case h.mode != modeSetuid:
+		return sandboxUID, sandboxGID
+	case h.id.switchTo && (p.UID != 0 || p.GID != 0):
+		return p.UID, p.GID
+	}
+	return h.id.uid, h.id.gid
 }
 
 // etcEntry is how one of etcEntries is shown in the sandbox: a link
@@ -139,13 +161,14 @@ var systemTops = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"
 // buildPlan turns a normalized, valid policy into bwrap's arguments.
 func buildPlan(p Policy, host hostLayout, seccomp []byte) plan {
 	pl := plan{opts: make([]string, 0, planOpts)}
-	pl.namespaces(p)
+	pl.namespaces(p, host)
 	pl.system(host)
 	pl.etc(p, host)
 	size := strconv.FormatInt(p.TmpSize, 10)
-	pl.dev(p, size)
+	pl.dev(p, host, size)
 	pl.proc(p, host)
-	pl.add("--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/run")
+	pl.tmpfs(host, size, "/tmp")
+	pl.tmpfs(host, size, "/run")
 	pl.binds(p)
 	pl.add("--ro-bind-fd", pl.addFile(planFile{kind: fileBind, path: host.init}), initPath)
 	pl.add("--remount-ro", "/", "--chdir", p.WorkspaceMount)
@@ -161,12 +184,27 @@ func buildPlan(p Policy, host hostLayout, seccomp []byte) plan {
 // device nodes and /dev/shm, capped like /tmp. Terminals of its own come
 // from a private devpts instance the launcher bounds to Policy.PTYs before
 // the command runs; with none allowed, an empty read-only tmpfs hides it.
-func (pl *plan) dev(p Policy, size string) {
-	pl.add("--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm")
+func (pl *plan) dev(p Policy, host hostLayout, size string) {
+	pl.add("--dev", "/dev")
+	pl.tmpfs(host, size, "/dev/shm")
 	if p.PTYs == 0 {
-		pl.add("--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts")
+		pl.tmpfs(host, "4096", "/dev/pts")
+		pl.add("--remount-ro", "/dev/pts")
 	}
 	pl.add("--remount-ro", "/dev")
+}
+
+// tmpfs mounts a tmpfs of size bytes at dest. A setuid bwrap refuses
+// --size: there the tmpfs is mounted without one, the init holds, and the
+// launcher sizes the writable ones from outside before the command runs
+// (boundTmpfs); read-only ones stay empty whatever their size.
+func (pl *plan) tmpfs(host hostLayout, size, dest string) {
+	if host.mode == modeSetuid {
+		pl.add("--tmpfs", dest)
+		pl.sizeOutside = true
+		return
+	}
+	pl.add("--size", size, "--tmpfs", dest)
 }
 
 // joinNetwork has bwrap stay in the network namespace it is forked in
@@ -174,13 +212,18 @@ func (pl *plan) dev(p Policy, size string) {
 // else needs it: the network's sockets are open before the fork.
 func (pl *plan) joinNetwork(p Policy) {
 	pl.opts = slices.DeleteFunc(pl.opts, func(o string) bool { return o == "--unshare-net" })
-	pl.init.Hold = p.PTYs > 0
+	pl.init.Hold = p.PTYs > 0 || pl.sizeOutside
 }
 
-func (pl *plan) namespaces(p Policy) {
-	pl.add("--unshare-user", "--disable-userns",
-		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
-		"--unshare-pid", "--unshare-ipc", "--unshare-cgroup",
+// namespaces asks for every namespace. With modeSetuid there is no user
+// namespace: bwrap refuses --uid and --gid without one, and the kernel
+// refuses the command a user namespace of its own anyway.
+func (pl *plan) namespaces(p Policy, host hostLayout) {
+	if host.mode != modeSetuid {
+		pl.add("--unshare-user", "--disable-userns",
+			"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID))
+	}
+	pl.add("--unshare-pid", "--unshare-ipc", "--unshare-cgroup",
 		"--unshare-uts", "--hostname", DefaultHostname)
 	if p.Network != NetworkHost {
 		pl.add("--unshare-net")
@@ -218,8 +261,9 @@ func (pl *plan) etc(p Policy, host hostLayout) {
 			pl.add("--ro-bind", e, e)
 		}
 	}
-	pl.addData("/etc/passwd", passwdFile(p.WorkspaceMount))
-	pl.addData("/etc/group", groupFile())
+	uid, gid := host.innerIDs(p)
+	pl.addData("/etc/passwd", passwdFile(p.WorkspaceMount, uid, gid))
+	pl.addData("/etc/group", groupFile(gid))
 	pl.addData("/etc/hostname", []byte(DefaultHostname+"\n"))
 	hosts := hostsFile()
 	if p.Network == NetworkHost {
@@ -257,15 +301,15 @@ func (pl *plan) addData(dest string, data []byte) {
 	pl.add("--perms", "0444", "--file", fd, dest)
 }
 
-func passwdFile(home string) []byte {
+func passwdFile(home string, uid, gid uint32) []byte {
 	return fmt.Appendf(nil, "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"+
 		"sandbox:x:%d:%d:termgate sandbox:%s:/bin/sh\n"+
 		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		sandboxUID, sandboxGID, home)
+		uid, gid, home)
 }
 
-func groupFile() []byte {
-	return fmt.Appendf(nil, "root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", sandboxGID)
+func groupFile(gid uint32) []byte {
+	return fmt.Appendf(nil, "root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", gid)
 }
 
 func (pl *plan) proc(p Policy, host hostLayout) {
@@ -283,7 +327,8 @@ func (pl *plan) proc(p Policy, host hostLayout) {
 			switch {
 			case !ok:
 			case dir:
-				pl.add("--size", "4096", "--tmpfs", m, "--remount-ro", m)
+				pl.tmpfs(host, "4096", m)
+				pl.add("--remount-ro", m)
 			default:
 				pl.add("--ro-bind", "/dev/null", m)
 			}
@@ -317,18 +362,32 @@ func (pl *plan) command(p Policy, host hostLayout) {
 	pl.argv = append(append(pl.argv, "--", initPath), p.Command...)
 	pl.init = sandboxinit.Config{
 		Env: p.sortedEnv(), Cwd: p.Cwd, Terminal: p.TTY != nil,
-		Hold: p.PTYs > 0 || len(p.Listen) > 0 || p.Redirect != nil, Rlimits: rlimits(p.Limits), Landlock: host.landlock,
+		Hold: pl.sizeOutside || p.PTYs > 0 || len(p.Listen) > 0 || p.Redirect != nil, Rlimits: rlimits(p.Limits, host.nprocPids), Landlock: host.landlock,
 	}
 }
 
 // rlimits lists the requested rlimits, each set with soft = hard inside
 // the user namespace, where no process can raise a hard limit again. The
 // address space comes last: the init allocates nothing after it.
-func rlimits(l Limits) []sandboxinit.Rlimit {
+//
+// With nprocPids, Limits.Pids is also RLIMIT_NPROC, the process ceiling
+// of a host without a pids controller (Config.PidsFallback). The kernel
+// counts it per user in each user namespace: the command is the only
+// process of its uid in its own namespace, so the count is the
+// execution's (bwrap's pid 1 and the init included, as a pids cgroup
+// counts them). With modeSetuid there is no namespace of its own and the
+// count is every process of the host uid: the ceiling is the tenant's,
+// over all its executions.
+func rlimits(l Limits, nprocPids bool) []sandboxinit.Rlimit {
+	var nproc uint64
+	if nprocPids && l.Pids > 0 {
+		nproc = uint64(l.Pids)
+	}
 	var out []sandboxinit.Rlimit
 	for _, r := range []sandboxinit.Rlimit{
 		{Resource: unix.RLIMIT_CPU, Value: l.CPUSeconds}, {Resource: unix.RLIMIT_FSIZE, Value: l.FileSize},
-		{Resource: unix.RLIMIT_NOFILE, Value: l.OpenFiles}, {Resource: unix.RLIMIT_AS, Value: l.AddressSpace},
+		{Resource: unix.RLIMIT_NOFILE, Value: l.OpenFiles}, {Resource: unix.RLIMIT_NPROC, Value: nproc},
+		{Resource: unix.RLIMIT_AS, Value: l.AddressSpace},
 	} {
 		if r.Value != 0 {
 			out = append(out, r)

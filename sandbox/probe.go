@@ -32,8 +32,14 @@ type Report struct {
 	// executions' with memory, pids and CPU weight ceilings.
 	TenantCgroups bool          `json:"tenant_cgroups"`
 	StartLatency  time.Duration `json:"start_latency_ns"`
-	Problems      []string      `json:"problems,omitempty"` // isolation is broken
-	Warnings      []string      `json:"warnings,omitempty"` // isolation holds, reporting or tenant separation is degraded
+	// Mode is how bwrap makes the namespaces: "userns" (a user namespace
+	// of its own, unprivileged) or "setuid" (a setuid-root bwrap, where
+	// the host gives the sandbox identity no user namespace).
+	Mode string `json:"mode"`
+	// Guarantees lists each promise as held, degraded or missing.
+	Guarantees []Guarantee `json:"guarantees"`
+	Problems   []string    `json:"problems,omitempty"` // isolation is broken
+	Warnings   []string    `json:"warnings,omitempty"` // isolation holds, reporting or tenant separation is degraded
 }
 
 // probeScript prints one fact per line from inside a sandbox.
@@ -79,7 +85,7 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 	r := Report{
 		Bwrap: l.bwrap, Version: l.version, Identity: l.id.String(),
 		Cgroups: l.cgroups.Info(), ExactStatus: l.events != nil,
-		Checks: map[string]bool{}, Ceilings: l.ceilings(),
+		Checks: map[string]bool{}, Ceilings: l.ceilings(), Mode: l.layout.mode.String(),
 	}
 	if l.events == nil {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("process events unavailable (%v): signal deaths are inferred from bwrap's exit code", l.eventErr))
@@ -87,11 +93,18 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 	out, exit, err := l.probeRun(ctx)
 	if err != nil {
 		r.Problems = append(r.Problems, err.Error())
+		r.Guarantees = l.guarantees(r)
 		return r, fmt.Errorf("%w: probe: %w", ErrUnavailable, err)
 	}
 	r.StartLatency = exit.Duration
 	facts := parseFacts(out)
 	r.Checks = probeChecks(facts)
+	if l.layout.mode == modeSetuid {
+		// No user namespace: the command is the unprivileged host identity.
+		delete(r.Checks, "user_namespace")
+		uid, _ := l.layout.innerIDs(Policy{})
+		r.Checks["host_identity"] = facts["uid"] == fmt.Sprint(uid) && uid != 0
+	}
 	l.initCheck(&r, facts)
 	l.tenantFacts(&r)
 	for _, name := range slices.Sorted(maps.Keys(r.Checks)) {
@@ -100,6 +113,7 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 		}
 	}
 	r.OK = len(r.Problems) == 0
+	r.Guarantees = l.guarantees(r)
 	if !r.OK {
 		return r, fmt.Errorf("%w: probe found: %s", ErrUnavailable, strings.Join(r.Problems, "; "))
 	}
@@ -193,7 +207,7 @@ func (l *Launcher) ceilings() map[string]bool {
 	info := l.cgroups.Info()
 	return map[string]bool{
 		"cpu_seconds": true, "address_space": true, "file_size": true, "open_files": true,
-		"memory": info.Memory, "pids": info.Pids, "cpu_weight": info.CPU, "kill_tree": info.Kill,
+		"memory": info.Memory, "pids": info.Pids || l.layout.nprocPids, "cpu_weight": info.CPU, "kill_tree": info.Kill,
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // TestMain closes the shared launcher, then checks that no goroutine of
 // the package outlived the tests.
 func TestMain(m *testing.M) {
-	if runKeeperRole() || runCrashRole() || runEndedRole() {
+	if runKeeperRole() || runCrashRole() || runEndedRole() || runNoUsernsRole() {
 		return
 	}
 	idleAfter = testIdleAfter // every pause in a test's output parks its copier

@@ -88,6 +88,11 @@ func envDefaults(c *sandbox.Config) error {
 		}
 	}
 	c.Bwrap = os.Getenv("TERMGATE_BWRAP")
+	if v := os.Getenv("TERMGATE_PIDS_FALLBACK"); v != "" {
+		if err := pidsFallbackFlag(&c.PidsFallback)(v); err != nil {
+			return fmt.Errorf("TERMGATE_PIDS_FALLBACK: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -294,6 +299,25 @@ func idFlag(dst *uint32) func(string) error {
 		return nil
 	}
 }
+
+// pidsFallbackFlag parses --pids-fallback: none, or rlimit (RLIMIT_NPROC
+// where the host has no pids cgroup controller).
+func pidsFallbackFlag(dst *bool) func(string) error {
+	return func(s string) error {
+		switch s {
+		case "none":
+			*dst = false
+		case "rlimit":
+			*dst = true
+		default:
+			return fmt.Errorf("want none or rlimit, got %q", s)
+		}
+		return nil
+	}
+}
+
+// pidsFallbackUsage is --pids-fallback's help, shared by serve and verify.
+const pidsFallbackUsage = "where the host has no pids cgroup controller: none refuses --pids; rlimit enforces it as RLIMIT_NPROC, counted per execution in its own user namespace (per tenant uid with setuid bwrap), a degraded mode verify and /readyz report (default none)"
 
 func sizeFlag(dst *int64) func(string) error {
 	return func(s string) error {

@@ -94,21 +94,24 @@ func (o *serveOptions) check() error {
 // checkCeilings refuses to serve with a default ceiling the host cannot
 // enforce (ceilings is the probe's Report.Ceilings): executions would
 // otherwise fail one by one, or, worse, run without it. The error names
-// the flag that turns the ceiling off.
-func checkCeilings(l, tenant sandbox.Limits, ceilings map[string]bool) error {
+// the flag that turns the ceiling off. A tenant's ceilings need the
+// cgroup controllers themselves (tenantCeilings): --pids-fallback
+// enforces an execution's pids ceiling only.
+func checkCeilings(l, tenant sandbox.Limits, ceilings, tenantCeilings map[string]bool) error {
 	var errs []error
 	for _, c := range []struct {
 		set        bool
 		name, flag string
+		can        map[string]bool
 	}{
-		{l.Memory > 0, "memory", "--memory"},
-		{l.Pids > 0, "pids", "--pids"},
-		{l.CPUWeight > 0, "cpu_weight", "--cpu-weight"},
-		{tenant.Memory > 0, "memory", "--tenant-memory"},
-		{tenant.Pids > 0, "pids", "--tenant-pids"},
-		{tenant.CPUWeight > 0, "cpu_weight", "--tenant-cpu-weight"},
+		{l.Memory > 0, "memory", "--memory", ceilings},
+		{l.Pids > 0, "pids", "--pids", ceilings},
+		{l.CPUWeight > 0, "cpu_weight", "--cpu-weight", ceilings},
+		{tenant.Memory > 0, "memory", "--tenant-memory", tenantCeilings},
+		{tenant.Pids > 0, "pids", "--tenant-pids", tenantCeilings},
+		{tenant.CPUWeight > 0, "cpu_weight", "--tenant-cpu-weight", tenantCeilings},
 	} {
-		if c.set && !ceilings[c.name] {
+		if c.set && !c.can[c.name] {
 			errs = append(errs, fmt.Errorf("this host cannot enforce the %s ceiling (no cgroup controller for it): set %s 0 (env %s=0) to run without it", c.name, c.flag, envName(strings.TrimPrefix(c.flag, "--"))))
 		}
 	}
@@ -168,7 +171,9 @@ func (o *serveOptions) verify(ctx context.Context, l *sandbox.Launcher, log *slo
 	if err != nil {
 		return fmt.Errorf("serve: refusing to start: %w", err)
 	}
-	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings),
+	cg := report.Cgroups
+	tenantCeilings := map[string]bool{"memory": cg.Memory, "pids": cg.Pids, "cpu_weight": cg.CPU}
+	if err := errors.Join(checkCeilings(o.policy.Limits, o.sandbox.TenantLimits, report.Ceilings, tenantCeilings),
 		checkTerminalPool(o.policy.PTYs, o.session.MaxRunning)); err != nil {
 		return err
 	}
@@ -184,7 +189,25 @@ func (o *serveOptions) verify(ctx context.Context, l *sandbox.Launcher, log *slo
 	for _, w := range report.Warnings {
 		log.Warn("sandbox", "warning", w)
 	}
+	o.logGuarantees(report.Guarantees, log)
 	return nil
+}
+
+// logGuarantees logs each guarantee, a degraded or missing one as a
+// warning, and hands them to /readyz.
+func (o *serveOptions) logGuarantees(gs []sandbox.Guarantee, log *slog.Logger) {
+	for _, g := range gs {
+		level := slog.LevelInfo
+		if g.State != sandbox.Held {
+			level = slog.LevelWarn
+		}
+		log.Log(context.Background(), level, "guarantee", "name", g.Name, "state", g.State, "detail", g.Detail, "flag", g.Flag)
+		line := g.Name + " " + g.State
+		if g.Flag != "" {
+			line += " (" + g.Flag + ")"
+		}
+		o.server.Guarantees = append(o.server.Guarantees, line)
+	}
 }
 
 // mountName is the grammar of a --mount name.

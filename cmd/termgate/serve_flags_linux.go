@@ -200,6 +200,7 @@ func serveFlags(o *serveOptions, file *configFile) *envFlags {
 	e.parsed("cpu-seconds", "CPU seconds per process, an rlimit: default and ceiling (default none; 0: none)", uintFlag(&o.policy.Limits.CPUSeconds))
 	e.parsed("memory", "memory per execution in bytes, swap included: default and ceiling (default 1G; 0: none)", sizeFlag(&o.policy.Limits.Memory))
 	e.parsed("pids", "processes per execution: default and ceiling (default 512; 0: none)", intFlag(&o.policy.Limits.Pids))
+	e.parsed("pids-fallback", pidsFallbackUsage, pidsFallbackFlag(&o.sandbox.PidsFallback))
 	e.parsed("cpu-weight", "CPU share per execution, 1..10000, 100 as the host's other processes: default and ceiling, as cgroup cpu.weight (default 100; 0: none)", cpuWeightFlag(&o.policy.Limits.CPUWeight))
 	e.parsed("tenant-memory", "memory of all of a tenant's executions together, swap included (default 4G; 0: none)", sizeFlag(&o.sandbox.TenantLimits.Memory))
 	e.parsed("tenant-pids", "processes and threads of all of a tenant's executions together (default 2048; 0: none)", intFlag(&o.sandbox.TenantLimits.Pids))

@@ -243,7 +243,7 @@ func TestServeRefusesUnenforceableCeilings(t *testing.T) {
 			if strings.HasPrefix(tt.name, "tenant") {
 				tenant = defaultTenantLimits
 			}
-			err := checkCeilings(tt.lim, tenant, ceilings)
+			err := checkCeilings(tt.lim, tenant, ceilings, ceilings)
 			if tt.wantFlag == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

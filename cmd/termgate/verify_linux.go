@@ -17,6 +17,7 @@ func verifyFlags(asJSON *bool, cfg *sandbox.Config) *flag.FlagSet {
 	fs.BoolVar(asJSON, "json", false, "print the report as JSON")
 	fs.Func("sandbox-uid", fmt.Sprintf("host uid the sandbox runs as when termgate is root (default %d) (env TERMGATE_SANDBOX_UID)", sandbox.DefaultUID), idFlag(&cfg.UID))
 	fs.Func("sandbox-gid", fmt.Sprintf("host gid the sandbox runs as when termgate is root (default %d) (env TERMGATE_SANDBOX_GID)", sandbox.DefaultGID), idFlag(&cfg.GID))
+	fs.Func("pids-fallback", pidsFallbackUsage+" (env TERMGATE_PIDS_FALLBACK)", pidsFallbackFlag(&cfg.PidsFallback))
 	return fs
 }
 
@@ -54,6 +55,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		net.Problem = strings.Join(problems, "; ")
 	}
+	report.Guarantees = append(report.Guarantees, net.guarantee())
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -86,6 +88,14 @@ type networkReport struct {
 	Problem  string `json:"problem,omitempty"`
 }
 
+// guarantee is the network policies' line in the guarantees.
+func (n networkReport) guarantee() sandbox.Guarantee {
+	if n.Proxy && n.Redirect {
+		return sandbox.Guarantee{Name: "network_policies", State: sandbox.Held, Detail: "a proxy in each sandbox's network and a redirect of its other connections (--network-policy)"}
+	}
+	return sandbox.Guarantee{Name: "network_policies", State: sandbox.Missing, Detail: n.Problem}
+}
+
 func printNetwork(w io.Writer, n networkReport) {
 	yes := map[bool]string{true: "yes", false: "no"}
 	fmt.Fprintf(w, "\nnetwork policies (--network-policy):\n  %-18s %s\n  %-18s %s\n", "proxy", yes[n.Proxy], "redirect", yes[n.Redirect])
@@ -104,12 +114,29 @@ func printReport(w io.Writer, r sandbox.Report) {
 		tenantGroups(r.TenantCgroups), exactness(r.ExactStatus), r.StartLatency.Round(1e5))
 	section(w, "checks", r.Checks)
 	section(w, "ceilings", r.Ceilings)
+	printGuarantees(w, r.Guarantees)
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem: %s\n", p)
 	}
 	for _, p := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", p)
 	}
+}
+
+// printGuarantees lists each promise as held, degraded or missing.
+func printGuarantees(w io.Writer, gs []sandbox.Guarantee) {
+	fmt.Fprintf(w, "\nguarantees:\n")
+	for _, g := range gs {
+		fmt.Fprintf(w, "  %-18s %-8s %s\n", g.Name, g.State, guaranteeDetail(g))
+	}
+}
+
+// guaranteeDetail is a guarantee's detail with the flag that degraded it.
+func guaranteeDetail(g sandbox.Guarantee) string {
+	if g.Flag != "" {
+		return g.Detail + " (" + g.Flag + ")"
+	}
+	return g.Detail
 }
 
 func tenantGroups(ok bool) string {

@@ -1,0 +1,132 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// launchMode is how bwrap gets the namespaces of a sandbox.
+type launchMode int
+
+const (
+	// modeUserns: bwrap makes a user namespace as the sandbox identity,
+	// unprivileged, and the command is uid sandboxUID inside it.
+	modeUserns launchMode = iota
+	// modeSetuid: the host gives the sandbox identity no user namespace,
+	// and bwrap is installed setuid root. bwrap makes the other
+	// namespaces with its privilege, then drops to the identity it was
+	// run as: the command runs as that host uid, with no capabilities.
+	modeSetuid
+)
+
+func (m launchMode) String() string {
+	if m == modeSetuid {
+		return "setuid"
+	}
+	return "userns"
+}
+
+// chooseMode finds how bwrap can make sandboxes as id: with a user
+// namespace when one can be made (a trial bwrap run as id), else through a
+// setuid-root bwrap. Neither is an error that names the cause and the fix.
+func chooseMode(bwrap string, id identity) (launchMode, error) {
+	trial := usernsTrial(bwrap, id)
+	if trial == nil {
+		return modeUserns, nil
+	}
+	if setuidRoot(bwrap) {
+		return modeSetuid, nil
+	}
+	return modeUserns, fmt.Errorf("%w: %s: %s, or install bwrap setuid root (chmod u+s %s) to run without user namespaces",
+		ErrUnavailable, usernsBlocker(trial), usernsFix(), bwrap)
+}
+
+// usernsTrial runs bwrap as id with a user namespace of its own, as every
+// sandbox's bwrap does, and returns why it failed.
+func usernsTrial(bwrap string, id identity) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bwrap, "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "--", "/bin/true")
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if id.switchTo {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		if msg := firstLine(stderr.String()); msg != "" {
+			return fmt.Errorf("%s", msg)
+		}
+		return err
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
+
+// setuidRoot reports whether path is a regular file owned by root with
+// the set-user-id bit, on a file system that honours it.
+func setuidRoot(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil || fs.Flags&unix.ST_NOSUID != 0 {
+		return false
+	}
+	return st.Uid == 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&unix.S_ISUID != 0
+}
+
+// The kernel settings that refuse user namespaces, in the order checked.
+const (
+	maxUserNamespaces   = "/proc/sys/user/max_user_namespaces"
+	usernsClone         = "/proc/sys/kernel/unprivileged_userns_clone"
+	apparmorRestriction = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
+)
+
+// usernsBlocker names what refused the trial's user namespace: a kernel
+// setting when one is set to refuse, else bwrap's own message.
+func usernsBlocker(trial error) string {
+	switch {
+	case sysctlIs(maxUserNamespaces, "0"):
+		return "user namespaces are switched off (user.max_user_namespaces = 0)"
+	case sysctlIs(usernsClone, "0"):
+		return "unprivileged user namespaces are switched off (kernel.unprivileged_userns_clone = 0)"
+	case sysctlIs(apparmorRestriction, "1"):
+		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)"
+	}
+	return "bwrap cannot make a user namespace (" + trial.Error() + ")"
+}
+
+// usernsFix says how to allow user namespaces for what usernsBlocker found.
+func usernsFix() string {
+	switch {
+	case sysctlIs(maxUserNamespaces, "0"):
+		return "set it above 0 (sysctl -w user.max_user_namespaces=15000)"
+	case sysctlIs(usernsClone, "0"):
+		return "set it to 1 (sysctl -w kernel.unprivileged_userns_clone=1)"
+	case sysctlIs(apparmorRestriction, "1"):
+		return "load the profile termgate manifest apparmor prints, which allows them for bwrap"
+	}
+	return "in a container, apply the profile termgate manifest seccomp prints and the settings docs/operations.md lists"
+}
+
+func sysctlIs(path, value string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && strings.TrimSpace(string(b)) == value
+}

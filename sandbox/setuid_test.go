@@ -1,0 +1,129 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/termgate/termgate/sandbox/sandboxtest"
+)
+
+// envNoUserns names the bwrap a test role runs with user namespaces
+// switched off (see runNoUsernsRole).
+const envNoUserns = "TERMGATE_TEST_NOUSERNS_BWRAP"
+
+// TestWithoutUserNamespaces runs a launcher where the kernel gives no
+// user namespace: in a user namespace of the test's own (every host id
+// mapped to itself, so root stays root for files and setuid) whose
+// user.max_user_namespaces is 0, the per-namespace setting, never the
+// host's (and a mount namespace it owns, which the launcher's forking
+// threads can enter and leave). A plain bwrap is refused with the reason and the fix; a setuid
+// root one runs sandboxes that pass every probe check, as the host
+// identity, with sized tmpfs mounts.
+func TestWithoutUserNamespaces(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	bwrap, err := exec.LookPath("bwrap")
+	sandboxtest.Need(t, "bwrap (install bubblewrap to run this test)", err)
+	dir := sandboxtest.Dir(t)
+	os.Chmod(dir, 0o755)
+	setuid := filepath.Join(dir, "bwrap")
+	if err := copyFile(bwrap, setuid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(setuid, os.ModeSetuid|0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	plain := noUsernsRun(t, bwrap)
+	if !strings.Contains(plain, "err=") || !strings.Contains(plain, "user.max_user_namespaces = 0") || !strings.Contains(plain, "chmod u+s") {
+		t.Errorf("plain bwrap without user namespaces: %q, want a refusal naming the setting and the setuid fix", plain)
+	}
+	got := noUsernsRun(t, setuid)
+	for _, want := range []string{"mode=setuid\n", "ok=true\n", "uid=2000000\n", "tmp=67108864\n", "caps=0000000000000000\n", "isolation=held\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("setuid bwrap without user namespaces: %q, want %q in it", got, want)
+		}
+	}
+}
+
+// noUsernsRun runs runNoUsernsRole with bwrap in a fresh user namespace.
+func noUsernsRun(t *testing.T, bwrap string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envNoUserns+"="+bwrap)
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 4000000}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS, UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true, Pdeathsig: syscall.SIGKILL}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("role: %v: %s", err, out.String())
+	}
+	return out.String()
+}
+
+// runNoUsernsRole is the test binary in the namespace noUsernsRun made:
+// it switches user namespaces off there, then prints what a launcher
+// over the named bwrap says and does.
+func runNoUsernsRole() bool {
+	bwrap := os.Getenv(envNoUserns)
+	if bwrap == "" {
+		return false
+	}
+	if err := os.WriteFile(maxUserNamespaces, []byte("0"), 0); err != nil {
+		fmt.Println("role: switch user namespaces off:", err)
+		os.Exit(1)
+	}
+	l, err := NewLauncher(Config{Bwrap: bwrap, CgroupRoot: os.TempDir() + "/no-cgroups"})
+	if err != nil {
+		fmt.Printf("err=%v\n", err)
+		return true
+	}
+	defer l.Close()
+	r, err := l.Probe(context.Background())
+	fmt.Printf("mode=%s\nok=%v\nprobe=%v\n", r.Mode, r.OK, err)
+	for _, g := range r.Guarantees {
+		fmt.Printf("%s=%s\n", g.Name, g.State)
+	}
+	ws, _ := os.MkdirTemp("", "termgate-nouserns-")
+	defer os.RemoveAll(ws)
+	var out bytes.Buffer
+	p, err := l.Start(context.Background(), Policy{Workspace: ws, TmpSize: 64 << 20, Proc: ProcPrivate, Timeout: 30 * time.Second,
+		Command: sh(`echo uid=$(id -u); echo tmp=$(( $(stat -f -c %b /tmp) * $(stat -f -c %S /tmp) )); grep CapEff /proc/self/status | tr -d ' \t' | tr A-Z a-z | sed 's/capeff:/caps=/'`)}, Stdio{Stdout: &out, Stderr: &out})
+	if err != nil {
+		fmt.Println("start:", err)
+		return true
+	}
+	fmt.Println(p.Wait())
+	io.Copy(os.Stdout, &out)
+	return true
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
