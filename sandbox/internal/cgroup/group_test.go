@@ -5,6 +5,7 @@ package cgroup
 import (
 	"bufio"
 	"errors"
+	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"
 	"maps"
@@ -555,5 +556,34 @@ func TestAddExcept(t *testing.T) {
 		if in := len(strings.TrimSpace(string(procs))) > 0; in != (dir != c.Unified()) {
 			t.Errorf("%s holds %q", dir, procs)
 		}
+	}
+}
+
+// TestDetectReadOnly: a hierarchy mounted read-only, as a container
+// runtime mounts the cgroups of an unprivileged container, counts as
+// absent, so a ceiling that needs it is refused up front.
+func TestDetectReadOnly(t *testing.T) {
+	sandboxtest.NeedRoot(t)
+	src := filepath.Join(testRoot, "pids")
+	if fsType(src) != unix.CGROUP_SUPER_MAGIC {
+		t.Skip("no v1 pids hierarchy at " + src)
+	}
+	root := t.TempDir()
+	dir := filepath.Join(root, "pids")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(src, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	if got := detect(root).Info(); !got.Pids {
+		t.Fatalf("writable bind of %s: %+v, want pids", src, got)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := detect(root).Info(); got.Pids || got.Version != "none" {
+		t.Errorf("read-only bind of %s: %+v, want no pids and version none", src, got)
 	}
 }

@@ -104,7 +104,7 @@ func detect(root string) *Host {
 // root/unified on hybrid ones.
 func (h *Host) detectUnified(root string) {
 	for _, dir := range []string{root, filepath.Join(root, "unified")} {
-		if fsType(dir) != unix.CGROUP2_SUPER_MAGIC {
+		if fsType(dir) != unix.CGROUP2_SUPER_MAGIC || !writable(dir) {
 			continue
 		}
 		h.unified = dir
@@ -119,7 +119,7 @@ func (h *Host) detectUnified(root string) {
 func (h *Host) detectV1(root string) {
 	for ctl, marker := range v1Markers {
 		dir, err := filepath.EvalSymlinks(filepath.Join(root, ctl))
-		if err != nil || fsType(dir) != unix.CGROUP_SUPER_MAGIC {
+		if err != nil || fsType(dir) != unix.CGROUP_SUPER_MAGIC || !writable(dir) {
 			continue
 		}
 		if marker != "" && !fileExists(dir, marker) {
@@ -127,6 +127,14 @@ func (h *Host) detectV1(root string) {
 		}
 		h.v1[ctl] = dir
 	}
+}
+
+// writable reports whether this process may make cgroups in dir. A
+// hierarchy it cannot write (mounted read-only, as a container runtime
+// mounts it, or another user's) is one it cannot use: counted as absent,
+// a ceiling that needs it is refused up front rather than at every start.
+func writable(dir string) bool {
+	return unix.Access(dir, unix.W_OK) == nil
 }
 
 // classify names the layout the way operators know it.
