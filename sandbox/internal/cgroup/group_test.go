@@ -5,7 +5,6 @@ package cgroup
 import (
 	"bufio"
 	"errors"
-	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"
 	"maps"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/termgate/termgate/sandbox/sandboxtest"
+	"golang.org/x/sys/unix"
 )
 
 const testRoot = "/sys/fs/cgroup"
