@@ -8,6 +8,19 @@
 // checks the host once (bwrap, identity, cgroups), then turns policies into
 // running Processes. Everything that cannot be enforced is an error.
 //
+// bwrap makes a user namespace of its own for each sandbox. Where the host
+// gives the sandbox identity none (user.max_user_namespaces = 0, an
+// AppArmor restriction, a container's seccomp profile) and bwrap is
+// installed setuid root, bwrap makes the other namespaces with its
+// privilege and the command runs as the unprivileged host identity;
+// otherwise NewLauncher fails naming the setting and the fix. A cgroup
+// hierarchy the launcher cannot write counts as absent. Without a pids
+// controller, Config.PidsFallback carries the pids ceiling as
+// RLIMIT_NPROC. Probe reports each guarantee as held, degraded (by an
+// operator's flag) or missing. ContainerSeccompProfile is the seccomp
+// profile of a container running termgate, derived from the sandbox's
+// own filter.
+//
 // A process's output is read on goroutines of its own (none while it is
 // idle) and written to the Stdio writers its caller gave; the reader
 // blocks on a writer that blocks, so the caller decides whether output

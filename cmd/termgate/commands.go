@@ -252,8 +252,8 @@ func commands() []command {
 			operands: func() []string { return shells },
 		},
 		{
-			name: "manifest", args: "systemd|nginx|caddy|kubernetes|haproxy [flags]",
-			summary: "print a systemd unit, an nginx or Caddy reverse proxy, Kubernetes manifests, or an HAProxy configuration for many nodes, for serve",
+			name: "manifest", args: "systemd|nginx|caddy|kubernetes|haproxy|seccomp|apparmor [flags]",
+			summary: "print a systemd unit, an nginx or Caddy reverse proxy, Kubernetes manifests, an HAProxy configuration for many nodes, or the seccomp and AppArmor profiles of a container, for serve",
 			examples: []string{
 				"termgate manifest systemd --jwt-secret-file /etc/termgate/secret --workspace-root /var/lib/termgate/workspaces \\\n      > /etc/systemd/system/termgate.service",
 				"termgate manifest systemd --binary /usr/bin/termgate --dev",
@@ -261,6 +261,7 @@ func commands() []command {
 				"termgate manifest caddy --server-name gateway.example.com > /etc/caddy/termgate.caddy",
 				"termgate manifest kubernetes --image registry.example/termgate:1.4 --namespace tools --max-running 64 > termgate.yaml",
 				"termgate manifest haproxy --server termgate-0=10.0.0.1:8080 --server termgate-1=10.0.0.2:8080 > /etc/haproxy/haproxy.cfg",
+				"termgate manifest seccomp > /var/lib/kubelet/seccomp/termgate.json    # a container's seccomp profile",
 				"termgate manifest haproxy --help                                    # each kind's flags",
 			},
 			run:      runManifest,

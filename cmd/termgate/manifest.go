@@ -13,14 +13,15 @@ import (
 )
 
 // manifestKinds are the configurations termgate manifest prints.
-var manifestKinds = []string{"systemd", "nginx", "caddy", "kubernetes", "haproxy"}
+var manifestKinds = []string{"systemd", "nginx", "caddy", "kubernetes", "haproxy", "seccomp", "apparmor"}
 
 // runManifest prints a ready configuration for running termgate serve
 // under a service manager or behind a reverse proxy, generated from the
-// flags given: termgate manifest systemd|nginx|caddy|kubernetes|haproxy [flags].
+// flags given, or the seccomp and AppArmor profiles of its container:
+// termgate manifest systemd|nginx|caddy|kubernetes|haproxy|seccomp|apparmor [flags].
 func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	if len(args) == 0 {
-		return usageError{errors.New("manifest: want systemd, nginx, caddy, kubernetes or haproxy")}
+		return usageError{errors.New("manifest: want systemd, nginx, caddy, kubernetes, haproxy, seccomp or apparmor")}
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -35,8 +36,12 @@ func runManifest(_ context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 		return runManifestKubernetes(args[1:], stdout)
 	case "haproxy":
 		return runManifestHaproxy(args[1:], stdout)
+	case "seccomp":
+		return runManifestSeccomp(args[1:], stdout)
+	case "apparmor":
+		return runManifestAppArmor(args[1:], stdout)
 	}
-	return usageError{fmt.Errorf("manifest: unknown kind %q: want systemd, nginx, caddy, kubernetes or haproxy", args[0])}
+	return usageError{fmt.Errorf("manifest: unknown kind %q: want systemd, nginx, caddy, kubernetes, haproxy, seccomp or apparmor", args[0])}
 }
 
 // manifestFlagSet is what help lists for manifest: the nginx flags, the
@@ -74,6 +79,12 @@ func manifestKindCommands() map[string]command {
 		"haproxy": kind("haproxy", "--server NAME=HOST:PORT... [flags]",
 			"print an HAProxy configuration in front of the nodes of a termgate cluster, its timeouts sized against the nodes' --peer-timeout",
 			"termgate manifest haproxy --server termgate-0=10.0.0.1:8080 --server termgate-1=10.0.0.2:8080 --bind :80 > /etc/haproxy/haproxy.cfg"),
+		"seccomp": kind("seccomp", "", "print the seccomp profile of a container running termgate serve (OCI JSON, for a Localhost profile or --security-opt seccomp=FILE): the sandbox filter's refusals but for the calls serve and bwrap make",
+			"termgate manifest seccomp > /var/lib/kubelet/seccomp/termgate.json",
+			"podman run --security-opt seccomp=termgate.json ..."),
+		"apparmor": kind("apparmor", "[--abi 4.0|3.0]", "print the AppArmor profile of a container running termgate serve, which allows the mounts and user namespaces bwrap makes",
+			"termgate manifest apparmor > /etc/apparmor.d/termgate && apparmor_parser -r -W /etc/apparmor.d/termgate",
+			"termgate manifest apparmor --abi 3.0                                # Debian 12, Ubuntu 22.04"),
 	}
 	for name, fs := range map[string]func() *flag.FlagSet{
 		"systemd":    systemdFlags,
@@ -81,6 +92,8 @@ func manifestKindCommands() map[string]command {
 		"caddy":      func() *flag.FlagSet { fs, _ := caddyFlags(new(caddyOptions)); return fs },
 		"kubernetes": func() *flag.FlagSet { return kubeFlags(newFlagSet("manifest kubernetes"), new(kubeOptions)) },
 		"haproxy":    func() *flag.FlagSet { fs, _ := haproxyFlags(new(haproxyOptions)); return fs },
+		"seccomp":    seccompFlags,
+		"apparmor":   func() *flag.FlagSet { return apparmorFlags(new(string)) },
 	} {
 		k := kinds[name]
 		k.flags = fs

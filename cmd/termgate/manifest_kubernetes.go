@@ -19,6 +19,9 @@ type kubeOptions struct {
 	clusterDomain            string
 	stateSize, workspaceSize string
 	replicas                 int
+	privileged               bool      // the container is privileged: true
+	apparmor                 bool      // name the termgate AppArmor profile
+	userNamespace            bool      // hostUsers: false, with an unmasked /proc
 	env                      []kubeEnv // the ConfigMap: serve's flags as TERMGATE_*
 }
 
@@ -34,6 +37,9 @@ func kubeFlags(fs *flag.FlagSet, o *kubeOptions) *flag.FlagSet {
 	fs.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "kubernetes: the cluster's DNS domain")
 	fs.StringVar(&o.stateSize, "state-size", "1Gi", "kubernetes: memory for each pod's state directory (an emptyDir on tmpfs)")
 	fs.StringVar(&o.workspaceSize, "workspace-size", "20Gi", "kubernetes: each pod's workspace volume (a PersistentVolumeClaim)")
+	fs.BoolVar(&o.privileged, "privileged", false, "kubernetes: run the container privileged: true, as before the capability list, seccomp and AppArmor profiles existed (workspace quotas need it: loop devices)")
+	fs.BoolVar(&o.apparmor, "apparmor", true, "kubernetes: name the AppArmor profile termgate manifest apparmor prints (appArmorProfile Localhost termgate); the kubelet refuses a pod that names one on a node without AppArmor: --apparmor=false there")
+	fs.BoolVar(&o.userNamespace, "user-namespace", false, "kubernetes: run the pod in a user namespace of its own (hostUsers: false) with an unmasked /proc (procMount: Unmasked, which needs it); needs nodes with user namespace support in the kubelet and runtime; the sandbox and tenant ids default to ids within the pod's 65536 (--sandbox-uid 60000, --tenant-uids 10000:50000)")
 	return fs
 }
 
@@ -100,11 +106,17 @@ func splitOwnFlags(fs *flag.FlagSet, args []string) (own, rest []string) {
 		if f == nil && name != "h" && name != "help" {
 			return args[:i], args[i:]
 		}
-		if f != nil && !inline {
+		if f != nil && !inline && !isBoolFlag(f) {
 			i++ // its value
 		}
 	}
 	return args, nil
+}
+
+// isBoolFlag reports whether f takes no value (--privileged).
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // check refuses names Kubernetes or the nodes would refuse.
@@ -126,6 +138,8 @@ func (o *kubeOptions) check() error {
 		return fmt.Errorf("--state-size %q: want a size in Ki, Mi, Gi or Ti, such as 1Gi", o.stateSize)
 	case !kubeSizeSyntax.MatchString(o.workspaceSize):
 		return fmt.Errorf("--workspace-size %q: want a size in Ki, Mi, Gi or Ti, such as 20Gi", o.workspaceSize)
+	case o.privileged && o.userNamespace:
+		return errors.New("--privileged and --user-namespace exclude each other")
 	}
 	return nil
 }
@@ -168,6 +182,8 @@ func (o *kubeOptions) render() string {
 		"{{REPLICAS}}", strconv.Itoa(o.replicas), "{{PORT}}", strconv.Itoa(kubePort),
 		"{{STATE_SIZE}}", o.stateSize, "{{WORKSPACE_SIZE}}", o.workspaceSize,
 		"{{HEADLESS}}", o.headless(), "{{DATA}}", data.String(), "{{ARGS}}", args.String(),
+		"{{CONTEXT_SUMMARY}}", o.contextSummary(), "{{COMMAND}}", o.command(),
+		"{{SECURITY}}", o.securityContext(), "{{HOST_USERS}}", o.hostUsers(),
 	)
 	return r.Replace(kubeTemplate)
 }
@@ -197,8 +213,7 @@ const kubeTemplate = `# termgate on Kubernetes: printed by termgate manifest kub
 # limits (rates, connections per subject, --max-running-per-tenant) are
 # counted by each pod.
 #
-# A restricted security context (no privileged: true) is not supported:
-# see the comments at securityContext.
+# {{CONTEXT_SUMMARY}}
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -272,13 +287,13 @@ spec:
     spec:
       # serve needs no access to the Kubernetes API.
       automountServiceAccountToken: false
-      # A shutdown stops every execution gracefully and sends each client
+{{HOST_USERS}}      # A shutdown stops every execution gracefully and sends each client
       # its exit.
       terminationGracePeriodSeconds: 60
       containers:
         - name: termgate
           image: {{IMAGE}}
-          args:
+{{COMMAND}}          args:
 {{ARGS}}          env:
             # The node's name is the pod's: {{NAME}}-0, {{NAME}}-1, ...
             - name: TERMGATE_NODE
@@ -304,22 +319,7 @@ spec:
               port: http
             periodSeconds: 10
             failureThreshold: 6
-          securityContext:
-            # The sandbox needs, and none of it is available otherwise:
-            # - root in the container: bwrap creates user, pid, ipc, uts,
-            #   cgroup and network namespaces and mounts (mount, pivot_root:
-            #   CAP_SYS_ADMIN, which the runtime's default seccomp and
-            #   AppArmor profiles refuse to unprivileged containers);
-            # - a writable /sys/fs/cgroup: each execution's memory, pids and
-            #   CPU limits (on by default) are cgroups serve creates;
-            # - an unmasked /proc: a private procfs in each sandbox;
-            # - loop devices and mounts: workspace quotas.
-            # Not needed, so not asked: hostPID, hostNetwork, hostIPC, host
-            # paths. A context without privileged (SYS_ADMIN and a few
-            # capabilities, Unconfined profiles) is not supported yet.
-            privileged: true
-            runAsUser: 0
-          volumeMounts:
+{{SECURITY}}          volumeMounts:
             - name: state
               mountPath: /run/termgate
             - name: workspaces

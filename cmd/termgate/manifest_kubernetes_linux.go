@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -70,6 +71,28 @@ func kubeServeEnv(o *kubeOptions, serveArgs []string) ([]kubeEnv, error) {
 	env := o.clusterEnv()
 	if _, ok := byName["max-conns-per-addr"]; !ok {
 		env = append(env, kubeEnv{envName("max-conns-per-addr"), strconv.Itoa(defaultKubeMaxConnsPerAddr)})
+	}
+	quota, asked := byName["workspace-quota"]
+	switch {
+	case o.privileged:
+	case !asked:
+		// Quotas are ext4 images on loop devices, which only a
+		// privileged container sees; serve refuses a quota it cannot
+		// apply.
+		env = append(env, kubeEnv{envName("workspace-quota"), "0"})
+		serveArgs = append(slices.Clip(serveArgs), "--workspace-quota", "0")
+	case quota[len(quota)-1] != "0":
+		return nil, usageError{errors.New("manifest kubernetes: --workspace-quota needs loop devices, which only --privileged gives the container")}
+	}
+	if o.userNamespace {
+		// The pod's user namespace maps 65536 ids: the sandbox and tenant
+		// ids must lie within it, clear of root and of nobody (65534).
+		for _, d := range [][2]string{{"sandbox-uid", "60000"}, {"sandbox-gid", "60000"}, {"tenant-uids", "10000:50000"}} {
+			if _, ok := byName[d[0]]; !ok {
+				env = append(env, kubeEnv{envName(d[0]), d[1]})
+				serveArgs = append(slices.Clip(serveArgs), "--"+d[0], d[1])
+			}
+		}
 	}
 	for _, name := range order {
 		values := byName[name]

@@ -168,12 +168,12 @@ func TestManifestKubernetesDecodesStrictly(t *testing.T) {
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Errorf("probes %+v %+v", c.ReadinessProbe, c.LivenessProbe)
 	}
-	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
-		t.Errorf("security context %+v", c.SecurityContext)
+	if sc := c.SecurityContext; sc == nil || sc.Privileged != nil || sc.Capabilities == nil || sc.SeccompProfile == nil {
+		t.Errorf("security context %+v: want capabilities and a seccomp profile, not privileged", c.SecurityContext)
 	}
 	if want := map[string]string{
 		"TERMGATE_PEER_DNS": "termgate-headless.tg.svc.cluster.local", "TERMGATE_PEER_PORT": "8080", "TERMGATE_SIGTERM": "shutdown",
-		"TERMGATE_MAX_CONNS_PER_ADDR": "4096", "TERMGATE_MEMORY": "2G", "TERMGATE_COMMAND": "/bin/sh,/bin/bash", "TERMGATE_MAX_RUNNING": "40",
+		"TERMGATE_MAX_CONNS_PER_ADDR": "4096", "TERMGATE_WORKSPACE_QUOTA": "0", "TERMGATE_MEMORY": "2G", "TERMGATE_COMMAND": "/bin/sh,/bin/bash", "TERMGATE_MAX_RUNNING": "40",
 	}; !mapsEqual(cm.Data, want) {
 		t.Errorf("ConfigMap data %v, want %v", cm.Data, want)
 	}

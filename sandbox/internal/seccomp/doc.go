@@ -2,7 +2,9 @@
 
 // Package seccomp builds the sandbox's default seccomp filter: a classic
 // BPF program that bwrap installs (--seccomp) on every process of the
-// sandbox, its pid 1 included. Program is the whole API.
+// sandbox, its pid 1 included. Program is the filter; Refused lists the
+// calls it refuses whatever their arguments, by name, for the container
+// profile package sandbox derives from them (one list for both).
 //
 // The filter is a deny list: the sandbox already confines files, network
 // and identity, so the filter only closes kernel interfaces that break out

@@ -23,8 +23,8 @@ type abi struct {
 }
 
 // denied is deniedCalls plus the calls whose numbers the table holds.
-func (a abi) denied() []uint32 {
-	return append(slices.Clip(deniedCalls), a.kexecFileLoad)
+func (a abi) denied() []call {
+	return append(slices.Clip(deniedCalls), call{"kexec_file_load", a.kexecFileLoad})
 }
 
 // abis lists the architectures the filter knows. Both are little
@@ -58,45 +58,53 @@ const (
 	bpfMaxInsns = 4096
 )
 
+// call is a system call by its name, as the kernel's syscall tables and
+// libseccomp spell it, and its native number.
+type call struct {
+	name string
+	nr   uint32
+}
+
 // deniedCalls are refused with EPERM whatever their arguments.
-var deniedCalls = []uint32{
+var deniedCalls = []call{
 	// Kernel keyrings are not namespaced: a session could read or plant
 	// keys shared with the host user.
-	unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY,
+	{"keyctl", unix.SYS_KEYCTL}, {"add_key", unix.SYS_ADD_KEY}, {"request_key", unix.SYS_REQUEST_KEY},
 	// Large kernel attack surface with no use in a terminal session.
-	unix.SYS_BPF, unix.SYS_PERF_EVENT_OPEN, unix.SYS_USERFAULTFD,
+	{"bpf", unix.SYS_BPF}, {"perf_event_open", unix.SYS_PERF_EVENT_OPEN}, {"userfaultfd", unix.SYS_USERFAULTFD},
 	// The mount table is bwrap's to build; changing it inside undoes the
 	// policy (binds, read-only paths, masked procfs).
-	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT,
-	unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE, unix.SYS_OPEN_TREE_ATTR,
-	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
-	unix.SYS_MOUNT_SETATTR,
+	{"mount", unix.SYS_MOUNT}, {"umount2", unix.SYS_UMOUNT2}, {"pivot_root", unix.SYS_PIVOT_ROOT},
+	{"move_mount", unix.SYS_MOVE_MOUNT}, {"open_tree", unix.SYS_OPEN_TREE}, {"open_tree_attr", unix.SYS_OPEN_TREE_ATTR},
+	{"fsopen", unix.SYS_FSOPEN}, {"fsconfig", unix.SYS_FSCONFIG}, {"fsmount", unix.SYS_FSMOUNT}, {"fspick", unix.SYS_FSPICK},
+	{"mount_setattr", unix.SYS_MOUNT_SETATTR},
 	// Replacing or extending the running kernel.
 	// kexec_file_load is added per arch, see abi.
-	unix.SYS_KEXEC_LOAD,
-	unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
+	{"kexec_load", unix.SYS_KEXEC_LOAD},
+	{"init_module", unix.SYS_INIT_MODULE}, {"finit_module", unix.SYS_FINIT_MODULE}, {"delete_module", unix.SYS_DELETE_MODULE},
 	// Opens files by handle, bypassing the path-based confinement.
-	unix.SYS_OPEN_BY_HANDLE_AT,
+	{"open_by_handle_at", unix.SYS_OPEN_BY_HANDLE_AT},
 	// New namespaces would give the process a fresh, fully capable user
 	// namespace to attack the kernel from, or let it leave ours.
-	unix.SYS_UNSHARE, unix.SYS_SETNS,
+	{"unshare", unix.SYS_UNSHARE}, {"setns", unix.SYS_SETNS},
 	// Copies a descriptor out of another process. The filter cannot see
 	// which process a pidfd names, so it cannot spare the sandbox's own
 	// children while refusing its init (see initPid), and few
 	// programs a terminal runs use it.
-	unix.SYS_PIDFD_GETFD,
+	{"pidfd_getfd", unix.SYS_PIDFD_GETFD},
 }
 
 // noSysCalls are refused with ENOSYS, which callers read as "this kernel
 // does not have it" and fall back from.
-var noSysCalls = []uint32{
+var noSysCalls = []call{
 	// clone3 keeps its flags in memory, out of the filter's reach; libc
 	// falls back to clone, whose flags the filter checks.
-	unix.SYS_CLONE3,
+	{"clone3", unix.SYS_CLONE3},
 	// io_uring runs operations (socket, fallocate, ...) without the system
 	// calls this filter checks, and is a large attack surface of its own;
 	// liburing and its users fall back to plain calls.
-	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
+	{"io_uring_setup", unix.SYS_IO_URING_SETUP}, {"io_uring_enter", unix.SYS_IO_URING_ENTER},
+	{"io_uring_register", unix.SYS_IO_URING_REGISTER},
 }
 
 // ttyInject are the ioctl commands that push input into a terminal
@@ -223,11 +231,11 @@ func (a abi) rules() []rule {
 		{unix.SYS_FALLOCATE, "fallocate"}, {unix.SYS_PTRACE, "ptrace"},
 		{unix.SYS_PROCESS_VM_READV, "process_vm"}, {unix.SYS_PROCESS_VM_WRITEV, "process_vm"},
 	}
-	for _, nr := range noSysCalls {
-		rules = append(rules, rule{nr, "enosys"})
+	for _, c := range noSysCalls {
+		rules = append(rules, rule{c.nr, "enosys"})
 	}
-	for _, nr := range a.denied() {
-		rules = append(rules, rule{nr, "eperm"})
+	for _, c := range a.denied() {
+		rules = append(rules, rule{c.nr, "eperm"})
 	}
 	return rules
 }
