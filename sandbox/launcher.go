@@ -130,6 +130,9 @@ func NewLauncher(cfg Config) (*Launcher, error) {
 	if l.id, err = chooseIdentity(cfg.UID, cfg.GID); err != nil {
 		return nil, err
 	}
+	if err := checkRootCaps(); err != nil {
+		return nil, err
+	}
 	if l.cfg.TenantUIDs, err = tenantRange(cfg.TenantUIDs, l.id); err != nil {
 		return nil, err
 	}

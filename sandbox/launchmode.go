@@ -5,9 +5,11 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,11 +54,14 @@ func chooseMode(bwrap string, id identity) (launchMode, error) {
 }
 
 // usernsTrial runs bwrap as id with a user namespace of its own, as every
-// sandbox's bwrap does, and returns why it failed.
+// sandbox's bwrap does, and returns why it failed. Not --disable-userns:
+// bwrap writes /proc/sys for it, which a container's /proc holds
+// read-only, and the sandboxes' bwrap is forked from a lean mount
+// namespace without that mount (the probe checks it does).
 func usernsTrial(bwrap string, id identity) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bwrap, "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "--", "/bin/true")
+	cmd := exec.CommandContext(ctx, bwrap, "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true")
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if id.switchTo {
@@ -129,4 +134,61 @@ func usernsFix() string {
 func sysctlIs(path, value string) bool {
 	b, err := os.ReadFile(path)
 	return err == nil && strings.TrimSpace(string(b)) == value
+}
+
+// rootCaps are the capabilities a launcher running as root uses, each
+// measured as needed in a container that grants only some: without one
+// of them a sandbox fails at its first start, or worse, cannot be
+// stopped (KILL: its uid is not ours).
+var rootCaps = []struct {
+	bit  uint
+	name string
+	use  string
+}{
+	{unix.CAP_CHOWN, "CHOWN", "hand workspaces to the sandbox identities"},
+	{unix.CAP_DAC_OVERRIDE, "DAC_OVERRIDE", "make cgroups and read files of other uids"},
+	{unix.CAP_FOWNER, "FOWNER", "set modes on workspaces other uids own"},
+	{unix.CAP_KILL, "KILL", "signal sandboxes, which run as other uids"},
+	{unix.CAP_SETGID, "SETGID", "run bwrap as a sandbox identity"},
+	{unix.CAP_SETUID, "SETUID", "run bwrap as a sandbox identity"},
+	{unix.CAP_SYS_CHROOT, "SYS_CHROOT", "fork bwrap from a lean mount namespace"},
+	{unix.CAP_SYS_PTRACE, "SYS_PTRACE", "reach the namespaces of sandboxes of other uids"},
+	{unix.CAP_SYS_ADMIN, "SYS_ADMIN", "make and enter namespaces and mounts"},
+}
+
+// checkRootCaps fails, naming each missing capability and its use, when
+// termgate runs as root without one it needs (a container's root
+// usually lacks some).
+func checkRootCaps() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	eff, err := effectiveCaps()
+	if err != nil {
+		return fmt.Errorf("%w: read capabilities: %w", ErrUnavailable, err)
+	}
+	var missing []string
+	for _, c := range rootCaps {
+		if eff&(1<<c.bit) == 0 {
+			missing = append(missing, c.name+" ("+c.use+")")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: running as root without the capabilities %s: grant them (in a container: --cap-add; termgate manifest kubernetes lists them)", ErrUnavailable, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// effectiveCaps reads CapEff from /proc/self/status.
+func effectiveCaps() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	return 0, errors.New("no CapEff in /proc/self/status")
 }

@@ -52,6 +52,7 @@ test -e /etc/shadow && echo shadow=visible || echo shadow=absent
 touch /usr/probe 2>/dev/null && echo usr=writable || echo usr=readonly
 touch /workspace/probe && echo workspace=writable
 touch /dev/probe 2>/dev/null && echo dev=writable || echo dev=readonly
+for d in null zero full random urandom tty; do test -c /dev/$d || echo "devnode=/dev/$d"; done
 echo "pts=$(grep ' /dev/pts ' /proc/self/mountinfo | grep -o 'max=[0-9]*')"
 (exec 3</proc/1/mem) 2>/dev/null && echo init_mem=open || echo init_mem=closed
 ` + probeSeccompScript
@@ -138,6 +139,9 @@ func probeChecks(facts map[string]string) map[string]bool {
 		"socket_families": facts["vsock"] == strconv.Itoa(int(syscall.EAFNOSUPPORT)),
 		"io_uring":        facts["io_uring"] == strconv.Itoa(int(syscall.ENOSYS)),
 		"dev_readonly":    facts["dev"] == "readonly",
+		// Every node --dev binds is a character device, not a file a
+		// container runtime left under it.
+		"device_nodes": facts["devnode"] == "",
 		// The probe may open probePTYs terminals of its own.
 		"terminals_bounded": facts["pts"] == "max="+strconv.Itoa(probePTYs),
 	}

@@ -158,10 +158,11 @@ func (l *Launcher) start(ctx context.Context, p Policy, stdio Stdio) (*Process, 
 
 // resolves lists the host paths bwrap resolves by name for p: itself,
 // the system directories and /etc entries it binds, the device nodes
-// --dev binds and /proc, the init, the workspace and every bind source.
-// A lean mount namespace keeps the mounts these need and no other.
+// --dev binds (devNodes) and /proc, the init, the workspace and every
+// bind source. A lean mount namespace keeps the mounts these need and no
+// other.
 func (l *Launcher) resolves(p Policy) []string {
-	paths := []string{l.bwrap, "/usr", "/dev/null", "/proc/self", l.layout.init, p.Workspace}
+	paths := append([]string{l.bwrap, "/usr", "/proc/self", l.layout.init, p.Workspace}, devNodes...)
 	paths = append(paths, l.layout.dirs...)
 	for _, e := range etcEntries {
 		if entry, ok := l.layout.etc[e]; ok && entry.link == "" && !entry.copy {
@@ -173,6 +174,13 @@ func (l *Launcher) resolves(p Policy) []string {
 	}
 	return paths
 }
+
+// devNodes are the host's device nodes bwrap --dev binds into a sandbox.
+// Each may be a mount of its own: a container runtime in a user
+// namespace binds the host's nodes over empty files in its /dev, and a
+// lean namespace without those mounts would hand the sandbox the empty
+// files (reading /dev/zero would give nothing).
+var devNodes = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
 // spawnRequest is what forks bwrap for proc: its argv, blocked on the
 // --args pipe, the descriptors (stdio, the init's control socket, the

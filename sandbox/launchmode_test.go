@@ -127,3 +127,36 @@ func copyFile(src, dst string) error {
 	}
 	return err
 }
+
+// TestRootWithoutCapabilities: root without capabilities a launcher
+// needs (a container's root, here dropped from the bounding set by
+// setpriv) is refused at once, each missing one named with its use,
+// rather than failing at a first start or leaving a sandbox it cannot
+// signal.
+func TestRootWithoutCapabilities(t *testing.T) {
+	if os.Getenv("TERMGATE_TEST_CAPS_ROLE") != "" {
+		_, err := NewLauncher(Config{})
+		fmt.Printf("err=%v\n", err)
+		return
+	}
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	sandboxtest.Need(t, "setpriv (util-linux)", err)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, setpriv, "--bounding-set", "-kill,-fowner", os.Args[0], "-test.run=^TestRootWithoutCapabilities$")
+	cmd.Env = append(os.Environ(), "TERMGATE_TEST_CAPS_ROLE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("role: %v: %s", err, out)
+	}
+	for _, want := range []string{"err=sandbox: unavailable on this host: running as root without the capabilities", "FOWNER (", "KILL (signal sandboxes"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("root without KILL and FOWNER: %s, want %q in it", out, want)
+		}
+	}
+	if strings.Contains(string(out), "CHOWN (") {
+		t.Errorf("root with CHOWN: %s, want it not named", out)
+	}
+}
