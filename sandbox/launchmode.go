@@ -156,6 +156,17 @@ var rootCaps = []struct {
 	{unix.CAP_SYS_ADMIN, "SYS_ADMIN", "make and enter namespaces and mounts"},
 }
 
+// RootCapabilities names the capabilities a launcher running as root
+// needs, as a container runtime spells them (CHOWN, KILL, ...): without
+// one, NewLauncher fails. Network policies need NET_ADMIN besides.
+func RootCapabilities() []string {
+	names := make([]string, len(rootCaps))
+	for i, c := range rootCaps {
+		names[i] = c.name
+	}
+	return names
+}
+
 // checkRootCaps fails, naming each missing capability and its use, when
 // termgate runs as root without one it needs (a container's root
 // usually lacks some).

@@ -10,7 +10,7 @@ func (o *kubeOptions) contextSummary() string {
 	if o.privileged {
 		return "The container is privileged (--privileged): see the comments at securityContext."
 	}
-	return `The container is not privileged: it needs nine capabilities and the
+	return `The container is not privileged: it needs ten capabilities and the
 # termgate seccomp` + map[bool]string{true: " and AppArmor profiles", false: " profile"}[o.apparmor] + ` on every node: see the comments at
 # securityContext. Workspace quotas need --privileged (loop devices).`
 }
@@ -124,6 +124,9 @@ const kubeCapabilitiesContext = `          securityContext:
                 # Run bwrap as the tenant's uid and gid, without groups.
                 - SETUID
                 - SETGID
+                # Enter and leave the lean mount namespace bwrap is forked
+                # from (setns of a mount namespace needs it with SYS_ADMIN).
+                - SYS_CHROOT
                 # Signal sandbox processes owned by other uids.
                 - KILL
             # Put termgate manifest seccomp's profile at
@@ -146,7 +149,7 @@ const kubePrivilegedContext = `          securityContext:
             # - an unmasked /proc: a private procfs in each sandbox;
             # - loop devices and mounts: workspace quotas.
             # Not needed, so not asked: hostPID, hostNetwork, hostIPC, host
-            # paths. Without --privileged the manifest asks for nine
+            # paths. Without --privileged the manifest asks for ten
             # capabilities and the termgate seccomp and AppArmor profiles.
             privileged: true
             runAsUser: 0

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/termgate/termgate/sandbox"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/pod-security-admission/api"
@@ -73,7 +74,12 @@ func TestManifestKubernetesPodSecurityBaseline(t *testing.T) {
 // profiles, and is not privileged; each variant changes only its part.
 func TestManifestKubernetesSecurityContext(t *testing.T) {
 	t.Parallel()
-	wantCaps := []corev1.Capability{"SYS_ADMIN", "SYS_PTRACE", "NET_ADMIN", "CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"}
+	// What the launcher refuses to run without, and network policies'.
+	var wantCaps []corev1.Capability
+	for _, c := range append(sandbox.RootCapabilities(), "NET_ADMIN") {
+		wantCaps = append(wantCaps, corev1.Capability(c))
+	}
+	slices.Sort(wantCaps)
 	for _, c := range []struct {
 		args                      []string
 		apparmor, userns, proc, p bool
@@ -107,7 +113,7 @@ func TestManifestKubernetesSecurityContext(t *testing.T) {
 			}
 			continue
 		}
-		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, wantCaps) {
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(slices.Sorted(slices.Values(sc.Capabilities.Add)), wantCaps) {
 			t.Errorf("%q: capabilities %+v, want drop ALL, add %v", c.args, sc.Capabilities, wantCaps)
 		}
 		if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeLocalhost || *sc.SeccompProfile.LocalhostProfile != "termgate.json" {
