@@ -61,7 +61,7 @@ func (l *Launcher) isolation(r Report) Guarantee {
 	}
 	how := "bwrap makes a user namespace of its own"
 	if l.layout.mode == modeSetuid {
-		how = fmt.Sprintf("setuid-root bwrap (this host gives the sandbox identity no user namespace): the command runs as host uid %d rather than in a user namespace", l.id.uid)
+		how = fmt.Sprintf("a setuid-root bwrap makes the namespaces with its privilege: no user namespace, the command runs as host uid %d (a tenant's own uid for a tenant)", l.id.uid)
 	}
 	return Guarantee{Name: "isolation", State: Held, Detail: how + "; pid, ipc, uts, cgroup, mount and network namespaces, no capabilities, no-new-privs, seccomp"}
 }

@@ -38,16 +38,19 @@ func (m launchMode) String() string {
 	return "userns"
 }
 
-// chooseMode finds how bwrap can make sandboxes as id: with a user
-// namespace when one can be made (a trial bwrap run as id), else through a
-// setuid-root bwrap. Neither is an error that names the cause and the fix.
+// chooseMode finds how bwrap can make sandboxes as id: through bwrap's
+// privilege when it is installed setuid root, else with a user namespace
+// when one can be made (a trial bwrap run as id). Neither is an error
+// that names the cause and the fix.
 func chooseMode(bwrap string, id identity) (launchMode, error) {
+	// A setuid bwrap refuses --size, and --disable-userns as any user but
+	// root: it makes every sandbox the setuid way, user namespaces or not.
+	if setuidRoot(bwrap) {
+		return modeSetuid, nil
+	}
 	trial := usernsTrial(bwrap, id)
 	if trial == nil {
 		return modeUserns, nil
-	}
-	if setuidRoot(bwrap) {
-		return modeSetuid, nil
 	}
 	return modeUserns, fmt.Errorf("%w: %s: %s, or install bwrap setuid root (chmod u+s %s) to run without user namespaces",
 		ErrUnavailable, usernsBlocker(trial), usernsFix(), bwrap)

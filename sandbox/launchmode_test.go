@@ -49,6 +49,12 @@ func TestWithoutUserNamespaces(t *testing.T) {
 	if !strings.Contains(plain, "err=") || !strings.Contains(plain, "user.max_user_namespaces = 0") || !strings.Contains(plain, "chmod u+s") {
 		t.Errorf("plain bwrap without user namespaces: %q, want a refusal naming the setting and the setuid fix", plain)
 	}
+	// Where user namespaces work, a setuid bwrap still refuses --size:
+	// it is used the setuid way.
+	l := cgroupTestLauncher(t, Config{Bwrap: setuid})
+	if r, err := l.Probe(t.Context()); err != nil || r.Mode != "setuid" {
+		t.Errorf("setuid bwrap with user namespaces: mode %q, %v", r.Mode, err)
+	}
 	got := noUsernsRun(t, setuid)
 	for _, want := range []string{"mode=setuid\n", "ok=true\n", "uid=2000000\n", "tmp=67108864\n", "caps=0000000000000000\n", "isolation=held\n"} {
 		if !strings.Contains(got, want) {

@@ -308,6 +308,9 @@ func (p *Process) launch(ctx context.Context, req spawnRequest, argsW *os.File, 
 	pid := child.pid()
 	if p.l.events != nil {
 		p.track = p.l.events.Track(pid)
+		if p.l.layout.mode == modeSetuid {
+			p.track.SkipInitChildren(1) // bwrap's unprivileged setup half
+		}
 		p.track.NotifyWorkloadExit(p.endSandbox)
 	}
 	err = p.confine(pid, child.born())

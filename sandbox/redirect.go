@@ -134,7 +134,8 @@ const checkRedirectTarget = "192.0.2.1:443"
 // network to an outside address, and checks that the connection reaches
 // the sandbox's listener with its original destination, and that a UDP
 // datagram outside reaches the relay, which conntrack tells where it
-// was going. Its error names what is missing.
+// was going, with the DNS stub's port bound. Its error names what is
+// missing.
 func (l *Launcher) CheckRedirect(ctx context.Context) error {
 	if !canEnterNetNS() {
 		return fmt.Errorf("%w: redirect: entering a sandbox's network namespace needs CAP_SYS_ADMIN", ErrUnavailable)
@@ -149,8 +150,11 @@ func (l *Launcher) CheckRedirect(ctx context.Context) error {
 	addr := "127.0.0.1:" + strconv.Itoa(checkRedirectPort)
 	proc, err := l.Start(ctx, Policy{
 		Command: []string{"/bin/sh", "-c", "read x"}, Workspace: dir, Key: "check-redirect-" + randomName(),
-		Listen:   []Socket{{Network: "tcp4", Addr: addr}, {Network: "udp4", Addr: addr, Redirected: true}},
-		Redirect: &Redirect{TCP: checkRedirectPort, UDP: checkRedirectPort},
+		// The DNS stub's port too: a privileged port, which a container's
+		// root binds only with CAP_NET_BIND_SERVICE.
+		Listen: []Socket{{Network: "tcp4", Addr: addr}, {Network: "udp4", Addr: addr, Redirected: true},
+			{Network: "udp4", Addr: "127.0.0.1:" + strconv.Itoa(DNSPort)}},
+		Redirect: &Redirect{TCP: checkRedirectPort, UDP: checkRedirectPort, DNS: DNSPort},
 	}, Stdio{})
 	if err != nil {
 		return fmt.Errorf("sandbox: check redirect: %w", err)

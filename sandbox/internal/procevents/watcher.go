@@ -413,11 +413,21 @@ type Track struct {
 	initEnd     bool
 	outerSt     unix.WaitStatus
 	alive       int  // members forked and not yet seen exiting
+	skip        int  // children of the init before the workload (SkipInitChildren)
 	closed      bool // finished is closed
 	lost        bool
 	// onWorkloadExit runs, on a goroutine of its own, when the workload
 	// has exited: the sandbox has no reason to live on.
 	onWorkloadExit func()
+}
+
+// SkipInitChildren says the init forks n helpers before the workload,
+// each to be left out of the tree: a setuid bwrap's pid 1 forks the
+// unprivileged half of its setup first. Call it before the tree forks.
+func (t *Track) SkipInitChildren(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.skip = n
 }
 
 // NotifyWorkloadExit sets the function run once the workload has exited.
@@ -505,6 +515,8 @@ func (t *Track) adopt(parent memberRole, child int) (memberRole, bool) {
 		t.init = child
 		t.alive++
 		return roleInit, true
+	case parent == roleInit && t.workload == 0 && t.skip > 0:
+		t.skip--
 	case parent == roleInit && t.workload == 0:
 		t.workload = child
 		t.alive++

@@ -437,3 +437,21 @@ func selfCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestSkipInitChildren: a setuid bwrap's pid 1 forks the unprivileged
+// half of its setup first; that helper's exit is not the workload's.
+func TestSkipInitChildren(t *testing.T) {
+	t.Parallel()
+	w := newWatcher(nil)
+	tr := w.Track(100)
+	tr.SkipInitChildren(1)
+	for _, ev := range []event{fakeFork(100, 101), fakeFork(101, 102), fakeExit(102, 0), fakeFork(101, 103), fakeExec(103)} {
+		w.handle(ev)
+	}
+	if pid, ok := tr.WorkloadPid(); !ok || pid != 103 {
+		t.Errorf("WorkloadPid() = %d, %v; want 103, the init's second child", pid, ok)
+	}
+	if _, ended := tr.WorkloadExit(); ended {
+		t.Error("the helper's exit was taken for the workload's")
+	}
+}
