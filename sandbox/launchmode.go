@@ -170,6 +170,11 @@ func RootCapabilities() []string {
 	return names
 }
 
+// NetworkPolicyCapabilities names what network policies need besides
+// RootCapabilities: NET_ADMIN for a sandbox's loopback, routes and
+// rules, NET_BIND_SERVICE for the DNS stub on port 53 in it.
+func NetworkPolicyCapabilities() []string { return []string{"NET_ADMIN", "NET_BIND_SERVICE"} }
+
 // checkRootCaps fails, naming each missing capability and its use, when
 // termgate runs as root without one it needs (a container's root
 // usually lacks some).

@@ -3,8 +3,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -161,11 +164,49 @@ func (p *Process) Kill() {
 	p.mu.Lock()
 	p.killedUs = true
 	p.mu.Unlock()
-	if pid, ok := p.sandboxInit(); ok {
-		unix.Kill(pid, unix.SIGKILL)
-	}
+	p.killInit()
 	if p.cg != nil {
 		p.cg.Kill()
 	}
 	p.child.kill()
+}
+
+// killInit kills the sandbox's pid 1. When it is not known yet, bwrap may
+// be cloning it at this very moment, and a newborn pid 1 whose parent
+// dies before it asks for --die-with-parent's signal outlives it, holding
+// the output open (seen in a container without cgroups: the execution
+// never finished). So bwrap is stopped first: its clone has then either
+// happened, and the child is found, or never will. A cgroup, where there
+// is one, kills the newborn anyway.
+func (p *Process) killInit() {
+	if pid, ok := p.sandboxInit(); ok {
+		unix.Kill(pid, unix.SIGKILL)
+		return
+	}
+	outer := p.child.pid()
+	if p.cg != nil || outer <= 0 || unix.Kill(outer, unix.SIGSTOP) != nil {
+		return
+	}
+	for range 200 { // bounded: 200 ms at most
+		if st := procState(outer); st == 'T' || st == 'Z' || st == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if pid, ok := firstChild(outer); ok {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+}
+
+// procState is the state letter of /proc/PID/stat, 0 when it is gone.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }

@@ -50,6 +50,7 @@ func execFlags(o *execOptions) *flag.FlagSet {
 	fs.BoolVar(&o.pty, "pty", false, "run on a pseudo-terminal (default when stdin is a terminal)")
 	fs.BoolVar(&o.noPTY, "no-pty", false, "use pipes even when stdin is a terminal")
 	fs.Func("sandbox-uid", fmt.Sprintf("host uid the sandbox runs as when termgate is root (default %d) (env TERMGATE_SANDBOX_UID)", sandbox.DefaultUID), idFlag(&o.launcher.UID))
+	fs.Func("pids-fallback", pidsFallbackUsage+" (env TERMGATE_PIDS_FALLBACK)", pidsFallbackFlag(&o.launcher.PidsFallback))
 	fs.Func("sandbox-gid", fmt.Sprintf("host gid the sandbox runs as when termgate is root (default %d) (env TERMGATE_SANDBOX_GID)", sandbox.DefaultGID), idFlag(&o.launcher.GID))
 	return fs
 }

@@ -21,7 +21,7 @@ type kubeOptions struct {
 	replicas                 int
 	privileged               bool      // the container is privileged: true
 	apparmor                 bool      // name the termgate AppArmor profile
-	userNamespace            bool      // hostUsers: false, with an unmasked /proc
+	userNamespace            bool      // hostUsers: false
 	env                      []kubeEnv // the ConfigMap: serve's flags as TERMGATE_*
 }
 
@@ -39,7 +39,7 @@ func kubeFlags(fs *flag.FlagSet, o *kubeOptions) *flag.FlagSet {
 	fs.StringVar(&o.workspaceSize, "workspace-size", "20Gi", "kubernetes: each pod's workspace volume (a PersistentVolumeClaim)")
 	fs.BoolVar(&o.privileged, "privileged", false, "kubernetes: run the container privileged: true, as before the capability list, seccomp and AppArmor profiles existed (workspace quotas need it: loop devices)")
 	fs.BoolVar(&o.apparmor, "apparmor", true, "kubernetes: name the AppArmor profile termgate manifest apparmor prints (appArmorProfile Localhost termgate); the kubelet refuses a pod that names one on a node without AppArmor: --apparmor=false there")
-	fs.BoolVar(&o.userNamespace, "user-namespace", false, "kubernetes: run the pod in a user namespace of its own (hostUsers: false) with an unmasked /proc (procMount: Unmasked, which needs it); needs nodes with user namespace support in the kubelet and runtime; the sandbox and tenant ids default to ids within the pod's 65536 (--sandbox-uid 60000, --tenant-uids 10000:50000)")
+	fs.BoolVar(&o.userNamespace, "user-namespace", false, "kubernetes: run the pod in a user namespace of its own (hostUsers: false); needs nodes with user namespace support in the kubelet and runtime; the sandbox and tenant ids default to ids within the pod's 65536 (--sandbox-uid 60000, --tenant-uids 10000:50000)")
 	return fs
 }
 

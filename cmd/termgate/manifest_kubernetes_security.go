@@ -10,7 +10,7 @@ func (o *kubeOptions) contextSummary() string {
 	if o.privileged {
 		return "The container is privileged (--privileged): see the comments at securityContext."
 	}
-	return `The container is not privileged: it needs ten capabilities and the
+	return `The container is not privileged: it needs eleven capabilities and the
 # termgate seccomp` + map[bool]string{true: " and AppArmor profiles", false: " profile"}[o.apparmor] + ` on every node: see the comments at
 # securityContext. Workspace quotas need --privileged (loop devices).`
 }
@@ -21,7 +21,7 @@ func (o *kubeOptions) hostUsers() string {
 		return ""
 	}
 	return `      # A user namespace of the pod's own: its root, and the capabilities
-      # below, are not the node's. procMount: Unmasked needs it.
+      # below, are not the node's.
       hostUsers: false
 `
 }
@@ -38,11 +38,8 @@ func (o *kubeOptions) command() string {
 // kubeSetupCommand readies the container for serve, then runs it with
 // the args. It needs /bin/sh, mount and awk in the image.
 const kubeSetupCommand = `          # Before serve starts, the container makes writable what the runtime
-          # mounts read-only and serve must write (both allowed by
+          # mounts read-only and serve must write (allowed by
           # CAP_SYS_ADMIN, the seccomp and the AppArmor profiles):
-          # - a procfs of its own over /proc: the runtime's masks make the
-          #   kernel refuse the private /proc of each sandbox, and its
-          #   read-only /proc/sys bwrap's limit on user namespaces;
           # - /sys/fs/cgroup read-write: each execution's memory, pids and
           #   CPU ceilings (on by default) are cgroups serve creates under
           #   the container's own, all bounded by the pod's resources;
@@ -57,7 +54,6 @@ const kubeSetupCommand = `          # Before serve starts, the container makes w
             - -c
             - |
               set -e
-              mount -t proc -o nosuid,nodev,noexec proc /proc
               for m in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
                 mount -o remount,rw,bind "$m"
               done
@@ -75,11 +71,6 @@ func (o *kubeOptions) securityContext() string {
 		return kubePrivilegedContext
 	}
 	ctx := kubeCapabilitiesContext
-	if o.userNamespace {
-		ctx += `            # /proc without the runtime's masks (valid with hostUsers: false).
-            procMount: Unmasked
-`
-	}
 	if o.apparmor {
 		ctx += `            # Load termgate manifest apparmor's profile on every node that runs
             # AppArmor; the runtime's default denies mount. The kubelet refuses
@@ -113,8 +104,10 @@ const kubeCapabilitiesContext = `          securityContext:
                 # uids.
                 - SYS_PTRACE
                 # Network policies: bring lo up and write routes and nftables
-                # rules in a sandbox's network namespace.
+                # rules in a sandbox's network namespace, and bind the DNS
+                # stub on port 53 in it.
                 - NET_ADMIN
+                - NET_BIND_SERVICE
                 # Give each tenant's workspace to the tenant's uid.
                 - CHOWN
                 # Open and write files of tenants' uids: workspaces, state.
@@ -149,7 +142,7 @@ const kubePrivilegedContext = `          securityContext:
             # - an unmasked /proc: a private procfs in each sandbox;
             # - loop devices and mounts: workspace quotas.
             # Not needed, so not asked: hostPID, hostNetwork, hostIPC, host
-            # paths. Without --privileged the manifest asks for ten
+            # paths. Without --privileged the manifest asks for eleven
             # capabilities and the termgate seccomp and AppArmor profiles.
             privileged: true
             runAsUser: 0

@@ -76,7 +76,7 @@ func TestManifestKubernetesSecurityContext(t *testing.T) {
 	t.Parallel()
 	// What the launcher refuses to run without, and network policies'.
 	var wantCaps []corev1.Capability
-	for _, c := range append(sandbox.RootCapabilities(), "NET_ADMIN") {
+	for _, c := range append(sandbox.RootCapabilities(), sandbox.NetworkPolicyCapabilities()...) {
 		wantCaps = append(wantCaps, corev1.Capability(c))
 	}
 	slices.Sort(wantCaps)
@@ -86,7 +86,7 @@ func TestManifestKubernetesSecurityContext(t *testing.T) {
 	}{
 		{nil, true, false, false, false},
 		{[]string{"--apparmor=false"}, false, false, false, false},
-		{[]string{"--user-namespace"}, true, true, true, false},
+		{[]string{"--user-namespace"}, true, true, false, false},
 		{[]string{"--privileged"}, false, false, false, true},
 	} {
 		pod := kubePod(t, c.args...)
