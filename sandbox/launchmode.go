@@ -39,14 +39,21 @@ func (m launchMode) String() string {
 }
 
 // chooseMode finds how bwrap can make sandboxes as id: through bwrap's
-// privilege when it is installed setuid root, else with a user namespace
-// when one can be made (a trial bwrap run as id). Neither is an error
-// that names the cause and the fix.
+// privilege when it is installed setuid root, else with a user namespace.
+// Where a kernel setting refuses user namespaces (usernsRefused), a trial
+// bwrap run as id tells whether it can make one all the same (a profile
+// for bwrap may lift AppArmor's restriction); it cannot, the error names
+// the setting and the fix. Elsewhere no trial runs, as it would cost
+// every start of the command line a process: a container's profile that
+// refuses them fails the probe with bwrap's own message.
 func chooseMode(bwrap string, id identity) (launchMode, error) {
 	// A setuid bwrap refuses --size, and --disable-userns as any user but
 	// root: it makes every sandbox the setuid way, user namespaces or not.
 	if setuidRoot(bwrap) {
 		return modeSetuid, nil
+	}
+	if !usernsRefused() {
+		return modeUserns, nil
 	}
 	trial := usernsTrial(bwrap, id)
 	if trial == nil {
@@ -79,6 +86,12 @@ func usernsTrial(bwrap string, id identity) error {
 		return err
 	}
 	return nil
+}
+
+// usernsRefused reports whether a kernel setting refuses user namespaces
+// to the sandbox identity, or may.
+func usernsRefused() bool {
+	return sysctlIs(maxUserNamespaces, "0") || sysctlIs(usernsClone, "0") || sysctlIs(apparmorRestriction, "1")
 }
 
 func firstLine(s string) string {

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -164,5 +165,19 @@ func TestRootWithoutCapabilities(t *testing.T) {
 	}
 	if strings.Contains(string(out), "CHOWN (") {
 		t.Errorf("root with CHOWN: %s, want it not named", out)
+	}
+}
+
+func TestNamespaceHint(t *testing.T) {
+	t.Parallel()
+	for msg, hinted := range map[string]bool{
+		"probe command sandbox setup failed: bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces": true,
+		"bwrap: Creating new namespace failed: Operation not permitted":     true,
+		"bwrap: Can't mount proc on /newroot/proc: Operation not permitted": false,
+	} {
+		got := withNamespaceHint(errors.New(msg)).Error()
+		if strings.Contains(got, "termgate manifest seccomp") != hinted {
+			t.Errorf("%q: %q, want a hint %v", msg, got, hinted)
+		}
 	}
 }

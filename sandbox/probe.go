@@ -93,6 +93,7 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 	}
 	out, exit, err := l.probeRun(ctx)
 	if err != nil {
+		err = withNamespaceHint(err)
 		r.Problems = append(r.Problems, err.Error())
 		r.Guarantees = l.guarantees(r)
 		return r, fmt.Errorf("%w: probe: %w", ErrUnavailable, err)
@@ -119,6 +120,17 @@ func (l *Launcher) Probe(ctx context.Context) (Report, error) {
 		return r, fmt.Errorf("%w: probe found: %s", ErrUnavailable, strings.Join(r.Problems, "; "))
 	}
 	return r, nil
+}
+
+// withNamespaceHint adds how to allow namespaces to a probe that bwrap
+// could not make them for: in a container, the runtime's seccomp profile
+// or missing capabilities refuse them.
+func withNamespaceHint(err error) error {
+	msg := err.Error()
+	if strings.Contains(msg, "namespace") && (strings.Contains(msg, "Operation not permitted") || strings.Contains(msg, "No permissions")) {
+		return fmt.Errorf("%w (in a container: apply the profile termgate manifest seccomp prints and grant the capabilities docs/operations.md lists under where termgate runs)", err)
+	}
+	return err
 }
 
 // probeChecks judges the facts the probe script printed.
