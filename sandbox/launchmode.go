@@ -5,7 +5,6 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,7 +48,10 @@ func (m launchMode) String() string {
 func chooseMode(bwrap string, id identity) (launchMode, error) {
 	// A setuid bwrap refuses --size, and --disable-userns as any user but
 	// root: it makes every sandbox the setuid way, user namespaces or not.
-	if setuidRoot(bwrap) {
+	// Under no-new-privileges (a container's no-new-privileges, Kubernetes'
+	// allowPrivilegeEscalation: false) the bit is ignored, and bwrap is a
+	// plain one.
+	if setuidRoot(bwrap) && !noNewPrivs() {
 		return modeSetuid, nil
 	}
 	if !usernsRefused() {
@@ -213,14 +215,30 @@ func checkRootCaps() error {
 
 // effectiveCaps reads CapEff from /proc/self/status.
 func effectiveCaps() (uint64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+	v, err := selfStatus("CapEff")
 	if err != nil {
 		return 0, err
 	}
+	return strconv.ParseUint(v, 16, 64)
+}
+
+// noNewPrivs reports whether this process has no_new_privs set, under
+// which an exec grants no set-user-id privilege.
+func noNewPrivs() bool {
+	v, err := selfStatus("NoNewPrivs")
+	return err == nil && v == "1"
+}
+
+// selfStatus is the value of one field of /proc/self/status.
+func selfStatus(field string) (string, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "", err
+	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v), nil
 		}
 	}
-	return 0, errors.New("no CapEff in /proc/self/status")
+	return "", fmt.Errorf("no %s in /proc/self/status", field)
 }

@@ -181,3 +181,41 @@ func TestNamespaceHint(t *testing.T) {
 		}
 	}
 }
+
+// TestSetuidBwrapUnderNoNewPrivs: under no-new-privileges an exec grants
+// no set-user-id privilege, so a setuid bwrap is used as a plain one.
+func TestSetuidBwrapUnderNoNewPrivs(t *testing.T) {
+	if bwrap := os.Getenv("TERMGATE_TEST_MODE_ROLE"); bwrap != "" {
+		l, err := NewLauncher(Config{Bwrap: bwrap, CgroupRoot: os.TempDir() + "/no-cgroups"})
+		if err != nil {
+			fmt.Printf("err=%v\n", err)
+			return
+		}
+		defer l.Close()
+		r, err := l.Probe(context.Background())
+		fmt.Printf("mode=%s\nerr=%v\n", r.Mode, err)
+		return
+	}
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	bwrap, err := exec.LookPath("bwrap")
+	sandboxtest.Need(t, "bwrap (install bubblewrap to run this test)", err)
+	setpriv, err := exec.LookPath("setpriv")
+	sandboxtest.Need(t, "setpriv (util-linux)", err)
+	dir := sandboxtest.Dir(t)
+	setuid := filepath.Join(dir, "bwrap")
+	if err := copyFile(bwrap, setuid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(setuid, os.ModeSetuid|0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, setpriv, "--no-new-privs", os.Args[0], "-test.run=^TestSetuidBwrapUnderNoNewPrivs$")
+	cmd.Env = append(os.Environ(), "TERMGATE_TEST_MODE_ROLE="+setuid)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "mode=userns\nerr=<nil>\n") {
+		t.Errorf("setuid bwrap under no-new-privs: %v: %s, want the userns mode and a passing probe", err, out)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,6 +47,7 @@ type podman struct {
 	conf    string // CONTAINERS_CONF
 	bin     string // this test binary, bound read-only at /mnt (a directory the root has: a user-namespaced container cannot make one in the host's)
 	seccomp string // termgate manifest seccomp's profile
+	setuid  string // a directory for a setuid-root bwrap
 }
 
 func newPodman(t *testing.T) *podman {
@@ -72,8 +74,8 @@ func newPodman(t *testing.T) *podman {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.bin = filepath.Join(dir, "bin")
-	if err := os.Mkdir(p.bin, 0o755); err != nil {
+	p.bin, p.setuid = filepath.Join(dir, "bin"), filepath.Join(dir, "setuid")
+	if err := errors.Join(os.Mkdir(p.bin, 0o755), os.Mkdir(p.setuid, 0o755)); err != nil {
 		t.Fatal(err)
 	}
 	if err := copyFileMode(self, filepath.Join(p.bin, "termgate"), 0o755); err != nil {
@@ -220,6 +222,25 @@ func TestContainerMatrix(t *testing.T) {
 		code, _, stderr := p.run(opts, "verify")
 		if code == 0 || !strings.Contains(stderr, "without the capabilities KILL (signal sandboxes") {
 			t.Errorf("verify without KILL: status %d, stderr %q, want a refusal naming KILL", code, stderr)
+		}
+	})
+	t.Run("rootful setuid bwrap", func(t *testing.T) {
+		t.Parallel()
+		// The seed's launcher identity: root in a container running a
+		// setuid-root bwrap, which no-new-privileges would disarm.
+		if err := copyFileMode("/usr/bin/bwrap", filepath.Join(p.setuid, "bwrap"), os.ModeSetuid|0o755); err != nil {
+			t.Fatal(err)
+		}
+		opts := append(p.confined()[:6], "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+			"-v", p.setuid+":/opt:ro,suid", "--env", "TERMGATE_BWRAP=/opt/bwrap")
+		r, code, stderr := p.verifyIn(opts)
+		if code != 0 || !r.OK || r.Mode != "setuid" {
+			t.Fatalf("verify: status %d, ok %v, mode %q, problems %q, stderr %q", code, r.OK, r.Mode, r.Problems, stderr)
+		}
+		checkGuarantees(t, "setuid bwrap", r, map[string]string{"exact_exit_status": sandbox.Missing, "workspace_quota": sandbox.Missing})
+		code, out, stderr := p.run(opts, "exec", "--pids", "24", "--", "/bin/sh", "-c", "id -u; i=0; while [ $i -lt 100 ]; do sleep 30 & i=$((i+1)); done; wait")
+		if code == 0 || !strings.HasPrefix(out, "2000000\n") || !strings.Contains(stderr, "pids ceiling") {
+			t.Errorf("fork bomb as the host identity under --pids 24: status %d, %q %q", code, out, stderr)
 		}
 	})
 	t.Run("rootful read-only cgroups", func(t *testing.T) {
