@@ -39,14 +39,14 @@ var containerAllowed = map[string]string{
 	"unshare":    "serve makes network and mount namespaces ahead of bwrap, and the keeper unshares its file table",
 	"setns":      "serve enters a sandbox's network namespace to open sockets in it and write its routes and rules, and the lean mount namespace to fork bwrap",
 	"clone3":     "Go's os/exec forks bwrap straight into its cgroup (CLONE_INTO_CGROUP) and asks for a pidfd, both only through clone3",
-	"fspick":     "serve bounds each sandbox's devpts instance (its max terminals) by reconfiguring it from outside",
-	"fsconfig":   "serve sets the devpts options of that reconfiguration",
+	"fspick":     "serve bounds each sandbox's devpts instance (its max terminals), and a setuid bwrap's tmpfs mounts (their size), by reconfiguring them from outside",
+	"fsconfig":   "serve sets the options of those reconfigurations",
 }
 
 // containerNoSys are calls the sandbox filter refuses with EPERM that
 // the container refuses with ENOSYS: the rest of the new mount API.
 // Neither serve nor bwrap 0.8 makes them (mount(2) makes all their
-// mounts; fspick and fsconfig only reconfigure devpts), but they are no
+// mounts; fspick and fsconfig only reconfigure devpts and tmpfs), but they are no
 // more than mount's power, and a newer bwrap or libmount that tries them
 // first takes ENOSYS for "this kernel has none" and falls back to
 // mount(2), where EPERM would fail the mount. Without fsopen, fsconfig

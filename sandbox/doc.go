@@ -8,12 +8,14 @@
 // checks the host once (bwrap, identity, cgroups), then turns policies into
 // running Processes. Everything that cannot be enforced is an error.
 //
-// bwrap makes a user namespace of its own for each sandbox. Where the host
-// gives the sandbox identity none (user.max_user_namespaces = 0, an
-// AppArmor restriction, a container's seccomp profile) and bwrap is
-// installed setuid root, bwrap makes the other namespaces with its
-// privilege and the command runs as the unprivileged host identity;
-// otherwise NewLauncher fails naming the setting and the fix. A cgroup
+// bwrap makes a user namespace of its own for each sandbox. Where bwrap
+// is installed setuid root and the launcher is root, bwrap makes the
+// other namespaces with its privilege and the command runs as the
+// unprivileged host identity: the only way where the host gives the
+// sandbox identity no user namespace. Where a kernel setting refuses
+// them (user.max_user_namespaces = 0, an AppArmor restriction) and
+// bwrap cannot make one, NewLauncher fails naming the setting and the
+// fix; a container's profile that refuses them fails the probe. A cgroup
 // hierarchy the launcher cannot write counts as absent. Without a pids
 // controller, Config.PidsFallback carries the pids ceiling as
 // RLIMIT_NPROC. Probe reports each guarantee as held, degraded (by an

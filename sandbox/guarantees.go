@@ -70,14 +70,26 @@ func (l *Launcher) pidsGuarantee(controller bool) Guarantee {
 	switch {
 	case controller:
 		return Guarantee{Name: "pids_ceiling", State: Held, Detail: "pids cgroup per execution"}
-	case l.layout.nprocPids && l.layout.mode == modeSetuid:
+	case l.layout.nprocPids && (l.layout.mode == modeSetuid || !nprocPerNamespace()):
 		return Guarantee{Name: "pids_ceiling", State: Degraded, Flag: PidsFallbackFlag,
-			Detail: "no pids controller: RLIMIT_NPROC counts every process of the tenant's host uid, so the ceiling is the tenant's over all its executions"}
+			Detail: "no pids controller: RLIMIT_NPROC counts every process of the host uid (" + nprocScope(l.layout.mode) + "), so the ceiling is shared by every execution of that uid, bwrap's own processes included"}
 	case l.layout.nprocPids:
 		return Guarantee{Name: "pids_ceiling", State: Degraded, Flag: PidsFallbackFlag,
 			Detail: "no pids controller: RLIMIT_NPROC, counted per execution in its own user namespace (threads included, as a pids cgroup counts them)"}
 	}
 	return Guarantee{Name: "pids_ceiling", State: Missing, Detail: "no pids cgroup controller: --pids is refused (" + PidsFallbackFlag + " enforces it as RLIMIT_NPROC)"}
+}
+
+// nprocPerNamespace reports whether the kernel counts RLIMIT_NPROC per
+// user namespace (5.14, ucounts): before, per host uid only.
+func nprocPerNamespace() bool { return kernelAtLeast(5, 14) }
+
+// nprocScope says why RLIMIT_NPROC counts per host uid here.
+func nprocScope(m launchMode) string {
+	if m == modeSetuid {
+		return "setuid bwrap: no user namespace"
+	}
+	return "a kernel before 5.14 counts per host uid, not per user namespace"
 }
 
 func cgroupGuarantee(name string, ok bool, controller string) Guarantee {

@@ -201,27 +201,83 @@ const tmpfsMagic = 0x01021994
 // run: what --size gives them elsewhere. The read-only ones hold nothing
 // and are left as they are.
 func boundTmpfs(initPid int, size int64) error {
-	if initPid <= 0 {
-		return errors.New("bound tmpfs: the init's pid is unknown")
+	root, err := initRoot(initPid)
+	if err != nil {
+		return fmt.Errorf("bound tmpfs: %w", err)
 	}
-	for _, dest := range []string{"/tmp", "/run", "/dev/shm"} {
-		path := "/proc/" + strconv.Itoa(initPid) + "/root" + dest
-		var st unix.Statfs_t
-		if err := unix.Statfs(path, &st); err != nil || st.Type != tmpfsMagic {
-			return fmt.Errorf("bound tmpfs: %s is no tmpfs (%v)", path, err)
+	defer root.Close()
+	for _, dest := range []string{"tmp", "run", "dev/shm"} {
+		if err := reconfigure(root, dest, tmpfsMagic, [][2]string{{"size", strconv.FormatInt(size, 10)}}); err != nil {
+			return fmt.Errorf("bound tmpfs /%s: %w", dest, err)
 		}
-		fd, err := unix.Fspick(unix.AT_FDCWD, path, unix.FSPICK_CLOEXEC|unix.FSPICK_NO_AUTOMOUNT)
-		if err != nil {
-			return fmt.Errorf("%w: bound tmpfs %s: fspick: %w", ErrUnenforceable, dest, err)
+	}
+	return nil
+}
+
+// initRoot opens the root of the sandbox whose init is pid, checked to
+// be the init's still once open (a pidfd taken first has not fired), and
+// not the launcher's own: a pid reused by another process must never
+// have its mounts reconfigured.
+func initRoot(pid int) (*os.File, error) {
+	if pid <= 0 {
+		return nil, errors.New("the init's pid is unknown")
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	switch {
+	case errors.Is(err, unix.ENOSYS): // before 5.3: the namespace check below alone
+		pidfd = -1
+	case err != nil:
+		return nil, fmt.Errorf("the init: %w", err)
+	default:
+		defer unix.Close(pidfd)
+	}
+	root, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/root", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the init's root: %w", err)
+	}
+	var own, its unix.Stat_t
+	switch {
+	case pidfd >= 0 && pidfdFired(pidfd):
+		root.Close()
+		return nil, errors.New("the init ended")
+	case unix.Stat("/proc/self/ns/mnt", &own) != nil || unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/mnt", &its) != nil || own.Ino == its.Ino:
+		root.Close()
+		return nil, errors.New("the init's mount namespace is not the sandbox's")
+	}
+	return root, nil
+}
+
+// pidfdFired reports whether the process of pidfd has exited.
+func pidfdFired(pidfd int) bool {
+	n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 0)
+	return err != nil || n > 0
+}
+
+// reconfigure sets options on the filesystem of type magic mounted at
+// path below root, from outside.
+func reconfigure(root *os.File, path string, magic int64, opts [][2]string) error {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS}
+	dir, err := unix.Openat2(int(root.Fd()), path, &how)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer unix.Close(dir)
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(dir, &st); err != nil || st.Type != magic {
+		return fmt.Errorf("no filesystem of type %#x there (%v)", magic, err)
+	}
+	fd, err := unix.Fspick(dir, "", unix.FSPICK_CLOEXEC|unix.FSPICK_NO_AUTOMOUNT|unix.FSPICK_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("%w: fspick: %w", ErrUnenforceable, err)
+	}
+	defer unix.Close(fd)
+	for _, o := range opts {
+		if err := unix.FsconfigSetString(fd, o[0], o[1]); err != nil {
+			return fmt.Errorf("%w: set %s: %w", ErrUnenforceable, o[0], err)
 		}
-		err = unix.FsconfigSetString(fd, "size", strconv.FormatInt(size, 10))
-		if err == nil {
-			err = unix.FsconfigReconfigure(fd)
-		}
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("%w: bound tmpfs %s: %w", ErrUnenforceable, dest, err)
-		}
+	}
+	if err := unix.FsconfigReconfigure(fd); err != nil {
+		return fmt.Errorf("%w: reconfigure: %w", ErrUnenforceable, err)
 	}
 	return nil
 }
@@ -231,30 +287,18 @@ const devptsMagic = 0x1cd1
 
 // boundTerminals limits the sandbox's own devpts instance, which bwrap
 // mounted without a bound, to max terminals. It reconfigures the instance
-// from outside, through the init's root, while only bwrap and the init
-// have run in the sandbox. A remount resets every option, so bwrap's are
-// given again.
+// from outside, through the init's root (initRoot), while only bwrap and
+// the init have run in the sandbox. A remount resets every option, so
+// bwrap's are given again.
 func boundTerminals(initPid, max int) error {
-	if initPid <= 0 {
-		return errors.New("bound terminals: the init's pid is unknown")
-	}
-	path := "/proc/" + strconv.Itoa(initPid) + "/root/dev/pts"
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil || st.Type != devptsMagic {
-		return fmt.Errorf("bound terminals: %s is no devpts instance (%v)", path, err)
-	}
-	fd, err := unix.Fspick(unix.AT_FDCWD, path, unix.FSPICK_CLOEXEC|unix.FSPICK_NO_AUTOMOUNT)
+	root, err := initRoot(initPid)
 	if err != nil {
-		return fmt.Errorf("%w: bound terminals: fspick: %w", ErrUnenforceable, err)
+		return fmt.Errorf("bound terminals: %w", err)
 	}
-	defer unix.Close(fd)
-	for _, o := range [][2]string{{"ptmxmode", "0666"}, {"mode", "0620"}, {"max", strconv.Itoa(max)}} {
-		if err := unix.FsconfigSetString(fd, o[0], o[1]); err != nil {
-			return fmt.Errorf("%w: bound terminals: set %s: %w", ErrUnenforceable, o[0], err)
-		}
-	}
-	if err := unix.FsconfigReconfigure(fd); err != nil {
-		return fmt.Errorf("%w: bound terminals: reconfigure devpts: %w", ErrUnenforceable, err)
+	defer root.Close()
+	opts := [][2]string{{"ptmxmode", "0666"}, {"mode", "0620"}, {"max", strconv.Itoa(max)}}
+	if err := reconfigure(root, "dev/pts", devptsMagic, opts); err != nil {
+		return fmt.Errorf("bound terminals: %w", err)
 	}
 	return nil
 }

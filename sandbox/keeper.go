@@ -322,12 +322,14 @@ func (c *keeperChild) pid() int { return c.p }
 
 func (c *keeperChild) born() []string { return c.placed }
 
-func (c *keeperChild) kill() {
+func (c *keeperChild) kill() { c.signal(unix.SIGKILL) }
+
+// signal sends sig through the pidfd; without one (a kernel before 5.3)
+// nothing is sent, as the keeper, not us, may reap the pid meanwhile.
+func (c *keeperChild) signal(sig unix.Signal) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pidfd >= 0 {
-		unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
-	}
+	return c.pidfd >= 0 && unix.PidfdSendSignal(c.pidfd, sig, nil, 0) == nil
 }
 
 // wait takes the status the keeper reaped. A channel closed without one

@@ -23,10 +23,11 @@ const (
 	// modeUserns: bwrap makes a user namespace as the sandbox identity,
 	// unprivileged, and the command is uid sandboxUID inside it.
 	modeUserns launchMode = iota
-	// modeSetuid: the host gives the sandbox identity no user namespace,
-	// and bwrap is installed setuid root. bwrap makes the other
-	// namespaces with its privilege, then drops to the identity it was
-	// run as: the command runs as that host uid, with no capabilities.
+	// modeSetuid: bwrap is installed setuid root (where the host gives
+	// the sandbox identity no user namespace, the only way), and the
+	// launcher is root. bwrap makes the namespaces but the user one with
+	// its privilege, then drops to the identity it was run as: the
+	// command runs as that host uid, with no capabilities.
 	modeSetuid
 )
 
@@ -38,7 +39,8 @@ func (m launchMode) String() string {
 }
 
 // chooseMode finds how bwrap can make sandboxes as id: through bwrap's
-// privilege when it is installed setuid root, else with a user namespace.
+// privilege when it is installed setuid root and termgate is root (and
+// not under no-new-privileges), else with a user namespace.
 // Where a kernel setting refuses user namespaces (usernsRefused), a trial
 // bwrap run as id tells whether it can make one all the same (a profile
 // for bwrap may lift AppArmor's restriction); it cannot, the error names
@@ -51,7 +53,9 @@ func chooseMode(bwrap string, id identity) (launchMode, error) {
 	// Under no-new-privileges (a container's no-new-privileges, Kubernetes'
 	// allowPrivilegeEscalation: false) the bit is ignored, and bwrap is a
 	// plain one.
-	if setuidRoot(bwrap) && !noNewPrivs() {
+	// Only root: the launcher sizes the setuid bwrap's tmpfs mounts
+	// from outside (boundTmpfs), which needs CAP_SYS_ADMIN.
+	if setuidRoot(bwrap) && !noNewPrivs() && os.Geteuid() == 0 {
 		return modeSetuid, nil
 	}
 	if !usernsRefused() {
@@ -60,6 +64,9 @@ func chooseMode(bwrap string, id identity) (launchMode, error) {
 	trial := usernsTrial(bwrap, id)
 	if trial == nil {
 		return modeUserns, nil
+	}
+	if os.Geteuid() != 0 {
+		return modeUserns, fmt.Errorf("%w: %s: %s (or run termgate as root with bwrap installed setuid root)", ErrUnavailable, usernsBlocker(trial), usernsFix())
 	}
 	return modeUserns, fmt.Errorf("%w: %s: %s, or install bwrap setuid root (chmod u+s %s) to run without user namespaces",
 		ErrUnavailable, usernsBlocker(trial), usernsFix(), bwrap)
@@ -241,4 +248,17 @@ func selfStatus(field string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no %s in /proc/self/status", field)
+}
+
+// kernelAtLeast compares the running kernel's release with major.minor.
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var gotMajor, gotMinor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &gotMajor, &gotMinor); err != nil {
+		return false
+	}
+	return gotMajor > major || gotMajor == major && gotMinor >= minor
 }

@@ -216,8 +216,10 @@ func (pl *plan) joinNetwork(p Policy) {
 }
 
 // namespaces asks for every namespace. With modeSetuid there is no user
-// namespace: bwrap refuses --uid and --gid without one, and the kernel
-// refuses the command a user namespace of its own anyway.
+// namespace: bwrap refuses --uid and --gid without one, and
+// --disable-userns as anyone but root; the seccomp filter refuses the
+// command a user namespace of its own (unshare, clone's namespace flags,
+// clone3).
 func (pl *plan) namespaces(p Policy, host hostLayout) {
 	if host.mode != modeSetuid {
 		pl.add("--unshare-user", "--disable-userns",
@@ -371,13 +373,13 @@ func (pl *plan) command(p Policy, host hostLayout) {
 // address space comes last: the init allocates nothing after it.
 //
 // With nprocPids, Limits.Pids is also RLIMIT_NPROC, the process ceiling
-// of a host without a pids controller (Config.PidsFallback). The kernel
-// counts it per user in each user namespace: the command is the only
-// process of its uid in its own namespace, so the count is the
+// of a host without a pids controller (Config.PidsFallback). Since 5.14
+// the kernel counts it per user in each user namespace: the command is
+// the only process of its uid in its own namespace, so the count is the
 // execution's (bwrap's pid 1 and the init included, as a pids cgroup
-// counts them). With modeSetuid there is no namespace of its own and the
-// count is every process of the host uid: the ceiling is the tenant's,
-// over all its executions.
+// counts them). With modeSetuid, or before 5.14, the count is every
+// process of the host uid: the ceiling is shared by every execution of
+// that uid (Probe's guarantee says which).
 func rlimits(l Limits, nprocPids bool) []sandboxinit.Rlimit {
 	var nproc uint64
 	if nprocPids && l.Pids > 0 {

@@ -63,6 +63,9 @@ type spawned interface {
 	onExit(done func(ws unix.WaitStatus, lost bool, err error))
 	// kill sends SIGKILL to bwrap, never to a reused pid.
 	kill()
+	// signal sends sig to bwrap, never to a reused pid, and reports
+	// whether bwrap was there to take it.
+	signal(sig unix.Signal) bool
 	// born lists the spawnRequest's cgroup and enter directories bwrap
 	// was born in: they need no move (see cgroup.Group.AddExcept).
 	born() []string
@@ -167,6 +170,10 @@ func (c execChild) born() []string { return c.placed }
 func (c execChild) pid() int { return c.proc.Pid }
 
 func (c execChild) kill() { c.proc.Kill() }
+
+// signal goes through os.Process, which holds a pidfd where the kernel
+// has them and refuses a process it already reaped.
+func (c execChild) signal(sig unix.Signal) bool { return c.proc.Signal(sig) == nil }
 
 // wait parks until bwrap has exited, in fdio's waiter, so that no OS thread
 // waits in wait4 meanwhile, then reaps it; without a pidfd, the reaping

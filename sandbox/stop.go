@@ -178,13 +178,17 @@ func (p *Process) Kill() {
 // never finished). So bwrap is stopped first: its clone has then either
 // happened, and the child is found, or never will. A cgroup, where there
 // is one, kills the newborn anyway.
+//
+// bwrap is stopped through its pidfd, so never under a reused pid; once
+// stopped it can neither exit nor reap, so its pid and its children's
+// stay theirs while they are looked up by number.
 func (p *Process) killInit() {
 	if pid, ok := p.sandboxInit(); ok {
 		unix.Kill(pid, unix.SIGKILL)
 		return
 	}
 	outer := p.child.pid()
-	if p.cg != nil || outer <= 0 || unix.Kill(outer, unix.SIGSTOP) != nil {
+	if p.cg != nil || outer <= 0 || !p.child.signal(unix.SIGSTOP) {
 		return
 	}
 	for range 200 { // bounded: 200 ms at most
