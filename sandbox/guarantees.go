@@ -13,16 +13,20 @@ const (
 	Held     = "held"
 	Degraded = "degraded" // held in a weaker form the operator asked for by Flag
 	Missing  = "missing"
+	// Off: the host could keep it, and the configuration (Flag) does not
+	// ask for it. Probe never reports it; serve does.
+	Off = "off"
 )
 
 // Guarantee is one promise of the sandbox and how this host keeps it.
 type Guarantee struct {
 	Name  string `json:"name"`
-	State string `json:"state"` // Held, Degraded or Missing
+	State string `json:"state"` // Held, Degraded, Missing or Off
 	// Detail says how it is held, what the degraded form gives up, or
 	// why it is missing.
 	Detail string `json:"detail"`
-	// Flag is the operator's flag that allowed a degraded form.
+	// Flag is the operator's flag that allowed a degraded form, or that
+	// turned it off.
 	Flag string `json:"flag,omitempty"`
 }
 

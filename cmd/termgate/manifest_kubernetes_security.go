@@ -53,13 +53,12 @@ const kubeSetupCommand = `          # Before serve starts, the container makes w
             - /bin/sh
             - -c
             - |
-              set -e
               for m in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-                mount -o remount,rw,bind "$m"
+                mount -o remount,rw,bind "$m" || echo "termgate: $m stays read-only" >&2
               done
-              if [ -f /sys/fs/cgroup/cgroup.subtree_control ]; then
-                mkdir -p /sys/fs/cgroup/init
-                echo $$ > /sys/fs/cgroup/init/cgroup.procs
+              if [ -w /sys/fs/cgroup/cgroup.subtree_control ]; then
+                mkdir -p /sys/fs/cgroup/init && echo $$ > /sys/fs/cgroup/init/cgroup.procs ||
+                  echo "termgate: serve stays in the container's cgroup" >&2
               fi
               exec termgate "$@"
             - termgate

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -124,6 +125,8 @@ func TestManifestKubernetesSecurityContext(t *testing.T) {
 		}
 		if len(ctr.Command) != 4 || ctr.Command[0] != "/bin/sh" || !strings.HasSuffix(ctr.Command[2], "exec termgate \"$@\"\n") || ctr.Args[0] != "serve" {
 			t.Errorf("%q: command %q args %q: want the setup shell, then termgate serve", c.args, ctr.Command, ctr.Args)
+		} else if out, err := exec.Command("/bin/sh", "-n", "-c", ctr.Command[2]).CombinedOutput(); err != nil {
+			t.Errorf("%q: the setup shell does not parse: %v: %s", c.args, err, out)
 		}
 	}
 }

@@ -189,16 +189,50 @@ func (o *serveOptions) verify(ctx context.Context, l *sandbox.Launcher, log *slo
 	for _, w := range report.Warnings {
 		log.Warn("sandbox", "warning", w)
 	}
-	o.logGuarantees(report.Guarantees, log)
+	o.guarantees = report.Guarantees
 	return nil
 }
 
-// logGuarantees logs each guarantee, a degraded or missing one as a
-// warning, and hands them to /readyz.
+// configured is the probe's guarantees as this server keeps them: one
+// the host holds but the configuration turns off is off, with the flag;
+// network policies are held where configured and verified.
+func (o *serveOptions) configured(policies bool) []sandbox.Guarantee {
+	l, t := o.policy.Limits, o.sandbox.TenantLimits
+	off := map[string]string{}
+	for _, c := range []struct {
+		name, flag string
+		isOff      bool
+	}{
+		{"pids_ceiling", "--pids 0", l.Pids == 0},
+		{"memory_ceiling", "--memory 0", l.Memory == 0},
+		{"cpu_weight", "--cpu-weight 0", l.CPUWeight == 0},
+		{"tenant_cgroups", "--tenant-memory, --tenant-pids and --tenant-cpu-weight 0", t == (sandbox.Limits{})},
+		{"workspace_quota", "--workspace-quota 0", o.workspaces.bytes == 0},
+		{"private_proc", "--proc none", o.proc == "none"},
+	} {
+		if c.isOff {
+			off[c.name] = c.flag
+		}
+	}
+	var gs []sandbox.Guarantee
+	for _, g := range o.guarantees {
+		if flag, ok := off[g.Name]; ok && g.State != sandbox.Missing {
+			g = sandbox.Guarantee{Name: g.Name, State: sandbox.Off, Flag: flag, Detail: "the host could; this server does not ask for it"}
+		}
+		gs = append(gs, g)
+	}
+	if policies {
+		return append(gs, sandbox.Guarantee{Name: "network_policies", State: sandbox.Held, Detail: "a proxy in each sandbox's network and a redirect of its other connections (--network-policy)"})
+	}
+	return append(gs, sandbox.Guarantee{Name: "network_policies", State: sandbox.Off, Flag: "no --network-policy", Detail: "no policies configured"})
+}
+
+// logGuarantees logs each guarantee, one not held as a warning, and
+// hands them to /readyz.
 func (o *serveOptions) logGuarantees(gs []sandbox.Guarantee, log *slog.Logger) {
 	for _, g := range gs {
 		level := slog.LevelInfo
-		if g.State != sandbox.Held {
+		if g.State != sandbox.Held && g.State != sandbox.Off {
 			level = slog.LevelWarn
 		}
 		log.Log(context.Background(), level, "guarantee", "name", g.Name, "state", g.State, "detail", g.Detail, "flag", g.Flag)

@@ -22,6 +22,8 @@ import (
 // serveOptions are the flags of termgate serve; each has a TERMGATE_*
 // environment equivalent (flag > environment > default).
 type serveOptions struct {
+	// guarantees are the probe's, before the configuration (configured).
+	guarantees                    []sandbox.Guarantee
 	listen, tlsCert, tlsKey       string
 	secretFile, audience          string
 	tenantClaim, workspaceRoot    string

@@ -199,6 +199,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger) (g *gatewayP
 	if err := o.verifyEgress(ctx, l, egress); err != nil {
 		return nil, err
 	}
+	o.logGuarantees(o.configured(egress != nil), log)
 	acfg, err := o.authConfig(log)
 	if err != nil {
 		return nil, err

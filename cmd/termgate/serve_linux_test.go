@@ -668,3 +668,19 @@ func TestServeScreenBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestServePidsFallbackIsPerExecution: --pids-fallback makes an
+// execution's pids ceiling enforceable without the controller, never a
+// tenant's, which needs the controller itself.
+func TestServePidsFallbackIsPerExecution(t *testing.T) {
+	t.Parallel()
+	ceilings := map[string]bool{"memory": true, "pids": true, "cpu_weight": true}
+	tenant := map[string]bool{"memory": true, "pids": false, "cpu_weight": true}
+	if err := checkCeilings(sandbox.Limits{Pids: 512}, sandbox.Limits{}, ceilings, tenant); err != nil {
+		t.Errorf("--pids with the fallback: %v", err)
+	}
+	err := checkCeilings(sandbox.Limits{Pids: 512}, sandbox.Limits{Pids: 2048}, ceilings, tenant)
+	if err == nil || !strings.Contains(err.Error(), "--tenant-pids 0") || strings.Contains(err.Error(), "--pids 0") {
+		t.Errorf("--tenant-pids without the controller: %v, want it alone refused", err)
+	}
+}
