@@ -44,10 +44,10 @@ func containerCaps() string {
 // podman is one container run of the matrix.
 type podman struct {
 	t       *testing.T
-	conf    string // CONTAINERS_CONF
-	bin     string // this test binary, bound read-only at /mnt (a directory the root has: a user-namespaced container cannot make one in the host's)
-	seccomp string // termgate manifest seccomp's profile
-	setuid  string // a directory for a setuid-root bwrap
+	conf    string   // CONTAINERS_CONF
+	bin     string   // this test binary, bound read-only at /mnt (a directory the root has: a user-namespaced container cannot make one in the host's)
+	seccomp string   // termgate manifest seccomp's profile
+	setuid  string   // a directory for a setuid-root bwrap
 	entry   []string // run before termgate, which it is given as its arguments
 }
 
