@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -220,34 +219,25 @@ func checkRootCaps() error {
 	return nil
 }
 
-// effectiveCaps reads CapEff from /proc/self/status.
+// effectiveCaps is the calling thread's effective capability set.
+// Capabilities are per thread, and /proc/self/status shows the thread
+// group leader's: while a file operation holds that thread at another
+// filesystem uid (fsid), its CHOWN, DAC_OVERRIDE and FOWNER are cleared.
 func effectiveCaps() (uint64, error) {
-	v, err := selfStatus("CapEff")
-	if err != nil {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return 0, err
 	}
-	return strconv.ParseUint(v, 16, 64)
+	return uint64(data[1].Effective)<<32 | uint64(data[0].Effective), nil
 }
 
-// noNewPrivs reports whether this process has no_new_privs set, under
-// which an exec grants no set-user-id privilege.
+// noNewPrivs reports whether the calling thread has no_new_privs set,
+// under which an exec grants no set-user-id privilege (it is per
+// thread, like capabilities, and inherited by every exec).
 func noNewPrivs() bool {
-	v, err := selfStatus("NoNewPrivs")
-	return err == nil && v == "1"
-}
-
-// selfStatus is the value of one field of /proc/self/status.
-func selfStatus(field string) (string, error) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", fmt.Errorf("no %s in /proc/self/status", field)
+	v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	return err == nil && v == 1
 }
 
 // kernelAtLeast compares the running kernel's release with major.minor.

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/termgate/termgate/sandbox/internal/fsid"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -217,5 +220,44 @@ func TestSetuidBwrapUnderNoNewPrivs(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "mode=userns\nerr=<nil>\n") {
 		t.Errorf("setuid bwrap under no-new-privs: %v: %s, want the userns mode and a passing probe", err, out)
+	}
+}
+
+// TestRootCapabilitiesAreTheCallingThreads: the capability check reads
+// the thread it runs on, not the thread group leader's /proc/self/status.
+// A file operation elsewhere in the process (fsid) holds a thread at
+// another filesystem uid, which clears CHOWN, DAC_OVERRIDE and FOWNER
+// from that thread alone; when that thread was the leader, serve and
+// verify started beside a file operation were refused as root without
+// them.
+func TestRootCapabilitiesAreTheCallingThreads(t *testing.T) {
+	t.Parallel()
+	sandboxtest.NeedRoot(t)
+	if err := checkRootCaps(); err != nil {
+		t.Skipf("this root lacks capabilities already: %v", err)
+	}
+	// fsid.Run is what file operations use: a thread of its own at
+	// fsuid 1000 that goes back to the runtime after. While it is
+	// there, the check runs on that thread and on another one: one of
+	// the two is not the leader, so reading the leader fails either.
+	var elsewhere error
+	err := fsid.Run(1000, 1000, func() error {
+		other := make(chan error, 1)
+		go func() { other <- checkRootCaps() }()
+		elsewhere = <-other
+		eff, err := effectiveCaps()
+		switch {
+		case err != nil:
+			return err
+		case eff&(1<<unix.CAP_CHOWN) != 0:
+			return fmt.Errorf("a thread at fsuid 1000 reads CHOWN in its effective set (%x): the check reads another thread", eff)
+		}
+		return checkRootCaps() // names CHOWN for this thread
+	})
+	if err == nil || !strings.Contains(err.Error(), "CHOWN (") {
+		t.Errorf("the check on a thread at fsuid 1000: %v, want CHOWN named", err)
+	}
+	if elsewhere != nil {
+		t.Errorf("the check on another thread meanwhile: %v", elsewhere)
 	}
 }
