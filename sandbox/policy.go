@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/termgate/termgate/sandbox/internal/cgroup"
@@ -160,7 +161,7 @@ type Policy struct {
 }
 
 // keyPattern is the syntax of Policy.Key, the keeper's key syntax.
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+var keyPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`) })
 
 // ValidateKey checks Policy.Key, which a launcher with a StateDir
 // requires; errors wrap ErrInvalidPolicy.
@@ -168,13 +169,13 @@ func (p Policy) ValidateKey() error {
 	switch {
 	case p.Key == "":
 		return fmt.Errorf("%w: a key is required with a state directory", ErrInvalidPolicy)
-	case !keyPattern.MatchString(p.Key) || p.Key == "." || p.Key == "..":
-		return fmt.Errorf("%w: key %q must match %s and be neither \".\" nor \"..\"", ErrInvalidPolicy, p.Key, keyPattern)
+	case !keyPattern().MatchString(p.Key) || p.Key == "." || p.Key == "..":
+		return fmt.Errorf("%w: key %q must match %s and be neither \".\" nor \"..\"", ErrInvalidPolicy, p.Key, keyPattern())
 	}
 	return nil
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // Normalize returns a copy with defaults filled in. Validate accepts only
 // normalized policies, so both the plan and its tests see the same values.
@@ -271,8 +272,8 @@ func ValidateEnvName(name string) error {
 	if len(name) > 256 {
 		return errors.New("environment variable name is longer than 256 bytes")
 	}
-	if !envName.MatchString(name) {
-		return fmt.Errorf("environment variable name %q must match %s", name, envName)
+	if !envName().MatchString(name) {
+		return fmt.Errorf("environment variable name %q must match %s", name, envName())
 	}
 	return nil
 }

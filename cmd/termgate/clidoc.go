@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 )
 
 //go:generate go run . __cli-doc ../../docs/cli.md
@@ -107,10 +108,12 @@ var (
 	// envNote is how the flag helpers append a flag's variable to its
 	// usage: envFlags (env NAME), its lists (repeatable; env NAME,
 	// comma-separated) and envString (from NAME).
-	envNote = regexp.MustCompile(` \((repeatable; )?(?:env|from) (TERMGATE_[A-Z0-9_]+)(, comma-separated)?\)`)
+	envNote = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(` \((repeatable; )?(?:env|from) (TERMGATE_[A-Z0-9_]+)(, comma-separated)?\)`)
+	})
 	// defaultNote is a default a usage states in words: "(default X)",
 	// "(default X; more)" or "(more; default X)".
-	defaultNote = regexp.MustCompile(`(\(|; )default:? ([^;)]+)([;)])`)
+	defaultNote = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(\(|; )default:? ([^;)]+)([;)])`) })
 )
 
 // describeFlag splits f's usage into its meaning, variable and default.
@@ -122,7 +125,7 @@ func describeFlag(f *flag.Flag) flagDoc {
 	if name != "" {
 		d.syntax += " " + strings.ToUpper(name)
 	}
-	if m := envNote.FindStringSubmatchIndex(usage); m != nil {
+	if m := envNote().FindStringSubmatchIndex(usage); m != nil {
 		d.env = usage[m[4]:m[5]]
 		if m[7] > m[6] {
 			d.env += " (comma-separated)"
@@ -133,7 +136,7 @@ func describeFlag(f *flag.Flag) flagDoc {
 		}
 		usage = usage[:m[0]] + note + usage[m[1]:]
 	}
-	if m := defaultNote.FindStringSubmatchIndex(usage); m != nil {
+	if m := defaultNote().FindStringSubmatchIndex(usage); m != nil {
 		d.def = strings.TrimSpace(usage[m[4]:m[5]])
 		open, end := usage[m[2]:m[3]], usage[m[6]:m[7]]
 		switch {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // manifestKinds are the configurations termgate manifest prints.
@@ -301,8 +302,8 @@ func nginxFlags(o *nginxOptions) (*flag.FlagSet, *nginxOptions) {
 const nginxProxyTimeout = "300s"
 
 var (
-	nginxNameSyntax   = regexp.MustCompile(`^[A-Za-z0-9*._-]+( [A-Za-z0-9*._-]+)*$`)
-	nginxListenSyntax = regexp.MustCompile(`^[A-Za-z0-9.:\[\]_=]+( [A-Za-z0-9.:\[\]_=]+)*$`)
+	nginxNameSyntax   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9*._-]+( [A-Za-z0-9*._-]+)*$`) })
+	nginxListenSyntax = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9.:\[\]_=]+( [A-Za-z0-9.:\[\]_=]+)*$`) })
 )
 
 // runManifestNginx prints an nginx server block proxying to termgate.
@@ -329,11 +330,11 @@ func nginxConfig(o *nginxOptions) (string, error) {
 	if len(listen) == 0 {
 		listen = stringList{"80"}
 	}
-	if !nginxNameSyntax.MatchString(o.serverName) {
+	if !nginxNameSyntax().MatchString(o.serverName) {
 		return "", usageError{fmt.Errorf("manifest nginx: --server-name %q: want host names separated by spaces", o.serverName)}
 	}
 	for _, l := range listen {
-		if !nginxListenSyntax.MatchString(l) {
+		if !nginxListenSyntax().MatchString(l) {
 			return "", usageError{fmt.Errorf("manifest nginx: --listen %q: want an address or port and parameters, like 443 ssl", l)}
 		}
 	}
@@ -422,7 +423,7 @@ func caddyOwnFlags(fs *flag.FlagSet, o *caddyOptions) {
 }
 
 // caddyPathSyntax is a file path a Caddyfile takes as one bare token.
-var caddyPathSyntax = regexp.MustCompile(`^/[A-Za-z0-9._/@+=,-]+$`)
+var caddyPathSyntax = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^/[A-Za-z0-9._/@+=,-]+$`) })
 
 // runManifestCaddy prints a Caddyfile site block proxying to termgate.
 func runManifestCaddy(args []string, stdout io.Writer) error {
@@ -446,7 +447,7 @@ func runManifestCaddy(args []string, stdout io.Writer) error {
 func checkCaddy(o *caddyOptions) error {
 	host, port, err := net.SplitHostPort(o.upstream)
 	switch {
-	case !nginxNameSyntax.MatchString(o.serverName):
+	case !nginxNameSyntax().MatchString(o.serverName):
 		return fmt.Errorf("--server-name %q: want host names separated by spaces", o.serverName)
 	case err != nil || host == "" || port == "" || strings.ContainsAny(o.upstream, " {}#\\\"'"):
 		return fmt.Errorf("--upstream %q: want HOST:PORT", o.upstream)
@@ -460,7 +461,7 @@ func checkCaddy(o *caddyOptions) error {
 		return errors.New("--plain-http and --tls-cert exclude each other")
 	}
 	for _, f := range []struct{ flag, path string }{{"--tls-cert", o.tlsCert}, {"--tls-key", o.tlsKey}} {
-		if f.path != "" && !caddyPathSyntax.MatchString(f.path) {
+		if f.path != "" && !caddyPathSyntax().MatchString(f.path) {
 			return fmt.Errorf("%s %q: want an absolute path of letters, digits and ._/@+=,-", f.flag, f.path)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/termgate/termgate/session/execid"
@@ -69,7 +70,7 @@ func haproxyDuration(d time.Duration) string {
 }
 
 // haproxyAddrSyntax is what a HOST:PORT may hold in a server or bind line.
-var haproxyAddrSyntax = regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]*):[0-9]{1,5}$`)
+var haproxyAddrSyntax = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]*):[0-9]{1,5}$`) })
 
 // runManifestHaproxy prints an HAProxy configuration in front of the
 // nodes of a termgate cluster.
@@ -118,7 +119,7 @@ func haproxyServers(list []string) ([]haproxyServer, error) {
 // checkHaproxyAddr checks a HOST:PORT; anyHost allows an empty host.
 func checkHaproxyAddr(addr string, anyHost bool) error {
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil || !haproxyAddrSyntax.MatchString(addr) {
+	if err != nil || !haproxyAddrSyntax().MatchString(addr) {
 		return fmt.Errorf("%q: want HOST:PORT", addr)
 	}
 	if host == "" && !anyHost {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // kubeOptions are termgate manifest kubernetes's own flags; serve's flags
@@ -62,11 +63,13 @@ var kubeManaged = []string{
 }
 
 var (
-	kubeNameSyntax   = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,50}[a-z0-9])?$`) // a DNS-1035 label; room for -NN and the revision hash
-	kubeNSSyntax     = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	kubeDomainSyntax = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
-	kubeSizeSyntax   = regexp.MustCompile(`^[1-9][0-9]{0,8}(Ki|Mi|Gi|Ti)$`)
-	kubeImageSyntax  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$`)
+	kubeNameSyntax   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z]([a-z0-9-]{0,50}[a-z0-9])?$`) }) // a DNS-1035 label; room for -NN and the revision hash
+	kubeNSSyntax     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
+	kubeDomainSyntax = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+	})
+	kubeSizeSyntax  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[1-9][0-9]{0,8}(Ki|Mi|Gi|Ti)$`) })
+	kubeImageSyntax = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$`) })
 )
 
 // runManifestKubernetes prints the manifests of a termgate cluster on
@@ -124,19 +127,19 @@ func (o *kubeOptions) check() error {
 	switch {
 	case o.image == "":
 		return errors.New("--image is required: an image holding termgate, bwrap and the programs clients may start")
-	case !kubeImageSyntax.MatchString(o.image):
+	case !kubeImageSyntax().MatchString(o.image):
 		return fmt.Errorf("--image %q: want an image reference such as registry.example/termgate:1.4", o.image)
-	case !kubeNameSyntax.MatchString(o.name):
+	case !kubeNameSyntax().MatchString(o.name):
 		return fmt.Errorf("--name %q: want a DNS-1035 label of at most 52 characters (lower-case letters, digits, inner hyphens; a letter first)", o.name)
-	case !kubeNSSyntax.MatchString(o.namespace):
+	case !kubeNSSyntax().MatchString(o.namespace):
 		return fmt.Errorf("--namespace %q: want a DNS label (lower-case letters, digits, inner hyphens; at most 63)", o.namespace)
 	case o.replicas < 1 || o.replicas > maxKubeReplicas:
 		return fmt.Errorf("--replicas %d: want 1 to %d", o.replicas, maxKubeReplicas)
-	case len(o.clusterDomain) > 200 || !kubeDomainSyntax.MatchString(o.clusterDomain):
+	case len(o.clusterDomain) > 200 || !kubeDomainSyntax().MatchString(o.clusterDomain):
 		return fmt.Errorf("--cluster-domain %q: want a DNS name such as cluster.local", o.clusterDomain)
-	case !kubeSizeSyntax.MatchString(o.stateSize):
+	case !kubeSizeSyntax().MatchString(o.stateSize):
 		return fmt.Errorf("--state-size %q: want a size in Ki, Mi, Gi or Ti, such as 1Gi", o.stateSize)
-	case !kubeSizeSyntax.MatchString(o.workspaceSize):
+	case !kubeSizeSyntax().MatchString(o.workspaceSize):
 		return fmt.Errorf("--workspace-size %q: want a size in Ki, Mi, Gi or Ti, such as 20Gi", o.workspaceSize)
 	case o.privileged && o.userNamespace:
 		return errors.New("--privileged and --user-namespace exclude each other")

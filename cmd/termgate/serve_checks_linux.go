@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/termgate/termgate/gateway"
@@ -245,7 +246,7 @@ func (o *serveOptions) logGuarantees(gs []sandbox.Guarantee, log *slog.Logger) {
 }
 
 // mountName is the grammar of a --mount name.
-var mountName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+var mountName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`) })
 
 // parseMounts reads --mount NAME=HOSTPATH[:ro|:rw]: each host path
 // absolute, clean, and a directory or a regular file that exists and is
@@ -259,7 +260,7 @@ func parseMounts(list []string) (map[string]gateway.Mount, error) {
 			hostPath, mode = hostPath[:i], hostPath[i+1:]
 		}
 		switch {
-		case !ok || !mountName.MatchString(name):
+		case !ok || !mountName().MatchString(name):
 			return nil, fmt.Errorf("serve: --mount %q: want NAME=HOSTPATH[:ro|:rw], NAME of a-z, 0-9, _ and - (at most 32)", m)
 		case out[name] != (gateway.Mount{}):
 			return nil, fmt.Errorf("serve: --mount %q: %s is declared twice", m, name)

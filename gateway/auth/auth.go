@@ -127,7 +127,7 @@ const (
 )
 
 // tenantPattern keeps tenants safe to use as a directory name.
-var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var tenantPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 // registeredClaims cannot be used as the tenant claim: Mint writes them.
 var registeredClaims = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "scope"}
@@ -595,7 +595,7 @@ func (a *Authenticator) claimsFrom(m jwt.MapClaims) (Claims, error) {
 	if c.Subject, _ = m["sub"].(string); c.Subject == "" {
 		return Claims{}, unauthorized("sub claim missing, empty or not a string")
 	}
-	if c.Tenant, _ = m[a.cfg.TenantClaim].(string); !tenantPattern.MatchString(c.Tenant) {
+	if c.Tenant, _ = m[a.cfg.TenantClaim].(string); !tenantPattern().MatchString(c.Tenant) {
 		return Claims{}, unauthorized("tenant claim missing or invalid")
 	}
 	if raw, ok := m["scope"]; ok {
@@ -685,8 +685,8 @@ func mintClaims(c Claims, tenantClaim string, maxLifetime time.Duration) (jwt.Ma
 	if c.Subject == "" {
 		return nil, errors.New("auth: mint: empty subject")
 	}
-	if !tenantPattern.MatchString(c.Tenant) {
-		return nil, fmt.Errorf("auth: mint: tenant %q does not match %s", c.Tenant, tenantPattern)
+	if !tenantPattern().MatchString(c.Tenant) {
+		return nil, fmt.Errorf("auth: mint: tenant %q does not match %s", c.Tenant, tenantPattern())
 	}
 	iat, exp := jwt.NewNumericDate(c.IssuedAt), jwt.NewNumericDate(c.ExpiresAt)
 	life := exp.Sub(iat.Time)

@@ -50,8 +50,8 @@ func ParseTenantBinding(s string) (TenantBinding, error) {
 	}
 	b := TenantBinding{Source: s[:i], Tenants: strings.Split(s[i+1:], "|")}
 	for _, t := range b.Tenants {
-		if !tenantPattern.MatchString(t) {
-			return TenantBinding{}, fmt.Errorf("auth: tenant binding %q: tenant %q does not match %s", s, t, tenantPattern)
+		if !tenantPattern().MatchString(t) {
+			return TenantBinding{}, fmt.Errorf("auth: tenant binding %q: tenant %q does not match %s", s, t, tenantPattern())
 		}
 	}
 	return b, nil
@@ -103,8 +103,8 @@ func newBindings(cfg Config, sources map[string]bool) (bindings, error) {
 			return b, fmt.Errorf("auth: auth config: tenant binding %q: no tenants", tb.Source)
 		}
 		for _, t := range tb.Tenants {
-			if !tenantPattern.MatchString(t) {
-				return b, fmt.Errorf("auth: auth config: tenant binding %q: tenant %q does not match %s", tb.Source, t, tenantPattern)
+			if !tenantPattern().MatchString(t) {
+				return b, fmt.Errorf("auth: auth config: tenant binding %q: tenant %q does not match %s", tb.Source, t, tenantPattern())
 			}
 		}
 		if _, dup := into[tb.Source]; dup {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -35,7 +36,7 @@ const (
 	NameHost = "host" // the host's network, no policy
 )
 
-var policyName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+var policyName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`) })
 
 // ValidName reports why name cannot name a policy, or nil: a name is 1 to
 // MaxPolicyNameLen lower-case letters, digits and '-', not starting with
@@ -44,7 +45,7 @@ func ValidName(name string) error {
 	switch {
 	case name == NameNone || name == NameHost:
 		return fmt.Errorf("netpolicy: %q is reserved and cannot name a policy", name)
-	case !policyName.MatchString(name):
+	case !policyName().MatchString(name):
 		return fmt.Errorf("netpolicy: policy name %q: want 1 to %d of a-z, 0-9 and '-', not starting with '-'", truncate(name), MaxPolicyNameLen)
 	}
 	return nil

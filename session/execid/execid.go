@@ -26,6 +26,7 @@ import (
 	"encoding/base32"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 const (
@@ -43,10 +44,10 @@ const Pattern = `^(?:` + nodeGrammar + `\.` + epochGrammar + `~)?` + keyGrammar 
 const MaxCanonical = 199
 
 var (
-	nodePattern  = regexp.MustCompile(`^` + nodeGrammar + `$`)
-	epochPattern = regexp.MustCompile(`^` + epochGrammar + `$`)
-	keyPattern   = regexp.MustCompile(`^` + keyGrammar + `$`)
-	idPattern    = regexp.MustCompile(Pattern)
+	nodePattern  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^` + nodeGrammar + `$`) })
+	epochPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^` + epochGrammar + `$`) })
+	keyPattern   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^` + keyGrammar + `$`) })
+	idPattern    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(Pattern) })
 )
 
 // Owner names the node that owns an execution: its name and the epoch of
@@ -58,14 +59,14 @@ type Owner struct {
 }
 
 // Valid reports whether id is an execution ID of either form.
-func Valid(id string) bool { return idPattern.MatchString(id) }
+func Valid(id string) bool { return idPattern().MatchString(id) }
 
 // ValidNode reports whether s can name a node: an RFC 1123 label of at
 // most 63 lower-case letters, digits and inner hyphens.
-func ValidNode(s string) bool { return nodePattern.MatchString(s) }
+func ValidNode(s string) bool { return nodePattern().MatchString(s) }
 
 // ValidEpoch reports whether s has an epoch's form (6 of a-z and 2-7).
-func ValidEpoch(s string) bool { return epochPattern.MatchString(s) }
+func ValidEpoch(s string) bool { return epochPattern().MatchString(s) }
 
 // Canonical returns the ID of the execution key owned by o. It does not
 // check its parts: Parse does, where IDs come in.
@@ -79,10 +80,10 @@ func Canonical(o Owner, key string) string {
 func Parse(id string) (o Owner, key string, ok bool) {
 	prefix, key, canonical := strings.Cut(id, "~")
 	if !canonical {
-		return Owner{}, id, keyPattern.MatchString(id)
+		return Owner{}, id, keyPattern().MatchString(id)
 	}
 	node, epoch, _ := strings.Cut(prefix, ".")
-	if !nodePattern.MatchString(node) || !epochPattern.MatchString(epoch) || !keyPattern.MatchString(key) {
+	if !nodePattern().MatchString(node) || !epochPattern().MatchString(epoch) || !keyPattern().MatchString(key) {
 		return Owner{}, "", false
 	}
 	return Owner{Node: node, Epoch: epoch}, key, true

@@ -65,7 +65,7 @@ func (h *Host) createIn(base, name string, lim, join Limits) (*Group, error) {
 // ValidateName keeps name a single path element: "." and ".." match
 // the pattern but would land outside termgate/.
 func ValidateName(name string) error {
-	if !namePattern.MatchString(name) || name == "." || name == ".." {
+	if !namePattern().MatchString(name) || name == "." || name == ".." {
 		return fmt.Errorf("cgroup: invalid name %q: want 1-64 of [A-Za-z0-9._-] except the names \".\" and \"..\"", name)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +24,7 @@ var ErrUnenforceable = errors.New("cgroup: ceiling cannot be enforced on this ho
 const DefaultParent = "termgate"
 
 // namePattern bounds execution names to one safe path element.
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var namePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) })
 
 // Info says what the host can enforce through cgroups; verify prints it.
 type Info struct {

@@ -18,12 +18,12 @@ const tenantPrefix = "tenant-"
 
 // tenantPattern is the gateway's tenant syntax: one path element, never
 // "." or "..", safe as a cgroup name after the prefix.
-var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var tenantPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 // ValidateTenant rejects a tenant that could not name its own directory.
 func ValidateTenant(tenant string) error {
-	if !tenantPattern.MatchString(tenant) {
-		return fmt.Errorf("tenant %q must match %s", tenant, tenantPattern)
+	if !tenantPattern().MatchString(tenant) {
+		return fmt.Errorf("tenant %q must match %s", tenant, tenantPattern())
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ type credential struct {
 	NoSetGroups bool     `json:"no_setgroups,omitempty"`
 }
 
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+var keyPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`) })
 
 // decode parses and checks one packet; descriptors are checked by the
 // receiver against Files and Held.
@@ -256,7 +256,7 @@ func checkArgs(args, env []string) error {
 }
 
 func checkKey(key string) error {
-	if !keyPattern.MatchString(key) {
+	if !keyPattern().MatchString(key) {
 		return fmt.Errorf("%w: key %q does not match [A-Za-z0-9._-]{1,128}", ErrInvalid, key)
 	}
 	return nil

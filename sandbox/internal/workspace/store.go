@@ -113,13 +113,13 @@ type Store struct {
 	adopted   []string
 }
 
-var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var tenantName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 // ValidateTenant reports whether name can own a workspace: 1 to 128
 // letters, digits, '.', '_' or '-', starting with a letter or digit.
 func ValidateTenant(name string) error {
-	if !tenantName.MatchString(name) {
-		return fmt.Errorf("%w: %q must match %s", ErrInvalidTenant, name, tenantName)
+	if !tenantName().MatchString(name) {
+		return fmt.Errorf("%w: %q must match %s", ErrInvalidTenant, name, tenantName())
 	}
 	return nil
 }
@@ -324,9 +324,9 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-var idPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
+var idPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{16}$`) })
 
-func validID(id string) bool { return idPattern.MatchString(id) }
+func validID(id string) bool { return idPattern().MatchString(id) }
 
 // Directories of the root.
 const (
