@@ -163,7 +163,7 @@ func (r *router) verify(req *http.Request) (*http.Request, error) {
 	case errors.Is(err, cluster.ErrNoHop):
 		return req, nil
 	case err != nil:
-		r.s.metrics.authFailures.WithLabelValues(authHop).Inc()
+		r.s.metrics.authFailures.add(authHop, 1)
 		r.s.log.Warn("hop refused", "remote_addr", req.RemoteAddr, "err", err)
 		return req, errBadHop
 	}

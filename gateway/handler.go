@@ -67,7 +67,7 @@ func NewServer(cfg Config) (*Server, error) {
 		resizes:       newResizeLimits(cfg.ResizesPerSecond, cfg.ResizeBurst),
 		ownWorkspaces: own,
 	}
-	s.metrics = newMetrics(s)
+	s.metrics = newMetrics()
 	s.ports.s, s.previews.s = s, s
 	s.agent = newAgentExec(s)
 	if route != nil {
@@ -166,7 +166,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !claims.Has(auth.ScopeAttach) && !claims.Has(auth.ScopeCreate) && !claims.Has(ScopeForward) {
-		s.metrics.authFailures.WithLabelValues(authScope).Inc()
+		s.metrics.authFailures.add(authScope, 1)
 		s.auditConnect(r, claims.Tenant, claims.Subject, wire.CodeForbidden, "")
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return

@@ -68,7 +68,7 @@ func (a *httpAPI) authorize(r *http.Request, scope string) (auth.Claims, error) 
 		return auth.Claims{}, errUnauthorized
 	}
 	if !c.Has(scope) {
-		a.s.metrics.authFailures.WithLabelValues(authScope).Inc()
+		a.s.metrics.authFailures.add(authScope, 1)
 		return c, &apiError{wire.CodeForbidden, "the token lacks the " + scope + " scope"}
 	}
 	return c, nil

@@ -1,20 +1,20 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
-	"fmt"
+	"maps"
 	"net/http"
 	"net/http/pprof"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/internal/promtext"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/session"
 )
@@ -31,61 +31,68 @@ const (
 	authTenant    = "tenant"    // valid, but its tenant is not bound to its key or issuer
 )
 
-// metrics are a server's counters and gauges, on a registry of its own
-// (never Prometheus's global one) that MetricsHandler serves.
+// metrics are the counters and gauges the gateway keeps itself;
+// MetricsHandler writes them with the supervisor's, the network's and
+// the runtime's, read when scraped.
 type metrics struct {
-	reg               *prometheus.Registry
-	connsOpen         prometheus.Gauge
-	connsClosed       *prometheus.CounterVec
-	authFailures      *prometheus.CounterVec
-	forwards          *prometheus.CounterVec              // forward streams asked for, by outcome
-	forwardBytesTotal *prometheus.CounterVec              // their bytes, by direction
-	fileBytesTotal    *prometheus.CounterVec              // the files API's bytes, by direction
+	connsOpen         atomic.Int64
+	connsClosed       counters                            // by close code
+	authFailures      counters                            // by reason
+	forwards          counters                            // forward streams asked for, by outcome
+	forwardBytesTotal counters                            // their bytes, by direction
+	fileBytesTotal    counters                            // the files API's bytes, by direction
 	refused           [len(gatewayRefusals)]atomic.Uint64 // the gateway's own limits, by gatewayRefusals
 	listener          atomic.Pointer[Listener]            // CountRefusals
 }
 
-// newMetrics registers the Go runtime and process collectors, the
-// gateway's own metrics and s's figures, read at scrape time.
-func newMetrics(s *Server) *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "termgate_connections_open", Help: "WebSocket connections open.",
-		}),
-		connsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "termgate_connections_closed_total",
-			Help: "WebSocket connections closed, by close code (none: no close frame; other: a code termgate does not know).",
-		}, []string{"code"}),
-		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "termgate_auth_failures_total", Help: "Tokens refused, by reason.",
-		}, []string{"reason"}),
-		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "termgate_forward_streams_total", Help: "Forward streams asked for, by outcome (opened or refused).",
-		}, []string{"outcome"}),
-		forwardBytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "termgate_forward_bytes_total", Help: "Bytes of forward streams, by direction (up: to the port; down: from it).",
-		}, []string{"direction"}),
-		fileBytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "termgate_file_bytes_total", Help: "Bytes of the files API, by direction (in: written to workspaces; out: read from them).",
-		}, []string{"direction"}),
-	}
+// newMetrics makes a server's metrics: every auth failure reason is a
+// series from the start.
+func newMetrics() *metrics {
+	m := &metrics{}
 	for _, r := range []string{authMissing, authExpired, authSignature, authMalformed, authInvalid, authScope, authTenant} {
-		m.authFailures.WithLabelValues(r) // every reason is a series from the start
-	}
-	m.reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.connsOpen, m.connsClosed, m.authFailures, m.forwards, m.forwardBytesTotal, m.fileBytesTotal,
-		serverCollector{s, s.cfg.MetricsTenantLabel}, networkCollector{s},
-	)
-	if a := s.cfg.Audit; a != nil {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "termgate_audit_lost_records_total",
-			Help: "Audit records that could not be written once nothing could be refused any more (ends, channel closes, refusals).",
-		}, func() float64 { return float64(a.Lost()) }))
+		m.authFailures.add(r, 0)
 	}
 	return m
+}
+
+// counters are one counter family's series by their label's value, each
+// made when first counted.
+type counters struct {
+	mu sync.RWMutex
+	by map[string]*atomic.Uint64
+}
+
+// add adds n to label's series.
+func (c *counters) add(label string, n uint64) {
+	c.mu.RLock()
+	v := c.by[label]
+	c.mu.RUnlock()
+	if v == nil {
+		c.mu.Lock()
+		if v = c.by[label]; v == nil {
+			if c.by == nil {
+				c.by = make(map[string]*atomic.Uint64)
+			}
+			v = new(atomic.Uint64)
+			c.by[label] = v
+		}
+		c.mu.Unlock()
+	}
+	v.Add(n)
+}
+
+// write writes the family: its series by label value, in order.
+func (c *counters) write(w *promtext.Writer, name, help, label string) {
+	c.mu.RLock()
+	by := make(map[string]uint64, len(c.by))
+	for k, v := range c.by {
+		by[k] = v.Load()
+	}
+	c.mu.RUnlock()
+	w.Family(name, help, promtext.Counter)
+	for _, k := range slices.Sorted(maps.Keys(by)) {
+		w.Sample(name, float64(by[k]), label, k)
+	}
 }
 
 // CountRefusals adds l's refused connections, by kind, to the server's
@@ -98,7 +105,7 @@ func (s *Server) CountRefusals(l *Listener) { s.metrics.listener.Store(l) }
 // never the public one: Handler serves neither.
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -110,27 +117,27 @@ func (s *Server) MetricsHandler() http.Handler {
 // forwardOpened counts a forward stream asked for.
 func (m *metrics) forwardOpened(ok bool) {
 	if ok {
-		m.forwards.WithLabelValues("opened").Inc()
+		m.forwards.add("opened", 1)
 	} else {
-		m.forwards.WithLabelValues("refused").Inc()
+		m.forwards.add("refused", 1)
 	}
 }
 
 // forwardBytes counts n bytes of a forward stream, "up" or "down".
 func (m *metrics) forwardBytes(direction string, n int) {
-	m.forwardBytesTotal.WithLabelValues(direction).Add(float64(n))
+	m.forwardBytesTotal.add(direction, uint64(n))
 }
 
 // fileBytes counts bytes of the files API.
 func (m *metrics) fileBytes(direction string, n int) {
 	if n > 0 {
-		m.fileBytesTotal.WithLabelValues(direction).Add(float64(n))
+		m.fileBytesTotal.add(direction, uint64(n))
 	}
 }
 
 // connClosed counts a connection's end by its close code.
 func (m *metrics) connClosed(code int) {
-	m.connsClosed.WithLabelValues(closeCodeLabel(code)).Inc()
+	m.connsClosed.add(closeCodeLabel(code), 1)
 	if code == int(websocket.StatusMessageTooBig) {
 		m.refuse(refusedMessageSize) // a message beyond Config.MaxMessageBytes
 	}
@@ -162,7 +169,7 @@ func closeCodeLabel(code int) string {
 // authFailed counts a refused token; err is Authenticator.Verify's, or
 // nil when none was offered.
 func (m *metrics) authFailed(token string, err error) {
-	m.authFailures.WithLabelValues(authReason(token, err)).Inc()
+	m.authFailures.add(authReason(token, err), 1)
 }
 
 // authReason classifies a refusal into the bounded set above.
@@ -229,89 +236,82 @@ func endLabel(k session.EndKey) session.EndKey {
 	return session.EndKey{Status: k.Status, Reason: "other"}
 }
 
-// serverCollector reads the supervisor's Stats and the gateway's limits
-// when scraped: no cost on the hot path, and the supervisor's lock only
-// for as long as Stats and Occupancy copy figures out.
-type serverCollector struct {
-	s         *Server
-	perTenant bool // Config.MetricsTenantLabel
+// serveMetrics writes every family in the text format: the gateway's
+// own, the supervisor's Stats (its lock only for as long as Stats and
+// Occupancy copy figures out), the network policies', the Go runtime's
+// and the process's. Nothing is counted on the hot path for a scrape.
+func (s *Server) serveMetrics(rw http.ResponseWriter, _ *http.Request) {
+	rw.Header().Set("Content-Type", promtext.ContentType)
+	w := promtext.NewWriter(rw)
+	m := s.metrics
+	w.One("termgate_connections_open", "WebSocket connections open.", promtext.Gauge, float64(m.connsOpen.Load()))
+	m.connsClosed.write(w, "termgate_connections_closed_total", "WebSocket connections closed, by close code (none: no close frame; other: a code termgate does not know).", "code")
+	m.authFailures.write(w, "termgate_auth_failures_total", "Tokens refused, by reason.", "reason")
+	m.forwards.write(w, "termgate_forward_streams_total", "Forward streams asked for, by outcome (opened or refused).", "outcome")
+	m.forwardBytesTotal.write(w, "termgate_forward_bytes_total", "Bytes of forward streams, by direction (up: to the port; down: from it).", "direction")
+	m.fileBytesTotal.write(w, "termgate_file_bytes_total", "Bytes of the files API, by direction (in: written to workspaces; out: read from them).", "direction")
+	if a := s.cfg.Audit; a != nil {
+		w.One("termgate_audit_lost_records_total", "Audit records that could not be written once nothing could be refused any more (ends, channel closes, refusals).", promtext.Counter, float64(a.Lost()))
+	}
+	s.writeSupervisorMetrics(w)
+	s.writeNetworkMetrics(w)
+	promtext.WriteGo(w)
+	promtext.WriteProcess(w)
+	w.Flush() // an error is the scraper's gone
 }
 
 // tenantNote says how the tenant label is bounded.
-var tenantNote = fmt.Sprintf(" (the first %d tenants; the rest as %s).", session.TenantSeries, session.TenantOther)
+var tenantNote = " (the first " + strconv.Itoa(session.TenantSeries) + " tenants; the rest as " + session.TenantOther + ")."
 
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, labels, nil)
-}
-
-var (
-	descRunning      = desc("termgate_executions_running", "Executions running.")
-	descStarted      = desc("termgate_executions_started_total", "Executions started.")
-	descEnded        = desc("termgate_executions_ended_total", "Executions ended, by status and reason (the exit event's).", "status", "reason")
-	descStartLatency = desc("termgate_sandbox_start_seconds", "Time the launcher took to start a sandbox, for those that started.")
-	descOutput       = desc("termgate_output_bytes_total", "Output bytes programs wrote (terminal, stdout and stderr).")
-	descInput        = desc("termgate_input_bytes_total", "Input bytes programs were given (accepted once, retries not counted).")
-	descRing         = desc("termgate_ring_bytes", "Output bytes held in the executions' rings, summed.")
-	descHeld         = desc("termgate_held_bytes", "Output bytes in the rings that readers have not acknowledged, summed.")
-	descFlowWaiting  = desc("termgate_flow_waiting", "Output streams waiting now because readers hold unacknowledged output.")
-	descFlowWaits    = desc("termgate_flow_waits_total", "Times an output stream waited because readers held unacknowledged output.")
-	descResumes      = desc("termgate_resumes_total", "Attaches after a sequence the reader had, by what they continued from: history, snapshot or gap.", "kind")
-	descGapBytes     = desc("termgate_resume_gap_bytes_total", "Output bytes skipped by the gaps resumes started with.")
-	descRefusals     = desc("termgate_limit_refusals_total", "Requests and connections refused by a limit, by kind.", "kind")
-	descTenantRun    = desc("termgate_tenant_executions_running", "Executions running, by tenant"+tenantNote, "tenant")
-	descTenantStart  = desc("termgate_tenant_executions_started_total", "Executions started, by tenant"+tenantNote, "tenant")
-)
-
-// Describe implements prometheus.Collector.
-func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descStarted, descEnded, descStartLatency, descOutput, descInput,
-		descRing, descHeld, descFlowWaiting, descFlowWaits, descResumes, descGapBytes, descRefusals} {
-		ch <- d
+// writeSupervisorMetrics writes the supervisor's figures and the limits'
+// refusals.
+func (s *Server) writeSupervisorMetrics(w *promtext.Writer) {
+	st := s.cfg.Supervisor.Stats()
+	w.One("termgate_executions_running", "Executions running.", promtext.Gauge, float64(st.Running))
+	w.One("termgate_executions_started_total", "Executions started.", promtext.Counter, float64(st.StartedTotal))
+	w.Family("termgate_executions_ended_total", "Executions ended, by status and reason (the exit event's).", promtext.Counter)
+	ended := endedByLabel(st.Ended)
+	for _, k := range slices.SortedFunc(maps.Keys(ended), func(a, b session.EndKey) int {
+		return cmp.Or(cmp.Compare(a.Status, b.Status), cmp.Compare(a.Reason, b.Reason))
+	}) {
+		w.Sample("termgate_executions_ended_total", float64(ended[k]), "reason", k.Reason, "status", string(k.Status))
 	}
-	if c.perTenant {
-		ch <- descTenantRun
-		ch <- descTenantStart
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.cfg.Supervisor.Stats()
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	gauge(descRunning, float64(st.Running))
-	counter(descStarted, st.StartedTotal)
-	collectEnded(counter, st.Ended)
-	ch <- startLatency(st.StartLatency)
-	counter(descOutput, st.OutputBytes)
-	counter(descInput, st.InputBytes)
-	ring, held := c.s.cfg.Supervisor.Occupancy()
-	gauge(descRing, float64(ring))
-	gauge(descHeld, float64(held))
-	gauge(descFlowWaiting, float64(st.FlowWaiting))
-	counter(descFlowWaits, st.FlowWaits)
+	h := st.StartLatency
+	w.Histogram("termgate_sandbox_start_seconds", "Time the launcher took to start a sandbox, for those that started.", session.StartLatencyBuckets, h.Counts, h.Sum.Seconds())
+	w.One("termgate_output_bytes_total", "Output bytes programs wrote (terminal, stdout and stderr).", promtext.Counter, float64(st.OutputBytes))
+	w.One("termgate_input_bytes_total", "Input bytes programs were given (accepted once, retries not counted).", promtext.Counter, float64(st.InputBytes))
+	ring, held := s.cfg.Supervisor.Occupancy()
+	w.One("termgate_ring_bytes", "Output bytes held in the executions' rings, summed.", promtext.Gauge, float64(ring))
+	w.One("termgate_held_bytes", "Output bytes in the rings that readers have not acknowledged, summed.", promtext.Gauge, float64(held))
+	w.One("termgate_flow_waiting", "Output streams waiting now because readers hold unacknowledged output.", promtext.Gauge, float64(st.FlowWaiting))
+	w.One("termgate_flow_waits_total", "Times an output stream waited because readers held unacknowledged output.", promtext.Counter, float64(st.FlowWaits))
+	w.Family("termgate_resumes_total", "Attaches after a sequence the reader had, by what they continued from: history, snapshot or gap.", promtext.Counter)
 	for _, k := range session.ResumeKinds {
-		counter(descResumes, st.Resumes[k], k)
+		w.Sample("termgate_resumes_total", float64(st.Resumes[k]), "kind", k)
 	}
-	counter(descGapBytes, st.ResumeGapBytes)
-	for k, n := range c.s.refusals(st) {
-		counter(descRefusals, n, k)
+	w.One("termgate_resume_gap_bytes_total", "Output bytes skipped by the gaps resumes started with.", promtext.Counter, float64(st.ResumeGapBytes))
+	refused := s.refusals(st)
+	w.Family("termgate_limit_refusals_total", "Requests and connections refused by a limit, by kind.", promtext.Counter)
+	for _, k := range slices.Sorted(maps.Keys(refused)) {
+		w.Sample("termgate_limit_refusals_total", float64(refused[k]), "kind", k)
 	}
-	if c.perTenant {
-		for t, ts := range st.ByTenant {
-			gauge(descTenantRun, float64(ts.Running), t)
-			counter(descTenantStart, ts.Started, t)
-		}
+	if !s.cfg.MetricsTenantLabel {
+		return
+	}
+	tenants := slices.Sorted(maps.Keys(st.ByTenant))
+	w.Family("termgate_tenant_executions_running", "Executions running, by tenant"+tenantNote, promtext.Gauge)
+	for _, t := range tenants {
+		w.Sample("termgate_tenant_executions_running", float64(st.ByTenant[t].Running), "tenant", t)
+	}
+	w.Family("termgate_tenant_executions_started_total", "Executions started, by tenant"+tenantNote, promtext.Counter)
+	for _, t := range tenants {
+		w.Sample("termgate_tenant_executions_started_total", float64(st.ByTenant[t].Started), "tenant", t)
 	}
 }
 
-// collectEnded emits every end of endReasons, and any other under its
+// endedByLabel is every end of endReasons, and any other under its
 // bounded label.
-func collectEnded(counter func(*prometheus.Desc, uint64, ...string), ended map[session.EndKey]uint64) {
+func endedByLabel(ended map[session.EndKey]uint64) map[session.EndKey]uint64 {
 	by := make(map[session.EndKey]uint64, len(endReasons))
 	for _, k := range endReasons {
 		by[k] = 0
@@ -319,21 +319,7 @@ func collectEnded(counter func(*prometheus.Desc, uint64, ...string), ended map[s
 	for k, n := range ended {
 		by[endLabel(k)] += n
 	}
-	for k, n := range by {
-		counter(descEnded, n, string(k.Status), k.Reason)
-	}
-}
-
-// startLatency is the sandbox start histogram in Prometheus's form:
-// cumulative counts per upper bound, in seconds.
-func startLatency(h session.Histogram) prometheus.Metric {
-	buckets := make(map[float64]uint64, len(session.StartLatencyBuckets))
-	var cum uint64
-	for i, le := range session.StartLatencyBuckets {
-		cum += h.Counts[i]
-		buckets[le] = cum
-	}
-	return prometheus.MustNewConstHistogram(descStartLatency, h.Count(), h.Sum.Seconds(), buckets)
+	return by
 }
 
 // refusals gathers every kind of limit refusal: the supervisor's (in

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
@@ -33,8 +36,21 @@ func scrape(t testing.TB, url string) map[string]float64 {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	// Prometheus's own parser refuses what a server would: a family
+	// twice, a sample outside its family, a bad escape or value.
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	if _, err := parser.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
+		t.Fatalf("Prometheus's parser refuses /metrics: %v\n%s", err, body)
+	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "#") || line == "" {

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/termgate/termgate/gateway/audit"
 	"github.com/termgate/termgate/gateway/auth"
+	"github.com/termgate/termgate/gateway/internal/promtext"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
 	"github.com/termgate/termgate/sandbox/netpolicy"
@@ -263,39 +263,29 @@ func (s *Server) policiesReady() string {
 	return line
 }
 
-var (
-	descNetConns    = desc("termgate_network_connections_total", "Connections programs asked their network policy's proxy for, by policy and outcome (allowed, refused, failed: the target or a limit).", "policy", "outcome")
-	descNetBytes    = desc("termgate_network_bytes_total", "Bytes through network policies' proxies, by policy and direction (up: to the target).", "policy", "direction")
-	descNetProxies  = desc("termgate_network_proxies", "Network policy proxies serving, one per running execution with a policy.")
-	descNetPolicies = desc("termgate_network_policies_info", "This node's network policies: 1, labelled with their digest (nodes with different digests enforce different policies).", "digest")
-	descNetDiffer   = desc("termgate_network_policies_differing_peers", "Peers whose last hop carried a network policy digest other than this node's.")
-)
-
-// networkCollector serves the network policies' metrics.
-type networkCollector struct{ s *Server }
-
-func (c networkCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNetConns, descNetBytes, descNetProxies, descNetPolicies, descNetDiffer} {
-		ch <- d
-	}
-}
-
-func (c networkCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.s
-	ch <- prometheus.MustNewConstMetric(descNetPolicies, prometheus.GaugeValue, 1, s.policiesDigest())
-	ch <- prometheus.MustNewConstMetric(descNetDiffer, prometheus.GaugeValue, float64(len(s.route.differingPolicies())))
+// writeNetworkMetrics writes the network policies' families.
+func (s *Server) writeNetworkMetrics(w *promtext.Writer) {
+	w.Family("termgate_network_policies_info", "This node's network policies: 1, labelled with their digest (nodes with different digests enforce different policies).", promtext.Gauge)
+	w.Sample("termgate_network_policies_info", 1, "digest", s.policiesDigest())
+	w.One("termgate_network_policies_differing_peers", "Peers whose last hop carried a network policy digest other than this node's.", promtext.Gauge, float64(len(s.route.differingPolicies())))
 	if s.cfg.Egress == nil {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(descNetProxies, prometheus.GaugeValue, float64(s.cfg.Egress.Serving()))
+	w.One("termgate_network_proxies", "Network policy proxies serving, one per running execution with a policy.", promtext.Gauge, float64(s.cfg.Egress.Serving()))
 	stats := s.cfg.Egress.Stats()
-	for _, name := range slices.Sorted(maps.Keys(stats)) {
+	names := slices.Sorted(maps.Keys(stats))
+	w.Family("termgate_network_connections_total", "Connections programs asked their network policy's proxy for, by policy and outcome (allowed, refused, failed: the target or a limit).", promtext.Counter)
+	for _, name := range names {
 		st := stats[name]
-		for outcome, n := range map[string]uint64{"allowed": st.Allowed, "refused": st.Refused, "failed": st.Failed} {
-			ch <- prometheus.MustNewConstMetric(descNetConns, prometheus.CounterValue, float64(n), name, outcome)
-		}
-		ch <- prometheus.MustNewConstMetric(descNetBytes, prometheus.CounterValue, float64(st.Up), name, "up")
-		ch <- prometheus.MustNewConstMetric(descNetBytes, prometheus.CounterValue, float64(st.Down), name, "down")
+		w.Sample("termgate_network_connections_total", float64(st.Allowed), "outcome", "allowed", "policy", name)
+		w.Sample("termgate_network_connections_total", float64(st.Failed), "outcome", "failed", "policy", name)
+		w.Sample("termgate_network_connections_total", float64(st.Refused), "outcome", "refused", "policy", name)
+	}
+	w.Family("termgate_network_bytes_total", "Bytes through network policies' proxies, by policy and direction (up: to the target).", promtext.Counter)
+	for _, name := range names {
+		st := stats[name]
+		w.Sample("termgate_network_bytes_total", float64(st.Down), "direction", "down", "policy", name)
+		w.Sample("termgate_network_bytes_total", float64(st.Up), "direction", "up", "policy", name)
 	}
 }
 

@@ -356,7 +356,7 @@ func (s *Server) register(c *conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
-	s.metrics.connsOpen.Inc()
+	s.metrics.connsOpen.Add(1)
 	s.wg.Add(1)
 	return true
 }
@@ -364,7 +364,7 @@ func (s *Server) register(c *conn) bool {
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
-	s.metrics.connsOpen.Dec()
+	s.metrics.connsOpen.Add(-1)
 	s.mu.Unlock()
 	s.memory.closed()
 	s.wg.Done()

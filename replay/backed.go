@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -108,7 +109,7 @@ const (
 	rCRC    = 60
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // layout is the geometry of a backed ring with given bounds.
 type layout struct {
@@ -239,7 +240,7 @@ func memoryError(mem []byte, l layout) error {
 }
 
 func headerSum(mem []byte) uint32 {
-	return crc32.Update(crc32.Checksum(mem[offVersion:offHdrCRC], castagnoli), castagnoli, mem[offMaxBytes:offCommit])
+	return crc32.Update(crc32.Checksum(mem[offVersion:offHdrCRC], castagnoli()), castagnoli(), mem[offMaxBytes:offCommit])
 }
 
 // put writes rc as the record at pos; the payload after it is in place.
@@ -265,9 +266,9 @@ func (b *backing) put(pos uint32, rc *record) {
 // sum is the CRC32C of the record at pos, and of its payload unless it is
 // output (whose data a reader writes straight into the log).
 func (b *backing) sum(pos uint32, rc *record) uint32 {
-	c := crc32.Checksum(b.log[pos:pos+rCRC], castagnoli)
+	c := crc32.Checksum(b.log[pos:pos+rCRC], castagnoli())
 	if rc.kind != KindOutput {
-		c = crc32.Update(c, castagnoli, b.payload(pos, rc))
+		c = crc32.Update(c, castagnoli(), b.payload(pos, rc))
 	}
 	return c
 }

@@ -55,11 +55,22 @@ func TestInitIsSmall(t *testing.T) {
 
 // BenchmarkCLIStart: the termgate binary's own start, as every client
 // command pays it: `termgate --version`, its wall time and CPU per run,
-// beside /usr/bin/true's on the same machine in the same run: medians.
+// beside a Go program that only prints (the Go runtime's own start, the
+// floor for any Go binary) and /usr/bin/true, on the same machine in the
+// same run: medians. Both Go binaries are linked as make build links
+// termgate (statically).
 func BenchmarkCLIStart(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "termgate")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v %s", err, out)
+	dir := b.TempDir()
+	bin, hello := filepath.Join(dir, "termgate"), filepath.Join(dir, "hello")
+	src := filepath.Join(dir, "hello.go")
+	if err := os.WriteFile(src, []byte("package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"hello\\n\") }\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range [][]string{{"-o", bin, "."}, {"-o", hello, src}} {
+		build := exec.Command("go", append([]string{"build", "-tags", "netgo,osusergo", "-ldflags", "-linkmode=external -extldflags=-static"}, c...)...)
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("go build: %v %s", err, out)
+		}
 	}
 	measure := func(name string, args ...string) (wall, cpu time.Duration) {
 		cmd := exec.Command(name, args...)
@@ -72,10 +83,12 @@ func BenchmarkCLIStart(b *testing.B) {
 		return wall, time.Duration(u.Utime.Nano() + u.Stime.Nano())
 	}
 	measure(bin, "--version") // the binary in the page cache
-	var wall, cpu, trueWall, trueCPU []time.Duration
+	var wall, cpu, helloWall, helloCPU, trueWall, trueCPU []time.Duration
 	for b.Loop() {
 		w, c := measure(bin, "--version")
 		wall, cpu = append(wall, w), append(cpu, c)
+		w, c = measure(hello)
+		helloWall, helloCPU = append(helloWall, w), append(helloCPU, c)
 		w, c = measure("/usr/bin/true")
 		trueWall, trueCPU = append(trueWall, w), append(trueCPU, c)
 	}
@@ -85,6 +98,8 @@ func BenchmarkCLIStart(b *testing.B) {
 	}
 	b.ReportMetric(p50(wall), "p50-wall-ms")
 	b.ReportMetric(p50(cpu), "p50-cpu-ms")
+	b.ReportMetric(p50(helloWall), "go-hello-p50-wall-ms")
+	b.ReportMetric(p50(helloCPU), "go-hello-p50-cpu-ms")
 	b.ReportMetric(p50(trueWall), "true-p50-wall-ms")
 	b.ReportMetric(p50(trueCPU), "true-p50-cpu-ms")
 }
