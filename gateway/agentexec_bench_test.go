@@ -3,66 +3,136 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/session"
 )
 
-// BenchmarkAgentExec: POST /v1/exec of true, answered at its exit,
-// against the same sandbox (the policy serve makes of that request)
-// started and waited for by the launcher directly, as termgate exec does
-// without its own process start. The two run in turns, so both see the
-// same load; it reports the medians and the median of their ratios.
+// BenchmarkAgentExec: short commands as an agent runs them, one after
+// the other: POST /v1/exec, answered at the command's exit, against the
+// same sandbox (the policy serve makes of that request) started and
+// waited for by the launcher directly, and against that policy's plan
+// run bare by bwrap (sandbox.RunBare: the same bwrap arguments, none of
+// termgate around them). The three run in turns, so all see the same
+// load. It reports each one's median round trip, the median of the
+// per-turn ratios to the bare plan, and the machine's CPU per command
+// (/proc/stat: the kernel's namespace teardown runs on its own threads,
+// which no process's usage counts), a figure for a quiet machine.
+// "plain" is the tests' shared launcher with no ceilings, in memory;
+// "serve" is as serve runs by default: a keeper and a state directory,
+// and serve's default ceilings on each execution (memory, pids, cpu
+// weight, file size; tenant ceilings and workspace quotas are not set
+// up here). -benchtime 1000x is the 1,000 commands.
 func BenchmarkAgentExec(b *testing.B) {
-	e := newAPIEnv(b, func(c *Config) { c.StartsPerMinute, c.Commands = 1<<30, []string{"/bin/bash", "/bin/sh", "/bin/true"} })
+	for _, setup := range []string{"plain", "serve"} {
+		for _, argv := range [][]string{{"/bin/true"}, {"/bin/echo", "hi"}} {
+			b.Run(setup+"/"+strings.TrimPrefix(argv[0], "/bin/"), func(b *testing.B) { benchAgentExec(b, setup == "serve", argv) })
+		}
+	}
+}
+
+func benchAgentExec(b *testing.B, serveDefaults bool, argv []string) {
+	tweak := func(c *Config) {
+		c.StartsPerMinute, c.Commands = 1<<30, []string{"/bin/bash", "/bin/sh", "/bin/true", "/bin/echo"}
+		if serveDefaults {
+			c.Sandbox.Limits = sandbox.Limits{Memory: 1 << 30, Pids: 512, FileSize: 1 << 30, CPUWeight: 100}
+		}
+	}
+	l := needLauncher(b)
+	sc := session.Config{Launcher: session.SandboxLauncher(l)}
+	if serveDefaults {
+		var dir string
+		l, dir = durableLauncher(b)
+		sc = session.Config{Launcher: session.SandboxLauncher(l), StateDir: dir}
+	}
+	e := newAPIEnvSession(b, sc, tweak)
 	tok := e.token(b, "acme", auth.ScopeCreate, auth.ScopeAttach, auth.ScopeWrite)
-	spec, err := e.srv.spec("acme", wire.Request{Type: wire.TypeStart, Command: "/bin/true"})
+	spec, err := e.srv.spec("acme", wire.Request{Type: wire.TypeStart, Command: argv[0], Args: argv[1:]})
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := needLauncher(b)
-	bare := func() time.Duration {
-		start := time.Now()
-		proc, err := l.Start(context.Background(), spec.Policy, sandbox.Stdio{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if exit := proc.Wait(); !exit.Success() {
-			b.Fatal(exit)
-		}
-		took := time.Since(start)
-		proc.Release()
-		return took
+	n := 0
+	contenders := []func(){
+		func() { // the agent exec, end to end
+			status, _, body, err := e.do(context.Background(), http.MethodPost, "/v1/exec", tok, wire.ExecRequest{Argv: argv})
+			if err != nil || status != http.StatusCreated {
+				b.Fatalf("exec: %d %s %v", status, body, err)
+			}
+		},
+		func() { // the launcher directly
+			p := spec.Policy
+			if serveDefaults {
+				n++
+				p.Key = "bench-" + strconv.Itoa(n) // a keeper's children are named
+			}
+			proc, err := l.Start(context.Background(), p, sandbox.Stdio{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if exit := proc.Wait(); !exit.Success() {
+				b.Fatal(exit)
+			}
+			proc.Release()
+		},
+		func() { // the plan, bare
+			if err := l.RunBare(spec.Policy); err != nil {
+				b.Fatal(err)
+			}
+		},
 	}
-	agent := func() time.Duration {
-		start := time.Now()
-		status, _, body, err := e.do(context.Background(), http.MethodPost, "/v1/exec", tok, wire.ExecRequest{Argv: []string{"/bin/true"}})
-		if err != nil || status != http.StatusCreated {
-			b.Fatalf("exec: %d %s %v", status, body, err)
-		}
-		return time.Since(start)
-	}
-	var ours, plain, ratios []float64
+	names := []string{"exec", "launcher", "plan"}
+	took := make([][]float64, len(contenders))
+	cpu := make([]time.Duration, len(contenders))
+	var ratios []float64
 	for i := 0; b.Loop(); i++ {
-		var a, p time.Duration
-		if i%2 == 0 {
-			a, p = agent(), bare()
-		} else {
-			p, a = bare(), agent()
+		turn := make([]float64, len(contenders))
+		for k := range contenders {
+			c := (i + k) % len(contenders) // each goes first in turn
+			busy, start := machineBusy(b), time.Now()
+			contenders[c]()
+			turn[c] = time.Since(start).Seconds() * 1000
+			cpu[c] += machineBusy(b) - busy
+			took[c] = append(took[c], turn[c])
 		}
-		ours, plain, ratios = append(ours, a.Seconds()*1000), append(plain, p.Seconds()*1000), append(ratios, float64(a)/float64(p))
+		ratios = append(ratios, turn[0]/turn[2])
 	}
-	b.ReportMetric(medianOf(ours), "ms-exec-p50")
-	b.ReportMetric(medianOf(plain), "ms-bare-p50")
-	b.ReportMetric(medianOf(ratios), "x-bare")
+	for c, name := range names {
+		b.ReportMetric(medianOf(took[c]), name+"-ms-p50")
+		b.ReportMetric(float64(cpu[c].Microseconds())/1000/float64(b.N), name+"-cpu-ms")
+	}
+	b.ReportMetric(medianOf(ratios), "exec-x-plan")
+	b.ReportMetric(float64(cpu[0])/float64(cpu[2]), "exec-cpu-x-plan")
 }
 
 func medianOf(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// machineBusy is the machine's busy CPU time since boot (/proc/stat,
+// every state but idle and iowait), in USER_HZ ticks' resolution.
+func machineBusy(b testing.TB) time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	var ticks int64
+	for i, f := range strings.Fields(line)[1:] { // user nice system idle iowait irq softirq steal ...
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100
 }

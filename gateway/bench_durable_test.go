@@ -57,6 +57,13 @@ func runKeeperRole() {
 // keep their state in a fresh directory on tmpfs, with its own keeper.
 func durableSession(b *testing.B) (session.Config, string) {
 	b.Helper()
+	l, dir := durableLauncher(b)
+	return session.Config{Launcher: session.SandboxLauncher(l), StateDir: dir}, dir
+}
+
+// durableLauncher is durableSession's launcher and state directory.
+func durableLauncher(b *testing.B) (*sandbox.Launcher, string) {
+	b.Helper()
 	dir, err := os.MkdirTemp("/dev/shm", "tgbench")
 	if err != nil {
 		b.Fatal(err)
@@ -88,7 +95,7 @@ func durableSession(b *testing.B) (session.Config, string) {
 		os.RemoveAll(dir)
 		sandboxtest.RemoveCgroupParent(parent)
 	})
-	return session.Config{Launcher: session.SandboxLauncher(l), StateDir: dir}, dir
+	return l, dir
 }
 
 // keeperPid finds the keeper of dir among the processes, 0 if none.

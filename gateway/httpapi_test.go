@@ -36,7 +36,13 @@ type apiEnv struct {
 
 func newAPIEnv(t testing.TB, tweak func(*Config)) *apiEnv {
 	t.Helper()
-	e := newEnv(t, tweak)
+	return newAPIEnvSession(t, session.Config{Launcher: session.SandboxLauncher(needLauncher(t))}, tweak)
+}
+
+// newAPIEnvSession is newAPIEnv over a supervisor configured as sc.
+func newAPIEnvSession(t testing.TB, sc session.Config, tweak func(*Config)) *apiEnv {
+	t.Helper()
+	e := newEnvSession(t, sc, tweak)
 	mux := http.NewServeMux()
 	e.srv.apiRoutes(mux)
 	ts := httptest.NewServer(mux)

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/termgate/termgate/sandbox/internal/seccomp"
 	"github.com/termgate/termgate/sandbox/sandboxtest"
 )
 
@@ -178,65 +177,13 @@ func plainBwrap(l *Launcher, p Policy) (time.Time, error) { return plainBwrapFro
 // from a lean mount namespace (mountns) when lean, as termgate forks,
 // and without the plan's operations that drop accepts (withoutOps).
 func plainBwrapFrom(l *Launcher, p Policy, lean bool, drop func(op []string) bool) (time.Time, error) {
-	pl := buildPlan(p, l.layout, seccomp.Program())
+	var edit func([]string) ([]string, error)
 	if drop != nil {
-		opts, err := withoutOps(pl.opts, drop)
-		if err != nil {
-			return time.Time{}, err
-		}
-		pl.opts = opts
+		edit = func(opts []string) ([]string, error) { return withoutOps(opts, drop) }
 	}
-	for _, kv := range p.sortedEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		pl.opts = append(pl.opts, "--setenv", k, v)
-	}
-	pl.argv = append([]string{"--"}, p.Command...)
-	files, err := l.openFiles(pl, p)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer closeAll(files)
-	argsR, argsW, err := os.Pipe()
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer argsR.Close()
-	argsW.Write(encodeArgs(pl.opts))
-	argsW.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer outR.Close()
-	// No control socket: the command does not read one.
-	req := spawnRequest{path: l.bwrap, args: append([]string{"bwrap", "--args", fmt.Sprint(argsFD)}, pl.argv...),
-		files: append([]*os.File{nil, outW, outW, nil, argsR}, files...)}
-	if id, _ := l.identityFor(p); id.switchTo {
-		req.cred = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
-	}
-	if lean {
-		req.resolves = l.resolves(p)
-		child, err := spawnOn(launcherForker, req)
-		outW.Close()
-		if err != nil {
-			return time.Time{}, err
-		}
-		var fb firstByte
-		io.Copy(&fb, outR)
-		if ws, _, err := child.wait(); err != nil || ws.ExitStatus() != 0 {
-			return fb.at, fmt.Errorf("bwrap: %v, exit status %d", err, ws.ExitStatus())
-		}
-		return fb.at, nil
-	}
-	cmd := execCommand(req)
-	if err := cmd.Start(); err != nil {
-		outW.Close()
-		return time.Time{}, err
-	}
-	outW.Close()
 	var fb firstByte
-	io.Copy(&fb, outR)
-	return fb.at, cmd.Wait()
+	err := l.runBare(p, lean, edit, &fb)
+	return fb.at, err
 }
 
 // ptyBenchBytes is what BenchmarkPTYThroughput's command prints.
