@@ -18,7 +18,7 @@ ifneq ($(filter /%,$(shell $(shell $(GO) env CC) -print-file-name=libc.a 2>/dev/
 BUILDFLAGS := -tags netgo,osusergo -ldflags '-linkmode=external -extldflags=-static'
 endif
 
-.PHONY: run test deps test-deps web build check cross unit bench
+.PHONY: run test deps test-deps web build check cross unit bench bench-agents
 
 run: deps web
 	$(GO) run $(BUILDFLAGS) ./cmd/termgate serve --dev
@@ -65,3 +65,13 @@ unit:
 # benchmarks run the test binary as the init.
 bench:
 	$(GO) test $(BUILDFLAGS) -run '^$$' -bench . -benchmem -count 3 ./...
+
+# bench-agents is issue 47's table in one command (docs/performance.md,
+# "Agent workloads"): short commands against the bare plan, the CLI's
+# start, a retained execution's memory, and the doors' own benchmarks.
+bench-agents:
+	$(GO) test $(BUILDFLAGS) -run '^$$' -bench 'AgentExec' -benchtime 1000x ./gateway
+	$(GO) test $(BUILDFLAGS) -run '^$$' -bench 'CLIStart' -benchtime 60x -count 2 ./cmd/termgate
+	$(GO) test $(BUILDFLAGS) -run '^$$' -bench 'RetainedExecutions|Forward|Files' -benchtime 1x ./gateway
+	$(GO) test $(BUILDFLAGS) -run '^$$' -bench 'Clients' -benchtime 1x ./cmd/termgate
+	$(GO) test $(BUILDFLAGS) -run '^$$' -bench . -benchtime 1x ./sandbox/netpolicy/...

@@ -497,3 +497,56 @@ func newRoomyEnv(b *testing.B, n, conns int) *testEnv {
 		c.Supervisor = sup
 	})
 }
+
+// BenchmarkRetainedExecutions finishes 500 short PTY commands and reports
+// termgate's memory per retained finished execution (heap and goroutine
+// stacks, after a collection), its final screen snapshot and output
+// history included: "true" prints nothing, "screen" fills an 80x24
+// terminal with text (issue 47's target: at most 64 KiB each). Each
+// iteration has a gateway and supervisor of its own: nothing removes a
+// retained execution before its retention ends.
+func BenchmarkRetainedExecutions(b *testing.B) {
+	const n = 500
+	for _, v := range []struct{ name, script string }{
+		{"true", "true"},
+		{"screen", "i=0; while [ $i -lt 24 ]; do echo \"line $i: the quick brown fox jumps over the lazy dog 0123456789 abcdefghij\"; i=$((i+1)); done"},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			for b.Loop() {
+				e := newRoomyEnv(b, n, 64)
+				prefix := "retained-"
+				heap0, stacks0 := memSplit()
+				var wg sync.WaitGroup
+				for w := range 8 {
+					wg.Go(func() {
+						c := e.dial(b, e.token(b, "bench", allScopes...))
+						defer c.close()
+						for i := w; i < n; i += 8 {
+							c.send(b, wire.Request{Type: wire.TypeStart, ID: fmt.Sprint(prefix, i), PTY: &wire.Size{Rows: 24, Cols: 80}, Command: "/bin/sh", Args: []string{"-c", v.script}})
+							c.expect(b, wire.MsgStarted)
+						}
+					})
+				}
+				wg.Wait()
+				waitFinished(b, e, prefix, n)
+				heap1, stacks1 := memSplit()
+				b.ReportMetric(float64(heap1+stacks1-heap0-stacks0)/n/1024, "KiB/retained")
+				b.ReportMetric(float64(stacks1-stacks0)/n/1024, "KiB-stacks/retained")
+			}
+		})
+	}
+}
+
+// waitFinished waits, at most two minutes, until the n executions of
+// "bench" whose IDs start with prefix each have a result.
+func waitFinished(b *testing.B, e *testEnv, prefix string, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sup := e.srv.cfg.Supervisor
+	for i := range n {
+		id := fmt.Sprint(prefix, i)
+		if info, err := sup.Wait(ctx, "bench", id, 1<<62, time.Minute); err != nil || info.Result == nil {
+			b.Fatalf("wait %s: %+v %v", id, info, err)
+		}
+	}
+}
