@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"cmp"
+	"compress/gzip"
 	"errors"
 	"maps"
 	"net/http"
 	"net/http/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -56,39 +59,26 @@ func newMetrics() *metrics {
 }
 
 // counters are one counter family's series by their label's value, each
-// made when first counted.
-type counters struct {
-	mu sync.RWMutex
-	by map[string]*atomic.Uint64
-}
+// made when first counted. A series counted again is found without a
+// lock (sync.Map): forward and file bytes count every chunk.
+type counters struct{ by sync.Map } // label value -> *atomic.Uint64
 
 // add adds n to label's series.
 func (c *counters) add(label string, n uint64) {
-	c.mu.RLock()
-	v := c.by[label]
-	c.mu.RUnlock()
-	if v == nil {
-		c.mu.Lock()
-		if v = c.by[label]; v == nil {
-			if c.by == nil {
-				c.by = make(map[string]*atomic.Uint64)
-			}
-			v = new(atomic.Uint64)
-			c.by[label] = v
-		}
-		c.mu.Unlock()
+	v, ok := c.by.Load(label)
+	if !ok {
+		v, _ = c.by.LoadOrStore(label, new(atomic.Uint64))
 	}
-	v.Add(n)
+	v.(*atomic.Uint64).Add(n)
 }
 
 // write writes the family: its series by label value, in order.
 func (c *counters) write(w *promtext.Writer, name, help, label string) {
-	c.mu.RLock()
-	by := make(map[string]uint64, len(c.by))
-	for k, v := range c.by {
-		by[k] = v.Load()
-	}
-	c.mu.RUnlock()
+	by := map[string]uint64{}
+	c.by.Range(func(k, v any) bool {
+		by[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
 	w.Family(name, help, promtext.Counter)
 	for _, k := range slices.Sorted(maps.Keys(by)) {
 		w.Sample(name, float64(by[k]), label, k)
@@ -236,13 +226,14 @@ func endLabel(k session.EndKey) session.EndKey {
 	return session.EndKey{Status: k.Status, Reason: "other"}
 }
 
-// serveMetrics writes every family in the text format: the gateway's
-// own, the supervisor's Stats (its lock only for as long as Stats and
-// Occupancy copy figures out), the network policies', the Go runtime's
-// and the process's. Nothing is counted on the hot path for a scrape.
-func (s *Server) serveMetrics(rw http.ResponseWriter, _ *http.Request) {
-	rw.Header().Set("Content-Type", promtext.ContentType)
-	w := promtext.NewWriter(rw)
+// serveMetrics serves every family in the text format, gzipped when the
+// scraper accepts it: the gateway's own, the supervisor's Stats (its lock
+// only for as long as Stats and Occupancy copy figures out), the network
+// policies', the Go runtime's and the process's. Nothing is counted on
+// the hot path for a scrape.
+func (s *Server) serveMetrics(rw http.ResponseWriter, r *http.Request) {
+	var body bytes.Buffer // whole before it is sent: a scrape is all or nothing
+	w := promtext.NewWriter(&body)
 	m := s.metrics
 	w.One("termgate_connections_open", "WebSocket connections open.", promtext.Gauge, float64(m.connsOpen.Load()))
 	m.connsClosed.write(w, "termgate_connections_closed_total", "WebSocket connections closed, by close code (none: no close frame; other: a code termgate does not know).", "code")
@@ -257,7 +248,17 @@ func (s *Server) serveMetrics(rw http.ResponseWriter, _ *http.Request) {
 	s.writeNetworkMetrics(w)
 	promtext.WriteGo(w)
 	promtext.WriteProcess(w)
-	w.Flush() // an error is the scraper's gone
+	w.Flush() // a bytes.Buffer takes everything
+	rw.Header().Set("Content-Type", promtext.ContentType)
+	rw.Header().Set("Vary", "Accept-Encoding")
+	if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		rw.Write(body.Bytes())
+		return
+	}
+	rw.Header().Set("Content-Encoding", "gzip") // as Prometheus asks: a tenth of the bytes
+	gz := gzip.NewWriter(rw)
+	gz.Write(body.Bytes())
+	gz.Close()
 }
 
 // tenantNote says how the tenant label is bounded.

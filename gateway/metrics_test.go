@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -43,16 +44,21 @@ func scrape(t testing.TB, url string) map[string]float64 {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	// Prometheus's own parser refuses what a server would: a family
-	// twice, a sample outside its family, a bad escape or value.
+	// Prometheus's Go parser refuses a bad escape, value or type, and a
+	// family's HELP or TYPE twice; it takes a sample away from its family
+	// and a series twice, which the loop below refuses.
 	parser := expfmt.NewTextParser(model.LegacyValidation)
 	if _, err := parser.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
 		t.Fatalf("Prometheus's parser refuses /metrics: %v\n%s", err, body)
 	}
 	out := map[string]float64{}
+	family := ""
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
+		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			family, _, _ = strings.Cut(name, " ")
+		}
 		if strings.HasPrefix(line, "#") || line == "" {
 			continue
 		}
@@ -60,6 +66,12 @@ func scrape(t testing.TB, url string) map[string]float64 {
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
 			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		if !strings.HasPrefix(line, family) {
+			t.Fatalf("metrics line %q is not under its family's TYPE (the last was %s)", line, family)
+		}
+		if _, twice := out[line[:i]]; twice {
+			t.Fatalf("metrics series %s twice", line[:i])
 		}
 		out[line[:i]] = v
 	}
@@ -246,5 +258,44 @@ func TestMetricsAuditLost(t *testing.T) {
 	defer ps.Close()
 	if _, ok := scrape(t, ps.URL)["termgate_audit_lost_records_total"]; ok {
 		t.Error("a server without an audit trail has termgate_audit_lost_records_total")
+	}
+}
+
+// TestMetricsGzip: a scraper that accepts gzip, as Prometheus does, gets
+// the exposition gzipped; one that does not, plain.
+func TestMetricsGzip(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, &sessiontest.Launcher{Script: sessiontest.UntilStopped}, nil)
+	ms := httptest.NewServer(e.srv.MetricsHandler())
+	defer ms.Close()
+	get := func(encoding string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, ms.URL+"/metrics", nil)
+		req.Header.Set("Accept-Encoding", encoding) // set by hand: the client does not undo the gzip
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, body
+	}
+	resp, plain := get("identity")
+	if resp.Header.Get("Content-Encoding") != "" || !bytes.HasPrefix(plain, []byte("# HELP ")) {
+		t.Errorf("identity: Content-Encoding %q, body %.40q", resp.Header.Get("Content-Encoding"), plain)
+	}
+	resp, zipped := get("gzip, deflate")
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("gzip: Content-Encoding %q", resp.Header.Get("Content-Encoding"))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(zipped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(zr)
+	if err != nil || !bytes.HasPrefix(unzipped, []byte("# HELP ")) || len(zipped) >= len(unzipped)/3 {
+		t.Errorf("gzip: %v, %d bytes for %d, %.40q", err, len(zipped), len(unzipped), unzipped)
 	}
 }

@@ -24,13 +24,13 @@ func WriteProcess(w *Writer) {
 	if fds, err := openFDs(); err == nil {
 		w.One("process_open_fds", "Open file descriptors.", Gauge, float64(fds))
 	}
-	stat, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return
+	// The fields of /proc/self/stat after the command's name, which is in
+	// parentheses and may hold spaces: state is field 3, starttime 22,
+	// vsize 23, rss 24. None when it cannot be read.
+	var f [][]byte
+	if stat, err := os.ReadFile("/proc/self/stat"); err == nil {
+		f = bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
 	}
-	// The fields after the command's name, which is in parentheses and
-	// may hold spaces: state is field 3, starttime 22, vsize 23, rss 24.
-	f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
 	field := func(n int) (float64, bool) {
 		if n-3 >= len(f) {
 			return 0, false
@@ -56,20 +56,18 @@ func WriteProcess(w *Writer) {
 		w.One("process_network_transmit_bytes_total", "Bytes sent by this process's network namespace (IpExt OutOctets).", Counter, out)
 	}
 	if syscall.Getrlimit(syscall.RLIMIT_AS, &as) == nil {
-		w.One("process_virtual_memory_max_bytes", "The limit on virtual memory, in bytes (RLIMIT_AS; -1: none).", Gauge, rlimitValue(as.Cur))
+		// As Prometheus's Go client writes it: no limit is 2^64-1.
+		w.One("process_virtual_memory_max_bytes", "The limit on virtual memory, in bytes (RLIMIT_AS; 2^64-1: none).", Gauge, float64(as.Cur))
 	}
 }
 
-// rlimitValue is a limit, -1 for RLIM_INFINITY.
-func rlimitValue(v uint64) float64 {
-	if v == ^uint64(0) {
-		return -1
-	}
-	return float64(v)
-}
-
-// openFDs counts the entries of /proc/self/fd.
+// openFDs counts the open descriptors: the size of /proc/self/fd from
+// Linux 6.2, else its entries, listed (a gateway may hold tens of
+// thousands).
 func openFDs() (int, error) {
+	if fi, err := os.Stat("/proc/self/fd"); err == nil && fi.Size() > 0 {
+		return int(fi.Size()), nil
+	}
 	d, err := os.Open("/proc/self/fd")
 	if err != nil {
 		return 0, err

@@ -15,6 +15,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ContentType is the text format's media type.
@@ -55,8 +56,12 @@ func (w *Writer) Family(name, help, typ string) {
 
 // Sample writes one sample of the family begun last: name (the family's,
 // or with _bucket, _sum or _count), its labels as name, value pairs, and
-// its value.
+// its value. Names are the caller's constants: they are not checked, and
+// labels must come in pairs.
 func (w *Writer) Sample(name string, v float64, labels ...string) {
+	if len(labels)%2 != 0 {
+		panic("promtext: labels of " + name + " are not name, value pairs")
+	}
 	b := append(w.buf[:0], name...)
 	if len(labels) > 0 {
 		b = append(b, '{')
@@ -89,6 +94,9 @@ func (w *Writer) One(name, help, typ string, v float64) {
 // bucket i alone (not cumulative), and len(counts) is len(bounds) or one
 // more for those above the last bound.
 func (w *Writer) Histogram(name, help string, bounds []float64, counts []uint64, sum float64) {
+	if len(counts) < len(bounds) {
+		panic("promtext: histogram " + name + " has fewer counts than bounds")
+	}
 	w.Family(name, help, Histogram)
 	var cum uint64
 	for i, le := range bounds {
@@ -121,8 +129,12 @@ func appendValue(b []byte, v float64) []byte {
 }
 
 // appendEscaped escapes a backslash and a line feed (HELP text), and in a
-// label value a double quote too.
+// label value a double quote too. Bytes that are not UTF-8 become U+FFFD:
+// a Prometheus server refuses a whole scrape for one.
 func appendEscaped(b []byte, s string, quote bool) []byte {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
 	if !strings.ContainsAny(s, "\\\n\"") {
 		return append(b, s...)
 	}

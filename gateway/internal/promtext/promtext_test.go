@@ -2,6 +2,7 @@ package promtext
 
 import (
 	"bytes"
+	"io"
 	"math"
 	"runtime"
 	"slices"
@@ -13,8 +14,8 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// parse reads out with Prometheus's own text parser, which refuses what
-// a Prometheus server would.
+// parse reads out with Prometheus's Go text parser: it refuses a bad
+// escape, value or type, and a family's HELP or TYPE twice.
 func parse(t *testing.T, out []byte) map[string]*dto.MetricFamily {
 	t.Helper()
 	p := expfmt.NewTextParser(model.LegacyValidation)
@@ -133,5 +134,34 @@ func TestRuntimeAndProcess(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "process_virtual_memory_max_bytes ") {
 		t.Errorf("no process_virtual_memory_max_bytes")
+	}
+}
+
+// TestWriterRefusesMisuse: labels not in pairs and a histogram short of
+// counts are the caller's bugs, refused at once; a label value that is
+// not UTF-8 is written as U+FFFD, since a Prometheus server refuses a
+// whole scrape for one.
+func TestWriterRefusesMisuse(t *testing.T) {
+	for name, f := range map[string]func(w *Writer){
+		"odd labels":      func(w *Writer) { w.Sample("x", 1, "k") },
+		"short histogram": func(w *Writer) { w.Histogram("h", "", []float64{1, 2}, []uint64{1}, 0) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f(NewWriter(io.Discard))
+		}()
+	}
+	var b bytes.Buffer
+	w := NewWriter(&b)
+	w.Family("x", "A.", Gauge)
+	w.Sample("x", 1, "k", "a\xffb")
+	w.Flush()
+	fams := parse(t, b.Bytes())
+	if got := fams["x"].Metric[0].Label[0].GetValue(); got != "a\uFFFDb" {
+		t.Errorf("label value %q, want a U+FFFD b", got)
 	}
 }

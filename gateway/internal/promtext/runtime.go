@@ -1,7 +1,6 @@
 package promtext
 
 import (
-	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -52,7 +51,7 @@ func WriteGo(w *Writer) {
 		case metrics.KindFloat64:
 			return s[i].Value.Float64()
 		}
-		return math.NaN() // a metric this Go does not have
+		return 0 // a metric this Go does not have, as Prometheus's Go client reads it
 	}
 	objects, unused, free, released := v(0), v(1), v(2), v(3)
 	stacks, osStacks, total := v(4), v(5), v(6)
