@@ -13,7 +13,9 @@
 //   - the server process's CPU and context switches (every thread's
 //     voluntary and nonvoluntary) per keystroke over the same keystrokes;
 //   - opening shells (bash on a PTY, a WebSocket each), so many at a time:
-//     open when the prompt arrived;
+//     open when the prompt arrived; and as many of the shell's plan run
+//     bare by bwrap, its floor (shellfloor.go), with the machine's CPU
+//     per shell for both;
 //   - CPU per shell of the whole process tree (the server and everything
 //     below it, live or reaped) from before the first open until the last
 //     shell is gone;
@@ -106,9 +108,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var f floors
+	var sf shellFloor
 	if o.floors {
 		if f, err = measureFloors(ctx, o); err != nil {
 			return fmt.Errorf("floors: %w", err)
+		}
+		if sf, err = measureShellFloor(ctx, o); err != nil {
+			return fmt.Errorf("shells' floor: %w", err)
 		}
 	}
 	srv, err := startServer(ctx, o)
@@ -116,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t, err := measure(ctx, srv, o)
-	t.floors, t.floorsOn = f, o.floors
+	t.floors, t.shellFloor, t.floorsOn = f, sf, o.floors
 	if stopErr := srv.stop(); err == nil {
 		err = stopErr
 	}
@@ -138,7 +144,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.par, "par", 16, "shells opened at a time")
 	fs.IntVar(&o.inputPerSecond, "input-per-second", 0, "serve's --input-per-second (0: its default)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
-	fs.BoolVar(&o.floors, "floors", true, "first time the same keystrokes on a bare PTY, over a bare WebSocket echo in another process, and through a bare WebSocket-to-PTY relay there")
+	fs.BoolVar(&o.floors, "floors", true, "first time the same keystrokes on a bare PTY, over a bare WebSocket echo in another process, and through a bare WebSocket-to-PTY relay there, and open as many shells' plans bare by bwrap")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write serve's CPU profile (pprof, through --metrics-listen) of the -profile phase to `FILE`")
 	fs.StringVar(&o.profilePhase, "profile", phaseShells, "what -cpuprofile profiles: "+phaseShells+" (from the first shell's open) or "+phaseEcho+" (from the first timed keystroke)")
 	fs.DurationVar(&o.profileFor, "profile-for", 5*time.Second, "how long -cpuprofile profiles (whole seconds)")

@@ -21,10 +21,11 @@ import (
 )
 
 // TestMain is also the WebSocket floor's echo server, which the floors
-// start as this very binary.
+// start as this very binary. The shells' floor keeps the launcher's
+// forking thread, as a server does.
 func TestMain(m *testing.M) {
 	echoServerRole()
-	sandboxtest.Main(m)
+	sandboxtest.Main(m, sandboxtest.Ignore(sandboxtest.Forker))
 }
 
 // TestParseRefusesWhatCannotBeMeasured: sizes that give no figure are
@@ -68,7 +69,9 @@ func TestLoadPrintsTheTable(t *testing.T) {
 		"| keystroke echo p50 above the bare relay, us | ", "| server CPU and context switches per keystroke | ",
 		"| open 4 shells, 2 at a time | ", "| CPU per shell, whole process tree (serve, keeper and the executions' cgroups) | ", "| server RSS per attached idle session | ",
 		"| of it anonymous (Go heap, stacks, runtime) / shared memory (mapped rings, input logs) / file | ",
-		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | "} {
+		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | ",
+		"| floor: 4 shells' plans run bare by bwrap, 2 at a time (sandbox.RunBare) | ",
+		"| machine CPU per shell opened, termgate / the floor's per start (/proc/stat) | "} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("no row %q in\n%s", row, out.String())
 		}

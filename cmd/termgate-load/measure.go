@@ -35,6 +35,9 @@ type table struct {
 	rssBefore, rssMax int64   // kB, server
 	floors            floors  // the echo's floors, when floorsOn
 	floorsOn          bool
+	machinePerShell   time.Duration // the machine's CPU over the opening, per shell
+	shellFloor        shellFloor    // the shells' floor, when floorsOn
+	nShells, par      int
 }
 
 // measure runs the echo, then the shells, on srv.
@@ -116,9 +119,11 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	cpu0, _ := shellsCPU(srv.pid, keeper, srv.cgParent)
 	own0, keeper0 := ownCPU(srv.pid), ownCPU(keeper)
 	profiled := startProfile(ctx, srv, o, phaseShells)
-	start := time.Now()
+	busy0, start := machineBusy(), time.Now()
 	sessions, err := openShells(ctx, srv, o.shells, o.par)
 	t.openAll = time.Since(start)
+	t.machinePerShell = (machineBusy() - busy0) / time.Duration(o.shells)
+	t.nShells, t.par = o.shells, o.par
 	t.serverPerShell = (ownCPU(srv.pid) - own0) / time.Duration(o.shells)
 	t.keeperPerShell = (ownCPU(keeper) - keeper0) / time.Duration(o.shells)
 	defer func() {
@@ -245,6 +250,11 @@ func (t table) print(w io.Writer, o options) {
 	}
 	fmt.Fprintf(w, "| server CPU and context switches per keystroke | %.0f us, %.1f |\n", us(t.cpuPerKey), t.ctxPerKey)
 	fmt.Fprintf(w, "| open %d shells, %d at a time | %.2f s |\n", o.shells, o.par, t.openAll.Seconds())
+	if t.floorsOn {
+		for _, row := range t.shellFloorRows() {
+			fmt.Fprintln(w, row)
+		}
+	}
 	how := "serve, keeper and the executions' cgroups"
 	if !t.cpuByGroups {
 		how = "/proc, without cgroup2: misses processes reparented out of the tree"
