@@ -540,6 +540,35 @@ func TestHTTPStartRateLimited(t *testing.T) {
 	e.fails(t, 400, "invalid_spec", "POST", "/v1/executions", e.token(t, "globex", allScopes...), bad)
 }
 
+// TestDefaultStartRateKeepsAnAgentsPace: at the defaults, an agent's
+// burst of short commands (each start about 20 ms here, so 600 in about
+// 15 s) is not refused, and the limit still holds past the burst. At 60
+// a minute, the 61st start of an agent running commands one after the
+// other was refused, and it went on at one a second.
+func TestDefaultStartRateKeepsAnAgentsPace(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, nil)
+	tok := e.token(t, "acme", allScopes...)
+	bad := apiStart{Command: "/usr/bin/python3"} // refused after the limiter: no sandbox needed
+	allowed := 0
+	for range DefaultStartsPerMinute + 100 { // the refill over the loop is far below 100
+		status, _, body, err := e.do(t.Context(), "POST", "/v1/executions", tok, bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status == 429 {
+			break
+		}
+		if status != 400 {
+			t.Fatalf("start %d: %d %s", allowed+1, status, body)
+		}
+		allowed++
+	}
+	if allowed < 500 || allowed >= DefaultStartsPerMinute+100 {
+		t.Errorf("%d starts in a row allowed at the defaults, want at least 500 and a refusal after %d", allowed, DefaultStartsPerMinute)
+	}
+}
+
 func TestAPISubjectLimitsDropIdleBuckets(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

@@ -35,19 +35,24 @@ const (
 	// and for all of a subject's together.
 	DefaultMaxQueuedBytes           = 8 << 20
 	DefaultMaxQueuedBytesPerSubject = 16 << 20
-	DefaultStartsPerMinute          = 60
-	DefaultInputPerSecond           = 1000
-	DefaultResizesPerSecond         = 30
-	DefaultPingInterval             = 15 * time.Second
-	DefaultPongTimeout              = 45 * time.Second
-	DefaultAuthWarning              = 60 * time.Second
-	DefaultWriteTimeout             = 30 * time.Second
-	DefaultMaxTimeout               = 24 * time.Hour
-	DefaultRequestReadTimeout       = 30 * time.Second
-	DefaultHold                     = 5 * time.Minute
-	DefaultMaxHold                  = time.Hour
-	DefaultMaxRetention             = 24 * time.Hour
-	DefaultMaxOutputBudget          = 256 << 10
+	// DefaultStartsPerMinute lets an agent run short commands one after
+	// the other at the sandbox's pace (a start takes 15-25 ms) for a
+	// burst of 600, then 10 a second per token subject, a small share of
+	// what a machine can start. Concurrency stays bounded by the running
+	// limits, and the machine is shared by the tenants' CPU weights.
+	DefaultStartsPerMinute    = 600
+	DefaultInputPerSecond     = 1000
+	DefaultResizesPerSecond   = 30
+	DefaultPingInterval       = 15 * time.Second
+	DefaultPongTimeout        = 45 * time.Second
+	DefaultAuthWarning        = 60 * time.Second
+	DefaultWriteTimeout       = 30 * time.Second
+	DefaultMaxTimeout         = 24 * time.Hour
+	DefaultRequestReadTimeout = 30 * time.Second
+	DefaultHold               = 5 * time.Minute
+	DefaultMaxHold            = time.Hour
+	DefaultMaxRetention       = 24 * time.Hour
+	DefaultMaxOutputBudget    = 256 << 10
 )
 
 // Config configures a Server. Zero fields take the defaults.
