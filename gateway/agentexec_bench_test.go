@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/termgate/termgate/gateway/auth"
 	"github.com/termgate/termgate/gateway/wire"
 	"github.com/termgate/termgate/sandbox"
+	"github.com/termgate/termgate/sandbox/sandboxtest"
 	"github.com/termgate/termgate/session"
 )
 
@@ -96,10 +96,10 @@ func benchAgentExec(b *testing.B, serveDefaults bool, argv []string) {
 		turn := make([]float64, len(contenders))
 		for k := range contenders {
 			c := (i + k) % len(contenders) // each goes first in turn
-			busy, start := machineBusy(b), time.Now()
+			busy, start := sandboxtest.MachineBusy(b), time.Now()
 			contenders[c]()
 			turn[c] = time.Since(start).Seconds() * 1000
-			cpu[c] += machineBusy(b) - busy
+			cpu[c] += sandboxtest.MachineBusy(b) - busy
 			took[c] = append(took[c], turn[c])
 		}
 		ratios = append(ratios, turn[0]/turn[2])
@@ -116,23 +116,4 @@ func medianOf(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-// machineBusy is the machine's busy CPU time since boot (/proc/stat,
-// every state but idle and iowait), in USER_HZ ticks' resolution.
-func machineBusy(b testing.TB) time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		b.Fatal(err)
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	var ticks int64
-	for i, f := range strings.Fields(line)[1:] { // user nice system idle iowait irq softirq steal ...
-		if i == 3 || i == 4 {
-			continue
-		}
-		n, _ := strconv.ParseInt(f, 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / 100
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -431,7 +430,7 @@ func BenchmarkPolicyCost(b *testing.B) {
 		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			before, start := machineBusy(b), time.Now()
+			before, start := sandboxtest.MachineBusy(b), time.Now()
 			for b.Loop() {
 				var wg sync.WaitGroup
 				for range policyRound {
@@ -445,7 +444,7 @@ func BenchmarkPolicyCost(b *testing.B) {
 			}
 			starts := float64(b.N * policyRound)
 			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/starts, "ms/start")
-			b.ReportMetric(float64((machineBusy(b)-before).Microseconds())/1000/starts, "machine-cpu-ms/start")
+			b.ReportMetric(float64((sandboxtest.MachineBusy(b)-before).Microseconds())/1000/starts, "machine-cpu-ms/start")
 		})
 	}
 }
@@ -508,26 +507,6 @@ func withoutOps(opts []string, drop func(op []string) bool) ([]string, error) {
 // starts at once: the load tool's 16, and at -benchtime=1x enough CPU
 // time to read in /proc/stat's 10 ms ticks.
 const policyRound = 16
-
-// machineBusy returns the CPU time every CPU of the machine has spent
-// other than idle or waiting for I/O, from /proc/stat.
-func machineBusy(b testing.TB) time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		b.Fatal(err)
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	fields := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-	var ticks int64
-	for i, f := range fields[1:] {
-		if i == 3 || i == 4 {
-			continue
-		}
-		n, _ := strconv.ParseInt(f, 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
-}
 
 // TestWithoutOps checks the trimming BenchmarkPolicyCost's variants rely
 // on: every option of a PTY shell's plan is known, the masks go with the
