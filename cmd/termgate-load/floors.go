@@ -223,6 +223,7 @@ func serveEcho(stdin io.Reader, stdout io.Writer) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", echo)
 	mux.HandleFunc("/relay", relay)
+	mux.HandleFunc("/output", serveOutput)
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: mux}
 	go func() {
 		io.Copy(io.Discard, stdin)

@@ -22,7 +22,11 @@
 //   - CPU per shell of the server process alone, and of the keeper alone
 //     (its own threads, not the sandboxes it reaped), over the opening;
 //   - server RSS per attached idle session, processes and tree PSS per
-//     shell, with every shell open and attached.
+//     shell, with every shell open and attached;
+//   - PTY output: cat of a file on a terminal read through termgate, and
+//     on its two floors, a bare read of the PTY and a bare delivery of
+//     each read to another process over a WebSocket, in alternating
+//     rounds (throughput.go).
 //
 // With -attack snapshot it runs instead the snapshot attack of the
 // hardening round (docs/performance.md): a large terminal drawn full,
@@ -66,6 +70,8 @@ type options struct {
 	floors         bool          // measure the echo floors first
 	attack         string        // "snapshot": run that attack instead of the table (attack.go)
 	attackSize     int           // its terminal's rows and columns
+	outputMiB      int           // the PTY output's file, in MiB; 0: no output rounds
+	outputRounds   int           // its rounds
 }
 
 func main() {
@@ -152,6 +158,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write serve's heap profile (pprof, through --metrics-listen) with every shell attached and idle to `FILE`, its goroutines to FILE.goroutines, and its heap once the shells ended and -settle passed to FILE.settled")
 	fs.StringVar(&o.attack, "attack", "", "run an attack instead of the table: snapshot (a terminal's screen asked for twice on a connection that reads nothing; serve's RSS)")
 	fs.IntVar(&o.attackSize, "attack-size", 1000, "the snapshot attack's terminal rows and columns")
+	fs.IntVar(&o.outputMiB, "output-mib", 64, "the PTY output rounds' file, `MiB` of base64 lines that cat writes to a terminal read through termgate, by a bare read and by a bare delivery (the table: 140); 0 skips them")
+	fs.IntVar(&o.outputRounds, "output-rounds", 3, "the PTY output's rounds, each the three in turn")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: termgate-load [-termgate PATH] [-keys 2000] [-shells 50] [-par 16]")
 		fmt.Fprintln(stderr, "example, the full table: termgate-load -termgate bin/termgate -shells 500")
@@ -165,6 +173,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.keys < 2 || o.warm < 0 || o.shells < 1 || o.par < 1 || o.timeout <= 0 || o.settle < 0:
 		return o, errors.New("-keys must be at least 2, -shells and -par at least 1, -warm and -settle at least 0, -timeout positive")
+	case o.outputMiB < 0 || o.outputMiB > 1024 || o.outputRounds < 1:
+		return o, errors.New("-output-mib must be 0 to 1024 (0: no output rounds), -output-rounds at least 1")
 	case o.profileFor < time.Second:
 		return o, errors.New("-profile-for must be at least 1s")
 	case o.profilePhase != phaseShells && o.profilePhase != phaseEcho:

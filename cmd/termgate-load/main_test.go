@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 func TestParseRefusesWhatCannotBeMeasured(t *testing.T) {
 	for _, args := range [][]string{
 		{"-keys", "1"}, {"-shells", "0"}, {"-par", "0"}, {"-warm", "-1"}, {"-timeout", "0s"}, {"-settle", "-1s"}, {"-profile", "idle"}, {"extra"},
-		{"-termgate", ""},
+		{"-termgate", ""}, {"-output-mib", "-1"}, {"-output-mib", "1025"}, {"-output-rounds", "0"},
 	} {
 		if _, err := parse(append([]string{"-termgate", "/bin/true"}, args...), io.Discard); err == nil {
 			t.Errorf("%q: accepted", args)
@@ -59,7 +59,7 @@ func TestLoadPrintsTheTable(t *testing.T) {
 	var out, errs bytes.Buffer
 	profile, heap := filepath.Join(t.TempDir(), "cpu.pprof"), filepath.Join(t.TempDir(), "heap.pprof")
 	args := []string{"-termgate", bin, "-keys", "50", "-warm", "5", "-shells", "4", "-par", "2", "-timeout", "5m",
-		"-cpuprofile", profile, "-profile-for", "1s", "-heapprofile", heap}
+		"-cpuprofile", profile, "-profile-for", "1s", "-heapprofile", heap, "-output-mib", "2", "-output-rounds", "1"}
 	if err := run(ctx, args, &out, &errs); err != nil {
 		t.Fatalf("run: %v\n%s", err, errs.String())
 	}
@@ -71,7 +71,10 @@ func TestLoadPrintsTheTable(t *testing.T) {
 		"| of it anonymous (Go heap, stacks, runtime) / shared memory (mapped rings, input logs) / file | ",
 		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | ",
 		"| floor: 4 shells' plans run bare by bwrap, 2 at a time (sandbox.RunBare) | ",
-		"| machine CPU per shell opened, termgate / the floor's per start (/proc/stat) | "} {
+		"| machine CPU per shell opened, termgate / the floor's per start (/proc/stat) | ",
+		"| PTY output, cat of 2.0 MiB of base64 lines (rounds: 1, medians): termgate, acknowledged | ",
+		"| floor: a bare blocking read of the PTY | ",
+		"| floor: bare delivery (each read of the PTY a WebSocket message to another process) | "} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("no row %q in\n%s", row, out.String())
 		}

@@ -37,6 +37,7 @@ type table struct {
 	floorsOn          bool
 	machinePerShell   time.Duration // the machine's CPU over the opening, per shell
 	shellFloor        shellFloor    // the shells' floor, when floorsOn
+	out               outputTable   // PTY output and its floors, without -output-mib 0
 	nShells, par      int
 }
 
@@ -48,6 +49,11 @@ func measure(ctx context.Context, srv *server, o options) (table, error) {
 	}
 	if err := t.shells(ctx, srv, o); err != nil {
 		return t, fmt.Errorf("shells: %w", err)
+	}
+	if o.outputMiB > 0 {
+		if err := t.output(ctx, srv, o); err != nil {
+			return t, fmt.Errorf("output: %w", err)
+		}
 	}
 	return t, nil
 }
@@ -268,6 +274,9 @@ func (t table) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| processes per shell / tree PSS per shell | %.0f / %.0f kB |\n", t.procsPerShell, t.pssPerShell)
 	fmt.Fprintf(w, "| server RSS before / all open / all closed / %s later | %d / %d / %d / %d kB |\n",
 		o.settle, t.rssBefore, t.rssMax, t.rssAfterClose, t.rssSettled)
+	for _, row := range t.outputRows() {
+		fmt.Fprintln(w, row)
+	}
 }
 
 // tenths rounds kB to a tenth, a part that shrank by less than that
