@@ -245,9 +245,9 @@ func termgateOutput(ctx context.Context, srv *server, round int) (outputRun, int
 // meter times output from its first byte to its last, and counts the
 // machine's CPU over the same time.
 type meter struct {
-	n                int64
-	first, last      time.Time
-	busyFirst, busyN time.Duration
+	n           int64
+	first, last time.Time
+	busyFirst   time.Duration
 }
 
 func (m *meter) add(n int) {
