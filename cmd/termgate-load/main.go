@@ -173,8 +173,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.keys < 2 || o.warm < 0 || o.shells < 1 || o.par < 1 || o.timeout <= 0 || o.settle < 0:
 		return o, errors.New("-keys must be at least 2, -shells and -par at least 1, -warm and -settle at least 0, -timeout positive")
-	case o.outputMiB < 0 || o.outputMiB > 1024 || o.outputRounds < 1:
-		return o, errors.New("-output-mib must be 0 to 1024 (0: no output rounds), -output-rounds at least 1")
+	case o.outputMiB < 0 || o.outputMiB > 1024 || o.outputRounds < 1 || o.outputRounds > maxOutputRounds:
+		return o, fmt.Errorf("-output-mib must be 0 to 1024 (0: no output rounds), -output-rounds 1 to %d", maxOutputRounds)
 	case o.profileFor < time.Second:
 		return o, errors.New("-profile-for must be at least 1s")
 	case o.profilePhase != phaseShells && o.profilePhase != phaseEcho:

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 func TestParseRefusesWhatCannotBeMeasured(t *testing.T) {
 	for _, args := range [][]string{
 		{"-keys", "1"}, {"-shells", "0"}, {"-par", "0"}, {"-warm", "-1"}, {"-timeout", "0s"}, {"-settle", "-1s"}, {"-profile", "idle"}, {"extra"},
-		{"-termgate", ""}, {"-output-mib", "-1"}, {"-output-mib", "1025"}, {"-output-rounds", "0"},
+		{"-termgate", ""}, {"-output-mib", "-1"}, {"-output-mib", "1025"}, {"-output-rounds", "0"}, {"-output-rounds", "11"},
 	} {
 		if _, err := parse(append([]string{"-termgate", "/bin/true"}, args...), io.Discard); err == nil {
 			t.Errorf("%q: accepted", args)

@@ -43,6 +43,10 @@ import (
 // three; the figures are each one's median and the median of the
 // rounds' ratios.
 
+// maxOutputRounds bounds -output-rounds: each round's execution stays
+// retained, and serve is given room for 16 beyond the shells (serveArgs).
+const maxOutputRounds = 10
+
 // outputFile is the file's name in the tenant's workspace.
 const outputFile = "termgate-load-output.txt"
 
