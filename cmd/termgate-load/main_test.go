@@ -72,6 +72,7 @@ func TestLoadPrintsTheTable(t *testing.T) {
 		"| processes per shell / tree PSS per shell | ", "| CPU per shell opened, server process / keeper process | ",
 		"| floor: 4 shells' plans run bare by bwrap, 2 at a time (sandbox.RunBare) | ",
 		"| machine CPU per shell opened, termgate / the floor's per start (/proc/stat) | ",
+		"| machine CPU per shell opened less the clients' own (this process's), termgate / the floor's per start, its driver included | ",
 		"| PTY output, cat of 2.0 MiB of base64 lines (rounds: 1, medians): termgate, acknowledged | ",
 		"| floor: a bare blocking read of the PTY | ",
 		"| floor: bare delivery (each read of the PTY a WebSocket message to another process) | "} {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -36,6 +37,7 @@ type table struct {
 	floors            floors  // the echo's floors, when floorsOn
 	floorsOn          bool
 	machinePerShell   time.Duration // the machine's CPU over the opening, per shell
+	clientPerShell    time.Duration // of it, this process's own: the clients that open the shells
 	shellFloor        shellFloor    // the shells' floor, when floorsOn
 	out               outputTable   // PTY output and its floors, without -output-mib 0
 	nShells, par      int
@@ -125,10 +127,12 @@ func (t *table) shells(ctx context.Context, srv *server, o options) error {
 	cpu0, _ := shellsCPU(srv.pid, keeper, srv.cgParent)
 	own0, keeper0 := ownCPU(srv.pid), ownCPU(keeper)
 	profiled := startProfile(ctx, srv, o, phaseShells)
+	client0 := ownCPU(os.Getpid())
 	busy0, start := machineBusy(), time.Now()
 	sessions, err := openShells(ctx, srv, o.shells, o.par)
 	t.openAll = time.Since(start)
 	t.machinePerShell = (machineBusy() - busy0) / time.Duration(o.shells)
+	t.clientPerShell = (ownCPU(os.Getpid()) - client0) / time.Duration(o.shells)
 	t.nShells, t.par = o.shells, o.par
 	t.serverPerShell = (ownCPU(srv.pid) - own0) / time.Duration(o.shells)
 	t.keeperPerShell = (ownCPU(keeper) - keeper0) / time.Duration(o.shells)

@@ -91,10 +91,14 @@ func machineBusy() time.Duration {
 // shellFloorRows are the table's rows for the floor beside termgate's.
 func (t table) shellFloorRows() []string {
 	f := t.shellFloor
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	server := t.machinePerShell - t.clientPerShell
 	return []string{
 		fmt.Sprintf("| floor: %d shells' plans run bare by bwrap, %d at a time (sandbox.RunBare) | %.2f s (termgate %.2fx) |",
 			t.nShells, t.par, f.all.Seconds(), t.openAll.Seconds()/f.all.Seconds()),
 		fmt.Sprintf("| machine CPU per shell opened, termgate / the floor's per start (/proc/stat) | %.1f / %.1f ms (%.2fx) |",
-			float64(t.machinePerShell.Microseconds())/1000, float64(f.cpuPer.Microseconds())/1000, float64(t.machinePerShell)/float64(f.cpuPer)),
+			ms(t.machinePerShell), ms(f.cpuPer), float64(t.machinePerShell)/float64(f.cpuPer)),
+		fmt.Sprintf("| machine CPU per shell opened less the clients' own (this process's), termgate / the floor's per start, its driver included | %.1f / %.1f ms (%.2fx) |",
+			ms(server), ms(f.cpuPer), float64(server)/float64(f.cpuPer)),
 	}
 }
