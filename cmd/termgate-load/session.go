@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,7 +19,8 @@ import (
 type session struct {
 	ws      *websocket.Conn
 	channel uint32
-	offset  uint64 // input sent
+	offset  uint64       // input sent
+	buf     bytes.Buffer // the last message read
 }
 
 // dial connects to srv and starts id running command, attached, on a PTY.
@@ -69,9 +71,10 @@ func (s *session) input(ctx context.Context, p []byte) error {
 	return err
 }
 
-// read returns the next control message, or output when out is set.
+// read returns the next control message, or output when out is set;
+// out's data is the session's buffer's until its next read.
 func (s *session) read(ctx context.Context) (m wire.Message, out *wire.Output, err error) {
-	typ, b, err := s.ws.Read(ctx)
+	typ, b, err := readMessage(ctx, s.ws, &s.buf)
 	if err != nil {
 		return m, nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -223,9 +222,8 @@ func termgateOutput(ctx context.Context, srv *server, round int) (outputRun, int
 	}
 	var m meter
 	var unacked int
-	var buf bytes.Buffer
 	for {
-		msg, out, err := readOutput(ctx, ws, &buf)
+		msg, out, err := s.read(ctx)
 		switch {
 		case err != nil:
 			return outputRun{}, m.n, err
@@ -264,20 +262,6 @@ func readMessage(ctx context.Context, c *websocket.Conn, buf *bytes.Buffer) (web
 		return 0, nil, err
 	}
 	return typ, buf.Bytes(), nil
-}
-
-// readOutput is session.read through readMessage: out's data aliases buf
-// until the next read.
-func readOutput(ctx context.Context, c *websocket.Conn, buf *bytes.Buffer) (m wire.Message, out *wire.Output, err error) {
-	typ, b, err := readMessage(ctx, c, buf)
-	if err != nil {
-		return m, nil, err
-	}
-	if typ == websocket.MessageBinary {
-		o, err := wire.DecodeOutput(b)
-		return m, &o, err
-	}
-	return m, nil, json.Unmarshal(b, &m)
 }
 
 // meter times output from its first byte to its last, and counts the
