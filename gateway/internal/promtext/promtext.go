@@ -7,6 +7,9 @@
 // the Go runtime's and the process's collectors and their dependencies
 // to every start of the termgate binary, client commands included:
 // 2.4 ms of a 15 ms start on the machine measured (docs/performance.md).
+//
+// OpenFiles, the count behind process_open_fds, is also what serve's
+// descriptor headroom reads as connections arrive.
 package promtext
 
 import (
