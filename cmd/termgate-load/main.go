@@ -15,7 +15,8 @@
 //   - opening shells (bash on a PTY, a WebSocket each), so many at a time:
 //     open when the prompt arrived; and as many of the shell's plan run
 //     bare by bwrap, its floor (shellfloor.go), with the machine's CPU
-//     per shell for both;
+//     per shell for both, and termgate's also without this program's
+//     own (its WebSocket clients, which the floor has none of);
 //   - CPU per shell of the whole process tree (the server and everything
 //     below it, live or reaped) from before the first open until the last
 //     shell is gone;
